@@ -1,0 +1,117 @@
+"""``gate-admission``: serve the webhook, make certificates, run the gate controller."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from datetime import datetime, timezone
+
+from . import __version__, certs, logs
+
+ENV_PREFIX = "GATE_ADMISSION_"
+
+
+def _env(flag: str, default: object = None) -> object:
+    """Every flag can come from the environment: --cert-dir is GATE_ADMISSION_CERT_DIR."""
+    return os.environ.get(ENV_PREFIX + flag.upper().replace("-", "_"), default)
+
+
+def _csv(value: str | None) -> frozenset[str]:
+    return frozenset(part.strip() for part in (value or "").split(",") if part.strip())
+
+
+def _bool_env(flag: str) -> bool:
+    return str(_env(flag, "")).lower() in ("1", "true", "yes")
+
+
+def _add_serve(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve", help="run the admission webhook server (TLS only)")
+    p.add_argument("--port", type=int, default=int(_env("port", 9443)))
+    p.add_argument("--address", default=_env("address", "0.0.0.0"), help="listen address (default 0.0.0.0)")
+    p.add_argument("--cert-dir", default=_env("cert-dir", "certs"), help="holds tls.crt and tls.key")
+    p.add_argument("--generate-certs", action="store_true", default=_bool_env("generate-certs"),
+                   help="create a CA and serving certificate in --cert-dir when missing or due")
+    p.add_argument("--service", default=_env("service", "gate-admission"), help="Service name, for certificate SANs")
+    p.add_argument("--namespace", default=_env("namespace", "flux-system"), help="Service namespace, for SANs")
+    p.add_argument("--mode", choices=("enforce", "audit"), default=_env("mode", "enforce"))
+    p.add_argument("--gates-dir", default=_env("gates-dir"), help="read Gates and GateKeepers from YAML files here")
+    p.add_argument("--kubeconfig", default=_env("kubeconfig"), help="cluster to read gates from (default: in-cluster)")
+    p.add_argument("--exempt-users", default=_env("exempt-users", ""), help="comma-separated users never gated")
+    p.add_argument("--exempt-groups", default=_env("exempt-groups", ""), help="comma-separated groups never gated")
+    p.add_argument("--receiver-token-file", default=_env("receiver-token-file"),
+                   help="bearer token for POST /hooks/gates/...; the receiver is off without one")
+    p.add_argument("--workers", type=int, default=int(_env("workers", 2)))
+    p.add_argument("--threads", type=int, default=int(_env("threads", 8)))
+    p.add_argument("--log-level", default=_env("log-level", "info"))
+    p.set_defaults(func=serve)
+
+
+def _add_certs(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("certs", help="create or renew the CA and serving certificate")
+    p.add_argument("--service", default=_env("service", "gate-admission"))
+    p.add_argument("--namespace", default=_env("namespace", "flux-system"))
+    p.add_argument("--out", default=_env("cert-dir", "certs"), help="directory for ca.crt, tls.crt, tls.key")
+    p.set_defaults(func=make_certs)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gate-admission", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_serve(sub)
+    _add_certs(sub)
+    return parser
+
+
+def make_certs(args: argparse.Namespace) -> int:
+    files, renewed = certs.ensure(args.out, certs.service_names(args.service, args.namespace), datetime.now(timezone.utc))
+    print(f"{'renewed' if renewed else 'current'}: {files.cert} ({renewed or 'valid'}); CA bundle: {files.ca_cert}")
+    return 0
+
+
+def _app_factory(args: argparse.Namespace):
+    from .app import create_app
+    from .decision import Settings
+
+    settings = Settings(args.mode, _csv(args.exempt_users), _csv(args.exempt_groups))
+
+    def factory():
+        logs.configure(args.log_level)
+        if args.gates_dir:
+            from .store.files import FileStore
+            store = FileStore(args.gates_dir)
+        else:
+            raise SystemExit("gate-admission: the cluster store needs --kubeconfig or in-cluster config (not built yet); use --gates-dir")
+        store.start()
+        return create_app(store, settings)
+
+    return factory
+
+
+def serve(args: argparse.Namespace) -> int:
+    from . import server
+
+    files = certs.CertFiles(__import__("pathlib").Path(args.cert_dir))
+    if args.generate_certs:
+        _, renewed = certs.ensure(args.cert_dir, certs.service_names(args.service, args.namespace),
+                                  datetime.now(timezone.utc))
+        if renewed:
+            print(f"gate-admission: wrote {files.cert} ({renewed}); CA bundle: {files.ca_cert}", file=sys.stderr)
+    if not files.cert.exists() or not files.key.exists():
+        print(f"gate-admission: no {files.cert} and {files.key}; TLS is required (use --generate-certs "
+              f"or `gate-admission certs`)", file=sys.stderr)
+        return 2
+    options = server.options(address=args.address, port=args.port, certfile=str(files.cert), keyfile=str(files.key),
+                             workers=args.workers, threads=args.threads, log_level=args.log_level)
+    server.Server(_app_factory(args), options).run()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+"""The decision on one admission request: allowed, held (denied or audited), and why."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Callable
+
+from . import gates, names
+from .changes import gated_change
+from .gates import GateState
+from .references import Policy, metadata, policy_of, suspension_of
+from .timefmt import format_time
+
+Lookup = Callable[[str, str, datetime], GateState]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Server-wide policy: the default mode and who may always pass (break-glass)."""
+
+    mode: str = "enforce"
+    exempt_users: frozenset[str] = frozenset()
+    exempt_groups: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class Hold:
+    """How one gate policy judges an object now."""
+
+    policy: Policy
+    states: tuple[GateState, ...]
+    closed: tuple[GateState, ...]  # the gates that keep it held (all of them under oneOf)
+    suspension: str | None
+    held: bool
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The verdict on a request, with everything logs, warnings and patches need."""
+
+    allowed: bool
+    gated: bool = False  # a change that gates judge (CREATE, spec change, artifact, ...)
+    held: bool = False  # would be denied in enforce mode
+    mode: str = "enforce"
+    change: str | None = None
+    message: str | None = None
+    exempt: str | None = None
+    hold: Hold | None = None
+
+
+def _hold(obj: dict | None, lookup: Lookup, now: datetime) -> Hold:
+    policy = policy_of(obj)
+    states = tuple(
+        gates.invalid(ref.namespace, ref.name, ref.error) if ref.error else lookup(ref.namespace, ref.name, now)
+        for ref in policy.refs
+    )
+    closed = tuple(s for s in states if not s.open)
+    if policy.require == names.REQUIRE_ONE_OF:
+        gates_hold = bool(states) and len(closed) == len(states)
+    else:
+        gates_hold = bool(closed)
+    suspension = suspension_of(obj, now).hold
+    return Hold(policy, states, closed if gates_hold else (), suspension, gates_hold or suspension is not None)
+
+
+def _gate_clause(state: GateState) -> str:
+    detail = state.message
+    if state.next_transition is not None:
+        detail += f"; opens at {format_time(state.next_transition)}"
+    return f"gate '{state.key}' is closed ({detail})"
+
+
+def describe(kind: str, namespace: str, name: str, holds: list[Hold]) -> str:
+    """One message naming the object, every closed gate, the require mode and next opening."""
+    clauses: dict[str, str] = {}
+    notes: list[str] = []
+    for hold in holds:
+        for state in hold.closed:
+            clauses.setdefault(state.key, _gate_clause(state))
+        if hold.suspension:
+            clauses.setdefault(hold.suspension, hold.suspension)
+        notes += [n for n in hold.policy.notes if n not in notes]
+    message = f"{kind} {namespace}/{name} is held: " + ", ".join(clauses.values())
+    requires = list(dict.fromkeys(h.policy.require for h in holds if h.closed))
+    if requires:
+        message += "; require=" + "->".join(requires)
+    if notes:
+        message += "; " + "; ".join(notes)
+    return message
+
+
+def decide(request: dict, lookup: Lookup, now: datetime, settings: Settings) -> Decision:
+    """Judge a well-formed AdmissionRequest at ``now``; gate states come from ``lookup``."""
+    kind = request["kind"]
+    if not names.is_gated_kind(kind.get("group", ""), kind.get("kind", "")):
+        return Decision(allowed=True)
+    user = request["userInfo"]
+    username = user.get("username", "")
+    if username in settings.exempt_users:
+        return Decision(allowed=True, exempt=f"user '{username}' is exempt")
+    exempt_groups = settings.exempt_groups.intersection(user.get("groups") or ())
+    if exempt_groups:
+        return Decision(allowed=True, exempt=f"group '{sorted(exempt_groups)[0]}' is exempt")
+
+    operation = request["operation"]
+    old, new = request.get("oldObject"), request.get("object")
+    if operation == "DELETE" and username in names.SYSTEM_DELETERS:
+        return Decision(allowed=True)
+    change = gated_change(kind["kind"], operation, request.get("subResource") or "", old, new)
+    if change is None:
+        return Decision(allowed=True)
+
+    # An UPDATE must satisfy both the policy it leaves and the one it enters.
+    judged = [o for o in ((old,) if operation == "DELETE" else (old, new)) if isinstance(o, dict)]
+    judgements = [_hold(obj, lookup, now) for obj in judged]
+    holds = [h for h in judgements if h.held]
+    if not holds:
+        return Decision(allowed=True, gated=True, change=change, hold=judgements[-1] if judgements else None)
+
+    modes = {s.mode or settings.mode for h in holds for s in h.closed}
+    if any(h.suspension for h in holds):
+        modes.add(settings.mode)
+    mode = "enforce" if "enforce" in modes else "audit"
+    obj = judged[-1]
+    meta = metadata(obj)
+    namespace = request.get("namespace") or meta.get("namespace") or ""
+    name = request.get("name") or meta.get("name") or meta.get("generateName") or ""
+    message = describe(kind["kind"], namespace, name, holds)
+    return Decision(allowed=mode == "audit", gated=True, held=True, mode=mode, change=change,
+                    message=message, hold=holds[-1])

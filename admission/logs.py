@@ -1,0 +1,43 @@
+"""JSON log lines: one object per line, with the ``extra`` fields of each record."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from datetime import datetime, timezone
+
+import orjson
+
+# Attributes every LogRecord has; anything else came in through ``extra``.
+_STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
+
+
+class JSONFormatter(logging.Formatter):
+    """Formats a record as one JSON object: level, ts, logger, msg, then extras."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "level": record.levelname.lower(),
+            "ts": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for key, value in vars(record).items():
+            if key not in _STANDARD and not key.startswith("_"):
+                entry[key] = value
+        if record.exc_info:
+            entry["error"] = self.formatException(record.exc_info)
+        return orjson.dumps(entry, default=str).decode()
+
+
+def configure(level: str = "info") -> None:
+    """Send JSON lines to stderr for our loggers and gunicorn's."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JSONFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    for name in ("gunicorn.error", "gunicorn.access"):
+        logger = logging.getLogger(name)
+        logger.handlers[:] = []
+        logger.propagate = True

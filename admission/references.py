@@ -1,0 +1,144 @@
+"""What a Flux object asks of its gates: references, require mode, suspension (SPEC §4)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+
+from . import names
+from .schedule import ScheduleError, parse_cron
+from .timefmt import format_time
+
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+@dataclass(frozen=True)
+class GateRef:
+    """A reference to a gate; ``error`` is set when the reference itself is unusable."""
+
+    namespace: str
+    name: str
+    error: str | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The gates an object references and how many must be open."""
+
+    refs: tuple[GateRef, ...]
+    require: str
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Suspension:
+    """Effective suspension: ``suspended`` feeds status.suspended; ``hold`` holds changes."""
+
+    suspended: bool
+    hold: str | None = None  # why the object is held by annotation or schedule
+    until: datetime | None = None  # when a schedule-driven hold may end
+
+
+def metadata(obj: dict | None) -> dict:
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    return meta if isinstance(meta, dict) else {}
+
+
+def annotations(obj: dict | None) -> dict:
+    value = metadata(obj).get("annotations")
+    return value if isinstance(value, dict) else {}
+
+
+def _ref(text: object, namespace: str) -> GateRef:
+    if isinstance(text, dict):
+        name, ns = text.get("name"), text.get("namespace") or namespace
+    elif isinstance(text, str):
+        ns, _, name = text.strip().rpartition("/")
+        ns = ns or namespace
+    else:
+        return GateRef(namespace, str(text), f"gate reference {text!r} is not a name")
+    if not isinstance(name, str) or not isinstance(ns, str):
+        return GateRef(str(ns), str(name), f"gate reference {text!r} is not a name")
+    if not _NAME.match(name) or not _NAMESPACE.match(ns):
+        return GateRef(ns, name, f"gate reference {text!r} is not a valid [namespace/]name")
+    return GateRef(ns, name)
+
+
+def _spec_gates(spec_gates: object, namespace: str) -> tuple[list[GateRef], object]:
+    """Both seed shapes: a list of ``{name, namespace?}`` (RFC) or ``{require, refs}``."""
+    if spec_gates is None:
+        return [], None
+    if isinstance(spec_gates, list):
+        return [_ref(item, namespace) for item in spec_gates], None
+    if isinstance(spec_gates, dict) and isinstance(spec_gates.get("refs") or [], list):
+        return [_ref(item, namespace) for item in spec_gates.get("refs") or []], spec_gates.get("require")
+    return [GateRef(namespace, "spec.gates", "spec.gates must be a list or {require, refs: [...]}")], None
+
+
+def policy_of(obj: dict | None) -> Policy:
+    """The gate policy of a Flux object: union of the annotation and ``spec.gates``."""
+    if not isinstance(obj, dict):
+        return Policy((), names.REQUIRE_ALL)
+    ann = annotations(obj)
+    namespace = str(metadata(obj).get("namespace") or "default")
+    refs: list[GateRef] = []
+    raw = ann.get(names.GATES_ANNOTATION)
+    if isinstance(raw, str):
+        refs += [_ref(part, namespace) for part in raw.split(",") if part.strip()]
+    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    spec_refs, spec_require = _spec_gates(spec.get("gates"), namespace)
+    unique: dict[str, GateRef] = {}
+    for ref in refs + spec_refs:
+        unique.setdefault(ref.key, ref)
+
+    # When in doubt, the stricter mode: an unknown value or a disagreement means all.
+    asked = [v for v in (ann.get(names.REQUIRE_ANNOTATION), spec_require) if v is not None]
+    notes = [f"require {v!r} is not 'all' or 'oneOf', using all"
+             for v in asked if v not in (names.REQUIRE_ALL, names.REQUIRE_ONE_OF)]
+    if set(asked) == {names.REQUIRE_ALL, names.REQUIRE_ONE_OF}:
+        notes.append("the require annotation and spec.gates.require disagree, using all")
+    one_of = bool(asked) and all(v == names.REQUIRE_ONE_OF for v in asked)
+    return Policy(tuple(unique.values()), names.REQUIRE_ONE_OF if one_of else names.REQUIRE_ALL, tuple(notes))
+
+
+def loosens(old: Policy, new: Policy) -> str | None:
+    """Why going from ``old`` to ``new`` asks less of the gates, or None."""
+    removed = [ref.key for ref in old.refs if ref.key not in {r.key for r in new.refs}]
+    if removed:
+        return "removes gate references " + ", ".join(f"'{key}'" for key in removed)
+    if old.require == names.REQUIRE_ALL and new.require == names.REQUIRE_ONE_OF and len(new.refs) > 1:
+        return "loosens require from all to oneOf"
+    return None
+
+
+def suspension_of(obj: dict | None, now: datetime) -> Suspension:
+    """``spec.suspend`` OR the suspended annotation OR an active suspendDuring cron."""
+    if not isinstance(obj, dict):
+        return Suspension(False)
+    ann = annotations(obj)
+    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    holds, until = [], None
+    if names.SUSPENDED_ANNOTATION in ann:
+        reason = ann.get(names.SUSPENDED_ANNOTATION)
+        holds.append(f"suspended by {names.SUSPENDED_ANNOTATION}" + (f" ({reason!r})" if reason else ""))
+    for key in (names.SUSPEND_DURING_ANNOTATION, names.SUSPENDED_DURING_ANNOTATION):
+        expr = ann.get(key)
+        if expr is None:
+            continue
+        try:
+            spec_cron = parse_cron(expr)  # UTC unless CRON_TZ= says otherwise
+        except ScheduleError as err:
+            holds.append(f"{key} cannot be evaluated, so it counts as active: {err}")
+            continue
+        if spec_cron.matches(now):
+            ends = spec_cron.next_flip(now)
+            until = ends if until is None or (ends is not None and ends > until) else until
+            holds.append(f"suspended by {key} '{expr}'" + (f" until {format_time(ends)}" if ends else ""))
+    hold = "; ".join(holds) if holds else None
+    return Suspension(bool(spec.get("suspend") is True or hold), hold, until)

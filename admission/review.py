@@ -1,0 +1,156 @@
+"""AdmissionReview v1/v1beta1: typed shapes, decoding, and response constructors.
+
+Two error families, as in kopf: a bad *operation* is an ordinary response with
+``allowed: false``; a bad *review* (not JSON, wrong kind, missing fields) raises
+ReviewError, which the HTTP layer answers with 400 and the reason.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any, TypedDict
+
+import orjson
+
+API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
+OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+MAX_MESSAGE = 4000  # the API server shows messages whole; keep them bounded
+
+
+class GroupVersionKind(TypedDict):
+    group: str
+    version: str
+    kind: str
+
+
+class UserInfo(TypedDict, total=False):
+    username: str
+    uid: str
+    groups: list[str]
+    extra: dict[str, list[str]]
+
+
+class AdmissionRequest(TypedDict, total=False):
+    uid: str
+    kind: GroupVersionKind
+    resource: dict[str, str]
+    subResource: str
+    name: str
+    namespace: str
+    operation: str
+    userInfo: UserInfo
+    object: dict[str, Any] | None
+    oldObject: dict[str, Any] | None
+    dryRun: bool
+    options: dict[str, Any] | None
+
+
+class AdmissionReview(TypedDict):
+    apiVersion: str
+    kind: str
+    request: AdmissionRequest
+
+
+class Status(TypedDict, total=False):
+    code: int
+    reason: str
+    message: str
+
+
+class AdmissionResponse(TypedDict, total=False):
+    uid: str
+    allowed: bool
+    status: Status
+    patch: str
+    patchType: str
+    warnings: list[str]
+    auditAnnotations: dict[str, str]
+
+
+class ReviewError(ValueError):
+    """The review itself is malformed; the message says what is wrong."""
+
+
+def _require(condition: bool, reason: str) -> None:
+    if not condition:
+        raise ReviewError(reason)
+
+
+def _optional(request: dict, key: str, kind: type | tuple[type, ...], what: str) -> None:
+    value = request.get(key)
+    _require(value is None or isinstance(value, kind), f"request.{key} must be {what}")
+
+
+def parse_review(body: bytes) -> AdmissionReview:
+    """Decode and check an AdmissionReview request body; raise ReviewError."""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError as err:
+        raise ReviewError(f"body is not valid JSON: {err}") from None
+    _require(isinstance(doc, dict), "body must be a JSON object (an AdmissionReview)")
+    _require(doc.get("kind") == "AdmissionReview", "kind must be AdmissionReview")
+    _require(doc.get("apiVersion") in API_VERSIONS, f"apiVersion must be one of {', '.join(API_VERSIONS)}")
+    request = doc.get("request")
+    _require(isinstance(request, dict), "request must be an object")
+    uid = request.get("uid")
+    _require(isinstance(uid, str) and 0 < len(uid) <= 256, "request.uid must be a non-empty string")
+    gvk = request.get("kind")
+    _require(isinstance(gvk, dict) and all(isinstance(gvk.get(k), str) for k in ("group", "version", "kind"))
+             and gvk["kind"] != "", "request.kind must have string group, version and kind")
+    _require(request.get("operation") in OPERATIONS, f"request.operation must be one of {', '.join(OPERATIONS)}")
+    user = request.get("userInfo")
+    _require(isinstance(user, dict), "request.userInfo must be an object")
+    _require(isinstance(user.get("username", ""), str), "request.userInfo.username must be a string")
+    groups = user.get("groups")
+    _require(groups is None or (isinstance(groups, list) and all(isinstance(g, str) for g in groups)),
+             "request.userInfo.groups must be a list of strings")
+    for key in ("object", "oldObject", "options"):
+        _optional(request, key, dict, "an object or null")
+    for key in ("subResource", "name", "namespace"):
+        _optional(request, key, str, "a string")
+    _optional(request, "dryRun", bool, "a boolean")
+    operation = request["operation"]
+    _require(operation != "CREATE" or isinstance(request.get("object"), dict), "a CREATE needs request.object")
+    _require(operation != "UPDATE" or (isinstance(request.get("object"), dict)
+                                       and isinstance(request.get("oldObject"), dict)),
+             "an UPDATE needs request.object and request.oldObject")
+    return doc
+
+
+def _bounded(message: str) -> str:
+    return message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 1] + "…"
+
+
+def allowed(*, warnings: list[str] | None = None, audit: dict[str, str] | None = None) -> AdmissionResponse:
+    """Let the request through, optionally with warnings kubectl prints and audit annotations."""
+    response: AdmissionResponse = {"allowed": True}
+    if warnings:
+        response["warnings"] = [_bounded(w) for w in warnings]
+    if audit:
+        response["auditAnnotations"] = {k: _bounded(v) for k, v in audit.items()}
+    return response
+
+
+def denied(message: str, *, code: int = 403, reason: str = "Forbidden") -> AdmissionResponse:
+    """Refuse the request with a message a person can act on."""
+    return {"allowed": False, "status": {"code": code, "reason": reason, "message": _bounded(message)}}
+
+
+def patched(operations: list[dict[str, Any]], **kwargs: Any) -> AdmissionResponse:
+    """Let the request through, changed by a JSONPatch."""
+    response = allowed(**kwargs)
+    if operations:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(orjson.dumps(operations)).decode("ascii")
+    return response
+
+
+def errored(message: str, *, code: int = 500) -> AdmissionResponse:
+    """Refuse the request because we failed to judge it (fail closed)."""
+    return denied(message, code=code, reason="InternalError")
+
+
+def complete(review: AdmissionReview, response: AdmissionResponse) -> dict[str, Any]:
+    """The one place a response gets the request's uid and the review's apiVersion."""
+    response["uid"] = review["request"]["uid"]
+    return {"apiVersion": review["apiVersion"], "kind": "AdmissionReview", "response": response}

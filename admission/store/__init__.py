@@ -1,0 +1,24 @@
+"""Where gates come from: YAML files (``--gates-dir``) or the cluster (list+watch)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Protocol
+
+from ..gates import GateState
+
+
+class GateStore(Protocol):
+    """What the HTTP layer needs of a store: gate states from memory, and readiness."""
+
+    def lookup(self, namespace: str, name: str, now: datetime) -> GateState:
+        """The state of a gate at ``now``, never touching the network."""
+
+    def readiness(self) -> tuple[bool, dict]:
+        """Whether decisions can be trusted, with details for /readyz."""
+
+    def start(self) -> None:
+        """Begin keeping the gates current (threads, watches)."""
+
+    def stop(self) -> None:
+        """Stop what ``start`` began."""

@@ -1,0 +1,149 @@
+"""Gates from YAML files (``--gates-dir``): the default that needs no cluster."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from datetime import datetime
+from pathlib import Path
+
+import yaml
+
+from .. import names
+from ..gates import GateState
+from .index import GateIndex, Key, object_key
+
+log = logging.getLogger(__name__)
+SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def _documents(text: str) -> list[dict]:
+    """Gate and GateKeeper documents of a multi-document YAML text (``kind: List`` too)."""
+    found = []
+    for doc in yaml.safe_load_all(text):
+        if doc is None:
+            continue
+        if not isinstance(doc, dict):
+            raise ValueError(f"a document is a {type(doc).__name__}, not a mapping")
+        items = doc.get("items") if str(doc.get("kind", "")).endswith("List") else [doc]
+        for item in items or []:
+            if not isinstance(item, dict):
+                raise ValueError("a list item is not a mapping")
+            if item.get("kind") not in (names.GATE_KIND, names.GATEKEEPER_KIND):
+                continue  # other objects may share the directory
+            api = item.get("apiVersion")
+            if api is not None and api != names.GATING_API_VERSION:
+                raise ValueError(f"{item['kind']} has apiVersion {api!r}, want {names.GATING_API_VERSION}")
+            meta = item.get("metadata")
+            if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
+                raise ValueError(f"a {item['kind']} has no metadata.name")
+            if not isinstance(item.get("spec", {}), dict):
+                raise ValueError(f"{item['kind']} {meta['name']!r} has a spec that is not a mapping")
+            found.append(item)
+    return found
+
+
+class FileStore:
+    """Reads every YAML file under a directory; re-reads when any file changes."""
+
+    def __init__(self, directory: str | os.PathLike, poll_interval: float = 1.0):
+        self.directory = Path(directory)
+        self.poll_interval = poll_interval
+        self.index = GateIndex()
+        self.problems: dict[str, str] = {}
+        self._signature: tuple = ()
+        self._last_good: dict[Path, list[dict]] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.reload()
+
+    def lookup(self, namespace: str, name: str, now: datetime) -> GateState:
+        return self.index.lookup(namespace, name, now)
+
+    def readiness(self) -> tuple[bool, dict]:
+        # Broken files do not make us unready: their gates are closed, and an unready
+        # webhook would stop every gated write instead of the few that need those gates.
+        detail = {"store": "files", "directory": str(self.directory), "gates": len(self.index)}
+        if self.problems:
+            detail["problems"] = dict(self.problems)
+        return True, detail
+
+    def _files(self) -> list[Path]:
+        if not self.directory.is_dir():
+            return []
+        return sorted(p for p in self.directory.rglob("*")
+                      if p.suffix in SUFFIXES and p.is_file() and not any(part.startswith(".") for part in p.relative_to(self.directory).parts))
+
+    def _current_signature(self) -> tuple:
+        signature = []
+        for path in self._files():
+            try:
+                st = path.stat()
+            except OSError:
+                continue
+            signature.append((str(path), st.st_mtime_ns, st.st_size))
+        return tuple(signature)
+
+    def reload(self) -> None:
+        """Read the directory again; a broken file closes the gates it defines, never crashes."""
+        self._signature = self._current_signature()
+        problems: dict[str, str] = {}
+        if not self.directory.is_dir():
+            problems[str(self.directory)] = "gates directory does not exist: every referenced gate is NotFound"
+        objects: list[tuple[Path, dict]] = []
+        broken: dict[Key, str] = {}
+        for path in self._files():
+            try:
+                docs = _documents(path.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, yaml.YAMLError, ValueError) as err:
+                why = f"gates file {path.name} is broken: {' '.join(str(err).split())}"
+                problems[str(path)] = why
+                log.error("gates file is broken", extra={"file": str(path), "error": why})
+                # The gates it defined when it last parsed stay, closed, with the reason.
+                for doc in self._last_good.get(path, []):
+                    objects.append((path, doc))
+                    if doc["kind"] == names.GATE_KIND:
+                        broken[object_key(doc)] = why
+                continue
+            self._last_good[path] = docs
+            objects += [(path, doc) for doc in docs]
+
+        gates: dict[Key, tuple[Path, dict]] = {}
+        keepers = []
+        for path, doc in objects:
+            if doc["kind"] == names.GATEKEEPER_KIND:
+                keepers.append(doc)
+                continue
+            key = object_key(doc)
+            if key in gates and gates[key][0] != path:
+                why = f"gate {key[0]}/{key[1]} is defined in both {gates[key][0].name} and {path.name}"
+                problems[f"{key[0]}/{key[1]}"] = why
+                broken[key] = why
+            gates[key] = (path, doc)
+        self.index.replace_all([doc for _, doc in gates.values()], keepers, broken)
+        self.problems = problems
+        log.info("gates loaded", extra={"directory": str(self.directory), "gates": len(gates),
+                                        "gatekeepers": len(keepers), "problems": len(problems)})
+
+    def check(self) -> bool:
+        """Reload if any file changed since the last read; return whether it did."""
+        if self._current_signature() == self._signature:
+            return False
+        self.reload()
+        return True
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.poll_interval):
+            try:
+                self.check()
+            except Exception:  # a reload must never kill the watcher thread
+                log.exception("reloading the gates directory failed")
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="gates-dir-watch", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()

@@ -1,0 +1,132 @@
+"""Gates and GateKeepers in memory, each gate's state memoised until it can next change."""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime
+from typing import Iterable
+
+from ..gates import CompiledGate, GateState, compile_gate, evaluate, not_found
+
+Key = tuple[str, str]
+
+
+def object_key(obj: dict) -> Key:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+
+
+class _Slot:
+    """One gate, compiled; readers memoise its latest state here.
+
+    Writers never change a slot's gate: they publish a new slot, so a reader that
+    finishes with an old slot only writes into a slot nobody looks at any more.
+    """
+
+    __slots__ = ("compiled", "state", "computed_at")
+
+    def __init__(self, compiled: CompiledGate):
+        self.compiled = compiled
+        self.state: GateState | None = None
+        self.computed_at: datetime | None = None
+
+
+class GateIndex:
+    """Thread-safe for one writer and many readers; readers take no lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._gates: dict[Key, dict] = {}
+        self._keepers: dict[Key, dict] = {}
+        self._broken: dict[Key, str] = {}
+        self._slots: dict[Key, _Slot] = {}
+
+    def __len__(self) -> int:
+        return len(self._gates)
+
+    def lookup(self, namespace: str, name: str, now: datetime) -> GateState:
+        """The state of gate ``namespace/name`` at ``now``."""
+        slot = self._slots.get((namespace, name))
+        if slot is None:
+            return not_found(namespace, name)
+        state, since = slot.state, slot.computed_at
+        if state is not None and since <= now and (state.valid_until is None or now < state.valid_until):
+            return state
+        state = evaluate(slot.compiled, now)
+        slot.state, slot.computed_at = state, now
+        return state
+
+    def gates(self) -> list[dict]:
+        """Every gate object, for status and listings."""
+        return list(self._gates.values())
+
+    def compiled(self, namespace: str, name: str) -> CompiledGate | None:
+        slot = self._slots.get((namespace, name))
+        return slot.compiled if slot else None
+
+    def _keepers_of(self, key: Key) -> list[dict]:
+        namespace, name = key
+        return [k for (ns, _), k in self._keepers.items()
+                if ns == namespace and isinstance(k.get("spec"), dict) and k["spec"].get("gate") == name]
+
+    def _publish(self, key: Key) -> None:
+        gate = self._gates.get(key)
+        if gate is None:
+            self._slots.pop(key, None)
+            return
+        broken = self._broken.get(key)
+        if broken is not None:
+            compiled = CompiledGate(key[0], key[1], errors=(broken,))
+        else:
+            compiled = compile_gate(gate, self._keepers_of(key))
+        self._slots[key] = _Slot(compiled)
+
+    def put_gate(self, gate: dict) -> None:
+        with self._lock:
+            key = object_key(gate)
+            self._gates[key] = gate
+            self._publish(key)
+
+    def delete_gate(self, namespace: str, name: str) -> None:
+        with self._lock:
+            self._gates.pop((namespace, name), None)
+            self._publish((namespace, name))
+
+    def _gate_of(self, keeper: dict | None) -> Key | None:
+        if keeper is None or not isinstance(keeper.get("spec"), dict):
+            return None
+        return object_key(keeper)[0], str(keeper["spec"].get("gate") or "")
+
+    def put_keeper(self, keeper: dict) -> None:
+        with self._lock:
+            key = object_key(keeper)
+            before = self._gate_of(self._keepers.get(key))
+            self._keepers[key] = keeper
+            for gate_key in {before, self._gate_of(keeper)} - {None}:
+                self._publish(gate_key)
+
+    def delete_keeper(self, namespace: str, name: str) -> None:
+        with self._lock:
+            before = self._gate_of(self._keepers.pop((namespace, name), None))
+            if before is not None:
+                self._publish(before)
+
+    def replace_all(self, gates: Iterable[dict], keepers: Iterable[dict], broken: dict[Key, str] | None = None) -> None:
+        """Swap in a complete new set (a relist, or a reload of the gates directory)."""
+        gate_map = {object_key(g): g for g in gates}
+        keeper_map = {object_key(k): k for k in keepers}
+        by_gate: dict[Key, list[dict]] = {}
+        for keeper in keeper_map.values():
+            gate_key = self._gate_of(keeper)
+            if gate_key is not None:
+                by_gate.setdefault(gate_key, []).append(keeper)
+        broken = dict(broken or {})
+        slots = {}
+        for key, gate in gate_map.items():
+            if key in broken:
+                compiled = CompiledGate(key[0], key[1], errors=(broken[key],))
+            else:
+                compiled = compile_gate(gate, by_gate.get(key, ()))
+            slots[key] = _Slot(compiled)
+        with self._lock:
+            self._gates, self._keepers, self._broken, self._slots = gate_map, keeper_map, broken, slots

@@ -1,0 +1,70 @@
+"""RFC 3339 timestamps and Go durations, as Kubernetes and Flux write them."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta, timezone
+
+UTC = timezone.utc
+
+_GO_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+_UNIT_SECONDS = {
+    "ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0,
+}
+
+
+def parse_duration(text: str) -> timedelta:
+    """Parse a Go duration such as ``1h``, ``62h`` or ``1h30m5.5s``; raise ValueError."""
+    if not isinstance(text, str):
+        raise ValueError(f"duration must be a string like '1h30m', got {type(text).__name__}")
+    s = text.strip()
+    sign = 1
+    if s[:1] in "+-" and s:
+        sign = -1 if s[0] == "-" else 1
+        s = s[1:]
+    if s == "0":
+        return timedelta(0)
+    pos, total = 0, 0.0
+    for match in _GO_DURATION.finditer(s):
+        if match.start() != pos:
+            break
+        total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+        pos = match.end()
+    if not s or pos != len(s):
+        raise ValueError(f"invalid duration {text!r}: use Go syntax such as '30s', '1h' or '2h45m'")
+    return timedelta(seconds=sign * total)
+
+
+def format_duration(delta: timedelta) -> str:
+    """Format a timedelta the way Go prints whole-second durations (``1h2m3s``)."""
+    seconds = int(delta.total_seconds())
+    if seconds == 0:
+        return "0s"
+    sign = "-" if seconds < 0 else ""
+    hours, rest = divmod(abs(seconds), 3600)
+    minutes, secs = divmod(rest, 60)
+    out = f"{hours}h" if hours else ""
+    if hours or minutes:
+        out += f"{minutes}m"
+    return f"{sign}{out}{secs}s"
+
+
+def parse_time(text: str) -> datetime:
+    """Parse an RFC 3339 timestamp into an aware UTC datetime; raise ValueError."""
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("timestamp must be an RFC 3339 string such as 2021-03-26T10:00:00Z")
+    s = text.strip()
+    if s[-1] in "zZ":
+        s = s[:-1] + "+00:00"
+    try:
+        value = datetime.fromisoformat(s)
+    except ValueError:
+        raise ValueError(f"invalid timestamp {text!r}: use RFC 3339 such as 2021-03-26T10:00:00Z") from None
+    if value.tzinfo is None:
+        raise ValueError(f"invalid timestamp {text!r}: a time zone offset (such as Z) is required")
+    return value.astimezone(UTC)
+
+
+def format_time(value: datetime) -> str:
+    """Format an aware datetime as RFC 3339 in UTC, to the second, as Kubernetes does."""
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
