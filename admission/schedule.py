@@ -74,24 +74,28 @@ class CronSpec:
 
     def next_fire(self, now: datetime) -> datetime | None:
         """The first fire time strictly after ``now``, in UTC."""
-        if self.always or self.never:
-            return None
-        try:
-            return next(CronSim(self.expr, now.astimezone(self.zone))).astimezone(UTC)
-        except StopIteration:
-            return None
+        return self._fire(now, reverse=False)
 
     def last_fire(self, now: datetime) -> datetime | None:
         """The latest fire time at or before ``now``, in UTC."""
+        return self._fire(now, reverse=True)
+
+    def _fire(self, now: datetime, reverse: bool) -> datetime | None:
         if self.always or self.never:
             return None
-        # cronsim steps back one second before searching; start one second later
-        # so that a fire exactly at ``now`` counts.
-        start = now.astimezone(self.zone).replace(microsecond=0) + timedelta(seconds=1)
-        try:
-            return next(CronSim(self.expr, start, reverse=True)).astimezone(UTC)
-        except StopIteration:
-            return None
+        local = now.astimezone(self.zone)
+        if reverse:
+            # cronsim steps back one second before searching; start one second later
+            # so that a fire exactly at ``now`` counts.
+            local = local.replace(microsecond=0) + timedelta(seconds=1)
+        # cronsim iterates fixed-time jobs on the naive wall clock (as Debian cron
+        # does), so from inside a fall-back overlap it can yield the overlap's first
+        # pass, which lies on the other side of ``now``: skip such results.
+        for _, fire in zip(range(4), CronSim(self.expr, local, reverse=reverse)):
+            fire = fire.astimezone(UTC)
+            if (fire <= now) if reverse else (fire > now):
+                return fire
+        return None
 
     def next_flip(self, now: datetime, horizon: timedelta = HORIZON) -> datetime | None:
         """The first minute boundary after ``now`` where ``matches`` changes, or None."""

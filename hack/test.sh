@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Install everything the tests need on a fresh machine, then run them all.
+#   - kube-apiserver + etcd for the end-to-end tests (hack/control-plane-binaries.sh:
+#     $KUBEBUILDER_ASSETS, else a cache in ~/.cache, else built from Debian packages once)
+#   - .venv with the project and its test extras
+# Arguments go to pytest, e.g. hack/test.sh tests/unit -x
+set -euo pipefail
+cd "$(dirname "$0")/.."
+started=$(date +%s)
+KUBEBUILDER_ASSETS="$(hack/control-plane-binaries.sh)"
+export KUBEBUILDER_ASSETS
+echo "control plane binaries: $KUBEBUILDER_ASSETS ($(( $(date +%s) - started ))s)"
+[[ -x .venv/bin/python ]] || python3 -m venv .venv
+.venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
+exec .venv/bin/python -m pytest "$@"

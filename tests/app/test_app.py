@@ -1,0 +1,155 @@
+"""The HTTP layer: status codes, JSON errors, limits, and the two handlers end to end."""
+
+from __future__ import annotations
+
+import base64
+import copy
+
+import jsonpatch
+import orjson
+
+from admission.app import MAX_BODY, create_app
+from admission.decision import Settings
+from tests.builders import FLUX_USER, changed, flux, gate, request, review
+from tests.conftest import FIXED_NOW
+
+CLOSED = gate("sre-approval", default="closed")
+KS = flux(gates="flux-system/sre-approval")
+
+
+def post(client, path, doc):
+    return client.post(path, data=orjson.dumps(doc), content_type="application/json")
+
+
+def test_denial_through_the_app(make_client):
+    client = make_client([CLOSED])
+    doc = review(request("UPDATE", changed(KS, path="./v2"), KS))
+    resp = post(client, "/validate", doc)
+    assert resp.status_code == 200
+    response = resp.get_json()["response"]
+    assert response == {
+        "uid": doc["request"]["uid"], "allowed": False,
+        "status": {"code": 403, "reason": "Forbidden",
+                   "message": "Kustomization apps/podinfo is held: gate 'flux-system/sre-approval' is closed "
+                              "(Gate closed by default); require=all"},
+    }
+
+
+def test_malformed_bodies_get_400_with_a_json_reason(make_client):
+    client = make_client()
+    for body in (b"", b"not json", b"[1,2]", b'{"kind":"AdmissionReview"}', b"\xff\xfe"):
+        resp = client.post("/validate", data=body, content_type="application/json")
+        assert resp.status_code == 400 and resp.is_json and resp.get_json()["error"], body
+        resp = client.post("/mutate", data=body, content_type="application/json")
+        assert resp.status_code == 400 and resp.get_json()["error"]
+
+
+def test_bodies_over_7_mib_get_413(make_client):
+    client = make_client()
+    resp = client.post("/validate", data=b" " * (MAX_BODY + 1), content_type="application/json")
+    assert resp.status_code == 413 and resp.is_json and resp.get_json()["error"]
+
+
+def test_a_body_just_under_the_limit_is_read(make_client):
+    client = make_client([CLOSED])
+    doc = review(request("CREATE", KS))
+    body = orjson.dumps(doc)
+    body = body[:-1] + b" " * (MAX_BODY - len(body) - 1) + b"}"
+    resp = client.post("/validate", data=body, content_type="application/json")
+    assert resp.status_code == 200 and resp.get_json()["response"]["allowed"] is False
+
+
+def test_unknown_paths_and_methods_answer_json(make_client):
+    client = make_client()
+    assert client.get("/nope").status_code == 404 and client.get("/nope").is_json
+    assert client.get("/validate").status_code == 405 and client.get("/validate").is_json
+
+
+def test_health_and_readiness(make_client):
+    client = make_client([CLOSED])
+    assert client.get("/healthz").get_json() == {"status": "ok"}
+    ready = client.get("/readyz")
+    assert ready.status_code == 200 and ready.get_json()["ready"] is True and ready.get_json()["gates"] == 1
+
+
+def apply(response, obj):
+    ops = orjson.loads(base64.b64decode(response["patch"])) if "patch" in response else []
+    return jsonpatch.apply_patch(copy.deepcopy(obj), ops), ops
+
+
+def test_status_writes_get_status_suspended_and_no_patch_when_already_right(make_client):
+    client = make_client()
+    ks = flux(spec={"suspend": True, "path": "./a"}, status={"conditions": []})
+    doc = review(request("UPDATE", ks, ks, sub_resource="status", user=FLUX_USER))
+    patched, _ = apply(post(client, "/mutate", doc).get_json()["response"], ks)
+    assert patched["status"]["suspended"] is True
+    done = copy.deepcopy(ks)
+    done["status"]["suspended"] = True
+    response = post(client, "/mutate", review(request("UPDATE", done, done, sub_resource="status"))).get_json()["response"]
+    assert response == {"allowed": True, "uid": response["uid"]}
+
+
+def test_status_suspended_is_added_when_there_is_no_status_yet(make_client):
+    client = make_client()
+    ks = flux(annotations={"reconcile.fluxcd.io/suspended": "incident"})
+    response = post(client, "/mutate", review(request("UPDATE", ks, ks, sub_resource="status"))).get_json()["response"]
+    patched, _ = apply(response, ks)
+    assert patched["status"] == {"suspended": True}
+
+
+def test_audit_mode_warns_records_and_annotates(make_client):
+    client = make_client([CLOSED], Settings(mode="audit"))
+    new = changed(KS, path="./v2")
+    doc = review(request("UPDATE", new, KS))
+    validated = post(client, "/validate", doc).get_json()["response"]
+    assert validated["allowed"] is True
+    assert validated["warnings"] == ["gate audit: change would be denied in enforce mode: Kustomization apps/podinfo "
+                                     "is held: gate 'flux-system/sre-approval' is closed (Gate closed by default); "
+                                     "require=all"]
+    assert validated["auditAnnotations"]["mode"] == "audit" and "is held" in validated["auditAnnotations"]["held"]
+    patched, _ = apply(post(client, "/mutate", doc).get_json()["response"], new)
+    record = orjson.loads(patched["metadata"]["annotations"]["gating.toolkit.fluxcd.io/audit"])
+    assert record == {"time": "2026-06-10T12:00:00Z", "user": "alice", "operation": "UPDATE",
+                      "change": "spec change", "message": validated["auditAnnotations"]["held"]}
+
+
+def test_audit_annotation_is_created_when_there_are_no_annotations(make_client):
+    client = make_client([CLOSED], Settings(mode="audit"))
+    plain = flux(spec={"gates": [{"name": "sre-approval", "namespace": "flux-system"}], "path": "./a"})
+    patched, ops = apply(post(client, "/mutate", review(request("CREATE", plain))).get_json()["response"], plain)
+    assert ops[0]["path"] == "/metadata/annotations" and "gating.toolkit.fluxcd.io/audit" in patched["metadata"]["annotations"]
+
+
+def test_enforce_mode_main_writes_are_not_patched(make_client):
+    client = make_client([CLOSED])
+    response = post(client, "/mutate", review(request("CREATE", KS))).get_json()["response"]
+    assert "patch" not in response and response["allowed"] is True
+
+
+def test_exempt_users_pass_with_an_audit_annotation(make_client):
+    client = make_client([CLOSED], Settings(exempt_users=frozenset({"alice"})))
+    response = post(client, "/validate", review(request("CREATE", KS))).get_json()["response"]
+    assert response["allowed"] is True and response["auditAnnotations"] == {"exempt": "user 'alice' is exempt"}
+
+
+class FailingStore:
+    """Stands for a bug in evaluation: there is no way to make the real store raise."""
+
+    def lookup(self, namespace, name, now):
+        raise RuntimeError("evaluation exploded")
+
+    def readiness(self):
+        return True, {}
+
+
+def test_a_failure_while_judging_denies_on_validate_and_allows_on_mutate():
+    app = create_app(FailingStore(), clock=lambda: FIXED_NOW)
+    client = app.test_client()
+    doc = review(request("CREATE", KS))
+    validated = post(client, "/validate", doc)
+    assert validated.status_code == 200
+    response = validated.get_json()["response"]
+    assert response["allowed"] is False and response["status"]["code"] == 500
+    assert "evaluation exploded" in response["status"]["message"]
+    mutated = post(client, "/mutate", doc)
+    assert mutated.status_code == 200 and mutated.get_json()["response"]["allowed"] is True

@@ -1,0 +1,102 @@
+"""The file store behind --gates-dir: reloads, broken files, duplicates."""
+
+from __future__ import annotations
+
+import time
+
+from admission.store.files import FileStore
+from tests.builders import at, gate, keeper
+from tests.conftest import write_gates
+
+NOW = at("2026-06-10T12:00")
+
+
+def eventually(check, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.05)
+    return check()
+
+
+def test_multi_document_yaml_with_gates_and_keepers(gates_dir):
+    write_gates(gates_dir, [gate("a", closed=True), gate("b"), keeper("k", "b", closed=["@always"])])
+    store = FileStore(gates_dir)
+    assert not store.lookup("flux-system", "a", NOW).open
+    b = store.lookup("flux-system", "b", NOW)
+    assert not b.open and b.reason == "Scheduled"
+    assert store.lookup("flux-system", "missing", NOW).reason == "NotFound"
+
+
+def test_kind_list_documents_and_other_kinds_are_read(gates_dir):
+    (gates_dir / "list.yaml").write_text(
+        "apiVersion: v1\nkind: List\nitems:\n"
+        "- {apiVersion: gating.toolkit.fluxcd.io/v1alpha1, kind: Gate, metadata: {name: x, namespace: ns}, spec: {}}\n"
+        "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: unrelated}\n")
+    store = FileStore(gates_dir)
+    assert store.lookup("ns", "x", NOW).open and not store.problems
+
+
+def test_a_gate_without_namespace_lives_in_default(gates_dir):
+    (gates_dir / "g.yaml").write_text("kind: Gate\nmetadata: {name: plain}\nspec: {closed: true}\n")
+    assert FileStore(gates_dir).lookup("default", "plain", NOW).reason == "Default"
+
+
+def test_changes_to_files_are_picked_up_by_the_watcher(gates_dir):
+    path = write_gates(gates_dir, [gate("a", closed=True)])
+    store = FileStore(gates_dir, poll_interval=0.05)
+    store.start()
+    try:
+        assert not store.lookup("flux-system", "a", NOW).open
+        path.write_text(path.read_text().replace("closed: true", "closed: false") + "\n")
+        assert eventually(lambda: store.lookup("flux-system", "a", NOW).open)
+    finally:
+        store.stop()
+
+
+def test_a_broken_file_is_reported_and_its_gates_are_closed(gates_dir):
+    path = write_gates(gates_dir, [gate("a"), gate("b")], "team.yaml")
+    write_gates(gates_dir, [gate("c")], "other.yaml")
+    store = FileStore(gates_dir)
+    assert store.lookup("flux-system", "a", NOW).open
+    path.write_text("kind: Gate\nmetadata: {name: a\n  broken: [")
+    store.reload()
+    for name in ("a", "b"):
+        state = store.lookup("flux-system", name, NOW)
+        assert (state.open, state.reason) == (False, "Invalid")
+        assert "gates file team.yaml is broken" in state.message
+    assert store.lookup("flux-system", "c", NOW).open
+    ready, detail = store.readiness()
+    assert ready and "team.yaml is broken" in detail["problems"][str(path)]
+
+
+def test_a_file_that_was_never_good_leaves_its_gates_not_found(gates_dir):
+    (gates_dir / "bad.yaml").write_text("kind: Gate\nmetadata: []\n")
+    store = FileStore(gates_dir)
+    assert store.lookup("flux-system", "a", NOW).reason == "NotFound"
+    assert "has no metadata.name" in next(iter(store.problems.values()))
+
+
+def test_a_gate_defined_in_two_files_is_invalid(gates_dir):
+    write_gates(gates_dir, [gate("a")], "one.yaml")
+    write_gates(gates_dir, [gate("a")], "two.yaml")
+    state = FileStore(gates_dir).lookup("flux-system", "a", NOW)
+    assert state.reason == "Invalid" and "defined in both one.yaml and two.yaml" in state.message
+
+
+def test_a_missing_directory_is_a_problem_not_a_crash(tmp_path):
+    store = FileStore(tmp_path / "nowhere")
+    assert store.lookup("flux-system", "a", NOW).reason == "NotFound"
+    assert "does not exist" in next(iter(store.readiness()[1]["problems"].values()))
+
+
+def test_states_are_memoised_until_they_can_change(gates_dir):
+    write_gates(gates_dir, [gate("a"), keeper("k", "a", closed=["* 13 * * *"])])
+    store = FileStore(gates_dir)
+    first = store.lookup("flux-system", "a", NOW)
+    assert store.lookup("flux-system", "a", at("2026-06-10T12:30")) is first
+    later = store.lookup("flux-system", "a", at("2026-06-10T13:00"))
+    assert later is not first and not later.open
+    # A clock that goes backwards gets a fresh evaluation, not the memo.
+    assert store.lookup("flux-system", "a", NOW).open

@@ -1,0 +1,115 @@
+"""Plain-dict builders for Gates, GateKeepers, Flux objects and AdmissionReviews."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from datetime import datetime, timezone
+from typing import Any
+
+from admission import names
+
+UTC = timezone.utc
+_uids = itertools.count(1)
+
+FLUX_API = {
+    "Kustomization": "kustomize.toolkit.fluxcd.io/v1",
+    "HelmRelease": "helm.toolkit.fluxcd.io/v2",
+    "GitRepository": "source.toolkit.fluxcd.io/v1",
+    "OCIRepository": "source.toolkit.fluxcd.io/v1",
+    "HelmRepository": "source.toolkit.fluxcd.io/v1",
+    "HelmChart": "source.toolkit.fluxcd.io/v1",
+    "Bucket": "source.toolkit.fluxcd.io/v1",
+}
+FLUX_KINDS = tuple(FLUX_API)
+FLUX_USER = {"username": "system:serviceaccount:flux-system:kustomize-controller",
+             "groups": ["system:serviceaccounts", "system:authenticated"]}
+ALICE = {"username": "alice", "groups": ["developers", "system:authenticated"]}
+
+
+def at(text: str) -> datetime:
+    """A UTC instant from 'YYYY-MM-DDTHH:MM[:SS]'."""
+    return datetime.fromisoformat(text).replace(tzinfo=UTC)
+
+
+def gate(name: str, namespace: str = "flux-system", annotations: dict | None = None, **spec: Any) -> dict:
+    meta: dict[str, Any] = {"name": name, "namespace": namespace}
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    return {"apiVersion": names.GATING_API_VERSION, "kind": "Gate", "metadata": meta, "spec": spec}
+
+
+def keeper(name: str, gate_name: str, closed: list | None = None, opened: list | None = None,
+           namespace: str = "flux-system", **spec: Any) -> dict:
+    cronjob: dict[str, Any] = {}
+    if closed is not None:
+        cronjob["closed"] = closed
+    if opened is not None:
+        cronjob["opened"] = opened
+    return {"apiVersion": names.GATING_API_VERSION, "kind": "GateKeeper",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"gate": gate_name, "cronjob": cronjob, **spec}}
+
+
+def flux(kind: str = "Kustomization", name: str = "podinfo", namespace: str = "apps", *,
+         gates: str | None = None, require: str | None = None, annotations: dict | None = None,
+         spec: dict | None = None, status: dict | None = None, labels: dict | None = None) -> dict:
+    ann = dict(annotations or {})
+    if gates is not None:
+        ann[names.GATES_ANNOTATION] = gates
+    if require is not None:
+        ann[names.REQUIRE_ANNOTATION] = require
+    meta: dict[str, Any] = {"name": name, "namespace": namespace}
+    if ann:
+        meta["annotations"] = ann
+    if labels:
+        meta["labels"] = dict(labels)
+    obj = {"apiVersion": FLUX_API[kind], "kind": kind, "metadata": meta,
+           "spec": spec if spec is not None else {"interval": "10m", "path": "./deploy"}}
+    if status is not None:
+        obj["status"] = status
+    return obj
+
+
+def changed(obj: dict, **spec_updates: Any) -> dict:
+    new = copy.deepcopy(obj)
+    new["spec"].update(spec_updates)
+    return new
+
+
+def request(operation: str, new: dict | None = None, old: dict | None = None, *, sub_resource: str = "",
+            user: dict | None = None, dry_run: bool = False) -> dict:
+    obj = new if new is not None else old
+    api, _, version = obj["apiVersion"].partition("/")
+    req: dict[str, Any] = {
+        "uid": f"uid-{next(_uids)}",
+        "kind": {"group": api, "version": version, "kind": obj["kind"]},
+        "resource": {"group": api, "version": version, "resource": obj["kind"].lower() + "s"},
+        "name": obj["metadata"]["name"],
+        "namespace": obj["metadata"]["namespace"],
+        "operation": operation,
+        "userInfo": copy.deepcopy(user or ALICE),
+        "object": new,
+        "oldObject": old,
+        "dryRun": dry_run,
+    }
+    if sub_resource:
+        req["subResource"] = sub_resource
+    return req
+
+
+def review(req: dict, api_version: str = "admission.k8s.io/v1") -> dict:
+    return {"apiVersion": api_version, "kind": "AdmissionReview", "request": req}
+
+
+def lookup_from(gate_objects: list[dict] = (), keeper_objects: list[dict] = ()):
+    """A gate lookup over plain dicts, evaluated afresh each call (no caching)."""
+    from admission.gates import evaluate_gate, not_found
+
+    by_key = {(g["metadata"]["namespace"], g["metadata"]["name"]): g for g in gate_objects}
+
+    def lookup(namespace, name, now):
+        obj = by_key.get((namespace, name))
+        return evaluate_gate(obj, keeper_objects, now) if obj else not_found(namespace, name)
+
+    return lookup

@@ -1,0 +1,44 @@
+"""Shared fixtures: a gates directory, the Flask app around it, a fixed clock."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from admission.app import create_app
+from admission.decision import Settings
+from admission.store.files import FileStore
+from tests.builders import at
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+FIXTURES = SHARED / "fixtures" / "admission-reviews-k8s-1.20"
+FIXED_NOW = at("2026-06-10T12:00")
+
+
+def write_gates(directory: Path, objects: list[dict], filename: str = "gates.yaml") -> Path:
+    path = directory / filename
+    path.write_text(yaml.safe_dump_all(objects, sort_keys=False))
+    return path
+
+
+@pytest.fixture
+def gates_dir(tmp_path: Path) -> Path:
+    directory = tmp_path / "gates"
+    directory.mkdir()
+    return directory
+
+
+@pytest.fixture
+def make_client(gates_dir: Path):
+    """Build a test client over ``objects`` written to the gates directory."""
+
+    def make(objects: list[dict] = (), settings: Settings | None = None, now=FIXED_NOW):
+        write_gates(gates_dir, list(objects))
+        store = FileStore(gates_dir)
+        app = create_app(store, settings or Settings(), clock=lambda: now)
+        app.testing = True
+        return app.test_client()
+
+    return make

@@ -1,0 +1,109 @@
+"""Start and stop real processes for tests: free loopback ports, pids, polled readiness."""
+
+from __future__ import annotations
+
+import http.client
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for(check, timeout: float, what: str, interval: float = 0.05):
+    """Poll ``check`` until it returns something truthy, or fail saying ``what``."""
+    deadline = time.monotonic() + timeout
+    last_error = None
+    while time.monotonic() < deadline:
+        try:
+            result = check()
+            if result:
+                return result
+        except Exception as err:  # the thing polled is not up yet
+            last_error = err
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout}s waiting for {what}; last error: {last_error!r}")
+
+
+class Process:
+    """A child process in its own process group, logging to a file, stopped by its pid."""
+
+    def __init__(self, args: list[str], log_path: Path, env: dict | None = None, cwd: Path | None = None):
+        self.args, self.log_path = args, log_path
+        self.log_file = open(log_path, "ab")
+        self.proc = subprocess.Popen(args, stdout=self.log_file, stderr=subprocess.STDOUT, cwd=cwd,
+                                     env={**os.environ, **(env or {})}, start_new_session=True)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int | None:
+        if self.alive():
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+        self.log_file.close()
+        return self.proc.returncode
+
+
+class GateServer(Process):
+    """``gate-admission serve`` on a free loopback port with certificates in ``cert_dir``."""
+
+    def __init__(self, tmp: Path, *extra: str, port: int | None = None, cert_dir: Path | None = None,
+                 env: dict | None = None):
+        self.port = port or free_port()
+        self.cert_dir = cert_dir or tmp / "certs"
+        args = [str(BIN / "gate-admission"), "serve", "--address", "127.0.0.1", "--port", str(self.port),
+                "--cert-dir", str(self.cert_dir), "--generate-certs", *extra]
+        super().__init__(args, tmp / f"gate-admission-{self.port}.log", env=env)
+        self.url = f"https://127.0.0.1:{self.port}"
+
+    def tls(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=str(self.cert_dir / "ca.crt"))
+
+    def connection(self, timeout: float = 10.0) -> http.client.HTTPSConnection:
+        return http.client.HTTPSConnection("127.0.0.1", self.port, context=self.tls(), timeout=timeout)
+
+    def request(self, method: str, path: str, body: bytes | None = None, conn=None) -> tuple[int, dict]:
+        own = conn is None
+        conn = conn or self.connection()
+        try:
+            conn.request(method, path, body=body, headers={"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            return resp.status, orjson.loads(resp.read() or b"{}")
+        finally:
+            if own:
+                conn.close()
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        def ready():
+            if not self.alive():
+                raise RuntimeError(f"server exited: {self.log()[-2000:]}")
+            return self.request("GET", "/readyz")[0] == 200
+        wait_for(ready, timeout, f"gate-admission on port {self.port}")

@@ -1,0 +1,106 @@
+"""The real `gate-admission serve`: gunicorn, gthread workers, TLS from generated certificates."""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import subprocess
+
+import orjson
+import pytest
+from cryptography import x509
+
+from tests.builders import FLUX_USER, changed, flux, gate, request, review
+from tests.conftest import FIXTURES, write_gates
+from tests.processes import BIN, GateServer
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("serve")
+    gates = tmp / "gates"
+    gates.mkdir()
+    write_gates(gates, [gate("sre-approval", default="closed"), gate("qa-approval")])
+    srv = GateServer(tmp, "--gates-dir", str(gates), "--workers", "2", "--threads", "4")
+    try:
+        srv.wait_ready()
+        yield srv
+    finally:
+        srv.stop()
+
+
+KS = flux(gates="flux-system/sre-approval")
+
+
+def test_reviews_over_https_verified_against_the_generated_ca(server):
+    status, out = server.request("POST", "/validate", orjson.dumps(review(request("UPDATE", changed(KS, path="./b"), KS))))
+    assert status == 200
+    assert out["response"]["allowed"] is False
+    assert "gate 'flux-system/sre-approval' is closed" in out["response"]["status"]["message"]
+
+
+def test_certificate_names_the_service_and_loopback(server):
+    cert = x509.load_pem_x509_certificate((server.cert_dir / "tls.crt").read_bytes())
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "gate-admission.flux-system.svc" in sans.get_values_for_type(x509.DNSName)
+    assert "localhost" in sans.get_values_for_type(x509.DNSName)
+    with socket.create_connection(("127.0.0.1", server.port)) as raw:
+        with server.tls().wrap_socket(raw, server_hostname="gate-admission.flux-system.svc") as tls:
+            assert tls.version() in ("TLSv1.2", "TLSv1.3")
+
+
+def test_keep_alive_serves_many_reviews_on_one_connection(server):
+    conn = server.connection()
+    try:
+        for path in sorted(FIXTURES.glob("*-validate-*.json"))[:20] if FIXTURES.is_dir() else []:
+            status, out = server.request("POST", "/validate", path.read_bytes(), conn=conn)
+            assert status == 200 and out["response"]["uid"] == orjson.loads(path.read_bytes())["request"]["uid"]
+        status, _ = server.request("GET", "/healthz", conn=conn)
+        assert status == 200
+    finally:
+        conn.close()
+
+
+def test_malformed_and_oversized_bodies_over_the_wire(server):
+    assert server.request("POST", "/validate", b"{not json")[0] == 400
+    # The limit is checked on Content-Length, before the body is read.
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
+        with server.tls().wrap_socket(raw, server_hostname="localhost") as tls:
+            tls.sendall(b"POST /validate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                        b"Content-Length: %d\r\n\r\n" % (7 * 1024 * 1024 + 1) + b"x" * 1024)
+            head = b""
+            while b'"}' not in head:
+                chunk = tls.recv(4096)
+                assert chunk, f"connection closed after {head!r}"
+                head += chunk
+    assert head.startswith(b"HTTP/1.1 413") and b'{"error":' in head
+    # The server is still answering after both.
+    assert server.request("POST", "/mutate", orjson.dumps(review(request("UPDATE", KS, KS, sub_resource="status",
+                                                                          user=FLUX_USER))))[0] == 200
+
+
+def test_plain_http_is_not_served(server):
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        data = sock.recv(4096)
+    assert b"HTTP/1.1 200" not in data
+
+
+def test_tls_older_than_1_2_is_refused(server):
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.load_verify_locations(str(server.cert_dir / "ca.crt"))
+    context.maximum_version = ssl.TLSVersion.TLSv1_1
+    try:
+        context.set_ciphers("ALL:@SECLEVEL=0")
+    except ssl.SSLError:
+        pass
+    with pytest.raises((ssl.SSLError, ConnectionResetError)):
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as raw:
+            with context.wrap_socket(raw, server_hostname="localhost"):
+                pass
+
+
+def test_serve_refuses_to_start_without_certificates(tmp_path):
+    result = subprocess.run([str(BIN / "gate-admission"), "serve", "--cert-dir", str(tmp_path / "none"),
+                             "--gates-dir", str(tmp_path)], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2 and "TLS is required" in result.stderr

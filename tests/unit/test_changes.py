@@ -1,0 +1,102 @@
+"""The table of SPEC §5: which requests are changes a closed gate holds back."""
+
+import copy
+
+import pytest
+
+from admission.changes import gated_change
+from tests.builders import FLUX_KINDS, flux
+
+SOURCES = ["GitRepository", "OCIRepository", "HelmRepository", "HelmChart", "Bucket"]
+
+
+def artifact(revision, digest="sha256:1"):
+    return {"artifact": {"revision": revision, "digest": digest, "path": "x.tar.gz"}}
+
+
+def with_meta(obj, **changes):
+    new = copy.deepcopy(obj)
+    new["metadata"].update(changes)
+    return new
+
+
+@pytest.mark.parametrize("kind", FLUX_KINDS)
+def test_create_and_delete_are_changes(kind):
+    obj = flux(kind, gates="g")
+    assert gated_change(kind, "CREATE", "", None, obj) == "creation"
+    assert gated_change(kind, "DELETE", "", obj, None) == "deletion"
+
+
+@pytest.mark.parametrize("kind", FLUX_KINDS)
+def test_spec_updates_are_changes_except_suspend_alone(kind):
+    old = flux(kind, gates="g", spec={"interval": "10m", "path": "./a"})
+    new = copy.deepcopy(old)
+    new["spec"]["path"] = "./b"
+    assert gated_change(kind, "UPDATE", "", old, new) == "spec change"
+    suspended = copy.deepcopy(old)
+    suspended["spec"]["suspend"] = True
+    assert gated_change(kind, "UPDATE", "", old, suspended) is None
+    assert gated_change(kind, "UPDATE", "", suspended, old) is None
+
+
+@pytest.mark.parametrize("kind", FLUX_KINDS)
+@pytest.mark.parametrize("meta", [
+    {"labels": {"team": "web"}},
+    {"annotations": {"gating.toolkit.fluxcd.io/gates": "g", "note": "x"}},
+    {"annotations": {"gating.toolkit.fluxcd.io/gates": "g", "reconcile.fluxcd.io/requestedAt": "2026-11-21T12:00:00Z"}},
+    {"finalizers": ["finalizers.fluxcd.io"]},
+    {"ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "o", "uid": "1"}]},
+    {"managedFields": [{"manager": "kubectl", "operation": "Update"}]},
+    {"annotations": {"gating.toolkit.fluxcd.io/gates": "g", "reconcile.fluxcd.io/suspended": "x"}},
+])
+def test_metadata_only_updates_are_never_changes(kind, meta):
+    old = flux(kind, gates="g")
+    assert gated_change(kind, "UPDATE", "", old, with_meta(old, **meta)) is None
+
+
+def test_removing_references_or_loosening_require_is_a_change():
+    old = flux(gates="a, b")
+    assert gated_change("Kustomization", "UPDATE", "", old, flux(gates="a")) == "removes gate references 'apps/b'"
+    assert gated_change("Kustomization", "UPDATE", "", old, flux()) == "removes gate references 'apps/a', 'apps/b'"
+    assert gated_change("Kustomization", "UPDATE", "", old, flux(gates="a, b", require="oneOf")) \
+        == "loosens require from all to oneOf"
+    assert gated_change("Kustomization", "UPDATE", "", old, flux(gates="a, b, c")) is None
+
+
+def test_spec_gates_edits_are_judged_as_policy_not_spec():
+    old = flux(spec={"interval": "1m", "gates": [{"name": "a"}]})
+    tighter = flux(spec={"interval": "1m", "gates": [{"name": "a"}, {"name": "b"}]})
+    assert gated_change("Kustomization", "UPDATE", "", old, tighter) is None
+    assert gated_change("Kustomization", "UPDATE", "", tighter, old) == "removes gate references 'apps/b'"
+
+
+@pytest.mark.parametrize("kind", SOURCES)
+def test_source_status_artifact_changes_are_changes(kind):
+    old = flux(kind, status=artifact("main@sha1:aaa"))
+    new = flux(kind, status=artifact("main@sha1:bbb"))
+    assert gated_change(kind, "UPDATE", "status", old, new) == "artifact change from 'main@sha1:aaa' to 'main@sha1:bbb'"
+    digest_only = flux(kind, status=artifact("main@sha1:aaa", "sha256:2"))
+    assert gated_change(kind, "UPDATE", "status", old, digest_only)
+    first = flux(kind, status={"conditions": []})
+    assert gated_change(kind, "UPDATE", "status", first, old)
+
+
+@pytest.mark.parametrize("kind", SOURCES)
+def test_other_source_status_updates_are_not_changes(kind):
+    old = flux(kind, status={**artifact("main@sha1:aaa"), "conditions": []})
+    new = flux(kind, status={**artifact("main@sha1:aaa"), "conditions": [{"type": "Ready", "status": "True"}],
+                             "observedGeneration": 2})
+    assert gated_change(kind, "UPDATE", "status", old, new) is None
+
+
+@pytest.mark.parametrize("kind", ["Kustomization", "HelmRelease"])
+def test_status_updates_of_syncs_are_never_changes(kind):
+    old = flux(kind, status={"lastAppliedRevision": "a"})
+    new = flux(kind, status={"lastAppliedRevision": "b"})
+    assert gated_change(kind, "UPDATE", "status", old, new) is None
+
+
+def test_connect_and_other_subresources_are_not_changes():
+    obj = flux()
+    assert gated_change("Kustomization", "CONNECT", "", None, obj) is None
+    assert gated_change("Kustomization", "UPDATE", "scale", obj, obj) is None

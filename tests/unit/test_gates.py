@@ -1,0 +1,244 @@
+"""SPEC §2 (Gate) and §3 (GateKeeper), evaluated at explicit times."""
+
+import pytest
+
+from admission import gates as g
+from admission.gates import compile_gate, evaluate, evaluate_gate, next_transition
+from admission.names import CLOSE_ANNOTATION, MESSAGE_ANNOTATION, OPEN_ANNOTATION, REQUESTED_BY_ANNOTATION
+from tests.builders import at, gate, keeper
+
+NOW = at("2026-06-10T12:00")  # a Wednesday, outside every freeze below
+
+
+def state(obj, keepers=(), now=NOW):
+    return evaluate_gate(obj, keepers, now)
+
+
+# --- default, the closed shorthand, contradictions -------------------------------------
+
+@pytest.mark.parametrize("spec, is_open, message", [
+    ({}, True, "Gate opened by default"),
+    ({"default": "opened"}, True, "Gate opened by default"),
+    ({"default": "closed"}, False, "Gate closed by default"),
+    ({"closed": True}, False, "Gate closed by default"),        # working-examples shorthand
+    ({"closed": False}, True, "Gate opened by default"),
+    ({"default": "closed", "closed": True}, False, "Gate closed by default"),
+])
+def test_default_state(spec, is_open, message):
+    s = state(gate("g", **spec))
+    assert (s.open, s.reason, s.message) == (is_open, g.DEFAULT, message)
+
+
+@pytest.mark.parametrize("spec, why", [
+    ({"default": "opened", "closed": True}, "spec.default 'opened' contradicts spec.closed: true"),
+    ({"default": "closed", "closed": False}, "spec.default 'closed' contradicts spec.closed: false"),
+    ({"default": "open"}, "spec.default 'open' must be 'opened' or 'closed'"),
+    ({"closed": "yes"}, "spec.closed 'yes' must be true or false"),
+    ({"window": "1 hour"}, "spec.window: invalid duration"),
+    ({"window": "0s"}, "spec.window '0s' must be positive"),
+    ({"interval": "soon"}, "spec.interval: invalid duration"),
+    ({"mode": "warn"}, "spec.mode 'warn' must be 'enforce' or 'audit'"),
+])
+def test_a_gate_that_cannot_be_evaluated_is_invalid_and_closed_and_says_why(spec, why):
+    s = state(gate("g", **spec))
+    assert not s.open and s.reason == g.INVALID
+    assert s.message.startswith("Gate is invalid: ") and why in s.message
+
+
+def test_a_spec_that_is_not_a_mapping_is_invalid():
+    obj = gate("g")
+    obj["spec"] = ["closed"]
+    assert state(obj).reason == g.INVALID
+
+
+def test_mode_override_is_carried():
+    assert state(gate("g", mode="audit")).mode == "audit"
+    assert state(gate("g")).mode is None
+
+
+# --- manual toggles ----------------------------------------------------------------
+
+def toggled(open_at=None, close_at=None, **spec):
+    ann = {}
+    if open_at:
+        ann[OPEN_ANNOTATION] = open_at
+    if close_at:
+        ann[CLOSE_ANNOTATION] = close_at
+    return gate("sre-approval", annotations=ann, **spec)
+
+
+def test_rfc_story_1_open_for_a_window_then_closed_by_default():
+    obj = toggled(open_at="2021-03-26T10:00:00Z", default="closed", window="1h", interval="30s")
+    s = state(obj, now=at("2021-03-26T10:30"))
+    assert (s.open, s.reason, s.message) == (True, g.OPEN_REQUESTED, "Gate scheduled for closing at 2021-03-26T11:00:00Z")
+    assert s.requested_at == at("2021-03-26T10:00") and s.reset_to_default_at == at("2021-03-26T11:00")
+    assert s.next_transition == at("2021-03-26T11:00")
+    after = state(obj, now=at("2021-03-26T11:00"))
+    assert (after.open, after.reason, after.message) == (False, g.DEFAULT, "Gate closed by default")
+
+
+def test_rfc_story_1_close_ahead_of_schedule():
+    obj = toggled(open_at="2021-03-26T10:00:00Z", close_at="2021-03-26T10:10:00Z", default="closed", window="1h")
+    s = state(obj, now=at("2021-03-26T10:10"))
+    assert (s.open, s.reason, s.message) == (False, g.CLOSE_REQUESTED, "Gate close requested")
+    assert s.requested_at == at("2021-03-26T10:10")
+
+
+def test_rfc_maintenance_window_closed_for_24h_then_opens():
+    obj = gate("maintenance", annotations={CLOSE_ANNOTATION: "2021-03-26T10:00:00Z"}, default="opened", window="24h")
+    s = state(obj, now=at("2021-03-26T10:00"))
+    assert (s.open, s.reason) == (False, g.CLOSE_REQUESTED)
+    assert s.message == "Gate scheduled for opening at 2021-03-27T10:00:00Z"
+    assert s.next_transition == at("2021-03-27T10:00")
+    assert state(obj, now=at("2021-03-27T10:00")).open
+
+
+def test_without_a_window_a_toggle_holds_until_the_next_toggle():
+    obj = toggled(open_at="2021-03-26T10:00:00Z", default="closed")
+    s = state(obj, now=at("2031-03-26T10:00"))
+    assert (s.open, s.message, s.next_transition) == (True, "Gate open requested", None)
+
+
+def test_the_latest_toggle_wins():
+    assert not state(toggled(open_at="2026-06-10T09:00:00Z", close_at="2026-06-10T10:00:00Z")).open
+    assert state(toggled(open_at="2026-06-10T11:00:00Z", close_at="2026-06-10T10:00:00Z", default="closed")).open
+
+
+def test_equal_timestamps_close_wins():
+    s = state(toggled(open_at="2026-06-10T10:00:00Z", close_at="2026-06-10T10:00:00Z"))
+    assert (s.open, s.reason) == (False, g.CLOSE_REQUESTED)
+
+
+def test_a_future_toggle_takes_effect_when_it_comes_planned_release():
+    obj = toggled(open_at="2026-06-12T09:00:00Z", default="closed", window="2h")
+    before = state(obj)
+    assert (before.open, before.reason) == (False, g.DEFAULT)
+    assert before.next_transition == at("2026-06-12T09:00")
+    during = state(obj, now=at("2026-06-12T10:00"))
+    assert (during.open, during.reason) == (True, g.OPEN_REQUESTED)
+    assert not state(obj, now=at("2026-06-12T11:00")).open
+
+
+def test_a_future_toggle_does_not_hide_the_past_one():
+    obj = toggled(open_at="2026-06-10T09:00:00Z", close_at="2026-06-11T09:00:00Z", default="closed")
+    s = state(obj)
+    assert s.open and s.next_transition == at("2026-06-11T09:00")
+
+
+def test_an_expired_newer_toggle_does_not_revive_an_older_one():
+    obj = toggled(open_at="2026-06-10T08:00:00Z", close_at="2026-06-10T10:00:00Z", default="opened", window="1h")
+    assert state(obj, now=at("2026-06-10T10:30")).reason == g.CLOSE_REQUESTED
+    s = state(obj, now=at("2026-06-10T11:30"))
+    assert (s.open, s.reason) == (True, g.DEFAULT)
+
+
+def test_unparseable_toggles_are_ignored_and_reported():
+    s = state(toggled(open_at="yesterday", default="closed"))
+    assert (s.open, s.reason) == (False, g.DEFAULT)
+    assert len(s.problems) == 1 and OPEN_ANNOTATION in s.problems[0] and "invalid timestamp" in s.problems[0]
+
+
+def test_toggle_requester_and_message_are_carried():
+    obj = gate("bypass-signoff", closed=True, annotations={
+        OPEN_ANNOTATION: "2026-06-10T11:00:00Z",
+        MESSAGE_ANNOTATION: "Patching a CVE: Signed off by Bob the builder",
+        REQUESTED_BY_ANNOTATION: "bob"})
+    s = state(obj)
+    assert s.open and s.requested_by == "bob" and s.request_message.startswith("Patching a CVE")
+
+
+# --- GateKeepers ---------------------------------------------------------------------
+
+FREEZE = ["* * 20-30 11 *", "* * 15-31 12 *"]
+
+
+def test_working_examples_gatekeeper_closes_during_black_friday_and_xmas():
+    cf = gate("change-freeze")
+    k = keeper("change-freeze-gatekeeper", "change-freeze", closed=FREEZE, type="cronexpression")
+    black_friday = state(cf, [k], at("2026-11-21T20:00"))
+    assert (black_friday.open, black_friday.reason) == (False, g.SCHEDULED)
+    assert black_friday.message == "Gate closed by GateKeeper 'change-freeze-gatekeeper' schedule '* * 20-30 11 *'"
+    assert black_friday.next_transition == at("2026-12-01T00:00")
+    assert state(cf, [k], at("2026-12-24T12:00")).reason == g.SCHEDULED
+    assert state(cf, [k], at("2026-12-05T12:00")).reason == g.DEFAULT
+
+
+def test_a_scheduled_state_replaces_the_default():
+    opener = keeper("office-hours", "g", opened=["* 9-16 * * MON-FRI"])
+    assert state(gate("g", default="closed"), [opener]).open  # Wednesday 12:00
+    s = state(gate("g", default="closed"), [opener], at("2026-06-10T17:00"))
+    assert (s.open, s.reason) == (False, g.DEFAULT)
+
+
+def test_closed_beats_opened_within_and_across_keepers():
+    both = keeper("k1", "g", closed=["* 12 * * *"], opened=["* * * * *"])
+    assert not state(gate("g"), [both]).open
+    opener, closer = keeper("a", "g", opened=["@always"]), keeper("b", "g", closed=["* 12 * * *"])
+    assert not state(gate("g", default="closed"), [opener, closer]).open
+    assert state(gate("g", default="closed"), [opener, closer], at("2026-06-10T13:00")).open
+
+
+def test_a_toggle_overrides_the_schedule_while_it_holds():
+    obj = gate("change-freeze", window="2h", annotations={OPEN_ANNOTATION: "2026-11-21T19:00:00Z"})
+    k = keeper("freeze", "change-freeze", closed=FREEZE)
+    s = state(obj, [k], at("2026-11-21T20:00"))
+    assert (s.open, s.reason) == (True, g.OPEN_REQUESTED)
+    assert s.message == "Gate scheduled for closing at 2026-11-21T21:00:00Z"
+    assert not state(obj, [k], at("2026-11-21T21:00")).open
+
+
+def test_window_entries_with_duration():
+    k = keeper("no-deploy-friday", "g", closed=[{"cron": "0 18 * * 5", "duration": "62h"}])
+    assert not state(gate("g"), [k], at("2026-06-13T12:00")).open    # Saturday
+    monday = state(gate("g"), [k], at("2026-06-15T08:00"))
+    assert monday.open
+
+
+def test_keepers_of_other_gates_or_namespaces_do_not_apply():
+    other_gate = keeper("k", "other", closed=["@always"])
+    other_ns = keeper("k", "g", closed=["@always"], namespace="elsewhere")
+    assert state(gate("g"), [other_gate, other_ns]).open
+
+
+def test_time_zone_of_a_keeper():
+    k = keeper("berlin-nights", "g", closed=["* 0-5 * * *"], timeZone="Europe/Berlin")
+    assert not state(gate("g"), [k], at("2026-06-10T03:30")).open      # 05:30 CEST
+    assert state(gate("g"), [k], at("2026-06-10T04:00")).open          # 06:00 CEST
+
+
+@pytest.mark.parametrize("spec, why", [
+    ({"type": "cronjob"}, "type 'cronjob' is not supported"),
+    ({"timeZone": "Mars/Olympus"}, "unknown time zone 'Mars/Olympus'"),
+    ({"cronjob": {"closed": ["61 * * * *"]}}, "invalid cron expression '61 * * * *'"),
+    ({"cronjob": {"closed": "* * * * *"}}, "cronjob.closed must be a list"),
+])
+def test_a_keeper_that_cannot_be_evaluated_closes_its_gate(spec, why):
+    bad = keeper("broken", "g")
+    bad["spec"].update(spec)
+    s = state(gate("g"), [bad])
+    assert (s.open, s.reason) == (False, g.INVALID)
+    assert "GateKeeper 'broken' cannot be evaluated" in s.message and why in s.message
+
+
+def test_next_transition_skips_changes_that_do_not_flip_the_state():
+    # Closed by default; the opener flips at 09:00 Monday; the closer at 12:00 changes nothing.
+    k = keeper("k", "g", opened=["* 9-16 * * MON-FRI"], closed=["* 12 * * SAT"])
+    cg = compile_gate(gate("g", default="closed"), [k])
+    assert next_transition(cg, at("2026-06-13T10:00")) == at("2026-06-15T09:00")
+
+
+def test_a_gate_that_never_changes_has_no_next_transition():
+    assert state(gate("g", closed=True)).next_transition is None
+    assert state(gate("g", default="opened", closed=True)).next_transition is None
+
+
+def test_valid_until_is_the_first_time_anything_may_change():
+    k = keeper("k", "g", closed=["* * 20-30 11 *"])
+    s = evaluate(compile_gate(gate("g"), [k]), at("2026-11-21T20:00"))
+    assert s.valid_until == at("2026-12-01T00:00")
+
+
+def test_not_found_and_unknown_are_closed():
+    assert g.not_found("ns", "x").open is False and g.not_found("ns", "x").reason == g.NOT_FOUND
+    u = g.unknown("ns", "x", "gate cache not synced")
+    assert (u.open, u.reason, u.message) == (False, g.UNKNOWN, "gate state unknown: gate cache not synced")

@@ -1,0 +1,120 @@
+"""SPEC §4: which gates a Flux object references, how many must be open, suspension."""
+
+import pytest
+
+from admission.references import loosens, policy_of, suspension_of
+from tests.builders import at, flux
+
+
+def keys(obj):
+    return [ref.key for ref in policy_of(obj).refs]
+
+
+def test_annotation_with_bare_and_namespaced_names():
+    obj = flux(namespace="apps", gates="sre-approval, flux-system/qa-approval")
+    assert keys(obj) == ["apps/sre-approval", "flux-system/qa-approval"]
+    assert policy_of(obj).require == "all"
+
+
+def test_empty_parts_and_duplicates_are_dropped():
+    assert keys(flux(gates=" a ,, a, ,b")) == ["apps/a", "apps/b"]
+
+
+@pytest.mark.parametrize("require, expected", [("all", "all"), ("oneOf", "oneOf"), (None, "all")])
+def test_require_annotation(require, expected):
+    assert policy_of(flux(gates="a, b", require=require)).require == expected
+
+
+def test_unknown_require_means_all_and_says_so():
+    policy = policy_of(flux(gates="a, b", require="oneof"))
+    assert policy.require == "all" and "require 'oneof' is not 'all' or 'oneOf', using all" in policy.notes
+
+
+def test_rfc_spec_gates_list_shape():
+    obj = flux(spec={"gates": [{"name": "sre-approval"}, {"name": "qa-approval", "namespace": "qa"}]})
+    assert keys(obj) == ["apps/sre-approval", "qa/qa-approval"]
+
+
+def test_working_examples_spec_gates_shape():
+    obj = flux("GitRepository", "flux-system", "flux-system",
+               spec={"gates": {"require": "oneOf", "refs": ["change-freeze", "bypass-signoff"]}})
+    policy = policy_of(obj)
+    assert [r.key for r in policy.refs] == ["flux-system/change-freeze", "flux-system/bypass-signoff"]
+    assert policy.require == "oneOf"
+
+
+def test_references_are_the_union_of_annotation_and_spec():
+    obj = flux(gates="a, shared", spec={"gates": [{"name": "shared"}, {"name": "b"}]})
+    assert keys(obj) == ["apps/a", "apps/shared", "apps/b"]
+
+
+def test_annotation_and_spec_require_disagreeing_means_all():
+    obj = flux(gates="a", require="oneOf", spec={"gates": {"require": "all", "refs": ["b"]}})
+    policy = policy_of(obj)
+    assert policy.require == "all" and any("disagree" in n for n in policy.notes)
+
+
+@pytest.mark.parametrize("text", ["a/b/c", "Upper", "-bad", "ns/"])
+def test_unusable_references_are_kept_with_an_error(text):
+    refs = policy_of(flux(gates=text)).refs
+    assert len(refs) == 1 and refs[0].error and "not a valid" in refs[0].error
+
+
+def test_a_spec_gates_of_the_wrong_shape_is_an_unusable_reference():
+    refs = policy_of(flux(spec={"gates": "sre-approval"})).refs
+    assert refs[0].error == "spec.gates must be a list or {require, refs: [...]}"
+
+
+def test_no_references():
+    assert policy_of(flux()).refs == ()
+
+
+def test_loosening_removes_references_or_relaxes_require():
+    before = policy_of(flux(gates="a, b"))
+    assert loosens(before, policy_of(flux(gates="a"))) == "removes gate references 'apps/b'"
+    assert loosens(before, policy_of(flux(gates="a, b", require="oneOf"))) == "loosens require from all to oneOf"
+    assert loosens(before, policy_of(flux(gates="a, b, c"))) is None
+    assert loosens(policy_of(flux(gates="a, b", require="oneOf")), before) is None
+
+
+NIGHT = at("2026-11-21T02:00")
+DAY = at("2026-11-21T12:00")
+
+
+def test_spec_suspend_suspends_without_holding():
+    s = suspension_of(flux(spec={"suspend": True}), DAY)
+    assert s.suspended and s.hold is None
+
+
+def test_suspended_annotation_suspends_and_holds_with_its_reason():
+    s = suspension_of(flux(annotations={"reconcile.fluxcd.io/suspended": "incident 42"}), DAY)
+    assert s.suspended and s.hold == "suspended by reconcile.fluxcd.io/suspended ('incident 42')"
+
+
+@pytest.mark.parametrize("key", ["reconcile.fluxcd.io/suspendDuring", "reconcile.fluxcd.io/suspendedDuring"])
+def test_suspend_during_is_active_in_its_window_only(key):
+    obj = flux(annotations={key: "* 0-4 * * *"})
+    night = suspension_of(obj, NIGHT)
+    assert night.suspended and night.until == at("2026-11-21T05:00")
+    assert night.hold == f"suspended by {key} '* 0-4 * * *' until 2026-11-21T05:00:00Z"
+    assert suspension_of(obj, DAY) == suspension_of(flux(), DAY)
+
+
+def test_suspend_during_always():
+    assert suspension_of(flux(annotations={"reconcile.fluxcd.io/suspendDuring": "@always"}), DAY).hold
+
+
+def test_suspend_during_uses_utc_or_its_cron_tz_prefix():
+    obj = flux(annotations={"reconcile.fluxcd.io/suspendDuring": "CRON_TZ=Asia/Tokyo * 9 * * *"})
+    assert suspension_of(obj, at("2026-11-21T00:30")).suspended  # 09:30 in Tokyo
+    assert not suspension_of(obj, at("2026-11-21T09:30")).suspended
+
+
+def test_an_unparseable_suspend_during_counts_as_active():
+    s = suspension_of(flux(annotations={"reconcile.fluxcd.io/suspendDuring": "weekends"}), DAY)
+    assert s.suspended and "cannot be evaluated" in s.hold
+
+
+def test_spec_suspend_or_schedule():
+    obj = flux(spec={"suspend": False}, annotations={"reconcile.fluxcd.io/suspendDuring": "* 0-4 * * *"})
+    assert suspension_of(obj, NIGHT).suspended and not suspension_of(obj, DAY).suspended
