@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 from datetime import datetime, timezone
+from pathlib import Path
 
 from . import __version__, certs, logs
 
@@ -33,7 +34,8 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--generate-certs", action="store_true", default=_bool_env("generate-certs"),
                    help="create a CA and serving certificate in --cert-dir when missing or due")
     p.add_argument("--service", default=_env("service", "gate-admission"), help="Service name, for certificate SANs")
-    p.add_argument("--namespace", default=_env("namespace", "flux-system"), help="Service namespace, for SANs")
+    p.add_argument("--namespace", default=_env("namespace", "gate-admission-system"), help="Service namespace, for SANs")
+    p.add_argument("--extra-sans", default=_env("extra-sans", ""), help="more certificate names or IPs, comma-separated")
     p.add_argument("--mode", choices=("enforce", "audit"), default=_env("mode", "enforce"))
     p.add_argument("--gates-dir", default=_env("gates-dir"), help="read Gates and GateKeepers from YAML files here")
     p.add_argument("--kubeconfig", default=_env("kubeconfig"), help="cluster to read gates from (default: in-cluster)")
@@ -50,7 +52,8 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
 def _add_certs(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("certs", help="create or renew the CA and serving certificate")
     p.add_argument("--service", default=_env("service", "gate-admission"))
-    p.add_argument("--namespace", default=_env("namespace", "flux-system"))
+    p.add_argument("--namespace", default=_env("namespace", "gate-admission-system"))
+    p.add_argument("--extra-sans", default=_env("extra-sans", ""), help="more names or IPs, comma-separated")
     p.add_argument("--out", default=_env("cert-dir", "certs"), help="directory for ca.crt, tls.crt, tls.key")
     p.set_defaults(func=make_certs)
 
@@ -64,8 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _cert_names(args: argparse.Namespace) -> list[str]:
+    return certs.service_names(args.service, args.namespace) + sorted(_csv(args.extra_sans))
+
+
 def make_certs(args: argparse.Namespace) -> int:
-    files, renewed = certs.ensure(args.out, certs.service_names(args.service, args.namespace), datetime.now(timezone.utc))
+    files, renewed = certs.ensure(args.out, _cert_names(args), datetime.now(timezone.utc))
     print(f"{'renewed' if renewed else 'current'}: {files.cert} ({renewed or 'valid'}); CA bundle: {files.ca_cert}")
     return 0
 
@@ -92,10 +99,9 @@ def _app_factory(args: argparse.Namespace):
 def serve(args: argparse.Namespace) -> int:
     from . import server
 
-    files = certs.CertFiles(__import__("pathlib").Path(args.cert_dir))
+    files = certs.CertFiles(Path(args.cert_dir))
     if args.generate_certs:
-        _, renewed = certs.ensure(args.cert_dir, certs.service_names(args.service, args.namespace),
-                                  datetime.now(timezone.utc))
+        _, renewed = certs.ensure(args.cert_dir, _cert_names(args), datetime.now(timezone.utc))
         if renewed:
             print(f"gate-admission: wrote {files.cert} ({renewed}); CA bundle: {files.ca_cert}", file=sys.stderr)
     if not files.cert.exists() or not files.key.exists():

@@ -58,14 +58,19 @@ rm -f vendor/github.com/modern-go/reflect2/go.mod vendor/github.com/modern-go/re
 
 log "generating pkg/generated/openapi"
 go build -o "$WORK/openapi-gen" ./vendor/k8s.io/kube-openapi/cmd/openapi-gen
-INPUTS=$(grep -rl --include='*.go' '+k8s:openapi-gen=' pkg vendor/k8s.io \
+# vendor/k8s.io/* are symlinks into staging/: -R follows them (83 packages).
+INPUTS=$(grep -Rl --include='*.go' '+k8s:openapi-gen=' pkg vendor/k8s.io \
   | grep -v -e '^vendor/k8s.io/code-generator/' -e '^vendor/k8s.io/sample-apiserver/' \
   | xargs -n1 dirname | sort -u | sed 's|^|k8s.io/kubernetes/|' | paste -sd, -)
 "$WORK/openapi-gen" -i "$INPUTS" -p k8s.io/kubernetes/pkg/generated/openapi \
   -O zz_generated.openapi -h vendor/k8s.io/code-generator/hack/boilerplate.go.txt >&2
 
-V=k8s.io/kubernetes/vendor/k8s.io/component-base/version
-LDFLAGS="-s -w -X $V.gitVersion=$K8S_VERSION -X $V.gitMajor=1 -X $V.gitMinor=20"
+# Both version packages, as upstream's hack/lib/version.sh does: --version reads one, the
+# /version endpoint (and kubectl's skew check) the other. The vendor prefix is GOPATH mode's.
+LDFLAGS="-s -w"
+for V in k8s.io/kubernetes/vendor/k8s.io/component-base/version k8s.io/kubernetes/vendor/k8s.io/client-go/pkg/version; do
+  LDFLAGS="$LDFLAGS -X $V.gitVersion=$K8S_VERSION -X $V.gitMajor=1 -X $V.gitMinor=20"
+done
 mkdir -p "$CACHE.partial"
 log "building kube-apiserver (a few minutes on 2 cores)"
 go build -ldflags "$LDFLAGS" -o "$CACHE.partial/kube-apiserver" ./cmd/kube-apiserver

@@ -1,0 +1,187 @@
+"""End-to-end fixtures: a real kube-apiserver, the real Flux CRDs, our real server registered
+as its admission webhooks, and kubectl as a user would type it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from admission.webhooks import ca_bundle, with_client_config
+from tests.conftest import SHARED, write_gates
+from tests.e2e.controlplane import ADMIN, ALICE, FLUX, ROOT, ControlPlane, User, control_plane
+from tests.processes import GateServer
+
+FLUX_CRDS = SHARED / "flux-crds"
+MINIMAL_CRDS = Path(__file__).parent / "crds" / "minimal-flux-crds.yaml"
+GATED_CRD_FILES = ("kustomize.toolkit.fluxcd.io_kustomizations.yaml", "helm.toolkit.fluxcd.io_helmreleases.yaml",
+                   "source.toolkit.fluxcd.io_gitrepositories.yaml", "source.toolkit.fluxcd.io_ocirepositories.yaml",
+                   "source.toolkit.fluxcd.io_helmrepositories.yaml", "source.toolkit.fluxcd.io_helmcharts.yaml",
+                   "source.toolkit.fluxcd.io_buckets.yaml")
+# Where the API server reaches our server: loopback for our own kube-apiserver; for a kind
+# cluster, the host's address on the kind network (e.g. 172.18.0.1).
+WEBHOOK_HOST = os.environ.get("GATE_E2E_WEBHOOK_HOST", "127.0.0.1")
+
+
+def pytest_report_header(config):
+    crds = f"real Flux CRDs from {FLUX_CRDS}" if FLUX_CRDS.is_dir() else f"minimal stand-in Flux CRDs ({MINIMAL_CRDS.name})"
+    cluster = f"existing cluster at $KUBECONFIG" if os.environ.get("KUBECONFIG") else "own etcd + kube-apiserver"
+    return [f"e2e: {cluster}; {crds}, with manifests/flux-crd-patches"]
+
+
+def until(action, accept, timeout: float = 15.0, interval: float = 0.2):
+    """Repeat ``action`` until ``accept(result)``; return the last result (the caller asserts)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = action()
+        if accept(result) or time.monotonic() >= deadline:
+            return result
+        time.sleep(interval)
+
+
+def install_flux_crds(cluster: ControlPlane, workdir: Path) -> None:
+    """Render the CRDs with our kustomize component, as a user's flux-system kustomization would."""
+    base = workdir / "flux-crds"
+    base.mkdir()
+    if FLUX_CRDS.is_dir():
+        resources = list(GATED_CRD_FILES)
+        for name in resources:
+            shutil.copy(FLUX_CRDS / name, base / name)
+    else:
+        resources = [MINIMAL_CRDS.name]
+        shutil.copy(MINIMAL_CRDS, base / MINIMAL_CRDS.name)
+    (base / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": resources, "components": [os.path.relpath(ROOT / "manifests" / "flux-crd-patches", base)]}))
+    rendered = cluster.kubectl("kustomize", "--load-restrictor=LoadRestrictionsNone", str(base)).stdout
+    # The real CRDs carry x-kubernetes-validations, unknown to 1.20: client-side apply,
+    # without client validation, lets the API server drop them (ENVTEST.md).
+    cluster.kubectl("apply", "--validate=false", "-f", "-", input=rendered)
+    cluster.kubectl("wait", "--for=condition=established", "--timeout=60s", "crd", "--all")
+
+
+BASE_OBJECTS = """
+apiVersion: v1
+kind: Namespace
+metadata: {name: apps}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: flux-system}
+---
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: gate-admission-system
+  labels: {kubernetes.io/metadata.name: gate-admission-system}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: e2e-users}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}
+subjects:
+  - {apiGroup: rbac.authorization.k8s.io, kind: User, name: alice}
+  - {apiGroup: rbac.authorization.k8s.io, kind: User, name: "system:serviceaccount:flux-system:kustomize-controller"}
+"""
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("cluster")
+    plane = control_plane(workdir)
+    plane.start()
+    try:
+        plane.kubectl("apply", "-f", "-", input=BASE_OBJECTS)
+        install_flux_crds(plane, workdir)
+        yield plane
+    finally:
+        plane.stop()
+
+
+def register_webhooks(cluster: ControlPlane, server: GateServer) -> None:
+    """Apply manifests/webhooks, pointed at ``server`` by URL, with its CA bundle."""
+    docs = list(yaml.safe_load_all(cluster.kubectl("kustomize", str(ROOT / "manifests" / "webhooks")).stdout))
+    bundle = ca_bundle((server.cert_dir / "ca.crt").read_bytes())
+    url = f"https://{WEBHOOK_HOST}:{server.port}"
+    docs = [with_client_config(doc, bundle, url) for doc in docs if doc]
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
+
+
+SENTINEL = """
+apiVersion: kustomize.toolkit.fluxcd.io/v1
+kind: Kustomization
+metadata:
+  name: webhook-sentinel
+  namespace: apps
+  annotations: {gating.toolkit.fluxcd.io/gates: flux-system/never-exists}
+spec: {interval: 10m, path: ./, prune: false, sourceRef: {kind: GitRepository, name: none}}
+"""
+
+
+def wait_until_webhooks_answer(cluster: ControlPlane, server: GateServer) -> None:
+    """The API server loads webhook configurations asynchronously: wait until ours is asked."""
+    result = until(lambda: cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=SENTINEL, check=False),
+                   lambda r: "is held" in r.stderr, timeout=30)
+    assert "is held" in result.stderr, f"webhook never answered: {result.stderr}\n{server.log()[-2000:]}"
+
+
+class Gates:
+    """The gates directory the server reads: one file per gate, rewritten to toggle it."""
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+
+    def put(self, *objects: dict, name: str | None = None) -> None:
+        name = name or objects[0]["metadata"]["name"]
+        write_gates(self.directory, list(objects), f"{name}.yaml")
+
+    def remove(self, name: str) -> None:
+        (self.directory / f"{name}.yaml").unlink(missing_ok=True)
+
+
+def start_server(tmp: Path, gates_dir: Path, *extra: str) -> GateServer:
+    """Our server on a free port; on all interfaces when the API server is not on this host.
+
+    One worker: each worker reads the gates directory on its own, a second apart at most,
+    and the tests wait for a new gate state with a dry run that must land on the same reader.
+    """
+    address = ("--address", "0.0.0.0") if WEBHOOK_HOST != "127.0.0.1" else ()
+    server = GateServer(tmp, "--gates-dir", str(gates_dir), "--extra-sans", WEBHOOK_HOST, "--workers", "1",
+                        *address, *extra)
+    server.wait_ready()
+    return server
+
+
+@pytest.fixture(scope="session")
+def gates(tmp_path_factory) -> Gates:
+    directory = tmp_path_factory.mktemp("gates")
+    return Gates(directory)
+
+
+@pytest.fixture(scope="session")
+def webhook(cluster, gates, tmp_path_factory):
+    """Our server in enforce mode, registered with the API server."""
+    server = start_server(tmp_path_factory.mktemp("server"), gates.directory)
+    try:
+        register_webhooks(cluster, server)
+        wait_until_webhooks_answer(cluster, server)
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def kubectl(cluster, webhook):
+    """kubectl as a user would type it: kubectl(*args, user=ALICE, input=yaml, check=False)."""
+
+    def run(*args: str, user: User = ALICE, input: str | None = None, check: bool = False):
+        return cluster.kubectl(*args, user=user, input=input, check=check)
+
+    return run
+
+
+__all__ = ["ADMIN", "ALICE", "FLUX", "until"]
