@@ -42,10 +42,10 @@ def test_reviews_over_https_verified_against_the_generated_ca(server):
 def test_certificate_names_the_service_and_loopback(server):
     cert = x509.load_pem_x509_certificate((server.cert_dir / "tls.crt").read_bytes())
     sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    assert "gate-admission.flux-system.svc" in sans.get_values_for_type(x509.DNSName)
+    assert "gate-admission.gate-admission-system.svc" in sans.get_values_for_type(x509.DNSName)
     assert "localhost" in sans.get_values_for_type(x509.DNSName)
     with socket.create_connection(("127.0.0.1", server.port)) as raw:
-        with server.tls().wrap_socket(raw, server_hostname="gate-admission.flux-system.svc") as tls:
+        with server.tls().wrap_socket(raw, server_hostname="gate-admission.gate-admission-system.svc") as tls:
             assert tls.version() in ("TLSv1.2", "TLSv1.3")
 
 
