@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -43,6 +44,8 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--exempt-groups", default=_env("exempt-groups", ""), help="comma-separated groups never gated")
     p.add_argument("--receiver-token-file", default=_env("receiver-token-file"),
                    help="bearer token for POST /hooks/gates/...; the receiver is off without one")
+    p.add_argument("--stale-after", type=float, default=float(_env("stale-after", 10)),
+                   help="seconds without a working watch before gate state counts as unknown (cluster store)")
     p.add_argument("--workers", type=int, default=int(_env("workers", 2)))
     p.add_argument("--threads", type=int, default=int(_env("threads", 8)))
     p.add_argument("--log-level", default=_env("log-level", "info"))
@@ -58,12 +61,27 @@ def _add_certs(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=make_certs)
 
 
+def _add_controller(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("controller", help="keep Gate status, record transitions, request reconciles")
+    p.add_argument("--kubeconfig", default=_env("kubeconfig"), help="cluster (default: in-cluster, then ~/.kube/config)")
+    p.add_argument("--leader-elect", action=argparse.BooleanOptionalAction, default=_env("leader-elect", "true") != "false",
+                   help="hold a Lease so that one replica acts (default on)")
+    p.add_argument("--lease-namespace", default=_env("lease-namespace", "gate-admission-system"))
+    p.add_argument("--lease-name", default=_env("lease-name", "gate-admission-controller"))
+    p.add_argument("--identity", default=_env("identity", os.environ.get("POD_NAME") or socket.gethostname()))
+    p.add_argument("--health-port", type=int, default=int(_env("health-port", 8081)),
+                   help="plain-HTTP /healthz and /readyz for probes (0: off)")
+    p.add_argument("--log-level", default=_env("log-level", "info"))
+    p.set_defaults(func=run_controller)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gate-admission", description=__doc__)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_serve(sub)
     _add_certs(sub)
+    _add_controller(sub)
     return parser
 
 
@@ -89,7 +107,8 @@ def _app_factory(args: argparse.Namespace):
             from .store.files import FileStore
             store = FileStore(args.gates_dir)
         else:
-            raise SystemExit("gate-admission: the cluster store needs --kubeconfig or in-cluster config (not built yet); use --gates-dir")
+            from .store.cluster import ClusterStore, api_client
+            store = ClusterStore(api_client(args.kubeconfig), stale_after=args.stale_after)
         store.start()
         return create_app(store, settings)
 
@@ -111,6 +130,35 @@ def serve(args: argparse.Namespace) -> int:
     options = server.options(address=args.address, port=args.port, certfile=str(files.cert), keyfile=str(files.key),
                              workers=args.workers, threads=args.threads, log_level=args.log_level)
     server.Server(_app_factory(args), options).run()
+    return 0
+
+
+def run_controller(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from .controller import Controller
+    from .health import serve_health
+    from .leader import LeaderElector
+    from .store.cluster import api_client
+
+    logs.configure(args.log_level)
+    api = api_client(args.kubeconfig)
+    elector = LeaderElector(api, args.lease_namespace, args.lease_name, args.identity) if args.leader_elect else None
+    controller = Controller(api, is_leader=elector.is_leader if elector else None)
+    if args.health_port:
+        serve_health(args.health_port, lambda: controller.store.readiness())
+    if elector:
+        elector.start()
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    worker = threading.Thread(target=controller.run, name="controller", daemon=True)
+    worker.start()
+    stop.wait()
+    controller.stop()
+    if elector:
+        elector.stop()
     return 0
 
 

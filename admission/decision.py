@@ -49,7 +49,8 @@ class Decision:
     hold: Hold | None = None
 
 
-def _hold(obj: dict | None, lookup: Lookup, now: datetime) -> Hold:
+def hold_of(obj: dict | None, lookup: Lookup, now: datetime) -> Hold:
+    """How the object's own policy judges it at ``now``."""
     policy = policy_of(obj)
     states = tuple(
         gates.invalid(ref.namespace, ref.name, ref.error) if ref.error else lookup(ref.namespace, ref.name, now)
@@ -113,7 +114,7 @@ def decide(request: dict, lookup: Lookup, now: datetime, settings: Settings) -> 
 
     # An UPDATE must satisfy both the policy it leaves and the one it enters.
     judged = [o for o in ((old,) if operation == "DELETE" else (old, new)) if isinstance(o, dict)]
-    judgements = [_hold(obj, lookup, now) for obj in judged]
+    judgements = [hold_of(obj, lookup, now) for obj in judged]
     holds = [h for h in judgements if h.held]
     if not holds:
         return Decision(allowed=True, gated=True, change=change, hold=judgements[-1] if judgements else None)

@@ -255,10 +255,10 @@ def next_transition(cg: CompiledGate, now: datetime, horizon: timedelta = HORIZO
         if not points:
             return None
         cur = min(points)
+        if _is_open(cg, cur) != was_open:
+            return cur  # change points are exact, even beyond the horizon
         if cur > deadline:
             return None
-        if _is_open(cg, cur) != was_open:
-            return cur
     return None
 
 

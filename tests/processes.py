@@ -9,10 +9,11 @@ import socket
 import ssl
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import orjson
+
+from tests.polling import wait_for
 
 BIN = Path(sys.executable).parent
 
@@ -21,21 +22,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def wait_for(check, timeout: float, what: str, interval: float = 0.05):
-    """Poll ``check`` until it returns something truthy, or fail saying ``what``."""
-    deadline = time.monotonic() + timeout
-    last_error = None
-    while time.monotonic() < deadline:
-        try:
-            result = check()
-            if result:
-                return result
-        except Exception as err:  # the thing polled is not up yet
-            last_error = err
-        time.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout}s waiting for {what}; last error: {last_error!r}")
 
 
 class Process:

@@ -111,22 +111,24 @@ class GateIndex:
             if before is not None:
                 self._publish(before)
 
-    def replace_all(self, gates: Iterable[dict], keepers: Iterable[dict], broken: dict[Key, str] | None = None) -> None:
-        """Swap in a complete new set (a relist, or a reload of the gates directory)."""
-        gate_map = {object_key(g): g for g in gates}
-        keeper_map = {object_key(k): k for k in keepers}
-        by_gate: dict[Key, list[dict]] = {}
-        for keeper in keeper_map.values():
-            gate_key = self._gate_of(keeper)
-            if gate_key is not None:
-                by_gate.setdefault(gate_key, []).append(keeper)
-        broken = dict(broken or {})
-        slots = {}
-        for key, gate in gate_map.items():
-            if key in broken:
-                compiled = CompiledGate(key[0], key[1], errors=(broken[key],))
-            else:
-                compiled = compile_gate(gate, by_gate.get(key, ()))
-            slots[key] = _Slot(compiled)
+    def replace_all(self, gates: Iterable[dict] | None, keepers: Iterable[dict] | None,
+                    broken: dict[Key, str] | None = None) -> None:
+        """Swap in a complete new set of gates, of keepers, or both (None keeps the current
+        set): a relist, or a reload of the gates directory."""
         with self._lock:
+            gate_map = self._gates if gates is None else {object_key(g): g for g in gates}
+            keeper_map = self._keepers if keepers is None else {object_key(k): k for k in keepers}
+            broken = dict(broken or {})
+            by_gate: dict[Key, list[dict]] = {}
+            for keeper in keeper_map.values():
+                gate_key = self._gate_of(keeper)
+                if gate_key is not None:
+                    by_gate.setdefault(gate_key, []).append(keeper)
+            slots = {}
+            for key, gate in gate_map.items():
+                if key in broken:
+                    compiled = CompiledGate(key[0], key[1], errors=(broken[key],))
+                else:
+                    compiled = compile_gate(gate, by_gate.get(key, ()))
+                slots[key] = _Slot(compiled)
             self._gates, self._keepers, self._broken, self._slots = gate_map, keeper_map, broken, slots

@@ -2,22 +2,12 @@
 
 from __future__ import annotations
 
-import time
-
 from admission.store.files import FileStore
 from tests.builders import at, gate, keeper
 from tests.conftest import write_gates
+from tests.polling import until
 
 NOW = at("2026-06-10T12:00")
-
-
-def eventually(check, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.05)
-    return check()
 
 
 def test_multi_document_yaml_with_gates_and_keepers(gates_dir):
@@ -50,7 +40,7 @@ def test_changes_to_files_are_picked_up_by_the_watcher(gates_dir):
     try:
         assert not store.lookup("flux-system", "a", NOW).open
         path.write_text(path.read_text().replace("closed: true", "closed: false") + "\n")
-        assert eventually(lambda: store.lookup("flux-system", "a", NOW).open)
+        assert until(lambda: store.lookup("flux-system", "a", NOW).open, bool, timeout=5)
     finally:
         store.stop()
 

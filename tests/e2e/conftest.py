@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ import yaml
 from admission.webhooks import ca_bundle, with_client_config
 from tests.conftest import SHARED, write_gates
 from tests.e2e.controlplane import ADMIN, ALICE, FLUX, ROOT, ControlPlane, User, control_plane
+from tests.polling import until
 from tests.processes import GateServer
 
 FLUX_CRDS = SHARED / "flux-crds"
@@ -31,16 +31,6 @@ def pytest_report_header(config):
     crds = f"real Flux CRDs from {FLUX_CRDS}" if FLUX_CRDS.is_dir() else f"minimal stand-in Flux CRDs ({MINIMAL_CRDS.name})"
     cluster = f"existing cluster at $KUBECONFIG" if os.environ.get("KUBECONFIG") else "own etcd + kube-apiserver"
     return [f"e2e: {cluster}; {crds}, with manifests/flux-crd-patches"]
-
-
-def until(action, accept, timeout: float = 15.0, interval: float = 0.2):
-    """Repeat ``action`` until ``accept(result)``; return the last result (the caller asserts)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = action()
-        if accept(result) or time.monotonic() >= deadline:
-            return result
-        time.sleep(interval)
 
 
 def install_flux_crds(cluster: ControlPlane, workdir: Path) -> None:
@@ -89,14 +79,22 @@ subjects:
 """
 
 
+def prepare(plane: ControlPlane, workdir: Path) -> None:
+    """Namespaces, test users' rights, the Flux CRDs (patched), our CRDs and RBAC."""
+    plane.kubectl("apply", "-f", "-", input=BASE_OBJECTS)
+    install_flux_crds(plane, workdir)
+    for part in ("crds", "rbac"):
+        plane.kubectl("apply", "-k", str(ROOT / "manifests" / part))
+    plane.kubectl("wait", "--for=condition=established", "--timeout=60s", "crd", "--all")
+
+
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("cluster")
     plane = control_plane(workdir)
     plane.start()
     try:
-        plane.kubectl("apply", "-f", "-", input=BASE_OBJECTS)
-        install_flux_crds(plane, workdir)
+        prepare(plane, workdir)
         yield plane
     finally:
         plane.stop()
@@ -143,15 +141,16 @@ class Gates:
         (self.directory / f"{name}.yaml").unlink(missing_ok=True)
 
 
-def start_server(tmp: Path, gates_dir: Path, *extra: str) -> GateServer:
+def start_server(tmp: Path, gates_dir: Path | None, *extra: str) -> GateServer:
     """Our server on a free port; on all interfaces when the API server is not on this host.
 
-    One worker: each worker reads the gates directory on its own, a second apart at most,
-    and the tests wait for a new gate state with a dry run that must land on the same reader.
+    With ``gates_dir`` it reads gates from files with one worker: each worker reads the
+    directory on its own, a second apart at most, and the tests wait for a new gate state
+    with a dry run that must land on the same reader. Without, pass ``--kubeconfig``.
     """
     address = ("--address", "0.0.0.0") if WEBHOOK_HOST != "127.0.0.1" else ()
-    server = GateServer(tmp, "--gates-dir", str(gates_dir), "--extra-sans", WEBHOOK_HOST, "--workers", "1",
-                        *address, *extra)
+    source = ("--gates-dir", str(gates_dir), "--workers", "1") if gates_dir else ()
+    server = GateServer(tmp, *source, "--extra-sans", WEBHOOK_HOST, *address, *extra)
     server.wait_ready()
     return server
 

@@ -43,8 +43,16 @@ ALICE = User("alice", ("developers",), "alice-token")
 FLUX = User("system:serviceaccount:flux-system:kustomize-controller",
             ("system:serviceaccounts", "system:serviceaccounts:flux-system"), "flux-token")
 GATE_ADMISSION = User("system:serviceaccount:gate-admission-system:gate-admission",
-                      ("system:serviceaccounts", "system:serviceaccounts:gate-admission-system"), "gate-admission-token")
-USERS = (ADMIN, ALICE, FLUX, GATE_ADMISSION)
+                      ("system:serviceaccounts", "system:serviceaccounts:gate-admission-system"), "webhook-token")
+CONTROLLER = User("system:serviceaccount:gate-admission-system:gate-admission-controller",
+                  ("system:serviceaccounts", "system:serviceaccounts:gate-admission-system"), "controller-token")
+USERS = (ADMIN, ALICE, FLUX, GATE_ADMISSION, CONTROLLER)
+AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+"""
 
 
 def assets_dir() -> Path:
@@ -86,13 +94,16 @@ class ControlPlane:
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
         lines = [f'{u.token},{u.name},{u.name},"{",".join(u.groups)}"' for u in USERS]
         (self.workdir / "tokens.csv").write_text("\n".join(lines) + "\n")
+        (self.workdir / "audit-policy.yaml").write_text(AUDIT_POLICY)
         for user in USERS:
             self._write_kubeconfig(user)
 
     def _write_kubeconfig(self, user: User) -> None:
         config = {
             "apiVersion": "v1", "kind": "Config", "current-context": "envtest",
-            "clusters": [{"name": "envtest", "cluster": {"server": self.server, "insecure-skip-tls-verify": True}}],
+            # kube-apiserver writes its self-signed certificate and CA here on first start.
+            "clusters": [{"name": "envtest", "cluster": {
+                "server": self.server, "certificate-authority": str(self.workdir / "apiserver-certs" / "apiserver.crt")}}],
             "users": [{"name": user.name, "user": {"token": user.token}}],
             "contexts": [{"name": "envtest", "context": {"cluster": "envtest", "user": user.name}}],
         }
@@ -134,12 +145,24 @@ class ControlPlane:
             "--service-cluster-ip-range=10.96.0.0/16",
             "--disable-admission-plugins=ServiceAccount",
             "--allow-privileged=true",
+            # Every request, who made it: tests count what our server asks of the API server.
+            f"--audit-policy-file={self.workdir / 'audit-policy.yaml'}",
+            f"--audit-log-path={self.audit_log}",
         ], self.workdir / "kube-apiserver.log")
         wait_for(self.ready, 60, "kube-apiserver /readyz", interval=0.2)
+
+    @property
+    def audit_log(self) -> Path:
+        return self.workdir / "audit.log"
 
     def stop_apiserver(self) -> None:
         if self.apiserver:
             self.apiserver.stop()
+
+    def restart_apiserver(self) -> None:
+        """Stop the API server (etcd keeps the data) and start it again on the same port."""
+        self.stop_apiserver()
+        self.start_apiserver()
 
     def ready(self) -> bool:
         if self.apiserver is not None and not self.apiserver.alive():

@@ -1,0 +1,216 @@
+"""``gate-admission controller``: Gate status, transition Events, and prompt reconciles.
+
+It keeps every Gate's status true (SPEC §2), wakes at the next time any gate can change,
+records an Event on each transition with the toggle's message and requester, and when a gate
+opens asks Flux to reconcile the objects it was holding (and their parent Kustomization), so
+held changes land at once instead of at the next interval.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import datetime, timedelta, timezone
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from . import names
+from .decision import hold_of
+from .gates import GateState
+from .references import metadata, policy_of
+from .status import gate_status, status_differs, transition_message, was_open
+from .store.cluster import ClusterStore
+from .store.index import object_key
+from .timefmt import parse_duration
+
+log = logging.getLogger("admission.controller")
+DEFAULT_INTERVAL = timedelta(minutes=1)
+# Served versions differ across Flux releases: the first that answers is used.
+FLUX_RESOURCES = (
+    (names.KUSTOMIZE_GROUP, "kustomizations", ("v1", "v1beta2", "v1beta1")),
+    (names.HELM_GROUP, "helmreleases", ("v2", "v2beta2", "v2beta1")),
+    (names.SOURCE_GROUP, "gitrepositories", ("v1", "v1beta2")),
+    (names.SOURCE_GROUP, "ocirepositories", ("v1", "v1beta2")),
+    (names.SOURCE_GROUP, "helmrepositories", ("v1", "v1beta2")),
+    (names.SOURCE_GROUP, "helmcharts", ("v1", "v1beta2")),
+    (names.SOURCE_GROUP, "buckets", ("v1", "v1beta2")),
+)
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _request_value(now: datetime) -> str:
+    # Flux compares the value with status.lastHandledReconcileAt: it must differ each time.
+    return now.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _interval(gate: dict) -> timedelta:
+    try:
+        return parse_duration((gate.get("spec") or {}).get("interval") or "1m")
+    except ValueError:
+        return DEFAULT_INTERVAL
+
+
+class Controller:
+    """Reconciles every Gate whenever one changes or the next transition comes."""
+
+    def __init__(self, api_client: client.ApiClient, store: ClusterStore | None = None,
+                 is_leader: threading.Event | None = None, clock=utcnow):
+        self.custom = client.CustomObjectsApi(api_client)
+        self.core = client.CoreV1Api(api_client)
+        self.store = store or ClusterStore(api_client)
+        self.store.on_change = self.poke
+        self.is_leader = is_leader
+        self.clock = clock
+        self.wake = threading.Event()
+        self.stopped = threading.Event()
+        self.last_open: dict[tuple[str, str], bool | None] = {}
+        self.written: dict[tuple[str, str], dict] = {}
+        self._versions: dict[tuple[str, str], str] = {}
+
+    def poke(self) -> None:
+        self.wake.set()
+
+    # -- one pass ---------------------------------------------------------------------
+    def reconcile(self, now: datetime) -> datetime:
+        """Bring every Gate's status up to date; return when to look again."""
+        wake_at = now + DEFAULT_INTERVAL
+        seen = set()
+        for gate in self.store.index.gates():
+            key = object_key(gate)
+            seen.add(key)
+            try:
+                state = self.store.index.lookup(key[0], key[1], now)
+                self._reconcile_gate(key, gate, state, now)
+            except Exception:  # one gate's failure must not stop the others
+                log.exception("reconciling gate failed", extra={"Gate": {"namespace": key[0], "name": key[1]}})
+                state = None
+            for candidate in (state.valid_until if state else None, now + _interval(gate)):
+                if candidate is not None and candidate < wake_at:
+                    wake_at = candidate
+        for key in set(self.last_open) - seen:  # deleted gates
+            self.last_open.pop(key, None)
+            self.written.pop(key, None)
+        return wake_at
+
+    def _reconcile_gate(self, key: tuple[str, str], gate: dict, state: GateState, now: datetime) -> None:
+        if key not in self.last_open:
+            self.last_open[key] = was_open(gate.get("status"))
+        desired = gate_status(gate, state, now, previous=self.written.get(key))
+        if self.written.get(key) != desired and status_differs(gate, desired):
+            self.custom.patch_namespaced_custom_object_status(
+                names.GATING_GROUP, names.GATING_VERSION, key[0], names.GATE_PLURAL, key[1], {"status": desired})
+            self.written[key] = desired
+        before = self.last_open[key]
+        self.last_open[key] = state.open
+        if before is not None and before != state.open:
+            self._transition(gate, state, now)
+
+    def _transition(self, gate: dict, state: GateState, now: datetime) -> None:
+        message = transition_message(state)
+        meta = metadata(gate)
+        log.info(message, extra={"closed": str(not state.open).lower(), "reason": state.reason,
+                                 "requestedBy": state.requested_by,
+                                 "Gate": {"namespace": meta.get("namespace"), "name": meta.get("name")}})
+        self._event(gate, "GateOpened" if state.open else "GateClosed", message, now)
+        if state.open:
+            self.request_reconciles(state.namespace, state.name, now)
+
+    def _event(self, obj: dict, reason: str, message: str, now: datetime) -> None:
+        meta = metadata(obj)
+        stamp = now.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": f"{meta.get('name')}.", "namespace": meta.get("namespace")},
+            "involvedObject": {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
+                               "name": meta.get("name"), "namespace": meta.get("namespace"),
+                               "uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion")},
+            "reason": reason, "message": message[:1024], "type": "Normal",
+            "source": {"component": "gate-admission-controller"},
+            "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
+        }
+        try:
+            self.core.create_namespaced_event(meta.get("namespace"), body)
+        except ApiException as err:
+            log.warning("event not recorded", extra={"reason": reason, "error": err.reason})
+
+    # -- prompt reconciles ------------------------------------------------------------
+    def _list(self, group: str, plural: str, versions: tuple[str, ...]) -> list[dict]:
+        known = self._versions.get((group, plural))
+        for version in ([known] if known else list(versions)):
+            try:
+                items = self.custom.list_cluster_custom_object(group, version, plural).get("items") or []
+            except ApiException as err:
+                if err.status == 404:
+                    continue
+                raise
+            self._versions[(group, plural)] = version
+            for item in items:
+                item.setdefault("apiVersion", f"{group}/{version}")
+            return items
+        return []
+
+    def _annotate(self, group: str, version: str, plural: str, namespace: str, name: str, value: str) -> bool:
+        body = {"metadata": {"annotations": {names.RECONCILE_REQUEST_ANNOTATION: value}}}
+        try:
+            self.custom.patch_namespaced_custom_object(group, version, namespace, plural, name, body)
+            return True
+        except ApiException as err:
+            log.warning("reconcile not requested", extra={"object": f"{plural}/{namespace}/{name}", "error": err.reason})
+            return False
+
+    def request_reconciles(self, namespace: str, name: str, now: datetime) -> list[str]:
+        """Ask Flux to reconcile the objects this gate held that are free now, and their parents."""
+        gate_key = f"{namespace}/{name}"
+        value = _request_value(now)
+        done: list[str] = []
+        parents: set[tuple[str, str]] = set()
+        for group, plural, versions in FLUX_RESOURCES:
+            for obj in self._list(group, plural, versions):
+                if gate_key not in {ref.key for ref in policy_of(obj).refs}:
+                    continue
+                if hold_of(obj, self.store.index.lookup, now).held:
+                    continue  # another gate still holds it
+                meta = metadata(obj)
+                version = self._versions[(group, plural)]
+                if self._annotate(group, version, plural, meta["namespace"], meta["name"], value):
+                    done.append(f"{obj.get('kind')}/{meta['namespace']}/{meta['name']}")
+                labels = meta.get("labels") or {}
+                parent = labels.get(names.KUSTOMIZE_NAME_LABEL), labels.get(names.KUSTOMIZE_NAMESPACE_LABEL)
+                if all(parent):
+                    parents.add(parent)
+        if parents:
+            version = self._versions.get((names.KUSTOMIZE_GROUP, "kustomizations"), "v1")
+            for parent_name, parent_namespace in sorted(parents):
+                if self._annotate(names.KUSTOMIZE_GROUP, version, "kustomizations", parent_namespace, parent_name, value):
+                    done.append(f"Kustomization/{parent_namespace}/{parent_name}")
+        if done:
+            log.info("reconcile requested", extra={"Gate": {"namespace": namespace, "name": name}, "objects": done})
+        return done
+
+    # -- loop -------------------------------------------------------------------------
+    def run(self) -> None:
+        self.store.start()
+        while not self.stopped.is_set() and not self.store.wait_synced(1.0):
+            pass
+        while not self.stopped.is_set():
+            self.wake.clear()
+            now = self.clock()
+            wake_at = now + DEFAULT_INTERVAL
+            if (self.is_leader is None or self.is_leader.is_set()) and self.store.untrusted() is None:
+                wake_at = self.reconcile(now)
+            elif self.is_leader is not None and not self.is_leader.is_set():
+                self.last_open.clear()  # a new leader reads transitions from the stored status
+                self.written.clear()
+            delay = max(0.05, min((wake_at - self.clock()).total_seconds(), 60.0))
+            if self.is_leader is not None and not self.is_leader.is_set():
+                delay = min(delay, 1.0)  # look again soon: leadership may come
+            self.wake.wait(delay)
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.wake.set()
+        self.store.stop()

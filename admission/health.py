@@ -1,0 +1,36 @@
+"""Plain-HTTP /healthz and /readyz for a process that serves no reviews (the controller)."""
+
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable
+
+import orjson
+
+
+def serve_health(port: int, readiness: Callable[[], tuple[bool, dict]], address: str = "0.0.0.0") -> ThreadingHTTPServer:
+    """Answer probes on ``port`` in a daemon thread; /readyz is 503 until ``readiness`` says ready."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the http.server naming
+            if self.path == "/healthz":
+                code, body = 200, {"status": "ok"}
+            elif self.path == "/readyz":
+                ready, detail = readiness()
+                code, body = (200 if ready else 503), {"ready": ready, **detail}
+            else:
+                code, body = 404, {"error": "not found"}
+            payload = orjson.dumps(body)
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, *args: object) -> None:  # probes are not worth a log line each
+            pass
+
+    server = ThreadingHTTPServer((address, port), Handler)
+    threading.Thread(target=server.serve_forever, name="health", daemon=True).start()
+    return server

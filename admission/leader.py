@@ -1,0 +1,87 @@
+"""Leader election through a coordination.k8s.io Lease, so one controller replica acts."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import datetime, timedelta, timezone
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+log = logging.getLogger(__name__)
+
+
+def _micro(value: datetime) -> str:
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class LeaderElector:
+    """Holds a Lease while this process is the leader; renews it, and lets it go on stop."""
+
+    def __init__(self, api_client: client.ApiClient, namespace: str, name: str, identity: str,
+                 lease_seconds: int = 15, renew_every: float = 5.0):
+        self.api = client.CoordinationV1Api(api_client)
+        self.namespace, self.name, self.identity = namespace, name, identity
+        self.lease_seconds, self.renew_every = lease_seconds, renew_every
+        self.is_leader = threading.Event()
+        self._stopped = threading.Event()
+
+    def _try(self) -> bool:
+        now = datetime.now(timezone.utc)
+        spec = {"holderIdentity": self.identity, "leaseDurationSeconds": self.lease_seconds,
+                "renewTime": _micro(now)}
+        try:
+            lease = self.api.read_namespaced_lease(self.name, self.namespace)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+            body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                    "metadata": {"name": self.name, "namespace": self.namespace},
+                    "spec": {**spec, "acquireTime": _micro(now), "leaseTransitions": 0}}
+            self.api.create_namespaced_lease(self.namespace, body)
+            return True
+        held_by = lease.spec.holder_identity
+        renewed = lease.spec.renew_time
+        duration = lease.spec.lease_duration_seconds or self.lease_seconds
+        expired = renewed is None or renewed + timedelta(seconds=duration) < now
+        if held_by != self.identity and not expired:
+            return False
+        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": self.name, "namespace": self.namespace,
+                             "resourceVersion": lease.metadata.resource_version},
+                "spec": {**spec,
+                         "acquireTime": _micro(lease.spec.acquire_time) if held_by == self.identity and lease.spec.acquire_time else _micro(now),
+                         "leaseTransitions": (lease.spec.lease_transitions or 0) + (held_by != self.identity)}}
+        self.api.replace_namespaced_lease(self.name, self.namespace, body)  # 409 if someone else won
+        return True
+
+    def run(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                leader = self._try()
+            except Exception as err:  # conflicts and outages: not the leader until a renewal works
+                log.warning("lease not renewed", extra={"lease": self.name, "error": str(err)})
+                leader = False
+            if leader and not self.is_leader.is_set():
+                log.info("became leader", extra={"lease": self.name, "identity": self.identity})
+                self.is_leader.set()
+            elif not leader and self.is_leader.is_set():
+                log.warning("lost leadership", extra={"lease": self.name, "identity": self.identity})
+                self.is_leader.clear()
+            self._stopped.wait(self.renew_every)
+
+    def start(self) -> None:
+        threading.Thread(target=self.run, name="leader-election", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self.is_leader.is_set():
+            self.is_leader.clear()
+            try:  # hand over at once instead of making the next leader wait out the lease
+                lease = self.api.read_namespaced_lease(self.name, self.namespace)
+                if lease.spec.holder_identity == self.identity:
+                    self.api.patch_namespaced_lease(self.name, self.namespace,
+                                                    {"spec": {"holderIdentity": None, "renewTime": None}})
+            except Exception:
+                pass

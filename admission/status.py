@@ -1,0 +1,75 @@
+"""A Gate's status (SPEC §2), computed from its state: what the controller writes."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from .gates import GateState
+from .timefmt import format_time
+
+CONDITION = "Opened"
+
+
+def _previous_condition(status: dict | None) -> dict | None:
+    for condition in (status or {}).get("conditions") or []:
+        if isinstance(condition, dict) and condition.get("type") == CONDITION:
+            return condition
+    return None
+
+
+def was_open(status: dict | None) -> bool | None:
+    """The state the stored status shows: True, False, or None when there is none yet."""
+    condition = _previous_condition(status)
+    if condition is None or condition.get("status") not in ("True", "False"):
+        return None
+    return condition["status"] == "True"
+
+
+def gate_status(gate: dict, state: GateState, now: datetime, previous: dict | None = None) -> dict:
+    """The full status for ``gate`` in ``state``; lastTransitionTime moves only on a flip.
+
+    ``previous`` is the last status written, when the caller knows one fresher than the
+    object's. Absent optional fields are None, so a JSON merge patch of this dict removes them.
+    """
+    if previous is None:
+        previous = gate.get("status") if isinstance(gate.get("status"), dict) else None
+    condition = _previous_condition(previous)
+    flipped = was_open(previous) != state.open
+    generation = (gate.get("metadata") or {}).get("generation")
+    message = state.message
+    if state.problems:
+        message += " (" + "; ".join(state.problems) + ")"
+    return {
+        "state": "Opened" if state.open else "Closed",
+        "observedGeneration": generation,
+        "requestedAt": format_time(state.requested_at) if state.requested_at else None,
+        "resetToDefaultAt": format_time(state.reset_to_default_at) if state.reset_to_default_at else None,
+        "nextTransitionAt": format_time(state.next_transition) if state.next_transition else None,
+        "problems": list(state.problems) or None,
+        "conditions": [{
+            "type": CONDITION,
+            "status": "True" if state.open else "False",
+            "observedGeneration": generation,
+            "lastTransitionTime": format_time(now) if flipped or condition is None
+            else condition.get("lastTransitionTime", format_time(now)),
+            "reason": state.reason,
+            "message": message,
+        }],
+    }
+
+
+def status_differs(gate: dict, desired: dict) -> bool:
+    """Whether writing ``desired`` would change the stored status."""
+    current = gate.get("status") if isinstance(gate.get("status"), dict) else {}
+    return any(current.get(key) != value for key, value in desired.items())
+
+
+def transition_message(state: GateState) -> str:
+    """An Event and log message for a gate that just opened or closed, with who asked and why."""
+    verb = "opening" if state.open else "closing"
+    text = f"{verb} gate"
+    if state.request_message:
+        text += f": '{state.request_message}'"
+    if state.requested_by:
+        text += f" (requested by {state.requested_by})"
+    return f"{text}; {state.message}"

@@ -1,0 +1,203 @@
+"""Gates from the cluster: list+watch into memory, so reviews never call the API server."""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from datetime import datetime
+from typing import Callable
+
+from kubernetes import client, watch
+from kubernetes.client.rest import ApiException
+from urllib3.exceptions import ProtocolError
+
+from .. import names
+from ..gates import GateState, unknown
+from .index import GateIndex, object_key
+
+log = logging.getLogger(__name__)
+
+WATCH_SECONDS = 30  # each watch call ends after this; an idle connection that died is noticed
+STALE_AFTER = 10.0  # seconds without a working watch before decisions stop trusting the cache
+
+
+class Backoff:
+    """Exponential backoff with full jitter, reset after a success."""
+
+    def __init__(self, first: float = 0.2, cap: float = 30.0):
+        self.first, self.cap, self.attempt = first, cap, 0
+
+    def next(self) -> float:
+        delay = min(self.cap, self.first * 2 ** self.attempt)
+        self.attempt += 1
+        return random.uniform(delay / 2, delay)
+
+    def reset(self) -> None:
+        self.attempt = 0
+
+
+class _Reflector:
+    """Keeps one kind (gates or gatekeepers) current in the index: list, then watch from the
+    list's resourceVersion; resume after each watch; relist on 410 Gone; back off on errors."""
+
+    def __init__(self, store: "ClusterStore", plural: str):
+        self.store, self.plural = store, plural
+        self.synced = False
+        self.connected_since: float | None = None
+        self.disconnected_since: float | None = time.monotonic()
+        self.resource_version: str | None = None
+        self.last_error: str | None = None
+        self.relists = 0
+
+    def _apply(self, kind: str, obj: dict) -> None:
+        index = self.store.index
+        namespace, name = object_key(obj)
+        if self.plural == names.GATE_PLURAL:
+            index.delete_gate(namespace, name) if kind == "DELETED" else index.put_gate(obj)
+        else:
+            index.delete_keeper(namespace, name) if kind == "DELETED" else index.put_keeper(obj)
+        self.store.on_change()
+
+    def _list(self) -> None:
+        listed = self.store.api.list_cluster_custom_object(names.GATING_GROUP, names.GATING_VERSION, self.plural,
+                                                          _request_timeout=(5, 30))
+        items = listed.get("items") or []
+        if self.plural == names.GATE_PLURAL:
+            self.store.index.replace_all(items, None)
+        else:
+            self.store.index.replace_all(None, items)
+        self.store.on_change()
+        self.resource_version = listed["metadata"]["resourceVersion"]
+        self.relists += 1
+        self.synced = True
+        log.info("listed", extra={"resource": self.plural, "count": len(items), "resourceVersion": self.resource_version})
+
+    def _watch(self) -> None:
+        stream = watch.Watch()
+        self.store._streams.add(stream)
+        try:
+            for event in stream.stream(self.store.api.list_cluster_custom_object, names.GATING_GROUP,
+                                       names.GATING_VERSION, self.plural, resource_version=self.resource_version,
+                                       allow_watch_bookmarks=True, timeout_seconds=WATCH_SECONDS,
+                                       _request_timeout=(5, WATCH_SECONDS + 15)):
+                self._connected()
+                obj = event["object"]
+                if event["type"] != "BOOKMARK":
+                    self._apply(event["type"], obj)
+                self.resource_version = obj.get("metadata", {}).get("resourceVersion", self.resource_version)
+                if self.store._stopped.is_set():
+                    return
+        finally:
+            self.store._streams.discard(stream)
+
+    def _connected(self) -> None:
+        if self.disconnected_since is not None:
+            self.disconnected_since, self.connected_since = None, time.monotonic()
+            self.last_error = None
+
+    def run(self) -> None:
+        backoff = Backoff()
+        while not self.store._stopped.is_set():
+            try:
+                if self.resource_version is None:
+                    self._list()
+                self._connected()
+                self._watch()
+                backoff.reset()
+            except ApiException as err:
+                if err.status == 410:  # our resourceVersion is too old: start again from a list
+                    log.info("watch expired, relisting", extra={"resource": self.plural})
+                    self.resource_version = None
+                    continue
+                self._failed(f"API error {err.status}: {err.reason}", backoff)
+            except ProtocolError:
+                # The API server ends each watch after timeoutSeconds, not always cleanly. Resume
+                # from where we were; if it is really gone, the next call says so.
+                self.store._stopped.wait(0.05)
+            except Exception as err:  # connection refused, reset, timeouts
+                self._failed(f"{type(err).__name__}: {err}", backoff)
+
+    def _failed(self, why: str, backoff: Backoff) -> None:
+        if self.disconnected_since is None:
+            self.disconnected_since = time.monotonic()
+            log.warning("watch lost", extra={"resource": self.plural, "error": why})
+        self.last_error = why
+        self.store._stopped.wait(backoff.next())
+
+
+class ClusterStore:
+    """Gates and GateKeepers of the whole cluster, kept by list+watch in background threads."""
+
+    def __init__(self, api_client: client.ApiClient, stale_after: float = STALE_AFTER):
+        self.api = client.CustomObjectsApi(api_client)
+        self.index = GateIndex()
+        self.stale_after = stale_after
+        self._stopped = threading.Event()
+        self._streams: set[watch.Watch] = set()
+        self.reflectors = [_Reflector(self, names.GATE_PLURAL), _Reflector(self, names.GATEKEEPER_PLURAL)]
+        self._threads: list[threading.Thread] = []
+        self.on_change: Callable[[], None] = lambda: None  # called after every change to the index
+
+    def untrusted(self) -> str | None:
+        """Why the cache cannot be trusted right now, or None."""
+        now = time.monotonic()
+        for reflector in self.reflectors:
+            if not reflector.synced:
+                return f"gate cache not synced yet ({reflector.plural}: {reflector.last_error or 'listing'})"
+            down = reflector.disconnected_since
+            if down is not None and now - down > self.stale_after:
+                return f"gate cache stale: no watch on {reflector.plural} for {now - down:.0f}s ({reflector.last_error})"
+        return None
+
+    def lookup(self, namespace: str, name: str, now: datetime) -> GateState:
+        why = self.untrusted()
+        if why is not None:
+            return unknown(namespace, name, why)
+        return self.index.lookup(namespace, name, now)
+
+    def readiness(self) -> tuple[bool, dict]:
+        why = self.untrusted()
+        detail = {"store": "cluster", "gates": len(self.index),
+                  "watches": {r.plural: {"synced": r.synced, "connected": r.disconnected_since is None,
+                                         "resourceVersion": r.resource_version, "lists": r.relists,
+                                         **({"error": r.last_error} if r.last_error else {})}
+                              for r in self.reflectors}}
+        if why:
+            detail["reason"] = why
+        return why is None, detail
+
+    def wait_synced(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all(r.synced for r in self.reflectors):
+                return True
+            time.sleep(0.05)
+        return False
+
+    def start(self) -> None:
+        for reflector in self.reflectors:
+            thread = threading.Thread(target=reflector.run, name=f"watch-{reflector.plural}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self) -> None:
+        self._stopped.set()
+        for stream in list(self._streams):
+            stream.stop()
+
+
+def api_client(kubeconfig: str | None = None) -> client.ApiClient:
+    """A client for the cluster: ``kubeconfig`` if given, else in-cluster, else ~/.kube/config."""
+    from kubernetes import config
+
+    configuration = client.Configuration()
+    if kubeconfig:
+        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    else:
+        try:
+            config.load_incluster_config(client_configuration=configuration)
+        except config.ConfigException:
+            config.load_kube_config(client_configuration=configuration)
+    return client.ApiClient(configuration)

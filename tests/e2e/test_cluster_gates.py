@@ -1,0 +1,228 @@
+"""Gates as cluster objects: the watch cache on the hot path, and the gate controller (issue 4).
+
+These tests run their own etcd + kube-apiserver, because one of them restarts the API server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from datetime import datetime, timedelta, timezone
+
+import orjson
+import pytest
+import yaml
+
+from admission.timefmt import format_time
+from tests.builders import changed, flux, gate, keeper, request, review
+from tests.e2e.conftest import prepare, register_webhooks, start_server, until, wait_until_webhooks_answer
+from tests.e2e.controlplane import ALICE, CONTROLLER, FLUX, GATE_ADMISSION, ControlPlane, assets_dir
+from tests.e2e.manifests import kustomization, now_rfc3339
+from tests.polling import wait_for
+from tests.processes import BIN, Process, free_port
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory):
+    if os.environ.get("KUBECONFIG"):
+        pytest.skip("restarts the API server: needs its own control plane, not $KUBECONFIG's")
+    workdir = tmp_path_factory.mktemp("cluster-gates")
+    own = ControlPlane(workdir, assets_dir())
+    own.start()
+    try:
+        prepare(own, workdir)
+        yield own
+    finally:
+        own.stop()
+
+
+@pytest.fixture(scope="module")
+def server(plane, tmp_path_factory):
+    srv = start_server(tmp_path_factory.mktemp("cluster-server"), None,
+                       "--kubeconfig", str(plane.kubeconfig(GATE_ADMISSION)), "--stale-after", "2")
+    try:
+        register_webhooks(plane, srv)
+        wait_until_webhooks_answer(plane, srv)
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(scope="module")
+def controller(plane, server, tmp_path_factory):
+    port = free_port()
+    proc = Process([str(BIN / "gate-admission"), "controller", "--kubeconfig", str(plane.kubeconfig(CONTROLLER)),
+                    "--health-port", str(port), "--identity", "e2e-controller"],
+                   tmp_path_factory.mktemp("controller") / "controller.log")
+    try:
+        wait_for(lambda: _get(f"http://127.0.0.1:{port}/readyz"), 30, "controller /readyz")
+        yield proc
+    finally:
+        proc.stop()
+
+
+def _get(url: str) -> bool:
+    import urllib.request
+    with urllib.request.urlopen(url, timeout=2) as resp:
+        return resp.status == 200
+
+
+def apply(plane, manifest, *args, user=ALICE):
+    return plane.kubectl("apply", *args, "-f", "-", input=manifest, user=user, check=False)
+
+
+def ok(result):
+    return result.returncode == 0
+
+
+def held(result):
+    return result.returncode != 0 and " is held: " in result.stderr
+
+
+def put(plane, *objects):
+    plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(list(objects)))
+
+
+def gate_row(plane, name) -> dict:
+    table = plane.kubectl("get", "gate", name, "-n", "flux-system", check=False).stdout.splitlines()
+    if len(table) < 2:
+        return {}
+    header = table[0].split()
+    return dict(zip(header, table[1].split(None, len(header) - 1)))
+
+
+def test_a_toggle_opens_the_gate_within_two_seconds_and_the_window_closes_it(plane, server, controller):
+    put(plane, gate("e2e-toggle", default="closed", window="5s"))
+    manifest = kustomization("toggled", gates="flux-system/e2e-toggle")
+    assert held(until(lambda: apply(plane, manifest), held))
+
+    plane.kubectl("annotate", "--overwrite", "gate", "e2e-toggle", "-n", "flux-system",
+                  f"open.gate.fluxcd.io/requestedAt={now_rfc3339()}")
+    toggled_at = time.monotonic()
+    result = until(lambda: apply(plane, manifest), ok, timeout=2.0, interval=0.05)
+    assert ok(result), f"still held {time.monotonic() - toggled_at:.2f}s after the toggle: {result.stderr}"
+
+    assert until(lambda: gate_row(plane, "e2e-toggle"), lambda r: r.get("STATE") == "Opened", timeout=5).get("REASON") \
+        == "OpenRequested"
+    row = until(lambda: gate_row(plane, "e2e-toggle"), lambda r: r.get("STATE") == "Closed", timeout=15)
+    assert row.get("STATE") == "Closed" and row.get("REASON") == "Default", row
+    assert held(until(lambda: apply(plane, kustomization("toggled", gates="flux-system/e2e-toggle", path="./v2")), held))
+
+
+def test_kubectl_get_gates_shows_state_reason_until_and_age(plane, server, controller):
+    put(plane, gate("e2e-columns", default="closed", annotations={
+        "open.gate.fluxcd.io/requestedAt": "2030-01-01T00:00:00Z"}))
+    row = until(lambda: gate_row(plane, "e2e-columns"), lambda r: r.get("UNTIL") == "2030-01-01T00:00:00Z", timeout=10)
+    assert row == {"NAME": "e2e-columns", "STATE": "Closed", "REASON": "Default",
+                   "UNTIL": "2030-01-01T00:00:00Z", "AGE": row.get("AGE")}
+    status = json.loads(plane.kubectl("get", "gate", "e2e-columns", "-n", "flux-system", "-o", "json").stdout)["status"]
+    assert status["conditions"][0]["type"] == "Opened" and status["conditions"][0]["status"] == "False"
+    assert status["conditions"][0]["message"] == "Gate closed by default"
+    assert status["nextTransitionAt"] == "2030-01-01T00:00:00Z"
+
+
+def test_a_gatekeeper_covering_this_minute_closes_an_open_gate(plane, server, controller):
+    month = time.gmtime().tm_mon % 12 + 1  # next month: never this minute
+    put(plane, gate("e2e-kept"), keeper("now-keeper", "e2e-kept", closed=["* * * * *"]),
+        gate("e2e-unkept"), keeper("later-keeper", "e2e-unkept", closed=[f"* * * {month} *"]))
+    result = until(lambda: apply(plane, kustomization("kept", gates="flux-system/e2e-kept")), held)
+    assert "gate 'flux-system/e2e-kept' is closed (Gate closed by GateKeeper 'now-keeper' schedule '* * * * *')" \
+        in result.stderr
+    assert ok(until(lambda: apply(plane, kustomization("unkept", gates="flux-system/e2e-unkept")), ok))
+    assert until(lambda: gate_row(plane, "e2e-kept"), lambda r: r.get("REASON") == "Scheduled", timeout=10)["STATE"] \
+        == "Closed"
+
+
+def test_opening_a_gate_requests_reconciles_and_records_events(plane, server, controller):
+    put(plane, gate("e2e-release"))
+    parent = kustomization("parent", "flux-system")
+    child = yaml.safe_load(kustomization("child", gates="flux-system/e2e-release"))
+    child["metadata"]["labels"] = {"kustomize.toolkit.fluxcd.io/name": "parent",
+                                   "kustomize.toolkit.fluxcd.io/namespace": "flux-system"}
+    assert ok(apply(plane, parent))
+    assert ok(until(lambda: apply(plane, yaml.safe_dump(child), "--server-side", "--field-manager=kustomize-controller",
+                                  user=FLUX), ok))
+    # Toggles are whole seconds and a tie goes to close: date the close a little in the past.
+    closed_at = format_time(datetime.now(timezone.utc) - timedelta(seconds=5))
+    plane.kubectl("annotate", "--overwrite", "gate", "e2e-release", "-n", "flux-system",
+                  f"close.gate.fluxcd.io/requestedAt={closed_at}",
+                  "gating.toolkit.fluxcd.io/message=Black Friday freeze", "gating.toolkit.fluxcd.io/requestedBy=alice")
+    child["spec"]["path"] = "./v2"
+    assert held(until(lambda: apply(plane, yaml.safe_dump(child), "--server-side",
+                                    "--field-manager=kustomize-controller", user=FLUX), held))
+    assert until(lambda: gate_row(plane, "e2e-release"), lambda r: r.get("STATE") == "Closed", timeout=10)
+
+    plane.kubectl("annotate", "--overwrite", "gate", "e2e-release", "-n", "flux-system",
+                  f"open.gate.fluxcd.io/requestedAt={now_rfc3339()}",
+                  "gating.toolkit.fluxcd.io/message=Patching a CVE: Signed off by Bob the builder",
+                  "gating.toolkit.fluxcd.io/requestedBy=bob")
+
+    def requested(name, namespace):
+        return plane.kubectl("get", "kustomization", name, "-n", namespace, "-o",
+                             r"jsonpath={.metadata.annotations.reconcile\.fluxcd\.io/requestedAt}").stdout
+
+    assert until(lambda: requested("child", "apps"), bool, timeout=10), "the held object was not asked to reconcile"
+    assert requested("parent", "flux-system"), "its parent Kustomization was not asked to reconcile"
+
+    events = until(lambda: plane.kubectl("get", "events", "-n", "flux-system", "--field-selector",
+                                         "involvedObject.name=e2e-release", "-o", "json").stdout,
+                   lambda out: "GateOpened" in out and "GateClosed" in out, timeout=10)
+    items = {e["reason"]: e for e in json.loads(events)["items"]}
+    assert items["GateClosed"]["message"].startswith("closing gate: 'Black Friday freeze' (requested by alice)")
+    assert items["GateOpened"]["message"].startswith(
+        "opening gate: 'Patching a CVE: Signed off by Bob the builder' (requested by bob)")
+    assert items["GateOpened"]["involvedObject"]["kind"] == "Gate"
+    table = plane.kubectl("get", "events", "-n", "flux-system", "--field-selector", "involvedObject.name=e2e-release").stdout
+    assert "GateOpened" in table and "gate/e2e-release" in table
+
+
+def audit_lines(plane, user):
+    lines = plane.audit_log.read_text().splitlines() if plane.audit_log.exists() else []
+    return [entry for entry in map(json.loads, lines) if entry.get("user", {}).get("username") == user.name]
+
+
+def test_reviews_cause_no_api_requests_from_our_server(plane, server):
+    put(plane, gate("e2e-quiet", closed=True))
+    obj = flux(gates="flux-system/e2e-quiet")
+    body = orjson.dumps(review(request("UPDATE", changed(obj, path="./v2"), obj)))
+    until(lambda: server.request("POST", "/validate", body)[1]["response"]["allowed"] is False, bool)
+    before = len(audit_lines(plane, GATE_ADMISSION))
+    conn = server.connection()
+    for _ in range(200):
+        status, out = server.request("POST", "/validate", body, conn=conn)
+        assert status == 200 and out["response"]["allowed"] is False
+    conn.close()
+    # The audit log backend writes before it answers (--audit-log-mode=blocking, the default).
+    new = audit_lines(plane, GATE_ADMISSION)[before:]
+    assert all(e["verb"] in ("list", "watch") and e["objectRef"]["resource"] in ("gates", "gatekeepers")
+               for e in new), [(e["verb"], e["requestURI"]) for e in new]
+    assert len(new) <= 8, f"{len(new)} requests by our server during 200 reviews"
+
+
+def test_the_cache_recovers_from_an_api_server_restart(plane, server, controller):
+    put(plane, gate("e2e-restart", default="closed"))
+    manifest = kustomization("restarted", gates="flux-system/e2e-restart")
+    assert held(until(lambda: apply(plane, manifest), held))
+    obj = yaml.safe_load(manifest)
+    body = orjson.dumps(review(request("CREATE", obj)))
+
+    plane.stop_apiserver()
+    try:
+        status, detail = until(lambda: server.request("GET", "/readyz"), lambda r: r[0] == 503, timeout=30)
+        assert status == 503 and "gate cache stale" in detail["reason"], detail
+        verdict = server.request("POST", "/validate", body)[1]["response"]
+        assert verdict["allowed"] is False
+        assert "gate 'flux-system/e2e-restart' is closed (gate state unknown: gate cache stale" in verdict["status"]["message"]
+    finally:
+        plane.start_apiserver()
+
+    status, detail = until(lambda: server.request("GET", "/readyz"), lambda r: r[0] == 200, timeout=60)
+    assert status == 200, detail
+    assert held(apply(plane, manifest))
+    plane.kubectl("annotate", "--overwrite", "gate", "e2e-restart", "-n", "flux-system",
+                  f"open.gate.fluxcd.io/requestedAt={now_rfc3339()}")
+    assert ok(until(lambda: apply(plane, manifest), ok, timeout=10))
+    assert until(lambda: gate_row(plane, "e2e-restart"), lambda r: r.get("STATE") == "Opened", timeout=20)
