@@ -38,6 +38,22 @@ class Backoff:
         self.attempt = 0
 
 
+_UNUSED_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",)
+
+
+def _trim(obj: dict) -> dict:
+    """Drop what gate evaluation never reads and what costs memory: managedFields and the
+    last-applied copy of the object (most of a small object's size)."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+        annotations = meta.get("annotations")
+        if isinstance(annotations, dict):
+            for key in _UNUSED_ANNOTATIONS:
+                annotations.pop(key, None)
+    return obj
+
+
 class _Reflector:
     """Keeps one kind (gates or gatekeepers) current in the index: list, then watch from the
     list's resourceVersion; resume after each watch; relist on 410 Gone; back off on errors."""
@@ -63,7 +79,7 @@ class _Reflector:
     def _list(self) -> None:
         listed = self.store.api.list_cluster_custom_object(names.GATING_GROUP, names.GATING_VERSION, self.plural,
                                                           _request_timeout=(5, 30))
-        items = listed.get("items") or []
+        items = [_trim(item) for item in listed.get("items") or []]
         if self.plural == names.GATE_PLURAL:
             self.store.index.replace_all(items, None)
         else:
@@ -85,7 +101,7 @@ class _Reflector:
                 self._connected()
                 obj = event["object"]
                 if event["type"] != "BOOKMARK":
-                    self._apply(event["type"], obj)
+                    self._apply(event["type"], _trim(obj))
                 self.resource_version = obj.get("metadata", {}).get("resourceVersion", self.resource_version)
                 if self.store._stopped.is_set():
                     return

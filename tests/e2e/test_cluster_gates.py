@@ -213,7 +213,9 @@ def test_the_cache_recovers_from_an_api_server_restart(plane, server, controller
     try:
         status, detail = until(lambda: server.request("GET", "/readyz"), lambda r: r[0] == 503, timeout=30)
         assert status == 503 and "gate cache stale" in detail["reason"], detail
-        verdict = server.request("POST", "/validate", body)[1]["response"]
+        # Each worker watches on its own and notices on its own: poll until a review says so.
+        verdict = until(lambda: server.request("POST", "/validate", body)[1]["response"],
+                        lambda v: "gate state unknown" in v["status"]["message"], timeout=30)
         assert verdict["allowed"] is False
         assert "gate 'flux-system/e2e-restart' is closed (gate state unknown: gate cache stale" in verdict["status"]["message"]
     finally:
@@ -226,3 +228,28 @@ def test_the_cache_recovers_from_an_api_server_restart(plane, server, controller
                   f"open.gate.fluxcd.io/requestedAt={now_rfc3339()}")
     assert ok(until(lambda: apply(plane, manifest), ok, timeout=10))
     assert until(lambda: gate_row(plane, "e2e-restart"), lambda r: r.get("STATE") == "Opened", timeout=20)
+
+
+def lease_holder(plane) -> str:
+    return plane.kubectl("get", "lease", "gate-admission-controller", "-n", "gate-admission-system",
+                         "-o", "jsonpath={.spec.holderIdentity}", check=False).stdout
+
+
+def test_one_controller_acts_at_a_time_and_another_takes_over(plane, server, controller, tmp_path):
+    # Last in this module: it stops the module's controller.
+    second = Process([str(BIN / "gate-admission"), "controller", "--kubeconfig", str(plane.kubeconfig(CONTROLLER)),
+                      "--health-port", "0", "--identity", "e2e-controller-2"], tmp_path / "controller-2.log")
+    try:
+        assert until(lambda: lease_holder(plane), lambda h: h == "e2e-controller", timeout=20) == "e2e-controller"
+        put(plane, gate("e2e-leader", default="closed"))
+        assert until(lambda: gate_row(plane, "e2e-leader"), lambda r: r.get("STATE") == "Closed", timeout=10)
+        assert lease_holder(plane) == "e2e-controller", "the standby must not take the lease while the leader renews"
+
+        controller.stop()  # SIGTERM: the leader hands its Lease back
+        assert until(lambda: lease_holder(plane), lambda h: h == "e2e-controller-2", timeout=30) == "e2e-controller-2"
+        plane.kubectl("annotate", "--overwrite", "gate", "e2e-leader", "-n", "flux-system",
+                      f"open.gate.fluxcd.io/requestedAt={now_rfc3339()}")
+        row = until(lambda: gate_row(plane, "e2e-leader"), lambda r: r.get("STATE") == "Opened", timeout=20)
+        assert row.get("STATE") == "Opened", second.log()[-2000:]
+    finally:
+        second.stop()
