@@ -149,14 +149,15 @@ def _needs_renewal(files: CertFiles, names: list[str], now: datetime, renew_befo
 
 
 def ensure(directory: str | os.PathLike, names: list[str], now: datetime,
-           renew_before: timedelta = RENEW_BEFORE) -> tuple[CertFiles, str | None]:
-    """Create the CA and serving certificate if missing or due; return what was renewed, and why.
+           renew_before: timedelta = RENEW_BEFORE, force: bool = False) -> tuple[CertFiles, str | None]:
+    """Create the CA and serving certificate if missing or due (or ``force``); return the
+    files and why the serving certificate was issued, None when it was left alone.
 
     Idempotent: a valid, current certificate for ``names`` is left alone.
     """
     files = CertFiles(Path(directory))
     files.directory.mkdir(parents=True, exist_ok=True)
-    why = _needs_renewal(files, names, now, renew_before)
+    why = _needs_renewal(files, names, now, renew_before) or ("renewal requested" if force else None)
     if why is None:
         return files, None
     ca_usable = files.ca_cert.exists() and files.ca_key.exists()

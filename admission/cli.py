@@ -58,6 +58,13 @@ def _add_certs(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--namespace", default=_env("namespace", "gate-admission-system"))
     p.add_argument("--extra-sans", default=_env("extra-sans", ""), help="more names or IPs, comma-separated")
     p.add_argument("--out", default=_env("cert-dir", "certs"), help="directory for ca.crt, tls.crt, tls.key")
+    p.add_argument("--secret", default=_env("secret"),
+                   help="keep them in Secrets NAME (kubernetes.io/tls) and NAME-ca in --namespace instead of --out")
+    p.add_argument("--inject", action="store_true", help="write the CA bundle into both webhook configurations")
+    p.add_argument("--webhook-config", default=_env("webhook-config", "gate-admission"),
+                   help="name of the Validating/MutatingWebhookConfiguration to inject into")
+    p.add_argument("--renew", action="store_true", help="issue a new serving certificate now (same CA)")
+    p.add_argument("--kubeconfig", default=_env("kubeconfig"), help="cluster for --secret and --inject")
     p.set_defaults(func=make_certs)
 
 
@@ -90,8 +97,23 @@ def _cert_names(args: argparse.Namespace) -> list[str]:
 
 
 def make_certs(args: argparse.Namespace) -> int:
-    files, renewed = certs.ensure(args.out, _cert_names(args), datetime.now(timezone.utc))
-    print(f"{'renewed' if renewed else 'current'}: {files.cert} ({renewed or 'valid'}); CA bundle: {files.ca_cert}")
+    now = datetime.now(timezone.utc)
+    api = None
+    if args.secret or args.inject:
+        from .store.cluster import api_client
+        api = api_client(args.kubeconfig)
+    if args.secret:
+        from .certs_cluster import sync_secrets
+        ca_pem, why = sync_secrets(api, args.namespace, args.secret, _cert_names(args), now, force=args.renew)
+        where = f"Secret {args.namespace}/{args.secret}"
+    else:
+        files, why = certs.ensure(args.out, _cert_names(args), now, force=args.renew)
+        ca_pem, where = files.ca_cert.read_bytes(), str(files.cert)
+    print(f"{'issued' if why else 'current'}: {where} ({why or 'valid, not due for renewal'})")
+    if args.inject:
+        from .certs_cluster import inject
+        changed = inject(api, ca_pem, args.webhook_config)
+        print("caBundle: " + (", ".join(changed) if changed else "already current"))
     return 0
 
 

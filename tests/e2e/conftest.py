@@ -12,7 +12,7 @@ import yaml
 
 from admission.webhooks import ca_bundle, with_client_config
 from tests.conftest import SHARED, write_gates
-from tests.e2e.controlplane import ADMIN, ALICE, FLUX, ROOT, ControlPlane, User, control_plane
+from tests.e2e.controlplane import ADMIN, ALICE, FLUX, ROOT, ControlPlane, User, assets_dir, control_plane
 from tests.polling import until
 from tests.processes import GateServer
 
@@ -86,6 +86,20 @@ def prepare(plane: ControlPlane, workdir: Path) -> None:
     for part in ("crds", "rbac"):
         plane.kubectl("apply", "-k", str(ROOT / "manifests" / part))
     plane.kubectl("wait", "--for=condition=established", "--timeout=60s", "crd", "--all")
+
+
+def own_plane(workdir: Path):
+    """A control plane of a test module's own (for tests that restart it or install webhooks
+    that would disturb the others); skipped against an existing cluster."""
+    if os.environ.get("KUBECONFIG"):
+        pytest.skip("needs its own control plane, not $KUBECONFIG's")
+    plane = ControlPlane(workdir, assets_dir())
+    plane.start()
+    try:
+        prepare(plane, workdir)
+        yield plane
+    finally:
+        plane.stop()
 
 
 @pytest.fixture(scope="session")

@@ -46,7 +46,9 @@ GATE_ADMISSION = User("system:serviceaccount:gate-admission-system:gate-admissio
                       ("system:serviceaccounts", "system:serviceaccounts:gate-admission-system"), "webhook-token")
 CONTROLLER = User("system:serviceaccount:gate-admission-system:gate-admission-controller",
                   ("system:serviceaccounts", "system:serviceaccounts:gate-admission-system"), "controller-token")
-USERS = (ADMIN, ALICE, FLUX, GATE_ADMISSION, CONTROLLER)
+CERTS = User("system:serviceaccount:gate-admission-system:gate-admission-certs",
+             ("system:serviceaccounts", "system:serviceaccounts:gate-admission-system"), "certs-token")
+USERS = (ADMIN, ALICE, FLUX, GATE_ADMISSION, CONTROLLER, CERTS)
 AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]

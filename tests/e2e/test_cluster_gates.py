@@ -6,7 +6,6 @@ These tests run their own etcd + kube-apiserver, because one of them restarts th
 from __future__ import annotations
 
 import json
-import os
 import time
 from datetime import datetime, timedelta, timezone
 
@@ -16,8 +15,8 @@ import yaml
 
 from admission.timefmt import format_time
 from tests.builders import changed, flux, gate, keeper, request, review
-from tests.e2e.conftest import prepare, register_webhooks, start_server, until, wait_until_webhooks_answer
-from tests.e2e.controlplane import ALICE, CONTROLLER, FLUX, GATE_ADMISSION, ControlPlane, assets_dir
+from tests.e2e.conftest import own_plane, register_webhooks, start_server, until, wait_until_webhooks_answer
+from tests.e2e.controlplane import ALICE, CONTROLLER, FLUX, GATE_ADMISSION
 from tests.e2e.manifests import kustomization, now_rfc3339
 from tests.polling import wait_for
 from tests.processes import BIN, Process, free_port
@@ -27,16 +26,7 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def plane(tmp_path_factory):
-    if os.environ.get("KUBECONFIG"):
-        pytest.skip("restarts the API server: needs its own control plane, not $KUBECONFIG's")
-    workdir = tmp_path_factory.mktemp("cluster-gates")
-    own = ControlPlane(workdir, assets_dir())
-    own.start()
-    try:
-        prepare(own, workdir)
-        yield own
-    finally:
-        own.stop()
+    yield from own_plane(tmp_path_factory.mktemp("cluster-gates"))  # it restarts the API server
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,211 @@
+"""Installing into a real cluster: manifests, least privilege, certificates (issue 5)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import threading
+
+import pytest
+import yaml
+from cryptography import x509
+from kubernetes import client
+
+from admission.store.cluster import api_client
+from admission.webhooks import with_client_config
+from tests.e2e.conftest import ROOT, WEBHOOK_HOST, own_plane, start_server
+from tests.e2e.controlplane import ADMIN, ALICE, CERTS, GATE_ADMISSION
+from tests.e2e.manifests import kustomization
+from tests.polling import until
+from tests.processes import BIN
+
+pytestmark = pytest.mark.e2e
+NS = "gate-admission-system"
+# Our manifests use the GA API versions of current clusters; the test API server is 1.20.
+FOR_1_20 = {("PodDisruptionBudget", "policy/v1"): "policy/v1beta1", ("CronJob", "batch/v1"): "batch/v1beta1"}
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory):
+    yield from own_plane(tmp_path_factory.mktemp("install"))  # it installs webhooks of its own
+
+
+def rendered(plane) -> list[dict]:
+    docs = [d for d in yaml.safe_load_all(plane.kubectl("kustomize", str(ROOT / "manifests")).stdout) if d]
+    for doc in docs:
+        doc["apiVersion"] = FOR_1_20.get((doc["kind"], doc["apiVersion"]), doc["apiVersion"])
+    return docs
+
+
+@pytest.fixture(scope="module")
+def installed(plane):
+    docs = rendered(plane)
+    result = plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs), check=False)
+    assert result.returncode == 0, result.stderr
+    return docs
+
+
+def test_the_manifests_render_and_apply_cleanly(plane, installed):
+    kinds = sorted({d["kind"] for d in installed})
+    assert kinds == ["ClusterRole", "ClusterRoleBinding", "CronJob", "CustomResourceDefinition", "Deployment", "Job",
+                     "MutatingWebhookConfiguration", "Namespace", "PodDisruptionBudget", "Role", "RoleBinding",
+                     "Service", "ServiceAccount", "ValidatingWebhookConfiguration"]
+    listed = plane.kubectl("get", "deployments,services,poddisruptionbudgets,cronjobs,jobs", "-n", NS, "-o", "name").stdout
+    for name in ("deployment.apps/gate-admission", "deployment.apps/gate-admission-controller",
+                 "service/gate-admission", "poddisruptionbudget.policy/gate-admission",
+                 "cronjob.batch/gate-admission-certs", "job.batch/gate-admission-certs-init"):
+        assert name in listed
+    again = plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(installed), check=False)
+    assert again.returncode == 0 and "created" not in again.stdout  # idempotent
+
+
+def test_the_deployment_is_hardened(installed):
+    deploy = next(d for d in installed if d["kind"] == "Deployment" and d["metadata"]["name"] == "gate-admission")
+    pod = deploy["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert deploy["spec"]["replicas"] == 2
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] != 0
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    assert container["resources"]["requests"]["memory"]
+    hooks = [d for d in installed if d["kind"].endswith("WebhookConfiguration")]
+    for config in hooks:
+        for hook in config["webhooks"]:
+            assert hook["sideEffects"] == "NoneOnDryRun" and hook["timeoutSeconds"] <= 10
+            excluded = hook["namespaceSelector"]["matchExpressions"][0]["values"]
+            assert {"kube-system", NS} <= set(excluded)
+
+
+def can_i(plane, user: str, *args: str) -> bool:
+    result = plane.kubectl("auth", "can-i", f"--as={user}", *args, check=False)
+    return result.stdout.strip() == "yes"
+
+
+@pytest.mark.parametrize("user, allowed, denied", [
+    (GATE_ADMISSION.name,
+     [("list", "gates.gating.toolkit.fluxcd.io", "-A"), ("watch", "gatekeepers.gating.toolkit.fluxcd.io", "-A"),
+      ("create", "events", "-n", "apps")],
+     [("get", "secrets", "-A"), ("list", "secrets", "-n", NS), ("patch", "gates.gating.toolkit.fluxcd.io", "-A"),
+      ("patch", "kustomizations.kustomize.toolkit.fluxcd.io", "-A"), ("delete", "gates.gating.toolkit.fluxcd.io", "-A")]),
+    ("system:serviceaccount:gate-admission-system:gate-admission-controller",
+     [("patch", "gates.gating.toolkit.fluxcd.io", "--subresource=status", "-n", "flux-system"),
+      ("patch", "kustomizations.kustomize.toolkit.fluxcd.io", "-n", "apps"),
+      ("list", "gitrepositories.source.toolkit.fluxcd.io", "-A"), ("create", "leases", "-n", NS)],
+     [("get", "secrets", "-A"), ("patch", "gates.gating.toolkit.fluxcd.io", "-n", "flux-system"),
+      ("delete", "kustomizations.kustomize.toolkit.fluxcd.io", "-n", "apps"), ("create", "leases", "-n", "default"),
+      ("update", "helmreleases.helm.toolkit.fluxcd.io", "-n", "apps")]),
+    (CERTS.name,
+     [("get", "secrets", "-n", NS), ("update", "secrets", "-n", NS),
+      ("patch", "validatingwebhookconfigurations/gate-admission"),
+      ("patch", "mutatingwebhookconfigurations/gate-admission")],
+     [("get", "secrets", "-n", "flux-system"), ("get", "secrets", "-A"),
+      ("patch", "validatingwebhookconfigurations/other"), ("delete", "validatingwebhookconfigurations/gate-admission")]),
+])
+def test_service_accounts_hold_only_what_they_need(plane, installed, user, allowed, denied):
+    for args in allowed:
+        assert can_i(plane, user, *args), f"{user} should be able to {args}"
+    for args in denied:
+        assert not can_i(plane, user, *args), f"{user} must not be able to {args}"
+
+
+@pytest.fixture(scope="module")
+def local_server(plane, installed, tmp_path_factory):
+    """Our server on this machine, reading gates with the webhook's own service account."""
+    server = start_server(tmp_path_factory.mktemp("install-server"), None,
+                          "--kubeconfig", str(plane.kubeconfig(GATE_ADMISSION)))
+    yield server
+    server.stop()
+
+
+def point_webhooks_at(plane, docs, server, bundle: str) -> None:
+    url = f"https://{WEBHOOK_HOST}:{server.port}"
+    hooks = [with_client_config(d, bundle, url) for d in docs if d["kind"].endswith("WebhookConfiguration")]
+    plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(hooks))
+
+
+def test_certs_inject_makes_the_api_server_trust_us(plane, installed, local_server):
+    plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(
+        {"apiVersion": "gating.toolkit.fluxcd.io/v1alpha1", "kind": "Gate",
+         "metadata": {"name": "install-gate", "namespace": "flux-system"}, "spec": {"closed": True}}))
+    point_webhooks_at(plane, installed, local_server, bundle="")
+    manifest = kustomization("installed", gates="flux-system/install-gate")
+
+    def apply():
+        return plane.kubectl("apply", "--dry-run=server", "-f", "-", input=manifest, user=ALICE, check=False)
+
+    untrusted = until(apply, lambda r: "x509" in r.stderr or "certificate" in r.stderr)
+    assert untrusted.returncode != 0 and "failed calling webhook" in untrusted.stderr, untrusted.stderr
+
+    result = subprocess.run([str(BIN / "gate-admission"), "certs", "--out", str(local_server.cert_dir), "--inject",
+                             "--kubeconfig", str(plane.kubeconfig(ADMIN))], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "current:" in result.stdout and "ValidatingWebhookConfiguration/gate-admission" in result.stdout
+    denied = until(apply, lambda r: " is held: " in r.stderr)
+    assert "Kustomization apps/installed is held: gate 'flux-system/install-gate' is closed" in denied.stderr
+    again = subprocess.run([str(BIN / "gate-admission"), "certs", "--out", str(local_server.cert_dir), "--inject",
+                            "--kubeconfig", str(plane.kubeconfig(ADMIN))], capture_output=True, text=True, timeout=60)
+    assert "caBundle: already current" in again.stdout  # idempotent
+
+
+def certs_command(plane, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "gate-admission"), "certs", "--secret", "gate-admission-tls",
+                           "--namespace", NS, "--kubeconfig", str(plane.kubeconfig(CERTS)), *extra],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_certs_in_secrets_as_the_cronjob_runs_them(plane, installed):
+    first = certs_command(plane)
+    assert first.returncode == 0 and first.stdout.startswith("issued:"), first.stderr
+    core = client.CoreV1Api(api_client(str(plane.kubeconfig(ADMIN))))
+    tls = core.read_namespaced_secret("gate-admission-tls", NS)
+    assert tls.type == "kubernetes.io/tls" and {"tls.crt", "tls.key", "ca.crt"} <= set(tls.data)
+    second = certs_command(plane)
+    assert second.stdout.startswith("current:")
+    assert core.read_namespaced_secret("gate-admission-tls", NS).metadata.resource_version == tls.metadata.resource_version
+    renewed = certs_command(plane, "--renew")
+    assert renewed.stdout.startswith("issued:") and "renewal requested" in renewed.stdout
+    after = core.read_namespaced_secret("gate-admission-tls", NS)
+    assert after.data["ca.crt"] == tls.data["ca.crt"] and after.data["tls.crt"] != tls.data["tls.crt"]
+
+
+def served_serial(server) -> int:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as raw:
+        with server.tls().wrap_socket(raw, server_hostname="localhost") as conn:
+            return x509.load_der_x509_certificate(conn.getpeercert(binary_form=True)).serial_number
+
+
+def test_certificate_rotation_under_load_loses_no_write(plane, installed, local_server):
+    point_webhooks_at(plane, installed, local_server,
+                      bundle=__import__("base64").b64encode((local_server.cert_dir / "ca.crt").read_bytes()).decode())
+    api = client.CustomObjectsApi(api_client(str(plane.kubeconfig(ALICE))))
+    plane.kubectl("apply", "-f", "-", input=kustomization("rotating"), user=ALICE)
+    stop, failures, writes = threading.Event(), [], [0]
+
+    def writer():
+        while not stop.is_set():
+            try:
+                api.patch_namespaced_custom_object("kustomize.toolkit.fluxcd.io", "v1", "apps", "kustomizations",
+                                                   "rotating", {"metadata": {"labels": {"n": str(writes[0])}}})
+                writes[0] += 1
+            except Exception as err:  # every failure is counted and shown
+                failures.append(repr(err))
+
+    serials = [served_serial(local_server)]
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        for _ in range(3):
+            start = writes[0]
+            result = subprocess.run([str(BIN / "gate-admission"), "certs", "--out", str(local_server.cert_dir),
+                                     "--renew"], capture_output=True, text=True, timeout=60)
+            assert result.returncode == 0, result.stderr
+            serial = until(lambda: served_serial(local_server), lambda s: s != serials[-1], timeout=10)
+            assert serial != serials[-1], "the server kept the old certificate"
+            serials.append(serial)
+            until(lambda: writes[0], lambda n: n >= start + 50, timeout=30)  # writes flow across the swap
+    finally:
+        stop.set()
+        thread.join(30)
+    assert writes[0] >= 150 and failures == [], f"{len(failures)} failed writes of {writes[0]}: {failures[:3]}"
