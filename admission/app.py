@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 from typing import Callable
 
 import orjson
-from flask import Flask, Response, request
+from flask import Blueprint, Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
 from . import handlers
@@ -56,10 +56,13 @@ def _log_decision(review: AdmissionReview, decision: Decision, dry_run: bool) ->
 
 
 def create_app(store: GateStore, settings: Settings | None = None,
-               clock: Callable[[], datetime] = utcnow) -> Flask:
-    """Build the app around a gate store; ``clock`` is the one place time is read."""
+               clock: Callable[[], datetime] = utcnow, receiver: Blueprint | None = None) -> Flask:
+    """Build the app around a gate store; ``clock`` is the one place time is read.
+    ``receiver`` adds the open/close hooks (see admission.receiver)."""
     settings = settings or Settings()
     app = Flask("admission")
+    if receiver is not None:
+        app.register_blueprint(receiver)
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
     app.extensions["gate_store"] = store
     app.extensions["gate_settings"] = settings

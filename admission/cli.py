@@ -118,21 +118,35 @@ def make_certs(args: argparse.Namespace) -> int:
 
 
 def _app_factory(args: argparse.Namespace):
-    from .app import create_app
+    from .app import create_app, utcnow
     from .decision import Settings
 
     settings = Settings(args.mode, _csv(args.exempt_users), _csv(args.exempt_groups))
+    if args.receiver_token_file:
+        if args.gates_dir:
+            raise SystemExit("gate-admission: the receiver writes Gates in the cluster; it cannot be used with --gates-dir")
+        from .receiver import TokenFile
+        try:
+            TokenFile(args.receiver_token_file)
+        except (OSError, ValueError) as err:
+            raise SystemExit(f"gate-admission: receiver token: {err}") from None
 
     def factory():
         logs.configure(args.log_level)
+        receiver = None
         if args.gates_dir:
             from .store.files import FileStore
             store = FileStore(args.gates_dir)
         else:
             from .store.cluster import ClusterStore, api_client
-            store = ClusterStore(api_client(args.kubeconfig), stale_after=args.stale_after)
+            api = api_client(args.kubeconfig)
+            store = ClusterStore(api, stale_after=args.stale_after)
+            if args.receiver_token_file:
+                from . import receiver as hooks
+                receiver = hooks.blueprint(hooks.TokenFile(args.receiver_token_file), hooks.cluster_patcher(api),
+                                           utcnow)
         store.start()
-        return create_app(store, settings)
+        return create_app(store, settings, receiver=receiver)
 
     return factory
 

@@ -17,6 +17,7 @@ from kubernetes.client.rest import ApiException
 
 from . import names
 from .decision import hold_of
+from .fluxobjects import FluxObjects
 from .gates import GateState
 from .references import metadata, policy_of
 from .status import gate_status, status_differs, transition_message, was_open
@@ -26,18 +27,6 @@ from .timefmt import parse_duration
 
 log = logging.getLogger("admission.controller")
 DEFAULT_INTERVAL = timedelta(minutes=1)
-# Served versions differ across Flux releases: the first that answers is used.
-FLUX_RESOURCES = (
-    (names.KUSTOMIZE_GROUP, "kustomizations", ("v1", "v1beta2", "v1beta1")),
-    (names.HELM_GROUP, "helmreleases", ("v2", "v2beta2", "v2beta1")),
-    (names.SOURCE_GROUP, "gitrepositories", ("v1", "v1beta2")),
-    (names.SOURCE_GROUP, "ocirepositories", ("v1", "v1beta2")),
-    (names.SOURCE_GROUP, "helmrepositories", ("v1", "v1beta2")),
-    (names.SOURCE_GROUP, "helmcharts", ("v1", "v1beta2")),
-    (names.SOURCE_GROUP, "buckets", ("v1", "v1beta2")),
-)
-
-
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -61,6 +50,7 @@ class Controller:
                  is_leader: threading.Event | None = None, clock=utcnow):
         self.custom = client.CustomObjectsApi(api_client)
         self.core = client.CoreV1Api(api_client)
+        self.flux = FluxObjects(self.custom)
         self.store = store or ClusterStore(api_client)
         self.store.on_change = self.poke
         self.is_leader = is_leader
@@ -69,7 +59,6 @@ class Controller:
         self.stopped = threading.Event()
         self.last_open: dict[tuple[str, str], bool | None] = {}
         self.written: dict[tuple[str, str], dict] = {}
-        self._versions: dict[tuple[str, str], str] = {}
 
     def poke(self) -> None:
         self.wake.set()
@@ -138,28 +127,13 @@ class Controller:
             log.warning("event not recorded", extra={"reason": reason, "error": err.reason})
 
     # -- prompt reconciles ------------------------------------------------------------
-    def _list(self, group: str, plural: str, versions: tuple[str, ...]) -> list[dict]:
-        known = self._versions.get((group, plural))
-        for version in ([known] if known else list(versions)):
-            try:
-                items = self.custom.list_cluster_custom_object(group, version, plural).get("items") or []
-            except ApiException as err:
-                if err.status == 404:
-                    continue
-                raise
-            self._versions[(group, plural)] = version
-            for item in items:
-                item.setdefault("apiVersion", f"{group}/{version}")
-            return items
-        return []
-
-    def _annotate(self, group: str, version: str, plural: str, namespace: str, name: str, value: str) -> bool:
+    def _annotate(self, kind: str, namespace: str, name: str, value: str) -> bool:
         body = {"metadata": {"annotations": {names.RECONCILE_REQUEST_ANNOTATION: value}}}
         try:
-            self.custom.patch_namespaced_custom_object(group, version, namespace, plural, name, body)
+            self.flux.patch(kind, namespace, name, body)
             return True
         except ApiException as err:
-            log.warning("reconcile not requested", extra={"object": f"{plural}/{namespace}/{name}", "error": err.reason})
+            log.warning("reconcile not requested", extra={"object": f"{kind}/{namespace}/{name}", "error": err.reason})
             return False
 
     def request_reconciles(self, namespace: str, name: str, now: datetime) -> list[str]:
@@ -168,25 +142,21 @@ class Controller:
         value = _request_value(now)
         done: list[str] = []
         parents: set[tuple[str, str]] = set()
-        for group, plural, versions in FLUX_RESOURCES:
-            for obj in self._list(group, plural, versions):
-                if gate_key not in {ref.key for ref in policy_of(obj).refs}:
-                    continue
-                if hold_of(obj, self.store.index.lookup, now).held:
-                    continue  # another gate still holds it
-                meta = metadata(obj)
-                version = self._versions[(group, plural)]
-                if self._annotate(group, version, plural, meta["namespace"], meta["name"], value):
-                    done.append(f"{obj.get('kind')}/{meta['namespace']}/{meta['name']}")
-                labels = meta.get("labels") or {}
-                parent = labels.get(names.KUSTOMIZE_NAME_LABEL), labels.get(names.KUSTOMIZE_NAMESPACE_LABEL)
-                if all(parent):
-                    parents.add(parent)
-        if parents:
-            version = self._versions.get((names.KUSTOMIZE_GROUP, "kustomizations"), "v1")
-            for parent_name, parent_namespace in sorted(parents):
-                if self._annotate(names.KUSTOMIZE_GROUP, version, "kustomizations", parent_namespace, parent_name, value):
-                    done.append(f"Kustomization/{parent_namespace}/{parent_name}")
+        for obj in self.flux.list_all():
+            if gate_key not in {ref.key for ref in policy_of(obj).refs}:
+                continue
+            if hold_of(obj, self.store.index.lookup, now).held:
+                continue  # another gate still holds it
+            meta = metadata(obj)
+            if self._annotate(obj["kind"], meta["namespace"], meta["name"], value):
+                done.append(f"{obj['kind']}/{meta['namespace']}/{meta['name']}")
+            labels = meta.get("labels") or {}
+            parent = labels.get(names.KUSTOMIZE_NAME_LABEL), labels.get(names.KUSTOMIZE_NAMESPACE_LABEL)
+            if all(parent):
+                parents.add(parent)
+        for parent_name, parent_namespace in sorted(parents):
+            if self._annotate("Kustomization", parent_namespace, parent_name, value):
+                done.append(f"Kustomization/{parent_namespace}/{parent_name}")
         if done:
             log.info("reconcile requested", extra={"Gate": {"namespace": namespace, "name": name}, "objects": done})
         return done

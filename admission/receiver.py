@@ -1,0 +1,166 @@
+"""``POST /hooks/gates/<ns>/<name>/<open|close>``: open and close gates from CI and ChatOps.
+
+Every call needs ``Authorization: Bearer <token>``; the token comes from a file (a mounted
+Secret), re-read when it changes, and is compared in constant time. Calls are rate limited
+per worker. The body is optional JSON: ``{"message": "...", "for": "2h", "requestedBy": "..."}``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import os
+import threading
+import time
+from datetime import datetime
+from typing import Callable
+
+import orjson
+from flask import Blueprint, Response, request
+
+from .toggles import ACTIONS, toggle_patch
+
+log = logging.getLogger("admission.receiver")
+MAX_MESSAGE = 1024
+FIELDS = {"message", "for", "requestedBy"}
+
+
+class TokenFile:
+    """The expected bearer token, from a file re-read when its modification time changes."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._stamp: tuple | None = None
+        with open(path, "rb") as handle:  # a missing file is an error at start, not later
+            self._token = handle.read().strip()
+        if not self._token:
+            raise ValueError(f"receiver token file {path} is empty")
+
+    def current(self) -> bytes:
+        try:
+            st = os.stat(self.path)
+            stamp = (st.st_mtime_ns, st.st_size)
+            if stamp != self._stamp:
+                with open(self.path, "rb") as handle:
+                    self._token, self._stamp = handle.read().strip(), stamp
+        except OSError:
+            pass  # keep the last token rather than lock everyone out during a Secret update
+        return self._token
+
+    def matches(self, header: str | None) -> bool:
+        if not header or not header.startswith("Bearer "):
+            return False
+        expected = self.current()
+        return bool(expected) and hmac.compare_digest(header[len("Bearer "):].strip().encode(), expected)
+
+
+class RateLimit:
+    """A token bucket: ``rate`` calls a second on average, bursts of ``burst``."""
+
+    def __init__(self, rate: float = 5.0, burst: int = 10, clock: Callable[[], float] = time.monotonic):
+        self.rate, self.burst, self.clock = rate, burst, clock
+        self._tokens, self._at = float(burst), clock()
+        self._lock = threading.Lock()
+
+    def allow(self) -> bool:
+        with self._lock:
+            now = self.clock()
+            self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
+            self._at = now
+            if self._tokens < 1:
+                return False
+            self._tokens -= 1
+            return True
+
+
+def _json(payload: dict, status: int, **headers: str) -> Response:
+    return Response(orjson.dumps(payload), status=status, mimetype="application/json", headers=headers)
+
+
+def _body() -> tuple[dict | None, str | None]:
+    raw = request.get_data(cache=False)
+    if not raw.strip():
+        return {}, None
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None, "body must be JSON such as {\"message\": \"...\", \"for\": \"2h\"}"
+    if not isinstance(body, dict):
+        return None, "body must be a JSON object"
+    unknown = set(body) - FIELDS
+    if unknown:
+        return None, f"unknown fields {sorted(unknown)}: use message, for, requestedBy"
+    for key in FIELDS & set(body):
+        if not isinstance(body[key], str) or len(body[key]) > MAX_MESSAGE:
+            return None, f"{key} must be a string of at most {MAX_MESSAGE} characters"
+    return body, None
+
+
+def blueprint(tokens: TokenFile, patch_gate: Callable[[str, str, dict], None], clock: Callable[[], datetime],
+              limit: RateLimit | None = None, record: Callable[[str], None] = lambda result: None) -> Blueprint:
+    """The receiver's routes; ``patch_gate(namespace, name, patch)`` writes the annotations and
+    raises LookupError for a missing gate, PermissionError when we may not write it."""
+    hooks = Blueprint("receiver", __name__)
+    limit = limit or RateLimit()
+
+    @hooks.post("/hooks/gates/<namespace>/<name>/<action>")
+    def toggle(namespace: str, name: str, action: str) -> Response:
+        def answer(result: str, payload: dict, status: int, **headers: str) -> Response:
+            record(result)
+            return _json(payload, status, **headers)
+
+        if action not in ACTIONS:
+            return answer("not_found", {"error": f"no hook {action!r}: use open or close"}, 404)
+        if not limit.allow():
+            return answer("rate_limited", {"error": "too many requests; try again shortly"}, 429, **{"Retry-After": "1"})
+        if not tokens.matches(request.headers.get("Authorization")):
+            return answer("unauthorized", {"error": "missing or wrong bearer token"}, 401,
+                          **{"WWW-Authenticate": 'Bearer realm="gate-admission"'})
+        body, problem = _body()
+        if problem:
+            return answer("bad_request", {"error": problem}, 400)
+        requested_by = body.get("requestedBy") or "gate-admission-receiver"
+        try:
+            patch = toggle_patch(action, clock(), body.get("message"), requested_by, body.get("for"))
+        except ValueError as err:
+            return answer("bad_request", {"error": str(err)}, 400)
+        try:
+            patch_gate(namespace, name, patch)
+        except LookupError:
+            return answer("not_found", {"error": f"gate {namespace}/{name} not found"}, 404)
+        except PermissionError as err:
+            return answer("error", {"error": f"not allowed to change gate {namespace}/{name}: {err}"}, 502)
+        annotations = patch["metadata"]["annotations"]
+        verb = "opening" if action == "open" else "closing"
+        log.info(f"{verb} gate: '{body.get('message') or ''}'", extra={
+            "closed": str(action == "close").lower(), "requestedBy": requested_by, "via": "receiver",
+            "Gate": {"namespace": namespace, "name": name}})
+        result = {"gate": f"{namespace}/{name}", "action": action,
+                  "requestedAt": annotations["open.gate.fluxcd.io/requestedAt" if action == "open"
+                                             else "close.gate.fluxcd.io/requestedAt"]}
+        if action == "open" and body.get("for"):
+            result["closesAt"] = annotations["close.gate.fluxcd.io/requestedAt"]
+        return answer("ok", result, 200)
+
+    return hooks
+
+
+def cluster_patcher(api_client) -> Callable[[str, str, dict], None]:
+    """Write a Gate's annotations through the API server, mapping its errors for the receiver."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    from . import names
+
+    custom = client.CustomObjectsApi(api_client)
+
+    def patch_gate(namespace: str, name: str, patch: dict) -> None:
+        try:
+            custom.patch_namespaced_custom_object(names.GATING_GROUP, names.GATING_VERSION, namespace,
+                                                  names.GATE_PLURAL, name, patch)
+        except ApiException as err:
+            if err.status == 404:
+                raise LookupError(name) from None
+            raise PermissionError(f"API server answered {err.status} {err.reason}") from None
+
+    return patch_gate

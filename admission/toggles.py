@@ -1,0 +1,39 @@
+"""Opening and closing a gate: the annotations the CLI and the receiver write."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from . import names
+from .timefmt import parse_duration
+
+ACTIONS = ("open", "close")
+
+
+def stamp(value: datetime) -> str:
+    """RFC 3339 with microseconds: an open right after a close must not tie with it (ties close)."""
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def toggle_patch(action: str, now: datetime, message: str | None = None, requested_by: str | None = None,
+                 duration: str | None = None) -> dict:
+    """A merge patch for a Gate's annotations that opens or closes it at ``now``.
+
+    ``duration`` (open only) also plans the close: a close toggle dated ``now + duration``,
+    which takes effect when it comes. Raises ValueError for a bad action or duration.
+    """
+    if action not in ACTIONS:
+        raise ValueError(f"action must be open or close, not {action!r}")
+    annotations: dict[str, str | None] = {
+        names.OPEN_ANNOTATION if action == "open" else names.CLOSE_ANNOTATION: stamp(now),
+        names.MESSAGE_ANNOTATION: message or None,
+        names.REQUESTED_BY_ANNOTATION: requested_by or None,
+    }
+    if duration:
+        if action != "open":
+            raise ValueError("a duration only makes sense when opening")
+        length = parse_duration(duration)
+        if length <= timedelta(0):
+            raise ValueError(f"duration {duration!r} must be positive")
+        annotations[names.CLOSE_ANNOTATION] = stamp(now + length)
+    return {"metadata": {"annotations": annotations}}

@@ -1,0 +1,123 @@
+"""The open/close receiver in process: authentication, limits, bodies, what it writes."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from admission.app import create_app
+from admission.names import CLOSE_ANNOTATION, MESSAGE_ANNOTATION, OPEN_ANNOTATION, REQUESTED_BY_ANNOTATION
+from admission.receiver import RateLimit, TokenFile, blueprint
+from admission.store.files import FileStore
+from tests.conftest import FIXED_NOW
+
+TOKEN = "s3cret-token-value"
+
+
+class Gates:
+    """Stands in for the API server's Gate objects: the receiver's only outside call."""
+
+    def __init__(self, existing=("flux-system/bypass-signoff",)):
+        self.existing, self.patches = set(existing), []
+
+    def patch(self, namespace, name, patch):
+        if f"{namespace}/{name}" not in self.existing:
+            raise LookupError(name)
+        self.patches.append((namespace, name, patch))
+
+
+@pytest.fixture
+def receiver(tmp_path, gates_dir):
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    gates = Gates()
+    limit = RateLimit(rate=0.0001, burst=5)
+    results = []
+    app = create_app(FileStore(gates_dir), clock=lambda: FIXED_NOW,
+                     receiver=blueprint(TokenFile(str(token_file)), gates.patch, lambda: FIXED_NOW, limit,
+                                        results.append))
+    return app.test_client(), gates, results, token_file
+
+
+def call(client, action="open", body=None, token=TOKEN, gate="flux-system/bypass-signoff"):
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+    data = body if isinstance(body, bytes) else orjson.dumps(body) if body is not None else b""
+    return client.post(f"/hooks/gates/{gate}/{action}", data=data, headers=headers, content_type="application/json")
+
+
+def test_open_with_message_and_duration(receiver):
+    client, gates, results, _ = receiver
+    resp = call(client, body={"message": "Patching a CVE", "for": "2h", "requestedBy": "chatops:bob"})
+    assert resp.status_code == 200
+    assert resp.get_json() == {"gate": "flux-system/bypass-signoff", "action": "open",
+                               "requestedAt": "2026-06-10T12:00:00.000000Z", "closesAt": "2026-06-10T14:00:00.000000Z"}
+    assert gates.patches == [("flux-system", "bypass-signoff", {"metadata": {"annotations": {
+        OPEN_ANNOTATION: "2026-06-10T12:00:00.000000Z", CLOSE_ANNOTATION: "2026-06-10T14:00:00.000000Z",
+        MESSAGE_ANNOTATION: "Patching a CVE", REQUESTED_BY_ANNOTATION: "chatops:bob"}}})]
+    assert results == ["ok"]
+
+
+def test_close_without_a_body(receiver):
+    client, gates, _, _ = receiver
+    assert call(client, "close").status_code == 200
+    annotations = gates.patches[0][2]["metadata"]["annotations"]
+    assert CLOSE_ANNOTATION in annotations and annotations[REQUESTED_BY_ANNOTATION] == "gate-admission-receiver"
+
+
+@pytest.mark.parametrize("token", [None, "", "wrong", TOKEN + "x", TOKEN[:-1], "Bearer"])
+def test_missing_or_wrong_tokens_are_refused(receiver, token):
+    client, gates, results, _ = receiver
+    resp = call(client, token=token)
+    assert resp.status_code == 401 and resp.get_json() == {"error": "missing or wrong bearer token"}
+    assert resp.headers["WWW-Authenticate"].startswith("Bearer")
+    assert gates.patches == [] and results == ["unauthorized"]
+
+
+def test_other_schemes_are_refused(receiver):
+    client, gates, _, _ = receiver
+    resp = client.post("/hooks/gates/flux-system/bypass-signoff/open", headers={"Authorization": f"Basic {TOKEN}"})
+    assert resp.status_code == 401 and gates.patches == []
+
+
+def test_a_rotated_token_file_takes_effect(receiver):
+    client, _, _, token_file = receiver
+    token_file.write_text("the-new-token-of-another-length")
+    assert call(client).status_code == 401
+    assert call(client, token="the-new-token-of-another-length").status_code == 200
+
+
+@pytest.mark.parametrize("body, why", [
+    (b"not json", "body must be JSON"),
+    ([1], "body must be a JSON object"),
+    ({"message": 5}, "message must be a string"),
+    ({"message": "x" * 2000}, "at most 1024"),
+    ({"for": "soon"}, "invalid duration"),
+    ({"reason": "x"}, "unknown fields"),
+])
+def test_bad_bodies_get_400(receiver, body, why):
+    client, gates, _, _ = receiver
+    resp = call(client, body=body)
+    assert resp.status_code == 400 and why in resp.get_json()["error"] and gates.patches == []
+
+
+def test_unknown_gate_and_unknown_action(receiver):
+    client, _, results, _ = receiver
+    assert call(client, gate="flux-system/nope").status_code == 404
+    resp = call(client, action="toggle")
+    assert resp.status_code == 404 and "use open or close" in resp.get_json()["error"]
+
+
+def test_calls_are_rate_limited(receiver):
+    client, gates, results, _ = receiver
+    codes = [call(client, token="wrong").status_code for _ in range(8)]
+    assert codes[:5] == [401] * 5 and codes[5:] == [429] * 3
+    resp = call(client)
+    assert resp.status_code == 429 and resp.headers["Retry-After"] == "1"
+
+
+def test_a_missing_or_empty_token_file_is_an_error(tmp_path):
+    with pytest.raises(OSError):
+        TokenFile(str(tmp_path / "none"))
+    (tmp_path / "empty").write_text("\n")
+    with pytest.raises(ValueError, match="empty"):
+        TokenFile(str(tmp_path / "empty"))

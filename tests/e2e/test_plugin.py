@@ -1,0 +1,144 @@
+"""`kubectl gate` and the HTTP receiver against a real API server (issue 6)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import orjson
+import pytest
+import yaml
+
+from tests.builders import gate
+from tests.e2e.conftest import ROOT, own_plane, register_webhooks, start_server, wait_until_webhooks_answer
+from tests.e2e.controlplane import ADMIN, ALICE, CONTROLLER, GATE_ADMISSION
+from tests.e2e.manifests import kustomization
+from tests.polling import until
+from tests.processes import BIN, free_port
+
+pytestmark = pytest.mark.e2e
+TOKEN = "e2e-receiver-token-0123456789abcdef"
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory):
+    yield from own_plane(tmp_path_factory.mktemp("plugin"))
+
+
+@pytest.fixture(scope="module")
+def server(plane, tmp_path_factory):
+    plane.kubectl("apply", "-f", str(ROOT / "manifests" / "components" / "receiver" / "rbac.yaml"))
+    tmp = tmp_path_factory.mktemp("plugin-server")
+    (tmp / "token").write_text(TOKEN)
+    srv = start_server(tmp, None, "--kubeconfig", str(plane.kubeconfig(GATE_ADMISSION)),
+                       "--receiver-token-file", str(tmp / "token"))
+    try:
+        register_webhooks(plane, srv)
+        wait_until_webhooks_answer(plane, srv)
+        yield srv
+    finally:
+        srv.stop()
+
+
+def kubectl_gate(plane, *args: str, kubeconfig: Path | None = None, stdin: str | None = None):
+    """`kubectl gate ...` exactly as typed: kubectl finds our plugin on PATH."""
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+           "KUBECONFIG": str(kubeconfig or plane.kubeconfig(ADMIN))}
+    return subprocess.run([plane.kubectl_path, "gate", *args], input=stdin, capture_output=True, text=True,
+                          env=env, timeout=60)
+
+
+def apply(plane, manifest, *args):
+    return plane.kubectl("apply", *args, "-f", "-", input=manifest, user=ALICE, check=False)
+
+
+def hook(server, path: str, token: str | None = TOKEN, body: dict | None = None):
+    conn = server.connection()
+    try:
+        headers = {"Content-Type": "application/json"}
+        if token is not None:
+            headers["Authorization"] = f"Bearer {token}"
+        conn.request("POST", path, body=orjson.dumps(body or {}), headers=headers)
+        resp = conn.getresponse()
+        return resp.status, orjson.loads(resp.read())
+    finally:
+        conn.close()
+
+
+def test_open_with_the_plugin_then_close_through_the_receiver(plane, server):
+    plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(gate("release", closed=True, window="4h")))
+    manifest = kustomization("shop", gates="flux-system/release")
+    assert " is held: " in until(lambda: apply(plane, manifest), lambda r: " is held: " in r.stderr).stderr
+
+    opened = kubectl_gate(plane, "open", "release", "-n", "flux-system", "-m", "Release 1.2: approved by the CAB")
+    assert opened.returncode == 0, opened.stderr
+    assert opened.stdout.strip() == "gate flux-system/release opened: Release 1.2: approved by the CAB"
+    assert until(lambda: apply(plane, manifest), lambda r: r.returncode == 0).returncode == 0
+
+    status, out = hook(server, "/hooks/gates/flux-system/release/close", body={"message": "CAB window over"})
+    assert status == 200 and out["gate"] == "flux-system/release" and out["action"] == "close", out
+    change = kustomization("shop", gates="flux-system/release", path="./v2")
+    result = until(lambda: apply(plane, change), lambda r: " is held: " in r.stderr)
+    assert "gate 'flux-system/release' is closed (Gate close requested)" in result.stderr
+
+
+def test_get_lists_the_objects_a_gate_holds(plane, server):
+    plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(gate("infra", default="opened")))
+    assert apply(plane, kustomization("infra-a", gates="flux-system/infra")).returncode == 0
+    assert apply(plane, kustomization("infra-b", gates="flux-system/infra, flux-system/other", require="oneOf")).returncode == 0
+    closed = kubectl_gate(plane, "close", "infra", "-n", "flux-system", "-m", "maintenance")
+    assert closed.returncode == 0, closed.stderr
+    result = until(lambda: kubectl_gate(plane, "get", "infra", "-n", "flux-system"),
+                   lambda r: "Closed" in r.stdout)
+    lines = result.stdout.splitlines()
+    assert "State:         Closed" in lines and "Reason:        CloseRequested" in lines
+    assert any(line.split() == ["Kustomization", "apps", "infra-a", "yes"] for line in lines), result.stdout
+    assert any(line.split() == ["Kustomization", "apps", "infra-b", "yes"] for line in lines), result.stdout
+    as_json = orjson.loads(kubectl_gate(plane, "get", "infra", "-n", "flux-system", "-o", "json").stdout)
+    assert as_json["requestedBy"] == "admin" and as_json["requestMessage"] == "maintenance"
+    assert {o["name"]: o["held"] for o in as_json["referencedBy"]} == {"infra-a": True, "infra-b": True}
+    listed = kubectl_gate(plane, "list", "-n", "flux-system").stdout.splitlines()
+    assert listed[0].split() == ["NAME", "STATE", "REASON", "UNTIL", "REFERENCED", "BY"]
+    assert ["infra", "Closed", "CloseRequested", "-", "2"] in [line.split() for line in listed]
+
+
+def test_check_exit_codes_tell_ci_whether_a_change_would_be_held(plane, server, tmp_path):
+    plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([gate("ci-closed", closed=True), gate("ci-open")]))
+    held = tmp_path / "held.yaml"
+    held.write_text(kustomization("ci-a", gates="flux-system/ci-closed") + "---\n" + kustomization("ci-b"))
+    free = tmp_path / "free.yaml"
+    free.write_text(kustomization("ci-c", gates="flux-system/ci-open"))
+    result = until(lambda: kubectl_gate(plane, "check", "-f", str(held)), lambda r: r.returncode == 1)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "Kustomization apps/ci-a is held: gate 'flux-system/ci-closed' is closed" in result.stdout
+    assert kubectl_gate(plane, "check", "-f", str(free)).returncode == 0
+    assert kubectl_gate(plane, "check", "-f", "-", stdin=free.read_text()).returncode == 0
+    offline = subprocess.run([str(BIN / "kubectl-gate"), "check", "-f", str(held), "--gates-dir",
+                              str(ROOT / "examples" / "gates")], capture_output=True, text=True, timeout=60)
+    assert offline.returncode == 1 and "gate 'flux-system/ci-closed' is closed (Gate not found)" in offline.stdout
+
+
+def test_the_receiver_refuses_missing_and_wrong_tokens(plane, server):
+    plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(gate("guarded", closed=True)))
+    for token in (None, "wrong-token", TOKEN[:-1]):
+        status, out = hook(server, "/hooks/gates/flux-system/guarded/open", token=token)
+        assert status == 401 and out == {"error": "missing or wrong bearer token"}
+    annotations = plane.kubectl("get", "gate", "guarded", "-n", "flux-system", "-o",
+                                "jsonpath={.metadata.annotations}").stdout
+    assert "open.gate.fluxcd.io" not in annotations
+    assert hook(server, "/hooks/gates/flux-system/missing/open")[0] == 404
+
+
+def test_errors_are_one_line_with_an_exit_code(plane, server):
+    missing = kubectl_gate(plane, "get", "no-such-gate", "-n", "flux-system")
+    assert missing.returncode == 3 and missing.stderr.strip() == "error: gate flux-system/no-such-gate not found"
+    forbidden = kubectl_gate(plane, "open", "guarded", "-n", "flux-system", kubeconfig=plane.kubeconfig(CONTROLLER))
+    assert forbidden.returncode == 4 and forbidden.stderr.startswith("error: forbidden:")
+    assert len(forbidden.stderr.strip().splitlines()) == 1
+    dead = yaml.safe_load(plane.kubeconfig(ADMIN).read_text())
+    dead["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{free_port()}"
+    dead_path = plane.workdir / "kubeconfig-dead"
+    dead_path.write_text(yaml.safe_dump(dead))
+    unreachable = kubectl_gate(plane, "list", kubeconfig=dead_path)
+    assert unreachable.returncode == 5 and unreachable.stderr.startswith("error: no cluster:")
