@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from datetime import datetime, timezone
 from typing import Callable
 
@@ -10,7 +11,7 @@ import orjson
 from flask import Blueprint, Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
-from . import handlers
+from . import handlers, metrics, names
 from .decision import Decision, Settings
 from .handlers import Handler, Outcome
 from .review import AdmissionReview, ReviewError, allowed, complete, errored, parse_review
@@ -55,10 +56,33 @@ def _log_decision(review: AdmissionReview, decision: Decision, dry_run: bool) ->
     log.info("admission decision", extra=fields)
 
 
+def _verdict(decision: Decision, response: dict) -> str:
+    if decision.exempt:
+        return "exempt"
+    if not response.get("allowed"):
+        return "error" if response.get("status", {}).get("code") == 500 else "denied"
+    if decision.held:
+        return "audited"
+    return "patched" if "patch" in response else "allowed"
+
+
+def _count(endpoint: str, review: AdmissionReview, outcome: Outcome, settings: Settings, started: float) -> None:
+    req = review["request"]
+    kind = req["kind"]
+    # Only our kinds become label values: anything else could grow the series without bound.
+    kind_label = kind["kind"] if names.is_gated_kind(kind["group"], kind["kind"]) else "other"
+    operation = req["operation"] + ("/status" if req.get("subResource") == "status" else "")
+    mode = outcome.decision.mode if outcome.decision.held else settings.mode
+    metrics.REVIEWS.labels(endpoint, kind_label, operation, _verdict(outcome.decision, outcome.response), mode).inc()
+    metrics.DURATION.labels(endpoint).observe(time.perf_counter() - started)
+
+
 def create_app(store: GateStore, settings: Settings | None = None,
-               clock: Callable[[], datetime] = utcnow, receiver: Blueprint | None = None) -> Flask:
+               clock: Callable[[], datetime] = utcnow, receiver: Blueprint | None = None,
+               events=None) -> Flask:
     """Build the app around a gate store; ``clock`` is the one place time is read.
-    ``receiver`` adds the open/close hooks (see admission.receiver)."""
+    ``receiver`` adds the open/close hooks (admission.receiver); ``events`` records denials
+    as Kubernetes Events (admission.events)."""
     settings = settings or Settings()
     app = Flask("admission")
     if receiver is not None:
@@ -68,17 +92,27 @@ def create_app(store: GateStore, settings: Settings | None = None,
     app.extensions["gate_settings"] = settings
 
     def review_view(handler: Handler, fail_open: bool) -> Response:
+        started = time.perf_counter()
         review = parse_review(request.get_data(cache=False))
+        now = clock()
         try:
-            outcome = handler(review["request"], store.lookup, clock(), settings)
+            outcome = handler(review["request"], store.lookup, now, settings)
+        except RecursionError:
+            # orjson decodes 1024 levels; comparing or printing ~1000 exceeds Python's limit.
+            raise ReviewError("request nests values too deeply to be judged") from None
         except Exception as err:  # a bug must not become a 500 or a crashed worker
             log.exception("handler failed", extra={"uid": review["request"]["uid"]})
             response = allowed(warnings=[f"gate-admission could not evaluate this request: {err}"]) if fail_open \
                 else errored(f"gate-admission could not evaluate this request: {err}")
             outcome = Outcome(response, Decision(allowed=fail_open))
-        if handler is handlers.validate:
+        endpoint = "validate" if handler is handlers.validate else "mutate"
+        if endpoint == "validate":
             _log_decision(review, outcome.decision, bool(review["request"].get("dryRun")))
-        return _json(complete(review, outcome.response))
+            if events is not None and outcome.decision.held and not outcome.decision.allowed:
+                events.record(review["request"], outcome.decision.message or "", now)
+        body = _json(complete(review, outcome.response))
+        _count(endpoint, review, outcome, settings, started)
+        return body
 
     @app.post("/validate")
     def validate() -> Response:
@@ -97,6 +131,11 @@ def create_app(store: GateStore, settings: Settings | None = None,
     def readyz() -> Response:
         ready, detail = store.readiness()
         return _json({"ready": ready, **detail}, 200 if ready else 503)
+
+    @app.get("/metrics")
+    def prometheus() -> Response:
+        payload, content_type = metrics.exposition(store, clock)
+        return Response(payload, mimetype=None, content_type=content_type)
 
     @app.errorhandler(ReviewError)
     def bad_review(err: ReviewError) -> Response:

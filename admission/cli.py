@@ -44,6 +44,8 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--exempt-groups", default=_env("exempt-groups", ""), help="comma-separated groups never gated")
     p.add_argument("--receiver-token-file", default=_env("receiver-token-file"),
                    help="bearer token for POST /hooks/gates/...; the receiver is off without one")
+    p.add_argument("--event-period", type=float, default=float(_env("event-period", 300)),
+                   help="one Kubernetes Event per held object and message per this many seconds (0: no Events)")
     p.add_argument("--stale-after", type=float, default=float(_env("stale-after", 10)),
                    help="seconds without a working watch before gate state counts as unknown (cluster store)")
     p.add_argument("--workers", type=int, default=int(_env("workers", 2)))
@@ -133,7 +135,7 @@ def _app_factory(args: argparse.Namespace):
 
     def factory():
         logs.configure(args.log_level)
-        receiver = None
+        receiver = events = None
         if args.gates_dir:
             from .store.files import FileStore
             store = FileStore(args.gates_dir)
@@ -143,15 +145,29 @@ def _app_factory(args: argparse.Namespace):
             store = ClusterStore(api, stale_after=args.stale_after)
             if args.receiver_token_file:
                 from . import receiver as hooks
+                from .metrics import RECEIVER
                 receiver = hooks.blueprint(hooks.TokenFile(args.receiver_token_file), hooks.cluster_patcher(api),
-                                           utcnow)
+                                           utcnow, record=lambda result: RECEIVER.labels(result).inc())
+            if args.event_period > 0:
+                from .events import DenialEvents
+                events = DenialEvents(api, period=args.event_period)
+                events.start()
         store.start()
-        return create_app(store, settings, receiver=receiver)
+        return create_app(store, settings, receiver=receiver, events=events)
 
     return factory
 
 
 def serve(args: argparse.Namespace) -> int:
+    # Before prometheus_client is imported anywhere: the workers forked later must count into
+    # shared files, or a scrape would show only the worker that answers it.
+    shared = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if shared:  # counts from an earlier run must not carry over
+        for stale in Path(shared).glob("*.db"):
+            stale.unlink()
+    else:
+        import tempfile
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="gate-admission-metrics-")
     from . import server
 
     files = certs.CertFiles(Path(args.cert_dir))

@@ -29,6 +29,11 @@ def logconfig(level: str) -> dict:
     }
 
 
+def _child_exit(server: object, worker: object) -> None:
+    from .metrics import worker_exited
+    worker_exited(worker.pid)
+
+
 class Server(BaseApplication):
     """gunicorn, configured in code; each worker builds its own app (and gate store)."""
 
@@ -62,5 +67,6 @@ def options(*, address: str, port: int, certfile: str, keyfile: str, workers: in
         "accesslog": None,
         "logconfig_dict": logconfig(log_level),
         "control_socket_disable": True,
+        "child_exit": _child_exit,
         "proc_name": "gate-admission",
     }

@@ -17,6 +17,9 @@ class GateStore(Protocol):
     def readiness(self) -> tuple[bool, dict]:
         """Whether decisions can be trusted, with details for /readyz."""
 
+    def cache_age(self, now_monotonic: float) -> float:
+        """Seconds since the store last confirmed its gates are current."""
+
     def start(self) -> None:
         """Begin keeping the gates current (threads, watches)."""
 

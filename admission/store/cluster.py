@@ -65,6 +65,7 @@ class _Reflector:
         self.disconnected_since: float | None = time.monotonic()
         self.resource_version: str | None = None
         self.last_error: str | None = None
+        self.last_contact = time.monotonic()
         self.relists = 0
 
     def _apply(self, kind: str, obj: dict) -> None:
@@ -109,6 +110,7 @@ class _Reflector:
             self.store._streams.discard(stream)
 
     def _connected(self) -> None:
+        self.last_contact = time.monotonic()
         if self.disconnected_since is not None:
             self.disconnected_since, self.connected_since = None, time.monotonic()
             self.last_error = None
@@ -183,6 +185,9 @@ class ClusterStore:
         if why:
             detail["reason"] = why
         return why is None, detail
+
+    def cache_age(self, now_monotonic: float) -> float:
+        return max(0.0, max(now_monotonic - r.last_contact for r in self.reflectors))
 
     def wait_synced(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from datetime import datetime
 from pathlib import Path
 
@@ -56,6 +57,7 @@ class FileStore:
         self._last_good: dict[Path, list[dict]] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.checked_at = time.monotonic()
         self.reload()
 
     def lookup(self, namespace: str, name: str, now: datetime) -> GateState:
@@ -128,10 +130,14 @@ class FileStore:
 
     def check(self) -> bool:
         """Reload if any file changed since the last read; return whether it did."""
-        if self._current_signature() == self._signature:
-            return False
-        self.reload()
-        return True
+        changed = self._current_signature() != self._signature
+        if changed:
+            self.reload()
+        self.checked_at = time.monotonic()
+        return changed
+
+    def cache_age(self, now_monotonic: float) -> float:
+        return max(0.0, now_monotonic - self.checked_at)
 
     def _run(self) -> None:
         while not self._stop.wait(self.poll_interval):

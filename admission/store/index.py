@@ -56,6 +56,10 @@ class GateIndex:
         slot.state, slot.computed_at = state, now
         return state
 
+    def states(self, now: datetime) -> list[GateState]:
+        """Every gate's state at ``now``, for metrics and listings."""
+        return [self.lookup(namespace, name, now) for namespace, name in list(self._slots)]
+
     def gates(self) -> list[dict]:
         """Every gate object, for status and listings."""
         return list(self._gates.values())

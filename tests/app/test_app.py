@@ -153,3 +153,15 @@ def test_a_failure_while_judging_denies_on_validate_and_allows_on_mutate():
     assert "evaluation exploded" in response["status"]["message"]
     mutated = post(client, "/mutate", doc)
     assert mutated.status_code == 200 and mutated.get_json()["response"]["allowed"] is True
+
+
+def test_dry_run_denials_make_no_event(tmp_path):
+    from admission.events import DenialEvents
+
+    events = DenialEvents(api_client=None)
+    request_ = request("CREATE", KS, dry_run=True)
+    events.record(request_, "held", FIXED_NOW)
+    assert events.queue.empty()
+    request_["dryRun"] = False
+    events.record(request_, "held", FIXED_NOW)
+    assert events.queue.qsize() == 1

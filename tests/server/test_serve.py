@@ -104,3 +104,20 @@ def test_serve_refuses_to_start_without_certificates(tmp_path):
     result = subprocess.run([str(BIN / "gate-admission"), "serve", "--cert-dir", str(tmp_path / "none"),
                              "--gates-dir", str(tmp_path)], capture_output=True, text=True, timeout=30)
     assert result.returncode == 2 and "TLS is required" in result.stderr
+
+
+def test_metrics_add_up_across_workers(server):
+    def validated_total() -> float:
+        text = server.connection()
+        text.request("GET", "/metrics")
+        body = text.getresponse().read().decode()
+        text.close()
+        return sum(float(line.rpartition(" ")[2]) for line in body.splitlines()
+                   if line.startswith('gate_admission_reviews_total{endpoint="validate"'))
+
+    before = validated_total()
+    body = orjson.dumps(review(request("CREATE", KS)))
+    for _ in range(40):  # a new connection each time, so both workers answer some
+        assert server.request("POST", "/validate", body)[0] == 200
+    totals = {validated_total() for _ in range(6)}
+    assert totals == {before + 40}, f"scrapes disagree or miss a worker: {totals}"

@@ -1,4 +1,5 @@
-"""`kubectl gate` and the HTTP receiver against a real API server (issue 6)."""
+"""What operators use, against a real API server: `kubectl gate`, the HTTP receiver (issue 6),
+Events, metrics and logs (issue 7)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def server(plane, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("plugin-server")
     (tmp / "token").write_text(TOKEN)
     srv = start_server(tmp, None, "--kubeconfig", str(plane.kubeconfig(GATE_ADMISSION)),
-                       "--receiver-token-file", str(tmp / "token"))
+                       "--receiver-token-file", str(tmp / "token"), "--event-period", "600")
     try:
         register_webhooks(plane, srv)
         wait_until_webhooks_answer(plane, srv)
@@ -142,3 +143,78 @@ def test_errors_are_one_line_with_an_exit_code(plane, server):
     dead_path.write_text(yaml.safe_dump(dead))
     unreachable = kubectl_gate(plane, "list", kubeconfig=dead_path)
     assert unreachable.returncode == 5 and unreachable.stderr.startswith("error: no cluster:")
+
+
+def scrape(server) -> dict[str, float]:
+    conn = server.connection()
+    try:
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+    finally:
+        conn.close()
+    samples = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            samples[name] = float(value)
+    return samples
+
+
+def test_denials_are_events_once_per_period_metrics_move_and_logs_are_json(plane, server):
+    plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(gate("observed", closed=True)))
+    assert apply(plane, kustomization("watched")).returncode == 0
+    assert apply(plane, kustomization("watched", gates="flux-system/observed")).returncode == 0  # tightening passes
+    change = kustomization("watched", gates="flux-system/observed", path="./v2")
+    denied = 'gate_admission_reviews_total{endpoint="validate",kind="Kustomization",mode="enforce",operation="UPDATE",verdict="denied"}'
+    before = scrape(server).get(denied, 0.0)
+    results = [until(lambda: apply(plane, change), lambda r: " is held: " in r.stderr) for _ in range(5)]
+    assert all(" is held: " in r.stderr for r in results)
+    dry = apply(plane, change, "--dry-run=server")
+    assert " is held: " in dry.stderr
+
+    def events():
+        out = plane.kubectl("get", "events", "-n", "apps", "--field-selector",
+                            "involvedObject.name=watched,reason=GateClosed", "-o", "json").stdout
+        return orjson.loads(out)["items"]
+
+    items = until(events, lambda e: e and e[0].get("count", 0) >= 5, timeout=30)
+    assert len(items) == 1, [e["metadata"]["name"] for e in items]  # once per aggregation period
+    event = items[0]
+    assert event["type"] == "Warning" and event["involvedObject"]["kind"] == "Kustomization"
+    assert event["message"].startswith("Kustomization apps/watched is held: gate 'flux-system/observed' is closed")
+    # The API server may ask twice per denied PATCH (it retries from etcd when its cached copy
+    # was used), so the count is of reviews, at least one per apply.
+    assert event["count"] >= 5
+    table = plane.kubectl("get", "events", "-n", "apps", "--field-selector", "involvedObject.name=watched").stdout
+    assert "GateClosed" in table and "kustomization/watched" in table
+
+    after = scrape(server)
+    assert after[denied] - before >= 6  # five applies and the dry run
+    assert after['gate_admission_gate_open{name="observed",namespace="flux-system",reason="Default"}'] == 0.0
+    assert after["gate_admission_gate_cache_ready"] == 1.0
+    assert after['gate_admission_review_duration_seconds_count{endpoint="validate"}'] > 0
+    assert after['gate_admission_denial_events_total{result="created"}'] >= 1
+
+    lines = [orjson.loads(line) for line in server.log().splitlines() if line.startswith("{")]
+    decisions = [l for l in lines if l["msg"] == "admission decision" and l["object"]["name"] == "watched"
+                 and l["verdict"] == "denied"]
+    assert decisions, "no decision log line"
+    line = decisions[-1]
+    assert line["object"] == {"kind": "Kustomization", "namespace": "apps", "name": "watched"}
+    assert line["operation"] == "UPDATE" and line["user"] == "alice" and line["mode"] == "enforce"
+    assert line["gates"] == {"require": "all", "status": [{"gate": "flux-system/observed", "closed": "true",
+                                                           "reason": "Default"}]}
+    assert "object" not in str(line.get("reason", "")) and "spec" not in line  # no whole objects
+
+
+def test_receiver_calls_are_counted_and_tokens_never_logged(plane, server):
+    before = scrape(server).get('gate_admission_receiver_calls_total{result="unauthorized"}', 0.0)
+    assert hook(server, "/hooks/gates/flux-system/guarded/open", token="not-the-token")[0] == 401
+    assert hook(server, "/hooks/gates/flux-system/guarded/close", body={"message": "drill"})[0] == 200
+    after = scrape(server)
+    assert after['gate_admission_receiver_calls_total{result="unauthorized"}'] - before >= 1
+    assert after['gate_admission_receiver_calls_total{result="ok"}'] >= 1
+    log = server.log()
+    assert TOKEN not in log and "not-the-token" not in log
+    toggles = [orjson.loads(l) for l in log.splitlines() if l.startswith("{") and "closing gate: 'drill'" in l]
+    assert toggles and toggles[0]["via"] == "receiver" and toggles[0]["Gate"]["name"] == "guarded"

@@ -1,0 +1,67 @@
+"""Prometheus metrics: counters shared across gunicorn workers, gate gauges read at scrape time.
+
+Counters and the latency histogram use prometheus_client's multiprocess mode when
+PROMETHEUS_MULTIPROC_DIR is set (``serve`` sets it before the workers fork), so a scrape
+that lands on any worker sees the sum over all of them. Per-gate gauges and the cache age
+are computed when scraped, from the answering worker's own cache (every worker caches
+every gate).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Callable
+
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+REVIEWS = Counter("gate_admission_reviews_total", "Admission reviews answered.",
+                  ["endpoint", "kind", "operation", "verdict", "mode"])
+DURATION = Histogram("gate_admission_review_duration_seconds", "Time to answer a review, decode to encode.",
+                     ["endpoint"], buckets=(0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0))
+RECEIVER = Counter("gate_admission_receiver_calls_total", "Calls to the open/close receiver.", ["result"])
+EVENTS = Counter("gate_admission_denial_events_total", "Kubernetes Events for denials.", ["result"])
+
+
+class GateCollector:
+    """Gate state and cache freshness of this worker's store, computed when scraped."""
+
+    def __init__(self, store, clock: Callable):
+        self.store, self.clock = store, clock
+
+    def collect(self):
+        now = self.clock()
+        gates = GaugeMetricFamily("gate_admission_gate_open", "1 when the gate is open, 0 when closed.",
+                                  labels=["namespace", "name", "reason"])
+        for state in self.store.index.states(now):
+            gates.add_metric([state.namespace, state.name, state.reason], 1.0 if state.open else 0.0)
+        yield gates
+        ready, _ = self.store.readiness()
+        yield GaugeMetricFamily("gate_admission_gate_cache_ready", "1 when decisions can trust the gate cache.",
+                                value=1.0 if ready else 0.0)
+        yield GaugeMetricFamily("gate_admission_gate_cache_age_seconds",
+                                "Seconds since the gate cache last heard it is current (watch or file check).",
+                                value=self.store.cache_age(time.monotonic()))
+
+
+def exposition(store, clock: Callable) -> tuple[bytes, str]:
+    """The text exposition for a scrape: shared counters plus this worker's gate gauges."""
+    if os.environ.get(MULTIPROC_ENV):
+        from prometheus_client import multiprocess
+        shared = CollectorRegistry()
+        multiprocess.MultiProcessCollector(shared)
+    else:
+        shared = REGISTRY
+    gates = CollectorRegistry()
+    gates.register(GateCollector(store, clock))
+    return generate_latest(shared) + generate_latest(gates), CONTENT_TYPE_LATEST
+
+
+def worker_exited(pid: int) -> None:
+    """gunicorn's child_exit hook: let multiprocess files of a dead worker be merged."""
+    if os.environ.get(MULTIPROC_ENV):
+        from prometheus_client import multiprocess
+        multiprocess.mark_process_dead(pid)

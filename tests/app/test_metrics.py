@@ -1,0 +1,62 @@
+"""/metrics: counters that move, gauges per gate, bounded labels, and a dashboard that matches."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import orjson
+
+from tests.builders import changed, flux, gate, request, review
+
+DASHBOARD = Path(__file__).resolve().parents[2] / "manifests" / "monitoring" / "grafana-dashboard.json"
+
+
+def samples(client) -> dict[str, float]:
+    text = client.get("/metrics").get_data(as_text=True)
+    return {line.rpartition(" ")[0]: float(line.rpartition(" ")[2])
+            for line in text.splitlines() if line and not line.startswith("#")}
+
+
+def post(client, doc):
+    return client.post("/validate", data=orjson.dumps(doc), content_type="application/json")
+
+
+DENIED = ('gate_admission_reviews_total{endpoint="validate",kind="Kustomization",mode="enforce",'
+          'operation="UPDATE",verdict="denied"}')
+
+
+def test_counters_and_gauges(make_client):
+    client = make_client([gate("sre-approval", default="closed"), gate("qa-approval")])
+    before = samples(client).get(DENIED, 0.0)
+    obj = flux(gates="flux-system/sre-approval")
+    assert post(client, review(request("UPDATE", changed(obj, path="./b"), obj))).get_json()["response"]["allowed"] is False
+    after = samples(client)
+    assert after[DENIED] == before + 1
+    assert after['gate_admission_gate_open{name="sre-approval",namespace="flux-system",reason="Default"}'] == 0.0
+    assert after['gate_admission_gate_open{name="qa-approval",namespace="flux-system",reason="Default"}'] == 1.0
+    assert after["gate_admission_gate_cache_ready"] == 1.0
+    assert after['gate_admission_review_duration_seconds_count{endpoint="validate"}'] >= 1
+
+
+def test_kinds_we_do_not_gate_do_not_become_labels(make_client):
+    client = make_client()
+    doc = review(request("CREATE", flux()))
+    doc["request"]["kind"] = {"group": "evil", "version": "v1", "kind": "X" * 50}
+    post(client, doc)
+    text = client.get("/metrics").get_data(as_text=True)
+    assert "X" * 50 not in text and 'kind="other"' in text
+
+
+def test_every_metric_the_dashboard_queries_is_exported(make_client):
+    client = make_client([gate("g")])
+    post(client, review(request("CREATE", flux(gates="flux-system/g"))))
+    exported = {re.sub(r"\{.*", "", name) for name in samples(client)}
+    text = client.get("/metrics").get_data(as_text=True)
+    exported |= set(re.findall(r"^# TYPE (\w+)", text, re.M))
+    exprs = [t["expr"] for p in json.loads(DASHBOARD.read_text())["panels"] for t in p["targets"]]
+    queried = {name for expr in exprs for name in re.findall(r"gate_admission_\w+", expr)}
+    assert queried, "the dashboard queries nothing"
+    missing = {name for name in queried if name not in exported and re.sub(r"_(bucket|count|sum|total)$", "", name) not in exported}
+    assert not missing, f"the dashboard queries metrics we do not export: {sorted(missing)}"
