@@ -7,6 +7,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 started=$(date +%s)
+# Debian packages the tests use: openssl (TLS version checks), faketime (a clock that jumps).
+missing=()
+command -v openssl >/dev/null || missing+=(openssl)
+[[ -e /usr/lib/$(uname -m)-linux-gnu/faketime/libfaketimeMT.so.1 ]] || missing+=(faketime)
+if (( ${#missing[@]} )); then
+  SUDO=""; [[ $(id -u) -eq 0 ]] || SUDO="sudo"
+  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
 KUBEBUILDER_ASSETS="$(hack/control-plane-binaries.sh)"
 export KUBEBUILDER_ASSETS
 echo "control plane binaries: $KUBEBUILDER_ASSETS ($(( $(date +%s) - started ))s)"

@@ -20,6 +20,17 @@ FIXTURES = SHARED / "fixtures" / "admission-reviews-k8s-1.20"
 FIXED_NOW = at("2026-06-10T12:00")
 
 
+# Figures tests measure and CI should show (fault tests: writes attempted and failed).
+REPORT: dict[str, str] = {}
+
+
+def pytest_terminal_summary(terminalreporter):
+    if REPORT:
+        terminalreporter.section("figures measured by the tests")
+        for name, value in REPORT.items():
+            terminalreporter.write_line(f"{name}: {value}")
+
+
 def write_gates(directory: Path, objects: list[dict], filename: str = "gates.yaml") -> Path:
     path = directory / filename
     path.write_text(yaml.safe_dump_all(objects, sort_keys=False))

@@ -43,6 +43,26 @@ class Process:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    def terminate(self, timeout: float = 40.0) -> int | None:
+        """SIGTERM to the main process only, as the kubelet does to a container's PID 1."""
+        if self.alive():
+            os.kill(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout)
+        return self.stop()
+
+    def children(self) -> list[int]:
+        """Pids whose parent is this process (gunicorn's workers)."""
+        found = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    stat = (entry / "stat").read_text()
+                    if int(stat.rsplit(")", 1)[1].split()[1]) == self.proc.pid:
+                        found.append(int(entry.name))
+                except (OSError, ValueError, IndexError):
+                    pass
+        return sorted(found)
+
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int | None:
         if self.alive():
             try:

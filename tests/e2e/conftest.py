@@ -114,11 +114,12 @@ def cluster(tmp_path_factory):
         plane.stop()
 
 
-def register_webhooks(cluster: ControlPlane, server: GateServer) -> None:
-    """Apply manifests/webhooks, pointed at ``server`` by URL, with its CA bundle."""
+def register_webhooks(cluster: ControlPlane, server: GateServer, port: int | None = None) -> None:
+    """Apply manifests/webhooks, pointed at ``server`` (or a balancer on ``port`` in front of
+    it) by URL, with its CA bundle."""
     docs = list(yaml.safe_load_all(cluster.kubectl("kustomize", str(ROOT / "manifests" / "webhooks")).stdout))
     bundle = ca_bundle((server.cert_dir / "ca.crt").read_bytes())
-    url = f"https://{WEBHOOK_HOST}:{server.port}"
+    url = f"https://{WEBHOOK_HOST}:{port or server.port}"
     docs = [with_client_config(doc, bundle, url) for doc in docs if doc]
     cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
 

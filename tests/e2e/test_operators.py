@@ -216,5 +216,6 @@ def test_receiver_calls_are_counted_and_tokens_never_logged(plane, server):
     assert after['gate_admission_receiver_calls_total{result="ok"}'] >= 1
     log = server.log()
     assert TOKEN not in log and "not-the-token" not in log
+    assert GATE_ADMISSION.token not in log  # nor the server's own API credentials
     toggles = [orjson.loads(l) for l in log.splitlines() if l.startswith("{") and "closing gate: 'drill'" in l]
     assert toggles and toggles[0]["via"] == "receiver" and toggles[0]["Gate"]["name"] == "guarded"

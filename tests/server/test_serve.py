@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import ssl
 import subprocess
+from pathlib import Path
 
 import orjson
 import pytest
@@ -121,3 +123,38 @@ def test_metrics_add_up_across_workers(server):
         assert server.request("POST", "/validate", body)[0] == 200
     totals = {validated_total() for _ in range(6)}
     assert totals == {before + 40}, f"scrapes disagree or miss a worker: {totals}"
+
+
+@pytest.mark.parametrize("flag, accepted", [("-tls1", False), ("-tls1_1", False), ("-tls1_2", True), ("-tls1_3", True)])
+def test_openssl_s_client_sees_tls_1_2_or_newer_only(server, flag, accepted):
+    result = subprocess.run(["openssl", "s_client", "-connect", f"127.0.0.1:{server.port}", flag,
+                             "-CAfile", str(server.cert_dir / "ca.crt"), "-verify_return_error", "-brief"],
+                            input="", capture_output=True, text=True, timeout=30)
+    if accepted:
+        assert result.returncode == 0 and "Verification: OK" in result.stderr, result.stderr
+    else:
+        assert result.returncode != 0, result.stderr
+
+
+def listening_ports(pid: int) -> set[int]:
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def test_the_only_listener_is_the_tls_port(server):
+    for pid in [server.pid, *server.children()]:
+        assert listening_ports(pid) <= {server.port}, f"pid {pid} listens on {listening_ports(pid)}"
+    assert server.port in listening_ports(server.pid)
