@@ -127,6 +127,13 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def _gates(args: argparse.Namespace) -> tuple[Cluster | None, GateIndex, datetime, str | None]:
+    """The cluster (None offline), its gates, now, and the namespace to look in."""
+    cluster = None if args.gates_dir else _connect(args)
+    namespace = args.namespace or (cluster.namespace if cluster else None)
+    return cluster, _index(args, cluster), _now(), namespace
+
+
 # -- output -----------------------------------------------------------------------------
 
 def _table(rows: list[dict], columns: list[str]) -> str:
@@ -155,10 +162,9 @@ def _state_row(state: GateState) -> dict:
 
 @_api_errors
 def cmd_list(args: argparse.Namespace) -> int:
-    cluster = None if args.gates_dir else _connect(args)
-    index, now = _index(args, cluster), _now()
+    cluster, index, now, namespace = _gates(args)
     objects = _flux_objects(cluster)
-    namespace = None if args.all_namespaces else (args.namespace or (cluster.namespace if cluster else None))
+    namespace = None if args.all_namespaces else namespace
     rows = []
     for gate in sorted(index.gates(), key=object_key):
         ns, name = object_key(gate)
@@ -180,9 +186,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 @_api_errors
 def cmd_get(args: argparse.Namespace) -> int:
-    cluster = None if args.gates_dir else _connect(args)
-    index, now = _index(args, cluster), _now()
-    namespace = args.namespace or (cluster.namespace if cluster else "default")
+    cluster, index, now, namespace = _gates(args)
+    namespace = namespace or "default"
     if index.compiled(namespace, args.name) is None:
         raise GateError(f"gate {namespace}/{args.name} not found", EXIT_NOT_FOUND)
     state = index.lookup(namespace, args.name, now)
@@ -254,9 +259,8 @@ def _manifest(path: str) -> list[dict]:
 
 @_api_errors
 def cmd_check(args: argparse.Namespace) -> int:
-    cluster = None if args.gates_dir else _connect(args)
-    index, now = _index(args, cluster), _now()
-    default_ns = args.namespace or (cluster.namespace if cluster else "default")
+    cluster, index, now, default_ns = _gates(args)
+    default_ns = default_ns or "default"
     live = None
     if cluster is not None:
         from .fluxobjects import FluxObjects

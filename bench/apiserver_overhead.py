@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from admission.store.cluster import api_client  # noqa: E402
 from tests.builders import gate  # noqa: E402
-from tests.e2e.conftest import prepare, register_webhooks, wait_until_webhooks_answer  # noqa: E402
+from tests.e2e.conftest import prepared, register_webhooks, wait_until_webhooks_answer  # noqa: E402
 from tests.e2e.controlplane import ADMIN, ALICE, GATE_ADMISSION, ControlPlane, assets_dir  # noqa: E402
 from tests.e2e.manifests import kustomization  # noqa: E402
 from tests.polling import until  # noqa: E402
@@ -48,44 +48,41 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-overhead-"))
-    plane = ControlPlane(work, assets_dir())
-    plane.start()
     server = None
-    try:
-        prepare(plane, work)
-        plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(gate("bench-gate")))
-        plane.kubectl("apply", "-f", "-", input=kustomization("bench", gates="flux-system/bench-gate"), user=ALICE)
-        server = GateServer(work, "--kubeconfig", str(plane.kubeconfig(GATE_ADMISSION)))
-        server.wait_ready()
-        api = client.CustomObjectsApi(api_client(str(plane.kubeconfig(ALICE))))
-        round_latencies(api, 50)  # warm the client's connection
-        rows = []
-        for r in range(args.rounds):
-            for registered in (False, True):
-                if registered:
-                    register_webhooks(plane, server)
-                    wait_until_webhooks_answer(plane, server)
-                else:
-                    plane.kubectl("delete", "validatingwebhookconfiguration,mutatingwebhookconfiguration",
-                                  "gate-admission", "--ignore-not-found")
-                    until(lambda: plane.kubectl("get", "validatingwebhookconfigurations", "-o", "name").stdout,
-                          lambda out: "gate-admission" not in out)
-                round_latencies(api, 20)  # let the API server open its webhook connections
-                lat = round_latencies(api, args.writes)
-                rows.append((r, registered, statistics.median(lat), sorted(lat)[int(len(lat) * 0.95)]))
-        print(f"# python bench/apiserver_overhead.py --writes {args.writes} --rounds {args.rounds}  |  "
-              f"{os.cpu_count()} cpus, kube-apiserver v1.20.2 + etcd on loopback, gate-admission 2x8")
-        print("round  webhooks  median ms  p95 ms")
-        for r, registered, median, p95 in rows:
-            print(f"{r:>5}  {'yes' if registered else 'no':>8}  {median:9.2f}  {p95:6.2f}")
-        without = statistics.median([m for _, reg, m, _ in rows if not reg])
-        with_ = statistics.median([m for _, reg, m, _ in rows if reg])
-        print(f"median added latency per write (mutate + validate): {with_ - without:.2f} ms "
-              f"({without:.2f} -> {with_:.2f} ms)")
-    finally:
-        if server:
-            server.stop()
-        plane.stop()
+    with prepared(ControlPlane(work, assets_dir()), work) as plane:
+        try:
+            plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(gate("bench-gate")))
+            plane.kubectl("apply", "-f", "-", input=kustomization("bench", gates="flux-system/bench-gate"), user=ALICE)
+            server = GateServer(work, "--kubeconfig", str(plane.kubeconfig(GATE_ADMISSION)))
+            server.wait_ready()
+            api = client.CustomObjectsApi(api_client(str(plane.kubeconfig(ALICE))))
+            round_latencies(api, 50)  # warm the client's connection
+            rows = []
+            for r in range(args.rounds):
+                for registered in (False, True):
+                    if registered:
+                        register_webhooks(plane, server)
+                        wait_until_webhooks_answer(plane, server)
+                    else:
+                        plane.kubectl("delete", "validatingwebhookconfiguration,mutatingwebhookconfiguration",
+                                      "gate-admission", "--ignore-not-found")
+                        until(lambda: plane.kubectl("get", "validatingwebhookconfigurations", "-o", "name").stdout,
+                              lambda out: "gate-admission" not in out)
+                    round_latencies(api, 20)  # let the API server open its webhook connections
+                    lat = round_latencies(api, args.writes)
+                    rows.append((r, registered, statistics.median(lat), sorted(lat)[int(len(lat) * 0.95)]))
+            print(f"# python bench/apiserver_overhead.py --writes {args.writes} --rounds {args.rounds}  |  "
+                  f"{os.cpu_count()} cpus, kube-apiserver v1.20.2 + etcd on loopback, gate-admission 2x8")
+            print("round  webhooks  median ms  p95 ms")
+            for r, registered, median, p95 in rows:
+                print(f"{r:>5}  {'yes' if registered else 'no':>8}  {median:9.2f}  {p95:6.2f}")
+            without = statistics.median([m for _, reg, m, _ in rows if not reg])
+            with_ = statistics.median([m for _, reg, m, _ in rows if reg])
+            print(f"median added latency per write (mutate + validate): {with_ - without:.2f} ms "
+                  f"({without:.2f} -> {with_:.2f} ms)")
+        finally:
+            if server:
+                server.stop()
 
 
 if __name__ == "__main__":

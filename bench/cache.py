@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from admission.store.cluster import api_client  # noqa: E402
 from admission.timefmt import format_time  # noqa: E402
 from tests.builders import changed, flux, request, review  # noqa: E402
-from tests.e2e.conftest import prepare  # noqa: E402
+from tests.e2e.conftest import prepared  # noqa: E402
 from tests.e2e.controlplane import ADMIN, GATE_ADMISSION, ControlPlane, assets_dir  # noqa: E402
 from tests.polling import until  # noqa: E402
 from tests.processes import GateServer  # noqa: E402
@@ -82,57 +82,54 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-cache-"))
-    plane = ControlPlane(work, assets_dir())
-    plane.start()
     server = None
-    try:
-        prepare(plane, work)
-        api = client.CustomObjectsApi(api_client(str(plane.kubeconfig(ADMIN))))
-        created_in = create_many(api, args.gates)
-        # Toggled gates: closed by default, no keeper, so an open toggle flips them.
-        for i in range(args.toggles):
-            api.create_namespaced_custom_object("gating.toolkit.fluxcd.io", "v1alpha1", NS, "gates", {
-                "apiVersion": "gating.toolkit.fluxcd.io/v1alpha1", "kind": "Gate",
-                "metadata": {"name": f"toggle-{i}", "namespace": NS}, "spec": {"default": "closed"}})
-        server = GateServer(work, "--kubeconfig", str(plane.kubeconfig(GATE_ADMISSION)),
-                            "--workers", str(args.workers), "--threads", "8")
-        started = time.monotonic()
-        server.wait_ready(timeout=300)
-        want = args.gates + args.toggles
-        status, detail = until(lambda: server.request("GET", "/readyz"),
-                               lambda r: r[0] == 200 and r[1].get("gates") == want, timeout=300, interval=0.2)
-        synced_in = time.monotonic() - started
-        # The gate-admission process is the gunicorn master; its children are the workers.
-        master_pid = server.pid
-        worker_pids = children(master_pid)
+    with prepared(ControlPlane(work, assets_dir()), work) as plane:
+        try:
+            api = client.CustomObjectsApi(api_client(str(plane.kubeconfig(ADMIN))))
+            created_in = create_many(api, args.gates)
+            # Toggled gates: closed by default, no keeper, so an open toggle flips them.
+            for i in range(args.toggles):
+                api.create_namespaced_custom_object("gating.toolkit.fluxcd.io", "v1alpha1", NS, "gates", {
+                    "apiVersion": "gating.toolkit.fluxcd.io/v1alpha1", "kind": "Gate",
+                    "metadata": {"name": f"toggle-{i}", "namespace": NS}, "spec": {"default": "closed"}})
+            server = GateServer(work, "--kubeconfig", str(plane.kubeconfig(GATE_ADMISSION)),
+                                "--workers", str(args.workers), "--threads", "8")
+            started = time.monotonic()
+            server.wait_ready(timeout=300)
+            want = args.gates + args.toggles
+            status, detail = until(lambda: server.request("GET", "/readyz"),
+                                   lambda r: r[0] == 200 and r[1].get("gates") == want, timeout=300, interval=0.2)
+            synced_in = time.monotonic() - started
+            # The gate-admission process is the gunicorn master; its children are the workers.
+            master_pid = server.pid
+            worker_pids = children(master_pid)
 
-        latencies = []
-        conn = server.connection()
-        for i in range(args.toggles):
-            obj = flux(gates=f"{NS}/toggle-{i}")
-            body = orjson.dumps(review(request("UPDATE", changed(obj, path="./v2"), obj)))
-            assert server.request("POST", "/validate", body, conn=conn)[1]["response"]["allowed"] is False
-            api.patch_namespaced_custom_object("gating.toolkit.fluxcd.io", "v1alpha1", NS, "gates", f"toggle-{i}", {
-                "metadata": {"annotations": {"open.gate.fluxcd.io/requestedAt": format_time(datetime.now(timezone.utc))}}})
-            written = time.monotonic()
-            while not server.request("POST", "/validate", body, conn=conn)[1]["response"]["allowed"]:
-                if time.monotonic() - written > 10:
-                    raise RuntimeError(f"toggle {i} not seen after 10s")
-            latencies.append((time.monotonic() - written) * 1000)
-        conn.close()
+            latencies = []
+            conn = server.connection()
+            for i in range(args.toggles):
+                obj = flux(gates=f"{NS}/toggle-{i}")
+                body = orjson.dumps(review(request("UPDATE", changed(obj, path="./v2"), obj)))
+                assert server.request("POST", "/validate", body, conn=conn)[1]["response"]["allowed"] is False
+                api.patch_namespaced_custom_object("gating.toolkit.fluxcd.io", "v1alpha1", NS, "gates", f"toggle-{i}", {
+                    "metadata": {"annotations": {"open.gate.fluxcd.io/requestedAt": format_time(datetime.now(timezone.utc))}}})
+                written = time.monotonic()
+                while not server.request("POST", "/validate", body, conn=conn)[1]["response"]["allowed"]:
+                    if time.monotonic() - written > 10:
+                        raise RuntimeError(f"toggle {i} not seen after 10s")
+                latencies.append((time.monotonic() - written) * 1000)
+            conn.close()
 
-        print(f"# python bench/cache.py --gates {args.gates} --toggles {args.toggles} --workers {args.workers}"
-              f"  |  {os.cpu_count()} cpus, kube-apiserver v1.20.2 on loopback")
-        print(f"created {args.gates} Gates + {args.gates} GateKeepers in {created_in:.1f}s; "
-              f"server ready with all cached {synced_in:.1f}s after start")
-        print(f"RSS master {rss_mb(master_pid):.1f} MB; workers " +
-              ", ".join(f"{rss_mb(p):.1f} MB" for p in worker_pids))
-        print(f"toggle write -> first review that sees it, {len(latencies)} toggles: "
-              f"median {statistics.median(latencies):.1f} ms, max {max(latencies):.1f} ms")
-    finally:
-        if server:
-            server.stop()
-        plane.stop()
+            print(f"# python bench/cache.py --gates {args.gates} --toggles {args.toggles} --workers {args.workers}"
+                  f"  |  {os.cpu_count()} cpus, kube-apiserver v1.20.2 on loopback")
+            print(f"created {args.gates} Gates + {args.gates} GateKeepers in {created_in:.1f}s; "
+                  f"server ready with all cached {synced_in:.1f}s after start")
+            print(f"RSS master {rss_mb(master_pid):.1f} MB; workers " +
+                  ", ".join(f"{rss_mb(p):.1f} MB" for p in worker_pids))
+            print(f"toggle write -> first review that sees it, {len(latencies)} toggles: "
+                  f"median {statistics.median(latencies):.1f} ms, max {max(latencies):.1f} ms")
+        finally:
+            if server:
+                server.stop()
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -88,30 +89,31 @@ def prepare(plane: ControlPlane, workdir: Path) -> None:
     plane.kubectl("wait", "--for=condition=established", "--timeout=60s", "crd", "--all")
 
 
+@contextmanager
+def prepared(plane: ControlPlane, workdir: Path):
+    """Start ``plane``, install what every test needs, and stop it (by pid) afterwards."""
+    plane.start()
+    try:
+        prepare(plane, workdir)
+        yield plane
+    finally:
+        plane.stop()
+
+
 def own_plane(workdir: Path):
     """A control plane of a test module's own (for tests that restart it or install webhooks
     that would disturb the others); skipped against an existing cluster."""
     if os.environ.get("KUBECONFIG"):
         pytest.skip("needs its own control plane, not $KUBECONFIG's")
-    plane = ControlPlane(workdir, assets_dir())
-    plane.start()
-    try:
-        prepare(plane, workdir)
+    with prepared(ControlPlane(workdir, assets_dir()), workdir) as plane:
         yield plane
-    finally:
-        plane.stop()
 
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("cluster")
-    plane = control_plane(workdir)
-    plane.start()
-    try:
-        prepare(plane, workdir)
+    with prepared(control_plane(workdir), workdir) as plane:
         yield plane
-    finally:
-        plane.stop()
 
 
 def register_webhooks(cluster: ControlPlane, server: GateServer, port: int | None = None) -> None:
@@ -133,6 +135,17 @@ metadata:
   annotations: {gating.toolkit.fluxcd.io/gates: flux-system/never-exists}
 spec: {interval: 10m, path: ./, prune: false, sourceRef: {kind: GitRepository, name: none}}
 """
+
+
+@contextmanager
+def serving(cluster: ControlPlane, server: GateServer):
+    """``server`` registered as the cluster's webhooks until the block ends, then stopped."""
+    try:
+        register_webhooks(cluster, server)
+        wait_until_webhooks_answer(cluster, server)
+        yield server
+    finally:
+        server.stop()
 
 
 def wait_until_webhooks_answer(cluster: ControlPlane, server: GateServer) -> None:
@@ -179,13 +192,8 @@ def gates(tmp_path_factory) -> Gates:
 @pytest.fixture(scope="session")
 def webhook(cluster, gates, tmp_path_factory):
     """Our server in enforce mode, registered with the API server."""
-    server = start_server(tmp_path_factory.mktemp("server"), gates.directory)
-    try:
-        register_webhooks(cluster, server)
-        wait_until_webhooks_answer(cluster, server)
+    with serving(cluster, start_server(tmp_path_factory.mktemp("server"), gates.directory)) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import yaml
 
 from admission.timefmt import format_time
 from tests.builders import changed, flux, gate, keeper, request, review
-from tests.e2e.conftest import own_plane, register_webhooks, start_server, until, wait_until_webhooks_answer
+from tests.e2e.conftest import own_plane, serving, start_server, until
 from tests.e2e.controlplane import ALICE, CONTROLLER, FLUX, GATE_ADMISSION
 from tests.e2e.manifests import kustomization, now_rfc3339
 from tests.polling import wait_for
@@ -31,14 +31,9 @@ def plane(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(plane, tmp_path_factory):
-    srv = start_server(tmp_path_factory.mktemp("cluster-server"), None,
-                       "--kubeconfig", str(plane.kubeconfig(GATE_ADMISSION)), "--stale-after", "2")
-    try:
-        register_webhooks(plane, srv)
-        wait_until_webhooks_answer(plane, srv)
+    with serving(plane, start_server(tmp_path_factory.mktemp("cluster-server"), None, "--kubeconfig",
+                                     str(plane.kubeconfig(GATE_ADMISSION)), "--stale-after", "2")) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.fixture(scope="module")

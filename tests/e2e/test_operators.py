@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from tests.builders import gate
-from tests.e2e.conftest import ROOT, own_plane, register_webhooks, start_server, wait_until_webhooks_answer
+from tests.e2e.conftest import ROOT, own_plane, serving, start_server
 from tests.e2e.controlplane import ADMIN, ALICE, CONTROLLER, GATE_ADMISSION
 from tests.e2e.manifests import kustomization
 from tests.polling import until
@@ -32,14 +32,9 @@ def server(plane, tmp_path_factory):
     plane.kubectl("apply", "-f", str(ROOT / "manifests" / "components" / "receiver" / "rbac.yaml"))
     tmp = tmp_path_factory.mktemp("plugin-server")
     (tmp / "token").write_text(TOKEN)
-    srv = start_server(tmp, None, "--kubeconfig", str(plane.kubeconfig(GATE_ADMISSION)),
-                       "--receiver-token-file", str(tmp / "token"), "--event-period", "600")
-    try:
-        register_webhooks(plane, srv)
-        wait_until_webhooks_answer(plane, srv)
+    with serving(plane, start_server(tmp, None, "--kubeconfig", str(plane.kubeconfig(GATE_ADMISSION)),
+                                     "--receiver-token-file", str(tmp / "token"), "--event-period", "600")) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def kubectl_gate(plane, *args: str, kubeconfig: Path | None = None, stdin: str | None = None):
