@@ -101,7 +101,7 @@ def policy_of(obj: dict | None) -> Policy:
     asked = [v for v in (ann.get(names.REQUIRE_ANNOTATION), spec_require) if v is not None]
     notes = [f"require {v!r} is not 'all' or 'oneOf', using all"
              for v in asked if v not in (names.REQUIRE_ALL, names.REQUIRE_ONE_OF)]
-    if set(asked) == {names.REQUIRE_ALL, names.REQUIRE_ONE_OF}:
+    if names.REQUIRE_ALL in asked and names.REQUIRE_ONE_OF in asked:  # not set(): a value may be a list
         notes.append("the require annotation and spec.gates.require disagree, using all")
     one_of = bool(asked) and all(v == names.REQUIRE_ONE_OF for v in asked)
     return Policy(tuple(unique.values()), names.REQUIRE_ONE_OF if one_of else names.REQUIRE_ALL, tuple(notes))

@@ -44,7 +44,7 @@ def zone(name: str | None) -> tzinfo:
         return UTC
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError, TypeError):
+    except (ZoneInfoNotFoundError, ValueError, TypeError, OSError):  # OSError: a directory, a name too long
         raise ScheduleError(f"unknown time zone {name!r}") from None
 
 
@@ -151,12 +151,18 @@ def _next_local_month(local: datetime) -> datetime:
     return _at_local_midnight(first, local.tzinfo)
 
 
-@functools.lru_cache(maxsize=4096)
-def parse_cron(text: str, default_zone: str | None = None) -> CronSpec:
+def parse_cron(text: object, default_zone: str | None = None) -> CronSpec:
     """Parse a cron string (five fields, a macro, ``@always``/``@never``, optional
     ``CRON_TZ=Area/City`` prefix) read in ``default_zone``; raise ScheduleError."""
+    # Checked before the cache, which cannot hash a list or a dict.
     if not isinstance(text, str) or not text.strip():
         raise ScheduleError("cron expression must be a non-empty string")
+    return _parse_cron(text, default_zone)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_cron(text: str, default_zone: str | None) -> CronSpec:
+    """parse_cron for a non-empty string, memoised."""
     body = text.strip()
     zone_name = default_zone
     head, _, rest = body.partition(" ")

@@ -118,3 +118,19 @@ def test_an_unparseable_suspend_during_counts_as_active():
 def test_spec_suspend_or_schedule():
     obj = flux(spec={"suspend": False}, annotations={"reconcile.fluxcd.io/suspendDuring": "* 0-4 * * *"})
     assert suspension_of(obj, NIGHT).suspended and not suspension_of(obj, DAY).suspended
+
+
+@pytest.mark.parametrize("require", [["oneOf"], {"a": 1}])
+def test_a_require_that_is_a_list_or_a_mapping_means_all(require):
+    # Found by bench/fuzz.py: set() of the asked values raised TypeError (unhashable).
+    for obj in (flux(gates="a, b", annotations={"gating.toolkit.fluxcd.io/require": require}),
+                flux(spec={"gates": {"require": require, "refs": ["a", "b"]}})):
+        policy = policy_of(obj)
+        assert policy.require == "all" and any("is not 'all' or 'oneOf'" in n for n in policy.notes)
+
+
+@pytest.mark.parametrize("value", [["* * * * *"], {"cron": "* * * * *"}, 5, "CRON_TZ=America * * * * *"])
+def test_a_suspend_during_that_cannot_be_parsed_in_any_way_counts_as_active(value):
+    # Found by bench/fuzz.py: a list raised TypeError in the cron cache, a directory zone OSError.
+    s = suspension_of(flux(annotations={"reconcile.fluxcd.io/suspendDuring": value}), DAY)
+    assert s.suspended and "cannot be evaluated" in s.hold

@@ -151,3 +151,19 @@ def test_an_entry_without_duration_is_minute_match():
 def test_window_next_change_when_inactive_is_the_next_fire():
     entry = parse_entry({"cron": "0 18 * * 5", "duration": timedelta(hours=1) and "1h"})
     assert entry.next_change(at("2026-11-20T19:00")) == at("2026-11-27T18:00")
+
+
+@pytest.mark.parametrize("text", [["* * * * *"], {"cron": "* * * * *"}, 42, None])
+def test_a_cron_that_is_not_a_string_is_a_schedule_error_not_a_type_error(text):
+    # Found by bench/fuzz.py: the cache hashed a list before the type was checked.
+    with pytest.raises(ScheduleError, match="non-empty string"):
+        parse_cron(text)
+    with pytest.raises(ScheduleError, match="non-empty string"):
+        parse_entry({"cron": text, "duration": "1h"})
+
+
+@pytest.mark.parametrize("zone_name", ["America", "Europe", "a" * 300])
+def test_a_zone_that_is_a_directory_or_too_long_a_name_is_unknown(zone_name):
+    # Found by bench/fuzz.py: ZoneInfo raises IsADirectoryError / ENAMETOOLONG (OSError) for these.
+    with pytest.raises(ScheduleError, match="unknown time zone"):
+        parse_cron(f"CRON_TZ={zone_name} * * * * *")
