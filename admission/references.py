@@ -10,8 +10,10 @@ from . import names
 from .schedule import ScheduleError, parse_cron
 from .timefmt import format_time
 
-_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
-_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+# No real object needs more; a bound keeps a 256 KiB annotation from costing seconds per review.
+MAX_REFS = 64
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,7 @@ def _ref(text: object, namespace: str) -> GateRef:
         return GateRef(namespace, str(text), f"gate reference {text!r} is not a name")
     if not isinstance(name, str) or not isinstance(ns, str):
         return GateRef(str(ns), str(name), f"gate reference {text!r} is not a name")
-    if not _NAME.match(name) or not _NAMESPACE.match(ns):
+    if not _NAME.fullmatch(name) or not _NAMESPACE.fullmatch(ns):
         return GateRef(ns, name, f"gate reference {text!r} is not a valid [namespace/]name")
     return GateRef(ns, name)
 
@@ -75,9 +77,10 @@ def _spec_gates(spec_gates: object, namespace: str) -> tuple[list[GateRef], obje
     if spec_gates is None:
         return [], None
     if isinstance(spec_gates, list):
-        return [_ref(item, namespace) for item in spec_gates], None
+        return [_ref(item, namespace) for item in spec_gates[:MAX_REFS + 1]], None
     if isinstance(spec_gates, dict) and isinstance(spec_gates.get("refs") or [], list):
-        return [_ref(item, namespace) for item in spec_gates.get("refs") or []], spec_gates.get("require")
+        refs = (spec_gates.get("refs") or [])[:MAX_REFS + 1]
+        return [_ref(item, namespace) for item in refs], spec_gates.get("require")
     return [GateRef(namespace, "spec.gates", "spec.gates must be a list or {require, refs: [...]}")], None
 
 
@@ -90,12 +93,16 @@ def policy_of(obj: dict | None) -> Policy:
     refs: list[GateRef] = []
     raw = ann.get(names.GATES_ANNOTATION)
     if isinstance(raw, str):
-        refs += [_ref(part, namespace) for part in raw.split(",") if part.strip()]
+        parts = [part for part in raw.split(",", MAX_REFS + 1) if part.strip()]
+        refs += [_ref(part, namespace) for part in parts[:MAX_REFS + 1]]
     spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
     spec_refs, spec_require = _spec_gates(spec.get("gates"), namespace)
     unique: dict[str, GateRef] = {}
     for ref in refs + spec_refs:
         unique.setdefault(ref.key, ref)
+    if len(unique) > MAX_REFS:
+        # Held, not ignored: an object that names too many gates is judged closed, and says why.
+        unique = {"": GateRef(namespace, "gates", f"{len(unique)} gate references, more than the {MAX_REFS} allowed")}
 
     # When in doubt, the stricter mode: an unknown value or a disagreement means all.
     asked = [v for v in (ann.get(names.REQUIRE_ANNOTATION), spec_require) if v is not None]

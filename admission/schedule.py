@@ -21,6 +21,7 @@ UTC = timezone.utc
 MINUTE = timedelta(minutes=1)
 # How far ahead a transition is looked for; beyond this, "no transition known".
 HORIZON = timedelta(days=400)
+MAX_CRON_LENGTH = 256
 
 _MACROS = {
     "@yearly": "0 0 1 1 *",
@@ -154,9 +155,12 @@ def _next_local_month(local: datetime) -> datetime:
 def parse_cron(text: object, default_zone: str | None = None) -> CronSpec:
     """Parse a cron string (five fields, a macro, ``@always``/``@never``, optional
     ``CRON_TZ=Area/City`` prefix) read in ``default_zone``; raise ScheduleError."""
-    # Checked before the cache, which cannot hash a list or a dict.
+    # Checked before the cache, which cannot hash a list or a dict, and must not keep
+    # megabyte-long keys.
     if not isinstance(text, str) or not text.strip():
         raise ScheduleError("cron expression must be a non-empty string")
+    if len(text) > MAX_CRON_LENGTH:
+        raise ScheduleError(f"cron expression is {len(text)} characters long, more than {MAX_CRON_LENGTH}")
     return _parse_cron(text, default_zone)
 
 

@@ -134,3 +134,19 @@ def test_a_suspend_during_that_cannot_be_parsed_in_any_way_counts_as_active(valu
     # Found by bench/fuzz.py: a list raised TypeError in the cron cache, a directory zone OSError.
     s = suspension_of(flux(annotations={"reconcile.fluxcd.io/suspendDuring": value}), DAY)
     assert s.suspended and "cannot be evaluated" in s.hold
+
+
+def test_too_many_references_hold_the_object_and_say_why():
+    many = ", ".join(f"g{i}" for i in range(65))
+    refs = policy_of(flux(gates=many)).refs
+    assert len(refs) == 1 and refs[0].error == "65 gate references, more than the 64 allowed"
+    assert len(policy_of(flux(gates=", ".join(f"g{i}" for i in range(64)))).refs) == 64
+    huge = ", ".join(f"g{i}" for i in range(40000))
+    assert "more than the 64 allowed" in policy_of(flux(gates=huge)).refs[0].error
+    spec = policy_of(flux(spec={"gates": [{"name": f"g{i}"} for i in range(100)]})).refs
+    assert spec[0].error and "more than the 64 allowed" in spec[0].error
+
+
+def test_a_name_with_a_trailing_newline_is_not_valid():
+    refs = policy_of(flux(spec={"gates": [{"name": "x\n"}]})).refs
+    assert refs[0].error and "not a valid" in refs[0].error

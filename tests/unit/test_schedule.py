@@ -166,4 +166,9 @@ def test_a_cron_that_is_not_a_string_is_a_schedule_error_not_a_type_error(text):
 def test_a_zone_that_is_a_directory_or_too_long_a_name_is_unknown(zone_name):
     # Found by bench/fuzz.py: ZoneInfo raises IsADirectoryError / ENAMETOOLONG (OSError) for these.
     with pytest.raises(ScheduleError, match="unknown time zone"):
-        parse_cron(f"CRON_TZ={zone_name} * * * * *")
+        parse_entry("* * * * *", zone_name)
+
+
+def test_absurdly_long_cron_strings_are_refused():
+    with pytest.raises(ScheduleError, match="more than 256"):
+        parse_cron("* * * * " + ",".join(["1"] * 200))
