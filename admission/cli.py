@@ -49,7 +49,8 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--stale-after", type=float, default=float(_env("stale-after", 10)),
                    help="seconds without a working watch before gate state counts as unknown (cluster store)")
     p.add_argument("--workers", type=int, default=int(_env("workers", 2)))
-    p.add_argument("--threads", type=int, default=int(_env("threads", 8)))
+    p.add_argument("--threads", type=int, default=int(_env("threads", 4)),
+                   help="threads per worker; more only adds GIL contention to a CPU-bound server (bench/README.md)")
     p.add_argument("--log-level", default=_env("log-level", "info"))
     p.set_defaults(func=serve)
 
@@ -179,6 +180,7 @@ def serve(args: argparse.Namespace) -> int:
         print(f"gate-admission: no {files.cert} and {files.key}; TLS is required (use --generate-certs "
               f"or `gate-admission certs`)", file=sys.stderr)
         return 2
+    logs.configure(args.log_level)  # the master's lines; workers inherit it
     options = server.options(address=args.address, port=args.port, certfile=str(files.cert), keyfile=str(files.key),
                              workers=args.workers, threads=args.threads, log_level=args.log_level)
     server.Server(_app_factory(args), options).run()

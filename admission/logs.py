@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from datetime import datetime, timezone
 
@@ -28,6 +29,19 @@ class JSONFormatter(logging.Formatter):
         if record.exc_info:
             entry["error"] = self.formatException(record.exc_info)
         return orjson.dumps(entry, default=str).decode()
+
+
+def emit(logger: logging.Logger, msg: str, fields: dict) -> None:
+    """An info line in JSONFormatter's shape, written in one syscall, for the hot path.
+
+    A decision is logged for every gated review; the logging module's record, lock and
+    formatter cost a tenth of a review's time at load, this costs a JSON dump and a write.
+    """
+    if not logger.isEnabledFor(logging.INFO):
+        return
+    entry = {"level": "info", "ts": datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+             "logger": logger.name, "msg": msg, **fields}
+    os.write(2, orjson.dumps(entry, default=str) + b"\n")
 
 
 def configure(level: str = "info") -> None:

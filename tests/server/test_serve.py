@@ -155,6 +155,8 @@ def listening_ports(pid: int) -> set[int]:
 
 
 def test_the_only_listener_is_the_tls_port(server):
-    for pid in [server.pid, *server.children()]:
+    pids = [server.pid, *server.children()]
+    for pid in pids:
         assert listening_ports(pid) <= {server.port}, f"pid {pid} listens on {listening_ports(pid)}"
-    assert server.port in listening_ports(server.pid)
+    # Every worker listens on its own SO_REUSEPORT socket on that port.
+    assert all(server.port in listening_ports(pid) for pid in server.children())
