@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 from . import names
-from .references import loosens, policy_of
+from .references import Policy, loosens, policy_of
 
 # Fields of spec that are not desired state: suspending is always allowed, and gate
 # references are judged as policy (tightening always passes, loosening is held).
@@ -25,8 +27,10 @@ def _artifact(obj: dict | None) -> tuple[object, object]:
     return artifact.get("revision"), artifact.get("digest")
 
 
-def gated_change(kind: str, operation: str, sub_resource: str, old: dict | None, new: dict | None) -> str | None:
-    """Describe the change a held object may not make, or None when it is never gated."""
+def gated_change(kind: str, operation: str, sub_resource: str, old: dict | None, new: dict | None,
+                 policies: Callable[[], tuple[Policy, Policy]] | None = None) -> str | None:
+    """Describe the change a held object may not make, or None when it is never gated.
+    ``policies()`` gives those of ``old`` and ``new`` when the caller keeps them."""
     if operation == "DELETE" and not sub_resource:
         return "deletion"
     if operation == "CREATE" and not sub_resource:
@@ -43,4 +47,4 @@ def gated_change(kind: str, operation: str, sub_resource: str, old: dict | None,
         return None
     if _spec(old) != _spec(new):
         return "spec change"
-    return loosens(policy_of(old), policy_of(new))
+    return loosens(*(policies() if policies else (policy_of(old), policy_of(new))))

@@ -49,9 +49,9 @@ class Decision:
     hold: Hold | None = None
 
 
-def hold_of(obj: dict | None, lookup: Lookup, now: datetime) -> Hold:
-    """How the object's own policy judges it at ``now``."""
-    policy = policy_of(obj)
+def hold_of(obj: dict | None, lookup: Lookup, now: datetime, policy: Policy | None = None) -> Hold:
+    """How the object's own policy (``policy``, when the caller has it) judges it at ``now``."""
+    policy = policy or policy_of(obj)
     states = tuple(
         gates.invalid(ref.namespace, ref.name, ref.error) if ref.error else lookup(ref.namespace, ref.name, now)
         for ref in policy.refs
@@ -108,13 +108,20 @@ def decide(request: dict, lookup: Lookup, now: datetime, settings: Settings) -> 
     old, new = request.get("oldObject"), request.get("object")
     if operation == "DELETE" and username in names.SYSTEM_DELETERS:
         return Decision(allowed=True)
-    change = gated_change(kind["kind"], operation, request.get("subResource") or "", old, new)
+    read: list[tuple[Policy, Policy]] = []
+
+    def policies() -> tuple[Policy, Policy]:  # read once, if at all, for the change and the hold
+        if not read:
+            read.append((policy_of(old), policy_of(new)))
+        return read[0]
+
+    change = gated_change(kind["kind"], operation, request.get("subResource") or "", old, new, policies)
     if change is None:
         return Decision(allowed=True)
 
     # An UPDATE must satisfy both the policy it leaves and the one it enters.
-    judged = [o for o in ((old,) if operation == "DELETE" else (old, new)) if isinstance(o, dict)]
-    judgements = [hold_of(obj, lookup, now) for obj in judged]
+    judged = [(o, p) for o, p in zip((old, new), policies()) if isinstance(o, dict) and (operation != "DELETE" or o is old)]
+    judgements = [hold_of(obj, lookup, now, policy) for obj, policy in judged]
     holds = [h for h in judgements if h.held]
     if not holds:
         return Decision(allowed=True, gated=True, change=change, hold=judgements[-1] if judgements else None)
@@ -123,7 +130,7 @@ def decide(request: dict, lookup: Lookup, now: datetime, settings: Settings) -> 
     if any(h.suspension for h in holds):
         modes.add(settings.mode)
     mode = "enforce" if "enforce" in modes else "audit"
-    obj = judged[-1]
+    obj = judged[-1][0]
     meta = metadata(obj)
     namespace = request.get("namespace") or meta.get("namespace") or ""
     name = request.get("name") or meta.get("name") or meta.get("generateName") or ""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -84,21 +85,30 @@ def _spec_gates(spec_gates: object, namespace: str) -> tuple[list[GateRef], obje
     return [GateRef(namespace, "spec.gates", "spec.gates must be a list or {require, refs: [...]}")], None
 
 
+@functools.lru_cache(maxsize=2048)
+def _parse_annotation(raw: str, namespace: str) -> tuple[GateRef, ...]:
+    parts = [part for part in raw.split(",", MAX_REFS + 1) if part.strip()]
+    return tuple(_ref(part, namespace) for part in parts[:MAX_REFS + 1])
+
+
+def _annotation_refs(raw: str, namespace: str) -> tuple[GateRef, ...]:
+    # Most objects carry one of a few short annotations: parse each once. Long ones are rare
+    # and must not be kept.
+    return _parse_annotation(raw, namespace) if len(raw) <= 1024 else _parse_annotation.__wrapped__(raw, namespace)
+
+
 def policy_of(obj: dict | None) -> Policy:
     """The gate policy of a Flux object: union of the annotation and ``spec.gates``."""
     if not isinstance(obj, dict):
         return Policy((), names.REQUIRE_ALL)
     ann = annotations(obj)
     namespace = str(metadata(obj).get("namespace") or "default")
-    refs: list[GateRef] = []
     raw = ann.get(names.GATES_ANNOTATION)
-    if isinstance(raw, str):
-        parts = [part for part in raw.split(",", MAX_REFS + 1) if part.strip()]
-        refs += [_ref(part, namespace) for part in parts[:MAX_REFS + 1]]
+    refs = _annotation_refs(raw, namespace) if isinstance(raw, str) else ()
     spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
     spec_refs, spec_require = _spec_gates(spec.get("gates"), namespace)
     unique: dict[str, GateRef] = {}
-    for ref in refs + spec_refs:
+    for ref in (*refs, *spec_refs):
         unique.setdefault(ref.key, ref)
     if len(unique) > MAX_REFS:
         # Held, not ignored: an object that names too many gates is judged closed, and says why.
