@@ -1,4 +1,4 @@
-"""The Flask application: decode a review, call a handler, encode the answer."""
+"""The application: review endpoints (decode, call a handler, encode) in front of Flask views."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def _json(payload: object, status: int = 200) -> Response:
     return Response(orjson.dumps(payload), status=status, mimetype="application/json")
 
 
-def _log_decision(review: AdmissionReview, decision: Decision, dry_run: bool) -> None:
+def _log_decision(review: AdmissionReview, decision: Decision, response: dict, dry_run: bool) -> None:
     if not (decision.gated or decision.exempt):
         return
     req = review["request"]
@@ -39,7 +39,7 @@ def _log_decision(review: AdmissionReview, decision: Decision, dry_run: bool) ->
         "operation": req["operation"] + (f"/{req['subResource']}" if req.get("subResource") else ""),
         "user": req["userInfo"].get("username", ""),
         "uid": req["uid"],
-        "verdict": "exempt" if decision.exempt else ("denied" if not decision.allowed else "audited" if decision.held else "allowed"),
+        "verdict": _verdict(decision, response),
         "mode": decision.mode,
         "change": decision.change,
         "dryRun": dry_run,
@@ -103,7 +103,7 @@ class Reviews:
             outcome = Outcome(response, Decision(allowed=fail_open))
         endpoint = "validate" if handler is handlers.validate else "mutate"
         if endpoint == "validate":
-            _log_decision(review, outcome.decision, bool(review["request"].get("dryRun")))
+            _log_decision(review, outcome.decision, outcome.response, bool(review["request"].get("dryRun")))
             if self.events is not None and outcome.decision.held and not outcome.decision.allowed:
                 self.events.record(review["request"], outcome.decision.message or "", now)
         payload = orjson.dumps(complete(review, outcome.response))

@@ -120,7 +120,8 @@ def decide(request: dict, lookup: Lookup, now: datetime, settings: Settings) -> 
         return Decision(allowed=True)
 
     # An UPDATE must satisfy both the policy it leaves and the one it enters.
-    judged = [(o, p) for o, p in zip((old, new), policies()) if isinstance(o, dict) and (operation != "DELETE" or o is old)]
+    objects = (old,) if operation == "DELETE" else (old, new)  # zip pairs each with its policy
+    judged = [(o, p) for o, p in zip(objects, policies()) if isinstance(o, dict)]
     judgements = [hold_of(obj, lookup, now, policy) for obj, policy in judged]
     holds = [h for h in judgements if h.held]
     if not holds:
