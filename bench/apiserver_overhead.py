@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from admission.store.cluster import api_client  # noqa: E402
 from tests.builders import gate  # noqa: E402
 from tests.e2e.conftest import prepared, register_webhooks, wait_until_webhooks_answer  # noqa: E402
-from tests.e2e.controlplane import ADMIN, ALICE, GATE_ADMISSION, ControlPlane, assets_dir  # noqa: E402
+from tests.e2e.controlplane import ALICE, GATE_ADMISSION, ControlPlane, assets_dir  # noqa: E402
 from tests.e2e.manifests import kustomization  # noqa: E402
 from tests.polling import until  # noqa: E402
 from tests.processes import GateServer  # noqa: E402

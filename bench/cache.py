@@ -32,27 +32,9 @@ from tests.e2e.conftest import prepared  # noqa: E402
 from tests.e2e.controlplane import ADMIN, GATE_ADMISSION, ControlPlane, assets_dir  # noqa: E402
 from tests.polling import until  # noqa: E402
 from tests.processes import GateServer  # noqa: E402
+from tests.procfs import children, rss_mb  # noqa: E402
 
 NS = "flux-system"
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
-def children(pid: int) -> list[int]:
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if int((entry / "stat").read_text().split(") ")[1].split()[1]) == pid:
-                    out.append(int(entry.name))
-            except (OSError, IndexError, ValueError):
-                pass
-    return sorted(out)
 
 
 def create_many(api: client.CustomObjectsApi, count: int) -> float:

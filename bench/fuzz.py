@@ -49,6 +49,7 @@ from tests.app.test_fuzz import (  # noqa: E402
     GATES, MODES, PATHS, Case, FuzzFailure, _expect_for, check, make_clients, post, requests,
 )
 from tests.conftest import write_gates  # noqa: E402
+from tests.procfs import children  # noqa: E402
 
 Target = Callable[[Case, str, str], tuple[int, bytes]]  # (case, path, mode) -> (status, body)
 # What the server log shows when a worker boots (once each at the start), dies or a handler raises.
@@ -124,18 +125,7 @@ class OverTLS:
 
 def gunicorn_pids(master: int) -> tuple[int, tuple[int, ...]]:
     """The master pid and its children's pids, read from /proc."""
-    children = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue  # gone meanwhile
-        ppid = int(stat.rpartition(")")[2].split()[1])  # the command name may hold spaces and parens
-        if ppid == master:
-            children.append(int(entry))
-    return master, tuple(sorted(children))
+    return master, tuple(children(master))
 
 
 def all_workers(master: int, workers: int) -> tuple[int, tuple[int, ...]] | None:

@@ -14,6 +14,7 @@ from pathlib import Path
 import orjson
 
 from tests.polling import wait_for
+from tests.procfs import children
 
 BIN = Path(sys.executable).parent
 
@@ -52,16 +53,7 @@ class Process:
 
     def children(self) -> list[int]:
         """Pids whose parent is this process (gunicorn's workers)."""
-        found = []
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                try:
-                    stat = (entry / "stat").read_text()
-                    if int(stat.rsplit(")", 1)[1].split()[1]) == self.proc.pid:
-                        found.append(int(entry.name))
-                except (OSError, ValueError, IndexError):
-                    pass
-        return sorted(found)
+        return children(self.proc.pid)
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int | None:
         if self.alive():

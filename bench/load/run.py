@@ -45,7 +45,6 @@ import resource
 import shlex
 import shutil
 import signal
-import socket
 import ssl
 import statistics
 import subprocess
@@ -59,6 +58,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # admission/, for certificates, the gate parser and the in-process check
+from tests.processes import Process, free_port  # noqa: E402 - processes in their own session, stopped by pid
+from tests.procfs import children, rss_mb, socket_inodes  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent
@@ -76,45 +77,6 @@ TARGET_OURS_THROUGHPUT = 1.0   # x floor
 TARGET_OURS_P99 = 1.0          # x floor, at most
 TARGET_10K_THROUGHPUT = 0.9    # x floor (0.9 of ours' 1.0x target)
 TARGET_10K_RSS_MB = 150.0      # per worker
-
-
-# ---------------------------------------------------------------------------- processes
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class Process:
-    """A server in its own session (process group), logging to a file, stopped by its group id."""
-
-    def __init__(self, args: list[str], log_path: Path):
-        self.args, self.log_path = args, log_path
-        self.log_file = open(log_path, "ab")
-        self.proc = subprocess.Popen(args, stdout=self.log_file, stderr=subprocess.STDOUT, start_new_session=True)
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self, timeout: float = 30.0) -> None:
-        if self.alive():
-            try:
-                os.killpg(self.proc.pid, signal.SIGTERM)  # our own session: the master and its workers
-                self.proc.wait(timeout)
-            except ProcessLookupError:
-                pass
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(5)
-        self.log_file.close()
 
 
 # ---------------------------------------------------------------------------- /proc
@@ -143,25 +105,6 @@ def machine_busy_percent(seconds: float) -> float:
     return 100.0 * (machine_busy_ticks() - before) / CLK_TCK / (time.monotonic() - started)
 
 
-def children(pid: int) -> list[int]:
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if int(_stat_fields(int(entry.name))[1]) == pid:
-                    out.append(int(entry.name))
-            except (OSError, IndexError, ValueError):
-                pass
-    return sorted(out)
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
 def established(port: int) -> set[int]:
     """Socket inodes of established TCP connections to local ``port`` (IPv4 loopback)."""
     inodes = set()
@@ -170,18 +113,6 @@ def established(port: int) -> set[int]:
         if fields[3] == "01" and int(fields[1].rsplit(":", 1)[1], 16) == port:
             inodes.add(int(fields[9]))
     return inodes
-
-
-def socket_inodes(pid: int) -> set[int]:
-    out = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            target = os.readlink(fd)
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            out.add(int(target[8:-1]))
-    return out
 
 
 class Sampler:
@@ -693,7 +624,7 @@ def report(rounds: list[Round], variants: list[Variant], args: argparse.Namespac
         counts = {name: redone.count(name) for name in dict.fromkeys(redone)}
         lines.append("- Measured again because other processes were busy during it: "
                      + ", ".join(f"{name} ({n}x)" for name, n in counts.items()) + " "
-                     f"(the table has the last attempt).")
+                     "(the table has the last attempt).")
     disturbed = [f"{r.variant} {r.number}" for r in rounds if r.other_cpu > args.idle_threshold]
     if disturbed:
         lines.append(f"- **Disturbed**: other processes used more than {args.idle_threshold:g}% of a core during "

@@ -30,7 +30,7 @@ WEBHOOK_HOST = os.environ.get("GATE_E2E_WEBHOOK_HOST", "127.0.0.1")
 
 def pytest_report_header(config):
     crds = f"real Flux CRDs from {FLUX_CRDS}" if FLUX_CRDS.is_dir() else f"minimal stand-in Flux CRDs ({MINIMAL_CRDS.name})"
-    cluster = f"existing cluster at $KUBECONFIG" if os.environ.get("KUBECONFIG") else "own etcd + kube-apiserver"
+    cluster = "existing cluster at $KUBECONFIG" if os.environ.get("KUBECONFIG") else "own etcd + kube-apiserver"
     return [f"e2e: {cluster}; {crds}, with manifests/flux-crd-patches"]
 
 

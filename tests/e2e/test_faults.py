@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
-import shutil
 import threading
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import orjson
@@ -15,15 +13,14 @@ import yaml
 from kubernetes import client
 
 from admission.store.cluster import api_client
-from admission.timefmt import format_time
 from tests.builders import changed, flux, gate, request, review
 from tests.conftest import REPORT
 from tests.e2e.balancer import Balancer
-from tests.e2e.conftest import own_plane, register_webhooks, start_server, wait_until_webhooks_answer
+from tests.e2e.conftest import own_plane, register_webhooks, wait_until_webhooks_answer
 from tests.e2e.controlplane import ALICE, GATE_ADMISSION
 from tests.e2e.manifests import kustomization, now_rfc3339
 from tests.polling import until
-from tests.processes import GateServer, wait_for
+from tests.processes import GateServer
 
 pytestmark = pytest.mark.e2e
 FAKETIME = next((p for p in ("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import os
 import socket
 import ssl
 import subprocess
-from pathlib import Path
 
 import orjson
 import pytest
@@ -15,6 +13,7 @@ from cryptography import x509
 from tests.builders import FLUX_USER, changed, flux, gate, request, review
 from tests.conftest import FIXTURES, write_gates
 from tests.processes import BIN, GateServer
+from tests.procfs import listening_ports
 
 
 @pytest.fixture(scope="module")
@@ -134,24 +133,6 @@ def test_openssl_s_client_sees_tls_1_2_or_newer_only(server, flag, accepted):
         assert result.returncode == 0 and "Verification: OK" in result.stderr, result.stderr
     else:
         assert result.returncode != 0, result.stderr
-
-
-def listening_ports(pid: int) -> set[int]:
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            target = os.readlink(fd)
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    ports = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            fields = line.split()
-            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
-                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-    return ports
 
 
 def test_the_only_listener_is_the_tls_port(server):

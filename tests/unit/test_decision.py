@@ -6,7 +6,7 @@ import pytest
 
 from admission.decision import Settings, decide
 from admission.names import OPEN_ANNOTATION
-from tests.builders import ALICE, FLUX_USER, at, changed, flux, gate, keeper, lookup_from, request
+from tests.builders import FLUX_USER, at, changed, flux, gate, keeper, lookup_from, request
 
 NOW = at("2026-06-10T12:00")
 ENFORCE = Settings()
