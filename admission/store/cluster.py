@@ -24,14 +24,14 @@ STALE_AFTER = 10.0  # seconds without a working watch before decisions stop trus
 
 
 class Backoff:
-    """Exponential backoff with full jitter, reset after a success."""
+    """Exponential backoff with jitter (half to all of the step), reset after a success."""
 
     def __init__(self, first: float = 0.2, cap: float = 30.0):
         self.first, self.cap, self.attempt = first, cap, 0
 
     def next(self) -> float:
         delay = min(self.cap, self.first * 2 ** self.attempt)
-        self.attempt += 1
+        self.attempt = min(self.attempt + 1, 30)  # hours of outage must not overflow the float
         return random.uniform(delay / 2, delay)
 
     def reset(self) -> None:

@@ -90,3 +90,13 @@ def test_states_are_memoised_until_they_can_change(gates_dir):
     assert later is not first and not later.open
     # A clock that goes backwards gets a fresh evaluation, not the memo.
     assert store.lookup("flux-system", "a", NOW).open
+
+
+def test_backoff_grows_to_its_cap_and_survives_a_long_outage():
+    from admission.store.cluster import Backoff
+
+    backoff = Backoff(first=0.2, cap=30.0)
+    delays = [backoff.next() for _ in range(5000)]
+    assert 0.1 <= delays[0] <= 0.2 and all(15.0 <= d <= 30.0 for d in delays[10:])
+    backoff.reset()
+    assert backoff.next() <= 0.2

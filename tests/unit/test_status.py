@@ -71,3 +71,4 @@ def test_transition_messages_carry_the_toggle_message_and_requester():
     assert text == "opening gate: 'Patching a CVE' (requested by bob); Gate open requested"
     plain = transition_message(state_of(gate("g", closed=True), at("2026-01-01T00:00")))
     assert plain == "closing gate; Gate closed by default"
+
