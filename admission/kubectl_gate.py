@@ -28,6 +28,7 @@ from .references import metadata, policy_of
 from .store.index import GateIndex, object_key
 from .timefmt import format_time
 from .toggles import toggle_patch
+from .yamldocs import objects
 
 EXIT_OK, EXIT_HELD, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_FORBIDDEN, EXIT_NO_CLUSTER = range(6)
 
@@ -247,14 +248,10 @@ def cmd_toggle(args: argparse.Namespace) -> int:
 def _manifest(path: str) -> list[dict]:
     try:
         text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()
-        docs = [d for d in yaml.safe_load_all(text) if d]
+        docs = objects(text)
     except (OSError, yaml.YAMLError, UnicodeDecodeError) as err:
         raise GateError(f"cannot read {path}: {' '.join(str(err).split())}", EXIT_USAGE) from None
-    objects = []
-    for doc in docs:
-        items = doc.get("items") if isinstance(doc, dict) and str(doc.get("kind", "")).endswith("List") else [doc]
-        objects += [i for i in items or [] if isinstance(i, dict)]
-    return objects
+    return [doc for doc in docs if isinstance(doc, dict)]
 
 
 @_api_errors

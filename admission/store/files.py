@@ -13,6 +13,7 @@ import yaml
 
 from .. import names
 from ..gates import GateState
+from ..yamldocs import objects
 from .index import GateIndex, Key, object_key
 
 log = logging.getLogger(__name__)
@@ -22,26 +23,20 @@ SUFFIXES = (".yaml", ".yml", ".json")
 def _documents(text: str) -> list[dict]:
     """Gate and GateKeeper documents of a multi-document YAML text (``kind: List`` too)."""
     found = []
-    for doc in yaml.safe_load_all(text):
-        if doc is None:
-            continue
-        if not isinstance(doc, dict):
-            raise ValueError(f"a document is a {type(doc).__name__}, not a mapping")
-        items = doc.get("items") if str(doc.get("kind", "")).endswith("List") else [doc]
-        for item in items or []:
-            if not isinstance(item, dict):
-                raise ValueError("a list item is not a mapping")
-            if item.get("kind") not in (names.GATE_KIND, names.GATEKEEPER_KIND):
-                continue  # other objects may share the directory
-            api = item.get("apiVersion")
-            if api is not None and api != names.GATING_API_VERSION:
-                raise ValueError(f"{item['kind']} has apiVersion {api!r}, want {names.GATING_API_VERSION}")
-            meta = item.get("metadata")
-            if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
-                raise ValueError(f"a {item['kind']} has no metadata.name")
-            if not isinstance(item.get("spec", {}), dict):
-                raise ValueError(f"{item['kind']} {meta['name']!r} has a spec that is not a mapping")
-            found.append(item)
+    for item in objects(text):
+        if not isinstance(item, dict):
+            raise ValueError(f"a document is a {type(item).__name__}, not a mapping")
+        if item.get("kind") not in (names.GATE_KIND, names.GATEKEEPER_KIND):
+            continue  # other objects may share the directory
+        api = item.get("apiVersion")
+        if api is not None and api != names.GATING_API_VERSION:
+            raise ValueError(f"{item['kind']} has apiVersion {api!r}, want {names.GATING_API_VERSION}")
+        meta = item.get("metadata")
+        if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
+            raise ValueError(f"a {item['kind']} has no metadata.name")
+        if not isinstance(item.get("spec", {}), dict):
+            raise ValueError(f"{item['kind']} {meta['name']!r} has a spec that is not a mapping")
+        found.append(item)
     return found
 
 
