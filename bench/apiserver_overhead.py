@@ -23,7 +23,7 @@ from kubernetes import client
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from admission.store.cluster import api_client  # noqa: E402
+from admission.kube.client import api_client  # noqa: E402
 from tests.builders import gate  # noqa: E402
 from tests.e2e.conftest import prepared, register_webhooks, wait_until_webhooks_answer  # noqa: E402
 from tests.e2e.controlplane import ALICE, GATE_ADMISSION, ControlPlane, assets_dir  # noqa: E402

@@ -44,7 +44,7 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from admission.app import MAX_BODY  # noqa: E402
+from admission.webhook.app import MAX_BODY  # noqa: E402
 from tests.app.test_fuzz import (  # noqa: E402
     GATES, MODES, PATHS, Case, FuzzFailure, _expect_for, check, make_clients, post, requests,
 )

@@ -7,7 +7,7 @@ import itertools
 from datetime import datetime, timezone
 from typing import Any
 
-from admission import names
+from admission.core import names
 
 UTC = timezone.utc
 _uids = itertools.count(1)
@@ -104,7 +104,7 @@ def review(req: dict, api_version: str = "admission.k8s.io/v1") -> dict:
 
 def lookup_from(gate_objects: list[dict] = (), keeper_objects: list[dict] = ()):
     """A gate lookup over plain dicts, evaluated afresh each call (no caching)."""
-    from admission.gates import evaluate_gate, not_found
+    from admission.core.gates import evaluate_gate, not_found
 
     by_key = {(g["metadata"]["namespace"], g["metadata"]["name"]): g for g in gate_objects}
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from admission.app import create_app
-from admission.decision import Settings
+from admission.webhook.app import create_app
+from admission.core.decision import Settings
 from admission.store.files import FileStore
 from tests.builders import at
 

@@ -1,11 +1,15 @@
-"""Where gates come from: YAML files (``--gates-dir``) or the cluster (list+watch)."""
+"""Where gates come from: the GateStore protocol, the in-memory index, and YAML files.
+
+The cluster's list+watch store lives with the Kubernetes code (admission.kube.reflector).
+May import core, observability, pki and clock; never webhook, kube or cli.
+"""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Protocol
 
-from ..gates import GateState
+from admission.core.gates import GateState
 
 
 class GateStore(Protocol):

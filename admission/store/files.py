@@ -11,10 +11,10 @@ from pathlib import Path
 
 import yaml
 
-from .. import names
-from ..gates import GateState
-from ..yamldocs import objects
-from .index import GateIndex, Key, object_key
+from admission.core import names
+from admission.core.gates import GateState
+from admission.store.yamldocs import objects
+from admission.store.index import GateIndex, Key, object_key
 
 log = logging.getLogger(__name__)
 SUFFIXES = (".yaml", ".yml", ".json")

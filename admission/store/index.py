@@ -6,7 +6,7 @@ import threading
 from datetime import datetime
 from typing import Iterable
 
-from ..gates import CompiledGate, GateState, compile_gate, evaluate, not_found
+from admission.core.gates import CompiledGate, GateState, compile_gate, evaluate, not_found
 
 Key = tuple[str, str]
 

@@ -209,7 +209,7 @@ def review_files(reviews: Path | None) -> list[Path]:
 
 def referenced_gates(doc: dict) -> set[tuple[str, str]]:
     """The gates a review's objects reference, read with our own parser."""
-    from admission.references import policy_of
+    from admission.core.references import policy_of
 
     req = doc["request"]
     return {(r.namespace, r.name) for o in (req.get("object"), req.get("oldObject")) for r in policy_of(o).refs}
@@ -348,8 +348,8 @@ def wait_ready(variant: Variant, context: ssl.SSLContext, expected_workers: int,
 
 def oracle(gates_dir: Path):
     """The same Flask app, in process, on the same gates: the verdicts the server must give."""
-    from admission.app import create_app
-    from admission.decision import Settings
+    from admission.webhook.app import create_app
+    from admission.core.decision import Settings
     from admission.store.files import FileStore
 
     return create_app(FileStore(gates_dir), Settings()).test_client()

@@ -8,8 +8,8 @@ import copy
 import jsonpatch
 import orjson
 
-from admission.app import MAX_BODY, create_app
-from admission.decision import Settings
+from admission.webhook.app import MAX_BODY, create_app
+from admission.core.decision import Settings
 from tests.builders import FLUX_USER, changed, flux, gate, request, review
 from tests.conftest import FIXED_NOW
 
@@ -156,7 +156,7 @@ def test_a_failure_while_judging_denies_on_validate_and_allows_on_mutate():
 
 
 def test_dry_run_denials_make_no_event(tmp_path):
-    from admission.events import DenialEvents
+    from admission.kube.events import DenialEvents
 
     events = DenialEvents(api_client=None)
     request_ = request("CREATE", KS, dry_run=True)

@@ -20,10 +20,10 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from admission import names
-from admission.app import MAX_BODY, create_app
-from admission.decision import Settings
-from admission.review import API_VERSIONS, MAX_MESSAGE, OPERATIONS
+from admission.core import names
+from admission.webhook.app import MAX_BODY, create_app
+from admission.core.decision import Settings
+from admission.webhook.review import API_VERSIONS, MAX_MESSAGE, OPERATIONS
 from admission.store.files import FileStore
 from tests.builders import FLUX_API, FLUX_KINDS, changed, flux, gate, keeper, request, review
 from tests.conftest import FIXED_NOW, write_gates

@@ -5,9 +5,9 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from admission.app import create_app
-from admission.names import CLOSE_ANNOTATION, MESSAGE_ANNOTATION, OPEN_ANNOTATION, REQUESTED_BY_ANNOTATION
-from admission.receiver import RateLimit, TokenFile, blueprint
+from admission.webhook.app import create_app
+from admission.core.names import CLOSE_ANNOTATION, MESSAGE_ANNOTATION, OPEN_ANNOTATION, REQUESTED_BY_ANNOTATION
+from admission.webhook.receiver import RateLimit, TokenFile, blueprint
 from admission.store.files import FileStore
 from tests.conftest import FIXED_NOW
 

@@ -15,7 +15,7 @@ import jsonpatch
 import orjson
 import pytest
 
-from admission.decision import Settings
+from admission.core.decision import Settings
 from tests.builders import at, gate
 from tests.conftest import FIXTURES
 

@@ -93,7 +93,7 @@ def test_states_are_memoised_until_they_can_change(gates_dir):
 
 
 def test_backoff_grows_to_its_cap_and_survives_a_long_outage():
-    from admission.store.cluster import Backoff
+    from admission.kube.reflector import Backoff
 
     backoff = Backoff(first=0.2, cap=30.0)
     delays = [backoff.next() for _ in range(5000)]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from admission.webhooks import ca_bundle, with_client_config
+from admission.kube.webhookconfig import ca_bundle, with_client_config
 from tests.conftest import SHARED, write_gates
 from tests.e2e.controlplane import ADMIN, ALICE, FLUX, ROOT, ControlPlane, User, assets_dir, control_plane
 from tests.polling import until

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 
 import yaml
 
-from admission.timefmt import format_time
+from admission.core.timefmt import format_time
 
 
 def now_rfc3339() -> str:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from admission.names import CLOSE_ANNOTATION, MESSAGE_ANNOTATION, OPEN_ANNOTATION, REQUESTED_BY_ANNOTATION
+from admission.core.names import CLOSE_ANNOTATION, MESSAGE_ANNOTATION, OPEN_ANNOTATION, REQUESTED_BY_ANNOTATION
 from tests.builders import gate, keeper
 from tests.e2e.conftest import ALICE, FLUX, register_webhooks, start_server, until
 from tests.e2e.manifests import (artifact_patch, git_repository, helm_release, kustomization, now_rfc3339,

@@ -13,7 +13,7 @@ import orjson
 import pytest
 import yaml
 
-from admission.timefmt import format_time
+from admission.core.timefmt import format_time
 from tests.builders import changed, flux, gate, keeper, request, review
 from tests.e2e.conftest import own_plane, serving, start_server, until
 from tests.e2e.controlplane import ALICE, CONTROLLER, FLUX, GATE_ADMISSION

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from admission.store.cluster import api_client
+from admission.kube.client import api_client
 from tests.builders import changed, flux, gate, request, review
 from tests.conftest import REPORT
 from tests.e2e.balancer import Balancer

@@ -28,7 +28,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from admission.cli import build_parser
+from admission.cli.gate_admission import build_parser
 from tests.processes import GateServer, Process, free_port
 
 REPO = Path(__file__).resolve().parents[2]

@@ -5,7 +5,7 @@ from datetime import timedelta
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from admission import certs
+from admission.pki import certs
 from tests.builders import at
 
 NOW = at("2026-06-10T12:00")

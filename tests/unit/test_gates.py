@@ -2,9 +2,9 @@
 
 import pytest
 
-from admission import gates as g
-from admission.gates import compile_gate, evaluate, evaluate_gate, next_transition
-from admission.names import CLOSE_ANNOTATION, MESSAGE_ANNOTATION, OPEN_ANNOTATION, REQUESTED_BY_ANNOTATION
+from admission.core import gates as g
+from admission.core.gates import compile_gate, evaluate, evaluate_gate, next_transition
+from admission.core.names import CLOSE_ANNOTATION, MESSAGE_ANNOTATION, OPEN_ANNOTATION, REQUESTED_BY_ANNOTATION
 from tests.builders import at, gate, keeper
 
 NOW = at("2026-06-10T12:00")  # a Wednesday, outside every freeze below

@@ -6,10 +6,10 @@ from datetime import timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from admission.decision import Settings, decide
-from admission.gates import compile_gate, evaluate
-from admission.names import CLOSE_ANNOTATION, OPEN_ANNOTATION
-from admission.timefmt import format_time
+from admission.core.decision import Settings, decide
+from admission.core.gates import compile_gate, evaluate
+from admission.core.names import CLOSE_ANNOTATION, OPEN_ANNOTATION
+from admission.core.timefmt import format_time
 from tests.builders import at, changed, flux, gate, keeper, lookup_from, request
 
 BASE = at("2026-11-15T00:00")

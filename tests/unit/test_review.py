@@ -5,7 +5,7 @@ import base64
 import orjson
 import pytest
 
-from admission.review import ReviewError, allowed, complete, denied, errored, parse_review, patched
+from admission.webhook.review import ReviewError, allowed, complete, denied, errored, parse_review, patched
 from tests.builders import flux, request, review
 
 

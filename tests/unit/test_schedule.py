@@ -2,7 +2,7 @@ from datetime import timedelta
 
 import pytest
 
-from admission.schedule import ScheduleError, parse_cron, parse_entry
+from admission.core.schedule import ScheduleError, parse_cron, parse_entry
 from tests.builders import at
 
 

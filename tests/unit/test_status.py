@@ -1,8 +1,8 @@
 """The Gate status the controller writes, computed from a state (SPEC §2)."""
 
-from admission.gates import compile_gate, evaluate
-from admission.names import CLOSE_ANNOTATION, MESSAGE_ANNOTATION, OPEN_ANNOTATION, REQUESTED_BY_ANNOTATION
-from admission.status import gate_status, status_differs, transition_message, was_open
+from admission.core.gates import compile_gate, evaluate
+from admission.core.names import CLOSE_ANNOTATION, MESSAGE_ANNOTATION, OPEN_ANNOTATION, REQUESTED_BY_ANNOTATION
+from admission.core.status import gate_status, status_differs, transition_message, was_open
 from tests.builders import at, gate
 
 

@@ -2,7 +2,7 @@ from datetime import timedelta
 
 import pytest
 
-from admission.timefmt import format_duration, format_time, parse_duration, parse_time
+from admission.core.timefmt import format_duration, format_time, parse_duration, parse_time
 from tests.builders import at
 
 

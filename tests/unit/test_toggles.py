@@ -2,9 +2,9 @@
 
 import pytest
 
-from admission.gates import evaluate_gate
-from admission.names import CLOSE_ANNOTATION, MESSAGE_ANNOTATION, OPEN_ANNOTATION, REQUESTED_BY_ANNOTATION
-from admission.toggles import toggle_patch
+from admission.core.gates import evaluate_gate
+from admission.core.names import CLOSE_ANNOTATION, MESSAGE_ANNOTATION, OPEN_ANNOTATION, REQUESTED_BY_ANNOTATION
+from admission.core.toggles import toggle_patch
 from tests.builders import at, gate
 
 NOW = at("2026-11-21T20:00:00")

@@ -15,20 +15,19 @@ from datetime import datetime, timedelta, timezone
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from . import names
-from .decision import hold_of
-from .fluxobjects import FluxObjects
-from .gates import GateState
-from .references import metadata, policy_of
-from .status import gate_status, status_differs, transition_message, was_open
-from .store.cluster import ClusterStore
-from .store.index import object_key
-from .timefmt import parse_duration
+from admission.clock import utcnow
+from admission.core import names
+from admission.core.decision import hold_of
+from admission.kube.fluxobjects import FluxObjects
+from admission.core.gates import GateState
+from admission.core.references import metadata, policy_of
+from admission.core.status import gate_status, status_differs, transition_message, was_open
+from admission.kube.reflector import ClusterStore
+from admission.store.index import object_key
+from admission.core.timefmt import parse_duration
 
 log = logging.getLogger("admission.controller")
 DEFAULT_INTERVAL = timedelta(minutes=1)
-def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
 
 
 def _request_value(now: datetime) -> str:

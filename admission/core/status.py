@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from .gates import GateState
-from .timefmt import format_time
+from admission.core.gates import GateState
+from admission.core.timefmt import format_time
 
 CONDITION = "Opened"
 

@@ -7,9 +7,9 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 
-from . import names
-from .schedule import ScheduleError, parse_cron
-from .timefmt import format_time
+from admission.core import names
+from admission.core.schedule import ScheduleError, parse_cron
+from admission.core.timefmt import format_time
 
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")

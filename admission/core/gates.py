@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Iterable
 
-from . import names
-from .schedule import HORIZON, Entry, ScheduleError, parse_entry, zone
-from .timefmt import format_time, parse_duration, parse_time
+from admission.core import names
+from admission.core.schedule import HORIZON, Entry, ScheduleError, parse_entry, zone
+from admission.core.timefmt import format_time, parse_duration, parse_time
 
 # Reasons, PascalCase as in Kubernetes conditions.
 DEFAULT = "Default"

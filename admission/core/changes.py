@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from . import names
-from .references import Policy, loosens, policy_of
+from admission.core import names
+from admission.core.references import Policy, loosens, policy_of
 
 # Fields of spec that are not desired state: suspending is always allowed, and gate
 # references are judged as policy (tightening always passes, loosening is held).

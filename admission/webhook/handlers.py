@@ -8,11 +8,11 @@ from typing import Any, Callable
 
 import orjson
 
-from . import names
-from .decision import Decision, Lookup, Settings, decide
-from .references import suspension_of
-from .review import AdmissionRequest, AdmissionResponse, allowed, denied, patched
-from .timefmt import format_time
+from admission.core import names
+from admission.core.decision import Decision, Lookup, Settings, decide
+from admission.core.references import suspension_of
+from admission.webhook.review import AdmissionRequest, AdmissionResponse, allowed, denied, patched
+from admission.core.timefmt import format_time
 
 
 @dataclass(frozen=True)

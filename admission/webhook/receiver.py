@@ -18,7 +18,7 @@ from typing import Callable
 import orjson
 from flask import Blueprint, Response, request
 
-from .toggles import ACTIONS, toggle_patch
+from admission.core.toggles import ACTIONS, toggle_patch
 
 log = logging.getLogger("admission.receiver")
 MAX_MESSAGE = 1024
@@ -143,24 +143,3 @@ def blueprint(tokens: TokenFile, patch_gate: Callable[[str, str, dict], None], c
         return answer("ok", result, 200)
 
     return hooks
-
-
-def cluster_patcher(api_client) -> Callable[[str, str, dict], None]:
-    """Write a Gate's annotations through the API server, mapping its errors for the receiver."""
-    from kubernetes import client
-    from kubernetes.client.rest import ApiException
-
-    from . import names
-
-    custom = client.CustomObjectsApi(api_client)
-
-    def patch_gate(namespace: str, name: str, patch: dict) -> None:
-        try:
-            custom.patch_namespaced_custom_object(names.GATING_GROUP, names.GATING_VERSION, namespace,
-                                                  names.GATE_PLURAL, name, patch)
-        except ApiException as err:
-            if err.status == 404:
-                raise LookupError(name) from None
-            raise PermissionError(f"API server answered {err.status} {err.reason}") from None
-
-    return patch_gate

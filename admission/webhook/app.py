@@ -4,25 +4,25 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Callable
 
 import orjson
 from flask import Blueprint, Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
-from . import handlers, logs, metrics, names
-from .decision import Decision, Settings
-from .handlers import Handler, Outcome
-from .review import AdmissionReview, ReviewError, allowed, complete, errored, parse_review
-from .store import GateStore
+from admission.webhook import handlers
+from admission.observability import logs
+from admission.observability import metrics
+from admission.core import names
+from admission.core.decision import Decision, Settings
+from admission.webhook.handlers import Handler, Outcome
+from admission.webhook.review import AdmissionReview, ReviewError, allowed, complete, errored, parse_review
+from admission.clock import utcnow
+from admission.store import GateStore
 
 log = logging.getLogger("admission.decisions")
 MAX_BODY = 7 * 1024 * 1024  # the API server's own request limit is 3 MiB; leave room for both objects
-
-
-def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
 
 
 def _json(payload: object, status: int = 200) -> Response:

@@ -13,9 +13,9 @@ from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 from urllib3.exceptions import ProtocolError
 
-from .. import names
-from ..gates import GateState, unknown
-from .index import GateIndex, object_key
+from admission.core import names
+from admission.core.gates import GateState, unknown
+from admission.store.index import GateIndex, object_key
 
 log = logging.getLogger(__name__)
 
@@ -207,18 +207,3 @@ class ClusterStore:
         self._stopped.set()
         for stream in list(self._streams):
             stream.stop()
-
-
-def api_client(kubeconfig: str | None = None) -> client.ApiClient:
-    """A client for the cluster: ``kubeconfig`` if given, else in-cluster, else ~/.kube/config."""
-    from kubernetes import config
-
-    configuration = client.Configuration()
-    if kubeconfig:
-        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-    else:
-        try:
-            config.load_incluster_config(client_configuration=configuration)
-        except config.ConfigException:
-            config.load_kube_config(client_configuration=configuration)
-    return client.ApiClient(configuration)

@@ -15,7 +15,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
-from .timefmt import format_duration, parse_duration
+from admission.core.timefmt import format_duration, parse_duration
 
 UTC = timezone.utc
 MINUTE = timedelta(minutes=1)

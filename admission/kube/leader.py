@@ -7,6 +7,8 @@ import threading
 from datetime import datetime, timedelta, timezone
 
 from kubernetes import client
+
+from admission.clock import utcnow
 from kubernetes.client.rest import ApiException
 
 log = logging.getLogger(__name__)
@@ -28,7 +30,7 @@ class LeaderElector:
         self._stopped = threading.Event()
 
     def _try(self) -> bool:
-        now = datetime.now(timezone.utc)
+        now = utcnow()
         spec = {"holderIdentity": self.identity, "leaseDurationSeconds": self.lease_seconds,
                 "renewTime": _micro(now)}
         try:

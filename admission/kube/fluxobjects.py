@@ -5,7 +5,7 @@ from __future__ import annotations
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from . import names
+from admission.core import names
 
 # Served versions differ across Flux releases: the first that answers is used.
 FLUX_RESOURCES = (

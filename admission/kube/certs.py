@@ -10,8 +10,8 @@ from pathlib import Path
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from . import certs
-from .webhooks import ca_bundle
+from admission.pki import certs
+from admission.kube.webhookconfig import ca_bundle
 
 WEBHOOK_CONFIGURATION = "gate-admission"
 

@@ -21,14 +21,15 @@ from typing import Callable
 import orjson
 import yaml
 
-from . import names
-from .decision import describe, hold_of
-from .gates import GateState
-from .references import metadata, policy_of
-from .store.index import GateIndex, object_key
-from .timefmt import format_time
-from .toggles import toggle_patch
-from .yamldocs import objects
+from admission.clock import utcnow
+from admission.core import names
+from admission.core.decision import describe, hold_of
+from admission.core.gates import GateState
+from admission.core.references import metadata, policy_of
+from admission.store.index import GateIndex, object_key
+from admission.core.timefmt import format_time
+from admission.core.toggles import toggle_patch
+from admission.store.yamldocs import objects
 
 EXIT_OK, EXIT_HELD, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_FORBIDDEN, EXIT_NO_CLUSTER = range(6)
 
@@ -103,7 +104,7 @@ def _api_message(err) -> str:
 
 def _index(args: argparse.Namespace, cluster: Cluster | None) -> GateIndex:
     if args.gates_dir:
-        from .store.files import FileStore
+        from admission.store.files import FileStore
         return FileStore(args.gates_dir).index
     index = GateIndex()
     custom = cluster.custom
@@ -116,7 +117,7 @@ def _index(args: argparse.Namespace, cluster: Cluster | None) -> GateIndex:
 def _flux_objects(cluster: Cluster | None) -> list[dict]:
     if cluster is None:
         return []
-    from .fluxobjects import FluxObjects
+    from admission.kube.fluxobjects import FluxObjects
     return FluxObjects(cluster.custom).list_all()
 
 
@@ -124,15 +125,11 @@ def _referencing(objects: list[dict], key: str) -> list[dict]:
     return [o for o in objects if key in {r.key for r in policy_of(o).refs}]
 
 
-def _now() -> datetime:
-    return datetime.now(timezone.utc)
-
-
 def _gates(args: argparse.Namespace) -> tuple[Cluster | None, GateIndex, datetime, str | None]:
     """The cluster (None offline), its gates, now, and the namespace to look in."""
     cluster = None if args.gates_dir else _connect(args)
     namespace = args.namespace or (cluster.namespace if cluster else None)
-    return cluster, _index(args, cluster), _now(), namespace
+    return cluster, _index(args, cluster), utcnow(), namespace
 
 
 # -- output -----------------------------------------------------------------------------
@@ -233,7 +230,7 @@ def cmd_toggle(args: argparse.Namespace) -> int:
         raise GateError("open and close write to the cluster; --gates-dir is read-only", EXIT_USAGE)
     cluster = _connect(args)
     try:
-        patch = toggle_patch(args.action, _now(), args.message, _requester(args, cluster), getattr(args, "for_", None))
+        patch = toggle_patch(args.action, utcnow(), args.message, _requester(args, cluster), getattr(args, "for_", None))
     except ValueError as err:
         raise GateError(str(err), EXIT_USAGE) from None
     namespace = args.namespace or cluster.namespace
@@ -260,7 +257,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     default_ns = default_ns or "default"
     live = None
     if cluster is not None:
-        from .fluxobjects import FluxObjects
+        from admission.kube.fluxobjects import FluxObjects
         live = FluxObjects(cluster.custom)
     rows = []
     for obj in _manifest(args.filename):

@@ -8,7 +8,7 @@ from flask import Flask
 from gunicorn import glogging
 from gunicorn.app.base import BaseApplication
 
-from .tls import ReloadingContext
+from admission.webhook.tls import ReloadingContext
 
 # The API server's webhook client keeps idle connections for 90 s. A server that
 # closes them sooner races the client's next request on that connection, and a
@@ -31,7 +31,7 @@ class GunicornLogger(glogging.Logger):
 
 
 def _child_exit(server: object, worker: object) -> None:
-    from .metrics import worker_exited
+    from admission.observability.metrics import worker_exited
     worker_exited(worker.pid)
 
 

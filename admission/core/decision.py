@@ -6,11 +6,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Callable
 
-from . import gates, names
-from .changes import gated_change
-from .gates import GateState
-from .references import Policy, metadata, policy_of, suspension_of
-from .timefmt import format_time
+from admission.core import gates
+from admission.core import names
+from admission.core.changes import gated_change
+from admission.core.gates import GateState
+from admission.core.references import Policy, metadata, policy_of, suspension_of
+from admission.core.timefmt import format_time
 
 Lookup = Callable[[str, str, datetime], GateState]
 

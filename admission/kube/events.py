@@ -18,7 +18,8 @@ from datetime import datetime, timezone
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from .metrics import EVENTS
+from admission.clock import utcnow
+from admission.observability.metrics import EVENTS
 
 log = logging.getLogger("admission.events")
 FLUSH_EVERY = 10.0  # seconds between count updates of aggregated Events
@@ -122,7 +123,7 @@ class DenialEvents:
             if time.monotonic() - last_flush >= FLUSH_EVERY:
                 last_flush = time.monotonic()
                 try:
-                    self._flush(datetime.now(timezone.utc))
+                    self._flush(utcnow())
                 except Exception:
                     log.exception("updating denial event counts failed")
 

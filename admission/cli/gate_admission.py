@@ -9,7 +9,10 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import __version__, certs, logs
+from admission import __version__
+from admission.clock import utcnow
+from admission.pki import certs
+from admission.observability import logs
 
 ENV_PREFIX = "GATE_ADMISSION_"
 
@@ -100,13 +103,13 @@ def _cert_names(args: argparse.Namespace) -> list[str]:
 
 
 def make_certs(args: argparse.Namespace) -> int:
-    now = datetime.now(timezone.utc)
+    now = utcnow()
     api = None
     if args.secret or args.inject:
-        from .store.cluster import api_client
+        from admission.kube.client import api_client
         api = api_client(args.kubeconfig)
     if args.secret:
-        from .certs_cluster import sync_secrets
+        from admission.kube.certs import sync_secrets
         ca_pem, why = sync_secrets(api, args.namespace, args.secret, _cert_names(args), now, force=args.renew)
         where = f"Secret {args.namespace}/{args.secret}"
     else:
@@ -114,21 +117,21 @@ def make_certs(args: argparse.Namespace) -> int:
         ca_pem, where = files.ca_cert.read_bytes(), str(files.cert)
     print(f"{'issued' if why else 'current'}: {where} ({why or 'valid, not due for renewal'})")
     if args.inject:
-        from .certs_cluster import inject
+        from admission.kube.certs import inject
         changed = inject(api, ca_pem, args.webhook_config)
         print("caBundle: " + (", ".join(changed) if changed else "already current"))
     return 0
 
 
 def _app_factory(args: argparse.Namespace):
-    from .app import create_app, utcnow
-    from .decision import Settings
+    from admission.webhook.app import create_app
+    from admission.core.decision import Settings
 
     settings = Settings(args.mode, _csv(args.exempt_users), _csv(args.exempt_groups))
     if args.receiver_token_file:
         if args.gates_dir:
             raise SystemExit("gate-admission: the receiver writes Gates in the cluster; it cannot be used with --gates-dir")
-        from .receiver import TokenFile
+        from admission.webhook.receiver import TokenFile
         try:
             TokenFile(args.receiver_token_file)
         except (OSError, ValueError) as err:
@@ -138,19 +141,21 @@ def _app_factory(args: argparse.Namespace):
         logs.configure(args.log_level)
         receiver = events = None
         if args.gates_dir:
-            from .store.files import FileStore
+            from admission.store.files import FileStore
             store = FileStore(args.gates_dir)
         else:
-            from .store.cluster import ClusterStore, api_client
+            from admission.kube.client import api_client
+            from admission.kube.reflector import ClusterStore
+            from admission.kube.gatewriter import cluster_patcher
             api = api_client(args.kubeconfig)
             store = ClusterStore(api, stale_after=args.stale_after)
             if args.receiver_token_file:
-                from . import receiver as hooks
-                from .metrics import RECEIVER
-                receiver = hooks.blueprint(hooks.TokenFile(args.receiver_token_file), hooks.cluster_patcher(api),
+                from admission.webhook import receiver as hooks
+                from admission.observability.metrics import RECEIVER
+                receiver = hooks.blueprint(hooks.TokenFile(args.receiver_token_file), cluster_patcher(api),
                                            utcnow, record=lambda result: RECEIVER.labels(result).inc())
             if args.event_period > 0:
-                from .events import DenialEvents
+                from admission.kube.events import DenialEvents
                 events = DenialEvents(api, period=args.event_period)
                 events.start()
         store.start()
@@ -169,11 +174,11 @@ def serve(args: argparse.Namespace) -> int:
     else:
         import tempfile
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="gate-admission-metrics-")
-    from . import server
+    from admission.webhook import server
 
     files = certs.CertFiles(Path(args.cert_dir))
     if args.generate_certs:
-        _, renewed = certs.ensure(args.cert_dir, _cert_names(args), datetime.now(timezone.utc))
+        _, renewed = certs.ensure(args.cert_dir, _cert_names(args), utcnow())
         if renewed:
             print(f"gate-admission: wrote {files.cert} ({renewed}); CA bundle: {files.ca_cert}", file=sys.stderr)
     if not files.cert.exists() or not files.key.exists():
@@ -191,10 +196,10 @@ def run_controller(args: argparse.Namespace) -> int:
     import signal
     import threading
 
-    from .controller import Controller
-    from .health import serve_health
-    from .leader import LeaderElector
-    from .store.cluster import api_client
+    from admission.kube.controller import Controller
+    from admission.kube.health import serve_health
+    from admission.kube.leader import LeaderElector
+    from admission.kube.client import api_client
 
     logs.configure(args.log_level)
     api = api_client(args.kubeconfig)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from . import names
-from .timefmt import parse_duration
+from admission.core import names
+from admission.core.timefmt import parse_duration
 
 ACTIONS = ("open", "close")
 

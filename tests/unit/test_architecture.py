@@ -1,0 +1,24 @@
+"""The layers' import direction (pyproject.toml's import-linter contracts) holds."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_import_contracts_hold():
+    lint = Path(sys.executable).with_name("lint-imports")
+    result = subprocess.run([str(lint), "--no-cache", "--config", str(ROOT / "pyproject.toml")],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "BROKEN" not in result.stdout and "KEPT" in result.stdout
+
+
+def test_every_layer_says_what_it_may_import():
+    for init in sorted((ROOT / "admission").glob("*/__init__.py")):
+        doc = init.read_text().strip()
+        assert doc.startswith('"""'), f"{init.parent.name} has no docstring"
+        assert "import" in doc.lower(), f"{init.parent.name}'s docstring does not say what it may import"
