@@ -22,6 +22,7 @@ import orjson
 import yaml
 
 from admission.clock import utcnow
+from admission.core import kinds
 from admission.core import names
 from admission.core.decision import describe, hold_of
 from admission.core.gates import GateState
@@ -263,7 +264,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     for obj in _manifest(args.filename):
         group, _, version = str(obj.get("apiVersion", "")).rpartition("/")
         kind = obj.get("kind", "")
-        if not names.is_gated_kind(group, kind):
+        if not kinds.is_gated_kind(group, kind):
             continue
         meta = obj.setdefault("metadata", {})
         meta.setdefault("namespace", default_ns)

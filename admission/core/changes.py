@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from admission.core import kinds
 from admission.core import names
 from admission.core.references import Policy, loosens, policy_of
 
@@ -38,7 +39,7 @@ def gated_change(kind: str, operation: str, sub_resource: str, old: dict | None,
     if operation != "UPDATE":
         return None
     if sub_resource == "status":
-        if kind in names.SOURCE_KINDS:
+        if kind in kinds.SOURCE_KINDS:
             before, after = _artifact(old), _artifact(new)
             if before != after:
                 return f"artifact change from {before[0] or before[1]!r} to {after[0] or after[1]!r}"

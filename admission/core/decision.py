@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Callable
 
 from admission.core import gates
+from admission.core import kinds
 from admission.core import names
 from admission.core.changes import gated_change
 from admission.core.gates import GateState
@@ -95,7 +96,7 @@ def describe(kind: str, namespace: str, name: str, holds: list[Hold]) -> str:
 def decide(request: dict, lookup: Lookup, now: datetime, settings: Settings) -> Decision:
     """Judge a well-formed AdmissionRequest at ``now``; gate states come from ``lookup``."""
     kind = request["kind"]
-    if not names.is_gated_kind(kind.get("group", ""), kind.get("kind", "")):
+    if not kinds.is_gated_kind(kind.get("group", ""), kind.get("kind", "")):
         return Decision(allowed=True)
     user = request["userInfo"]
     username = user.get("username", "")

@@ -32,19 +32,6 @@ KUSTOMIZE_GROUP = "kustomize.toolkit.fluxcd.io"
 HELM_GROUP = "helm.toolkit.fluxcd.io"
 SOURCE_GROUP = "source.toolkit.fluxcd.io"
 
-SOURCE_KINDS = frozenset({"GitRepository", "OCIRepository", "HelmRepository", "HelmChart", "Bucket"})
-GATED_KINDS = {
-    KUSTOMIZE_GROUP: frozenset({"Kustomization"}),
-    HELM_GROUP: frozenset({"HelmRelease"}),
-    SOURCE_GROUP: SOURCE_KINDS,
-}
-# Resource (plural) names, for webhook rules and RBAC.
-GATED_RESOURCES = {
-    KUSTOMIZE_GROUP: ("kustomizations",),
-    HELM_GROUP: ("helmreleases",),
-    SOURCE_GROUP: ("gitrepositories", "ocirepositories", "helmrepositories", "helmcharts", "buckets"),
-}
-
 # Kubernetes' own deleters: a namespace being deleted must never hang on a gate.
 SYSTEM_DELETERS = frozenset({
     "system:serviceaccount:kube-system:namespace-controller",
@@ -52,7 +39,3 @@ SYSTEM_DELETERS = frozenset({
     "system:kube-controller-manager",
 })
 
-
-def is_gated_kind(group: str, kind: str) -> bool:
-    """Whether objects of this group and kind are gated."""
-    return kind in GATED_KINDS.get(group, ())

@@ -14,6 +14,7 @@ from werkzeug.exceptions import HTTPException
 from admission.webhook import handlers
 from admission.observability import logs
 from admission.observability import metrics
+from admission.core import kinds
 from admission.core import names
 from admission.core.decision import Decision, Settings
 from admission.webhook.handlers import Handler, Outcome
@@ -70,7 +71,7 @@ def _count(endpoint: str, review: AdmissionReview, outcome: Outcome, settings: S
     req = review["request"]
     kind = req["kind"]
     # Only our kinds become label values: anything else could grow the series without bound.
-    kind_label = kind["kind"] if names.is_gated_kind(kind["group"], kind["kind"]) else "other"
+    kind_label = kind["kind"] if kinds.is_gated_kind(kind["group"], kind["kind"]) else "other"
     operation = req["operation"] + ("/status" if req.get("subResource") == "status" else "")
     mode = outcome.decision.mode if outcome.decision.held else settings.mode
     metrics.REVIEWS.labels(endpoint, kind_label, operation, _verdict(outcome.decision, outcome.response), mode).inc()

@@ -8,6 +8,7 @@ from typing import Any, Callable
 
 import orjson
 
+from admission.core import kinds
 from admission.core import names
 from admission.core.decision import Decision, Lookup, Settings, decide
 from admission.core.references import suspension_of
@@ -85,7 +86,7 @@ def mutate(request: AdmissionRequest, lookup: Lookup, now: datetime, settings: S
     """
     kind = request["kind"]
     obj = request.get("object")
-    if not names.is_gated_kind(kind["group"], kind["kind"]) or not isinstance(obj, dict):
+    if not kinds.is_gated_kind(kind["group"], kind["kind"]) or not isinstance(obj, dict):
         return Outcome(allowed(), Decision(allowed=True))
     sub_resource = request.get("subResource") or ""
     if sub_resource == "status" and request["operation"] == "UPDATE":

@@ -20,6 +20,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from admission.core import kinds
 from admission.core import names
 from admission.webhook.app import MAX_BODY, create_app
 from admission.core.decision import Settings
@@ -369,7 +370,7 @@ def wrong_kinds(draw) -> Case:
         group, version, kind = draw(st.sampled_from(UNGATED_KINDS) | st.tuples(odd_text, odd_text, odd_text))
         doc = poke(doc, ("request", "kind"), {"group": group, "version": version, "kind": kind})
         case = review_case("ungated-kind", doc)
-        gated = names.is_gated_kind(group, kind)
+        gated = kinds.is_gated_kind(group, kind)
         return Case("gated-kind" if gated else "ungated-kind", case.body, case.expect)
     wrong = draw(st.sampled_from(["admission.k8s.io/v2", "admission.k8s.io", "v1", "", "ADMISSION.K8S.IO/V1",
                                   "admission.k8s.io/v1 ", "AdmissionReview", "admissionreview"]) | odd_text)
@@ -517,7 +518,7 @@ def _check_patch(response: dict, request: dict, path: str) -> None:
 def _no_opinion(request: dict, path: str) -> bool:
     """Requests the spec says we have no opinion on: kinds we do not gate, and (mutate) deletes and connects."""
     kind = request["kind"]
-    if not names.is_gated_kind(kind["group"], kind["kind"]):
+    if not kinds.is_gated_kind(kind["group"], kind["kind"]):
         return True
     return path == "/mutate" and request["operation"] in ("DELETE", "CONNECT")
 
@@ -555,7 +556,7 @@ def _check_review(doc: dict, payload: dict, path: str, mode: str) -> None:
         _fail_unless(set(response) == {"uid", "allowed"} and response["allowed"], "an opinion where none is due", response)
     kind = request["kind"]
     if (path == "/mutate" and request.get("subResource") == "status" and request["operation"] == "UPDATE"
-            and names.is_gated_kind(kind["group"], kind["kind"]) and isinstance(request.get("object"), dict)
+            and kinds.is_gated_kind(kind["group"], kind["kind"]) and isinstance(request.get("object"), dict)
             and "patch" not in response):
         status_ = request["object"].get("status")
         _fail_unless(isinstance(status_, dict) and isinstance(status_.get("suspended"), bool),
