@@ -26,8 +26,9 @@ from admission.core import kinds
 from admission.core import names
 from admission.core.decision import describe, hold_of
 from admission.core.gates import GateState
-from admission.core.references import metadata, policy_of
-from admission.store.index import GateIndex, object_key
+from admission.core.objects import metadata, object_key
+from admission.core.references import policy_of
+from admission.store.index import GateIndex
 from admission.core.timefmt import format_time
 from admission.core.toggles import toggle_patch
 from admission.store.yamldocs import objects

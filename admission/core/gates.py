@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 from typing import Iterable
 
 from admission.core import names
+from admission.core.objects import metadata
 from admission.core.schedule import HORIZON, Entry, ScheduleError, parse_entry, zone
 from admission.core.timefmt import format_time, parse_duration, parse_time
 
@@ -86,11 +87,6 @@ class CompiledGate:
     keepers: tuple[str, ...] = field(default=())
 
 
-def _meta(obj: dict) -> dict:
-    meta = obj.get("metadata") if isinstance(obj, dict) else None
-    return meta if isinstance(meta, dict) else {}
-
-
 def _spec(obj: dict) -> dict | None:
     spec = obj.get("spec", {}) if isinstance(obj, dict) else None
     return {} if spec is None else spec if isinstance(spec, dict) else None
@@ -113,7 +109,7 @@ def _go_duration(spec: dict, key: str, errors: list[str]) -> timedelta | None:
 
 def compile_gate(gate: dict, keepers: Iterable[dict] = ()) -> CompiledGate:
     """Parse a Gate and the GateKeepers that name it; errors make it Invalid, never raise."""
-    meta = _meta(gate)
+    meta = metadata(gate)
     namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
     errors: list[str] = []
     problems: list[str] = []
@@ -152,7 +148,7 @@ def compile_gate(gate: dict, keepers: Iterable[dict] = ()) -> CompiledGate:
     opened_entries: list[tuple[str, Entry]] = []
     keeper_names = []
     for keeper in keepers:
-        kmeta = _meta(keeper)
+        kmeta = metadata(keeper)
         kspec = _spec(keeper) or {}
         if kspec.get("gate") != name or (kmeta.get("namespace") or "default") != namespace:
             continue

@@ -39,3 +39,10 @@ SYSTEM_DELETERS = frozenset({
     "system:kube-controller-manager",
 })
 
+
+# Kubernetes' own strings: what `kubectl apply` records, and the groups the API server adds.
+LAST_APPLIED_ANNOTATION = "kubectl.kubernetes.io/last-applied-configuration"
+AUTHENTICATED_GROUP = "system:authenticated"
+ANONYMOUS_USER = "system:anonymous"
+SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
+SERVICE_ACCOUNTS_GROUP = "system:serviceaccounts"

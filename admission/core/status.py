@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from admission.core.gates import GateState
+from admission.core.objects import metadata
 from admission.core.timefmt import format_time
 
 CONDITION = "Opened"
@@ -35,7 +36,7 @@ def gate_status(gate: dict, state: GateState, now: datetime, previous: dict | No
         previous = gate.get("status") if isinstance(gate.get("status"), dict) else None
     condition = _previous_condition(previous)
     flipped = was_open(previous) != state.open
-    generation = (gate.get("metadata") or {}).get("generation")
+    generation = metadata(gate).get("generation")
     message = state.message
     if state.problems:
         message += " (" + "; ".join(state.problems) + ")"

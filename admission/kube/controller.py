@@ -20,10 +20,10 @@ from admission.core import names
 from admission.core.decision import hold_of
 from admission.kube.fluxobjects import FluxObjects
 from admission.core.gates import GateState
-from admission.core.references import metadata, policy_of
+from admission.core.objects import metadata, object_key
+from admission.core.references import policy_of
 from admission.core.status import gate_status, status_differs, transition_message, was_open
 from admission.kube.reflector import ClusterStore
-from admission.store.index import object_key
 from admission.core.timefmt import parse_duration
 
 log = logging.getLogger("admission.controller")

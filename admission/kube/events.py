@@ -19,6 +19,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from admission.clock import utcnow
+from admission.core.objects import metadata
 from admission.observability.metrics import EVENTS
 
 log = logging.getLogger("admission.events")
@@ -58,7 +59,7 @@ class DenialEvents:
 
     def _body(self, name: str, request: dict, message: str, now: datetime) -> dict:
         obj = request.get("object") or request.get("oldObject") or {}
-        meta = obj.get("metadata") or {}
+        meta = metadata(obj)
         kind = request["kind"]
         return {
             "apiVersion": "v1", "kind": "Event",
@@ -73,7 +74,7 @@ class DenialEvents:
 
     def _write(self, request: dict, message: str, now: datetime) -> None:
         bucket = int(now.timestamp() // self.period)
-        meta = (request.get("object") or request.get("oldObject") or {}).get("metadata") or {}
+        meta = metadata(request.get("object") or request.get("oldObject"))
         name = event_name(request.get("name") or meta.get("name") or "object", meta.get("uid") or
                           f"{request.get('namespace')}/{request.get('name')}", message, bucket)
         key = (request.get("namespace") or meta.get("namespace") or "default", name)
