@@ -158,7 +158,7 @@ def _emit(args: argparse.Namespace, payload: object, table: Callable[[], str]) -
 
 
 def _state_row(state: GateState) -> dict:
-    return {"namespace": state.namespace, "name": state.name, "state": "Opened" if state.open else "Closed",
+    return {"namespace": state.namespace, "name": state.name, "state": names.STATE_OPENED if state.open else names.STATE_CLOSED,
             "reason": state.reason, "message": state.message,
             "until": format_time(state.next_transition) if state.next_transition else None}
 

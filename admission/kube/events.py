@@ -13,21 +13,19 @@ import logging
 import queue
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import datetime
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from admission.clock import utcnow
+from admission.core import names
 from admission.core.objects import metadata
+from admission.core.timefmt import format_time
 from admission.observability.metrics import EVENTS
 
 log = logging.getLogger("admission.events")
 FLUSH_EVERY = 10.0  # seconds between count updates of aggregated Events
-
-
-def _stamp(value: datetime) -> str:
-    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def event_name(obj_name: str, uid: str, message: str, bucket: int) -> str:
@@ -67,9 +65,9 @@ class DenialEvents:
             "involvedObject": {"apiVersion": obj.get("apiVersion") or f"{kind['group']}/{kind['version']}",
                                "kind": kind["kind"], "namespace": request.get("namespace") or meta.get("namespace"),
                                "name": request.get("name") or meta.get("name"), "uid": meta.get("uid")},
-            "reason": "GateClosed", "type": "Warning", "message": message[:1024],
+            "reason": names.GATE_CLOSED_EVENT, "type": "Warning", "message": message[:1024],
             "source": {"component": "gate-admission"}, "reportingComponent": "gate-admission",
-            "firstTimestamp": _stamp(now), "lastTimestamp": _stamp(now), "count": 1,
+            "firstTimestamp": format_time(now), "lastTimestamp": format_time(now), "count": 1,
         }
 
     def _write(self, request: dict, message: str, now: datetime) -> None:
