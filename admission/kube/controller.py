@@ -40,10 +40,12 @@ def _interval(gate: dict) -> timedelta:
 class Controller:
     """Reconciles every Gate whenever one changes or the next transition comes."""
 
-    def __init__(self, api_client: client.ApiClient, store: ClusterStore | None = None,
-                 is_leader: threading.Event | None = None, clock=utcnow):
-        self.custom = client.CustomObjectsApi(api_client)
-        self.core = client.CoreV1Api(api_client)
+    def __init__(self, api_client: client.ApiClient | None, store: ClusterStore | None = None,
+                 is_leader: threading.Event | None = None, clock=utcnow, *,
+                 custom: client.CustomObjectsApi | None = None, core: client.CoreV1Api | None = None):
+        # ``custom`` and ``core`` replace the API groups built from ``api_client`` (tests' fakes).
+        self.custom = custom or client.CustomObjectsApi(api_client)
+        self.core = core or client.CoreV1Api(api_client)
         self.flux = FluxObjects(self.custom)
         self.store = store or ClusterStore(api_client)
         self.store.on_change = self.poke

@@ -37,8 +37,11 @@ def event_name(obj_name: str, uid: str, message: str, bucket: int) -> str:
 class DenialEvents:
     """Queues denials from request threads; a background thread writes the Events."""
 
-    def __init__(self, api_client: client.ApiClient, period: float = 300.0, max_queue: int = 1000):
-        self.core = client.CoreV1Api(api_client)
+    def __init__(self, api_client: client.ApiClient | None, period: float = 300.0, max_queue: int = 1000, *,
+                 clock=utcnow, flush_every: float = FLUSH_EVERY, core: client.CoreV1Api | None = None):
+        # ``core`` replaces the API group built from ``api_client`` (tests' fakes).
+        self.core = core or client.CoreV1Api(api_client)
+        self.clock, self.flush_every = clock, flush_every
         self.period = period
         self.queue: queue.Queue = queue.Queue(max_queue)
         self.pending: dict[tuple[str, str], int] = {}  # (namespace, name) -> repeats not yet counted
@@ -119,10 +122,10 @@ class DenialEvents:
                 pass
             except Exception:  # an Event is never worth a dead thread
                 log.exception("denial event failed")
-            if time.monotonic() - last_flush >= FLUSH_EVERY:
+            if time.monotonic() - last_flush >= self.flush_every:
                 last_flush = time.monotonic()
                 try:
-                    self._flush(utcnow())
+                    self._flush(self.clock())
                 except Exception:
                     log.exception("updating denial event counts failed")
 

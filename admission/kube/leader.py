@@ -18,16 +18,19 @@ log = logging.getLogger(__name__)
 class LeaderElector:
     """Holds a Lease while this process is the leader; renews it, and lets it go on stop."""
 
-    def __init__(self, api_client: client.ApiClient, namespace: str, name: str, identity: str,
-                 lease_seconds: int = 15, renew_every: float = 5.0):
-        self.api = client.CoordinationV1Api(api_client)
+    def __init__(self, api_client: client.ApiClient | None, namespace: str, name: str, identity: str,
+                 lease_seconds: int = 15, renew_every: float = 5.0, *, clock=utcnow,
+                 coordination: client.CoordinationV1Api | None = None):
+        # ``coordination`` replaces the API group built from ``api_client`` (tests' fakes).
+        self.api = coordination or client.CoordinationV1Api(api_client)
+        self.clock = clock
         self.namespace, self.name, self.identity = namespace, name, identity
         self.lease_seconds, self.renew_every = lease_seconds, renew_every
         self.is_leader = threading.Event()
         self._stopped = threading.Event()
 
     def _try(self) -> bool:
-        now = utcnow()
+        now = self.clock()
         spec = {"holderIdentity": self.identity, "leaseDurationSeconds": self.lease_seconds,
                 "renewTime": format_distinct_time(now)}
         try:
