@@ -204,3 +204,31 @@ def test_check_and_validate_agree_on_every_verdict_and_message(case):
         checked, answered = Webhook(Path(directory), gates, config).both(manifest, live, user)
     event(f"{'UPDATE' if live else 'CREATE'}: {checked[0]}")
     assert checked == answered
+
+
+def test_the_kubeconfig_identity_is_a_client_certificates_cn_and_o_else_the_context_user(tmp_path):
+    from datetime import timedelta
+    from types import SimpleNamespace
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "sre"),
+                         x509.NameAttribute(NameOID.ORGANIZATION_NAME, "oncall"),
+                         x509.NameAttribute(NameOID.COMMON_NAME, "carol")])
+    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
+            .serial_number(1).not_valid_before(FIXED_NOW).not_valid_after(FIXED_NOW + timedelta(days=1))
+            .sign(key, hashes.SHA256()))
+    cert_file = tmp_path / "client.crt"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    args = kubectl_gate.build_parser().parse_args(["check", "-f", "-"])
+
+    def identity(cert_path):
+        api = SimpleNamespace(configuration=SimpleNamespace(cert_file=cert_path))
+        return kubectl_gate._identity(args, kubectl_gate.Cluster(api, "default", "ci-user"))
+
+    assert identity(str(cert_file)) == {"username": "carol", "groups": ["sre", "oncall", "system:authenticated"]}
+    assert identity(None) == {"username": "ci-user", "groups": ["system:authenticated"]}  # a token
