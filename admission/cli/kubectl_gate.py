@@ -255,6 +255,8 @@ def _manifest(path: str) -> list[dict]:
         docs = objects(text)
     except (OSError, yaml.YAMLError, UnicodeDecodeError) as err:
         raise GateError(f"cannot read {path}: {' '.join(str(err).split())}", EXIT_USAGE) from None
+    except RecursionError:
+        raise GateError(f"cannot read {path}: values nest too deeply", EXIT_USAGE) from None
     return [doc for doc in docs if isinstance(doc, dict)]
 
 
@@ -314,7 +316,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     rows = []
     for obj in _manifest(args.filename):
         group, _, version = str(obj.get("apiVersion", "")).rpartition("/")
-        kind = obj.get("kind", "")
+        kind = str(obj.get("kind", ""))
         if not kinds.is_gated_kind(group, kind):
             continue
         if not isinstance(obj.get("metadata"), dict):
@@ -323,7 +325,10 @@ def cmd_check(args: argparse.Namespace) -> int:
         meta["namespace"] = str(meta.get("namespace") or default_ns)
         name = meta.get("name")
         current = live.get(kind, meta["namespace"], name, version) if live and isinstance(name, str) and name else None
-        rows.append(judge(obj, current, user, index.lookup, now, settings))
+        try:
+            rows.append(judge(obj, current, user, index.lookup, now, settings))
+        except RecursionError:  # as the webhook answers it: such an object cannot be judged
+            raise GateError(f"{kind} {meta['namespace']}/{name}: nests values too deeply to be judged", EXIT_USAGE) from None
 
     def table() -> str:
         return _table(rows, ["kind", "namespace", "name", "verdict", "message"]) if rows else "no Flux objects in the manifest"

@@ -68,9 +68,10 @@ def applied(live: dict, manifest: dict) -> dict:
     new.pop("status", None)
     if "status" in live:
         new["status"] = copy.deepcopy(live["status"])
-    meta = new.setdefault("metadata", {})
-    meta["annotations"] = {**(meta.get("annotations") or {}),
-                           names.LAST_APPLIED_ANNOTATION: json.dumps(given, sort_keys=True, separators=(",", ":"))}
+    if not isinstance(new.get("metadata"), dict):
+        new["metadata"] = {}
+    new["metadata"]["annotations"] = {**annotations(new), names.LAST_APPLIED_ANNOTATION:
+                                      json.dumps(given, sort_keys=True, separators=(",", ":"))}
     return new
 
 

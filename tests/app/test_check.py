@@ -20,18 +20,8 @@ from admission.core.decision import Settings
 from admission.core.names import LAST_APPLIED_ANNOTATION
 from admission.store.files import FileStore
 from admission.webhook.app import create_app
-from tests.builders import FLUX_KINDS, flux, gate, request, review
+from tests.builders import FLUX_KINDS, applied_live, flux, gate, request, review
 from tests.conftest import FIXED_NOW, write_gates
-
-
-def live_from(manifest: dict, status: dict | None = None) -> dict:
-    """``manifest`` as the API server keeps it after `kubectl apply`."""
-    live = copy.deepcopy(manifest)
-    live["metadata"].setdefault("annotations", {})[LAST_APPLIED_ANNOTATION] = json.dumps(manifest)
-    live["metadata"].update(uid="uid-live", resourceVersion="42", generation=3)
-    if status is not None:
-        live["status"] = status
-    return live
 
 
 def as_the_api_server_sends_it(manifest: dict, live: dict) -> dict:
@@ -88,7 +78,7 @@ def webhook(gates_dir):
 def test_an_unchanged_or_relabelled_live_object_is_allowed_while_its_gate_is_closed(webhook):
     hook = webhook([gate("freeze", closed=True)])
     manifest = flux(gates="flux-system/freeze")
-    live = live_from(manifest, status={"observedGeneration": 3})
+    live = applied_live(manifest, status={"observedGeneration": 3})
     assert hook.both(manifest, live, ALICE) == ((ALLOWED, None), (ALLOWED, None))
     relabelled = copy.deepcopy(manifest)
     relabelled["metadata"]["labels"] = {"team": "web"}
@@ -98,7 +88,7 @@ def test_an_unchanged_or_relabelled_live_object_is_allowed_while_its_gate_is_clo
 
 def test_a_spec_change_is_denied_in_enforce_and_audited_in_audit_with_the_webhooks_message(webhook):
     change = flux(gates="flux-system/freeze", spec={"interval": "10m", "path": "./v2"})
-    live = live_from(flux(gates="flux-system/freeze"))
+    live = applied_live(flux(gates="flux-system/freeze"))
     checked, answered = webhook([gate("freeze", closed=True)]).both(change, live, ALICE)
     assert checked == answered and checked[0] == DENIED
     assert checked[1] == ("Kustomization apps/podinfo is held: gate 'flux-system/freeze' is closed "
@@ -188,7 +178,7 @@ def cases(draw):
     if draw(st.booleans()):
         previous = manifest if draw(st.booleans()) else draw(manifests(kind))
         status = draw(st.sampled_from([None, {"observedGeneration": 1}]))
-        live = live_from(previous, status)
+        live = applied_live(previous, status)
     user = user_info(draw(st.sampled_from(USERS)), draw(st.lists(st.sampled_from(GROUPS), unique=True)))
     exempt = st.one_of(st.just(frozenset()), st.just(frozenset()), st.just(frozenset()),
                        st.sampled_from(USERS + GROUPS).map(lambda n: frozenset({n})))
@@ -232,3 +222,17 @@ def test_the_kubeconfig_identity_is_a_client_certificates_cn_and_o_else_the_cont
 
     assert identity(str(cert_file)) == {"username": "carol", "groups": ["sre", "oncall", "system:authenticated"]}
     assert identity(None) == {"username": "ci-user", "groups": ["system:authenticated"]}  # a token
+
+
+def test_odd_manifests_get_an_answer_or_a_clear_error_never_a_crash(capsys, gates_dir, tmp_path):
+    write_gates(gates_dir, [gate("freeze", closed=True)])
+    odd = tmp_path / "odd.yaml"
+    broken = flux(name="odd", gates="flux-system/freeze")
+    broken["metadata"]["annotations"] = ["not", "a", "map"]
+    odd.write_text(yaml.safe_dump_all([{"kind": ["x"], "apiVersion": 3}, {"kind": "Kustomization"}, broken]))
+    code, out = run(capsys, "check", "-f", str(odd), "--gates-dir", str(gates_dir), "-o", "json")
+    assert code == 0 and [(r["name"], r["verdict"]) for r in json.loads(out)] == [("odd", ALLOWED)]  # names no gate
+    deep = tmp_path / "deep.yaml"
+    deep.write_text(json.dumps(flux(name="deep", spec={"x": "NESTED"})).replace('"NESTED"', '{"a":' * 3000 + "1" + "}" * 3000))
+    code, out = run(capsys, "check", "-f", str(deep), "--gates-dir", str(gates_dir))
+    assert code == 2 and out.startswith("error: ") and len(out.strip().splitlines()) == 1

@@ -2,34 +2,24 @@
 
 from __future__ import annotations
 
-import copy
 import json
 
 from admission.core.applied import applied, apply_request, user_info
 from admission.core.names import GATES_ANNOTATION, LAST_APPLIED_ANNOTATION
-from tests.builders import flux
-
-
-def live_from(manifest: dict, **server_side) -> dict:
-    """``manifest`` as the API server stores it after a `kubectl apply`: last-applied, uid, status."""
-    live = copy.deepcopy(manifest)
-    live["metadata"].setdefault("annotations", {})[LAST_APPLIED_ANNOTATION] = json.dumps(manifest)
-    live["metadata"].update(uid="u-1", resourceVersion="7", generation=1)
-    live.update(server_side)
-    return live
+from tests.builders import applied_live, flux
 
 
 def test_an_unchanged_manifest_applies_to_the_live_object_itself():
     manifest = flux(gates="flux-system/a")
-    live = live_from(manifest, status={"observedGeneration": 1})
+    live = applied_live(manifest, status={"observedGeneration": 1})
     new = applied(live, manifest)
     assert new["spec"] == live["spec"] and new["status"] == live["status"]
-    assert new["metadata"]["uid"] == "u-1" and new["metadata"]["annotations"][GATES_ANNOTATION] == "flux-system/a"
+    assert new["metadata"]["uid"] == "uid-live" and new["metadata"]["annotations"][GATES_ANNOTATION] == "flux-system/a"
 
 
 def test_fields_only_the_server_wrote_stay_and_fields_the_manifest_dropped_go():
     before = flux(spec={"interval": "10m", "path": "./a", "prune": True})
-    live = live_from(before)
+    live = applied_live(before)
     live["spec"]["timeout"] = "5m"  # a default the API server filled in
     after = flux(spec={"interval": "10m", "path": "./a"})
     new = applied(live, after)
@@ -37,7 +27,7 @@ def test_fields_only_the_server_wrote_stay_and_fields_the_manifest_dropped_go():
 
 
 def test_a_dropped_gate_annotation_is_removed_and_status_in_the_manifest_is_ignored():
-    live = live_from(flux(gates="flux-system/a"), status={"ready": True})
+    live = applied_live(flux(gates="flux-system/a"), status={"ready": True})
     manifest = flux(status={"ready": False})
     new = applied(live, manifest)
     assert GATES_ANNOTATION not in new["metadata"]["annotations"]
@@ -51,8 +41,8 @@ def test_requests_are_creates_without_a_live_object_and_updates_with_one():
     assert create["operation"] == "CREATE" and create["oldObject"] is None and create["object"] == manifest
     assert create["kind"] == {"group": "helm.toolkit.fluxcd.io", "version": "v2", "kind": "HelmRelease"}
     assert create["resource"]["resource"] == "helmreleases" and create["namespace"] == "apps"
-    update = apply_request(manifest, live_from(manifest), user_info("alice"))
-    assert update["operation"] == "UPDATE" and update["oldObject"]["metadata"]["uid"] == "u-1"
+    update = apply_request(manifest, applied_live(manifest), user_info("alice"))
+    assert update["operation"] == "UPDATE" and update["oldObject"]["metadata"]["uid"] == "uid-live"
 
 
 def test_user_info_adds_the_groups_the_api_server_adds():
