@@ -71,6 +71,18 @@ def flux(kind: str = "Kustomization", name: str = "podinfo", namespace: str = "a
     return obj
 
 
+def applied_live(manifest: dict, status: dict | None = None) -> dict:
+    """``manifest`` as the API server keeps it after `kubectl apply`: the last-applied copy,
+    uid, resourceVersion and generation, and ``status`` when given."""
+    import json
+    live = copy.deepcopy(manifest)
+    live["metadata"].setdefault("annotations", {})[names.LAST_APPLIED_ANNOTATION] = json.dumps(manifest)
+    live["metadata"].update(uid="uid-live", resourceVersion="42", generation=3)
+    if status is not None:
+        live["status"] = status
+    return live
+
+
 def changed(obj: dict, **spec_updates: Any) -> dict:
     new = copy.deepcopy(obj)
     new["spec"].update(spec_updates)

@@ -10,20 +10,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from admission import __version__
+from admission.cli.settings import add_policy_flags, policy_settings
+from admission.cli.settings import csv as _csv, env as _env
 from admission.clock import utcnow
 from admission.pki import certs
 from admission.observability import logs
-
-ENV_PREFIX = "GATE_ADMISSION_"
-
-
-def _env(flag: str, default: object = None) -> object:
-    """Every flag can come from the environment: --cert-dir is GATE_ADMISSION_CERT_DIR."""
-    return os.environ.get(ENV_PREFIX + flag.upper().replace("-", "_"), default)
-
-
-def _csv(value: str | None) -> frozenset[str]:
-    return frozenset(part.strip() for part in (value or "").split(",") if part.strip())
 
 
 def _bool_env(flag: str) -> bool:
@@ -40,11 +31,9 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--service", default=_env("service", "gate-admission"), help="Service name, for certificate SANs")
     p.add_argument("--namespace", default=_env("namespace", "gate-admission-system"), help="Service namespace, for SANs")
     p.add_argument("--extra-sans", default=_env("extra-sans", ""), help="more certificate names or IPs, comma-separated")
-    p.add_argument("--mode", choices=("enforce", "audit"), default=_env("mode", "enforce"))
+    add_policy_flags(p)  # --mode, --exempt-users, --exempt-groups
     p.add_argument("--gates-dir", default=_env("gates-dir"), help="read Gates and GateKeepers from YAML files here")
     p.add_argument("--kubeconfig", default=_env("kubeconfig"), help="cluster to read gates from (default: in-cluster)")
-    p.add_argument("--exempt-users", default=_env("exempt-users", ""), help="comma-separated users never gated")
-    p.add_argument("--exempt-groups", default=_env("exempt-groups", ""), help="comma-separated groups never gated")
     p.add_argument("--receiver-token-file", default=_env("receiver-token-file"),
                    help="bearer token for POST /hooks/gates/...; the receiver is off without one")
     p.add_argument("--event-period", type=float, default=float(_env("event-period", 300)),
@@ -125,9 +114,7 @@ def make_certs(args: argparse.Namespace) -> int:
 
 def _app_factory(args: argparse.Namespace):
     from admission.webhook.app import create_app
-    from admission.core.decision import Settings
-
-    settings = Settings(args.mode, _csv(args.exempt_users), _csv(args.exempt_groups))
+    settings = policy_settings(args)
     if args.receiver_token_file:
         if args.gates_dir:
             raise SystemExit("gate-admission: the receiver writes Gates in the cluster; it cannot be used with --gates-dir")

@@ -1,8 +1,8 @@
 """``kubectl gate``: list, inspect, open and close gates, and check manifests in CI.
 
 Exit codes a script can rely on:
-  0  done; for ``check``, nothing would be held
-  1  ``check``: at least one object would be held
+  0  done; for ``check``, nothing would be denied (allowed with an audit warning is not a failure)
+  1  ``check``: applying the manifest now would be denied for at least one object
   2  usage error (bad flags, bad duration, unreadable manifest)
   3  not found (the gate, or the namespace's gates)
   4  forbidden (RBAC) or unauthorized
@@ -21,18 +21,24 @@ from typing import Callable
 import orjson
 import yaml
 
+from admission.cli.settings import add_policy_flags, policy_settings
 from admission.clock import utcnow
 from admission.core import kinds
 from admission.core import names
-from admission.core.decision import describe, hold_of
+from admission.core.applied import apply_request, user_info
+from admission.core.decision import Lookup, Settings, describe, hold_of
 from admission.core.gates import GateState
-from admission.core.references import metadata, policy_of
-from admission.store.index import GateIndex, object_key
+from admission.core.objects import metadata, object_key
+from admission.core.references import policy_of
+from admission.store.index import GateIndex
 from admission.core.timefmt import format_time
 from admission.core.toggles import toggle_patch
 from admission.store.yamldocs import objects
+from admission.webhook import handlers
 
-EXIT_OK, EXIT_HELD, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_FORBIDDEN, EXIT_NO_CLUSTER = range(6)
+EXIT_OK, EXIT_DENIED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_FORBIDDEN, EXIT_NO_CLUSTER = range(6)
+# What `check` says of each object: the webhook's answer to the request applying it would make.
+DENIED, AUDITED, ALLOWED = "would be denied", "would be allowed with an audit warning", "allowed"
 
 
 class GateError(Exception):
@@ -152,7 +158,7 @@ def _emit(args: argparse.Namespace, payload: object, table: Callable[[], str]) -
 
 
 def _state_row(state: GateState) -> dict:
-    return {"namespace": state.namespace, "name": state.name, "state": "Opened" if state.open else "Closed",
+    return {"namespace": state.namespace, "name": state.name, "state": names.STATE_OPENED if state.open else names.STATE_CLOSED,
             "reason": state.reason, "message": state.message,
             "until": format_time(state.next_transition) if state.next_transition else None}
 
@@ -249,13 +255,60 @@ def _manifest(path: str) -> list[dict]:
         docs = objects(text)
     except (OSError, yaml.YAMLError, UnicodeDecodeError) as err:
         raise GateError(f"cannot read {path}: {' '.join(str(err).split())}", EXIT_USAGE) from None
+    except RecursionError:
+        raise GateError(f"cannot read {path}: values nest too deeply", EXIT_USAGE) from None
     return [doc for doc in docs if isinstance(doc, dict)]
+
+
+def _identity(args: argparse.Namespace, cluster: Cluster | None) -> dict:
+    """userInfo the API server would see: --as/--as-group, else what the kubeconfig tells."""
+    if args.as_groups and not args.as_user:
+        raise GateError("--as-group needs --as (as with kubectl)", EXIT_USAGE)
+    if args.as_user:
+        return user_info(args.as_user, args.as_groups)
+    if cluster is None:
+        return user_info(getpass.getuser())
+    return user_info(*_kubeconfig_user(cluster))
+
+
+def _kubeconfig_user(cluster: Cluster) -> tuple[str, list[str]]:
+    """A client certificate names its user (CN) and groups (O); a token does not, so the
+    context's user entry name stands in for it (check as someone else with --as)."""
+    cert_file = getattr(getattr(cluster.api, "configuration", None), "cert_file", None)
+    if cert_file:
+        try:
+            from cryptography import x509
+            from cryptography.x509.oid import NameOID
+            subject = x509.load_pem_x509_certificate(open(cert_file, "rb").read()).subject
+            common = subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+            if common:
+                return str(common[0].value), [str(a.value) for a in subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)]
+        except (OSError, ValueError):
+            pass
+    return cluster.user or getpass.getuser(), []
+
+
+def judge(manifest: dict, live: dict | None, user: dict, lookup: Lookup, now: datetime, settings: Settings) -> dict:
+    """What the webhook would answer to applying ``manifest`` (over ``live``, when it exists):
+    the request the API server would send, judged by the webhook's own validate handler."""
+    request = apply_request(manifest, live, user)
+    outcome = handlers.validate(request, lookup, now, settings)
+    response = outcome.response
+    if not response["allowed"]:
+        verdict, message = DENIED, response["status"]["message"]
+    elif response.get("warnings"):
+        verdict, message = AUDITED, "; ".join(response["warnings"])
+    else:
+        verdict, message = ALLOWED, outcome.decision.exempt
+    return {"kind": request["kind"]["kind"], "namespace": request["namespace"], "name": request["name"],
+            "operation": request["operation"], "verdict": verdict, "message": message}
 
 
 @_api_errors
 def cmd_check(args: argparse.Namespace) -> int:
     cluster, index, now, default_ns = _gates(args)
     default_ns = default_ns or "default"
+    settings, user = policy_settings(args), _identity(args, cluster)
     live = None
     if cluster is not None:
         from admission.kube.fluxobjects import FluxObjects
@@ -263,26 +316,25 @@ def cmd_check(args: argparse.Namespace) -> int:
     rows = []
     for obj in _manifest(args.filename):
         group, _, version = str(obj.get("apiVersion", "")).rpartition("/")
-        kind = obj.get("kind", "")
+        kind = str(obj.get("kind", ""))
         if not kinds.is_gated_kind(group, kind):
             continue
-        meta = obj.setdefault("metadata", {})
-        meta.setdefault("namespace", default_ns)
-        # A change must satisfy the policy it enters, and the one the live object has.
-        judged = [obj]
-        current = live.get(kind, meta["namespace"], meta.get("name", ""), version) if live else None
-        if current is not None:
-            judged.append(current)
-        holds = [h for h in (hold_of(o, index.lookup, now) for o in judged) if h.held]
-        rows.append({"kind": kind, "namespace": meta["namespace"], "name": meta.get("name"),
-                     "verdict": "held" if holds else "allowed",
-                     "message": describe(kind, meta["namespace"], meta.get("name", ""), holds) if holds else None})
+        if not isinstance(obj.get("metadata"), dict):
+            obj["metadata"] = {}
+        meta = obj["metadata"]
+        meta["namespace"] = str(meta.get("namespace") or default_ns)
+        name = meta.get("name")
+        current = live.get(kind, meta["namespace"], name, version) if live and isinstance(name, str) and name else None
+        try:
+            rows.append(judge(obj, current, user, index.lookup, now, settings))
+        except RecursionError:  # as the webhook answers it: such an object cannot be judged
+            raise GateError(f"{kind} {meta['namespace']}/{name}: nests values too deeply to be judged", EXIT_USAGE) from None
 
     def table() -> str:
         return _table(rows, ["kind", "namespace", "name", "verdict", "message"]) if rows else "no Flux objects in the manifest"
 
     _emit(args, rows, table)
-    return EXIT_HELD if any(r["verdict"] == "held" for r in rows) else EXIT_OK
+    return EXIT_DENIED if any(r["verdict"] == DENIED for r in rows) else EXIT_OK
 
 
 # -- parser -----------------------------------------------------------------------------
@@ -316,9 +368,14 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--for", dest="for_", metavar="DURATION", help="close again after this long (Go duration, e.g. 2h)")
         p.set_defaults(func=cmd_toggle, action=action, gates_dir=None)
 
-    p = sub.add_parser("check", parents=[common], help="would a change to these Flux objects be held now?")
+    p = sub.add_parser("check", parents=[common], help="would the webhook deny applying these Flux objects now?")
     p.add_argument("-f", "--filename", required=True, help="manifest file, or - for stdin")
-    p.add_argument("--gates-dir", help="judge against gates in YAML files instead of the cluster")
+    p.add_argument("--gates-dir", help="judge against gates in YAML files instead of the cluster (every object is a CREATE)")
+    p.add_argument("--as", dest="as_user", metavar="USER",
+                   help="judge as this user (default: the kubeconfig's: a client certificate's CN, else the context's user name)")
+    p.add_argument("--as-group", dest="as_groups", metavar="GROUP", action="append", default=[],
+                   help="with --as: a group of that user (repeatable)")
+    add_policy_flags(p)  # the server's --mode and exempt lists, from the same GATE_ADMISSION_* variables
     p.set_defaults(func=cmd_check)
     return parser
 

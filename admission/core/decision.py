@@ -11,7 +11,8 @@ from admission.core import kinds
 from admission.core import names
 from admission.core.changes import gated_change
 from admission.core.gates import GateState
-from admission.core.references import Policy, metadata, policy_of, suspension_of
+from admission.core.objects import metadata
+from admission.core.references import Policy, policy_of, suspension_of
 from admission.core.timefmt import format_time
 
 Lookup = Callable[[str, str, datetime], GateState]

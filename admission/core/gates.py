@@ -7,17 +7,9 @@ from datetime import datetime, timedelta
 from typing import Iterable
 
 from admission.core import names
+from admission.core.objects import metadata
 from admission.core.schedule import HORIZON, Entry, ScheduleError, parse_entry, zone
 from admission.core.timefmt import format_time, parse_duration, parse_time
-
-# Reasons, PascalCase as in Kubernetes conditions.
-DEFAULT = "Default"
-SCHEDULED = "Scheduled"
-OPEN_REQUESTED = "OpenRequested"
-CLOSE_REQUESTED = "CloseRequested"
-INVALID = "Invalid"
-NOT_FOUND = "NotFound"
-UNKNOWN = "Unknown"
 
 MODES = ("enforce", "audit")
 _MAX_STEPS = 500  # bound on the search for the next transition
@@ -48,17 +40,17 @@ class GateState:
 
 def not_found(namespace: str, name: str) -> GateState:
     """The state of a referenced gate that does not exist: closed."""
-    return GateState(namespace, name, False, NOT_FOUND, "Gate not found")
+    return GateState(namespace, name, False, names.REASON_NOT_FOUND, "Gate not found")
 
 
 def unknown(namespace: str, name: str, why: str) -> GateState:
     """The state of a gate we cannot know (cache not synced or stale): closed."""
-    return GateState(namespace, name, False, UNKNOWN, f"gate state unknown: {why}")
+    return GateState(namespace, name, False, names.REASON_UNKNOWN, f"gate state unknown: {why}")
 
 
 def invalid(namespace: str, name: str, why: str) -> GateState:
     """The state of a gate that cannot be evaluated: closed."""
-    return GateState(namespace, name, False, INVALID, f"Gate is invalid: {why}")
+    return GateState(namespace, name, False, names.REASON_INVALID, f"Gate is invalid: {why}")
 
 
 @dataclass(frozen=True)
@@ -86,11 +78,6 @@ class CompiledGate:
     keepers: tuple[str, ...] = field(default=())
 
 
-def _meta(obj: dict) -> dict:
-    meta = obj.get("metadata") if isinstance(obj, dict) else None
-    return meta if isinstance(meta, dict) else {}
-
-
 def _spec(obj: dict) -> dict | None:
     spec = obj.get("spec", {}) if isinstance(obj, dict) else None
     return {} if spec is None else spec if isinstance(spec, dict) else None
@@ -113,7 +100,7 @@ def _go_duration(spec: dict, key: str, errors: list[str]) -> timedelta | None:
 
 def compile_gate(gate: dict, keepers: Iterable[dict] = ()) -> CompiledGate:
     """Parse a Gate and the GateKeepers that name it; errors make it Invalid, never raise."""
-    meta = _meta(gate)
+    meta = metadata(gate)
     namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
     errors: list[str] = []
     problems: list[str] = []
@@ -152,7 +139,7 @@ def compile_gate(gate: dict, keepers: Iterable[dict] = ()) -> CompiledGate:
     opened_entries: list[tuple[str, Entry]] = []
     keeper_names = []
     for keeper in keepers:
-        kmeta = _meta(keeper)
+        kmeta = metadata(keeper)
         kspec = _spec(keeper) or {}
         if kspec.get("gate") != name or (kmeta.get("namespace") or "default") != namespace:
             continue
@@ -265,14 +252,14 @@ def next_transition(cg: CompiledGate, now: datetime, horizon: timedelta = HORIZO
 def evaluate(cg: CompiledGate, now: datetime) -> GateState:
     """The state of a compiled gate at ``now``."""
     if cg.errors:
-        return GateState(cg.namespace, cg.name, False, INVALID, "Gate is invalid: " + "; ".join(cg.errors),
+        return GateState(cg.namespace, cg.name, False, names.REASON_INVALID, "Gate is invalid: " + "; ".join(cg.errors),
                          mode=cg.mode, problems=cg.problems)
     points = _change_points(cg, now)
     common = dict(mode=cg.mode, problems=cg.problems, valid_until=min(points) if points else None,
                   next_transition=next_transition(cg, now))
     toggle = _applied_toggle(cg, now)
     if toggle is not None:
-        reason = OPEN_REQUESTED if toggle.open else CLOSE_REQUESTED
+        reason = names.REASON_OPEN_REQUESTED if toggle.open else names.REASON_CLOSE_REQUESTED
         ends = toggle.at + cg.window if cg.window is not None else None
         verb = "open" if toggle.open else "close"
         message = f"Gate {verb} requested"
@@ -285,9 +272,9 @@ def evaluate(cg: CompiledGate, now: datetime) -> GateState:
     if scheduled is not None:
         is_open, keeper, entry = scheduled
         message = f"Gate {'opened' if is_open else 'closed'} by GateKeeper '{keeper}' schedule {entry}"
-        return GateState(cg.namespace, cg.name, is_open, SCHEDULED, message, **common)
+        return GateState(cg.namespace, cg.name, is_open, names.REASON_SCHEDULED, message, **common)
     message = f"Gate {'opened' if cg.default_open else 'closed'} by default"
-    return GateState(cg.namespace, cg.name, cg.default_open, DEFAULT, message, **common)
+    return GateState(cg.namespace, cg.name, cg.default_open, names.REASON_DEFAULT, message, **common)
 
 
 def evaluate_gate(gate: dict, keepers: Iterable[dict], now: datetime) -> GateState:

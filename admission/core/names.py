@@ -25,6 +25,20 @@ RECONCILE_REQUEST_ANNOTATION = "reconcile.fluxcd.io/requestedAt"
 KUSTOMIZE_NAME_LABEL = "kustomize.toolkit.fluxcd.io/name"
 KUSTOMIZE_NAMESPACE_LABEL = "kustomize.toolkit.fluxcd.io/namespace"
 
+# A Gate's status: its state, its condition, the condition's reasons, and the controller's Events.
+STATE_OPENED = "Opened"
+STATE_CLOSED = "Closed"
+OPENED_CONDITION = "Opened"
+REASON_DEFAULT = "Default"
+REASON_SCHEDULED = "Scheduled"
+REASON_OPEN_REQUESTED = "OpenRequested"
+REASON_CLOSE_REQUESTED = "CloseRequested"
+REASON_INVALID = "Invalid"
+REASON_NOT_FOUND = "NotFound"
+REASON_UNKNOWN = "Unknown"  # the gate cache cannot be trusted
+GATE_OPENED_EVENT = "GateOpened"
+GATE_CLOSED_EVENT = "GateClosed"  # also a denied change, on the held object
+
 REQUIRE_ALL = "all"
 REQUIRE_ONE_OF = "oneOf"
 
@@ -39,3 +53,10 @@ SYSTEM_DELETERS = frozenset({
     "system:kube-controller-manager",
 })
 
+
+# Kubernetes' own strings: what `kubectl apply` records, and the groups the API server adds.
+LAST_APPLIED_ANNOTATION = "kubectl.kubernetes.io/last-applied-configuration"
+AUTHENTICATED_GROUP = "system:authenticated"
+ANONYMOUS_USER = "system:anonymous"
+SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
+SERVICE_ACCOUNTS_GROUP = "system:serviceaccounts"

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from admission.core import names
+from admission.core.objects import annotations, metadata
 from admission.core.schedule import ScheduleError, parse_cron
 from admission.core.timefmt import format_time
 
@@ -46,16 +47,6 @@ class Suspension:
     suspended: bool
     hold: str | None = None  # why the object is held by annotation or schedule
     until: datetime | None = None  # when a schedule-driven hold may end
-
-
-def metadata(obj: dict | None) -> dict:
-    meta = obj.get("metadata") if isinstance(obj, dict) else None
-    return meta if isinstance(meta, dict) else {}
-
-
-def annotations(obj: dict | None) -> dict:
-    value = metadata(obj).get("annotations")
-    return value if isinstance(value, dict) else {}
 
 
 def _ref(text: object, namespace: str) -> GateRef:

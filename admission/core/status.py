@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from admission.core import names
 from admission.core.gates import GateState
+from admission.core.objects import metadata
 from admission.core.timefmt import format_time
-
-CONDITION = "Opened"
-
 
 def _previous_condition(status: dict | None) -> dict | None:
     for condition in (status or {}).get("conditions") or []:
-        if isinstance(condition, dict) and condition.get("type") == CONDITION:
+        if isinstance(condition, dict) and condition.get("type") == names.OPENED_CONDITION:
             return condition
     return None
 
@@ -35,19 +34,19 @@ def gate_status(gate: dict, state: GateState, now: datetime, previous: dict | No
         previous = gate.get("status") if isinstance(gate.get("status"), dict) else None
     condition = _previous_condition(previous)
     flipped = was_open(previous) != state.open
-    generation = (gate.get("metadata") or {}).get("generation")
+    generation = metadata(gate).get("generation")
     message = state.message
     if state.problems:
         message += " (" + "; ".join(state.problems) + ")"
     return {
-        "state": "Opened" if state.open else "Closed",
+        "state": names.STATE_OPENED if state.open else names.STATE_CLOSED,
         "observedGeneration": generation,
         "requestedAt": format_time(state.requested_at) if state.requested_at else None,
         "resetToDefaultAt": format_time(state.reset_to_default_at) if state.reset_to_default_at else None,
         "nextTransitionAt": format_time(state.next_transition) if state.next_transition else None,
         "problems": list(state.problems) or None,
         "conditions": [{
-            "type": CONDITION,
+            "type": names.OPENED_CONDITION,
             "status": "True" if state.open else "False",
             "observedGeneration": generation,
             "lastTransitionTime": format_time(now) if flipped or condition is None

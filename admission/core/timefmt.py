@@ -66,5 +66,18 @@ def parse_time(text: str) -> datetime:
 
 
 def format_time(value: datetime) -> str:
-    """Format an aware datetime as RFC 3339 in UTC, to the second, as Kubernetes does."""
+    """Format an aware datetime as RFC 3339 in UTC, to the second, as Kubernetes does
+    (status fields, Event timestamps, messages)."""
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def format_distinct_time(value: datetime) -> str:
+    """RFC 3339 in UTC with microseconds, for instants that must stay distinct and ordered
+    within one second: a toggle written right after another (ties close), a reconcile request
+    Flux must see as new (it compares with lastHandledReconcileAt), a Lease's MicroTime."""
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def format_log_time(value: datetime) -> str:
+    """RFC 3339 in UTC to the millisecond: the ``ts`` of a log line."""
+    return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 
 from admission.core import names
-from admission.core.timefmt import parse_duration
+from admission.core.timefmt import format_distinct_time, parse_duration
 
 ACTIONS = ("open", "close")
-
-
-def stamp(value: datetime) -> str:
-    """RFC 3339 with microseconds: an open right after a close must not tie with it (ties close)."""
-    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def toggle_patch(action: str, now: datetime, message: str | None = None, requested_by: str | None = None,
@@ -25,7 +20,7 @@ def toggle_patch(action: str, now: datetime, message: str | None = None, request
     if action not in ACTIONS:
         raise ValueError(f"action must be open or close, not {action!r}")
     annotations: dict[str, str | None] = {
-        names.OPEN_ANNOTATION if action == "open" else names.CLOSE_ANNOTATION: stamp(now),
+        names.OPEN_ANNOTATION if action == "open" else names.CLOSE_ANNOTATION: format_distinct_time(now),
         names.MESSAGE_ANNOTATION: message or None,
         names.REQUESTED_BY_ANNOTATION: requested_by or None,
     }
@@ -35,5 +30,5 @@ def toggle_patch(action: str, now: datetime, message: str | None = None, request
         length = parse_duration(duration)
         if length <= timedelta(0):
             raise ValueError(f"duration {duration!r} must be positive")
-        annotations[names.CLOSE_ANNOTATION] = stamp(now + length)
+        annotations[names.CLOSE_ANNOTATION] = format_distinct_time(now + length)
     return {"metadata": {"annotations": annotations}}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -20,19 +20,14 @@ from admission.core import names
 from admission.core.decision import hold_of
 from admission.kube.fluxobjects import FluxObjects
 from admission.core.gates import GateState
-from admission.core.references import metadata, policy_of
+from admission.core.objects import metadata, object_key
+from admission.core.references import policy_of
 from admission.core.status import gate_status, status_differs, transition_message, was_open
 from admission.kube.reflector import ClusterStore
-from admission.store.index import object_key
-from admission.core.timefmt import parse_duration
+from admission.core.timefmt import format_distinct_time, format_time, parse_duration
 
 log = logging.getLogger("admission.controller")
 DEFAULT_INTERVAL = timedelta(minutes=1)
-
-
-def _request_value(now: datetime) -> str:
-    # Flux compares the value with status.lastHandledReconcileAt: it must differ each time.
-    return now.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _interval(gate: dict) -> timedelta:
@@ -45,10 +40,12 @@ def _interval(gate: dict) -> timedelta:
 class Controller:
     """Reconciles every Gate whenever one changes or the next transition comes."""
 
-    def __init__(self, api_client: client.ApiClient, store: ClusterStore | None = None,
-                 is_leader: threading.Event | None = None, clock=utcnow):
-        self.custom = client.CustomObjectsApi(api_client)
-        self.core = client.CoreV1Api(api_client)
+    def __init__(self, api_client: client.ApiClient | None, store: ClusterStore | None = None,
+                 is_leader: threading.Event | None = None, clock=utcnow, *,
+                 custom: client.CustomObjectsApi | None = None, core: client.CoreV1Api | None = None):
+        # ``custom`` and ``core`` replace the API groups built from ``api_client`` (tests' fakes).
+        self.custom = custom or client.CustomObjectsApi(api_client)
+        self.core = core or client.CoreV1Api(api_client)
         self.flux = FluxObjects(self.custom)
         self.store = store or ClusterStore(api_client)
         self.store.on_change = self.poke
@@ -103,13 +100,13 @@ class Controller:
         log.info(message, extra={"closed": str(not state.open).lower(), "reason": state.reason,
                                  "requestedBy": state.requested_by,
                                  "Gate": {"namespace": meta.get("namespace"), "name": meta.get("name")}})
-        self._event(gate, "GateOpened" if state.open else "GateClosed", message, now)
+        self._event(gate, names.GATE_OPENED_EVENT if state.open else names.GATE_CLOSED_EVENT, message, now)
         if state.open:
             self.request_reconciles(state.namespace, state.name, now)
 
     def _event(self, obj: dict, reason: str, message: str, now: datetime) -> None:
         meta = metadata(obj)
-        stamp = now.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        stamp = format_time(now)
         body = {
             "apiVersion": "v1", "kind": "Event",
             "metadata": {"generateName": f"{meta.get('name')}.", "namespace": meta.get("namespace")},
@@ -138,7 +135,7 @@ class Controller:
     def request_reconciles(self, namespace: str, name: str, now: datetime) -> list[str]:
         """Ask Flux to reconcile the objects this gate held that are free now, and their parents."""
         gate_key = f"{namespace}/{name}"
-        value = _request_value(now)
+        value = format_distinct_time(now)  # Flux acts on a value it has not handled yet
         done: list[str] = []
         parents: set[tuple[str, str]] = set()
         for obj in self.flux.list_all():

@@ -13,20 +13,19 @@ import logging
 import queue
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import datetime
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from admission.clock import utcnow
+from admission.core import names
+from admission.core.objects import metadata
+from admission.core.timefmt import format_time
 from admission.observability.metrics import EVENTS
 
 log = logging.getLogger("admission.events")
 FLUSH_EVERY = 10.0  # seconds between count updates of aggregated Events
-
-
-def _stamp(value: datetime) -> str:
-    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def event_name(obj_name: str, uid: str, message: str, bucket: int) -> str:
@@ -38,8 +37,11 @@ def event_name(obj_name: str, uid: str, message: str, bucket: int) -> str:
 class DenialEvents:
     """Queues denials from request threads; a background thread writes the Events."""
 
-    def __init__(self, api_client: client.ApiClient, period: float = 300.0, max_queue: int = 1000):
-        self.core = client.CoreV1Api(api_client)
+    def __init__(self, api_client: client.ApiClient | None, period: float = 300.0, max_queue: int = 1000, *,
+                 clock=utcnow, flush_every: float = FLUSH_EVERY, core: client.CoreV1Api | None = None):
+        # ``core`` replaces the API group built from ``api_client`` (tests' fakes).
+        self.core = core or client.CoreV1Api(api_client)
+        self.clock, self.flush_every = clock, flush_every
         self.period = period
         self.queue: queue.Queue = queue.Queue(max_queue)
         self.pending: dict[tuple[str, str], int] = {}  # (namespace, name) -> repeats not yet counted
@@ -58,7 +60,7 @@ class DenialEvents:
 
     def _body(self, name: str, request: dict, message: str, now: datetime) -> dict:
         obj = request.get("object") or request.get("oldObject") or {}
-        meta = obj.get("metadata") or {}
+        meta = metadata(obj)
         kind = request["kind"]
         return {
             "apiVersion": "v1", "kind": "Event",
@@ -66,14 +68,14 @@ class DenialEvents:
             "involvedObject": {"apiVersion": obj.get("apiVersion") or f"{kind['group']}/{kind['version']}",
                                "kind": kind["kind"], "namespace": request.get("namespace") or meta.get("namespace"),
                                "name": request.get("name") or meta.get("name"), "uid": meta.get("uid")},
-            "reason": "GateClosed", "type": "Warning", "message": message[:1024],
+            "reason": names.GATE_CLOSED_EVENT, "type": "Warning", "message": message[:1024],
             "source": {"component": "gate-admission"}, "reportingComponent": "gate-admission",
-            "firstTimestamp": _stamp(now), "lastTimestamp": _stamp(now), "count": 1,
+            "firstTimestamp": format_time(now), "lastTimestamp": format_time(now), "count": 1,
         }
 
     def _write(self, request: dict, message: str, now: datetime) -> None:
         bucket = int(now.timestamp() // self.period)
-        meta = (request.get("object") or request.get("oldObject") or {}).get("metadata") or {}
+        meta = metadata(request.get("object") or request.get("oldObject"))
         name = event_name(request.get("name") or meta.get("name") or "object", meta.get("uid") or
                           f"{request.get('namespace')}/{request.get('name')}", message, bucket)
         key = (request.get("namespace") or meta.get("namespace") or "default", name)
@@ -120,10 +122,10 @@ class DenialEvents:
                 pass
             except Exception:  # an Event is never worth a dead thread
                 log.exception("denial event failed")
-            if time.monotonic() - last_flush >= FLUSH_EVERY:
+            if time.monotonic() - last_flush >= self.flush_every:
                 last_flush = time.monotonic()
                 try:
-                    self._flush(utcnow())
+                    self._flush(self.clock())
                 except Exception:
                     log.exception("updating denial event counts failed")
 

@@ -4,35 +4,35 @@ from __future__ import annotations
 
 import logging
 import threading
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 
 from kubernetes import client
 
 from admission.clock import utcnow
+from admission.core.timefmt import format_distinct_time
 from kubernetes.client.rest import ApiException
 
 log = logging.getLogger(__name__)
 
 
-def _micro(value: datetime) -> str:
-    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
 class LeaderElector:
     """Holds a Lease while this process is the leader; renews it, and lets it go on stop."""
 
-    def __init__(self, api_client: client.ApiClient, namespace: str, name: str, identity: str,
-                 lease_seconds: int = 15, renew_every: float = 5.0):
-        self.api = client.CoordinationV1Api(api_client)
+    def __init__(self, api_client: client.ApiClient | None, namespace: str, name: str, identity: str,
+                 lease_seconds: int = 15, renew_every: float = 5.0, *, clock=utcnow,
+                 coordination: client.CoordinationV1Api | None = None):
+        # ``coordination`` replaces the API group built from ``api_client`` (tests' fakes).
+        self.api = coordination or client.CoordinationV1Api(api_client)
+        self.clock = clock
         self.namespace, self.name, self.identity = namespace, name, identity
         self.lease_seconds, self.renew_every = lease_seconds, renew_every
         self.is_leader = threading.Event()
         self._stopped = threading.Event()
 
     def _try(self) -> bool:
-        now = utcnow()
+        now = self.clock()
         spec = {"holderIdentity": self.identity, "leaseDurationSeconds": self.lease_seconds,
-                "renewTime": _micro(now)}
+                "renewTime": format_distinct_time(now)}
         try:
             lease = self.api.read_namespaced_lease(self.name, self.namespace)
         except ApiException as err:
@@ -40,7 +40,7 @@ class LeaderElector:
                 raise
             body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                     "metadata": {"name": self.name, "namespace": self.namespace},
-                    "spec": {**spec, "acquireTime": _micro(now), "leaseTransitions": 0}}
+                    "spec": {**spec, "acquireTime": format_distinct_time(now), "leaseTransitions": 0}}
             self.api.create_namespaced_lease(self.namespace, body)
             return True
         held_by = lease.spec.holder_identity
@@ -53,7 +53,7 @@ class LeaderElector:
                 "metadata": {"name": self.name, "namespace": self.namespace,
                              "resourceVersion": lease.metadata.resource_version},
                 "spec": {**spec,
-                         "acquireTime": _micro(lease.spec.acquire_time) if held_by == self.identity and lease.spec.acquire_time else _micro(now),
+                         "acquireTime": format_distinct_time(lease.spec.acquire_time) if held_by == self.identity and lease.spec.acquire_time else format_distinct_time(now),
                          "leaseTransitions": (lease.spec.lease_transitions or 0) + (held_by != self.identity)}}
         self.api.replace_namespaced_lease(self.name, self.namespace, body)  # 409 if someone else won
         return True

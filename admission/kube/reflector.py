@@ -15,7 +15,8 @@ from urllib3.exceptions import ProtocolError
 
 from admission.core import names
 from admission.core.gates import GateState, unknown
-from admission.store.index import GateIndex, object_key
+from admission.core.objects import annotations, metadata, object_key
+from admission.store.index import GateIndex
 
 log = logging.getLogger(__name__)
 
@@ -38,19 +39,15 @@ class Backoff:
         self.attempt = 0
 
 
-_UNUSED_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",)
+_UNUSED_ANNOTATIONS = (names.LAST_APPLIED_ANNOTATION,)
 
 
 def _trim(obj: dict) -> dict:
     """Drop what gate evaluation never reads and what costs memory: managedFields and the
     last-applied copy of the object (most of a small object's size)."""
-    meta = obj.get("metadata")
-    if isinstance(meta, dict):
-        meta.pop("managedFields", None)
-        annotations = meta.get("annotations")
-        if isinstance(annotations, dict):
-            for key in _UNUSED_ANNOTATIONS:
-                annotations.pop(key, None)
+    metadata(obj).pop("managedFields", None)
+    for key in _UNUSED_ANNOTATIONS:
+        annotations(obj).pop(key, None)
     return obj
 
 

@@ -9,6 +9,8 @@ from datetime import datetime, timezone
 
 import orjson
 
+from admission.core.timefmt import format_log_time
+
 # Attributes every LogRecord has; anything else came in through ``extra``.
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
 
@@ -19,7 +21,7 @@ class JSONFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         entry = {
             "level": record.levelname.lower(),
-            "ts": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "ts": format_log_time(datetime.fromtimestamp(record.created, timezone.utc)),
             "logger": record.name,
             "msg": record.getMessage(),
         }
@@ -39,7 +41,7 @@ def emit(logger: logging.Logger, msg: str, fields: dict) -> None:
     """
     if not logger.isEnabledFor(logging.INFO):
         return
-    entry = {"level": "info", "ts": datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+    entry = {"level": "info", "ts": format_log_time(datetime.now(timezone.utc)),
              "logger": logger.name, "msg": msg, **fields}
     os.write(2, orjson.dumps(entry, default=str) + b"\n")
 

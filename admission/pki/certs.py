@@ -18,6 +18,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from admission.core.timefmt import format_time
+
 CA_DAYS = 3650
 SERVING_DAYS = 365
 RENEW_BEFORE = timedelta(days=30)
@@ -134,7 +136,7 @@ def _needs_renewal(files: CertFiles, names: list[str], now: datetime, renew_befo
     except ValueError as err:
         return f"unreadable serving certificate: {err}"
     if cert.not_valid_after_utc - renew_before <= now:
-        return f"serving certificate expires at {cert.not_valid_after_utc.isoformat()}"
+        return f"serving certificate expires at {format_time(cert.not_valid_after_utc)}"
     sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     have = {str(v) for v in sans.get_values_for_type(x509.DNSName)}
     have |= {str(v) for v in sans.get_values_for_type(x509.IPAddress)}

@@ -14,7 +14,8 @@ import yaml
 from admission.core import names
 from admission.core.gates import GateState
 from admission.store.yamldocs import objects
-from admission.store.index import GateIndex, Key, object_key
+from admission.core.objects import Key, object_key
+from admission.store.index import GateIndex
 
 log = logging.getLogger(__name__)
 SUFFIXES = (".yaml", ".yml", ".json")

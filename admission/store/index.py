@@ -7,13 +7,7 @@ from datetime import datetime
 from typing import Iterable
 
 from admission.core.gates import CompiledGate, GateState, compile_gate, evaluate, not_found
-
-Key = tuple[str, str]
-
-
-def object_key(obj: dict) -> Key:
-    meta = obj.get("metadata") or {}
-    return str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+from admission.core.objects import Key, object_key
 
 
 class _Slot:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Callable
 
@@ -30,7 +31,8 @@ def _json(payload: object, status: int = 200) -> Response:
     return Response(orjson.dumps(payload), status=status, mimetype="application/json")
 
 
-def _log_decision(review: AdmissionReview, decision: Decision, response: dict, dry_run: bool) -> None:
+def _log_decision(review: AdmissionReview, outcome: Outcome, dry_run: bool) -> None:
+    decision = outcome.decision
     if not (decision.gated or decision.exempt):
         return
     req = review["request"]
@@ -40,7 +42,7 @@ def _log_decision(review: AdmissionReview, decision: Decision, response: dict, d
         "operation": req["operation"] + (f"/{req['subResource']}" if req.get("subResource") else ""),
         "user": req["userInfo"].get("username", ""),
         "uid": req["uid"],
-        "verdict": _verdict(decision, response),
+        "verdict": _verdict(outcome),
         "mode": decision.mode,
         "change": decision.change,
         "dryRun": dry_run,
@@ -57,11 +59,12 @@ def _log_decision(review: AdmissionReview, decision: Decision, response: dict, d
     logs.emit(log, "admission decision", fields)
 
 
-def _verdict(decision: Decision, response: dict) -> str:
+def _verdict(outcome: Outcome) -> str:
+    decision, response = outcome.decision, outcome.response
     if decision.exempt:
         return "exempt"
     if not response.get("allowed"):
-        return "error" if response.get("status", {}).get("code") == 500 else "denied"
+        return "error" if outcome.error else "denied"
     if decision.held:
         return "audited"
     return "patched" if "patch" in response else "allowed"
@@ -74,8 +77,22 @@ def _count(endpoint: str, review: AdmissionReview, outcome: Outcome, settings: S
     kind_label = kind["kind"] if kinds.is_gated_kind(kind["group"], kind["kind"]) else "other"
     operation = req["operation"] + ("/status" if req.get("subResource") == "status" else "")
     mode = outcome.decision.mode if outcome.decision.held else settings.mode
-    metrics.REVIEWS.labels(endpoint, kind_label, operation, _verdict(outcome.decision, outcome.response), mode).inc()
+    metrics.REVIEWS.labels(endpoint, kind_label, operation, _verdict(outcome), mode).inc()
     metrics.DURATION.labels(endpoint).observe(time.perf_counter() - started)
+
+
+@dataclass(frozen=True)
+class Route:
+    """A review endpoint: its name (in logs and metrics), its handler, and what a failure answers."""
+
+    name: str
+    handler: Handler
+    fail_open: bool  # mutation never blocks; validation is where a change is refused
+    logged: bool  # decisions are logged, and denials become Events, once: where they are made
+
+
+VALIDATE = Route("validate", handlers.validate, fail_open=False, logged=True)
+MUTATE = Route("mutate", handlers.mutate, fail_open=True, logged=False)
 
 
 class Reviews:
@@ -84,8 +101,8 @@ class Reviews:
     def __init__(self, store: GateStore, settings: Settings, clock: Callable[[], datetime], events=None):
         self.store, self.settings, self.clock, self.events = store, settings, clock, events
 
-    def answer(self, handler: Handler, fail_open: bool, body: bytes) -> tuple[int, bytes]:
-        """The HTTP status and JSON body for a review ``body``."""
+    def answer(self, route: Route, body: bytes) -> tuple[int, bytes]:
+        """The HTTP status and JSON body for a review ``body`` sent to ``route``."""
         started = time.perf_counter()
         try:
             review = parse_review(body)
@@ -93,22 +110,21 @@ class Reviews:
             return 400, orjson.dumps({"error": str(err)})
         now = self.clock()
         try:
-            outcome = handler(review["request"], self.store.lookup, now, self.settings)
+            outcome = route.handler(review["request"], self.store.lookup, now, self.settings)
         except RecursionError:
             # orjson decodes 1024 levels; comparing or printing ~1000 exceeds Python's limit.
             return 400, orjson.dumps({"error": "request nests values too deeply to be judged"})
         except Exception as err:  # a bug must not become a 500 or a crashed worker
             log.exception("handler failed", extra={"uid": review["request"]["uid"]})
-            response = allowed(warnings=[f"gate-admission could not evaluate this request: {err}"]) if fail_open \
-                else errored(f"gate-admission could not evaluate this request: {err}")
-            outcome = Outcome(response, Decision(allowed=fail_open))
-        endpoint = "validate" if handler is handlers.validate else "mutate"
-        if endpoint == "validate":
-            _log_decision(review, outcome.decision, outcome.response, bool(review["request"].get("dryRun")))
+            why = f"gate-admission could not evaluate this request: {err}"
+            response = allowed(warnings=[why]) if route.fail_open else errored(why)
+            outcome = Outcome(response, Decision(allowed=route.fail_open), error=why)
+        if route.logged:
+            _log_decision(review, outcome, bool(review["request"].get("dryRun")))
             if self.events is not None and outcome.decision.held and not outcome.decision.allowed:
                 self.events.record(review["request"], outcome.decision.message or "", now)
         payload = orjson.dumps(complete(review, outcome.response))
-        _count(endpoint, review, outcome, self.settings, started)
+        _count(route.name, review, outcome, self.settings, started)
         return 200, payload
 
 
@@ -125,8 +141,7 @@ class ReviewRoutes:
 
     def __init__(self, fallback: Callable, reviews: Reviews):
         self.fallback = fallback
-        # Mutation never blocks (fail open); validation is where a change is refused.
-        self.routes = {"/validate": (handlers.validate, False), "/mutate": (handlers.mutate, True)}
+        self.routes = {f"/{route.name}": route for route in (VALIDATE, MUTATE)}
         self.reviews = reviews
 
     def __call__(self, environ: dict, start_response: Callable):
@@ -140,7 +155,7 @@ class ReviewRoutes:
             if body is None:
                 status, payload = 413, orjson.dumps({"error": f"body larger than {MAX_BODY} bytes"})
             else:
-                status, payload = self.reviews.answer(*route, body)
+                status, payload = self.reviews.answer(route, body)
             headers = []
         start_response(_STATUS[status], [("Content-Type", "application/json"),
                                          ("Content-Length", str(len(payload))), *headers])

@@ -23,6 +23,7 @@ class Outcome:
     response: AdmissionResponse
     decision: Decision
     patch: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None  # the handler failed: why (the response is then fail-open or fail-closed)
 
 
 Handler = Callable[[AdmissionRequest, Lookup, datetime, Settings], Outcome]

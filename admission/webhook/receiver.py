@@ -18,6 +18,7 @@ from typing import Callable
 import orjson
 from flask import Blueprint, Response, request
 
+from admission.core import names
 from admission.core.toggles import ACTIONS, toggle_patch
 
 log = logging.getLogger("admission.receiver")
@@ -136,10 +137,10 @@ def blueprint(tokens: TokenFile, patch_gate: Callable[[str, str, dict], None], c
             "closed": str(action == "close").lower(), "requestedBy": requested_by, "via": "receiver",
             "Gate": {"namespace": namespace, "name": name}})
         result = {"gate": f"{namespace}/{name}", "action": action,
-                  "requestedAt": annotations["open.gate.fluxcd.io/requestedAt" if action == "open"
-                                             else "close.gate.fluxcd.io/requestedAt"]}
+                  "requestedAt": annotations[names.OPEN_ANNOTATION if action == "open"
+                                             else names.CLOSE_ANNOTATION]}
         if action == "open" and body.get("for"):
-            result["closesAt"] = annotations["close.gate.fluxcd.io/requestedAt"]
+            result["closesAt"] = annotations[names.CLOSE_ANNOTATION]
         return answer("ok", result, 200)
 
     return hooks

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import orjson
 
+from admission.store.files import FileStore
+from admission.webhook.app import create_app
 from tests.builders import changed, flux, gate, request, review
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "manifests" / "monitoring" / "grafana-dashboard.json"
@@ -60,3 +62,26 @@ def test_every_metric_the_dashboard_queries_is_exported(make_client):
     assert queried, "the dashboard queries nothing"
     missing = {name for name in queried if name not in exported and re.sub(r"_(bucket|count|sum|total)$", "", name) not in exported}
     assert not missing, f"the dashboard queries metrics we do not export: {sorted(missing)}"
+
+
+class BrokenStore(FileStore):
+    """A gates directory whose lookup fails, as a bug would: the handler raises."""
+
+    def lookup(self, namespace, name, now):
+        raise RuntimeError("lookup exploded")
+
+
+def test_a_failed_handler_is_an_error_fail_closed_on_validate_and_open_on_mutate(gates_dir):
+    app = create_app(BrokenStore(gates_dir))
+    app.testing = True
+    client = app.test_client()
+    obj = flux(gates="flux-system/g")
+    doc = review(request("UPDATE", changed(obj, path="./b"), obj))
+    errors = 'gate_admission_reviews_total{endpoint="validate",kind="Kustomization",mode="enforce",operation="UPDATE",verdict="error"}'
+    before = samples(client).get(errors, 0.0)
+    answer = post(client, doc).get_json()["response"]
+    assert answer["allowed"] is False and answer["status"]["reason"] == "InternalError"
+    assert answer["status"]["message"] == "gate-admission could not evaluate this request: lookup exploded"
+    assert samples(client)[errors] == before + 1
+    mutated = client.post("/mutate", data=orjson.dumps(doc), content_type="application/json").get_json()["response"]
+    assert mutated["allowed"] is True and "lookup exploded" in mutated["warnings"][0]

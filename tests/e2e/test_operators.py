@@ -115,6 +115,49 @@ def test_check_exit_codes_tell_ci_whether_a_change_would_be_held(plane, server, 
     assert offline.returncode == 1 and "gate 'flux-system/ci-closed' is closed (Gate not found)" in offline.stdout
 
 
+def check_rows(plane, manifest: Path, *args: str) -> tuple[int, dict]:
+    """`kubectl gate check -o json` as alice, who also applies: each object's row, by name."""
+    result = kubectl_gate(plane, "check", "-f", str(manifest), "-o", "json", *args, kubeconfig=plane.kubeconfig(ALICE))
+    assert result.returncode in (0, 1), result.stderr
+    return result.returncode, {row["name"]: row for row in orjson.loads(result.stdout)}
+
+
+def test_check_says_what_kubectl_apply_then_gets(plane, server, tmp_path):
+    plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([gate("agree-audit"), gate("agree-enforce")]))
+    audited, enforced = (kustomization("agree-a", gates="flux-system/agree-audit"),
+                         kustomization("agree-e", gates="flux-system/agree-enforce"))
+    for manifest in (audited, enforced):
+        assert until(lambda: apply(plane, manifest), lambda r: r.returncode == 0).returncode == 0
+    plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([gate("agree-audit", closed=True, mode="audit"),
+                                                                gate("agree-enforce", closed=True)]))
+    unchanged = tmp_path / "unchanged.yaml"
+    unchanged.write_text(audited + "---\n" + enforced)
+    code, rows = check_rows(plane, unchanged)
+    assert code == 0 and {r["verdict"] for r in rows.values()} == {"allowed"}, rows  # live, unchanged: allowed
+    assert {r["operation"] for r in rows.values()} == {"UPDATE"}
+
+    audit_change = kustomization("agree-a", gates="flux-system/agree-audit", path="./v2")
+    (tmp_path / "audit.yaml").write_text(audit_change)
+    code, rows = check_rows(plane, tmp_path / "audit.yaml")
+    row = rows["agree-a"]
+    assert code == 0 and row["verdict"] == "would be allowed with an audit warning", row
+    assert row["message"].startswith("gate audit: change would be denied in enforce mode: Kustomization apps/agree-a "
+                                     "is held: gate 'flux-system/agree-audit' is closed")
+    until(lambda: apply(plane, audit_change, "--dry-run=server"), lambda r: "gate audit" in r.stderr)
+    applied = apply(plane, audit_change)
+    assert applied.returncode == 0 and f"Warning: {row['message']}" in applied.stderr, applied.stderr
+
+    enforce_change = kustomization("agree-e", gates="flux-system/agree-enforce", path="./v2")
+    (tmp_path / "enforce.yaml").write_text(enforce_change)
+    code, rows = check_rows(plane, tmp_path / "enforce.yaml")
+    row = rows["agree-e"]
+    assert code == 1 and row["verdict"] == "would be denied", row
+    denied = until(lambda: apply(plane, enforce_change), lambda r: " is held: " in r.stderr)
+    assert denied.returncode == 1 and f"denied the request: {row['message']}" in denied.stderr, denied.stderr
+    code, rows = check_rows(plane, tmp_path / "enforce.yaml", "--as", "alice", "--exempt-users", "alice")
+    assert code == 0 and rows["agree-e"]["message"] == "user 'alice' is exempt"
+
+
 def test_the_receiver_refuses_missing_and_wrong_tokens(plane, server):
     plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(gate("guarded", closed=True)))
     for token in (None, "wrong-token", TOKEN[:-1]):

@@ -3,6 +3,7 @@
 import pytest
 
 from admission.core import gates as g
+from admission.core import names
 from admission.core.gates import compile_gate, evaluate, evaluate_gate, next_transition
 from admission.core.names import CLOSE_ANNOTATION, MESSAGE_ANNOTATION, OPEN_ANNOTATION, REQUESTED_BY_ANNOTATION
 from tests.builders import at, gate, keeper
@@ -26,7 +27,7 @@ def state(obj, keepers=(), now=NOW):
 ])
 def test_default_state(spec, is_open, message):
     s = state(gate("g", **spec))
-    assert (s.open, s.reason, s.message) == (is_open, g.DEFAULT, message)
+    assert (s.open, s.reason, s.message) == (is_open, names.REASON_DEFAULT, message)
 
 
 @pytest.mark.parametrize("spec, why", [
@@ -41,14 +42,14 @@ def test_default_state(spec, is_open, message):
 ])
 def test_a_gate_that_cannot_be_evaluated_is_invalid_and_closed_and_says_why(spec, why):
     s = state(gate("g", **spec))
-    assert not s.open and s.reason == g.INVALID
+    assert not s.open and s.reason == names.REASON_INVALID
     assert s.message.startswith("Gate is invalid: ") and why in s.message
 
 
 def test_a_spec_that_is_not_a_mapping_is_invalid():
     obj = gate("g")
     obj["spec"] = ["closed"]
-    assert state(obj).reason == g.INVALID
+    assert state(obj).reason == names.REASON_INVALID
 
 
 def test_mode_override_is_carried():
@@ -70,24 +71,24 @@ def toggled(open_at=None, close_at=None, **spec):
 def test_rfc_story_1_open_for_a_window_then_closed_by_default():
     obj = toggled(open_at="2021-03-26T10:00:00Z", default="closed", window="1h", interval="30s")
     s = state(obj, now=at("2021-03-26T10:30"))
-    assert (s.open, s.reason, s.message) == (True, g.OPEN_REQUESTED, "Gate scheduled for closing at 2021-03-26T11:00:00Z")
+    assert (s.open, s.reason, s.message) == (True, names.REASON_OPEN_REQUESTED, "Gate scheduled for closing at 2021-03-26T11:00:00Z")
     assert s.requested_at == at("2021-03-26T10:00") and s.reset_to_default_at == at("2021-03-26T11:00")
     assert s.next_transition == at("2021-03-26T11:00")
     after = state(obj, now=at("2021-03-26T11:00"))
-    assert (after.open, after.reason, after.message) == (False, g.DEFAULT, "Gate closed by default")
+    assert (after.open, after.reason, after.message) == (False, names.REASON_DEFAULT, "Gate closed by default")
 
 
 def test_rfc_story_1_close_ahead_of_schedule():
     obj = toggled(open_at="2021-03-26T10:00:00Z", close_at="2021-03-26T10:10:00Z", default="closed", window="1h")
     s = state(obj, now=at("2021-03-26T10:10"))
-    assert (s.open, s.reason, s.message) == (False, g.CLOSE_REQUESTED, "Gate close requested")
+    assert (s.open, s.reason, s.message) == (False, names.REASON_CLOSE_REQUESTED, "Gate close requested")
     assert s.requested_at == at("2021-03-26T10:10")
 
 
 def test_rfc_maintenance_window_closed_for_24h_then_opens():
     obj = gate("maintenance", annotations={CLOSE_ANNOTATION: "2021-03-26T10:00:00Z"}, default="opened", window="24h")
     s = state(obj, now=at("2021-03-26T10:00"))
-    assert (s.open, s.reason) == (False, g.CLOSE_REQUESTED)
+    assert (s.open, s.reason) == (False, names.REASON_CLOSE_REQUESTED)
     assert s.message == "Gate scheduled for opening at 2021-03-27T10:00:00Z"
     assert s.next_transition == at("2021-03-27T10:00")
     assert state(obj, now=at("2021-03-27T10:00")).open
@@ -106,16 +107,16 @@ def test_the_latest_toggle_wins():
 
 def test_equal_timestamps_close_wins():
     s = state(toggled(open_at="2026-06-10T10:00:00Z", close_at="2026-06-10T10:00:00Z"))
-    assert (s.open, s.reason) == (False, g.CLOSE_REQUESTED)
+    assert (s.open, s.reason) == (False, names.REASON_CLOSE_REQUESTED)
 
 
 def test_a_future_toggle_takes_effect_when_it_comes_planned_release():
     obj = toggled(open_at="2026-06-12T09:00:00Z", default="closed", window="2h")
     before = state(obj)
-    assert (before.open, before.reason) == (False, g.DEFAULT)
+    assert (before.open, before.reason) == (False, names.REASON_DEFAULT)
     assert before.next_transition == at("2026-06-12T09:00")
     during = state(obj, now=at("2026-06-12T10:00"))
-    assert (during.open, during.reason) == (True, g.OPEN_REQUESTED)
+    assert (during.open, during.reason) == (True, names.REASON_OPEN_REQUESTED)
     assert not state(obj, now=at("2026-06-12T11:00")).open
 
 
@@ -127,14 +128,14 @@ def test_a_future_toggle_does_not_hide_the_past_one():
 
 def test_an_expired_newer_toggle_does_not_revive_an_older_one():
     obj = toggled(open_at="2026-06-10T08:00:00Z", close_at="2026-06-10T10:00:00Z", default="opened", window="1h")
-    assert state(obj, now=at("2026-06-10T10:30")).reason == g.CLOSE_REQUESTED
+    assert state(obj, now=at("2026-06-10T10:30")).reason == names.REASON_CLOSE_REQUESTED
     s = state(obj, now=at("2026-06-10T11:30"))
-    assert (s.open, s.reason) == (True, g.DEFAULT)
+    assert (s.open, s.reason) == (True, names.REASON_DEFAULT)
 
 
 def test_unparseable_toggles_are_ignored_and_reported():
     s = state(toggled(open_at="yesterday", default="closed"))
-    assert (s.open, s.reason) == (False, g.DEFAULT)
+    assert (s.open, s.reason) == (False, names.REASON_DEFAULT)
     assert len(s.problems) == 1 and OPEN_ANNOTATION in s.problems[0] and "invalid timestamp" in s.problems[0]
 
 
@@ -156,18 +157,18 @@ def test_working_examples_gatekeeper_closes_during_black_friday_and_xmas():
     cf = gate("change-freeze")
     k = keeper("change-freeze-gatekeeper", "change-freeze", closed=FREEZE, type="cronexpression")
     black_friday = state(cf, [k], at("2026-11-21T20:00"))
-    assert (black_friday.open, black_friday.reason) == (False, g.SCHEDULED)
+    assert (black_friday.open, black_friday.reason) == (False, names.REASON_SCHEDULED)
     assert black_friday.message == "Gate closed by GateKeeper 'change-freeze-gatekeeper' schedule '* * 20-30 11 *'"
     assert black_friday.next_transition == at("2026-12-01T00:00")
-    assert state(cf, [k], at("2026-12-24T12:00")).reason == g.SCHEDULED
-    assert state(cf, [k], at("2026-12-05T12:00")).reason == g.DEFAULT
+    assert state(cf, [k], at("2026-12-24T12:00")).reason == names.REASON_SCHEDULED
+    assert state(cf, [k], at("2026-12-05T12:00")).reason == names.REASON_DEFAULT
 
 
 def test_a_scheduled_state_replaces_the_default():
     opener = keeper("office-hours", "g", opened=["* 9-16 * * MON-FRI"])
     assert state(gate("g", default="closed"), [opener]).open  # Wednesday 12:00
     s = state(gate("g", default="closed"), [opener], at("2026-06-10T17:00"))
-    assert (s.open, s.reason) == (False, g.DEFAULT)
+    assert (s.open, s.reason) == (False, names.REASON_DEFAULT)
 
 
 def test_closed_beats_opened_within_and_across_keepers():
@@ -182,7 +183,7 @@ def test_a_toggle_overrides_the_schedule_while_it_holds():
     obj = gate("change-freeze", window="2h", annotations={OPEN_ANNOTATION: "2026-11-21T19:00:00Z"})
     k = keeper("freeze", "change-freeze", closed=FREEZE)
     s = state(obj, [k], at("2026-11-21T20:00"))
-    assert (s.open, s.reason) == (True, g.OPEN_REQUESTED)
+    assert (s.open, s.reason) == (True, names.REASON_OPEN_REQUESTED)
     assert s.message == "Gate scheduled for closing at 2026-11-21T21:00:00Z"
     assert not state(obj, [k], at("2026-11-21T21:00")).open
 
@@ -216,7 +217,7 @@ def test_a_keeper_that_cannot_be_evaluated_closes_its_gate(spec, why):
     bad = keeper("broken", "g")
     bad["spec"].update(spec)
     s = state(gate("g"), [bad])
-    assert (s.open, s.reason) == (False, g.INVALID)
+    assert (s.open, s.reason) == (False, names.REASON_INVALID)
     assert "GateKeeper 'broken' cannot be evaluated" in s.message and why in s.message
 
 
@@ -239,6 +240,6 @@ def test_valid_until_is_the_first_time_anything_may_change():
 
 
 def test_not_found_and_unknown_are_closed():
-    assert g.not_found("ns", "x").open is False and g.not_found("ns", "x").reason == g.NOT_FOUND
+    assert g.not_found("ns", "x").open is False and g.not_found("ns", "x").reason == names.REASON_NOT_FOUND
     u = g.unknown("ns", "x", "gate cache not synced")
-    assert (u.open, u.reason, u.message) == (False, g.UNKNOWN, "gate state unknown: gate cache not synced")
+    assert (u.open, u.reason, u.message) == (False, names.REASON_UNKNOWN, "gate state unknown: gate cache not synced")

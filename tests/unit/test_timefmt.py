@@ -46,3 +46,16 @@ def test_bad_timestamps_are_refused(text):
 
 def test_times_format_as_kubernetes_does():
     assert format_time(at("2021-03-26T10:00:00")) == "2021-03-26T10:00:00Z"
+
+
+def test_one_formatter_per_precision_all_in_utc_with_z():
+    from datetime import datetime, timedelta, timezone
+
+    from admission.core.timefmt import format_distinct_time, format_log_time
+    instant = datetime(2026, 6, 10, 14, 0, 5, 123456, tzinfo=timezone(timedelta(hours=2)))
+    assert format_time(instant) == "2026-06-10T12:00:05Z"
+    assert format_distinct_time(instant) == "2026-06-10T12:00:05.123456Z"
+    assert format_log_time(instant) == "2026-06-10T12:00:05.123Z"
+    later = instant + timedelta(microseconds=1)  # within the second: still distinct and in order
+    assert format_time(later) == format_time(instant) and format_distinct_time(later) > format_distinct_time(instant)
+    assert parse_time(format_distinct_time(instant)) == instant

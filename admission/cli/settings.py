@@ -1,0 +1,33 @@
+"""The server's policy flags (mode, exempt users and groups), shared by `gate-admission serve`
+and `kubectl gate check` so that both read the same GATE_ADMISSION_* variables the same way."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from admission.core.decision import Settings
+
+ENV_PREFIX = "GATE_ADMISSION_"
+
+
+def env(flag: str, default: object = None) -> object:
+    """Every flag can come from the environment: --cert-dir is GATE_ADMISSION_CERT_DIR."""
+    return os.environ.get(ENV_PREFIX + flag.upper().replace("-", "_"), default)
+
+
+def csv(value: str | None) -> frozenset[str]:
+    """A comma-separated list as a set, blanks dropped."""
+    return frozenset(part.strip() for part in (value or "").split(",") if part.strip())
+
+
+def add_policy_flags(parser: argparse.ArgumentParser) -> None:
+    """--mode, --exempt-users, --exempt-groups, defaulting to their GATE_ADMISSION_* variables."""
+    parser.add_argument("--mode", choices=("enforce", "audit"), default=env("mode", "enforce"))
+    parser.add_argument("--exempt-users", default=env("exempt-users", ""), help="comma-separated users never gated")
+    parser.add_argument("--exempt-groups", default=env("exempt-groups", ""), help="comma-separated groups never gated")
+
+
+def policy_settings(args: argparse.Namespace) -> Settings:
+    """The decision settings the policy flags describe."""
+    return Settings(args.mode, csv(args.exempt_users), csv(args.exempt_groups))

@@ -1,0 +1,238 @@
+"""`kubectl gate check` and POST /validate are one decision path: same verdict, same message."""
+
+from __future__ import annotations
+
+import copy
+import json
+import tempfile
+from pathlib import Path
+
+import orjson
+import pytest
+import yaml
+from hypothesis import HealthCheck, event, given, settings as hsettings
+from hypothesis import strategies as st
+
+from admission.cli import kubectl_gate
+from admission.cli.kubectl_gate import ALLOWED, AUDITED, DENIED, judge
+from admission.core.applied import user_info
+from admission.core.decision import Settings
+from admission.core.names import LAST_APPLIED_ANNOTATION
+from admission.store.files import FileStore
+from admission.webhook.app import create_app
+from tests.builders import FLUX_KINDS, applied_live, flux, gate, request, review
+from tests.conftest import FIXED_NOW, write_gates
+
+
+def as_the_api_server_sends_it(manifest: dict, live: dict) -> dict:
+    """The object of the UPDATE `kubectl apply` causes, built without admission.core.applied:
+    the manifest, with the server's metadata, the live status and the new last-applied copy."""
+    new = copy.deepcopy(manifest)
+    meta = new["metadata"]
+    meta.update(uid=live["metadata"]["uid"], resourceVersion="42", generation=3)
+    meta.setdefault("annotations", {})[LAST_APPLIED_ANNOTATION] = json.dumps(manifest)
+    if "status" in live:
+        new["status"] = copy.deepcopy(live["status"])
+    return new
+
+
+def webhook_answer(client, req: dict) -> tuple[str, str | None]:
+    response = client.post("/validate", data=orjson.dumps(review(req)), content_type="application/json")
+    assert response.status_code == 200
+    answer = response.get_json()["response"]
+    if not answer["allowed"]:
+        return DENIED, answer["status"]["message"]
+    if answer.get("warnings"):
+        return AUDITED, "; ".join(answer["warnings"])
+    return ALLOWED, answer.get("auditAnnotations", {}).get("exempt")  # why an exempt user passes
+
+
+class Webhook:
+    """The app over a gates directory, and the same store's lookup for the check path."""
+
+    def __init__(self, directory: Path, gates: list[dict], settings: Settings):
+        write_gates(directory, gates)
+        self.store = FileStore(directory)
+        app = create_app(self.store, settings, clock=lambda: FIXED_NOW)
+        app.testing = True
+        self.client = app.test_client()
+        self.settings = settings
+
+    def both(self, manifest: dict, live: dict | None, user: dict) -> tuple[tuple, tuple]:
+        checked = judge(copy.deepcopy(manifest), live, user, self.store.index.lookup, FIXED_NOW, self.settings)
+        if live is None:
+            req = request("CREATE", copy.deepcopy(manifest), user=user)
+        else:
+            req = request("UPDATE", as_the_api_server_sends_it(manifest, live), copy.deepcopy(live), user=user)
+        return (checked["verdict"], checked["message"]), webhook_answer(self.client, req)
+
+
+ALICE = user_info("alice", ["developers"])
+
+
+@pytest.fixture
+def webhook(gates_dir):
+    return lambda gates, settings=Settings(): Webhook(gates_dir, gates, settings)
+
+
+def test_an_unchanged_or_relabelled_live_object_is_allowed_while_its_gate_is_closed(webhook):
+    hook = webhook([gate("freeze", closed=True)])
+    manifest = flux(gates="flux-system/freeze")
+    live = applied_live(manifest, status={"observedGeneration": 3})
+    assert hook.both(manifest, live, ALICE) == ((ALLOWED, None), (ALLOWED, None))
+    relabelled = copy.deepcopy(manifest)
+    relabelled["metadata"]["labels"] = {"team": "web"}
+    relabelled["metadata"]["annotations"]["note"] = "hello"
+    assert hook.both(relabelled, live, ALICE) == ((ALLOWED, None), (ALLOWED, None))
+
+
+def test_a_spec_change_is_denied_in_enforce_and_audited_in_audit_with_the_webhooks_message(webhook):
+    change = flux(gates="flux-system/freeze", spec={"interval": "10m", "path": "./v2"})
+    live = applied_live(flux(gates="flux-system/freeze"))
+    checked, answered = webhook([gate("freeze", closed=True)]).both(change, live, ALICE)
+    assert checked == answered and checked[0] == DENIED
+    assert checked[1] == ("Kustomization apps/podinfo is held: gate 'flux-system/freeze' is closed "
+                          "(Gate closed by default); require=all")
+    checked, answered = webhook([gate("freeze", closed=True, mode="audit")]).both(change, live, ALICE)
+    assert checked == answered and checked[0] == AUDITED
+    assert checked[1].startswith("gate audit: change would be denied in enforce mode: Kustomization apps/podinfo is held")
+
+
+def test_exempt_users_and_groups_are_allowed_as_by_the_server(webhook):
+    hook = webhook([gate("freeze", closed=True)], Settings(exempt_users=frozenset({"bob"}),
+                                                           exempt_groups=frozenset({"sre"})))
+    manifest = flux(gates="flux-system/freeze")
+    for user in (user_info("bob"), user_info("carol", ["sre"])):
+        checked, answered = hook.both(manifest, None, user)
+        assert checked[0] == answered[0] == ALLOWED
+
+
+# -- the command itself, offline ------------------------------------------------------------
+
+def run(capsys, *argv: str) -> tuple[int, str]:
+    code = kubectl_gate.main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+@pytest.fixture
+def offline(gates_dir, tmp_path):
+    write_gates(gates_dir, [gate("freeze", closed=True), gate("soft", closed=True, mode="audit")])
+    manifest = tmp_path / "apps.yaml"
+    manifest.write_text(yaml.safe_dump_all([flux(name="frozen", gates="flux-system/freeze"),
+                                            flux(name="audited", gates="flux-system/soft"),
+                                            flux(name="free"), {"apiVersion": "v1", "kind": "ConfigMap"}]))
+    return ("check", "-f", str(manifest), "--gates-dir", str(gates_dir), "-o", "json")
+
+
+def test_check_offline_reports_each_object_and_exits_1_only_for_a_denial(capsys, offline, monkeypatch):
+    code, out = run(capsys, *offline)
+    rows = {r["name"]: r for r in json.loads(out)}
+    assert code == 1 and set(rows) == {"frozen", "audited", "free"}
+    assert rows["frozen"]["verdict"] == DENIED and rows["frozen"]["operation"] == "CREATE"
+    assert rows["audited"]["verdict"] == AUDITED and "gate 'flux-system/soft' is closed" in rows["audited"]["message"]
+    assert rows["free"] == {**rows["free"], "verdict": ALLOWED, "message": None}
+
+    code, out = run(capsys, *offline, "--mode", "audit")  # the server-wide default mode
+    assert code == 0 and {r["verdict"] for r in json.loads(out)} == {AUDITED, ALLOWED}
+
+
+def test_check_takes_the_servers_exempt_lists_from_flags_or_the_same_variables(capsys, offline, monkeypatch):
+    code, out = run(capsys, *offline, "--as", "bob", "--exempt-users", "bob")
+    assert code == 0 and all(r["message"] in ("user 'bob' is exempt",) for r in json.loads(out))
+    monkeypatch.setenv("GATE_ADMISSION_EXEMPT_GROUPS", "release-managers")
+    code, out = run(capsys, *offline, "--as", "carol", "--as-group", "devs", "--as-group", "release-managers")
+    assert code == 0 and {r["message"] for r in json.loads(out)} == {"group 'release-managers' is exempt"}
+    code, out = run(capsys, *offline, "--as-group", "release-managers")
+    assert code == 2 and "--as-group needs --as" in out
+
+
+# -- the property ---------------------------------------------------------------------------
+
+GATE_NAMES = ["g0", "g1", "g2", "gone"]  # "gone" is never defined: NotFound, closed
+USERS = ["alice", "bob", "system:serviceaccount:flux-system:kustomize-controller"]
+GROUPS = ["developers", "sre"]
+
+gate_specs = st.fixed_dictionaries({"default": st.sampled_from(["opened", "closed"])},
+                                   optional={"mode": st.sampled_from(["audit", "enforce"])})
+
+
+@st.composite
+def manifests(draw, kind: str, name: str = "obj") -> dict:
+    refs = draw(st.lists(st.sampled_from(GATE_NAMES), max_size=3, unique=True))
+    require = draw(st.sampled_from([None, "all", "oneOf"]))
+    labels = draw(st.sampled_from([None, {"team": "web"}, {"team": "db"}]))
+    spec = {"interval": draw(st.sampled_from(["1m", "10m"])), "path": draw(st.sampled_from(["./a", "./b"]))}
+    if draw(st.booleans()):
+        spec["suspend"] = draw(st.booleans())
+    return flux(kind, name, gates=", ".join(f"flux-system/{r}" for r in refs) if refs else None,
+                require=require, labels=labels, spec=spec)
+
+
+@st.composite
+def cases(draw):
+    kind = draw(st.sampled_from(FLUX_KINDS))
+    gates = [gate(n, **draw(gate_specs)) for n in GATE_NAMES[:3] if draw(st.booleans())]
+    manifest = draw(manifests(kind))
+    live = None
+    if draw(st.booleans()):
+        previous = manifest if draw(st.booleans()) else draw(manifests(kind))
+        status = draw(st.sampled_from([None, {"observedGeneration": 1}]))
+        live = applied_live(previous, status)
+    user = user_info(draw(st.sampled_from(USERS)), draw(st.lists(st.sampled_from(GROUPS), unique=True)))
+    exempt = st.one_of(st.just(frozenset()), st.just(frozenset()), st.just(frozenset()),
+                       st.sampled_from(USERS + GROUPS).map(lambda n: frozenset({n})))
+    config = Settings(draw(st.sampled_from(["enforce", "audit"])), draw(exempt), draw(exempt))
+    return gates, manifest, live, user, config
+
+
+@hsettings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_check_and_validate_agree_on_every_verdict_and_message(case):
+    gates, manifest, live, user, config = case
+    with tempfile.TemporaryDirectory() as directory:
+        checked, answered = Webhook(Path(directory), gates, config).both(manifest, live, user)
+    event(f"{'UPDATE' if live else 'CREATE'}: {checked[0]}")
+    assert checked == answered
+
+
+def test_the_kubeconfig_identity_is_a_client_certificates_cn_and_o_else_the_context_user(tmp_path):
+    from datetime import timedelta
+    from types import SimpleNamespace
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "sre"),
+                         x509.NameAttribute(NameOID.ORGANIZATION_NAME, "oncall"),
+                         x509.NameAttribute(NameOID.COMMON_NAME, "carol")])
+    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
+            .serial_number(1).not_valid_before(FIXED_NOW).not_valid_after(FIXED_NOW + timedelta(days=1))
+            .sign(key, hashes.SHA256()))
+    cert_file = tmp_path / "client.crt"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    args = kubectl_gate.build_parser().parse_args(["check", "-f", "-"])
+
+    def identity(cert_path):
+        api = SimpleNamespace(configuration=SimpleNamespace(cert_file=cert_path))
+        return kubectl_gate._identity(args, kubectl_gate.Cluster(api, "default", "ci-user"))
+
+    assert identity(str(cert_file)) == {"username": "carol", "groups": ["sre", "oncall", "system:authenticated"]}
+    assert identity(None) == {"username": "ci-user", "groups": ["system:authenticated"]}  # a token
+
+
+def test_odd_manifests_get_an_answer_or_a_clear_error_never_a_crash(capsys, gates_dir, tmp_path):
+    write_gates(gates_dir, [gate("freeze", closed=True)])
+    odd = tmp_path / "odd.yaml"
+    broken = flux(name="odd", gates="flux-system/freeze")
+    broken["metadata"]["annotations"] = ["not", "a", "map"]
+    odd.write_text(yaml.safe_dump_all([{"kind": ["x"], "apiVersion": 3}, {"kind": "Kustomization"}, broken]))
+    code, out = run(capsys, "check", "-f", str(odd), "--gates-dir", str(gates_dir), "-o", "json")
+    assert code == 0 and [(r["name"], r["verdict"]) for r in json.loads(out)] == [("odd", ALLOWED)]  # names no gate
+    deep = tmp_path / "deep.yaml"
+    deep.write_text(json.dumps(flux(name="deep", spec={"x": "NESTED"})).replace('"NESTED"', '{"a":' * 3000 + "1" + "}" * 3000))
+    code, out = run(capsys, "check", "-f", str(deep), "--gates-dir", str(gates_dir))
+    assert code == 2 and out.startswith("error: ") and len(out.strip().splitlines()) == 1
