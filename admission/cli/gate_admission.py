@@ -11,6 +11,7 @@ from pathlib import Path
 
 from admission import __version__
 from admission.clock import utcnow
+from admission.kube.notifications import DEFAULT_ADDRESS as NOTIFY_ADDRESS
 from admission.pki import certs
 from admission.observability import logs
 
@@ -84,6 +85,14 @@ def _add_controller(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--identity", default=_env("identity", os.environ.get("POD_NAME") or socket.gethostname()))
     p.add_argument("--health-port", type=int, default=int(_env("health-port", 8081)),
                    help="plain-HTTP /healthz and /readyz for probes (0: off)")
+    p.add_argument("--notify", action=argparse.BooleanOptionalAction, default=_bool_env("notify"),
+                   help="send gate transitions and held/released Flux objects to Flux's notification-controller (default off)")
+    p.add_argument("--notify-address", default=_env("notify-address", NOTIFY_ADDRESS),
+                   help=f"notification-controller's event API (default {NOTIFY_ADDRESS})")
+    p.add_argument("--notify-gates-address", default=_env("notify-gates-address"),
+                   help="where gate transitions go (default: --notify-address; no Flux Alert can select a Gate)")
+    p.add_argument("--notify-period", type=float, default=float(_env("notify-period", 300)),
+                   help="one notification per object and message per this many seconds")
     p.add_argument("--log-level", default=_env("log-level", "info"))
     p.set_defaults(func=run_controller)
 
@@ -204,7 +213,13 @@ def run_controller(args: argparse.Namespace) -> int:
     logs.configure(args.log_level)
     api = api_client(args.kubeconfig)
     elector = LeaderElector(api, args.lease_namespace, args.lease_name, args.identity) if args.leader_elect else None
-    controller = Controller(api, is_leader=elector.is_leader if elector else None)
+    notifier = None
+    if args.notify:
+        from admission.kube.notifications import FluxNotifier
+        notifier = FluxNotifier(args.notify_address, args.notify_gates_address, instance=args.identity,
+                                period=args.notify_period)
+        notifier.start()
+    controller = Controller(api, is_leader=elector.is_leader if elector else None, notifier=notifier)
     if args.health_port:
         serve_health(args.health_port, lambda: controller.store.readiness())
     if elector:

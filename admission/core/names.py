@@ -39,3 +39,8 @@ SYSTEM_DELETERS = frozenset({
     "system:kube-controller-manager",
 })
 
+
+# Conditions the mutating webhook writes on held Flux objects (issue 13), and their reason.
+BLOCKED_CONDITION = "Blocked"  # sources and ImagePolicy: status "True" while held
+APPROVED_CONDITION = "Approved"  # Kustomization, HelmRelease: status "False" while held
+GATE_CLOSED_REASON = "GateClosed"
