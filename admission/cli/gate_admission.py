@@ -52,6 +52,8 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    help="one Kubernetes Event per held object and message per this many seconds (0: no Events)")
     p.add_argument("--stale-after", type=float, default=float(_env("stale-after", 10)),
                    help="seconds without a working watch before gate state counts as unknown (cluster store)")
+    p.add_argument("--calendar", action=argparse.BooleanOptionalAction, default=_env("calendar", "true") != "false",
+                   help="serve GET /calendar.ics, every gate's closed intervals (default on)")
     p.add_argument("--workers", type=int, default=int(_env("workers", 2)))
     p.add_argument("--threads", type=int, default=int(_env("threads", 4)),
                    help="threads per worker; more only adds GIL contention to a CPU-bound server (bench/README.md)")
@@ -168,7 +170,7 @@ def _app_factory(args: argparse.Namespace):
                 events = DenialEvents(api, period=args.event_period)
                 events.start()
         store.start()
-        return create_app(store, settings, receiver=receiver, events=events)
+        return create_app(store, settings, receiver=receiver, events=events, calendar=args.calendar)
 
     return factory
 

@@ -285,6 +285,21 @@ def cmd_check(args: argparse.Namespace) -> int:
     return EXIT_HELD if any(r["verdict"] == "held" for r in rows) else EXIT_OK
 
 
+@_api_errors
+def cmd_calendar(args: argparse.Namespace) -> int:
+    from admission.store import calendar
+    _, index, now, namespace = _gates(args)
+    if not 1 <= args.days <= calendar.MAX_DAYS:
+        raise GateError(f"--days must be between 1 and {calendar.MAX_DAYS}", EXIT_USAGE)
+    cals = calendar.calendars(index, now, args.days, None if args.all_namespaces else namespace)
+    if args.output == "ics":
+        sys.stdout.buffer.write(calendar.to_ics(cals, now))
+        sys.stdout.flush()
+        return EXIT_OK
+    _emit(args, calendar.to_rows(cals), lambda: calendar.to_text(cals, now, args.days))
+    return EXIT_OK
+
+
 # -- parser -----------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -320,6 +335,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-f", "--filename", required=True, help="manifest file, or - for stdin")
     p.add_argument("--gates-dir", help="judge against gates in YAML files instead of the cluster")
     p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("calendar", parents=[common], help="open and closed intervals of each gate over the coming days")
+    p.add_argument("-A", "--all-namespaces", action="store_true")
+    p.add_argument("--days", type=int, default=14, help="how many days, from today in each gate's time zone (default 14)")
+    p.add_argument("--gates-dir", help="read gates from YAML files instead of the cluster")
+    next(a for a in p._actions if a.dest == "output").choices = ("table", "json", "yaml", "ics")
+    p.set_defaults(func=cmd_calendar)
     return parser
 
 

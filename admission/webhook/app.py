@@ -163,7 +163,7 @@ def _read_body(environ: dict) -> bytes | None:
 
 def create_app(store: GateStore, settings: Settings | None = None,
                clock: Callable[[], datetime] = utcnow, receiver: Blueprint | None = None,
-               events=None) -> Flask:
+               events=None, calendar: bool = True) -> Flask:
     """Build the app around a gate store; ``clock`` is the one place time is read.
     ``receiver`` adds the open/close hooks (admission.receiver); ``events`` records denials
     as Kubernetes Events (admission.events)."""
@@ -190,6 +190,26 @@ def create_app(store: GateStore, settings: Settings | None = None,
     def prometheus() -> Response:
         payload, content_type = metrics.exposition(store, clock)
         return Response(payload, mimetype=None, content_type=content_type)
+
+    if calendar:
+        @app.get("/calendar.ics")
+        def calendar_feed() -> Response:
+            """Every gate's closed intervals (``?namespace=``, ``?days=``), read-only, for calendar apps."""
+            from admission.store import calendar as cal
+
+            ready, detail = store.readiness()
+            if not ready:
+                return _json({"error": "gate cache not ready; the calendar would be wrong", **detail}, 503)
+            try:
+                days = int(request.args.get("days", "14"))
+            except ValueError:
+                days = 0
+            if not 1 <= days <= cal.MAX_DAYS:
+                return _json({"error": f"days must be a whole number from 1 to {cal.MAX_DAYS}"}, 400)
+            now = clock()
+            body = cal.to_ics(cal.calendars(store.index, now, days, request.args.get("namespace") or None), now)
+            return Response(body, content_type="text/calendar; charset=utf-8",
+                            headers={"Cache-Control": "max-age=60"})
 
     @app.errorhandler(HTTPException)
     def http_error(err: HTTPException) -> Response:
