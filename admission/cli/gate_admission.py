@@ -99,6 +99,19 @@ def _add_controller(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_controller)
 
 
+def _add_completion(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("completion", help="print the shell completion script for kubectl-gate and gate-admission")
+    p.add_argument("shell", choices=("bash", "zsh"))
+    p.set_defaults(func=print_completion)
+
+
+def print_completion(args: argparse.Namespace) -> int:
+    """argcomplete's script for both commands; `kubectl gate` completes through kubectl_complete-gate."""
+    import argcomplete
+    print(argcomplete.shellcode(["kubectl-gate", "gate-admission"], shell=args.shell))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gate-admission", description=__doc__)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -106,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_serve(sub)
     _add_certs(sub)
     _add_controller(sub)
+    _add_completion(sub)
     return parser
 
 
@@ -239,7 +253,10 @@ def run_controller(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    import argcomplete
+    parser = build_parser()
+    argcomplete.autocomplete(parser, always_complete_options=False)  # only when the shell asks
+    args = parser.parse_args(argv)
     return args.func(args)
 
 
