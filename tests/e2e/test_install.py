@@ -218,15 +218,27 @@ def test_certificate_rotation_under_load_loses_no_write(plane, installed, local_
 CERT_MANAGER_CRDS = Path(__file__).parent / "crds" / "minimal-cert-manager-crds.yaml"
 
 
-@pytest.fixture(scope="module")
-def cert_manager_variant(plane, tmp_path_factory) -> list[dict]:
-    """manifests/ with the cert-manager component, rendered as a user's overlay would."""
-    overlay = tmp_path_factory.mktemp("cert-manager-overlay")
+def with_component(plane, tmp_path_factory, component: str) -> list[dict]:
+    """manifests/ with one of our components, rendered as a user's overlay would."""
+    overlay = tmp_path_factory.mktemp(f"{component}-overlay")
     (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
         "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
         "resources": [os.path.relpath(ROOT / "manifests", overlay)],
-        "components": [os.path.relpath(ROOT / "manifests" / "components" / "cert-manager", overlay)]}))
+        "components": [os.path.relpath(ROOT / "manifests" / "components" / component, overlay)]}))
     return rendered(plane, overlay)
+
+
+@pytest.fixture(scope="module")
+def cert_manager_variant(plane, tmp_path_factory) -> list[dict]:
+    return with_component(plane, tmp_path_factory, "cert-manager")
+
+
+def test_the_flux_notifications_component_turns_notify_on_for_the_controller_only(plane, tmp_path_factory):
+    docs = with_component(plane, tmp_path_factory, "flux-notifications")
+    envs = {d["metadata"]["name"]: {e["name"]: e.get("value") for e in d["spec"]["template"]["spec"]["containers"][0]
+                                    .get("env", [])} for d in docs if d["kind"] == "Deployment"}
+    assert envs["gate-admission-controller"]["GATE_ADMISSION_NOTIFY"] == "true"
+    assert "GATE_ADMISSION_NOTIFY" not in envs["gate-admission"]
 
 
 def one(docs: list[dict], kind: str, name: str | None = None) -> dict:
