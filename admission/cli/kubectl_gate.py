@@ -12,6 +12,7 @@ Exit codes a script can rely on:
 from __future__ import annotations
 
 import argparse
+import copy
 import getpass
 import sys
 from dataclasses import dataclass
@@ -399,11 +400,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gates-dir", help="judge against gates in YAML files instead of the cluster")
     p.set_defaults(func=cmd_check)
 
-    p = sub.add_parser("calendar", parents=[common], help="open and closed intervals of each gate over the coming days")
+    # Subcommands share their parents' actions: calendar's wider -o belongs to a copy.
+    calendar_common = copy.deepcopy(common)
+    next(a for a in calendar_common._actions if a.dest == "output").choices = ("table", "json", "yaml", "ics")
+    p = sub.add_parser("calendar", parents=[calendar_common],
+                       help="open and closed intervals of each gate over the coming days")
     p.add_argument("-A", "--all-namespaces", action="store_true")
     p.add_argument("--days", type=int, default=14, help="how many days, from today in each gate's time zone (default 14)")
     p.add_argument("--gates-dir", help="read gates from YAML files instead of the cluster")
-    next(a for a in p._actions if a.dest == "output").choices = ("table", "json", "yaml", "ics")
     p.set_defaults(func=cmd_calendar)
     return parser
 

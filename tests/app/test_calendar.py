@@ -101,3 +101,4 @@ def test_kubectl_gate_calendar_writes_ics_and_json(gates_dir):
     assert '"timeZone": "America/New_York"' in as_json.stdout and '"state": "Closed"' in as_json.stdout
     bad = kubectl_gate("calendar", "--days", "0", "--gates-dir", str(gates_dir))
     assert bad.returncode == 2 and "--days must be between 1 and 366" in bad.stderr
+    assert kubectl_gate("list", "-o", "ics", "--gates-dir", str(gates_dir)).returncode == 2  # ics is calendar's only
