@@ -22,7 +22,7 @@ from admission.core.timefmt import format_time
 HELD, RELEASED = "held", "released"
 RELEASED_REASON = "HoldReleased"
 # "<revision> waits, serving <revision>" in the webhook's condition message.
-_WAITS = re.compile(r"(?P<waiting>\S+) waits(?:, serving (?P<serving>[^\s.;,]+(?:\.\.\.|…)?))?")
+_WAITS = re.compile(r"(?P<waiting>\S+) waits(?:, serving (?P<serving>\S+?)(?=[.;,]?(?:\s|$)))?")
 
 
 @dataclass(frozen=True)

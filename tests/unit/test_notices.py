@@ -93,3 +93,9 @@ def test_expected_opening_is_the_last_under_all_and_the_first_under_one_of():
     assert expected_opening((a, b, never), "all") is None
     assert expected_opening((b, a, never), "oneOf") == at("2026-12-22T00:00")
     assert expected_opening((), "all") is None
+
+
+def test_revisions_with_dots_and_ellipses_are_read_whole():
+    chart = BLOCKED.replace("main@sha1:9f2c", "6.1.0@sha256:ab12…").replace("main@sha1:41ab", "6.0.2@sha256:cd34…") + "."
+    found = notice(source(READY), source(READY, blocked(chart)), lookup_from([FREEZE], [FREEZE_KEEPER]), NOW)
+    assert (found.metadata["waiting"], found.metadata["serving"]) == ("6.1.0@sha256:ab12…", "6.0.2@sha256:cd34…")
