@@ -8,6 +8,7 @@ own (the time zone its GateKeepers share, else UTC) and start at its local midni
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, tzinfo
@@ -18,6 +19,7 @@ from admission.store.index import GateIndex, object_key
 MAX_DAYS = 366
 BAR_WIDTH = 84  # characters of timeline: with the indent, a calendar fits 100 columns
 LISTED = 8  # intervals listed under a gate's bar; more are counted
+MAX_EVENTS_PER_GATE = 500  # a feed stays small even for a gate whose schedule flips every few minutes
 
 
 @dataclass(frozen=True)
@@ -71,8 +73,14 @@ def _hours_per_char(days: int) -> int:
     return 24
 
 
-def _state_char(cal: GateCalendar, start: datetime, end: datetime) -> str:
-    seen = {("?" if not i.known else "." if i.open else "#") for i in cal.intervals if i.start < end and i.end > start}
+def _state_char(cal: GateCalendar, starts: list[datetime], start: datetime, end: datetime) -> str:
+    seen = set()
+    i = max(0, bisect.bisect_right(starts, start) - 1)  # intervals are sorted and contiguous
+    while i < len(cal.intervals) and cal.intervals[i].start < end:
+        interval = cal.intervals[i]
+        if interval.end > start:
+            seen.add("?" if not interval.known else "." if interval.open else "#")
+        i += 1
     if "?" in seen:
         return "?"
     return seen.pop() if len(seen) == 1 else "+"
@@ -81,6 +89,7 @@ def _state_char(cal: GateCalendar, start: datetime, end: datetime) -> str:
 def _bar(cal: GateCalendar, hours: int) -> tuple[str, str]:
     """The day labels and the state characters of the timeline, in the gate's local time."""
     labels, chars = "", ""
+    starts = [i.start for i in cal.intervals]
     day = cal.start.date()
     while day < cal.end.date():
         per_day = 24 // hours
@@ -88,7 +97,7 @@ def _bar(cal: GateCalendar, hours: int) -> tuple[str, str]:
             a = datetime.combine(day, time(k * hours), tzinfo=cal.zone)
             b = datetime.combine(day, time((k + 1) * hours), tzinfo=cal.zone) if (k + 1) * hours < 24 \
                 else _local_midnight(day + timedelta(days=1), cal.zone)
-            chars += _state_char(cal, a, b)
+            chars += _state_char(cal, starts, a, b)
         label = (day.strftime("%a")[:2] + day.strftime(" %d") if per_day >= 6 else day.strftime("%d")) \
             if per_day >= 3 else ""
         if per_day < 3 and day.weekday() == 0:  # too narrow for every day: label Mondays
@@ -157,9 +166,8 @@ def to_ics(cals: list[GateCalendar], now: datetime, name: str = "Flux gates") ->
     cal.add("refresh-interval", timedelta(hours=1), parameters={"VALUE": "DURATION"})
     cal.add("x-published-ttl", "PT1H")
     for gate in cals:
-        for interval in gate.intervals:
-            if interval.open or not interval.known:
-                continue
+        closed = [i for i in gate.intervals if not i.open and i.known]
+        for number, interval in enumerate(closed[:MAX_EVENTS_PER_GATE], 1):
             event = Event()
             # Stable across fetches: the same gate closing at the same time is the same event.
             uid = hashlib.sha256(f"{gate.key}\n{interval.start.isoformat()}".encode()).hexdigest()[:32]
@@ -168,7 +176,10 @@ def to_ics(cals: list[GateCalendar], now: datetime, name: str = "Flux gates") ->
             event.add("dtstart", interval.start.astimezone(gate.zone))
             event.add("dtend", interval.end.astimezone(gate.zone))
             event.add("summary", f"Gate {gate.key} closed")
-            event.add("description", f"{interval.message}\nReason: {interval.reason}")
+            description = f"{interval.message}\nReason: {interval.reason}"
+            if number == MAX_EVENTS_PER_GATE < len(closed):
+                description += f"\n{len(closed) - number} later closed intervals of this gate are not listed"
+            event.add("description", description)
             event.add("categories", ["gate", gate.namespace])
             event.add("transp", "OPAQUE")
             cal.add_component(event)

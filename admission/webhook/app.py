@@ -23,6 +23,7 @@ from admission.clock import utcnow
 from admission.store import GateStore
 
 log = logging.getLogger("admission.decisions")
+FEED_TTL = 60.0  # seconds a built /calendar.ics is served from memory
 MAX_BODY = 7 * 1024 * 1024  # the API server's own request limit is 3 MiB; leave room for both objects
 
 
@@ -192,6 +193,8 @@ def create_app(store: GateStore, settings: Settings | None = None,
         return Response(payload, mimetype=None, content_type=content_type)
 
     if calendar:
+        feeds: dict[tuple[str, int], tuple[float, bytes]] = {}  # (namespace, days) -> (expires, body)
+
         @app.get("/calendar.ics")
         def calendar_feed() -> Response:
             """Every gate's closed intervals (``?namespace=``, ``?days=``), read-only, for calendar apps."""
@@ -206,8 +209,16 @@ def create_app(store: GateStore, settings: Settings | None = None,
                 days = 0
             if not 1 <= days <= cal.MAX_DAYS:
                 return _json({"error": f"days must be a whole number from 1 to {cal.MAX_DAYS}"}, 400)
-            now = clock()
-            body = cal.to_ics(cal.calendars(store.index, now, days, request.args.get("namespace") or None), now)
+            # Built at most once a minute per query: it costs far more than a review, and this
+            # worker's threads also answer the API server.
+            key = (request.args.get("namespace") or "", days)
+            expires, body = feeds.get(key, (0.0, b""))
+            if time.monotonic() >= expires:
+                now = clock()
+                body = cal.to_ics(cal.calendars(store.index, now, days, key[0] or None), now)
+                if len(feeds) >= 64:  # bounded: namespaces come from the query string
+                    feeds.clear()
+                feeds[key] = (time.monotonic() + FEED_TTL, body)
             return Response(body, content_type="text/calendar; charset=utf-8",
                             headers={"Cache-Control": "max-age=60"})
 

@@ -102,3 +102,12 @@ def test_kubectl_gate_calendar_writes_ics_and_json(gates_dir):
     bad = kubectl_gate("calendar", "--days", "0", "--gates-dir", str(gates_dir))
     assert bad.returncode == 2 and "--days must be between 1 and 366" in bad.stderr
     assert kubectl_gate("list", "-o", "ics", "--gates-dir", str(gates_dir)).returncode == 2  # ics is calendar's only
+
+
+def test_a_gate_that_flips_every_two_minutes_keeps_the_feed_bounded(gates_dir):
+    write_gates(gates_dir, [gate("flappy", default="opened"), keeper("k", "flappy", closed=["*/2 * * * *"])])
+    app = create_app(FileStore(gates_dir), Settings(), clock=lambda: NOW)
+    response = app.test_client().get("/calendar.ics?days=14")
+    vevents = Calendar.from_ical(response.data).walk("VEVENT")
+    assert response.status_code == 200 and len(vevents) == 500
+    assert "later closed intervals of this gate are not listed" in str(vevents[-1]["DESCRIPTION"])
