@@ -247,6 +247,8 @@ def run_controller(args: argparse.Namespace) -> int:
     worker.start()
     stop.wait()
     controller.stop()
+    if notifier:
+        notifier.stop()
     if elector:
         elector.stop()
     return 0
