@@ -7,9 +7,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 started=$(date +%s)
-# Debian packages the tests use: openssl (TLS version checks), faketime (a clock that jumps).
+# Debian packages the tests use: openssl (TLS version checks), faketime (a clock that jumps),
+# zsh and bash-completion (shell completion of kubectl gate, run in the real shells).
 missing=()
 command -v openssl >/dev/null || missing+=(openssl)
+command -v zsh >/dev/null || missing+=(zsh)
+[[ -e /usr/share/bash-completion/bash_completion ]] || missing+=(bash-completion)
 [[ -e /usr/lib/$(uname -m)-linux-gnu/faketime/libfaketimeMT.so.1 ]] || missing+=(faketime)
 if (( ${#missing[@]} )); then
   SUDO=""; [[ $(id -u) -eq 0 ]] || SUDO="sudo"

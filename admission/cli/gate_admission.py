@@ -13,6 +13,7 @@ from admission import __version__
 from admission.cli.settings import add_policy_flags, policy_settings
 from admission.cli.settings import csv as _csv, env as _env
 from admission.clock import utcnow
+from admission.kube.notifications import DEFAULT_ADDRESS as NOTIFY_ADDRESS
 from admission.pki import certs
 from admission.observability import logs
 
@@ -40,6 +41,8 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    help="one Kubernetes Event per held object and message per this many seconds (0: no Events)")
     p.add_argument("--stale-after", type=float, default=float(_env("stale-after", 10)),
                    help="seconds without a working watch before gate state counts as unknown (cluster store)")
+    p.add_argument("--calendar", action=argparse.BooleanOptionalAction, default=_env("calendar", "true") != "false",
+                   help="serve GET /calendar.ics, every gate's closed intervals (default on)")
     p.add_argument("--workers", type=int, default=int(_env("workers", 2)))
     p.add_argument("--threads", type=int, default=int(_env("threads", 4)),
                    help="threads per worker; more only adds GIL contention to a CPU-bound server (bench/README.md)")
@@ -73,8 +76,29 @@ def _add_controller(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--identity", default=_env("identity", os.environ.get("POD_NAME") or socket.gethostname()))
     p.add_argument("--health-port", type=int, default=int(_env("health-port", 8081)),
                    help="plain-HTTP /healthz and /readyz for probes (0: off)")
+    p.add_argument("--notify", action=argparse.BooleanOptionalAction, default=_bool_env("notify"),
+                   help="send gate transitions and held/released Flux objects to Flux's notification-controller (default off)")
+    p.add_argument("--notify-address", default=_env("notify-address", NOTIFY_ADDRESS),
+                   help=f"notification-controller's event API (default {NOTIFY_ADDRESS})")
+    p.add_argument("--notify-gates-address", default=_env("notify-gates-address"),
+                   help="where gate transitions go (default: --notify-address; no Flux Alert can select a Gate)")
+    p.add_argument("--notify-period", type=float, default=float(_env("notify-period", 300)),
+                   help="one notification per object and message per this many seconds")
     p.add_argument("--log-level", default=_env("log-level", "info"))
     p.set_defaults(func=run_controller)
+
+
+def _add_completion(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("completion", help="print the shell completion script for kubectl-gate and gate-admission")
+    p.add_argument("shell", choices=("bash", "zsh"))
+    p.set_defaults(func=print_completion)
+
+
+def print_completion(args: argparse.Namespace) -> int:
+    """argcomplete's script for both commands; `kubectl gate` completes through kubectl_complete-gate."""
+    import argcomplete
+    print(argcomplete.shellcode(["kubectl-gate", "gate-admission"], shell=args.shell))
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -84,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_serve(sub)
     _add_certs(sub)
     _add_controller(sub)
+    _add_completion(sub)
     return parser
 
 
@@ -146,7 +171,7 @@ def _app_factory(args: argparse.Namespace):
                 events = DenialEvents(api, period=args.event_period)
                 events.start()
         store.start()
-        return create_app(store, settings, receiver=receiver, events=events)
+        return create_app(store, settings, receiver=receiver, events=events, calendar=args.calendar)
 
     return factory
 
@@ -191,7 +216,13 @@ def run_controller(args: argparse.Namespace) -> int:
     logs.configure(args.log_level)
     api = api_client(args.kubeconfig)
     elector = LeaderElector(api, args.lease_namespace, args.lease_name, args.identity) if args.leader_elect else None
-    controller = Controller(api, is_leader=elector.is_leader if elector else None)
+    notifier = None
+    if args.notify:
+        from admission.kube.notifications import FluxNotifier
+        notifier = FluxNotifier(args.notify_address, args.notify_gates_address, instance=args.identity,
+                                period=args.notify_period)
+        notifier.start()
+    controller = Controller(api, is_leader=elector.is_leader if elector else None, notifier=notifier)
     if args.health_port:
         serve_health(args.health_port, lambda: controller.store.readiness())
     if elector:
@@ -203,13 +234,18 @@ def run_controller(args: argparse.Namespace) -> int:
     worker.start()
     stop.wait()
     controller.stop()
+    if notifier:
+        notifier.stop()
     if elector:
         elector.stop()
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    import argcomplete
+    parser = build_parser()
+    argcomplete.autocomplete(parser, always_complete_options=False)  # only when the shell asks
+    args = parser.parse_args(argv)
     return args.func(args)
 
 

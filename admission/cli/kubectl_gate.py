@@ -12,6 +12,7 @@ Exit codes a script can rely on:
 from __future__ import annotations
 
 import argparse
+import copy
 import getpass
 import sys
 from dataclasses import dataclass
@@ -337,13 +338,91 @@ def cmd_check(args: argparse.Namespace) -> int:
     return EXIT_DENIED if any(r["verdict"] == DENIED for r in rows) else EXIT_OK
 
 
+@_api_errors
+def cmd_calendar(args: argparse.Namespace) -> int:
+    from admission.store import calendar
+    _, index, now, namespace = _gates(args)
+    if not 1 <= args.days <= calendar.MAX_DAYS:
+        raise GateError(f"--days must be between 1 and {calendar.MAX_DAYS}", EXIT_USAGE)
+    cals = calendar.calendars(index, now, args.days, None if args.all_namespaces else namespace)
+    if args.output == "ics":
+        sys.stdout.buffer.write(calendar.to_ics(cals, now))
+        sys.stdout.flush()
+        return EXIT_OK
+    _emit(args, calendar.to_rows(cals), lambda: calendar.to_text(cals, now, args.days))
+    return EXIT_OK
+
+
+# -- completion ---------------------------------------------------------------------------
+# argcomplete completes `kubectl-gate ...` in bash and zsh (scripts: `gate-admission completion`);
+# kubectl_complete-gate answers kubectl's own plugin completion (kubectl 1.26+) with the same
+# parser and completers. Completers ask the API server with a short timeout and never raise.
+
+COMPLETION_TIMEOUT = 3  # seconds; a slow cluster must not hang the shell
+
+
+def _complete_gate_names(prefix: str, parsed_args: argparse.Namespace, **_) -> list[str]:
+    try:
+        if getattr(parsed_args, "gates_dir", None):
+            from admission.store.files import FileStore
+            namespace = getattr(parsed_args, "namespace", None) or "default"
+            return sorted(n for ns, n in map(object_key, FileStore(parsed_args.gates_dir).index.gates()) if ns == namespace)
+        cluster = _connect(parsed_args)
+        namespace = getattr(parsed_args, "namespace", None) or cluster.namespace
+        listed = cluster.custom.list_namespaced_custom_object(names.GATING_GROUP, names.GATING_VERSION, namespace,
+                                                              names.GATE_PLURAL, _request_timeout=COMPLETION_TIMEOUT)
+        return sorted(metadata(g).get("name", "") for g in listed.get("items") or [])
+    except Exception:  # completion shows nothing rather than a traceback
+        return []
+
+
+def _complete_namespaces(prefix: str, parsed_args: argparse.Namespace, **_) -> list[str]:
+    try:
+        from kubernetes import client
+        cluster = _connect(parsed_args)
+        try:
+            listed = client.CoreV1Api(cluster.api).list_namespace(_request_timeout=COMPLETION_TIMEOUT)
+            return sorted(ns.metadata.name for ns in listed.items)
+        except Exception:  # may not list namespaces: offer those that hold gates
+            gates = cluster.custom.list_cluster_custom_object(names.GATING_GROUP, names.GATING_VERSION, names.GATE_PLURAL,
+                                                              _request_timeout=COMPLETION_TIMEOUT)
+            return sorted({metadata(g).get("namespace", "") for g in gates.get("items") or []})
+    except Exception:
+        return []
+
+
+def _finder(parser: argparse.ArgumentParser):
+    import argcomplete
+    # Flags only once a "-" is typed, as kubectl does.
+    return argcomplete.CompletionFinder(parser, always_complete_options=False)
+
+
+def complete_main(argv: list[str] | None = None) -> int:
+    """``kubectl_complete-gate ARGS... PARTIAL``: kubectl's plugin completion protocol. Prints one
+    candidate per line (``value<TAB>help``), then ``:4`` (no file completion by the shell)."""
+    import shlex
+    words = list(sys.argv[1:] if argv is None else argv) or [""]
+    text = " ".join([shlex.quote(w) for w in words[:-1]] + [words[-1]])
+    finder = _finder(build_parser())
+    matches, state = [], 0
+    while (match := finder.rl_complete(text, state)) is not None:
+        matches.append(words[-1] + match[len(text):].rstrip(" "))
+        state += 1
+    helps = finder.get_display_completions()
+    for value in matches:
+        help_text = " ".join((helps.get(value) or "").split())
+        print(f"{value}\t{help_text}" if help_text else value)
+    print(":4")
+    return EXIT_OK
+
+
 # -- parser -----------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
     common.add_argument("--context", help="kubeconfig context")
-    common.add_argument("-n", "--namespace", help="namespace (default: the context's)")
+    common.add_argument("-n", "--namespace", help="namespace (default: the context's)").completer = _complete_namespaces
     common.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
     parser = argparse.ArgumentParser(prog="kubectl gate", description="Open, close and inspect Flux gates.",
                                      epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -355,13 +434,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("get", parents=[common], help="one gate: state, why, until when, what it holds")
-    p.add_argument("name")
+    p.add_argument("name").completer = _complete_gate_names
     p.add_argument("--gates-dir", help="read gates from YAML files instead of the cluster")
     p.set_defaults(func=cmd_get)
 
     for action in ("open", "close"):
         p = sub.add_parser(action, parents=[common], help=f"{action} a gate now (writes the toggle annotation)")
-        p.add_argument("name")
+        p.add_argument("name").completer = _complete_gate_names
         p.add_argument("-m", "--message", help="why: shown in Events, logs and `get`")
         p.add_argument("--requested-by", help="who asks (default: the kubeconfig user)")
         if action == "open":
@@ -377,11 +456,25 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --as: a group of that user (repeatable)")
     add_policy_flags(p)  # the server's --mode and exempt lists, from the same GATE_ADMISSION_* variables
     p.set_defaults(func=cmd_check)
+
+    # Subcommands share their parents' actions: calendar's wider -o belongs to a copy.
+    calendar_common = copy.deepcopy(common)
+    next(a for a in calendar_common._actions if a.dest == "output").choices = ("table", "json", "yaml", "ics")
+    p = sub.add_parser("calendar", parents=[calendar_common],
+                       help="open and closed intervals of each gate over the coming days")
+    p.add_argument("-A", "--all-namespaces", action="store_true")
+    p.add_argument("--days", type=int, default=14, help="how many days, from today in each gate's time zone (default 14)")
+    p.add_argument("--gates-dir", help="read gates from YAML files instead of the cluster")
+    p.set_defaults(func=cmd_calendar)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    import argcomplete
+    # Answers the shell's completion request and exits; does nothing otherwise.
+    argcomplete.autocomplete(parser, always_complete_options=False)
+    args = parser.parse_args(argv)
     try:
         return args.func(args)
     except GateError as err:

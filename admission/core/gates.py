@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, tzinfo
 from typing import Iterable
 
 from admission.core import names
 from admission.core.objects import metadata
-from admission.core.schedule import HORIZON, Entry, ScheduleError, parse_entry, zone
+from admission.core.schedule import HORIZON, UTC, Entry, ScheduleError, parse_entry, zone
 from admission.core.timefmt import format_time, parse_duration, parse_time
 
 MODES = ("enforce", "audit")
@@ -280,3 +280,76 @@ def evaluate(cg: CompiledGate, now: datetime) -> GateState:
 def evaluate_gate(gate: dict, keepers: Iterable[dict], now: datetime) -> GateState:
     """The state of ``gate`` at ``now`` under the GateKeepers that name it."""
     return evaluate(compile_gate(gate, keepers), now)
+
+
+# -- calendar ---------------------------------------------------------------------------
+
+MAX_INTERVAL_STEPS = 5000  # bound on change points examined for one calendar
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A span ``[start, end)`` during which a gate is open or closed, and why it is at its start.
+
+    ``known`` is False for the tail of a calendar whose schedule changes too often to list
+    within the bound: its state there is not computed (and shown as unknown, not as open).
+    """
+
+    start: datetime
+    end: datetime
+    open: bool
+    reason: str
+    message: str
+    known: bool = True
+
+
+def _cause(cg: CompiledGate, now: datetime) -> tuple[bool, str, str]:
+    """Whether the gate is open at ``now``, the reason, and a short message (no look-ahead)."""
+    if cg.errors:
+        return False, names.REASON_INVALID, "Gate is invalid: " + "; ".join(cg.errors)
+    toggle = _applied_toggle(cg, now)
+    if toggle is not None:
+        verb = "open" if toggle.open else "close"
+        by = f" by {cg.requested_by}" if cg.requested_by else ""
+        why = f": {cg.request_message}" if cg.request_message else ""
+        return toggle.open, names.REASON_OPEN_REQUESTED if toggle.open else names.REASON_CLOSE_REQUESTED, f"Gate {verb} requested{by}{why}"
+    scheduled = _scheduled(cg, now)
+    if scheduled is not None:
+        is_open, keeper, entry = scheduled
+        return is_open, names.REASON_SCHEDULED, f"Gate {'opened' if is_open else 'closed'} by GateKeeper '{keeper}' schedule {entry}"
+    return cg.default_open, names.REASON_DEFAULT, f"Gate {'opened' if cg.default_open else 'closed'} by default"
+
+
+def intervals(cg: CompiledGate, start: datetime, end: datetime,
+              max_steps: int = MAX_INTERVAL_STEPS) -> list[Interval]:
+    """The gate's open and closed spans covering ``[start, end)``, adjacent spans of the same
+    state merged; they come from the change points the admission decisions use.
+
+    At most ``max_steps`` change points are examined: past them the rest of the range is one
+    interval with ``known=False`` (a schedule that flips every minute cannot be listed for weeks).
+    """
+    if end <= start:
+        return []
+    out: list[Interval] = []
+    cur = start
+    for _ in range(max_steps):
+        is_open, reason, message = _cause(cg, cur)
+        points = [p for p in _change_points(cg, cur) if p > cur] if not cg.errors else []
+        nxt = min(min(points), end) if points else end
+        if out and out[-1].open == is_open and out[-1].known:
+            out[-1] = Interval(out[-1].start, nxt, is_open, out[-1].reason, out[-1].message)
+        else:
+            out.append(Interval(cur, nxt, is_open, reason, message))
+        if nxt >= end:
+            return out
+        cur = nxt
+    out.append(Interval(cur, end, False, names.REASON_UNKNOWN,
+                        f"the schedule changes more than {max_steps} times in this range; not computed further",
+                        known=False))
+    return out
+
+
+def time_zone(cg: CompiledGate) -> tzinfo:
+    """The zone a gate's schedules are read in: their common zone, else UTC (no schedule, or mixed)."""
+    zones = {entry.spec.zone for _, entry in cg.closed_entries + cg.opened_entries}
+    return zones.pop() if len(zones) == 1 else UTC

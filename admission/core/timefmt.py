@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
 
 UTC = timezone.utc
 
@@ -81,3 +81,11 @@ def format_distinct_time(value: datetime) -> str:
 def format_log_time(value: datetime) -> str:
     """RFC 3339 in UTC to the millisecond: the ``ts`` of a log line."""
     return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def format_label(value: date | datetime, style: str) -> str:
+    """Short labels for people, in the value's own zone (the freeze calendar's timeline):
+    ``weekday`` 'Mo 23', ``day`` '23', ``day-month`` '23 Nov', ``minute`` '23 Nov 14:05'."""
+    if style == "weekday":
+        return value.strftime("%a")[:2] + value.strftime(" %d")
+    return value.strftime({"day": "%d", "day-month": "%d %b", "minute": "%d %b %H:%M"}[style])

@@ -19,6 +19,8 @@ from admission.clock import utcnow
 from admission.core import names
 from admission.core.decision import hold_of
 from admission.kube.fluxobjects import FluxObjects
+from admission.kube.notifications import FluxNotifier
+from admission.core.notices import Notice, notice
 from admission.core.gates import GateState
 from admission.core.objects import metadata, object_key
 from admission.core.references import policy_of
@@ -42,7 +44,8 @@ class Controller:
 
     def __init__(self, api_client: client.ApiClient | None, store: ClusterStore | None = None,
                  is_leader: threading.Event | None = None, clock=utcnow, *,
-                 custom: client.CustomObjectsApi | None = None, core: client.CoreV1Api | None = None):
+                 custom: client.CustomObjectsApi | None = None, core: client.CoreV1Api | None = None,
+                 notifier: FluxNotifier | None = None):
         # ``custom`` and ``core`` replace the API groups built from ``api_client`` (tests' fakes).
         self.custom = custom or client.CustomObjectsApi(api_client)
         self.core = core or client.CoreV1Api(api_client)
@@ -55,6 +58,7 @@ class Controller:
         self.stopped = threading.Event()
         self.last_open: dict[tuple[str, str], bool | None] = {}
         self.written: dict[tuple[str, str], dict] = {}
+        self.notifier = notifier  # Flux notification-controller events, when enabled
 
     def poke(self) -> None:
         self.wake.set()
@@ -101,6 +105,11 @@ class Controller:
                                  "requestedBy": state.requested_by,
                                  "Gate": {"namespace": meta.get("namespace"), "name": meta.get("name")}})
         self._event(gate, names.GATE_OPENED_EVENT if state.open else names.GATE_CLOSED_EVENT, message, now)
+        if self.notifier is not None:
+            details = {"state": names.STATE_OPENED if state.open else names.STATE_CLOSED, "reason": state.reason,
+                       "requestedBy": state.requested_by or "",
+                       "nextTransitionAt": format_time(state.next_transition) if state.next_transition else ""}
+            self.notifier.gate_transition(gate, state.open, message, {k: v for k, v in details.items() if v}, now)
         if state.open:
             self.request_reconciles(state.namespace, state.name, now)
 
@@ -121,6 +130,21 @@ class Controller:
             self.core.create_namespaced_event(meta.get("namespace"), body)
         except ApiException as err:
             log.warning("event not recorded", extra={"reason": reason, "error": err.reason})
+
+    # -- Flux notifications for held and released objects ------------------------------
+    def flux_object_changed(self, old: dict | None, new: dict | None, now: datetime | None = None) -> Notice | None:
+        """Notify notification-controller when a Flux object's hold starts, changes or ends.
+
+        Fed with each (old, new) pair of a watch of the gated Flux kinds; status writes that
+        leave the ``GateClosed`` condition as it was send nothing.
+        """
+        if self.notifier is None or (self.is_leader is not None and not self.is_leader.is_set()):
+            return None
+        now = now or self.clock()
+        found = notice(old, new, self.store.index.lookup, now)
+        if found is not None:
+            self.notifier.notify(new if new is not None else old, found.reason, found.message, found.metadata, now)
+        return found
 
     # -- prompt reconciles ------------------------------------------------------------
     def _annotate(self, kind: str, namespace: str, name: str, value: str) -> bool:

@@ -24,6 +24,7 @@ from admission.clock import utcnow
 from admission.store import GateStore
 
 log = logging.getLogger("admission.decisions")
+FEED_TTL = 60.0  # seconds a built /calendar.ics is served from memory
 MAX_BODY = 7 * 1024 * 1024  # the API server's own request limit is 3 MiB; leave room for both objects
 
 
@@ -178,7 +179,7 @@ def _read_body(environ: dict) -> bytes | None:
 
 def create_app(store: GateStore, settings: Settings | None = None,
                clock: Callable[[], datetime] = utcnow, receiver: Blueprint | None = None,
-               events=None) -> Flask:
+               events=None, calendar: bool = True) -> Flask:
     """Build the app around a gate store; ``clock`` is the one place time is read.
     ``receiver`` adds the open/close hooks (admission.receiver); ``events`` records denials
     as Kubernetes Events (admission.events)."""
@@ -205,6 +206,36 @@ def create_app(store: GateStore, settings: Settings | None = None,
     def prometheus() -> Response:
         payload, content_type = metrics.exposition(store, clock)
         return Response(payload, mimetype=None, content_type=content_type)
+
+    if calendar:
+        feeds: dict[tuple[str, int], tuple[float, bytes]] = {}  # (namespace, days) -> (expires, body)
+
+        @app.get("/calendar.ics")
+        def calendar_feed() -> Response:
+            """Every gate's closed intervals (``?namespace=``, ``?days=``), read-only, for calendar apps."""
+            from admission.store import calendar as cal
+
+            ready, detail = store.readiness()
+            if not ready:
+                return _json({"error": "gate cache not ready; the calendar would be wrong", **detail}, 503)
+            try:
+                days = int(request.args.get("days", "14"))
+            except ValueError:
+                days = 0
+            if not 1 <= days <= cal.MAX_DAYS:
+                return _json({"error": f"days must be a whole number from 1 to {cal.MAX_DAYS}"}, 400)
+            # Built at most once a minute per query: it costs far more than a review, and this
+            # worker's threads also answer the API server.
+            key = (request.args.get("namespace") or "", days)
+            expires, body = feeds.get(key, (0.0, b""))
+            if time.monotonic() >= expires:
+                now = clock()
+                body = cal.to_ics(cal.calendars(store.index, now, days, key[0] or None), now)
+                if len(feeds) >= 64:  # bounded: namespaces come from the query string
+                    feeds.clear()
+                feeds[key] = (time.monotonic() + FEED_TTL, body)
+            return Response(body, content_type="text/calendar; charset=utf-8",
+                            headers={"Cache-Control": "max-age=60"})
 
     @app.errorhandler(HTTPException)
     def http_error(err: HTTPException) -> Response:

@@ -18,6 +18,7 @@ from tests.builders import changed, flux, gate, keeper, request, review
 from tests.e2e.conftest import own_plane, serving, start_server, until
 from tests.e2e.controlplane import ALICE, CONTROLLER, FLUX, GATE_ADMISSION
 from tests.e2e.manifests import kustomization, now_rfc3339
+from tests.notification_double import NotificationControllerDouble
 from tests.polling import wait_for
 from tests.processes import BIN, Process, free_port
 
@@ -37,10 +38,18 @@ def server(plane, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def controller(plane, server, tmp_path_factory):
+def notifications():
+    """Flux notification-controller's event API, as a double that reads the JSON as it does."""
+    with NotificationControllerDouble() as double:
+        yield double
+
+
+@pytest.fixture(scope="module")
+def controller(plane, server, notifications, tmp_path_factory):
     port = free_port()
     proc = Process([str(BIN / "gate-admission"), "controller", "--kubeconfig", str(plane.kubeconfig(CONTROLLER)),
-                    "--health-port", str(port), "--identity", "e2e-controller"],
+                    "--health-port", str(port), "--identity", "e2e-controller",
+                    "--notify", "--notify-address", notifications.address],
                    tmp_path_factory.mktemp("controller") / "controller.log")
     try:
         wait_for(lambda: _get(f"http://127.0.0.1:{port}/readyz"), 30, "controller /readyz")
@@ -95,6 +104,27 @@ def test_a_toggle_opens_the_gate_within_two_seconds_and_the_window_closes_it(pla
     row = until(lambda: gate_row(plane, "e2e-toggle"), lambda r: r.get("STATE") == "Closed", timeout=15)
     assert row.get("STATE") == "Closed" and row.get("REASON") == "Default", row
     assert held(until(lambda: apply(plane, kustomization("toggled", gates="flux-system/e2e-toggle", path="./v2")), held))
+
+
+def test_gate_transitions_are_sent_to_notification_controller(plane, server, controller, notifications):
+    put(plane, gate("e2e-notified", default="closed", window="5s"))
+    until(lambda: gate_row(plane, "e2e-notified"), lambda r: r.get("STATE") == "Closed", timeout=10)
+    plane.kubectl("annotate", "--overwrite", "gate", "e2e-notified", "-n", "flux-system",
+                  f"open.gate.fluxcd.io/requestedAt={now_rfc3339()}", "gating.toolkit.fluxcd.io/requestedBy=bob",
+                  "gating.toolkit.fluxcd.io/message=Patching a CVE")
+
+    def sent():
+        return [(e["reason"], e["message"]) for e in notifications.received
+                if e["involvedObject"]["kind"] == "Gate" and e["involvedObject"]["name"] == "e2e-notified"]
+
+    events = until(sent, lambda got: len(got) >= 2, timeout=20)
+    assert events == [("GateOpened", "opening gate: 'Patching a CVE' (requested by bob); Gate scheduled for closing at "
+                       + events[0][1].rsplit(" ", 1)[-1]),
+                      ("GateClosed", "closing gate; Gate closed by default")], events
+    assert notifications.refused == []
+    [opened] = [e for e in notifications.received if e["involvedObject"].get("name") == "e2e-notified"][:1]
+    assert opened["reportingInstance"] == "e2e-controller" and opened["severity"] == "info"
+    assert opened["metadata"]["gating.toolkit.fluxcd.io/requestedBy"] == "bob"
 
 
 def test_kubectl_get_gates_shows_state_reason_until_and_age(plane, server, controller):

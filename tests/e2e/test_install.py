@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import threading
+from pathlib import Path
 
 import pytest
 import yaml
@@ -30,8 +32,8 @@ def plane(tmp_path_factory):
     yield from own_plane(tmp_path_factory.mktemp("install"))  # it installs webhooks of its own
 
 
-def rendered(plane) -> list[dict]:
-    docs = [d for d in yaml.safe_load_all(plane.kubectl("kustomize", str(ROOT / "manifests")).stdout) if d]
+def rendered(plane, path=ROOT / "manifests") -> list[dict]:
+    docs = [d for d in yaml.safe_load_all(plane.kubectl("kustomize", str(path)).stdout) if d]
     for doc in docs:
         doc["apiVersion"] = FOR_1_20.get((doc["kind"], doc["apiVersion"]), doc["apiVersion"])
     return docs
@@ -209,3 +211,90 @@ def test_certificate_rotation_under_load_loses_no_write(plane, installed, local_
         stop.set()
         thread.join(30)
     assert writes[0] >= 150 and failures == [], f"{len(failures)} failed writes of {writes[0]}: {failures[:3]}"
+
+
+# -- cert-manager variant (issue 15): runs last in this module, as it re-applies the webhooks --
+
+CERT_MANAGER_CRDS = Path(__file__).parent / "crds" / "minimal-cert-manager-crds.yaml"
+
+
+def with_component(plane, tmp_path_factory, component: str) -> list[dict]:
+    """manifests/ with one of our components, rendered as a user's overlay would."""
+    overlay = tmp_path_factory.mktemp(f"{component}-overlay")
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [os.path.relpath(ROOT / "manifests", overlay)],
+        "components": [os.path.relpath(ROOT / "manifests" / "components" / component, overlay)]}))
+    return rendered(plane, overlay)
+
+
+@pytest.fixture(scope="module")
+def cert_manager_variant(plane, tmp_path_factory) -> list[dict]:
+    return with_component(plane, tmp_path_factory, "cert-manager")
+
+
+def test_the_flux_notifications_component_turns_notify_on_for_the_controller_only(plane, tmp_path_factory):
+    docs = with_component(plane, tmp_path_factory, "flux-notifications")
+    envs = {d["metadata"]["name"]: {e["name"]: e.get("value") for e in d["spec"]["template"]["spec"]["containers"][0]
+                                    .get("env", [])} for d in docs if d["kind"] == "Deployment"}
+    assert envs["gate-admission-controller"]["GATE_ADMISSION_NOTIFY"] == "true"
+    assert "GATE_ADMISSION_NOTIFY" not in envs["gate-admission"]
+
+
+def one(docs: list[dict], kind: str, name: str | None = None) -> dict:
+    [doc] = [d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
+    return doc
+
+
+def test_both_certificate_variants_render(installed, cert_manager_variant):
+    ours = {(d["kind"], d["metadata"]["name"]) for d in installed}
+    theirs = {(d["kind"], d["metadata"]["name"]) for d in cert_manager_variant}
+    certs_machinery = {("Job", "gate-admission-certs-init"), ("CronJob", "gate-admission-certs"),
+                       ("ServiceAccount", "gate-admission-certs"), ("Role", "gate-admission-certs"),
+                       ("RoleBinding", "gate-admission-certs"), ("ClusterRole", "gate-admission-certs"),
+                       ("ClusterRoleBinding", "gate-admission-certs")}
+    assert certs_machinery <= ours and not certs_machinery & theirs
+    assert theirs - ours == {("Issuer", "gate-admission-selfsigned"), ("Certificate", "gate-admission")}
+    assert ours - theirs == certs_machinery
+
+
+def test_the_cert_manager_variant_is_wired_to_the_deployment_service_and_webhooks(cert_manager_variant):
+    docs = cert_manager_variant
+    cert = one(docs, "Certificate")
+    issuer = one(docs, "Issuer", cert["spec"]["issuerRef"]["name"])
+    assert cert["spec"]["issuerRef"].get("kind", "Issuer") == "Issuer"
+    assert issuer["metadata"]["namespace"] == cert["metadata"]["namespace"] == NS
+    deploy = one(docs, "Deployment", "gate-admission")
+    pod = deploy["spec"]["template"]["spec"]
+    mounted = next(v for v in pod["volumes"] if v["name"] == "certs")["secret"]["secretName"]
+    assert cert["spec"]["secretName"] == mounted
+    assert "--cert-dir=/certs" in pod["containers"][0]["args"]
+    service = one(docs, "Service", "gate-admission")
+    for config in (one(docs, "ValidatingWebhookConfiguration"), one(docs, "MutatingWebhookConfiguration")):
+        assert config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == \
+            f"{cert['metadata']['namespace']}/{cert['metadata']['name']}"
+        for hook in config["webhooks"]:
+            ref = hook["clientConfig"]["service"]
+            assert (ref["name"], ref["namespace"]) == (service["metadata"]["name"], service["metadata"]["namespace"])
+            # The API server connects to <service>.<namespace>.svc and checks that name.
+            assert f"{ref['name']}.{ref['namespace']}.svc" in cert["spec"]["dnsNames"]
+
+
+def test_the_cert_manager_variant_applies_with_cert_managers_crds(plane, installed, cert_manager_variant):
+    plane.kubectl("apply", "-f", str(CERT_MANAGER_CRDS))
+    plane.kubectl("wait", "--for=condition=established", "--timeout=60s",
+                  "crd/issuers.cert-manager.io", "crd/certificates.cert-manager.io")
+    result = plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(cert_manager_variant), check=False)
+    assert result.returncode == 0, result.stderr
+    stored = yaml.safe_load(plane.kubectl("get", "certificate", "gate-admission", "-n", NS, "-o", "yaml").stdout)
+    assert stored["spec"]["dnsNames"] == ["gate-admission.gate-admission-system.svc",
+                                          "gate-admission.gate-admission-system.svc.cluster.local"]
+    assert stored["spec"]["privateKey"] == {"algorithm": "ECDSA", "size": 256, "rotationPolicy": "Always"}
+    for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration"):
+        annotations = yaml.safe_load(plane.kubectl("get", kind, "gate-admission", "-o", "yaml").stdout)["metadata"]["annotations"]
+        assert annotations["cert-manager.io/inject-ca-from"] == "gate-admission-system/gate-admission"
+    # The schema is checked: cert-manager would reject an unknown private key algorithm too.
+    broken = yaml.safe_dump({**one(cert_manager_variant, "Certificate"), "spec": {
+        **one(cert_manager_variant, "Certificate")["spec"], "privateKey": {"algorithm": "DSA"}}})
+    refused = plane.kubectl("apply", "-f", "-", input=broken, check=False)
+    assert refused.returncode != 0 and "algorithm" in refused.stderr

@@ -99,6 +99,41 @@ def test_get_lists_the_objects_a_gate_holds(plane, server):
     assert ["infra", "Closed", "CloseRequested", "-", "2"] in [line.split() for line in listed]
 
 
+def complete(plane, *words: str) -> list[str]:
+    """What kubectl's shell completion gets for `kubectl gate WORDS<TAB>` (kubectl __complete is
+    what its bash and zsh scripts call; it runs kubectl_complete-gate from PATH)."""
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "KUBECONFIG": str(plane.kubeconfig(ADMIN))}
+    result = subprocess.run([plane.kubectl_path, "__complete", "gate", *words], capture_output=True, text=True,
+                            env=env, timeout=60)
+    return [line.split("\t")[0] for line in result.stdout.splitlines()]
+
+
+def test_completion_offers_the_clusters_gates_and_namespaces(plane, server):
+    plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([gate("complete-me"), gate("completely-other")]))
+    assert complete(plane, "open", "-n", "flux-system", "complete") == ["complete-me", "completely-other", ":4"]
+    assert complete(plane, "get", "-n", "flux-system", "complete-") == ["complete-me", ":4"]
+    namespaces = complete(plane, "list", "-n", "")
+    assert {"apps", "flux-system", "default"} <= set(namespaces) and namespaces[-1] == ":4"
+
+
+def test_calendar_through_kubectl(plane, server):
+    plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([
+        gate("weekend-freeze", default="opened"),
+        {"apiVersion": "gating.toolkit.fluxcd.io/v1alpha1", "kind": "GateKeeper",
+         "metadata": {"name": "weekends", "namespace": "flux-system"},
+         "spec": {"gate": "weekend-freeze", "timeZone": "Europe/Berlin",
+                  "cronjob": {"closed": [{"cron": "0 18 * * 5", "duration": "62h"}]}}}]))
+    result = kubectl_gate(plane, "calendar", "-n", "flux-system", "--days", "14")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert max(map(len, lines)) <= 100
+    heading = next(i for i, line in enumerate(lines) if line.startswith("flux-system/weekend-freeze  (Europe/Berlin;"))
+    assert lines[heading + 2].count("#") >= 2 * 15  # two weekends of 62 h, 4 h a character
+    assert "GateKeeper 'weekends' schedule '0 18 * * 5' for 62h0m0s" in result.stdout
+    ics = kubectl_gate(plane, "calendar", "-n", "flux-system", "-o", "ics")
+    assert ics.stdout.count("SUMMARY:Gate flux-system/weekend-freeze closed") in (2, 3)
+
+
 def test_check_exit_codes_tell_ci_whether_a_change_would_be_held(plane, server, tmp_path):
     plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([gate("ci-closed", closed=True), gate("ci-open")]))
     held = tmp_path / "held.yaml"

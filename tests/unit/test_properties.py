@@ -136,3 +136,19 @@ def test_metadata_only_updates_are_never_gated(world, now, edits, kind, mode):
     new["metadata"]["annotations"].update(extra)
     decision = decide(request("UPDATE", new, old), lookup_from(gates, keepers), now, Settings(mode=mode))
     assert decision.allowed and not decision.held and not decision.gated
+
+
+@settings(max_examples=30, deadline=None)
+@given(gate_objects(name=st.just("a")), st.lists(keeper_objects("a"), max_size=2), moments,
+       st.lists(st.integers(0, 3 * 24 * 60 - 1), min_size=1, max_size=5))
+def test_calendar_intervals_agree_with_admission_at_any_minute(obj, keepers, start, offsets):
+    from admission.core.gates import intervals
+    compiled = compile_gate(obj, keepers)
+    end = start + timedelta(days=3)
+    spans = intervals(compiled, start, end, max_steps=20_000)
+    assert spans[0].start == start and spans[-1].end == end
+    assert all(a.end == b.start and a.open != b.open for a, b in zip(spans, spans[1:]))
+    for offset in offsets:  # a random instant falls in exactly one span, with the decision's state
+        t = start + timedelta(minutes=offset, seconds=17)
+        [span] = [s for s in spans if s.start <= t < s.end]
+        assert span.open == evaluate(compiled, t).open

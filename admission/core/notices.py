@@ -1,0 +1,111 @@
+"""Holds and releases worth a notification: what changed between two versions of a Flux object.
+
+The mutating webhook marks a held Flux object with a condition whose reason is ``GateClosed``
+(``Blocked=True`` on sources and ImagePolicy, ``Approved=False`` on Kustomization and
+HelmRelease) and removes it on the first status write after the release. Comparing an object's
+old and new conditions therefore says when a change was held and when it was released, once,
+however many status writes happen in between.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from admission.core import names
+from admission.core.decision import Lookup, hold_of
+from admission.core.gates import GateState
+from admission.core.objects import metadata
+from admission.core.timefmt import format_time
+
+HELD, RELEASED = "held", "released"
+RELEASED_REASON = "HoldReleased"
+# "<revision> waits, serving <revision>" in the webhook's condition message.
+_WAITS = re.compile(r"(?P<waiting>\S+) waits(?:, serving (?P<serving>\S+?)(?=[.;,]?(?:\s|$)))?")
+
+
+@dataclass(frozen=True)
+class Notice:
+    """One notification about a Flux object: held or released, with the details as metadata."""
+
+    what: str  # HELD or RELEASED
+    reason: str
+    message: str
+    metadata: dict[str, str] = field(default_factory=dict)  # keys without the API group prefix
+
+
+def gate_condition(obj: dict | None) -> dict | None:
+    """The ``GateClosed`` condition that says ``obj`` is held now, or None."""
+    status = (obj or {}).get("status")
+    conditions = status.get("conditions") if isinstance(status, dict) else None
+    for condition in conditions if isinstance(conditions, list) else ():
+        if not isinstance(condition, dict) or condition.get("reason") != names.GATE_CLOSED_REASON:
+            continue
+        if (condition.get("type"), condition.get("status")) in (
+                (names.BLOCKED_CONDITION, "True"), (names.APPROVED_CONDITION, "False")):
+            return condition
+    return None
+
+
+def _revisions(message: str) -> dict[str, str]:
+    match = _WAITS.search(message or "")
+    if match is None:
+        return {}
+    return {k: v for k, v in match.groupdict().items() if v}
+
+
+def expected_opening(closed: tuple[GateState, ...], require: str) -> datetime | None:
+    """When the closed gates are expected to let the object through: under ``all`` the last of
+    their next openings, under ``oneOf`` the first; None when one that matters is unknown."""
+    times = [s.next_transition for s in closed]
+    if not times:
+        return None
+    if require == names.REQUIRE_ONE_OF:
+        known = [t for t in times if t is not None]
+        return min(known) if known else None
+    return None if any(t is None for t in times) else max(times)
+
+
+def _opened_clause(state: GateState) -> str:
+    detail = state.message
+    if state.reason == names.REASON_OPEN_REQUESTED and (state.requested_by or state.request_message):
+        detail += "; requested" + (f" by {state.requested_by}" if state.requested_by else "")
+        detail += f": '{state.request_message}'" if state.request_message else ""
+    return f"gate '{state.key}' is open ({detail})"
+
+
+def notice(old: dict | None, new: dict | None, lookup: Lookup, now: datetime) -> Notice | None:
+    """The notification that the change from ``old`` to ``new`` deserves, if any: a new hold (or a
+    hold whose message changed: another revision waits), or a release; None for anything else."""
+    before, after = gate_condition(old), gate_condition(new)
+    obj = new if new is not None else old
+    meta = metadata(obj)
+    label = f"{(obj or {}).get('kind', 'object')} {meta.get('namespace')}/{meta.get('name')}"
+    if after is not None and (before is None or before.get("message") != after.get("message")):
+        hold = hold_of(new, lookup, now)
+        text = str(after.get("message") or f"{label} is held")
+        details = {"gates": ", ".join(s.key for s in hold.closed), **_revisions(text)}
+        clauses = [f"gate '{s.key}': {s.message}" for s in hold.closed]
+        opening = expected_opening(hold.closed, hold.policy.require)
+        if opening is not None:
+            details["opensAt"] = format_time(opening)
+            clauses.append(f"expected to open at {format_time(opening)}")
+        elif hold.closed:
+            clauses.append("no opening is scheduled")
+        message = f"{label} is held: {text}" + (f" ({'; '.join(clauses)})" if clauses else "")
+        return Notice(HELD, names.GATE_CLOSED_REASON, message, {k: v for k, v in details.items() if v})
+    if before is not None and after is None and new is not None:
+        hold = hold_of(new, lookup, now)
+        opened = [s for s in hold.states if s.open]
+        revisions = _revisions(str(before.get("message") or ""))
+        what = f"{revisions['waiting']} proceeds" if "waiting" in revisions else "the held change proceeds"
+        message = f"{label} released: {what}"
+        if opened:
+            message += "; " + "; ".join(_opened_clause(s) for s in opened)
+        details = {"gates": ", ".join(s.key for s in opened), "released": revisions.get("waiting", "")}
+        by = sorted({s.requested_by for s in opened if s.reason == names.REASON_OPEN_REQUESTED and s.requested_by})
+        if by:
+            details["requestedBy"] = ", ".join(by)
+        return Notice(RELEASED, RELEASED_REASON, message, {k: v for k, v in details.items() if v})
+    return None

@@ -1,0 +1,189 @@
+"""Freeze calendars: each gate's open and closed intervals over the coming days, as a text
+timeline (``kubectl gate calendar``) or an iCalendar feed (``-o ics``, ``GET /calendar.ics``).
+
+The intervals are ``admission.core.gates.intervals``: the change points and evaluation that
+admission decisions use, so the calendar cannot disagree with the webhook. Days are the gate's
+own (the time zone its GateKeepers share, else UTC) and start at its local midnight today.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta, tzinfo
+
+from admission.core import names
+from admission.core.gates import Interval, intervals, time_zone
+from admission.core.objects import object_key
+from admission.core.timefmt import format_distinct_time, format_label, format_time
+from admission.store.index import GateIndex
+
+MAX_DAYS = 366
+BAR_WIDTH = 84  # characters of timeline: with the indent, a calendar fits 100 columns
+LISTED = 8  # intervals listed under a gate's bar; more are counted
+MAX_EVENTS_PER_GATE = 500  # a feed stays small even for a gate whose schedule flips every few minutes
+
+
+@dataclass(frozen=True)
+class GateCalendar:
+    """One gate's intervals from its local midnight today, ``days`` days on."""
+
+    namespace: str
+    name: str
+    zone: tzinfo
+    start: datetime
+    end: datetime
+    intervals: tuple[Interval, ...]
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def zone_name(zone: tzinfo) -> str:
+    return getattr(zone, "key", None) or str(zone)
+
+
+def _local_midnight(day: date, zone: tzinfo) -> datetime:
+    return datetime.combine(day, time(0), tzinfo=zone)
+
+
+def calendars(index: GateIndex, now: datetime, days: int = 14, namespace: str | None = None) -> list[GateCalendar]:
+    """Every gate's calendar (of ``namespace`` only, when given), sorted by namespace and name."""
+    if not 1 <= days <= MAX_DAYS:
+        raise ValueError(f"days must be between 1 and {MAX_DAYS}")
+    out = []
+    for gate in sorted(index.gates(), key=object_key):
+        ns, name = object_key(gate)
+        compiled = index.compiled(ns, name)
+        if compiled is None or (namespace and ns != namespace):
+            continue
+        zone = time_zone(compiled)
+        start = _local_midnight(now.astimezone(zone).date(), zone)
+        end = _local_midnight(start.date() + timedelta(days=days), zone)
+        out.append(GateCalendar(ns, name, zone, start, end, tuple(intervals(compiled, start, end))))
+    return out
+
+
+# -- text -------------------------------------------------------------------------------
+
+def _hours_per_char(days: int) -> int:
+    """The finest whole-hour step that divides a day and fits ``days`` in the bar."""
+    for hours in (1, 2, 3, 4, 6, 8, 12, 24):
+        if days * 24 // hours <= BAR_WIDTH:
+            return hours
+    return 24
+
+
+def _state_char(cal: GateCalendar, starts: list[datetime], start: datetime, end: datetime) -> str:
+    seen = set()
+    i = max(0, bisect.bisect_right(starts, start) - 1)  # intervals are sorted and contiguous
+    while i < len(cal.intervals) and cal.intervals[i].start < end:
+        interval = cal.intervals[i]
+        if interval.end > start:
+            seen.add("?" if not interval.known else "." if interval.open else "#")
+        i += 1
+    if "?" in seen:
+        return "?"
+    return seen.pop() if len(seen) == 1 else "+"
+
+
+def _bar(cal: GateCalendar, hours: int) -> tuple[str, str]:
+    """The day labels and the state characters of the timeline, in the gate's local time."""
+    labels, chars = "", ""
+    starts = [i.start for i in cal.intervals]
+    day = cal.start.date()
+    while day < cal.end.date():
+        per_day = 24 // hours
+        for k in range(per_day):
+            a = datetime.combine(day, time(k * hours), tzinfo=cal.zone)
+            b = datetime.combine(day, time((k + 1) * hours), tzinfo=cal.zone) if (k + 1) * hours < 24 \
+                else _local_midnight(day + timedelta(days=1), cal.zone)
+            chars += _state_char(cal, starts, a, b)
+        label = (format_label(day, "weekday") if per_day >= 6 else format_label(day, "day")) \
+            if per_day >= 3 else ""
+        if per_day < 3 and day.weekday() == 0:  # too narrow for every day: label Mondays
+            label = format_label(day, "day-month")
+        labels = labels.ljust(len(chars) - per_day) + label
+        day += timedelta(days=1)
+    return labels, chars
+
+
+def _when(value: datetime, zone: tzinfo) -> str:
+    return format_label(value.astimezone(zone), "minute")
+
+
+def to_text(cals: list[GateCalendar], now: datetime, days: int) -> str:
+    """A compact timeline per gate, at most 100 columns wide."""
+    if not cals:
+        return "no gates found"
+    hours = _hours_per_char(days)
+    lines = [f"{days} days from today, in each gate's time zone. One character: {hours}h; "
+             f"# closed . open + both ? unknown"]
+    for cal in cals:
+        closed = [i for i in cal.intervals if not i.open and i.known]
+        closed_time = sum(((i.end - i.start) for i in closed), timedelta())
+        now_state = next((i for i in cal.intervals if i.start <= now < i.end), None)
+        current = "" if now_state is None else " open now;" if now_state.open else " closed now;"
+        lines += ["", f"{cal.key}  ({zone_name(cal.zone)};{current} closed {_duration(closed_time)} of {days}d)"]
+        labels, chars = _bar(cal, hours)
+        for offset in range(0, len(chars), BAR_WIDTH):
+            lines += ["  " + labels[offset:offset + BAR_WIDTH].rstrip(), "  " + chars[offset:offset + BAR_WIDTH]]
+        shown = [i for i in cal.intervals if i.end > now]
+        for interval in shown[:LISTED]:
+            state = "?" if not interval.known else "open" if interval.open else "closed"
+            text = f"  {state:<7}{_when(interval.start, cal.zone)} - {_when(interval.end, cal.zone)}  {interval.message}"
+            text = text.replace("Gate closed by GateKeeper", "GateKeeper").replace("Gate opened by GateKeeper", "GateKeeper")
+            lines.append(text if len(text) <= 100 else text[:99] + "…")
+        if len(shown) > LISTED:
+            lines.append(f"  ... {len(shown) - LISTED} more intervals (-o json lists them all)")
+    return "\n".join(lines)
+
+
+def _duration(delta: timedelta) -> str:
+    hours = round(delta.total_seconds() / 3600)
+    return f"{hours // 24}d{hours % 24}h" if hours >= 24 else f"{hours}h"
+
+
+def to_rows(cals: list[GateCalendar]) -> list[dict]:
+    """The calendars as plain data, for ``-o json|yaml``."""
+    return [{"namespace": c.namespace, "name": c.name, "timeZone": zone_name(c.zone),
+             "intervals": [{"start": format_time(i.start), "end": format_time(i.end),
+                            "state": names.REASON_UNKNOWN if not i.known else names.STATE_OPENED if i.open else names.STATE_CLOSED,
+                            "reason": i.reason, "message": i.message} for i in c.intervals]} for c in cals]
+
+
+# -- iCalendar --------------------------------------------------------------------------
+
+def to_ics(cals: list[GateCalendar], now: datetime, name: str = "Flux gates") -> bytes:
+    """An iCalendar file with one event per closed interval, in each gate's time zone."""
+    from icalendar import Calendar, Event
+
+    cal = Calendar()
+    cal.add("prodid", "-//flux-gate-admission//gate calendar//EN")
+    cal.add("version", "2.0")
+    cal.add("calscale", "GREGORIAN")
+    cal.add("x-wr-calname", name)
+    cal.add("refresh-interval", timedelta(hours=1), parameters={"VALUE": "DURATION"})
+    cal.add("x-published-ttl", "PT1H")
+    for gate in cals:
+        closed = [i for i in gate.intervals if not i.open and i.known]
+        for number, interval in enumerate(closed[:MAX_EVENTS_PER_GATE], 1):
+            event = Event()
+            # Stable across fetches: the same gate closing at the same time is the same event.
+            uid = hashlib.sha256(f"{gate.key}\n{format_distinct_time(interval.start)}".encode()).hexdigest()[:32]
+            event.add("uid", f"{uid}@{names.GATING_GROUP}")
+            event.add("dtstamp", now)
+            event.add("dtstart", interval.start.astimezone(gate.zone))
+            event.add("dtend", interval.end.astimezone(gate.zone))
+            event.add("summary", f"Gate {gate.key} closed")
+            description = f"{interval.message}\nReason: {interval.reason}"
+            if number == MAX_EVENTS_PER_GATE < len(closed):
+                description += f"\n{len(closed) - number} later closed intervals of this gate are not listed"
+            event.add("description", description)
+            event.add("categories", ["gate", gate.namespace])
+            event.add("transp", "OPAQUE")
+            cal.add_component(event)
+    cal.add_missing_timezones()
+    return cal.to_ical()
