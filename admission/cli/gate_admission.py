@@ -54,6 +54,9 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=int, default=int(_env("workers", 2)))
     p.add_argument("--threads", type=int, default=int(_env("threads", 4)),
                    help="threads per worker; more only adds GIL contention to a CPU-bound server (bench/README.md)")
+    p.add_argument("--shutdown-delay", type=float, default=float(_env("shutdown-delay", 5)),
+                   help="on SIGTERM, keep serving this many seconds (with keep-alive off) before draining, "
+                        "while the Pod's endpoint is removed")
     p.add_argument("--log-level", default=_env("log-level", "info"))
     p.set_defaults(func=serve)
 
@@ -187,7 +190,8 @@ def serve(args: argparse.Namespace) -> int:
         return 2
     logs.configure(args.log_level)  # the master's lines; workers inherit it
     options = server.options(address=args.address, port=args.port, certfile=str(files.cert), keyfile=str(files.key),
-                             workers=args.workers, threads=args.threads, log_level=args.log_level)
+                             workers=args.workers, threads=args.threads, log_level=args.log_level,
+                             shutdown_delay=args.shutdown_delay)
     server.Server(_app_factory(args), options).run()
     return 0
 
