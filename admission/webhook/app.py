@@ -23,7 +23,9 @@ from admission.clock import utcnow
 from admission.store import GateStore
 
 log = logging.getLogger("admission.decisions")
-MAX_BODY = 7 * 1024 * 1024  # the API server's own request limit is 3 MiB; leave room for both objects
+# The API server refuses request bodies over 3 MiB, so an object it sends us is at most that,
+# and a review carries two (UPDATE: object and oldObject) plus a small envelope (user, options).
+MAX_BODY = 2 * 3 * 1024 * 1024 + 256 * 1024
 
 
 def _json(payload: object, status: int = 200) -> Response:

@@ -34,7 +34,7 @@ from gunicorn.workers.gthread import ThreadWorker
 REQUEST_SECONDS = 10.0  # handshake + headers + body of a request; a new connection's clock starts at accept
 MAX_HEAD = 64 * 1024  # request line and headers; gunicorn's own limits (414/431) apply within this
 LARGE_BODY = 256 * 1024  # bodies above this share LARGE_AT_ONCE slots per worker
-LARGE_AT_ONCE = 2
+LARGE_AT_ONCE = 1  # decoding a multi-MiB review holds the GIL (orjson): one at a time per worker
 LINGER_SECONDS = 2.0  # after refusing a request, read and drop what the client still sends, then close
 IO_SECONDS = 10.0  # a thread's socket reads and writes time out (never wait forever on a client)
 
@@ -61,7 +61,7 @@ class BoundedSSLSocket(ssl.SSLSocket):
 class PreReadWorker(ThreadWorker):
     """gthread, but TLS handshakes and request reads happen in the event loop, with deadlines."""
 
-    max_body = 7 * 1024 * 1024  # set by admission.webhook.server.options
+    max_body = 6 * 1024 * 1024  # set by admission.webhook.server.options
     shutdown_delay = 0.0
 
     def __init__(self, *args, **kwargs):

@@ -146,3 +146,28 @@ def test_sigterm_keeps_serving_for_the_shutdown_delay_then_drains(tmp_path):
         assert srv.proc.returncode == 0, srv.log()[-2000:]
     finally:
         srv.stop()
+
+
+def test_a_review_larger_than_two_api_server_objects_is_refused(server):
+    """The API server sends at most two 3 MiB objects and an envelope: anything larger is not
+    from it, and decoding it would hold a worker (item 4)."""
+    sock = tls_connect(server)
+    sock.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (6 * 1024 * 1024 + 300 * 1024))
+    answer = sock.recv(4096)
+    sock.close()
+    assert answer.startswith(b"HTTP/1.1 413"), answer
+
+
+def test_stalled_large_uploads_do_not_delay_small_reviews(server):
+    held = []
+    try:
+        for _ in range(10):  # more than the large-body slots of both workers
+            sock = tls_connect(server)
+            sock.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (5 * 1024 * 1024)
+                         + b"[" * 300_000)
+            held.append(sock)
+        for _ in range(5):
+            assert review_answered(server)
+    finally:
+        for sock in held:
+            sock.close()
