@@ -52,9 +52,10 @@ class Server(BaseApplication):
         return self.app_factory()
 
 
-def worker_class(max_body: int, shutdown_delay: float) -> type:
-    """Our gthread worker (admission.webhook.worker) with this server's limits."""
-    return type("GateAdmissionWorker", (PreReadWorker,), {"max_body": max_body, "shutdown_delay": shutdown_delay})
+def worker_class(max_body: int, shutdown_delay: float, tls: ReloadingContext) -> type:
+    """Our gthread worker (admission.webhook.worker) with this server's limits and certificate."""
+    return type("GateAdmissionWorker", (PreReadWorker,),
+                {"max_body": max_body, "shutdown_delay": shutdown_delay, "tls": tls})
 
 
 def options(*, address: str, port: int, certfile: str, keyfile: str, workers: int, threads: int,
@@ -68,7 +69,7 @@ def options(*, address: str, port: int, certfile: str, keyfile: str, workers: in
         "threads": threads,
         # gthread whose threads only get requests that have fully arrived: idle and slow
         # clients wait in the event loop, never in a thread (admission/webhook/worker.py).
-        "worker_class": worker_class(MAX_BODY, shutdown_delay),
+        "worker_class": worker_class(MAX_BODY, shutdown_delay, ReloadingContext(certfile, keyfile)),
         "keepalive": KEEPALIVE_SECONDS,
         # Each worker listens on its own SO_REUSEPORT socket, so the kernel spreads new
         # connections over the workers. With one shared socket the first worker to wake takes
@@ -79,9 +80,8 @@ def options(*, address: str, port: int, certfile: str, keyfile: str, workers: in
         # SIGTERM: serve shutdown_delay more seconds, then finish requests in flight; the master
         # kills what is left graceful_timeout after SIGTERM.
         "graceful_timeout": int(shutdown_delay) + 16,
-        "certfile": certfile,
-        "keyfile": keyfile,
-        "ssl_context": ReloadingContext(certfile, keyfile),
+        # TLS is done by the worker with the context above, not from gunicorn's certfile and
+        # keyfile (so gunicorn's environ says wsgi.url_scheme "http"; nothing here reads it).
         "accesslog": None,
         "logger_class": GunicornLogger,
         "loglevel": log_level,

@@ -28,7 +28,6 @@ from functools import partial
 
 import orjson
 from gunicorn import http
-from gunicorn import sock as gsock
 from gunicorn.workers.gthread import ThreadWorker
 
 REQUEST_SECONDS = 10.0  # handshake + headers + body of a request; a new connection's clock starts at accept
@@ -63,6 +62,11 @@ class PreReadWorker(ThreadWorker):
 
     max_body = 6 * 1024 * 1024  # set by admission.webhook.server.options
     shutdown_delay = 0.0
+    # Where TLS contexts come from (admission.webhook.tls.ReloadingContext). Not gunicorn's
+    # certfile/keyfile: gunicorn checks those files exist when a worker starts, so a worker
+    # replaced while the files are missing would fail to boot and the master would exit; the
+    # context in memory is the last good certificate, and serving with it is what we want.
+    tls = None
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -83,17 +87,17 @@ class PreReadWorker(ThreadWorker):
         self.nr_conns += 1
         client.setblocking(False)
         try:
-            if self.cfg.is_ssl:
-                context = gsock.ssl_context(self.cfg)
+            if self.tls is not None:
+                context = self.tls.get()
                 context.sslsocket_class = BoundedSSLSocket
                 client = context.wrap_socket(client, server_side=True, do_handshake_on_connect=False,
-                                             suppress_ragged_eofs=self.cfg.suppress_ragged_eofs)
+                                             suppress_ragged_eofs=True)
             conn = _new_conn(self.cfg, client, address, listener.getsockname())
         except (OSError, ValueError):
             self.nr_conns -= 1
             client.close()
             return
-        conn.handshaken = not self.cfg.is_ssl
+        conn.handshaken = self.tls is None
         self._arrive(conn)
 
     def enqueue_req(self, conn) -> None:

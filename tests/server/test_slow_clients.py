@@ -171,3 +171,32 @@ def test_stalled_large_uploads_do_not_delay_small_reviews(server):
     finally:
         for sock in held:
             sock.close()
+
+
+def test_a_worker_replaced_while_the_certificate_files_are_missing_serves_the_last_good_one(tmp_path):
+    """Item 7: the master must not exit; the new worker serves with the certificate in memory."""
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    write_gates(gates, [gate("sre-approval", default="closed")])
+    srv = GateServer(tmp_path, "--gates-dir", str(gates), "--workers", "1")
+    try:
+        srv.wait_ready()
+        keep = tmp_path / "kept"
+        keep.mkdir()
+        for name in ("tls.crt", "tls.key"):
+            (srv.cert_dir / name).rename(keep / name)
+        victim = srv.children()[0]
+        os.kill(victim, signal.SIGKILL)
+        pids = until(srv.children, lambda pids: len(pids) == 1 and victim not in pids, timeout=30)
+        assert srv.alive(), srv.log()[-2000:]
+        assert len(pids) == 1 and victim not in pids
+        assert until(lambda: _answered_or_false(srv), bool, timeout=30), srv.log()[-2000:]
+    finally:
+        srv.stop()
+
+
+def _answered_or_false(server: GateServer) -> bool:
+    try:
+        return review_answered(server)
+    except OSError:  # the new worker is still starting
+        return False
