@@ -155,6 +155,24 @@ def scrape(server) -> dict[str, float]:
     return samples
 
 
+def test_denied_creates_of_one_new_object_are_one_event_with_a_count(plane, server):
+    """Each attempt to create an object has a new uid: the Event is keyed on kind, namespace,
+    name, message and period instead (issue 14, item 8)."""
+    plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(gate("observed-new", closed=True)))
+    new = kustomization("brand-new", gates="flux-system/observed-new")
+    results = [until(lambda: apply(plane, new), lambda r: " is held: " in r.stderr) for _ in range(6)]
+    assert all(" is held: " in r.stderr for r in results)
+
+    def events():
+        out = plane.kubectl("get", "events", "-n", "apps", "--field-selector",
+                            "involvedObject.name=brand-new,reason=GateClosed", "-o", "json").stdout
+        return orjson.loads(out)["items"]
+
+    items = until(events, lambda e: sum(i.get("count", 0) for i in e) >= 6, timeout=40)
+    assert len(items) == 1, [(e["metadata"]["name"], e.get("count")) for e in items]
+    assert items[0]["count"] >= 6
+
+
 def test_denials_are_events_once_per_period_metrics_move_and_logs_are_json(plane, server):
     plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(gate("observed", closed=True)))
     assert apply(plane, kustomization("watched")).returncode == 0
