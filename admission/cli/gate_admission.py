@@ -207,13 +207,20 @@ def run_controller(args: argparse.Namespace) -> int:
 
     logs.configure(args.log_level)
     api = api_client(args.kubeconfig)
-    elector = LeaderElector(api, args.lease_namespace, args.lease_name, args.identity) if args.leader_elect else None
+    stop = threading.Event()
+    fatal: list[str] = []
+
+    def give_up(why: str) -> None:
+        fatal.append(why)
+        stop.set()
+
+    elector = LeaderElector(api, args.lease_namespace, args.lease_name, args.identity,
+                            on_fatal=give_up) if args.leader_elect else None
     controller = Controller(api, is_leader=elector.is_leader if elector else None)
     if args.health_port:
         serve_health(args.health_port, lambda: controller.store.readiness())
     if elector:
         elector.start()
-    stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     worker = threading.Thread(target=controller.run, name="controller", daemon=True)
@@ -222,6 +229,9 @@ def run_controller(args: argparse.Namespace) -> int:
     controller.stop()
     if elector:
         elector.stop()
+    if fatal:
+        print(f"gate-admission controller: {fatal[0]}", file=sys.stderr)
+        return 1
     return 0
 
 

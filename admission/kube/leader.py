@@ -22,12 +22,14 @@ class LeaderElector:
     """Holds a Lease while this process is the leader; renews it, and lets it go on stop."""
 
     def __init__(self, api_client: client.ApiClient, namespace: str, name: str, identity: str,
-                 lease_seconds: int = 15, renew_every: float = 5.0):
+                 lease_seconds: int = 15, renew_every: float = 5.0, on_fatal=lambda why: None):
         self.api = client.CoordinationV1Api(api_client)
         self.namespace, self.name, self.identity = namespace, name, identity
         self.lease_seconds, self.renew_every = lease_seconds, renew_every
         self.is_leader = threading.Event()
         self._stopped = threading.Event()
+        self.on_fatal = on_fatal  # called once with the reason when a Lease can never be held
+        self._reached = False  # the Lease API has answered us at least once
 
     def _try(self) -> bool:
         now = utcnow()
@@ -62,6 +64,19 @@ class LeaderElector:
         while not self._stopped.is_set():
             try:
                 leader = self._try()
+                self._reached = True
+            except ApiException as err:
+                if err.status in (403, 404) and not self._reached:
+                    # Before we ever held or read the Lease: a namespace that does not exist
+                    # (404 on create) or one we may not use (403) will not fix itself.
+                    why = (f"cannot hold Lease {self.namespace}/{self.name}: "
+                           + (f"namespace {self.namespace!r} does not exist" if err.status == 404
+                              else f"forbidden in namespace {self.namespace!r} (does it exist, and does our Role cover it?)"))
+                    log.error("leader election impossible", extra={"lease": self.name, "error": why})
+                    self.on_fatal(why)
+                    return
+                log.warning("lease not renewed", extra={"lease": self.name, "error": f"{err.status} {err.reason}"})
+                leader = False
             except Exception as err:  # conflicts and outages: not the leader until a renewal works
                 log.warning("lease not renewed", extra={"lease": self.name, "error": str(err)})
                 leader = False
