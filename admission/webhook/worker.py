@@ -32,7 +32,7 @@ from gunicorn.workers.gthread import ThreadWorker
 
 REQUEST_SECONDS = 10.0  # handshake + headers + body of a request; a new connection's clock starts at accept
 MAX_HEAD = 64 * 1024  # request line and headers; gunicorn's own limits (414/431) apply within this
-LARGE_BODY = 256 * 1024  # bodies above this share LARGE_AT_ONCE slots per worker
+LARGE_BODY = 64 * 1024  # bodies above this share LARGE_AT_ONCE slots per worker (so 1,000 stalled small bodies hold 64 MiB at most)
 LARGE_AT_ONCE = 1  # decoding a multi-MiB review holds the GIL (orjson): one at a time per worker
 LINGER_SECONDS = 2.0  # after refusing a request, read and drop what the client still sends, then close
 IO_SECONDS = 10.0  # a thread's socket reads and writes time out (never wait forever on a client)
