@@ -46,6 +46,9 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=int, default=int(_env("workers", 2)))
     p.add_argument("--threads", type=int, default=int(_env("threads", 4)),
                    help="threads per worker; more only adds GIL contention to a CPU-bound server (bench/README.md)")
+    p.add_argument("--shutdown-delay", type=float, default=float(_env("shutdown-delay", 5)),
+                   help="on SIGTERM, keep serving this many seconds (with keep-alive off) before draining, "
+                        "while the Pod's endpoint is removed")
     p.add_argument("--log-level", default=_env("log-level", "info"))
     p.set_defaults(func=serve)
 
@@ -199,7 +202,8 @@ def serve(args: argparse.Namespace) -> int:
         return 2
     logs.configure(args.log_level)  # the master's lines; workers inherit it
     options = server.options(address=args.address, port=args.port, certfile=str(files.cert), keyfile=str(files.key),
-                             workers=args.workers, threads=args.threads, log_level=args.log_level)
+                             workers=args.workers, threads=args.threads, log_level=args.log_level,
+                             shutdown_delay=args.shutdown_delay)
     server.Server(_app_factory(args), options).run()
     return 0
 
@@ -215,7 +219,15 @@ def run_controller(args: argparse.Namespace) -> int:
 
     logs.configure(args.log_level)
     api = api_client(args.kubeconfig)
-    elector = LeaderElector(api, args.lease_namespace, args.lease_name, args.identity) if args.leader_elect else None
+    stop = threading.Event()
+    fatal: list[str] = []
+
+    def give_up(why: str) -> None:
+        fatal.append(why)
+        stop.set()
+
+    elector = LeaderElector(api, args.lease_namespace, args.lease_name, args.identity,
+                            on_fatal=give_up) if args.leader_elect else None
     notifier = None
     if args.notify:
         from admission.kube.notifications import FluxNotifier
@@ -227,7 +239,6 @@ def run_controller(args: argparse.Namespace) -> int:
         serve_health(args.health_port, lambda: controller.store.readiness())
     if elector:
         elector.start()
-    stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     worker = threading.Thread(target=controller.run, name="controller", daemon=True)
@@ -238,6 +249,9 @@ def run_controller(args: argparse.Namespace) -> int:
         notifier.stop()
     if elector:
         elector.stop()
+    if fatal:
+        print(f"gate-admission controller: {fatal[0]}", file=sys.stderr)
+        return 1
     return 0
 
 

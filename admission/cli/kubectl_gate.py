@@ -73,6 +73,8 @@ def _connect(args: argparse.Namespace) -> Cluster:
             raise GateError(f"context {args.context!r} not found in kubeconfig", EXIT_USAGE)
         configuration = client.Configuration()
         config.load_kube_config(config_file=args.kubeconfig, context=args.context, client_configuration=configuration)
+        from admission.kube.client import quiet_insecure_warnings
+        quiet_insecure_warnings(configuration)
     except config.ConfigException as err:
         raise GateError(f"no cluster: {err}", EXIT_NO_CLUSTER) from None
     details = (context or {}).get("context") or {}

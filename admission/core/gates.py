@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, tzinfo
 from typing import Iterable
@@ -13,6 +14,12 @@ from admission.core.timefmt import format_time, parse_duration, parse_time
 
 MODES = ("enforce", "audit")
 _MAX_STEPS = 500  # bound on the search for the next transition
+# The search for the next transition visits every schedule entry at every step; it gives up
+# ("unknown", never "open") after this many visits, so its cost does not grow with what a
+# GateKeeper contains (bench/gatekeeper.py: a few milliseconds at most).
+EVALUATION_BUDGET = 500
+MAX_ENTRIES = 32  # schedule entries of one gate, over all its GateKeepers
+MAX_ENTRIES_PER_LIST = 16  # the CRD's maxItems for cronjob.closed and cronjob.opened
 
 
 @dataclass(frozen=True)
@@ -152,6 +159,9 @@ def compile_gate(gate: dict, keepers: Iterable[dict] = ()) -> CompiledGate:
             continue
         closed_entries += [(kname, e) for e in closed_part]
         opened_entries += [(kname, e) for e in opened_part]
+    if len(closed_entries) + len(opened_entries) > MAX_ENTRIES:
+        errors.append(f"GateKeepers {', '.join(sorted(set(keeper_names)))} have "
+                      f"{len(closed_entries) + len(opened_entries)} schedule entries, more than {MAX_ENTRIES}")
 
     return CompiledGate(
         namespace, name, default_open, window, mode,
@@ -183,6 +193,8 @@ def _keeper_entries(spec: dict) -> tuple[list[Entry], list[Entry]]:
         items = cronjob.get(key) or []
         if not isinstance(items, list):
             raise ScheduleError(f"cronjob.{key} must be a list")
+        if len(items) > MAX_ENTRIES_PER_LIST:
+            raise ScheduleError(f"cronjob.{key} has {len(items)} entries, more than {MAX_ENTRIES_PER_LIST}")
         parts.append([parse_entry(item, tz_name) for item in items])
     return parts[0], parts[1]
 
@@ -232,16 +244,33 @@ def _change_points(cg: CompiledGate, now: datetime) -> list[datetime]:
 
 
 def next_transition(cg: CompiledGate, now: datetime, horizon: timedelta = HORIZON) -> datetime | None:
-    """When the gate next opens (if closed) or closes (if open), if known within ``horizon``."""
+    """When the gate next opens (if closed) or closes (if open), if known within ``horizon``.
+
+    Steps through the instants at which an input can change, re-evaluating the gate at each;
+    only the entries that change at a step are asked for their next change (a heap), and the
+    number of steps shrinks with the number of entries (EVALUATION_BUDGET)."""
     if cg.errors:
         return None
     was_open = _is_open(cg, now)
-    cur, deadline = now, now + horizon
-    for _ in range(_MAX_STEPS):
-        points = _change_points(cg, cur)
-        if not points:
+    deadline = now + horizon
+    fixed = [t.at for t in cg.toggles if t.at > now]
+    if cg.window is not None:
+        fixed += [t.at + cg.window for t in cg.toggles if t.at + cg.window > now]
+    fixed.sort(reverse=True)  # popped from the end, earliest first
+    entries = [entry for _, entry in cg.closed_entries + cg.opened_entries]
+    pending = [(change, i) for i, entry in enumerate(entries) if (change := entry.next_change(now)) is not None]
+    heapq.heapify(pending)
+    for _ in range(min(_MAX_STEPS, EVALUATION_BUDGET // max(1, len(entries)))):
+        if not pending and not fixed:
             return None
-        cur = min(points)
+        cur = min(pending[0][0] if pending else fixed[-1], fixed[-1] if fixed else pending[0][0])
+        while fixed and fixed[-1] <= cur:
+            fixed.pop()
+        while pending and pending[0][0] <= cur:
+            _, i = heapq.heappop(pending)
+            change = entries[i].next_change(cur)
+            if change is not None:
+                heapq.heappush(pending, (change, i))
         if _is_open(cg, cur) != was_open:
             return cur  # change points are exact, even beyond the horizon
         if cur > deadline:

@@ -9,7 +9,7 @@ is matched against the wall clock of its zone, minute by minute.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta, timezone, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -22,6 +22,7 @@ MINUTE = timedelta(minutes=1)
 # How far ahead a transition is looked for; beyond this, "no transition known".
 HORIZON = timedelta(days=400)
 MAX_CRON_LENGTH = 256
+_SPANS = 8  # spans memoised per schedule entry
 
 _MACROS = {
     "@yearly": "0 0 1 1 *",
@@ -73,9 +74,31 @@ class CronSpec:
             and f.match_day(local.date())
         )
 
-    def next_fire(self, now: datetime) -> datetime | None:
-        """The first fire time strictly after ``now``, in UTC."""
-        return self._fire(now, reverse=False)
+    def next_fire(self, now: datetime, horizon: timedelta = HORIZON, until: datetime | None = None) -> datetime | None:
+        """The first fire time strictly after ``now``, in UTC; None if there is none within
+        ``horizon``. cronsim walks day by day to a rare date (29 February: years), so the
+        first matching day is found from the parsed fields first, at most ``horizon`` ahead."""
+        if self.always or self.never:
+            return None
+        day = self._first_day(now, until or now + horizon)
+        if day is None:
+            return None
+        # From a few hours before that day's local midnight (a zone may skip midnight): the
+        # days in between do not match, so no fire is skipped.
+        return self._fire(max(now, _at_local_midnight(day, self.zone) - timedelta(hours=3)), reverse=False)
+
+    def _first_day(self, now: datetime, until: datetime) -> date | None:
+        f = self.fields
+        day = now.astimezone(self.zone).date()
+        last = until.astimezone(self.zone).date()
+        while day <= last:
+            if day.month not in f.months:
+                day = (day.replace(day=1) + timedelta(days=32)).replace(day=1)
+            elif not f.match_day(day):
+                day += timedelta(days=1)
+            else:
+                return day
+        return None
 
     def last_fire(self, now: datetime) -> datetime | None:
         """The latest fire time at or before ``now``, in UTC."""
@@ -98,14 +121,14 @@ class CronSpec:
                 return fire
         return None
 
-    def next_flip(self, now: datetime, horizon: timedelta = HORIZON) -> datetime | None:
+    def next_flip(self, now: datetime, horizon: timedelta = HORIZON, until: datetime | None = None) -> datetime | None:
         """The first minute boundary after ``now`` where ``matches`` changes, or None."""
         if self.always or self.never:
             return None
         f = self.fields
         state = self.matches(now)
         cur = now.astimezone(UTC).replace(second=0, microsecond=0) + MINUTE
-        deadline = now + horizon
+        deadline = until or now + horizon
         full_minutes = len(f.minutes) == 60
         full_hours = len(f.hours) == 24
         while cur <= deadline:
@@ -195,17 +218,41 @@ def _parse_cron(text: str, default_zone: str | None) -> CronSpec:
 
 @dataclass(frozen=True)
 class Entry:
-    """One schedule entry: a minute-match string, or a window of ``duration`` from each fire."""
+    """One schedule entry: a minute-match string, or a window of ``duration`` from each fire.
+
+    ``active`` and ``next_change`` are memoised together: the entry is known to stay as it is
+    from the time they were computed until its next change, so a search that steps through
+    many instants asks cron (the costly part) once per change of this entry, not per step.
+    """
 
     spec: CronSpec
     duration: timedelta | None = None
+    # [(from, until, active, next change)]: one slot, replaced whole, so readers in other threads see a
+    # consistent triple. Not part of the value (equality, hashing, repr).
+    # The spans last computed, newest last: a search steps forward through several, and the
+    # next lookup (a minute later) falls in the first again. Replaced whole, never mutated,
+    # so readers in other threads see consistent tuples. Not part of the value.
+    _memo: list = field(default_factory=lambda: [()], compare=False, repr=False)
+
+    def _span(self, now: datetime) -> tuple[datetime, datetime, bool, datetime | None]:
+        spans = self._memo[0]
+        for span in spans:
+            if span[0] <= now < span[1]:
+                return span
+        # Searches reach HORIZON past the start of the UTC day, the same end for every ``now``
+        # of that day, so that a memoised "no change" is the answer a new search would give.
+        day = now.replace(hour=0, minute=0, second=0, microsecond=0) if now.tzinfo is UTC else \
+            now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+        active, change = self._compute(now, day + HORIZON)
+        span = (now, change if change is not None else day + timedelta(days=1), active, change)
+        if self.duration is not None and active and not (self.spec.always or self.spec.never):
+            return span  # how long an open window lasts depends on ``now`` (chained fires): not memoised
+        self._memo[0] = (*spans[-(_SPANS - 1):], span)
+        return span
 
     def active(self, now: datetime) -> bool:
         """Whether the entry is active at ``now``."""
-        if self.duration is None or self.spec.always or self.spec.never:
-            return self.spec.matches(now)
-        start = self.spec.last_fire(now)
-        return start is not None and now < start + self.duration
+        return self._span(now)[2]
 
     def next_change(self, now: datetime) -> datetime | None:
         """A time after ``now`` before which ``active`` cannot change (None: never).
@@ -213,12 +260,28 @@ class Entry:
         For windows this may be a window's end that a later, overlapping window
         continues; callers re-evaluate there.
         """
+        return self._span(now)[3]
+
+    def _compute(self, now: datetime, until: datetime) -> tuple[bool, datetime | None]:
         if self.duration is None or self.spec.always or self.spec.never:
-            return self.spec.next_flip(now)
-        start = self.spec.last_fire(now)
-        if start is not None and now < start + self.duration:
-            return start + self.duration
-        return self.spec.next_fire(now)
+            return self.spec.matches(now), self.spec.next_flip(now, until=until)
+        return self._window(now, until)
+
+    def _window(self, now: datetime, until: datetime) -> tuple[bool, datetime | None]:
+        """Whether a window is open at ``now``, and a time before which that cannot change.
+
+        Open means a fire in (now - duration, now]: a forward search from now - duration
+        answers that (a backward search costs cronsim several times more on sparse schedules).
+        """
+        first = self.spec.next_fire(now - self.duration, until=until)
+        if first is None:
+            return False, None
+        if first > now:
+            return False, first
+        # Open: it lasts at least until the latest window that started by now ends (a later,
+        # overlapping one is found there). That start is near, so searching back is cheap.
+        latest = self.spec.last_fire(now)
+        return True, max(first, latest or first) + self.duration
 
     def __str__(self) -> str:
         if self.duration is None:
@@ -226,22 +289,30 @@ class Entry:
         return f"'{self.spec}' for {format_duration(self.duration)}"
 
 
+@functools.lru_cache(maxsize=4096)
+def _entry(spec: CronSpec, duration: timedelta | None) -> Entry:
+    """One Entry per distinct schedule, shared by every gate and GateKeeper that uses it, so
+    its memo is too: fifty copies of an entry cost cron one search, and so does a GateKeeper
+    re-read with the same entries."""
+    return Entry(spec, duration)
+
+
 def parse_entry(item: object, default_zone: str | None = None) -> Entry:
     """Parse a GateKeeper entry: a cron string or ``{cron, duration}``; raise ScheduleError."""
     if isinstance(item, str):
-        return Entry(parse_cron(item, default_zone))
+        return _entry(parse_cron(item, default_zone), None)
     if isinstance(item, dict):
         unknown = set(item) - {"cron", "duration"}
         if unknown:
             raise ScheduleError(f"schedule entry has unknown fields {sorted(unknown)}: use 'cron' and 'duration'")
         spec = parse_cron(item.get("cron"), default_zone)
         if item.get("duration") in (None, ""):
-            return Entry(spec)
+            return _entry(spec, None)
         try:
             duration = parse_duration(item["duration"])
         except ValueError as err:
             raise ScheduleError(str(err)) from None
         if duration <= timedelta(0):
             raise ScheduleError(f"duration {item['duration']!r} must be positive")
-        return Entry(spec, duration)
+        return _entry(spec, duration)
     raise ScheduleError(f"schedule entry must be a cron string or {{cron, duration}}, got {type(item).__name__}")

@@ -28,9 +28,10 @@ log = logging.getLogger("admission.events")
 FLUSH_EVERY = 10.0  # seconds between count updates of aggregated Events
 
 
-def event_name(obj_name: str, uid: str, message: str, bucket: int) -> str:
-    """Same object, same message, same period: same Event."""
-    digest = hashlib.sha256(f"{uid}\n{message}\n{bucket}".encode()).hexdigest()[:16]
+def event_name(obj_name: str, identity: str, message: str, bucket: int) -> str:
+    """Same object (kind/namespace/name, not uid: a denied CREATE gets a new uid at every
+    attempt), same message, same period: same Event."""
+    digest = hashlib.sha256(f"{identity}\n{message}\n{bucket}".encode()).hexdigest()[:16]
     return f"{obj_name[:200]}.gateclosed.{digest}"
 
 
@@ -67,7 +68,9 @@ class DenialEvents:
             "metadata": {"name": name, "namespace": request.get("namespace") or meta.get("namespace")},
             "involvedObject": {"apiVersion": obj.get("apiVersion") or f"{kind['group']}/{kind['version']}",
                                "kind": kind["kind"], "namespace": request.get("namespace") or meta.get("namespace"),
-                               "name": request.get("name") or meta.get("name"), "uid": meta.get("uid")},
+                               "name": request.get("name") or meta.get("name"),
+                               # A denied CREATE's uid names an object that never existed.
+                               **({"uid": meta.get("uid")} if request.get("operation") != "CREATE" else {})},
             "reason": names.GATE_CLOSED_EVENT, "type": "Warning", "message": message[:1024],
             "source": {"component": "gate-admission"}, "reportingComponent": "gate-admission",
             "firstTimestamp": format_time(now), "lastTimestamp": format_time(now), "count": 1,
@@ -76,8 +79,9 @@ class DenialEvents:
     def _write(self, request: dict, message: str, now: datetime) -> None:
         bucket = int(now.timestamp() // self.period)
         meta = metadata(request.get("object") or request.get("oldObject"))
-        name = event_name(request.get("name") or meta.get("name") or "object", meta.get("uid") or
-                          f"{request.get('namespace')}/{request.get('name')}", message, bucket)
+        obj_name = request.get("name") or meta.get("name") or "object"
+        identity = f"{request['kind']['kind']}/{request.get('namespace') or meta.get('namespace')}/{obj_name}"
+        name = event_name(obj_name, identity, message, bucket)
         key = (request.get("namespace") or meta.get("namespace") or "default", name)
         if key in self.known:
             self.pending[key] = self.pending.get(key, 0) + 1

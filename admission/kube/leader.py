@@ -20,7 +20,7 @@ class LeaderElector:
 
     def __init__(self, api_client: client.ApiClient | None, namespace: str, name: str, identity: str,
                  lease_seconds: int = 15, renew_every: float = 5.0, *, clock=utcnow,
-                 coordination: client.CoordinationV1Api | None = None):
+                 coordination: client.CoordinationV1Api | None = None, on_fatal=lambda why: None):
         # ``coordination`` replaces the API group built from ``api_client`` (tests' fakes).
         self.api = coordination or client.CoordinationV1Api(api_client)
         self.clock = clock
@@ -28,6 +28,8 @@ class LeaderElector:
         self.lease_seconds, self.renew_every = lease_seconds, renew_every
         self.is_leader = threading.Event()
         self._stopped = threading.Event()
+        self.on_fatal = on_fatal  # called once with the reason when a Lease can never be held
+        self._reached = False  # the Lease API has answered us at least once
 
     def _try(self) -> bool:
         now = self.clock()
@@ -62,6 +64,19 @@ class LeaderElector:
         while not self._stopped.is_set():
             try:
                 leader = self._try()
+                self._reached = True
+            except ApiException as err:
+                if err.status in (403, 404) and not self._reached:
+                    # Before we ever held or read the Lease: a namespace that does not exist
+                    # (404 on create) or one we may not use (403) will not fix itself.
+                    why = (f"cannot hold Lease {self.namespace}/{self.name}: "
+                           + (f"namespace {self.namespace!r} does not exist" if err.status == 404
+                              else f"forbidden in namespace {self.namespace!r} (does it exist, and does our Role cover it?)"))
+                    log.error("leader election impossible", extra={"lease": self.name, "error": why})
+                    self.on_fatal(why)
+                    return
+                log.warning("lease not renewed", extra={"lease": self.name, "error": f"{err.status} {err.reason}"})
+                leader = False
             except Exception as err:  # conflicts and outages: not the leader until a renewal works
                 log.warning("lease not renewed", extra={"lease": self.name, "error": str(err)})
                 leader = False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import threading
@@ -20,7 +21,7 @@ from admission.store.index import GateIndex
 
 log = logging.getLogger(__name__)
 
-WATCH_SECONDS = 30  # each watch call ends after this; an idle connection that died is noticed
+WATCH_SECONDS = 30  # each watch call ends after this at most; an idle connection that died is noticed
 STALE_AFTER = 10.0  # seconds without a working watch before decisions stop trusting the cache
 
 
@@ -62,6 +63,9 @@ class _Reflector:
         self.disconnected_since: float | None = time.monotonic()
         self.resource_version: str | None = None
         self.last_error: str | None = None
+        # The last moment the API server was known to answer us: a list, a watch's response,
+        # an event or bookmark, a watch the server ended cleanly. Staleness counts from here;
+        # attempts to reconnect never move it.
         self.last_contact = time.monotonic()
         self.relists = 0
 
@@ -86,16 +90,29 @@ class _Reflector:
         self.resource_version = listed["metadata"]["resourceVersion"]
         self.relists += 1
         self.synced = True
+        self._connected()
         log.info("listed", extra={"resource": self.plural, "count": len(items), "resourceVersion": self.resource_version})
 
     def _watch(self) -> None:
         stream = watch.Watch()
         self.store._streams.add(stream)
+        list_call = self.store.api.list_cluster_custom_object
+
+        @functools.wraps(list_call)
+        def started(*args, **kwargs):  # the watch's response arrived: the API server answers
+            response = list_call(*args, **kwargs)
+            if 200 <= (getattr(response, "status", 200) or 200) < 300:
+                self._connected()
+            return response
+
+        # An idle watch proves nothing until it ends: end each one well within --stale-after,
+        # so a healthy idle cluster renews last_contact in time and a dead one cannot hide.
+        seconds = max(1, min(WATCH_SECONDS, int(self.store.stale_after / 2)))
         try:
-            for event in stream.stream(self.store.api.list_cluster_custom_object, names.GATING_GROUP,
+            for event in stream.stream(started, names.GATING_GROUP,
                                        names.GATING_VERSION, self.plural, resource_version=self.resource_version,
-                                       allow_watch_bookmarks=True, timeout_seconds=WATCH_SECONDS,
-                                       _request_timeout=(5, WATCH_SECONDS + 15)):
+                                       allow_watch_bookmarks=True, timeout_seconds=seconds,
+                                       _request_timeout=(5, seconds + 5)):
                 self._connected()
                 obj = event["object"]
                 if event["type"] != "BOOKMARK":
@@ -103,6 +120,7 @@ class _Reflector:
                 self.resource_version = obj.get("metadata", {}).get("resourceVersion", self.resource_version)
                 if self.store._stopped.is_set():
                     return
+            self._connected()  # the API server ended the watch cleanly: it was working until now
         finally:
             self.store._streams.discard(stream)
 
@@ -118,7 +136,6 @@ class _Reflector:
             try:
                 if self.resource_version is None:
                     self._list()
-                self._connected()
                 self._watch()
                 backoff.reset()
             except ApiException as err:
@@ -161,9 +178,10 @@ class ClusterStore:
         for reflector in self.reflectors:
             if not reflector.synced:
                 return f"gate cache not synced yet ({reflector.plural}: {reflector.last_error or 'listing'})"
-            down = reflector.disconnected_since
-            if down is not None and now - down > self.stale_after:
-                return f"gate cache stale: no watch on {reflector.plural} for {now - down:.0f}s ({reflector.last_error})"
+            quiet = now - reflector.last_contact
+            if quiet > self.stale_after:
+                return (f"gate cache stale: no working watch on {reflector.plural} for {quiet:.0f}s "
+                        f"({reflector.last_error or 'no answer from the API server'})")
         return None
 
     def lookup(self, namespace: str, name: str, now: datetime) -> GateState:

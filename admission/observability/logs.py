@@ -28,9 +28,20 @@ class JSONFormatter(logging.Formatter):
         for key, value in vars(record).items():
             if key not in _STANDARD and not key.startswith("_"):
                 entry[key] = value
+        entry["msg"] = cap(entry["msg"])
         if record.exc_info:
             entry["error"] = self.formatException(record.exc_info)
         return orjson.dumps(entry, default=str).decode()
+
+
+MAX_STRING = 4096  # characters of one string value in a log line; longer ones are cut, with a marker
+
+
+def cap(value: object, limit: int = MAX_STRING) -> object:
+    """``value`` if it is short, else its start and how much was cut."""
+    if isinstance(value, str) and len(value) > limit:
+        return f"{value[:limit]}…[truncated {len(value) - limit} characters]"
+    return value
 
 
 def emit(logger: logging.Logger, msg: str, fields: dict) -> None:
@@ -53,6 +64,7 @@ def configure(level: str = "info") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    logging.captureWarnings(True)  # Python warnings become JSON lines too (logger py.warnings)
     for name in ("gunicorn.error", "gunicorn.access"):
         logger = logging.getLogger(name)
         logger.handlers[:] = []

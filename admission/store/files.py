@@ -13,12 +13,21 @@ import yaml
 
 from admission.core import names
 from admission.core.gates import GateState
-from admission.store.yamldocs import objects
+from admission.store.yamldocs import describe_error, objects
 from admission.core.objects import Key, object_key
 from admission.store.index import GateIndex
 
 log = logging.getLogger(__name__)
 SUFFIXES = (".yaml", ".yml", ".json")
+MAX_FILE = 1024 * 1024  # bytes per gates file; a larger one is broken (its gates stay closed)
+
+
+def _read(path: Path) -> str:
+    with open(path, "rb") as handle:
+        data = handle.read(MAX_FILE + 1)
+    if len(data) > MAX_FILE:
+        raise ValueError(f"file is larger than {MAX_FILE} bytes")
+    return data.decode("utf-8")
 
 
 def _documents(text: str) -> list[dict]:
@@ -50,6 +59,7 @@ class FileStore:
         self.index = GateIndex()
         self.problems: dict[str, str] = {}
         self._signature: tuple = ()
+        self._changing: tuple | None = None  # a new signature seen once, not yet read
         self._last_good: dict[Path, list[dict]] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -70,8 +80,13 @@ class FileStore:
     def _files(self) -> list[Path]:
         if not self.directory.is_dir():
             return []
-        return sorted(p for p in self.directory.rglob("*")
-                      if p.suffix in SUFFIXES and p.is_file() and not any(part.startswith(".") for part in p.relative_to(self.directory).parts))
+        try:
+            return sorted(p for p in self.directory.rglob("*")
+                          if p.suffix in SUFFIXES and p.is_file() and not any(part.startswith(".") for part in p.relative_to(self.directory).parts))
+        except OSError as err:  # the directory (or a subdirectory) vanished while it was scanned
+            log.warning("gates directory changed while it was read", extra={"directory": str(self.directory),
+                                                                          "error": type(err).__name__})
+            return []
 
     def _current_signature(self) -> tuple:
         signature = []
@@ -93,9 +108,13 @@ class FileStore:
         broken: dict[Key, str] = {}
         for path in self._files():
             try:
-                docs = _documents(path.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, yaml.YAMLError, ValueError) as err:
-                why = f"gates file {path.name} is broken: {' '.join(str(err).split())}"
+                docs = _documents(_read(path))
+            except (OSError, UnicodeDecodeError, yaml.YAMLError, ValueError, RecursionError) as err:
+                detail = describe_error(err) if isinstance(err, yaml.YAMLError) else \
+                    f"{type(err).__name__}: {err.strerror}" if isinstance(err, OSError) else \
+                    "not UTF-8" if isinstance(err, UnicodeDecodeError) else \
+                    "nested too deeply" if isinstance(err, RecursionError) else " ".join(str(err).split())
+                why = f"gates file {path.name} is broken: {detail}"
                 problems[str(path)] = why
                 log.error("gates file is broken", extra={"file": str(path), "error": why})
                 # The gates it defined when it last parsed stay, closed, with the reason.
@@ -114,8 +133,9 @@ class FileStore:
                 keepers.append(doc)
                 continue
             key = object_key(doc)
-            if key in gates and gates[key][0] != path:
-                why = f"gate {key[0]}/{key[1]} is defined in both {gates[key][0].name} and {path.name}"
+            if key in gates:
+                where = f"twice in {path.name}" if gates[key][0] == path else f"in both {gates[key][0].name} and {path.name}"
+                why = f"gate {key[0]}/{key[1]} is defined {where}"
                 problems[f"{key[0]}/{key[1]}"] = why
                 broken[key] = why
             gates[key] = (path, doc)
@@ -125,12 +145,24 @@ class FileStore:
                                         "gatekeepers": len(keepers), "problems": len(problems)})
 
     def check(self) -> bool:
-        """Reload if any file changed since the last read; return whether it did."""
-        changed = self._current_signature() != self._signature
-        if changed:
+        """Reload once a change has held still for a poll; return whether it reloaded.
+
+        A file rewritten in place is read only when it has been the same (size and mtime) at
+        two polls in a row: a half-written file can parse (a truncated ``spec:`` is an empty
+        spec, which is open by default), so reading it mid-write could open a closed gate.
+        Until then its gates stay as they were last read."""
+        current = self._current_signature()
+        reloaded = False
+        if current == self._signature:
+            self._changing = None
+        elif current == self._changing:
             self.reload()
+            self._changing = None
+            reloaded = True
+        else:
+            self._changing = current
         self.checked_at = time.monotonic()
-        return changed
+        return reloaded
 
     def cache_age(self, now_monotonic: float) -> float:
         return max(0.0, now_monotonic - self.checked_at)

@@ -25,7 +25,12 @@ from admission.store import GateStore
 
 log = logging.getLogger("admission.decisions")
 FEED_TTL = 60.0  # seconds a built /calendar.ics is served from memory
-MAX_BODY = 7 * 1024 * 1024  # the API server's own request limit is 3 MiB; leave room for both objects
+# The API server refuses request bodies over 3 MiB, so an object it sends us is at most that,
+# and a review carries two (UPDATE: object and oldObject) plus a small envelope (user, options).
+MAX_BODY = 2 * 3 * 1024 * 1024 + 256 * 1024
+
+
+MAX_LOGGED_GATES = 32  # gate states in one decision log line; the rest are counted
 
 
 def _json(payload: object, status: int = 200) -> Response:
@@ -39,9 +44,10 @@ def _log_decision(review: AdmissionReview, outcome: Outcome, dry_run: bool) -> N
     req = review["request"]
     hold = decision.hold
     fields = {
-        "object": {"kind": req["kind"]["kind"], "namespace": req.get("namespace", ""), "name": req.get("name", "")},
+        "object": {"kind": logs.cap(req["kind"]["kind"], 300), "namespace": logs.cap(req.get("namespace", ""), 300),
+                   "name": logs.cap(req.get("name", ""), 300)},
         "operation": req["operation"] + (f"/{req['subResource']}" if req.get("subResource") else ""),
-        "user": req["userInfo"].get("username", ""),
+        "user": logs.cap(req["userInfo"].get("username", ""), 300),
         "uid": req["uid"],
         "verdict": _verdict(outcome),
         "mode": decision.mode,
@@ -49,14 +55,19 @@ def _log_decision(review: AdmissionReview, outcome: Outcome, dry_run: bool) -> N
         "dryRun": dry_run,
     }
     if hold is not None:
+        # Bounded: a review can reference many gates with long (invalid) names.
+        states = hold.states[:MAX_LOGGED_GATES]
         fields["gates"] = {
             "require": hold.policy.require,
-            "status": [{"gate": s.key, "closed": str(not s.open).lower(), "reason": s.reason} for s in hold.states],
+            "status": [{"gate": logs.cap(s.key, 300), "closed": str(not s.open).lower(), "reason": s.reason}
+                       for s in states],
         }
+        if len(hold.states) > len(states):
+            fields["gates"]["truncated"] = len(hold.states) - len(states)
     if decision.exempt:
-        fields["exempt"] = decision.exempt
+        fields["exempt"] = logs.cap(decision.exempt)
     if decision.message:
-        fields["reason"] = decision.message
+        fields["reason"] = logs.cap(decision.message)
     logs.emit(log, "admission decision", fields)
 
 

@@ -1,8 +1,12 @@
 """``POST /hooks/gates/<ns>/<name>/<open|close>``: open and close gates from CI and ChatOps.
 
 Every call needs ``Authorization: Bearer <token>``; the token comes from a file (a mounted
-Secret), re-read when it changes, and is compared in constant time. Calls are rate limited
-per worker. The body is optional JSON: ``{"message": "...", "for": "2h", "requestedBy": "..."}``.
+Secret), re-read when it changes (a deleted file accepts no token), and is compared in constant
+time. The token is checked first; then calls are rate limited per caller (remote address), with
+failed authentications limited apart, so a flood of bad calls cannot lock out good ones.
+The body is optional JSON: ``{"message": "...", "for": "2h", "requestedBy": "..."}``.
+``requestedBy`` is what the caller says and is recorded as such: the token proves the call
+came from someone holding it, not who they are (``IDENTITY for 'bob' (unverified)``).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import logging
 import os
 import threading
 import time
+from collections import OrderedDict
 from datetime import datetime
 from typing import Callable
 
@@ -24,6 +29,8 @@ from admission.core.toggles import ACTIONS, toggle_patch
 log = logging.getLogger("admission.receiver")
 MAX_MESSAGE = 1024
 FIELDS = {"message", "for", "requestedBy"}
+IDENTITY = "gate-admission-receiver"  # who a toggle made with the receiver's token is recorded as
+MAX_CALLERS = 1024  # rate-limit buckets kept per worker (least recently used go first)
 
 
 class TokenFile:
@@ -44,8 +51,14 @@ class TokenFile:
             if stamp != self._stamp:
                 with open(self.path, "rb") as handle:
                     self._token, self._stamp = handle.read().strip(), stamp
+        except FileNotFoundError:
+            # Deleted: revoked. (The kubelet updates a mounted Secret by swapping a symlink,
+            # so the file never goes missing during an update.)
+            if self._token:
+                log.warning("receiver token file is gone: no token is accepted", extra={"file": self.path})
+            self._token, self._stamp = b"", None
         except OSError:
-            pass  # keep the last token rather than lock everyone out during a Secret update
+            pass  # unreadable for a moment: keep the last token
         return self._token
 
     def matches(self, header: str | None) -> bool:
@@ -72,6 +85,26 @@ class RateLimit:
                 return False
             self._tokens -= 1
             return True
+
+
+class CallerLimits:
+    """One token bucket per caller, as ``template`` (rate and burst), for the MAX_CALLERS
+    callers seen most recently."""
+
+    def __init__(self, template: RateLimit):
+        self.template = template
+        self._buckets: OrderedDict[str, RateLimit] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def allow(self, caller: str) -> bool:
+        with self._lock:
+            bucket = self._buckets.pop(caller, None)
+            if bucket is None:
+                bucket = RateLimit(self.template.rate, self.template.burst, self.template.clock)
+            self._buckets[caller] = bucket
+            while len(self._buckets) > MAX_CALLERS:
+                self._buckets.popitem(last=False)
+        return bucket.allow()
 
 
 def _json(payload: dict, status: int, **headers: str) -> Response:
@@ -103,6 +136,7 @@ def blueprint(tokens: TokenFile, patch_gate: Callable[[str, str, dict], None], c
     raises LookupError for a missing gate, PermissionError when we may not write it."""
     hooks = Blueprint("receiver", __name__)
     limit = limit or RateLimit()
+    callers, failures = CallerLimits(limit), CallerLimits(limit)
 
     @hooks.post("/hooks/gates/<namespace>/<name>/<action>")
     def toggle(namespace: str, name: str, action: str) -> Response:
@@ -112,15 +146,20 @@ def blueprint(tokens: TokenFile, patch_gate: Callable[[str, str, dict], None], c
 
         if action not in ACTIONS:
             return answer("not_found", {"error": f"no hook {action!r}: use open or close"}, 404)
-        if not limit.allow():
-            return answer("rate_limited", {"error": "too many requests; try again shortly"}, 429, **{"Retry-After": "1"})
+        caller = request.remote_addr or "unknown"
         if not tokens.matches(request.headers.get("Authorization")):
+            if not failures.allow(caller):
+                return answer("rate_limited", {"error": "too many requests; try again shortly"}, 429,
+                              **{"Retry-After": "1"})
             return answer("unauthorized", {"error": "missing or wrong bearer token"}, 401,
                           **{"WWW-Authenticate": 'Bearer realm="gate-admission"'})
+        if not callers.allow(caller):
+            return answer("rate_limited", {"error": "too many requests; try again shortly"}, 429, **{"Retry-After": "1"})
         body, problem = _body()
         if problem:
             return answer("bad_request", {"error": problem}, 400)
-        requested_by = body.get("requestedBy") or "gate-admission-receiver"
+        said = body.get("requestedBy")
+        requested_by = f"{IDENTITY} for {said!r} (unverified)" if said else IDENTITY
         try:
             patch = toggle_patch(action, clock(), body.get("message"), requested_by, body.get("for"))
         except ValueError as err:

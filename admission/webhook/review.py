@@ -15,6 +15,7 @@ import orjson
 API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
 MAX_MESSAGE = 4000  # the API server shows messages whole; keep them bounded
+MAX_UID = 256  # the API server's uids are 36
 
 
 class GroupVersionKind(TypedDict):
@@ -93,7 +94,8 @@ def parse_review(body: bytes) -> AdmissionReview:
     request = doc.get("request")
     _require(isinstance(request, dict), "request must be an object")
     uid = request.get("uid")
-    _require(isinstance(uid, str) and 0 < len(uid) <= 256, "request.uid must be a non-empty string")
+    _require(isinstance(uid, str) and uid != "", "request.uid must be a non-empty string")
+    _require(len(uid) <= MAX_UID, f"request.uid is {len(uid)} characters long, more than {MAX_UID}")
     gvk = request.get("kind")
     _require(isinstance(gvk, dict) and all(isinstance(gvk.get(k), str) for k in ("group", "version", "kind"))
              and gvk["kind"] != "", "request.kind must have string group, version and kind")

@@ -9,6 +9,7 @@ from gunicorn import glogging
 from gunicorn.app.base import BaseApplication
 
 from admission.webhook.tls import ReloadingContext
+from admission.webhook.worker import PreReadWorker
 
 # The API server's webhook client keeps idle connections for 90 s. A server that
 # closes them sooner races the client's next request on that connection, and a
@@ -51,14 +52,24 @@ class Server(BaseApplication):
         return self.app_factory()
 
 
+def worker_class(max_body: int, shutdown_delay: float, tls: ReloadingContext) -> type:
+    """Our gthread worker (admission.webhook.worker) with this server's limits and certificate."""
+    return type("GateAdmissionWorker", (PreReadWorker,),
+                {"max_body": max_body, "shutdown_delay": shutdown_delay, "tls": tls})
+
+
 def options(*, address: str, port: int, certfile: str, keyfile: str, workers: int, threads: int,
-            log_level: str = "info") -> dict:
+            log_level: str = "info", shutdown_delay: float = 5.0) -> dict:
     """gunicorn settings for a webhook: gthread, long keep-alive, TLS from reloadable files."""
+    from admission.webhook.app import MAX_BODY
+
     return {
         "bind": [f"{address}:{port}"],
         "workers": workers,
         "threads": threads,
-        "worker_class": "gthread",
+        # gthread whose threads only get requests that have fully arrived: idle and slow
+        # clients wait in the event loop, never in a thread (admission/webhook/worker.py).
+        "worker_class": worker_class(MAX_BODY, shutdown_delay, ReloadingContext(certfile, keyfile)),
         "keepalive": KEEPALIVE_SECONDS,
         # Each worker listens on its own SO_REUSEPORT socket, so the kernel spreads new
         # connections over the workers. With one shared socket the first worker to wake takes
@@ -66,10 +77,11 @@ def options(*, address: str, port: int, certfile: str, keyfile: str, workers: in
         # worker does the work while the others idle (bench/load: 16/0 splits, half the rate).
         "reuse_port": True,
         "timeout": 30,
-        "graceful_timeout": 20,
-        "certfile": certfile,
-        "keyfile": keyfile,
-        "ssl_context": ReloadingContext(certfile, keyfile),
+        # SIGTERM: serve shutdown_delay more seconds, then finish requests in flight; the master
+        # kills what is left graceful_timeout after SIGTERM.
+        "graceful_timeout": int(shutdown_delay) + 16,
+        # TLS is done by the worker with the context above, not from gunicorn's certfile and
+        # keyfile (so gunicorn's environ says wsgi.url_scheme "http"; nothing here reads it).
         "accesslog": None,
         "logger_class": GunicornLogger,
         "loglevel": log_level,

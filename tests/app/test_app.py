@@ -165,3 +165,30 @@ def test_dry_run_denials_make_no_event(tmp_path):
     request_["dryRun"] = False
     events.record(request_, "held", FIXED_NOW)
     assert events.queue.qsize() == 1
+
+
+def test_one_review_of_many_long_invalid_references_writes_a_bounded_log_line(make_client, capfd):
+    """Item 9: one review of 64 invalid references wrote an 18 MB line; lines are capped, and say so."""
+    import logging
+
+    decisions = logging.getLogger("admission.decisions")
+    level = decisions.level
+    decisions.setLevel(logging.INFO)
+    try:
+        check_bounded_log_line(make_client, capfd)
+    finally:
+        decisions.setLevel(level)
+
+
+def check_bounded_log_line(make_client, capfd):
+    client = make_client([CLOSED])
+    refs = ",".join(f"flux-system/{'X' * 5000}{i}" for i in range(64))
+    obj = flux(gates=refs)
+    capfd.readouterr()
+    resp = post(client, "/validate", review(request("UPDATE", changed(obj, path="./v2"), obj)))
+    assert resp.status_code == 200 and resp.get_json()["response"]["allowed"] is False
+    lines = [line for line in capfd.readouterr().err.splitlines() if '"admission decision"' in line]
+    assert len(lines) == 1
+    assert len(lines[0]) < 64 * 1024, len(lines[0])
+    entry = orjson.loads(lines[0])
+    assert entry["gates"]["truncated"] == 32 and "…[truncated" in entry["reason"]

@@ -53,7 +53,8 @@ def test_open_with_message_and_duration(receiver):
                                "requestedAt": "2026-06-10T12:00:00.000000Z", "closesAt": "2026-06-10T14:00:00.000000Z"}
     assert gates.patches == [("flux-system", "bypass-signoff", {"metadata": {"annotations": {
         OPEN_ANNOTATION: "2026-06-10T12:00:00.000000Z", CLOSE_ANNOTATION: "2026-06-10T14:00:00.000000Z",
-        MESSAGE_ANNOTATION: "Patching a CVE", REQUESTED_BY_ANNOTATION: "chatops:bob"}}})]
+        MESSAGE_ANNOTATION: "Patching a CVE",
+        REQUESTED_BY_ANNOTATION: "gate-admission-receiver for 'chatops:bob' (unverified)"}}})]
     assert results == ["ok"]
 
 
@@ -107,12 +108,37 @@ def test_unknown_gate_and_unknown_action(receiver):
     assert resp.status_code == 404 and "use open or close" in resp.get_json()["error"]
 
 
-def test_calls_are_rate_limited(receiver):
+def test_a_flood_of_bad_tokens_is_limited_without_locking_out_good_calls(receiver):
     client, gates, results, _ = receiver
     codes = [call(client, token="wrong").status_code for _ in range(8)]
     assert codes[:5] == [401] * 5 and codes[5:] == [429] * 3
+    assert call(client).status_code == 200  # authenticated first, limited on its own
+
+
+def test_authenticated_calls_are_limited_per_caller(receiver):
+    client, gates, results, _ = receiver
+    codes = [call(client).status_code for _ in range(7)]
+    assert codes[:5] == [200] * 5 and codes[5:] == [429] * 2
+    other = client.post("/hooks/gates/flux-system/bypass-signoff/open", headers={"Authorization": f"Bearer {TOKEN}"},
+                        environ_base={"REMOTE_ADDR": "10.0.0.9"})
+    assert other.status_code == 200
     resp = call(client)
     assert resp.status_code == 429 and resp.headers["Retry-After"] == "1"
+
+
+def test_a_deleted_token_file_accepts_no_token(receiver):
+    client, gates, results, token_file = receiver
+    assert call(client).status_code == 200
+    token_file.unlink()
+    assert call(client).status_code == 401
+    token_file.write_text("a-new-token\n")
+    assert call(client, token="a-new-token").status_code == 200
+
+
+def test_requested_by_without_a_caller_value_is_the_receiver(receiver):
+    client, gates, results, _ = receiver
+    assert call(client, action="close").status_code == 200
+    assert gates.patches[-1][2]["metadata"]["annotations"][REQUESTED_BY_ANNOTATION] == "gate-admission-receiver"
 
 
 def test_a_missing_or_empty_token_file_is_an_error(tmp_path):

@@ -100,3 +100,76 @@ def test_backoff_grows_to_its_cap_and_survives_a_long_outage():
     assert 0.1 <= delays[0] <= 0.2 and all(15.0 <= d <= 30.0 for d in delays[10:])
     backoff.reset()
     assert backoff.next() <= 0.2
+
+
+# -- hostile and half-written files (issue 14, item 5) ----------------------------------------
+def _closed_gate_file(gates_dir):
+    return write_gates(gates_dir, [gate("bypass-signoff", default="closed"), gate("other")], "team.yaml")
+
+
+def test_yaml_aliases_are_refused_before_they_expand(gates_dir):
+    levels = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    levels += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 6)]  # 10^6 strings
+    (gates_dir / "bomb.yaml").write_text("\n".join(levels) + "\nkind: Gate\nmetadata: {name: bomb}\n")
+    store = FileStore(gates_dir)
+    assert "aliases (*name) are not accepted" in store.problems[str(gates_dir / "bomb.yaml")]
+    assert store.lookup("default", "bomb", NOW).reason == "NotFound"
+
+
+def test_a_file_over_the_size_limit_is_broken_and_its_gates_stay_closed(gates_dir):
+    from admission.store import files
+
+    path = _closed_gate_file(gates_dir)
+    store = FileStore(gates_dir)
+    path.write_text(path.read_text() + "#" * files.MAX_FILE)
+    store.reload()
+    state = store.lookup("flux-system", "bypass-signoff", NOW)
+    assert (state.open, state.reason) == (False, "Invalid") and "larger than" in state.message
+
+
+def test_a_file_rewritten_in_place_is_read_only_once_it_holds_still(gates_dir):
+    path = _closed_gate_file(gates_dir)
+    full = path.read_text()
+    store = FileStore(gates_dir)
+    # The writer has written up to "spec:" and pauses: an empty spec would be open by default.
+    path.write_text(full[:full.index("default: closed")])
+    assert store.check() is False
+    state = store.lookup("flux-system", "bypass-signoff", NOW)
+    assert (state.open, state.reason) == (False, "Default"), "a half-written file opened a closed gate"
+    path.write_text(full.replace("name: other", "name: other2"))  # the write completes
+    assert store.check() is False  # changed again since the last poll: wait one more
+    assert store.check() is True
+    assert not store.lookup("flux-system", "bypass-signoff", NOW).open
+    assert store.lookup("flux-system", "other2", NOW).open
+
+
+def test_a_directory_vanishing_while_it_is_scanned_does_not_abort_a_reload(gates_dir, monkeypatch):
+    from pathlib import Path
+
+    _closed_gate_file(gates_dir)
+    store = FileStore(gates_dir)
+
+    def vanished(self, pattern):  # what scandir raises when the directory goes mid-scan
+        raise FileNotFoundError(2, "No such file or directory")
+        yield
+
+    monkeypatch.setattr(Path, "rglob", vanished)
+    store.reload()
+    assert store.lookup("flux-system", "bypass-signoff", NOW).open is False
+
+
+def test_the_same_gate_twice_in_one_file_is_invalid_and_reported(gates_dir):
+    write_gates(gates_dir, [gate("twice"), gate("twice", default="closed")], "dup.yaml")
+    store = FileStore(gates_dir)
+    state = store.lookup("flux-system", "twice", NOW)
+    assert (state.open, state.reason) == (False, "Invalid")
+    assert "defined twice in dup.yaml" in state.message
+    assert "flux-system/twice" in store.problems
+
+
+def test_yaml_errors_say_where_and_what_without_quoting_the_file(gates_dir):
+    (gates_dir / "secret.yaml").write_text("password: hunter2-do-not-log\ntoken: [unclosed\n")
+    store = FileStore(gates_dir)
+    problem = store.problems[str(gates_dir / "secret.yaml")]
+    assert "hunter2" not in problem and "unclosed" not in problem
+    assert "secret.yaml is broken: invalid YAML at line" in problem and "column" in problem

@@ -216,7 +216,9 @@ def test_reviews_cause_no_api_requests_from_our_server(plane, server):
     # admission path; nothing is asked per review.
     assert all((e["verb"] in ("list", "watch") and e["objectRef"]["resource"] in ("gates", "gatekeepers"))
                or e["objectRef"]["resource"] == "events" for e in new), [(e["verb"], e["requestURI"]) for e in new]
-    assert len(new) <= 12, f"{len(new)} requests by our server during 200 reviews"
+    # Watches renew every --stale-after/2 seconds whatever the load: only the rest could be per review.
+    others = [e for e in new if e["verb"] not in ("list", "watch")]
+    assert len(others) <= 12, f"{len(others)} requests by our server during 200 reviews"
 
 
 def test_the_cache_recovers_from_an_api_server_restart(plane, server, controller):

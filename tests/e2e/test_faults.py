@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 import threading
 from pathlib import Path
 
@@ -172,5 +173,49 @@ def test_a_gate_deleted_while_referenced_closes_with_a_reason(plane, tmp_path):
             "orphan", gates="flux-system/ephemeral", path="./v2"), user=ALICE, check=False),
             lambda r: " is held: " in r.stderr)
         assert "gate 'flux-system/ephemeral' is closed (Gate not found)" in result.stderr
+    finally:
+        server.stop()
+
+
+def test_reviews_fail_safe_within_stale_after_of_losing_the_api_server(plane, tmp_path):
+    """Every review after --stale-after + 1 s without the API server is denied "gate state
+    unknown", and /readyz stays 503, until the API server is back; reconnect attempts do not
+    restart the clock (issue 14, item 2)."""
+    stale_after = 3.0
+    plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(gate("stale-open")))
+    server = cluster_server(plane, tmp_path, "--stale-after", str(stale_after))
+    obj = flux(gates="flux-system/stale-open")
+    body = orjson.dumps(review(request("UPDATE", changed(obj, path="./v2"), obj)))
+    try:
+        assert until(lambda: validate(server, body), lambda r: r["allowed"])["allowed"] is True
+        plane.stop_apiserver()
+        killed = time.monotonic()
+        seen = []
+
+        def observe():
+            verdict = validate(server, body)
+            ready = server.request("GET", "/readyz")[0]
+            seen.append((time.monotonic() - killed, verdict["allowed"], verdict.get("status", {}).get("message", ""),
+                         ready))
+            return seen[-1][0]
+
+        # Watch the first 15 s of the outage: reconnect attempts back off 0.2 s, 0.4 s, ... 6.4 s.
+        until(observe, lambda elapsed: elapsed > 15, timeout=40, interval=0.05)
+        late = [s for s in seen if s[0] > stale_after + 1]
+        assert late, seen
+        wrong = [s for s in late if s[1] or "gate state unknown" not in s[2] or s[3] != 503]
+        assert not wrong, f"answers after {stale_after + 1}s without the API server: {wrong[:5]}"
+        REPORT["API server killed, --stale-after 3"] = (
+            f"first 'gate state unknown' after {min(s[0] for s in seen if not s[1]):.1f}s; "
+            f"{len(late)} reviews after {stale_after + 1:.0f}s, all denied")
+    finally:
+        if not plane.apiserver.alive():
+            plane.start_apiserver()
+    try:
+        # Each worker reconnects on its own backoff: poll until every answer says it is back.
+        status = until(lambda: server.request("GET", "/readyz")[0], lambda code: code == 200, timeout=60)
+        assert status == 200
+        verdict = until(lambda: validate(server, body), lambda r: r["allowed"], timeout=60)
+        assert verdict["allowed"] is True, verdict
     finally:
         server.stop()

@@ -233,6 +233,24 @@ def scrape(server) -> dict[str, float]:
     return samples
 
 
+def test_denied_creates_of_one_new_object_are_one_event_with_a_count(plane, server):
+    """Each attempt to create an object has a new uid: the Event is keyed on kind, namespace,
+    name, message and period instead (issue 14, item 8)."""
+    plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(gate("observed-new", closed=True)))
+    new = kustomization("brand-new", gates="flux-system/observed-new")
+    results = [until(lambda: apply(plane, new), lambda r: " is held: " in r.stderr) for _ in range(6)]
+    assert all(" is held: " in r.stderr for r in results)
+
+    def events():
+        out = plane.kubectl("get", "events", "-n", "apps", "--field-selector",
+                            "involvedObject.name=brand-new,reason=GateClosed", "-o", "json").stdout
+        return orjson.loads(out)["items"]
+
+    items = until(events, lambda e: sum(i.get("count", 0) for i in e) >= 6, timeout=40)
+    assert len(items) == 1, [(e["metadata"]["name"], e.get("count")) for e in items]
+    assert items[0]["count"] >= 6
+
+
 def test_denials_are_events_once_per_period_metrics_move_and_logs_are_json(plane, server):
     plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(gate("observed", closed=True)))
     assert apply(plane, kustomization("watched")).returncode == 0
@@ -292,3 +310,47 @@ def test_receiver_calls_are_counted_and_tokens_never_logged(plane, server):
     assert GATE_ADMISSION.token not in log  # nor the server's own API credentials
     toggles = [orjson.loads(l) for l in log.splitlines() if l.startswith("{") and "closing gate: 'drill'" in l]
     assert toggles and toggles[0]["via"] == "receiver" and toggles[0]["Gate"]["name"] == "guarded"
+
+
+def insecure_kubeconfig(plane, user, name: str) -> Path:
+    config = yaml.safe_load(plane.kubeconfig(user).read_text())
+    cluster = config["clusters"][0]["cluster"]
+    cluster.pop("certificate-authority", None)
+    cluster["insecure-skip-tls-verify"] = True
+    path = plane.workdir / name
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_insecure_kubeconfigs_keep_logs_json_and_kubectl_gate_quiet(plane, tmp_path):
+    """urllib3's InsecureRequestWarning on every API request: one JSON line instead (item 9)."""
+    listed = kubectl_gate(plane, "list", "-A", kubeconfig=insecure_kubeconfig(plane, ADMIN, "kubeconfig-insecure-admin"))
+    assert listed.returncode == 0, listed.stderr
+    assert "Warning" not in listed.stderr, listed.stderr
+    server = start_server(tmp_path, None, "--kubeconfig", str(insecure_kubeconfig(plane, GATE_ADMISSION, "kubeconfig-insecure")),
+                          "--stale-after", "2", "--event-period", "0")
+    try:
+        # Watches renew every second with --stale-after 2: each is a request urllib3 would warn about.
+        def watches() -> int:
+            return sum(1 for line in plane.audit_log.read_text().splitlines()
+                       if '"verb":"watch"' in line and GATE_ADMISSION.name in line)
+
+        before = watches()
+        assert until(watches, lambda n: n >= before + 6, timeout=30) >= before + 6
+        lines = [line for line in server.log().splitlines()
+                 if line.strip() and not line.startswith("gate-admission: wrote")]  # --generate-certs' own note
+        not_json = [line for line in lines if not line.startswith("{")]
+        assert not not_json, not_json[:5]
+        assert any("certificate is not verified" in line for line in lines)
+    finally:
+        server.stop()
+
+
+def test_a_controller_that_cannot_hold_its_lease_says_so_and_exits(plane, tmp_path):
+    result = subprocess.run([str(BIN / "gate-admission"), "controller", "--kubeconfig", str(plane.kubeconfig(CONTROLLER)),
+                             "--lease-namespace", "no-such-namespace", "--health-port", "0"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    # One plain line says why (the background threads' JSON lines may come after it).
+    assert any(line.startswith("gate-admission controller: cannot hold Lease no-such-namespace/gate-admission-controller")
+               for line in result.stderr.splitlines()), result.stderr[-2000:]

@@ -1,5 +1,7 @@
 """SPEC §2 (Gate) and §3 (GateKeeper), evaluated at explicit times."""
 
+from datetime import timedelta
+
 import pytest
 
 from admission.core import gates as g
@@ -243,3 +245,38 @@ def test_not_found_and_unknown_are_closed():
     assert g.not_found("ns", "x").open is False and g.not_found("ns", "x").reason == names.REASON_NOT_FOUND
     u = g.unknown("ns", "x", "gate cache not synced")
     assert (u.open, u.reason, u.message) == (False, names.REASON_UNKNOWN, "gate state unknown: gate cache not synced")
+
+
+# -- bounded evaluation cost (issue 14, item 3) ----------------------------------------------
+ALTERNATING = ["*/2 * * * *", "1-59/2 * * * *"]  # together: every minute, so the gate never opens
+
+
+def test_more_schedule_entries_than_the_bounds_make_the_gate_invalid_and_closed():
+    too_long = keeper("k", "g", closed=["0 0 29 2 *"] * (g.MAX_ENTRIES_PER_LIST + 1))
+    result = state(gate("g"), [too_long])
+    assert (result.open, result.reason) == (False, names.REASON_INVALID)
+    assert f"cronjob.closed has {g.MAX_ENTRIES_PER_LIST + 1} entries, more than {g.MAX_ENTRIES_PER_LIST}" in result.message
+    many = [keeper(f"k{i}", "g", closed=["0 0 29 2 *"] * g.MAX_ENTRIES_PER_LIST) for i in range(3)]
+    result = state(gate("g"), many)
+    assert (result.open, result.reason) == (False, names.REASON_INVALID)
+    assert f"more than {g.MAX_ENTRIES}" in result.message
+
+
+def test_a_hostile_gatekeeper_costs_a_bounded_number_of_cron_searches(monkeypatch):
+    """The issue's GateKeeper, cut to the schema's bounds, evaluated once a minute for an hour:
+    it stays closed, its next transition is unknown (never "open"), and cron is searched a
+    bounded number of times, not thousands of times per evaluation."""
+    from admission.core import schedule
+
+    searches = []
+    real = schedule.CronSim
+    monkeypatch.setattr(schedule, "CronSim", lambda *args, **kw: searches.append(args[0]) or real(*args, **kw))
+    schedule._entry.cache_clear()
+    schedule._parse_cron.cache_clear()
+    windows = [{"cron": f"{m} 0 29 2 *", "duration": "1m"} for m in range(g.MAX_ENTRIES_PER_LIST - 2)]
+    hostile = keeper("k", "g", closed=ALTERNATING + windows, opened=[{"cron": "0 0 29 2 *", "duration": "1m"}] * 16)
+    compiled = compile_gate(gate("g"), [hostile])
+    for minute in range(60):
+        result = evaluate(compiled, at("2026-11-22T02:00") + timedelta(minutes=minute, seconds=30))
+        assert (result.open, result.reason, result.next_transition) == (False, names.REASON_SCHEDULED, None)
+    assert len(searches) <= 3 * g.MAX_ENTRIES, f"{len(searches)} cron searches"

@@ -89,3 +89,13 @@ def test_constructors():
 
 def test_long_messages_are_bounded():
     assert len(denied("x" * 10000)["status"]["message"]) == 4000
+
+
+def test_a_uid_over_the_limit_says_so():
+    from admission.webhook.review import MAX_UID, ReviewError, parse_review
+    import orjson as _orjson
+    body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "u" * (MAX_UID + 1), "kind": {"group": "", "version": "v1", "kind": "X"},
+                        "operation": "DELETE", "userInfo": {}}}
+    with pytest.raises(ReviewError, match=f"request.uid is {MAX_UID + 1} characters long, more than {MAX_UID}"):
+        parse_review(_orjson.dumps(body))

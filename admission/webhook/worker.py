@@ -1,0 +1,311 @@
+"""A gunicorn worker whose threads only ever run requests that have fully arrived.
+
+gunicorn's gthread worker hands a new connection to a thread, which then does the TLS
+handshake and reads the request, blocking: a client that connects and sends nothing (or a
+header byte a second) holds that thread, and a dozen such clients hold every thread of a pod.
+Here the worker's event loop does the handshake and reads the whole request (headers and
+body) without blocking, under a deadline, and only then gives it to a thread. Kept-alive
+connections wait in the same loop between requests, so an idle or slow client costs a file
+descriptor and a few kilobytes, never a thread. Bodies over ``LARGE_BODY`` take one of
+``LARGE_AT_ONCE`` slots per worker while they are read and judged, which bounds the memory
+and the GIL time that big reviews can take from small ones.
+
+On SIGTERM the worker keeps accepting and serving for ``shutdown_delay`` seconds (a Pod's
+endpoint is removed while it is already terminating), answering every request with
+``Connection: close`` so that clients move to another replica; then it stops accepting, takes
+what is still in the listen backlog, and finishes the requests in flight.
+"""
+
+from __future__ import annotations
+
+import errno
+import re
+import selectors
+import socket
+import ssl
+import time
+from functools import partial
+
+import orjson
+from gunicorn import http
+from gunicorn.workers.gthread import ThreadWorker
+
+REQUEST_SECONDS = 10.0  # handshake + headers + body of a request; a new connection's clock starts at accept
+MAX_HEAD = 64 * 1024  # request line and headers; gunicorn's own limits (414/431) apply within this
+LARGE_BODY = 64 * 1024  # bodies above this share LARGE_AT_ONCE slots per worker (so 1,000 stalled small bodies hold 64 MiB at most)
+LARGE_AT_ONCE = 1  # decoding a multi-MiB review holds the GIL (orjson): one at a time per worker
+LINGER_SECONDS = 2.0  # after refusing a request, read and drop what the client still sends, then close
+IO_SECONDS = 10.0  # a thread's socket reads and writes time out (never wait forever on a client)
+
+_CONTENT_LENGTH = re.compile(rb"^content-length[ \t]*:[ \t]*([0-9]{1,15})[ \t]*$", re.I | re.M)
+_TRANSFER_ENCODING = re.compile(rb"^transfer-encoding[ \t]*:", re.I | re.M)
+_REASONS = {408: "Request Timeout", 411: "Length Required", 413: "Request Entity Too Large",
+            431: "Request Header Fields Too Large"}
+
+
+class _Refused(Exception):
+    def __init__(self, status: int, why: str):
+        super().__init__(why)
+        self.status, self.why = status, why
+
+
+class BoundedSSLSocket(ssl.SSLSocket):
+    """An SSL socket whose blocking mode has a timeout: gunicorn sets sockets blocking in its
+    threads, and a client that stops reading our response must not hold a thread forever."""
+
+    def setblocking(self, flag: bool) -> None:
+        self.settimeout(IO_SECONDS if flag else 0.0)
+
+
+class PreReadWorker(ThreadWorker):
+    """gthread, but TLS handshakes and request reads happen in the event loop, with deadlines."""
+
+    max_body = 6 * 1024 * 1024  # set by admission.webhook.server.options
+    shutdown_delay = 0.0
+    # Where TLS contexts come from (admission.webhook.tls.ReloadingContext). Not gunicorn's
+    # certfile/keyfile: gunicorn checks those files exist when a worker starts, so a worker
+    # replaced while the files are missing would fail to boot and the master would exit; the
+    # context in memory is the last good certificate, and serving with it is what we want.
+    tls = None
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.arriving: dict = {}  # connection -> None, in arrival order: requests being read
+        self.parked: dict = {}  # connections waiting for a large-body slot
+        self.lingering: dict = {}  # refused connections, draining until their deadline
+        self.large_in_use = 0
+        self.drain_at: float | None = None
+
+    # -- connections ------------------------------------------------------------------
+    def accept(self, listener) -> None:
+        try:
+            client, address = listener.accept()
+        except OSError as err:
+            if err.errno in (errno.EAGAIN, errno.ECONNABORTED, errno.EWOULDBLOCK):
+                return
+            raise
+        self.nr_conns += 1
+        client.setblocking(False)
+        try:
+            if self.tls is not None:
+                context = self.tls.get()
+                context.sslsocket_class = BoundedSSLSocket
+                client = context.wrap_socket(client, server_side=True, do_handshake_on_connect=False,
+                                             suppress_ragged_eofs=True)
+            conn = _new_conn(self.cfg, client, address, listener.getsockname())
+        except (OSError, ValueError):
+            self.nr_conns -= 1
+            client.close()
+            return
+        conn.handshaken = self.tls is None
+        self._arrive(conn)
+
+    def enqueue_req(self, conn) -> None:
+        # gthread calls this for a kept-alive connection that already holds the start of its
+        # next request (pipelining): read the rest in the loop, like any other request.
+        self._arrive(conn)
+
+    def on_client_socket_readable(self, conn, client) -> None:
+        self.poller.unregister(client)
+        self.keepalived_conns.remove(conn)
+        conn.watching = 0
+        self._arrive(conn)
+
+    def _arrive(self, conn) -> None:
+        """Start reading a request on ``conn`` (new, or kept alive after the last one)."""
+        held = conn.parser.unreader.take_buffered() if conn.parser is not None else b""
+        conn.buf = bytearray(held)
+        conn.need = None
+        conn.wants_large = conn.large = False
+        conn.deadline = time.monotonic() + REQUEST_SECONDS
+        conn.watching = getattr(conn, "watching", 0)
+        self.arriving[conn] = None
+        self._progress(conn)
+
+    def _progress(self, conn, _fileobj=None) -> None:
+        try:
+            if not conn.handshaken:
+                conn.sock.do_handshake()
+                conn.handshaken = True
+            while not self._complete(conn):
+                if conn in self.parked:
+                    return
+                data = conn.sock.recv(65536)
+                if not data:
+                    self._close(conn)
+                    return
+                conn.buf += data
+        except ssl.SSLWantReadError:
+            self._watch(conn, selectors.EVENT_READ)
+            return
+        except ssl.SSLWantWriteError:
+            self._watch(conn, selectors.EVENT_WRITE)
+            return
+        except BlockingIOError:
+            self._watch(conn, selectors.EVENT_READ)
+            return
+        except _Refused as refused:
+            self._refuse(conn, refused.status, refused.why)
+            return
+        except (OSError, ValueError):  # handshake failures, resets
+            self._close(conn)
+            return
+        self._dispatch(conn)
+
+    def _complete(self, conn) -> bool:
+        """Whether the whole request is in ``conn.buf``; claims a large-body slot when needed."""
+        if conn.need is None:
+            end = conn.buf.find(b"\r\n\r\n")
+            if end < 0:
+                if len(conn.buf) > MAX_HEAD:
+                    raise _Refused(431, f"request line and headers larger than {MAX_HEAD} bytes")
+                return False
+            head = bytes(conn.buf[:end])
+            if _TRANSFER_ENCODING.search(head):
+                raise _Refused(411, "send a Content-Length; Transfer-Encoding is not accepted")
+            lengths = set(_CONTENT_LENGTH.findall(head))
+            # None or conflicting values: no body is read here, gunicorn's parser decides.
+            length = int(lengths.pop()) if len(lengths) == 1 else 0
+            if length > self.max_body:
+                raise _Refused(413, f"body larger than {self.max_body} bytes")
+            conn.need = end + 4 + length
+            conn.wants_large = length > LARGE_BODY
+        if conn.wants_large and not conn.large:
+            if self.large_in_use >= LARGE_AT_ONCE:
+                self._unwatch(conn)
+                self.parked[conn] = None
+                return False
+            self.parked.pop(conn, None)
+            self.large_in_use += 1
+            conn.large = True
+        return len(conn.buf) >= conn.need
+
+    def _dispatch(self, conn) -> None:
+        self._unwatch(conn)
+        self.arriving.pop(conn, None)
+        if conn.parser is None:
+            conn.parser = http.get_parser(self.cfg, conn.sock, conn.client)
+        conn.parser.unreader.unread(bytes(conn.buf))
+        conn.buf = None
+        conn.initialized = conn.data_ready = True  # gthread must not wrap, wait or handshake again
+        ThreadWorker.enqueue_req(self, conn)
+
+    def finish_request(self, conn, fs) -> None:
+        if getattr(conn, "large", False):
+            self._release_large(conn)
+        super().finish_request(conn, fs)
+
+    def _release_large(self, conn) -> None:
+        conn.large = False
+        self.large_in_use -= 1
+        if self.parked:
+            waiting = next(iter(self.parked))
+            self._progress(waiting)
+
+    # -- selector bookkeeping -----------------------------------------------------------
+    def _watch(self, conn, events: int) -> None:
+        if conn.watching == events:
+            return
+        callback = partial(self._progress, conn)
+        if conn.watching:
+            self.poller.modify(conn.sock, events, callback)
+        else:
+            self.poller.register(conn.sock, events, callback)
+        conn.watching = events
+
+    def _unwatch(self, conn) -> None:
+        if conn.watching:
+            try:
+                self.poller.unregister(conn.sock)
+            except (KeyError, ValueError, OSError):
+                pass
+            conn.watching = 0
+
+    def _close(self, conn) -> None:
+        self._unwatch(conn)
+        self.arriving.pop(conn, None)
+        self.parked.pop(conn, None)
+        self.lingering.pop(conn, None)
+        if getattr(conn, "large", False):
+            self._release_large(conn)
+        self.nr_conns -= 1
+        conn.close()
+
+    def _refuse(self, conn, status: int, why: str) -> None:
+        """Answer ``status`` from the loop and close, reading (and dropping) what the client still
+        sends for a moment, so that closing does not reset the connection before it reads the answer."""
+        body = orjson.dumps({"error": why})
+        answer = (f"HTTP/1.1 {status} {_REASONS[status]}\r\nConnection: close\r\nContent-Type: application/json\r\n"
+                  f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+        self.arriving.pop(conn, None)
+        self.parked.pop(conn, None)
+        if getattr(conn, "large", False):
+            self._release_large(conn)
+        try:
+            conn.sock.send(answer)
+        except (OSError, ValueError):
+            pass
+        conn.deadline = time.monotonic() + LINGER_SECONDS
+        self.lingering[conn] = None
+        self._unwatch(conn)
+        conn.watching = selectors.EVENT_READ
+        self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._drop_input, conn))
+
+    def _drop_input(self, conn, _fileobj=None) -> None:
+        try:
+            while conn.sock.recv(65536):
+                pass
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
+            return
+        except (OSError, ValueError):
+            pass
+        self._close(conn)
+
+    def murder_pending(self) -> None:
+        """Also close connections whose request did not arrive in time, and refused ones."""
+        super().murder_pending()
+        now = time.monotonic()
+        for group in (self.arriving, self.lingering):
+            for conn in [c for c in group if c.deadline <= now]:
+                if group is self.arriving and conn.handshaken and conn.buf:
+                    self._refuse(conn, 408, f"request not received within {REQUEST_SECONDS:.0f}s")
+                else:
+                    self._close(conn)
+        if self.drain_at is not None and self.alive and now >= self.drain_at:
+            self._stop_accepting()
+
+    # -- shutdown -----------------------------------------------------------------------
+    def handle_exit(self, sig, frame) -> None:
+        """SIGTERM: keep serving for ``shutdown_delay`` with keep-alive off, then drain."""
+        if self.drain_at is None and self.alive:
+            self.drain_at = time.monotonic() + self.shutdown_delay
+            # gthread closes the connection after a response when it keeps this many alive:
+            # from now on every response says "Connection: close".
+            self.max_keepalived = 0
+            self.method_queue.defer(lambda: None)  # wake the loop
+            return
+        super().handle_exit(sig, frame)
+
+    def _stop_accepting(self) -> None:
+        # Take what already waits in the backlog (those clients connected while we served),
+        # then stop; gthread's loop then finishes the requests in flight.
+        self.set_accept_enabled(False)
+        for listener in self.sockets:
+            for _ in range(self.worker_connections):
+                before = self.nr_conns
+                try:
+                    self.accept(listener)
+                except OSError:
+                    break
+                if self.nr_conns == before:
+                    break
+            listener.close()  # new connections go to the other replicas (or are refused), not into a dead backlog
+        self.alive = False
+
+
+def _new_conn(cfg, client: socket.socket, address, server):
+    from gunicorn.workers.gthread import TConn
+
+    conn = TConn(cfg, client, address, server)
+    conn.watching = 0
+    return conn

@@ -1,0 +1,114 @@
+"""Worst-case cost of evaluating one gate whose GateKeepers are as hostile as the CRD allows.
+
+Each candidate is schema-valid (manifests/crds: at most 16 entries per list, and the code's 32
+entries per gate over all its GateKeepers). For each: the first evaluation after the GateKeepers
+are read (caches of parsed crons and entries cleared: "cold"), then one evaluation per minute
+for an hour after it, as lookups would ("warm"). Times are the thread's CPU time: on a shared
+machine wall-clock figures measure the neighbours. Prints the worst of each and the command.
+
+    .venv/bin/python bench/gatekeeper.py [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from admission.core import gates, schedule  # noqa: E402
+
+NOW = datetime(2026, 11, 22, 2, 13, 30, tzinfo=timezone.utc)
+PER_LIST = gates.MAX_ENTRIES_PER_LIST
+
+
+def keeper(name: str, closed: list, opened: list = (), zone: str | None = None) -> dict:
+    spec = {"gate": "g", "type": "cronexpression", "cronjob": {"closed": list(closed), "opened": list(opened)}}
+    if zone:
+        spec["timeZone"] = zone
+    return {"metadata": {"name": name, "namespace": "default"}, "spec": spec}
+
+
+def window(cron: str, duration: str = "1m") -> dict:
+    return {"cron": cron, "duration": duration}
+
+
+# The issue's GateKeeper, cut to the schema's bounds: two strings that together match every
+# minute (so the state never changes and the next transition is searched for ever), and
+# copies of a window that fires once every four years.
+ALTERNATING = ["*/2 * * * *", "1-59/2 * * * *"]
+CANDIDATES = {
+    "issue: alternating minutes + 30 copies of Feb 29 windows": [
+        keeper("a", ALTERNATING + [window("0 0 29 2 *")] * (PER_LIST - 2), [window("0 0 29 2 *")] * PER_LIST),
+    ],
+    "32 distinct Feb 29 windows (nothing shared)": [
+        keeper("a", [window(f"{m} 0 29 2 *") for m in range(PER_LIST)]),
+        keeper("b", [window(f"{m} 1 29 2 *") for m in range(PER_LIST)]),
+    ],
+    "alternating minutes + 30 distinct Feb 29 windows": [
+        keeper("a", ALTERNATING + [window(f"{m} 0 29 2 *") for m in range(PER_LIST - 2)],
+               [window(f"{m} 1 29 2 *") for m in range(PER_LIST)]),
+    ],
+    "32 distinct sparse minute-match strings": [
+        keeper("a", [f"{m} 0 29 2 *" for m in range(PER_LIST)], [f"{m} 1 29 2 *" for m in range(PER_LIST)]),
+    ],
+    "32 windows on 5th Mondays or Feb 29, DST zone": [
+        keeper("a", [window(f"{m} 2 29 2 MON#5", "61m") for m in range(PER_LIST)],
+               [window(f"{m} 3 L 2 1#5", "2h") for m in range(PER_LIST)], zone="America/Santiago"),
+    ],
+    "alternating minutes in two zones + overlapping long windows": [
+        keeper("a", ALTERNATING + [window(f"*/{k} * * * *", "400h") for k in range(2, PER_LIST)],
+               [f"CRON_TZ=Asia/Kathmandu {m}-59/7 * * * *" for m in range(PER_LIST)]),
+    ],
+}
+GATE = {"metadata": {"name": "g", "namespace": "default"}, "spec": {"default": "opened"}}
+
+
+def clear_caches() -> None:
+    schedule._entry.cache_clear()
+    schedule._parse_cron.cache_clear()
+
+
+def measure(keepers: list[dict]) -> tuple[float, float, gates.GateState]:
+    clear_caches()
+    started = time.thread_time()
+    compiled = gates.compile_gate(GATE, keepers)
+    state = gates.evaluate(compiled, NOW)
+    cold = time.thread_time() - started
+    warm = 0.0
+    for minute in range(1, 61):
+        started = time.thread_time()
+        gates.evaluate(compiled, NOW + timedelta(minutes=minute, seconds=minute % 7))
+        warm = max(warm, time.thread_time() - started)
+    return cold, warm, state
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    print(f"# .venv/bin/python bench/gatekeeper.py --rounds {args.rounds}")
+    print("| candidate | entries | state | next transition | cold CPU ms (min / max) | warm CPU ms, worst minute (min / max) |")
+    print("|---|---|---|---|---|---|")
+    worst_cold = worst_warm = 0.0
+    for name, keepers in CANDIDATES.items():
+        entries = sum(len(k["spec"]["cronjob"]["closed"]) + len(k["spec"]["cronjob"]["opened"]) for k in keepers)
+        colds, warms = [], []
+        for _ in range(args.rounds):
+            cold, warm, state = measure(keepers)
+            colds.append(cold * 1000)
+            warms.append(warm * 1000)
+        assert state.reason != gates.INVALID, state.message
+        worst_cold, worst_warm = max(worst_cold, min(colds)), max(worst_warm, min(warms))
+        nxt = state.next_transition.isoformat() if state.next_transition else "unknown"
+        print(f"| {name} | {entries} | {'open' if state.open else 'closed'} ({state.reason}) | {nxt} | "
+              f"{min(colds):.2f} / {max(colds):.2f} | {min(warms):.2f} / {max(warms):.2f} |")
+    print(f"\nworst (best of {args.rounds} rounds): cold {worst_cold:.2f} ms, warm {worst_warm:.2f} ms (target <= 5 ms)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

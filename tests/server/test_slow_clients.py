@@ -1,0 +1,202 @@
+"""Idle and slow clients against the real server (gunicorn, TLS): they must never hold the
+threads that answer other clients' reviews (issue 14, item 1), and SIGTERM drains (item 9)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import ssl
+
+import orjson
+import pytest
+
+from tests.builders import changed, flux, gate, request, review
+from tests.conftest import write_gates
+from tests.polling import until
+from tests.processes import GateServer
+
+KS = flux(gates="flux-system/sre-approval")
+BODY = orjson.dumps(review(request("UPDATE", changed(KS, path="./b"), KS)))
+# Not a benchmark: a review that waits for a thread held by an idle client waits for as long as
+# that client stays (minutes); one that does not is answered in milliseconds.
+ANSWER_WITHIN = 3.0
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("slow")
+    gates = tmp / "gates"
+    gates.mkdir()
+    write_gates(gates, [gate("sre-approval", default="closed")])
+    srv = GateServer(tmp, "--gates-dir", str(gates), "--workers", "2", "--threads", "4")
+    try:
+        srv.wait_ready()
+        yield srv
+    finally:
+        srv.stop()
+
+
+def review_answered(server: GateServer) -> bool:
+    conn = server.connection(timeout=ANSWER_WITHIN)
+    try:
+        conn.request("POST", "/validate", body=BODY, headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        return resp.status == 200 and orjson.loads(resp.read())["response"]["allowed"] is False
+    finally:
+        conn.close()
+
+
+def tls_connect(server: GateServer) -> ssl.SSLSocket:
+    raw = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    return server.tls().wrap_socket(raw, server_hostname="localhost")
+
+
+def test_idle_and_slow_clients_do_not_hold_the_threads(server):
+    held = []
+    try:
+        for i in range(40):  # 5x the pod's 8 threads, in every state a request can stall in
+            if i % 4 == 0:
+                held.append(socket.create_connection(("127.0.0.1", server.port)))  # no TLS handshake
+            elif i % 4 == 1:
+                held.append(tls_connect(server))  # handshake, then nothing
+            elif i % 4 == 2:
+                sock = tls_connect(server)
+                sock.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Le")  # headers cut short
+                held.append(sock)
+            else:
+                sock = tls_connect(server)
+                sock.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(BODY)
+                             + BODY[:100])  # body cut short
+                held.append(sock)
+        for _ in range(10):
+            assert review_answered(server)
+        status, _ = server.request("GET", "/healthz")
+        assert status == 200
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_idle_keep_alive_connections_do_not_hold_the_threads(server):
+    kept = [server.connection() for _ in range(20)]
+    try:
+        for conn in kept:  # one completed request each, then they stay open, idle
+            conn.request("GET", "/healthz")
+            assert conn.getresponse().read()
+        for _ in range(5):
+            assert review_answered(server)
+        # ...and they are still served when they speak again.
+        status, out = server.request("POST", "/validate", BODY, conn=kept[0])
+        assert status == 200 and out["response"]["allowed"] is False
+    finally:
+        for conn in kept:
+            conn.close()
+
+
+def test_a_client_that_never_finishes_its_request_is_closed(server):
+    sock = tls_connect(server)
+    sock.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+    sock.settimeout(30)
+    answer = sock.recv(4096)  # the server gives up on it (after 10 s), with a 408 or by closing
+    assert answer == b"" or answer.startswith(b"HTTP/1.1 408"), answer
+    sock.close()
+
+
+@pytest.mark.parametrize("head, status", [
+    (b"POST /validate HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", b"411"),
+    (b"POST /validate HTTP/1.1\r\nHost: x\r\n" + b"X-Pad: " + b"a" * 70000, b"431"),
+    (b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999\r\n\r\n", b"413"),
+])
+def test_requests_a_thread_could_wait_on_are_refused_before_they_reach_one(server, head, status):
+    sock = tls_connect(server)
+    sock.sendall(head)
+    answer = b""
+    while b"\r\n\r\n" not in answer:
+        chunk = sock.recv(4096)
+        assert chunk, f"closed after {answer!r}"
+        answer += chunk
+    sock.close()
+    assert answer.startswith(b"HTTP/1.1 " + status), answer
+
+
+def test_sigterm_keeps_serving_for_the_shutdown_delay_then_drains(tmp_path):
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    write_gates(gates, [gate("sre-approval", default="closed")])
+    srv = GateServer(tmp_path, "--gates-dir", str(gates), "--workers", "1", "--shutdown-delay", "4")
+    try:
+        srv.wait_ready()
+        kept = srv.connection()
+        kept.request("GET", "/healthz")
+        kept.getresponse().read()
+        os.kill(srv.pid, signal.SIGTERM)  # as the kubelet does, to the master only
+        # While the endpoint is being removed, new connections are still served, and every
+        # answer closes its connection so the client moves to another replica.
+        conn = srv.connection(timeout=ANSWER_WITHIN)
+        conn.request("POST", "/validate", body=BODY, headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        assert resp.status == 200 and resp.getheader("Connection") == "close"
+        kept.request("POST", "/validate", body=BODY, headers={"Content-Type": "application/json"})
+        resp = kept.getresponse()
+        assert resp.status == 200 and resp.getheader("Connection") == "close"
+        resp.read()
+        # Then it stops accepting and exits cleanly.
+        until(srv.alive, lambda alive: not alive, timeout=30)
+        assert srv.proc.returncode == 0, srv.log()[-2000:]
+    finally:
+        srv.stop()
+
+
+def test_a_review_larger_than_two_api_server_objects_is_refused(server):
+    """The API server sends at most two 3 MiB objects and an envelope: anything larger is not
+    from it, and decoding it would hold a worker (item 4)."""
+    sock = tls_connect(server)
+    sock.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (6 * 1024 * 1024 + 300 * 1024))
+    answer = sock.recv(4096)
+    sock.close()
+    assert answer.startswith(b"HTTP/1.1 413"), answer
+
+
+def test_stalled_large_uploads_do_not_delay_small_reviews(server):
+    held = []
+    try:
+        for _ in range(10):  # more than the large-body slots of both workers
+            sock = tls_connect(server)
+            sock.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (5 * 1024 * 1024)
+                         + b"[" * 300_000)
+            held.append(sock)
+        for _ in range(5):
+            assert review_answered(server)
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_a_worker_replaced_while_the_certificate_files_are_missing_serves_the_last_good_one(tmp_path):
+    """Item 7: the master must not exit; the new worker serves with the certificate in memory."""
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    write_gates(gates, [gate("sre-approval", default="closed")])
+    srv = GateServer(tmp_path, "--gates-dir", str(gates), "--workers", "1")
+    try:
+        srv.wait_ready()
+        keep = tmp_path / "kept"
+        keep.mkdir()
+        for name in ("tls.crt", "tls.key"):
+            (srv.cert_dir / name).rename(keep / name)
+        victim = srv.children()[0]
+        os.kill(victim, signal.SIGKILL)
+        pids = until(srv.children, lambda pids: len(pids) == 1 and victim not in pids, timeout=30)
+        assert srv.alive(), srv.log()[-2000:]
+        assert len(pids) == 1 and victim not in pids
+        assert until(lambda: _answered_or_false(srv), bool, timeout=30), srv.log()[-2000:]
+    finally:
+        srv.stop()
+
+
+def _answered_or_false(server: GateServer) -> bool:
+    try:
+        return review_answered(server)
+    except OSError:  # the new worker is still starting
+        return False
