@@ -56,7 +56,11 @@ def _trim(obj: dict) -> dict:
 
 class _Reflector:
     """Keeps one kind (gates or gatekeepers) current in the index: list, then watch from the
-    list's resourceVersion; resume after each watch; relist on 410 Gone; back off on errors."""
+    list's resourceVersion; resume after each watch; relist on 410 Gone; back off on errors.
+    A subclass keeps another kind elsewhere by overriding ``group``/``version``, ``_apply``
+    and ``_replace`` (kube/fluxcache.py)."""
+
+    group, version = names.GATING_GROUP, names.GATING_VERSION
 
     def __init__(self, store: "ClusterStore", plural: str):
         self.store, self.plural = store, plural
@@ -78,25 +82,28 @@ class _Reflector:
         self.store.on_change()
 
     def _list(self) -> None:
-        listed = self.store.api.list_cluster_custom_object(names.GATING_GROUP, names.GATING_VERSION, self.plural,
+        listed = self.store.api.list_cluster_custom_object(self.group, self.version, self.plural,
                                                           _request_timeout=(5, 30))
         items = [_trim(item) for item in listed.get("items") or []]
-        if self.plural == names.GATE_PLURAL:
-            self.store.index.replace_all(items, None)
-        else:
-            self.store.index.replace_all(None, items)
-        self.store.on_change()
+        self._replace(items)
         self.resource_version = listed["metadata"]["resourceVersion"]
         self.relists += 1
         self.synced = True
         log.info("listed", extra={"resource": self.plural, "count": len(items), "resourceVersion": self.resource_version})
 
+    def _replace(self, items: list[dict]) -> None:
+        if self.plural == names.GATE_PLURAL:
+            self.store.index.replace_all(items, None)
+        else:
+            self.store.index.replace_all(None, items)
+        self.store.on_change()
+
     def _watch(self) -> None:
         stream = watch.Watch()
         self.store._streams.add(stream)
         try:
-            for event in stream.stream(self.store.api.list_cluster_custom_object, names.GATING_GROUP,
-                                       names.GATING_VERSION, self.plural, resource_version=self.resource_version,
+            for event in stream.stream(self.store.api.list_cluster_custom_object, self.group,
+                                       self.version, self.plural, resource_version=self.resource_version,
                                        allow_watch_bookmarks=True, timeout_seconds=WATCH_SECONDS,
                                        _request_timeout=(5, WATCH_SECONDS + 15)):
                 self._connected()
