@@ -20,7 +20,7 @@ from admission.core.decision import Decision, Settings
 from admission.webhook.handlers import Handler, Outcome
 from admission.webhook.review import AdmissionReview, ReviewError, allowed, complete, errored, parse_review
 from admission.clock import utcnow
-from admission.store import GateStore
+from admission.store import GateStore, Sources
 
 log = logging.getLogger("admission.decisions")
 MAX_BODY = 7 * 1024 * 1024  # the API server's own request limit is 3 MiB; leave room for both objects
@@ -43,6 +43,7 @@ def _log_decision(review: AdmissionReview, decision: Decision, response: dict, d
         "verdict": _verdict(decision, response),
         "mode": decision.mode,
         "change": decision.change,
+        "held": decision.held_what,  # edit or content (None when nothing is held)
         "dryRun": dry_run,
     }
     if hold is not None:
@@ -62,6 +63,8 @@ def _verdict(decision: Decision, response: dict) -> str:
         return "exempt"
     if not response.get("allowed"):
         return "error" if response.get("status", {}).get("code") == 500 else "denied"
+    if decision.held and decision.mode == "enforce" and decision.allowed:
+        return "rewritten"  # the mutating webhook put the served content back
     if decision.held:
         return "audited"
     return "patched" if "patch" in response else "allowed"
@@ -74,15 +77,20 @@ def _count(endpoint: str, review: AdmissionReview, outcome: Outcome, settings: S
     kind_label = kind["kind"] if kinds.is_gated_kind(kind["group"], kind["kind"]) else "other"
     operation = req["operation"] + ("/status" if req.get("subResource") == "status" else "")
     mode = outcome.decision.mode if outcome.decision.held else settings.mode
-    metrics.REVIEWS.labels(endpoint, kind_label, operation, _verdict(outcome.decision, outcome.response), mode).inc()
+    verdict = _verdict(outcome.decision, outcome.response)
+    metrics.REVIEWS.labels(endpoint, kind_label, operation, verdict, mode).inc()
+    if outcome.decision.held_what and (endpoint == "validate" or verdict == "rewritten"):
+        metrics.HOLDS.labels(kind_label, outcome.decision.held_what, verdict).inc()
     metrics.DURATION.labels(endpoint).observe(time.perf_counter() - started)
 
 
 class Reviews:
     """Decode a review, call a handler, encode the answer: one place for both endpoints."""
 
-    def __init__(self, store: GateStore, settings: Settings, clock: Callable[[], datetime], events=None):
+    def __init__(self, store: GateStore, settings: Settings, clock: Callable[[], datetime], events=None,
+                 sources: Sources | None = None):
         self.store, self.settings, self.clock, self.events = store, settings, clock, events
+        self.sources = sources if sources is not None else handlers.NO_SOURCES
 
     def answer(self, handler: Handler, fail_open: bool, body: bytes) -> tuple[int, bytes]:
         """The HTTP status and JSON body for a review ``body``."""
@@ -93,7 +101,7 @@ class Reviews:
             return 400, orjson.dumps({"error": str(err)})
         now = self.clock()
         try:
-            outcome = handler(review["request"], self.store.lookup, now, self.settings)
+            outcome = handler(review["request"], self.store.lookup, now, self.settings, self.sources)
         except RecursionError:
             # orjson decodes 1024 levels; comparing or printing ~1000 exceeds Python's limit.
             return 400, orjson.dumps({"error": "request nests values too deeply to be judged"})
@@ -103,8 +111,9 @@ class Reviews:
                 else errored(f"gate-admission could not evaluate this request: {err}")
             outcome = Outcome(response, Decision(allowed=fail_open))
         endpoint = "validate" if handler is handlers.validate else "mutate"
-        if endpoint == "validate":
+        if endpoint == "validate" or _verdict(outcome.decision, outcome.response) == "rewritten":
             _log_decision(review, outcome.decision, outcome.response, bool(review["request"].get("dryRun")))
+        if endpoint == "validate":
             if self.events is not None and outcome.decision.held and not outcome.decision.allowed:
                 self.events.record(review["request"], outcome.decision.message or "", now)
         payload = orjson.dumps(complete(review, outcome.response))
@@ -163,10 +172,11 @@ def _read_body(environ: dict) -> bytes | None:
 
 def create_app(store: GateStore, settings: Settings | None = None,
                clock: Callable[[], datetime] = utcnow, receiver: Blueprint | None = None,
-               events=None) -> Flask:
+               events=None, sources: Sources | None = None) -> Flask:
     """Build the app around a gate store; ``clock`` is the one place time is read.
     ``receiver`` adds the open/close hooks (admission.receiver); ``events`` records denials
-    as Kubernetes Events (admission.events)."""
+    as Kubernetes Events (admission.events); ``sources`` are the Flux objects the hold points
+    look up (what each source serves, HelmReleases; none when not given)."""
     settings = settings or Settings()
     app = Flask("admission")
     if receiver is not None:
@@ -175,7 +185,8 @@ def create_app(store: GateStore, settings: Settings | None = None,
     app.extensions["gate_store"] = store
     app.extensions["gate_settings"] = settings
 
-    app.wsgi_app = ReviewRoutes(app.wsgi_app, Reviews(store, settings, clock, events))
+    app.extensions["gate_sources"] = sources
+    app.wsgi_app = ReviewRoutes(app.wsgi_app, Reviews(store, settings, clock, events, sources))
 
     @app.get("/healthz")
     def healthz() -> Response:

@@ -58,7 +58,7 @@ EXPECT = {
     35: Expect(True, refs=(SRE,)),         # client-side apply spec change
     37: Expect(True, refs=(FREEZE,)),      # HelmRelease CREATE
     39: Expect(True, refs=(FREEZE,)),      # chart version bump
-    41: Expect(False),                      # HelmRelease status
+    41: Expect(True, refs=(FREEZE,)),      # HelmRelease status records a new attempt (6.1.0; nothing applied yet)
     43: Expect(True, refs=(FREEZE,), always_held=True),  # OCIRepository CREATE, suspendDuring @always
     45: Expect(True, refs=(FREEZE,), always_held=True),  # OCIRepository artifact
     47: Expect(True),                       # HelmChart CREATE, no gates
