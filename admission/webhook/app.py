@@ -195,6 +195,11 @@ def create_app(store: GateStore, settings: Settings | None = None,
     @app.get("/readyz")
     def readyz() -> Response:
         ready, detail = store.readiness()
+        if sources is not None:  # the hold points read Flux objects: fail safe like the gate cache
+            untrusted = sources.untrusted()
+            detail = {**detail, "fluxObjects": {"ready": untrusted is None,
+                                                **({"reason": untrusted} if untrusted else {})}}
+            ready = ready and untrusted is None
         return _json({"ready": ready, **detail}, 200 if ready else 503)
 
     @app.get("/metrics")
