@@ -344,4 +344,6 @@ def with_condition(conditions: list[dict], kind: str, status: str, reason: str, 
 
 
 def without_condition(conditions: list[dict], kind: str) -> list[dict]:
-    return [c for c in conditions if c.get("type") != kind]
+    """``conditions`` without our condition of type ``kind`` (reason GateClosed): a condition
+    of that type someone else wrote is theirs."""
+    return [c for c in conditions if c.get("type") != kind or c.get("reason") != names.GATE_CLOSED_REASON]
