@@ -132,7 +132,7 @@ def close_gate(plane, server, name: str) -> None:
     closed_at = format_time(datetime.now(timezone.utc) - timedelta(seconds=5))
     plane.kubectl("annotate", "--overwrite", "gate", name, "-n", "flux-system",
                   f"close.gate.fluxcd.io/requestedAt={closed_at}")
-    _wait_server_sees(plane, name, held=True)
+    wait_server_sees(plane, name, held=True)
 
 
 def open_gate(plane, name: str) -> None:
@@ -140,7 +140,7 @@ def open_gate(plane, name: str) -> None:
                   f"open.gate.fluxcd.io/requestedAt={now_rfc3339()}")
 
 
-def _wait_server_sees(plane, gate_name: str, held: bool) -> None:
+def wait_server_sees(plane, gate_name: str, held: bool) -> None:
     probe = yaml.safe_dump({"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
                             "metadata": {"name": f"probe-{gate_name}", "namespace": "apps",
                                          "annotations": {"gating.toolkit.fluxcd.io/gates": f"flux-system/{gate_name}"}},
