@@ -105,8 +105,12 @@ def rewrite_status(kind: str, old: dict | None, new: dict, held: Held | None, no
     object is not held and carries none of our conditions. ``upstream`` is ``(waits, serves)``
     when the source a Kustomization or HelmRelease applies serves content it has not applied."""
     row = kinds.BY_KIND.get(kind)
-    if row is None or not isinstance(new, dict):
+    if row is None or row.hold_condition is None or not isinstance(new, dict):
         return {}
+    if held is None:  # the common case, kept short: only our condition, if any, goes
+        conditions = content.conditions_of(new)
+        kept = content.without_condition(conditions, row.hold_condition)
+        return {"conditions": kept} if len(kept) != len(conditions) else {}
     if row.keeps_content:
         return _keep_content(row, old, new, held, now)
     if row.records_attempts:
