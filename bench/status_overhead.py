@@ -9,7 +9,11 @@ the floor, ours (manifests/webhooks, only the URL differs), and times `--writes`
 writes of each of two gated objects (an open gate): a Kustomization's conditions-only merge
 patch with a resourceVersion precondition (Flux's first request of every status patch), and
 a GitRepository's status write that keeps its artifact (the second request). Both webhooks
-see each write. Reports medians per variant and the ratio ours / floor.
+see each write. Reports medians per variant and the ratio ours / floor, and where the time
+goes: the mean time of each webhook call as the API server measures it
+(apiserver_admission_webhook_admission_duration_seconds, per webhook type) and, for ours, the
+mean time our server spends from decoding a review to encoding its answer
+(gate_admission_review_duration_seconds); the difference is transport (TLS, HTTP, gunicorn).
 """
 
 from __future__ import annotations
@@ -21,8 +25,9 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
+import re
 import ssl
+import urllib.request
 from pathlib import Path
 
 import yaml
@@ -56,6 +61,29 @@ def floor_count(port: int, cert_dir: Path) -> int:
         return int(resp.read())
 
 
+def metric_sums(text: str, name: str, label: str) -> dict[str, tuple[float, float]]:
+    """(sum, count) of histogram ``name`` per value of ``label``, added over other labels."""
+    out: dict[str, list[float]] = {}
+    for line in text.splitlines():
+        for suffix, slot in (("_sum", 0), ("_count", 1)):
+            if line.startswith(name + suffix + "{"):
+                found = re.search(label + r'="([^"]*)"', line)
+                key = found.group(1) if found else ""
+                out.setdefault(key, [0.0, 0.0])[slot] += float(line.rsplit(" ", 1)[1])
+    return {k: (v[0], v[1]) for k, v in out.items()}
+
+
+def apiserver_webhooks(plane) -> dict[str, tuple[float, float]]:
+    request = urllib.request.Request(f"{plane.server}/metrics", headers={"Authorization": "Bearer admin-token"})
+    with urllib.request.urlopen(request, context=ssl._create_unverified_context(), timeout=10) as resp:
+        return metric_sums(resp.read().decode(), "apiserver_admission_webhook_admission_duration_seconds", "type")
+
+
+def ours_handler(server) -> dict[str, tuple[float, float]]:
+    with urllib.request.urlopen(f"{server.url}/metrics", context=server.tls(), timeout=10) as resp:
+        return metric_sums(resp.read().decode(), "gate_admission_review_duration_seconds", "endpoint")
+
+
 def status_writes(api: client.CustomObjectsApi, kind: str, writes: int) -> list[float]:
     group, version, namespace, plural, name = GROUPS[kind]
     out = []
@@ -79,6 +107,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--writes", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--server-args", default="", help="more `gate-admission serve` flags, e.g. '--threads 1'")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-status-"))
     server = floor = None
@@ -87,7 +116,7 @@ def main() -> None:
             plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(gate("bench-gate")))
             plane.kubectl("apply", "-f", "-", input=kustomization("bench", gates="flux-system/bench-gate"), user=ALICE)
             plane.kubectl("apply", "-f", "-", input=git_repository("bench", gates="flux-system/bench-gate"))
-            server = GateServer(work, "--kubeconfig", str(plane.kubeconfig(GATE_ADMISSION)))
+            server = GateServer(work, "--kubeconfig", str(plane.kubeconfig(GATE_ADMISSION)), *args.server_args.split())
             server.wait_ready()
             port = free_port()
             floor = Process([str(build_floor(work)), "-addr", f"127.0.0.1:{port}", "-cert",
@@ -101,13 +130,25 @@ def main() -> None:
             for kind in GROUPS:
                 status_writes(api, kind, 30)  # warm the client's connection
             results: dict[tuple[str, str], list[float]] = {}
+            calls: dict[tuple[str, str], list[float]] = {}  # (variant, webhook type) -> [sum, count]
             for _ in range(args.rounds):
                 for variant in ("none", "floor", "ours"):
                     switch(plane, server, port, variant)
                     for kind in GROUPS:
                         status_writes(api, kind, 20)  # the API server opens its webhook connections
+                    before, handled = apiserver_webhooks(plane), ours_handler(server)
+                    for kind in GROUPS:
                         results.setdefault((variant, kind), []).extend(status_writes(api, kind, args.writes))
-            report(args, results)
+                    for key, (total, count) in apiserver_webhooks(plane).items():
+                        seen = calls.setdefault((variant, key), [0.0, 0.0])
+                        seen[0] += total - before.get(key, (0, 0))[0]
+                        seen[1] += count - before.get(key, (0, 0))[1]
+                    if variant == "ours":
+                        for key, (total, count) in ours_handler(server).items():
+                            seen = calls.setdefault(("handler", key), [0.0, 0.0])
+                            seen[0] += total - handled.get(key, (0, 0))[0]
+                            seen[1] += count - handled.get(key, (0, 0))[1]
+            report(args, results, calls)
         finally:
             for proc in (floor, server):
                 if proc:
@@ -141,8 +182,9 @@ def switch(plane, server, port: int, variant: str) -> None:
     until(lambda: (held(), floor_count(port, server.cert_dir))[1], lambda n: n > before, timeout=30)
 
 
-def report(args, results: dict[tuple[str, str], list[float]]) -> None:
-    print(f"# python bench/status_overhead.py --writes {args.writes} --rounds {args.rounds}  |  {os.cpu_count()} cpus, "
+def report(args, results: dict[tuple[str, str], list[float]], calls: dict[tuple[str, str], list[float]]) -> None:
+    extra = f" --server-args '{args.server_args}'" if args.server_args else ""
+    print(f"# python bench/status_overhead.py --writes {args.writes} --rounds {args.rounds}{extra}  |  {os.cpu_count()} cpus, "
           "kube-apiserver v1.20.2 + etcd on loopback, gate-admission defaults; floor: bench/floor (Go, allow-all)")
     print("write                      variant  median ms  p95 ms   added ms")
     for kind in GROUPS:
@@ -156,6 +198,11 @@ def report(args, results: dict[tuple[str, str], list[float]]) -> None:
         added_floor, added_ours = medians["floor"] - base, medians["ours"] - base
         print(f"{'':<26} ours/floor: {medians['ours'] / medians['floor']:.2f}x per write, "
               f"{added_ours / added_floor if added_floor > 0 else float('nan'):.2f}x of the added latency")
+    print("mean time per webhook call, as the API server sees it (both writes), and in our handler:")
+    for (variant, key), (total, count) in sorted(calls.items()):
+        if count:
+            where = "our handler, decode->encode" if variant == "handler" else f"API server -> {variant}"
+            print(f"  {where:<30} {key:<10} {total / count * 1000:7.2f} ms  ({int(count)} calls)")
 
 
 if __name__ == "__main__":
