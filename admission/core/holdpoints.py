@@ -87,10 +87,9 @@ def _show_approval(row: kinds.FluxKind, old: dict | None, new: dict, held: Held 
         pending = content.new_content(row.kind, old, new) or content.recorded_attempt(row.kind, new) or upstream
     if pending is not None:
         waits, serves = pending
-        generation = content.condition(new, names.READY_CONDITION) or {}
         conditions = content.with_condition(
             conditions, names.READY_CONDITION, "False", names.GATE_CLOSED_REASON,
-            f"{held.message}; {waits} waits, serving {serves}", now, generation.get("observedGeneration"))
+            f"{held.message}; {waits} waits, serving {serves}", now)
         conditions = content.with_condition(
             conditions, names.APPROVED_CONDITION, "False", names.GATE_CLOSED_REASON,
             content.approval_message(held.clauses, waits, serves), now)

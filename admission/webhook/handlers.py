@@ -99,12 +99,12 @@ def _field_ops(changes: dict[str, object], status: object) -> list[dict[str, Any
         kept = {f: v for f, v in changes.items() if v is not holdpoints.REMOVE}
         return [{"op": "add", "path": "/status", "value": kept}] if kept else []
     ops: list[dict[str, Any]] = []
-    for field, value in changes.items():
+    for key, value in changes.items():
         if value is holdpoints.REMOVE:
-            if field in status:
-                ops.append({"op": "remove", "path": f"/status/{_pointer(field)}"})
+            if key in status:
+                ops.append({"op": "remove", "path": f"/status/{_pointer(key)}"})
         else:
-            ops.append({"op": "add", "path": f"/status/{_pointer(field)}", "value": value})
+            ops.append({"op": "add", "path": f"/status/{_pointer(key)}", "value": value})
     return ops
 
 

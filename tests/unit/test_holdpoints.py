@@ -10,7 +10,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from admission.core import content, names
+from admission.core import content
 from admission.core.decision import Settings
 from admission.store import StaticSources
 from admission.webhook import handlers
