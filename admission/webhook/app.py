@@ -186,6 +186,7 @@ def create_app(store: GateStore, settings: Settings | None = None,
     app.extensions["gate_settings"] = settings
 
     app.extensions["gate_sources"] = sources
+    trusted_once: list[bool] = []  # set once the Flux object cache has been trusted
     app.wsgi_app = ReviewRoutes(app.wsgi_app, Reviews(store, settings, clock, events, sources))
 
     @app.get("/healthz")
@@ -195,11 +196,18 @@ def create_app(store: GateStore, settings: Settings | None = None,
     @app.get("/readyz")
     def readyz() -> Response:
         ready, detail = store.readiness()
-        if sources is not None:  # the hold points read Flux objects: fail safe like the gate cache
+        if sources is not None:
             untrusted = sources.untrusted()
+            if untrusted is None:
+                trusted_once.append(True)
             detail = {**detail, "fluxObjects": {"ready": untrusted is None,
                                                 **({"reason": untrusted} if untrusted else {})}}
-            ready = ready and untrusted is None
+            # Not ready until the Flux objects are listed once; after that a stale copy is still
+            # the best knowledge there is (it only shows what waits and which charts inherit
+            # gates), and the gate cache decides readiness (docs/design.md, "Hold points").
+            if untrusted is not None and not trusted_once:
+                ready = False
+                detail.setdefault("reason", untrusted)
         return _json({"ready": ready, **detail}, 200 if ready else 503)
 
     @app.get("/metrics")

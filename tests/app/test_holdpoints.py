@@ -187,13 +187,21 @@ def test_an_object_with_no_gates_is_never_touched(client_with, kind, capfd):
     assert all(line["verdict"] == "allowed" and line["held"] is None for line in decisions(capfd))
 
 
-def test_readiness_fails_safe_while_the_flux_object_cache_is_untrusted(gates_dir):
-    class Unsynced(StaticSources):
+def test_readiness_waits_for_the_flux_object_cache_once_then_only_reports_it(gates_dir):
+    class Cache(StaticSources):
+        reason = "Flux object cache not synced yet (gitrepositories: listing)"
+
         def untrusted(self):
-            return "Flux object cache not synced yet (gitrepositories: listing)"
+            return self.reason
 
     write_gates(gates_dir, GATES)
-    app = create_app(FileStore(gates_dir), Settings(), clock=lambda: FIXED_NOW, sources=Unsynced())
-    response = app.test_client().get("/readyz")
-    assert response.status_code == 503
-    assert response.get_json()["fluxObjects"] == {"ready": False, "reason": Unsynced().untrusted()}
+    cache = Cache()
+    client = create_app(FileStore(gates_dir), Settings(), clock=lambda: FIXED_NOW, sources=cache).test_client()
+    response = client.get("/readyz")
+    assert response.status_code == 503 and response.get_json()["reason"] == cache.reason
+    assert response.get_json()["fluxObjects"] == {"ready": False, "reason": cache.reason}
+    cache.reason = None
+    assert client.get("/readyz").status_code == 200
+    cache.reason = "Flux object cache stale: no watch on helmreleases for 12s (boom)"
+    response = client.get("/readyz")
+    assert response.status_code == 200 and response.get_json()["fluxObjects"]["reason"] == cache.reason
