@@ -74,7 +74,7 @@ def test_controller_rbac_covers_exactly_the_gated_kinds():
     for rule in role["rules"]:
         for group in rule["apiGroups"]:
             if group in flux_groups:
-                assert sorted(rule["verbs"]) == ["get", "list", "patch"], rule
+                assert sorted(rule["verbs"]) == ["list", "patch", "watch"], rule  # a watch cache, and requestedAt
                 granted.setdefault(group, set()).update(rule["resources"])
     assert granted == {g: set(r) for g, r in kinds.resources_by_group().items()}
 
@@ -83,3 +83,19 @@ def test_the_table_has_one_row_per_kind_and_plural():
     assert len({k.kind for k in kinds.FLUX_KINDS}) == len(kinds.FLUX_KINDS)
     assert len({(k.group, k.plural) for k in kinds.FLUX_KINDS}) == len(kinds.FLUX_KINDS)
     assert all(k.versions for k in kinds.FLUX_KINDS)
+
+
+def test_webhook_rbac_reads_exactly_the_kinds_the_hold_points_look_up():
+    role = next(d for d in _docs(MANIFESTS / "rbac" / "webhook.yaml") if d["kind"] == "ClusterRole")
+    flux_groups = set(kinds.resources_by_group())
+    granted: dict[str, set[str]] = {}
+    for rule in role["rules"]:
+        for group in rule["apiGroups"]:
+            if group in flux_groups:
+                assert sorted(rule["verbs"]) == ["list", "watch"], rule  # read-only, never per review
+                granted.setdefault(group, set()).update(rule["resources"])
+    wanted: dict[str, set[str]] = {}
+    for kind in kinds.CACHED_KINDS:
+        row = kinds.BY_KIND[kind]
+        wanted.setdefault(row.group, set()).add(row.plural)
+    assert granted == wanted
