@@ -11,7 +11,7 @@ from admission.core import kinds
 from admission.core import names
 from admission.core.changes import changed_paths, describe_paths, desired_spec, gated_change
 from admission.core.gates import GateState
-from admission.core.references import Policy, metadata, policy_of, suspension_of
+from admission.core.references import Policy, may_be_held, metadata, policy_of, suspension_of
 from admission.core.timefmt import format_time
 
 Lookup = Callable[[str, str, datetime], GateState]
@@ -109,7 +109,8 @@ def mode_of(holds: list[Hold], settings: Settings) -> str:
 
 def holds_of(obj: dict, lookup: Lookup, now: datetime, parents: Parents | None = None) -> list[Hold]:
     """The holds on ``obj`` now: its own, and those of the objects it inherits gates from."""
-    judged = [hold_of(obj, lookup, now), *(hold_of(p, lookup, now) for p in (parents(obj) if parents else ()))]
+    objects = (obj, *(parents(obj) if parents else ()))
+    judged = [hold_of(o, lookup, now) for o in objects if may_be_held(o)]
     return [h for h in judged if h.held]
 
 

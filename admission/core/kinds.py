@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from admission.core import names
 
@@ -37,17 +38,17 @@ class FluxKind:
     def source(self) -> bool:
         return self.content == ARTIFACT
 
-    @property
+    @cached_property  # read on every status write
     def keeps_content(self) -> bool:
         """New content is rewritten back while held (sources, ImagePolicy): Blocked shows it."""
         return self.content in (ARTIFACT, LATEST_IMAGE)
 
-    @property
+    @cached_property
     def records_attempts(self) -> bool:
         """The write recording a new attempt is denied while held: Approved=False shows it."""
         return self.content in (ATTEMPTED_REVISION, ATTEMPTED_RELEASE)
 
-    @property
+    @cached_property
     def hold_condition(self) -> str | None:
         """The condition that says new content waits on a held object of this kind."""
         if self.keeps_content:
