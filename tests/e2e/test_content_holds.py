@@ -234,6 +234,14 @@ def test_objects_that_reference_no_gate_are_never_touched(plane, server, flux):
     assert {c["type"] for c in repo["conditions"]} == {"Ready", "ArtifactInStorage"}
     assert cond(ks, "Ready")["message"] == "Applied revision: main@sha1:eeee0003"
     assert repo["artifact"]["revision"] == "main@sha1:eeee0003"
+    # Field for field what the doubles wrote, but for status.suspended, which our mutating
+    # webhook keeps on every gated kind (SPEC: effective suspension).
+    for double, kind, stored, namespace, name in ((flux.kustomize, "Kustomization", ks, "apps", "app-e"),
+                                                   (flux.git, "GitRepository", repo, "flux-system", "repo-e")):
+        written = double.written[(kind, namespace, name)]
+        assert {k: v for k, v in stored.items() if k != "suspended"} == \
+            {k: v for k, v in written.items() if k != "suspended"}
+        assert stored.get("suspended") is False
 
 
 # -- (b) the source is held instead ------------------------------------------------------------

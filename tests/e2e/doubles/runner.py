@@ -75,6 +75,7 @@ class Double:
         self.cache: dict[str, dict[tuple[str, str], dict]] = {k: {} for k in (self.kind, *self.watched)}
         self.reconciles: list[Reconcile] = []
         self.applied: list[Applied] = []
+        self.written: dict[Key, dict] = {}  # the status each object's last successful reconcile left
         self._queue: dict[Key, tuple[float, str]] = {}
         self._failures: dict[Key, int] = {}
         self._cond = threading.Condition()
@@ -137,6 +138,7 @@ class Double:
                 log.exception("reconcile failed")
                 record.error = f"{type(err).__name__}: {err}"
             if record.error is None:
+                self.written[key] = copy.deepcopy(obj.get("status") or {})
                 self._failures.pop(key, None)
                 interval = parse_duration(str((obj.get("spec") or {}).get("interval") or "10m")).total_seconds()
                 self.enqueue(key[1], key[2], "interval", delay=interval)
