@@ -20,6 +20,10 @@ FLUX_API = {
     "HelmRepository": "source.toolkit.fluxcd.io/v1",
     "HelmChart": "source.toolkit.fluxcd.io/v1",
     "Bucket": "source.toolkit.fluxcd.io/v1",
+    "ExternalArtifact": "source.toolkit.fluxcd.io/v1",
+    "ImagePolicy": "image.toolkit.fluxcd.io/v1",
+    "ImageRepository": "image.toolkit.fluxcd.io/v1",
+    "ImageUpdateAutomation": "image.toolkit.fluxcd.io/v1",
 }
 FLUX_KINDS = tuple(FLUX_API)
 FLUX_USER = {"username": "system:serviceaccount:flux-system:kustomize-controller",

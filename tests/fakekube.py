@@ -159,3 +159,37 @@ class FakeKube:
     @staticmethod
     def _model(obj: dict, type_name: str):
         return _SERDE.deserialize(json.dumps(obj), type_name, "application/json")
+
+
+class FakeFluxCache:
+    """The controller's view of FluxCache, read straight from a FakeKube (always synced)."""
+
+    def __init__(self, kube: FakeKube):
+        from admission.core.kinds import FLUX_KINDS
+        self.kube, self.rows = kube, {row.kind: row for row in FLUX_KINDS}
+        self.on_change = lambda kind, old, new: None
+
+    def kinds(self) -> list[str]:
+        return list(self.rows)
+
+    def objects(self, kind: str) -> list[dict]:
+        return [{**obj, "kind": kind} for obj in self.kube.of(self.rows[kind].plural)]
+
+    def get(self, kind: str, namespace: str, name: str) -> dict | None:
+        obj = self.kube.get(self.rows[kind].plural, namespace, name)
+        return None if obj is None else {**obj, "kind": kind}
+
+    def version(self, kind: str) -> str:
+        return self.rows[kind].versions[0]
+
+    def untrusted(self) -> None:
+        return None
+
+    def readiness(self) -> dict:
+        return {}
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass

@@ -156,14 +156,20 @@ def _app_factory(args: argparse.Namespace):
         logs.configure(args.log_level)
         receiver = events = None
         if args.gates_dir:
+            from admission.store import StaticSources
             from admission.store.files import FileStore
             store = FileStore(args.gates_dir)
+            sources = StaticSources()  # no cluster, no Flux objects (docs/design.md, "Hold points")
         else:
             from admission.kube.client import api_client
             from admission.kube.reflector import ClusterStore
             from admission.kube.gatewriter import cluster_patcher
             api = api_client(args.kubeconfig)
             store = ClusterStore(api, stale_after=args.stale_after)
+            from admission.core.kinds import CACHED_KINDS
+            from admission.kube.fluxcache import FluxCache
+            # What each source serves, and HelmReleases: read by the hold points, per worker.
+            sources = FluxCache(api, sorted(CACHED_KINDS), stale_after=args.stale_after)
             if args.receiver_token_file:
                 from admission.webhook import receiver as hooks
                 from admission.observability.metrics import RECEIVER
@@ -174,7 +180,9 @@ def _app_factory(args: argparse.Namespace):
                 events = DenialEvents(api, period=args.event_period)
                 events.start()
         store.start()
-        return create_app(store, settings, receiver=receiver, events=events, calendar=args.calendar)
+        sources.start()
+        return create_app(store, settings, receiver=receiver, events=events, calendar=args.calendar,
+                          sources=sources)
 
     return factory
 
@@ -236,7 +244,7 @@ def run_controller(args: argparse.Namespace) -> int:
         notifier.start()
     controller = Controller(api, is_leader=elector.is_leader if elector else None, notifier=notifier)
     if args.health_port:
-        serve_health(args.health_port, lambda: controller.store.readiness())
+        serve_health(args.health_port, controller.readiness)
     if elector:
         elector.start()
     for sig in (signal.SIGTERM, signal.SIGINT):

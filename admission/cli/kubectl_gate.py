@@ -24,6 +24,7 @@ import yaml
 
 from admission.cli.settings import add_policy_flags, policy_settings
 from admission.clock import utcnow
+from admission.core import content
 from admission.core import kinds
 from admission.core import names
 from admission.core.applied import apply_request, user_info
@@ -135,6 +136,22 @@ def _referencing(objects: list[dict], key: str) -> list[dict]:
     return [o for o in objects if key in {r.key for r in policy_of(o).refs}]
 
 
+def _waiting_on(objects: list[dict], key: str) -> list[tuple[dict, content.Waiting]]:
+    """Objects where new content waits because gate ``key`` is closed (their Blocked or
+    Approved condition names it), with what waits and what they serve meanwhile."""
+    found = []
+    for obj in objects:
+        waiting = content.waiting(obj)
+        if waiting is not None and key in waiting.gates:
+            found.append((obj, waiting))
+    return found
+
+
+def _name(obj: dict) -> str:
+    meta = metadata(obj)
+    return f"{obj['kind']}/{meta['namespace']}/{meta['name']}"
+
+
 def _gates(args: argparse.Namespace) -> tuple[Cluster | None, GateIndex, datetime, str | None]:
     """The cluster (None offline), its gates, now, and the namespace to look in."""
     cluster = None if args.gates_dir else _connect(args)
@@ -180,12 +197,15 @@ def cmd_list(args: argparse.Namespace) -> int:
             continue
         row = _state_row(index.lookup(ns, name, now))
         refs = _referencing(objects, f"{ns}/{name}")
-        row["referencedBy"] = [f"{o['kind']}/{metadata(o)['namespace']}/{metadata(o)['name']}" for o in refs]
+        row["referencedBy"] = [_name(o) for o in refs]
+        row["holding"] = [_name(o) for o, _ in _waiting_on(objects, f"{ns}/{name}")]
         rows.append(row)
-    columns = (["namespace"] if args.all_namespaces else []) + ["name", "state", "reason", "until", "referenced by"]
+    columns = (["namespace"] if args.all_namespaces else []) + ["name", "state", "reason", "until", "referenced by",
+                                                                 "held"]
 
     def table() -> str:
-        shown = [{**r, "referenced by": len(r["referencedBy"]) if cluster else None} for r in rows]
+        shown = [{**r, "referenced by": len(r["referencedBy"]) if cluster else None,
+                  "held": len(r["holding"]) if cluster else None} for r in rows]
         return _table(shown, columns) if rows else f"no gates found{'' if args.all_namespaces else f' in {namespace}'}"
 
     _emit(args, rows, table)
@@ -204,13 +224,18 @@ def cmd_get(args: argparse.Namespace) -> int:
                  "requestedBy": state.requested_by, "requestMessage": state.request_message,
                  "problems": list(state.problems)})
     held_by = []
-    for obj in _referencing(_flux_objects(cluster), f"{namespace}/{args.name}"):
+    objects = _flux_objects(cluster)
+    for obj in _referencing(objects, f"{namespace}/{args.name}"):
         meta = metadata(obj)
         hold = hold_of(obj, index.lookup, now)
         held_by.append({"kind": obj["kind"], "namespace": meta["namespace"], "name": meta["name"],
                         "held": hold.held,
                         "why": describe(obj["kind"], meta["namespace"], meta["name"], [hold]) if hold.held else None})
     info["referencedBy"] = held_by
+    # New content that waits (also on objects that inherit the gate: generated HelmCharts).
+    info["waiting"] = [{"kind": obj["kind"], "namespace": metadata(obj)["namespace"], "name": metadata(obj)["name"],
+                        "waits": waiting.waits or None, "serves": waiting.serves or None, "message": waiting.message}
+                       for obj, waiting in _waiting_on(objects, f"{namespace}/{args.name}")]
 
     def table() -> str:
         lines = [f"{label + ':':<15}{value}" for label, value in (
@@ -224,6 +249,10 @@ def cmd_get(args: argparse.Namespace) -> int:
         lines.append("Referenced by:" + ("" if rows else " none"))
         if rows:
             lines += ["  " + line for line in _table(rows, ["kind", "namespace", "name", "held"]).splitlines()]
+        lines.append("Waiting:" + ("" if info["waiting"] else " nothing"))
+        if info["waiting"]:
+            lines += ["  " + line for line in
+                      _table(info["waiting"], ["kind", "namespace", "name", "waits", "serves"]).splitlines()]
         return "\n".join(lines)
 
     _emit(args, info, table)
@@ -430,12 +459,15 @@ def build_parser() -> argparse.ArgumentParser:
                                      epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("list", parents=[common], help="gates with their state and what references them")
+    p = sub.add_parser("list", parents=[common],
+                       help="gates with their state, what references them and how many objects they hold "
+                            "(HELD: new content waits there)")
     p.add_argument("-A", "--all-namespaces", action="store_true")
     p.add_argument("--gates-dir", help="read gates from YAML files instead of the cluster")
     p.set_defaults(func=cmd_list)
 
-    p = sub.add_parser("get", parents=[common], help="one gate: state, why, until when, what it holds")
+    p = sub.add_parser("get", parents=[common],
+                       help="one gate: state, why, until when, what it holds, what waits and what is served")
     p.add_argument("name").completer = _complete_gate_names
     p.add_argument("--gates-dir", help="read gates from YAML files instead of the cluster")
     p.set_defaults(func=cmd_get)

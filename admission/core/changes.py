@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from admission.core import kinds
-from admission.core import names
+from admission.core import content
 from admission.core.references import Policy, loosens, policy_of
 
 # Fields of spec that are not desired state: suspending is always allowed, and gate
@@ -13,19 +12,55 @@ from admission.core.references import Policy, loosens, policy_of
 _NOT_DESIRED_STATE = ("suspend", "gates")
 
 
-def _spec(obj: dict | None) -> dict:
+def desired_spec(obj: dict | None) -> dict:
+    """``spec`` without the fields that are not desired state."""
     spec = obj.get("spec") if isinstance(obj, dict) else None
     if not isinstance(spec, dict):
         return {}
     return {k: v for k, v in spec.items() if k not in _NOT_DESIRED_STATE}
 
 
-def _artifact(obj: dict | None) -> tuple[object, object]:
-    status = obj.get("status") if isinstance(obj, dict) else None
-    artifact = status.get("artifact") if isinstance(status, dict) else None
-    if not isinstance(artifact, dict):
-        return None, None
-    return artifact.get("revision"), artifact.get("digest")
+MAX_PATHS = 3  # a denial names this many changed paths, then "and N more"
+_MAX_VISITS = 100_000  # bounded work for any input
+
+
+def _key(key: str) -> str:
+    return f".{key}" if key.replace("-", "").replace("_", "").isalnum() else f"[{key!r}]"
+
+
+def changed_paths(old: object, new: object, prefix: str = "spec") -> tuple[list[str], int]:
+    """The first few paths where ``old`` and ``new`` differ (``spec.values.podAnnotations``),
+    and how many differ in all (counted up to a bound), visiting each value at most once."""
+    found: list[str] = []
+    count = 0
+    stack: list[tuple[str, object, object]] = [(prefix, old, new)]
+    visits = 0
+    while stack and visits < _MAX_VISITS:
+        path, a, b = stack.pop()
+        visits += 1
+        if isinstance(a, dict) and isinstance(b, dict):
+            keys = list(b) + [k for k in a if k not in b]
+            for key in reversed(keys):  # the stack pops the first key first
+                if key not in a or key not in b or a[key] != b[key]:
+                    stack.append((path + _key(str(key)), a.get(key, _ABSENT), b.get(key, _ABSENT)))
+        elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+            for index in reversed(range(len(b))):
+                if a[index] != b[index]:
+                    stack.append((f"{path}[{index}]", a[index], b[index]))
+        else:
+            count += 1
+            if len(found) < MAX_PATHS:
+                found.append(path)
+    return found, count
+
+
+_ABSENT = object()
+
+
+def describe_paths(paths: list[str], count: int) -> str:
+    """``spec.a, spec.b and 2 more``."""
+    text = ", ".join(paths)
+    return text + (f" and {count - len(paths)} more" if count > len(paths) else "")
 
 
 def gated_change(kind: str, operation: str, sub_resource: str, old: dict | None, new: dict | None,
@@ -39,13 +74,10 @@ def gated_change(kind: str, operation: str, sub_resource: str, old: dict | None,
     if operation != "UPDATE":
         return None
     if sub_resource == "status":
-        if kind in kinds.SOURCE_KINDS:
-            before, after = _artifact(old), _artifact(new)
-            if before != after:
-                return f"artifact change from {before[0] or before[1]!r} to {after[0] or after[1]!r}"
-        return None
+        carried = content.new_content(kind, old, new)
+        return None if carried is None else f"new content: {carried[0]} waits, serving {carried[1]}"
     if sub_resource:
         return None
-    if _spec(old) != _spec(new):
+    if desired_spec(old) != desired_spec(new):
         return "spec change"
     return loosens(*(policies() if policies else (policy_of(old), policy_of(new))))

@@ -9,13 +9,18 @@ from typing import Callable
 from admission.core import gates
 from admission.core import kinds
 from admission.core import names
-from admission.core.changes import gated_change
+from admission.core.changes import changed_paths, describe_paths, desired_spec, gated_change
 from admission.core.gates import GateState
 from admission.core.objects import metadata
-from admission.core.references import Policy, policy_of, suspension_of
+from admission.core.references import Policy, may_be_held, policy_of, suspension_of
 from admission.core.timefmt import format_time
 
 Lookup = Callable[[str, str, datetime], GateState]
+# The objects whose gates an object inherits (a generated HelmChart: its HelmRelease).
+Parents = Callable[[dict], tuple[dict, ...]]
+
+EDIT = "edit"  # a held change of the object itself (spec, gates, creation, deletion)
+CONTENT = "content"  # held new content: an artifact, an image, an attempt at a new revision
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,7 @@ class Decision:
     message: str | None = None
     exempt: str | None = None
     hold: Hold | None = None
+    held_what: str | None = None  # EDIT or CONTENT, for logs and metrics
 
 
 def hold_of(obj: dict | None, lookup: Lookup, now: datetime, policy: Policy | None = None) -> Hold:
@@ -94,8 +100,25 @@ def describe(kind: str, namespace: str, name: str, holds: list[Hold]) -> str:
     return message
 
 
-def decide(request: dict, lookup: Lookup, now: datetime, settings: Settings) -> Decision:
-    """Judge a well-formed AdmissionRequest at ``now``; gate states come from ``lookup``."""
+def mode_of(holds: list[Hold], settings: Settings) -> str:
+    """enforce when any closed gate (or a suspension, under the server's mode) enforces."""
+    modes = {s.mode or settings.mode for h in holds for s in h.closed}
+    if any(h.suspension for h in holds):
+        modes.add(settings.mode)
+    return "enforce" if "enforce" in modes else "audit"
+
+
+def holds_of(obj: dict, lookup: Lookup, now: datetime, parents: Parents | None = None) -> list[Hold]:
+    """The holds on ``obj`` now: its own, and those of the objects it inherits gates from."""
+    objects = (obj, *(parents(obj) if parents else ()))
+    judged = [hold_of(o, lookup, now) for o in objects if may_be_held(o)]
+    return [h for h in judged if h.held]
+
+
+def decide(request: dict, lookup: Lookup, now: datetime, settings: Settings,
+           parents: Parents | None = None) -> Decision:
+    """Judge a well-formed AdmissionRequest at ``now``; gate states come from ``lookup``,
+    inherited gates (status writes of generated HelmCharts) from ``parents``."""
     kind = request["kind"]
     if not kinds.is_gated_kind(kind.get("group", ""), kind.get("kind", "")):
         return Decision(allowed=True)
@@ -126,18 +149,24 @@ def decide(request: dict, lookup: Lookup, now: datetime, settings: Settings) -> 
     objects = (old,) if operation == "DELETE" else (old, new)  # zip pairs each with its policy
     judged = [(o, p) for o, p in zip(objects, policies()) if isinstance(o, dict)]
     judgements = [hold_of(obj, lookup, now, policy) for obj, policy in judged]
+    sub_resource = request.get("subResource") or ""
+    if sub_resource and parents is not None and isinstance(new, dict):
+        judgements += [hold_of(parent, lookup, now) for parent in parents(new)]
     holds = [h for h in judgements if h.held]
     if not holds:
         return Decision(allowed=True, gated=True, change=change, hold=judgements[-1] if judgements else None)
 
-    modes = {s.mode or settings.mode for h in holds for s in h.closed}
-    if any(h.suspension for h in holds):
-        modes.add(settings.mode)
-    mode = "enforce" if "enforce" in modes else "audit"
+    mode = mode_of(holds, settings)
     obj = judged[-1][0]
     meta = metadata(obj)
     namespace = request.get("namespace") or meta.get("namespace") or ""
     name = request.get("name") or meta.get("name") or meta.get("generateName") or ""
     message = describe(kind["kind"], namespace, name, holds)
+    what = CONTENT if sub_resource else EDIT
+    if what == CONTENT:
+        message += "; " + change.removeprefix("new content: ")
+    elif change == "spec change":  # say what changed: a label-only apply can also drop a null
+        message += "; changed: " + describe_paths(*changed_paths(desired_spec(old), desired_spec(new)))
     return Decision(allowed=mode == "audit", gated=True, held=True, mode=mode, change=change,
-                    message=message, hold=holds[-1])
+                    message=message, hold=holds[-1], held_what=what)
+

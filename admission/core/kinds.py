@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from admission.core import names
 
 # What new content looks like in a kind's status, i.e. where a closed gate can hold it
 # (docs/design.md, "Hold points"). None: only edits of the object itself are gated.
-ARTIFACT = "artifact"  # a source serves status.artifact
+ARTIFACT = "artifact"  # a source serves status.artifact; the mutating webhook keeps the stored one
+LATEST_IMAGE = "latestImage"  # an ImagePolicy's status.latestRef (older versions: latestImage); kept
+ATTEMPTED_REVISION = "attemptedRevision"  # a Kustomization records lastAttemptedRevision before it applies
+ATTEMPTED_RELEASE = "attemptedRelease"  # a HelmRelease records lastAttempted* before the Helm action
+
+# Where each kind's new content lives, for docs, listings and `kubectl gate get`.
+CONTENT_FIELDS: dict[str, str] = {
+    ARTIFACT: "status.artifact (revision, digest)",
+    LATEST_IMAGE: "status.latestRef (older versions: status.latestImage)",
+    ATTEMPTED_REVISION: "status.lastAttemptedRevision vs status.lastAppliedRevision",
+    ATTEMPTED_RELEASE: "status.lastAttempted{Revision,RevisionDigest,ConfigDigest} vs "
+                       "status.history[0].{chartVersion,ociDigest,configDigest}",
+}
 
 
 @dataclass(frozen=True)
@@ -25,20 +38,50 @@ class FluxKind:
     def source(self) -> bool:
         return self.content == ARTIFACT
 
+    @cached_property  # read on every status write
+    def keeps_content(self) -> bool:
+        """New content is rewritten back while held (sources, ImagePolicy): Blocked shows it."""
+        return self.content in (ARTIFACT, LATEST_IMAGE)
+
+    @cached_property
+    def records_attempts(self) -> bool:
+        """The write recording a new attempt is denied while held: Approved=False shows it."""
+        return self.content in (ATTEMPTED_REVISION, ATTEMPTED_RELEASE)
+
+    @cached_property
+    def hold_condition(self) -> str | None:
+        """The condition that says new content waits on a held object of this kind."""
+        if self.keeps_content:
+            return names.BLOCKED_CONDITION
+        if self.records_attempts:
+            return names.APPROVED_CONDITION
+        return None
+
+
+_SOURCE_VERSIONS = ("v1", "v1beta2")
+_IMAGE_VERSIONS = ("v1", "v1beta2")
 
 FLUX_KINDS: tuple[FluxKind, ...] = (
-    FluxKind("Kustomization", names.KUSTOMIZE_GROUP, "kustomizations", ("v1", "v1beta2", "v1beta1")),
-    FluxKind("HelmRelease", names.HELM_GROUP, "helmreleases", ("v2", "v2beta2", "v2beta1")),
-    FluxKind("GitRepository", names.SOURCE_GROUP, "gitrepositories", ("v1", "v1beta2"), ARTIFACT),
-    FluxKind("OCIRepository", names.SOURCE_GROUP, "ocirepositories", ("v1", "v1beta2"), ARTIFACT),
-    FluxKind("HelmRepository", names.SOURCE_GROUP, "helmrepositories", ("v1", "v1beta2"), ARTIFACT),
-    FluxKind("HelmChart", names.SOURCE_GROUP, "helmcharts", ("v1", "v1beta2"), ARTIFACT),
-    FluxKind("Bucket", names.SOURCE_GROUP, "buckets", ("v1", "v1beta2"), ARTIFACT),
+    FluxKind("Kustomization", names.KUSTOMIZE_GROUP, "kustomizations", ("v1", "v1beta2", "v1beta1"), ATTEMPTED_REVISION),
+    FluxKind("HelmRelease", names.HELM_GROUP, "helmreleases", ("v2", "v2beta2", "v2beta1"), ATTEMPTED_RELEASE),
+    FluxKind("GitRepository", names.SOURCE_GROUP, "gitrepositories", _SOURCE_VERSIONS, ARTIFACT),
+    FluxKind("OCIRepository", names.SOURCE_GROUP, "ocirepositories", _SOURCE_VERSIONS, ARTIFACT),
+    FluxKind("HelmRepository", names.SOURCE_GROUP, "helmrepositories", _SOURCE_VERSIONS, ARTIFACT),
+    FluxKind("HelmChart", names.SOURCE_GROUP, "helmcharts", _SOURCE_VERSIONS, ARTIFACT),
+    FluxKind("Bucket", names.SOURCE_GROUP, "buckets", _SOURCE_VERSIONS, ARTIFACT),
+    FluxKind("ExternalArtifact", names.SOURCE_GROUP, "externalartifacts", ("v1",), ARTIFACT),
+    FluxKind("ImagePolicy", names.IMAGE_GROUP, "imagepolicies", _IMAGE_VERSIONS, LATEST_IMAGE),
+    FluxKind("ImageRepository", names.IMAGE_GROUP, "imagerepositories", _IMAGE_VERSIONS),
+    FluxKind("ImageUpdateAutomation", names.IMAGE_GROUP, "imageupdateautomations", _IMAGE_VERSIONS),
 )
 
 BY_KIND: dict[str, FluxKind] = {k.kind: k for k in FLUX_KINDS}
 _BY_GROUP_KIND: dict[tuple[str, str], FluxKind] = {(k.group, k.kind): k for k in FLUX_KINDS}
 SOURCE_KINDS = frozenset(k.kind for k in FLUX_KINDS if k.source)
+# What the webhook looks up (never per review from the API server: a watch cache, e.g.
+# admission.kube.fluxcache): what each source serves, and HelmReleases, whose gates their
+# generated HelmCharts inherit.
+CACHED_KINDS = SOURCE_KINDS | {"HelmRelease"}
 
 
 def lookup(group: str, kind: str) -> FluxKind | None:

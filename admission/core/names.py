@@ -18,6 +18,8 @@ REQUESTED_BY_ANNOTATION = f"{GATING_GROUP}/requestedBy"
 GATES_ANNOTATION = f"{GATING_GROUP}/gates"
 REQUIRE_ANNOTATION = f"{GATING_GROUP}/require"
 AUDIT_ANNOTATION = f"{GATING_GROUP}/audit"
+# A label that sends an object's status writes to the fail-closed validating entry (manifests/webhooks).
+FAIL_CLOSED_LABEL = f"{GATING_GROUP}/fail-closed"
 SUSPEND_DURING_ANNOTATION = "reconcile.fluxcd.io/suspendDuring"
 SUSPENDED_DURING_ANNOTATION = "reconcile.fluxcd.io/suspendedDuring"  # RFC-0006 spelling
 SUSPENDED_ANNOTATION = "reconcile.fluxcd.io/suspended"
@@ -45,6 +47,23 @@ REQUIRE_ONE_OF = "oneOf"
 KUSTOMIZE_GROUP = "kustomize.toolkit.fluxcd.io"
 HELM_GROUP = "helm.toolkit.fluxcd.io"
 SOURCE_GROUP = "source.toolkit.fluxcd.io"
+IMAGE_GROUP = "image.toolkit.fluxcd.io"
+
+# Conditions on Flux objects (the gating RFC's Blocked and Approved, Flux's own Ready).
+READY_CONDITION = "Ready"
+BLOCKED_CONDITION = "Blocked"  # on a held source or ImagePolicy: new content waits, the old is served
+APPROVED_CONDITION = "Approved"  # False on a held Kustomization or HelmRelease while new content waits
+GATE_CLOSED_REASON = "GateClosed"
+
+# Flux status fields that carry content (FLUX-WRITES.md).
+ARTIFACT_FIELD = "artifact"  # sources: status.artifact {revision, digest, url, path, size, lastUpdateTime}
+LATEST_REF_FIELD = "latestRef"  # ImagePolicy v1 (and v1beta2 of late): {name, tag, digest}
+LATEST_IMAGE_FIELD = "latestImage"  # ImagePolicy, older versions: "repo:tag"
+LAST_APPLIED_REVISION_FIELD = "lastAppliedRevision"  # Kustomization
+LAST_ATTEMPTED_REVISION_FIELD = "lastAttemptedRevision"  # Kustomization and HelmRelease
+LAST_ATTEMPTED_REVISION_DIGEST_FIELD = "lastAttemptedRevisionDigest"  # HelmRelease
+LAST_ATTEMPTED_CONFIG_DIGEST_FIELD = "lastAttemptedConfigDigest"  # HelmRelease
+HISTORY_FIELD = "history"  # HelmRelease: history[0] is what was applied last
 
 # Kubernetes' own deleters: a namespace being deleted must never hang on a gate.
 SYSTEM_DELETERS = frozenset({

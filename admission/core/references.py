@@ -125,6 +125,20 @@ def loosens(old: Policy, new: Policy) -> str | None:
     return None
 
 
+_HOLDING_ANNOTATIONS = (names.GATES_ANNOTATION, names.SUSPENDED_ANNOTATION, names.SUSPEND_DURING_ANNOTATION,
+                        names.SUSPENDED_DURING_ANNOTATION)
+
+
+def may_be_held(obj: dict | None) -> bool:
+    """Whether the object names a gate or a suspension at all: most Flux objects do not, and
+    their status writes (every reconcile) need no further look."""
+    ann = annotations(obj)
+    if any(key in ann for key in _HOLDING_ANNOTATIONS):
+        return True
+    spec = obj.get("spec") if isinstance(obj, dict) else None
+    return isinstance(spec, dict) and spec.get("gates") is not None
+
+
 def suspension_of(obj: dict | None, now: datetime) -> Suspension:
     """``spec.suspend`` OR the suspended annotation OR an active suspendDuring cron."""
     if not isinstance(obj, dict):

@@ -3,7 +3,10 @@
 It keeps every Gate's status true (SPEC §2), wakes at the next time any gate can change,
 records an Event on each transition with the toggle's message and requester, and when a gate
 opens asks Flux to reconcile the objects it was holding (and their parent Kustomization), so
-held changes land at once instead of at the next interval.
+held changes land at once instead of after Flux's retry backoff (up to 15 minutes). The held
+objects come from a watch cache of Flux objects (kube/fluxcache.py): no list per opening.
+Suspension holds release the same way: when a ``reconcile.fluxcd.io/suspendDuring`` window
+ends (the controller wakes then) or ``reconcile.fluxcd.io/suspended`` is removed.
 """
 
 from __future__ import annotations
@@ -16,20 +19,37 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from admission.clock import utcnow
+from admission.core import content
 from admission.core import names
-from admission.core.decision import hold_of
-from admission.kube.fluxobjects import FluxObjects
-from admission.kube.notifications import FluxNotifier
-from admission.core.notices import Notice, notice
+from admission.core.decision import holds_of
 from admission.core.gates import GateState
-from admission.core.objects import metadata, object_key
-from admission.core.references import policy_of
+from admission.core.kinds import BY_KIND, FLUX_KINDS
+from admission.core.notices import Notice, notice
+from admission.core.objects import annotations, metadata, object_key
+from admission.core.references import policy_of, suspension_of
+from admission.core.schedule import ScheduleError, parse_cron
+from admission.kube.notifications import FluxNotifier
 from admission.core.status import gate_status, status_differs, transition_message, was_open
+from admission.kube.fluxcache import FluxCache
 from admission.kube.reflector import ClusterStore
 from admission.core.timefmt import format_distinct_time, format_time, parse_duration
 
 log = logging.getLogger("admission.controller")
 DEFAULT_INTERVAL = timedelta(minutes=1)
+SUSPENSION_ANNOTATIONS = (names.SUSPENDED_ANNOTATION, names.SUSPEND_DURING_ANNOTATION,
+                          names.SUSPENDED_DURING_ANNOTATION)
+SCHEDULE_ANNOTATIONS = (names.SUSPEND_DURING_ANNOTATION, names.SUSPENDED_DURING_ANNOTATION)
+Key = tuple[str, str, str]  # kind, namespace, name
+
+
+def _suspension_annotations(obj: dict | None) -> dict:
+    found = annotations(obj)
+    return {key: found[key] for key in SUSPENSION_ANNOTATIONS if key in found}
+
+
+def _object_key(kind: str, obj: dict) -> Key:
+    meta = metadata(obj)
+    return kind, str(meta.get("namespace") or ""), str(meta.get("name") or "")
 
 
 def _interval(gate: dict) -> timedelta:
@@ -45,13 +65,14 @@ class Controller:
     def __init__(self, api_client: client.ApiClient | None, store: ClusterStore | None = None,
                  is_leader: threading.Event | None = None, clock=utcnow, *,
                  custom: client.CustomObjectsApi | None = None, core: client.CoreV1Api | None = None,
-                 notifier: FluxNotifier | None = None):
-        # ``custom`` and ``core`` replace the API groups built from ``api_client`` (tests' fakes).
+                 flux: FluxCache | None = None, notifier: FluxNotifier | None = None):
+        # ``custom``, ``core`` and ``flux`` replace what ``api_client`` would build (tests' fakes).
         self.custom = custom or client.CustomObjectsApi(api_client)
         self.core = core or client.CoreV1Api(api_client)
-        self.flux = FluxObjects(self.custom)
         self.store = store or ClusterStore(api_client)
         self.store.on_change = self.poke
+        self.flux = flux or FluxCache(api_client, FLUX_KINDS)
+        self.flux.on_change = self._flux_changed
         self.is_leader = is_leader
         self.clock = clock
         self.wake = threading.Event()
@@ -59,9 +80,39 @@ class Controller:
         self.last_open: dict[tuple[str, str], bool | None] = {}
         self.written: dict[tuple[str, str], dict] = {}
         self.notifier = notifier  # Flux notification-controller events, when enabled
+        self.pending: set[tuple[str, str]] = set()  # gates opened while the Flux cache was untrusted
+        self.suspended: dict[Key, bool] = {}  # held by a suspension at the last pass
+        self._suspendable: set[Key] = set()  # objects that carry (or carried) a suspension annotation
+        self._lock = threading.Lock()
 
     def poke(self) -> None:
         self.wake.set()
+
+    def _flux_changed(self, kind: str, old: dict | None, new: dict | None) -> None:
+        try:
+            self.flux_object_changed(old, new)
+        except Exception:  # a notification must never stop the watch that feeds releases
+            log.exception("notification failed", extra={"kind": kind})
+        before, after = _suspension_annotations(old), _suspension_annotations(new)
+        if before == after:
+            return
+        with self._lock:
+            self._suspendable.add(_object_key(kind, new or old))
+        self.poke()  # a suspension was added, changed or removed: look now
+
+    def _parents(self, obj: dict) -> tuple[dict, ...]:
+        """The objects whose gates ``obj`` inherits: a generated HelmChart's HelmRelease."""
+        if obj.get("kind") != "HelmChart":
+            return ()
+        return content.generating_releases(obj, self.flux.get)
+
+    def readiness(self) -> tuple[bool, dict]:
+        ready, detail = self.store.readiness()
+        why = self.flux.untrusted()
+        detail["flux"] = self.flux.readiness()
+        if why:
+            detail.setdefault("reason", why)
+        return ready and why is None, detail
 
     # -- one pass ---------------------------------------------------------------------
     def reconcile(self, now: datetime) -> datetime:
@@ -83,6 +134,13 @@ class Controller:
         for key in set(self.last_open) - seen:  # deleted gates
             self.last_open.pop(key, None)
             self.written.pop(key, None)
+        if self.flux.untrusted() is None:
+            for namespace, name in sorted(self.pending):
+                self.request_reconciles(namespace, name, now)
+            self.pending.clear()
+            ends = self._suspensions(now)
+            if ends is not None and ends < wake_at:
+                wake_at = ends
         return wake_at
 
     def _reconcile_gate(self, key: tuple[str, str], gate: dict, state: GateState, now: datetime) -> None:
@@ -111,7 +169,10 @@ class Controller:
                        "nextTransitionAt": format_time(state.next_transition) if state.next_transition else ""}
             self.notifier.gate_transition(gate, state.open, message, {k: v for k, v in details.items() if v}, now)
         if state.open:
-            self.request_reconciles(state.namespace, state.name, now)
+            if self.flux.untrusted() is None:
+                self.request_reconciles(state.namespace, state.name, now)
+            else:  # release when the cache can say what was held
+                self.pending.add((state.namespace, state.name))
 
     def _event(self, obj: dict, reason: str, message: str, now: datetime) -> None:
         meta = metadata(obj)
@@ -148,42 +209,94 @@ class Controller:
 
     # -- prompt reconciles ------------------------------------------------------------
     def _annotate(self, kind: str, namespace: str, name: str, value: str) -> bool:
+        row = BY_KIND[kind]
         body = {"metadata": {"annotations": {names.RECONCILE_REQUEST_ANNOTATION: value}}}
         try:
-            self.flux.patch(kind, namespace, name, body)
+            self.custom.patch_namespaced_custom_object(row.group, self.flux.version(kind) or row.versions[0],
+                                                       namespace, row.plural, name, body)
             return True
         except ApiException as err:
             log.warning("reconcile not requested", extra={"object": f"{kind}/{namespace}/{name}", "error": err.reason})
             return False
 
-    def request_reconciles(self, namespace: str, name: str, now: datetime) -> list[str]:
-        """Ask Flux to reconcile the objects this gate held that are free now, and their parents."""
-        gate_key = f"{namespace}/{name}"
+    def _held_by_gate(self, obj: dict, gate_key: str) -> bool:
+        """Whether ``gate_key`` held ``obj``: its own or inherited gates name it, or what
+        waits for it (the Blocked/Approved condition the webhook wrote) says so."""
+        for source in (obj, *self._parents(obj)):
+            if gate_key in {ref.key for ref in policy_of(source).refs}:
+                return True
+        waiting = content.waiting(obj)
+        return waiting is not None and gate_key in waiting.gates
+
+    def _release(self, objects: list[tuple[str, dict]], now: datetime) -> list[str]:
+        """requestedAt on each object no gate or suspension holds any more, and on the
+        Kustomizations that apply them; the objects' names."""
         value = format_distinct_time(now)  # Flux acts on a value it has not handled yet
         done: list[str] = []
         parents: set[tuple[str, str]] = set()
-        for obj in self.flux.list_all():
-            if gate_key not in {ref.key for ref in policy_of(obj).refs}:
-                continue
-            if hold_of(obj, self.store.index.lookup, now).held:
-                continue  # another gate still holds it
-            meta = metadata(obj)
-            if self._annotate(obj["kind"], meta["namespace"], meta["name"], value):
-                done.append(f"{obj['kind']}/{meta['namespace']}/{meta['name']}")
-            labels = meta.get("labels") or {}
+        for kind, obj in objects:
+            if holds_of(obj, self.store.index.lookup, now, self._parents):
+                continue  # another gate (or a suspension) still holds it
+            _, namespace, name = _object_key(kind, obj)
+            if self._annotate(kind, namespace, name, value):
+                done.append(f"{kind}/{namespace}/{name}")
+            labels = metadata(obj).get("labels") or {}
             parent = labels.get(names.KUSTOMIZE_NAME_LABEL), labels.get(names.KUSTOMIZE_NAMESPACE_LABEL)
             if all(parent):
                 parents.add(parent)
         for parent_name, parent_namespace in sorted(parents):
+            if f"Kustomization/{parent_namespace}/{parent_name}" in done:
+                continue
             if self._annotate("Kustomization", parent_namespace, parent_name, value):
                 done.append(f"Kustomization/{parent_namespace}/{parent_name}")
+        return done
+
+    def request_reconciles(self, namespace: str, name: str, now: datetime) -> list[str]:
+        """Ask Flux to reconcile the objects this gate held that are free now, and their parents."""
+        gate_key = f"{namespace}/{name}"
+        held = [(kind, obj) for kind in self.flux.kinds() for obj in self.flux.objects(kind)
+                if self._held_by_gate(obj, gate_key)]
+        done = self._release(held, now)
         if done:
             log.info("reconcile requested", extra={"Gate": {"namespace": namespace, "name": name}, "objects": done})
         return done
 
+    def _suspensions(self, now: datetime) -> datetime | None:
+        """Release objects whose suspension ended since the last pass; when to look again
+        (the next start or end of a suspendDuring window)."""
+        with self._lock:
+            keys = sorted(self._suspendable)
+        wake_at: datetime | None = None
+        ended: list[tuple[str, dict]] = []
+        for key in keys:
+            obj = self.flux.get(*key)
+            found = _suspension_annotations(obj)
+            held = obj is not None and suspension_of(obj, now).hold is not None
+            if obj is not None and self.suspended.get(key) and not held:
+                ended.append((key[0], obj))
+            if found:
+                self.suspended[key] = held
+            else:
+                self.suspended.pop(key, None)
+                with self._lock:
+                    self._suspendable.discard(key)
+            for annotation in SCHEDULE_ANNOTATIONS:
+                try:
+                    flip = parse_cron(found[annotation]).next_flip(now) if annotation in found else None
+                except ScheduleError:
+                    flip = None  # counted as active by the webhook until fixed; nothing to wake for
+                if flip is not None and (wake_at is None or flip < wake_at):
+                    wake_at = flip
+        if ended:
+            done = self._release(ended, now)
+            if done:
+                log.info("reconcile requested", extra={"reason": "suspension ended", "objects": done})
+        return wake_at
+
     # -- loop -------------------------------------------------------------------------
     def run(self) -> None:
         self.store.start()
+        self.flux.start()
         while not self.stopped.is_set() and not self.store.wait_synced(1.0):
             pass
         while not self.stopped.is_set():
@@ -195,6 +308,7 @@ class Controller:
             elif self.is_leader is not None and not self.is_leader.is_set():
                 self.last_open.clear()  # a new leader reads transitions from the stored status
                 self.written.clear()
+                self.suspended.clear()
             delay = max(0.05, min((wake_at - self.clock()).total_seconds(), 60.0))
             if self.is_leader is not None and not self.is_leader.is_set():
                 delay = min(delay, 1.0)  # look again soon: leadership may come
@@ -204,3 +318,4 @@ class Controller:
         self.stopped.set()
         self.wake.set()
         self.store.stop()
+        self.flux.stop()

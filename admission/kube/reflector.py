@@ -54,7 +54,11 @@ def _trim(obj: dict) -> dict:
 
 class _Reflector:
     """Keeps one kind (gates or gatekeepers) current in the index: list, then watch from the
-    list's resourceVersion; resume after each watch; relist on 410 Gone; back off on errors."""
+    list's resourceVersion; resume after each watch; relist on 410 Gone; back off on errors.
+    A subclass keeps another kind elsewhere by overriding ``group``/``version``, ``_apply``
+    and ``_replace`` (kube/fluxcache.py)."""
+
+    group, version = names.GATING_GROUP, names.GATING_VERSION
 
     def __init__(self, store: "ClusterStore", plural: str):
         self.store, self.plural = store, plural
@@ -79,19 +83,22 @@ class _Reflector:
         self.store.on_change()
 
     def _list(self) -> None:
-        listed = self.store.api.list_cluster_custom_object(names.GATING_GROUP, names.GATING_VERSION, self.plural,
+        listed = self.store.api.list_cluster_custom_object(self.group, self.version, self.plural,
                                                           _request_timeout=(5, 30))
         items = [_trim(item) for item in listed.get("items") or []]
-        if self.plural == names.GATE_PLURAL:
-            self.store.index.replace_all(items, None)
-        else:
-            self.store.index.replace_all(None, items)
-        self.store.on_change()
+        self._replace(items)
         self.resource_version = listed["metadata"]["resourceVersion"]
         self.relists += 1
         self.synced = True
         self._connected()
         log.info("listed", extra={"resource": self.plural, "count": len(items), "resourceVersion": self.resource_version})
+
+    def _replace(self, items: list[dict]) -> None:
+        if self.plural == names.GATE_PLURAL:
+            self.store.index.replace_all(items, None)
+        else:
+            self.store.index.replace_all(None, items)
+        self.store.on_change()
 
     def _watch(self) -> None:
         stream = watch.Watch()
@@ -109,8 +116,8 @@ class _Reflector:
         # so a healthy idle cluster renews last_contact in time and a dead one cannot hide.
         seconds = max(1, min(WATCH_SECONDS, int(self.store.stale_after / 2)))
         try:
-            for event in stream.stream(started, names.GATING_GROUP,
-                                       names.GATING_VERSION, self.plural, resource_version=self.resource_version,
+            for event in stream.stream(started, self.group,
+                                       self.version, self.plural, resource_version=self.resource_version,
                                        allow_watch_bookmarks=True, timeout_seconds=seconds,
                                        _request_timeout=(5, seconds + 5)):
                 self._connected()
@@ -159,6 +166,22 @@ class _Reflector:
         self.store._stopped.wait(backoff.next())
 
 
+def untrusted_reason(what: str, reflectors: list["_Reflector"], stale_after: float) -> str | None:
+    """Why a cache kept by ``reflectors`` cannot be trusted now (not listed yet, or no proof
+    for ``stale_after`` seconds that its watch works), or None. One rule for every cache."""
+    now = time.monotonic()
+    for reflector in reflectors:
+        if not reflector.synced:
+            return f"{what} not synced yet ({reflector.plural}: {reflector.last_error or 'listing'})"
+        if getattr(reflector, "absent", False):
+            continue  # a kind the cluster does not serve: nothing exists of it, a known answer
+        quiet = now - reflector.last_contact
+        if quiet > stale_after:
+            return (f"{what} stale: no working watch on {reflector.plural} for {quiet:.0f}s "
+                    f"({reflector.last_error or 'no answer from the API server'})")
+    return None
+
+
 class ClusterStore:
     """Gates and GateKeepers of the whole cluster, kept by list+watch in background threads."""
 
@@ -174,15 +197,7 @@ class ClusterStore:
 
     def untrusted(self) -> str | None:
         """Why the cache cannot be trusted right now, or None."""
-        now = time.monotonic()
-        for reflector in self.reflectors:
-            if not reflector.synced:
-                return f"gate cache not synced yet ({reflector.plural}: {reflector.last_error or 'listing'})"
-            quiet = now - reflector.last_contact
-            if quiet > self.stale_after:
-                return (f"gate cache stale: no working watch on {reflector.plural} for {quiet:.0f}s "
-                        f"({reflector.last_error or 'no answer from the API server'})")
-        return None
+        return untrusted_reason("gate cache", self.reflectors, self.stale_after)
 
     def lookup(self, namespace: str, name: str, now: datetime) -> GateState:
         why = self.untrusted()

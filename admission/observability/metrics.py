@@ -22,6 +22,9 @@ REVIEWS = Counter("gate_admission_reviews_total", "Admission reviews answered.",
                   ["endpoint", "kind", "operation", "verdict", "mode"])
 DURATION = Histogram("gate_admission_review_duration_seconds", "Time to answer a review, decode to encode.",
                      ["endpoint"], buckets=(0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0))
+HOLDS = Counter("gate_admission_holds_total",
+                "Held requests: edits of held objects, and new content (artifacts, images, attempts) held back.",
+                ["kind", "held", "verdict"])  # held: edit|content; verdict: denied|audited|rewritten
 RECEIVER = Counter("gate_admission_receiver_calls_total", "Calls to the open/close receiver.", ["result"])
 EVENTS = Counter("gate_admission_denial_events_total", "Kubernetes Events for denials.", ["result"])
 

@@ -29,3 +29,37 @@ class GateStore(Protocol):
 
     def stop(self) -> None:
         """Stop what ``start`` began."""
+
+
+class Sources(Protocol):
+    """The Flux objects the webhook looks up (``admission.core.kinds.CACHED_KINDS``), read-only:
+    what each source serves, and HelmReleases (whose gates their generated HelmCharts inherit).
+    In a cluster a watch cache (admission.kube.fluxcache.FluxCache); never an API call per review."""
+
+    def get(self, kind: str, namespace: str, name: str) -> dict | None:
+        """The stored object, or None when it is not known."""
+
+    def untrusted(self) -> str | None:
+        """Why the objects may be out of date (not synced, watch down), or None."""
+
+
+class StaticSources:
+    """Sources from a fixed set of objects: tests, and none at all with ``--gates-dir``."""
+
+    def __init__(self, objects=()):
+        self._objects = {}
+        for obj in objects:
+            meta = obj.get("metadata") or {}
+            self._objects[(obj.get("kind"), meta.get("namespace") or "default", meta.get("name"))] = obj
+
+    def get(self, kind: str, namespace: str, name: str) -> dict | None:
+        return self._objects.get((kind, namespace, name))
+
+    def untrusted(self) -> str | None:
+        return None
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass

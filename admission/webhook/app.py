@@ -21,7 +21,7 @@ from admission.core.decision import Decision, Settings
 from admission.webhook.handlers import Handler, Outcome
 from admission.webhook.review import AdmissionReview, ReviewError, allowed, complete, errored, parse_review
 from admission.clock import utcnow
-from admission.store import GateStore
+from admission.store import GateStore, Sources
 
 log = logging.getLogger("admission.decisions")
 FEED_TTL = 60.0  # seconds a built /calendar.ics is served from memory
@@ -52,6 +52,7 @@ def _log_decision(review: AdmissionReview, outcome: Outcome, dry_run: bool) -> N
         "verdict": _verdict(outcome),
         "mode": decision.mode,
         "change": decision.change,
+        "held": decision.held_what,  # edit or content (None when nothing is held)
         "dryRun": dry_run,
     }
     if hold is not None:
@@ -77,6 +78,8 @@ def _verdict(outcome: Outcome) -> str:
         return "exempt"
     if not response.get("allowed"):
         return "error" if outcome.error else "denied"
+    if decision.held and decision.mode == "enforce" and decision.allowed:
+        return "rewritten"  # the mutating webhook put the served content back
     if decision.held:
         return "audited"
     return "patched" if "patch" in response else "allowed"
@@ -89,7 +92,10 @@ def _count(endpoint: str, review: AdmissionReview, outcome: Outcome, settings: S
     kind_label = kind["kind"] if kinds.is_gated_kind(kind["group"], kind["kind"]) else "other"
     operation = req["operation"] + ("/status" if req.get("subResource") == "status" else "")
     mode = outcome.decision.mode if outcome.decision.held else settings.mode
-    metrics.REVIEWS.labels(endpoint, kind_label, operation, _verdict(outcome), mode).inc()
+    verdict = _verdict(outcome)
+    metrics.REVIEWS.labels(endpoint, kind_label, operation, verdict, mode).inc()
+    if outcome.decision.held_what and (endpoint == "validate" or verdict == "rewritten"):
+        metrics.HOLDS.labels(kind_label, outcome.decision.held_what, verdict).inc()
     metrics.DURATION.labels(endpoint).observe(time.perf_counter() - started)
 
 
@@ -110,8 +116,10 @@ MUTATE = Route("mutate", handlers.mutate, fail_open=True, logged=False)
 class Reviews:
     """Decode a review, call a handler, encode the answer: one place for both endpoints."""
 
-    def __init__(self, store: GateStore, settings: Settings, clock: Callable[[], datetime], events=None):
+    def __init__(self, store: GateStore, settings: Settings, clock: Callable[[], datetime], events=None,
+                 sources: Sources | None = None):
         self.store, self.settings, self.clock, self.events = store, settings, clock, events
+        self.sources = sources if sources is not None else handlers.NO_SOURCES
 
     def answer(self, route: Route, body: bytes) -> tuple[int, bytes]:
         """The HTTP status and JSON body for a review ``body`` sent to ``route``."""
@@ -122,7 +130,7 @@ class Reviews:
             return 400, orjson.dumps({"error": str(err)})
         now = self.clock()
         try:
-            outcome = route.handler(review["request"], self.store.lookup, now, self.settings)
+            outcome = route.handler(review["request"], self.store.lookup, now, self.settings, self.sources)
         except RecursionError:
             # orjson decodes 1024 levels; comparing or printing ~1000 exceeds Python's limit.
             return 400, orjson.dumps({"error": "request nests values too deeply to be judged"})
@@ -131,8 +139,9 @@ class Reviews:
             why = f"gate-admission could not evaluate this request: {err}"
             response = allowed(warnings=[why]) if route.fail_open else errored(why)
             outcome = Outcome(response, Decision(allowed=route.fail_open), error=why)
-        if route.logged:
+        if route.logged or _verdict(outcome) == "rewritten":  # a rewrite is decided in /mutate
             _log_decision(review, outcome, bool(review["request"].get("dryRun")))
+        if route.logged:
             if self.events is not None and outcome.decision.held and not outcome.decision.allowed:
                 self.events.record(review["request"], outcome.decision.message or "", now)
         payload = orjson.dumps(complete(review, outcome.response))
@@ -190,10 +199,11 @@ def _read_body(environ: dict) -> bytes | None:
 
 def create_app(store: GateStore, settings: Settings | None = None,
                clock: Callable[[], datetime] = utcnow, receiver: Blueprint | None = None,
-               events=None, calendar: bool = True) -> Flask:
+               events=None, calendar: bool = True, sources: Sources | None = None) -> Flask:
     """Build the app around a gate store; ``clock`` is the one place time is read.
     ``receiver`` adds the open/close hooks (admission.receiver); ``events`` records denials
-    as Kubernetes Events (admission.events)."""
+    as Kubernetes Events (admission.events); ``sources`` are the Flux objects the hold points
+    look up (what each source serves, HelmReleases; none when not given)."""
     settings = settings or Settings()
     app = Flask("admission")
     if receiver is not None:
@@ -202,7 +212,9 @@ def create_app(store: GateStore, settings: Settings | None = None,
     app.extensions["gate_store"] = store
     app.extensions["gate_settings"] = settings
 
-    app.wsgi_app = ReviewRoutes(app.wsgi_app, Reviews(store, settings, clock, events))
+    app.extensions["gate_sources"] = sources
+    trusted_once: list[bool] = []  # set once the Flux object cache has been trusted
+    app.wsgi_app = ReviewRoutes(app.wsgi_app, Reviews(store, settings, clock, events, sources))
 
     @app.get("/healthz")
     def healthz() -> Response:
@@ -211,6 +223,18 @@ def create_app(store: GateStore, settings: Settings | None = None,
     @app.get("/readyz")
     def readyz() -> Response:
         ready, detail = store.readiness()
+        if sources is not None:
+            untrusted = sources.untrusted()
+            if untrusted is None:
+                trusted_once.append(True)
+            detail = {**detail, "fluxObjects": {"ready": untrusted is None,
+                                                **({"reason": untrusted} if untrusted else {})}}
+            # Not ready until the Flux objects are listed once; after that a stale copy is still
+            # the best knowledge there is (it only shows what waits and which charts inherit
+            # gates), and the gate cache decides readiness (docs/design.md, "Hold points").
+            if untrusted is not None and not trusted_once:
+                ready = False
+                detail.setdefault("reason", untrusted)
         return _json({"ready": ready, **detail}, 200 if ready else 503)
 
     @app.get("/metrics")

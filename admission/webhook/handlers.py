@@ -8,10 +8,13 @@ from typing import Any, Callable
 
 import orjson
 
+from admission.core import content
+from admission.core import holdpoints
 from admission.core import kinds
 from admission.core import names
-from admission.core.decision import Decision, Lookup, Settings, decide
-from admission.core.references import suspension_of
+from admission.core.decision import CONTENT, Decision, Lookup, Parents, Settings, decide, describe, holds_of, mode_of
+from admission.core.references import metadata, suspension_of
+from admission.store import Sources, StaticSources
 from admission.webhook.review import AdmissionRequest, AdmissionResponse, allowed, denied, patched
 from admission.core.timefmt import format_time
 
@@ -26,7 +29,18 @@ class Outcome:
     error: str | None = None  # the handler failed: why (the response is then fail-open or fail-closed)
 
 
-Handler = Callable[[AdmissionRequest, Lookup, datetime, Settings], Outcome]
+Handler = Callable[..., Outcome]  # (request, lookup, now, settings, sources) -> Outcome
+NO_SOURCES = StaticSources()
+
+
+def _parents(sources: Sources) -> Parents:
+    """A generated HelmChart inherits its HelmRelease's gates (FLUX-WRITES.md: named
+    ``<namespace>-<name>``), found in the Flux object cache."""
+    def parents(obj: dict) -> tuple[dict, ...]:
+        if obj.get("kind") != "HelmChart":
+            return ()
+        return content.generating_releases(obj, sources.get)
+    return parents
 
 
 def _audit_annotations(decision: Decision) -> dict[str, str]:
@@ -37,9 +51,10 @@ def _audit_annotations(decision: Decision) -> dict[str, str]:
     return {}
 
 
-def validate(request: AdmissionRequest, lookup: Lookup, now: datetime, settings: Settings) -> Outcome:
+def validate(request: AdmissionRequest, lookup: Lookup, now: datetime, settings: Settings,
+             sources: Sources = NO_SOURCES) -> Outcome:
     """Deny a held change (enforce), or allow it with a warning and an audit record (audit)."""
-    decision = decide(request, lookup, now, settings)
+    decision = decide(request, lookup, now, settings, _parents(sources))
     if not decision.allowed:
         return Outcome(denied(decision.message or "held by a closed gate"), decision)
     warnings = [f"gate audit: change would be denied in enforce mode: {decision.message}"] if decision.held else None
@@ -80,19 +95,71 @@ def _audit_patch(obj: dict, record: str) -> list[dict[str, Any]]:
     return [{"op": "add", "path": f"/metadata/annotations/{_pointer(names.AUDIT_ANNOTATION)}", "value": record}]
 
 
-def mutate(request: AdmissionRequest, lookup: Lookup, now: datetime, settings: Settings) -> Outcome:
-    """Inject status.suspended on status writes; record audited holds on main-resource writes.
+def _field_ops(changes: dict[str, object], status: object) -> list[dict[str, Any]]:
+    if not isinstance(status, dict):
+        kept = {f: v for f, v in changes.items() if v is not holdpoints.REMOVE}
+        return [{"op": "add", "path": "/status", "value": kept}] if kept else []
+    ops: list[dict[str, Any]] = []
+    for key, value in changes.items():
+        if value is holdpoints.REMOVE:
+            if key in status:
+                ops.append({"op": "remove", "path": f"/status/{_pointer(key)}"})
+        else:
+            ops.append({"op": "add", "path": f"/status/{_pointer(key)}", "value": value})
+    return ops
 
-    Mutation never blocks: validation enforces.
-    """
+
+def _upstream_waits(kind: str, obj: dict, sources: Sources) -> tuple[str, str] | None:
+    ref = content.upstream(kind, obj)
+    if ref is None:
+        return None
+    return content.upstream_waits(kind, obj, ref[0], sources.get(*ref))
+
+
+def _content_status(request: AdmissionRequest, row: kinds.FluxKind, lookup: Lookup, now: datetime,
+                    settings: Settings, sources: Sources) -> tuple[dict[str, object], Decision]:
+    """The status fields a status write must change at the hold points, and the decision: held
+    (content rewritten back) only in enforce mode; audit mode holds nothing (the validating
+    webhook records the would-be hold of the same write)."""
+    old, new = request.get("oldObject"), request["object"]
+    holds = holds_of(new, lookup, now, _parents(sources))
+    if not holds or mode_of(holds, settings) != "enforce":
+        return holdpoints.rewrite_status(row.kind, old, new, None, now), Decision(allowed=True)
+    meta = metadata(new)
+    message = describe(row.kind, request.get("namespace") or meta.get("namespace") or "",
+                       request.get("name") or meta.get("name") or "", holds)
+    upstream = _upstream_waits(row.kind, new, sources) if row.records_attempts else None
+    changes = holdpoints.rewrite_status(row.kind, old, new, holdpoints.held_by(holds, message), now, upstream)
+    carried = content.new_content(row.kind, old, new) if row.keeps_content else None
+    if carried is None:  # no content rewritten: nothing to log or count
+        return changes, Decision(allowed=True)
+    return changes, Decision(allowed=True, gated=True, held=True, mode="enforce", hold=holds[-1], held_what=CONTENT,
+                             change=f"new content: {carried[0]} waits, serving {carried[1]}",
+                             message=f"{message}; {carried[0]} waits, serving {carried[1]}")
+
+
+def mutate(request: AdmissionRequest, lookup: Lookup, now: datetime, settings: Settings,
+           sources: Sources = NO_SOURCES) -> Outcome:
+    """On status writes: status.suspended, and the hold points (a held source or ImagePolicy
+    keeps what it serves; Blocked, Approved and Ready say what waits). On main-resource writes:
+    the audit record of an audited hold. Mutation never blocks: validation enforces."""
     kind = request["kind"]
     obj = request.get("object")
-    if not kinds.is_gated_kind(kind["group"], kind["kind"]) or not isinstance(obj, dict):
+    row = kinds.lookup(kind["group"], kind["kind"])
+    if row is None or not isinstance(obj, dict):
         return Outcome(allowed(), Decision(allowed=True))
     sub_resource = request.get("subResource") or ""
     if sub_resource == "status" and request["operation"] == "UPDATE":
+        decision = Decision(allowed=True)
         ops = _status_patch(obj, now)
-        return Outcome(patched(ops), Decision(allowed=True), ops)
+        if row.content is not None:
+            changes, decision = _content_status(request, row, lookup, now, settings, sources)
+            if changes:
+                suspended = [op for op in ops if op["path"] == "/status/suspended"]
+                status = obj.get("status")
+                ops = (_field_ops(changes, status) + suspended) if isinstance(status, dict) \
+                    else _field_ops({**changes, **ops[0]["value"]}, status)
+        return Outcome(patched(ops), decision, ops)
     if sub_resource or request["operation"] not in ("CREATE", "UPDATE"):
         return Outcome(allowed(), Decision(allowed=True))
     decision = decide(request, lookup, now, settings)

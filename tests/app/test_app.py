@@ -31,7 +31,7 @@ def test_denial_through_the_app(make_client):
         "uid": doc["request"]["uid"], "allowed": False,
         "status": {"code": 403, "reason": "Forbidden",
                    "message": "Kustomization apps/podinfo is held: gate 'flux-system/sre-approval' is closed "
-                              "(Gate closed by default); require=all"},
+                              "(Gate closed by default); require=all; changed: spec.path"},
     }
 
 
@@ -105,7 +105,7 @@ def test_audit_mode_warns_records_and_annotates(make_client):
     assert validated["allowed"] is True
     assert validated["warnings"] == ["gate audit: change would be denied in enforce mode: Kustomization apps/podinfo "
                                      "is held: gate 'flux-system/sre-approval' is closed (Gate closed by default); "
-                                     "require=all"]
+                                     "require=all; changed: spec.path"]
     assert validated["auditAnnotations"]["mode"] == "audit" and "is held" in validated["auditAnnotations"]["held"]
     patched, _ = apply(post(client, "/mutate", doc).get_json()["response"], new)
     record = orjson.loads(patched["metadata"]["annotations"]["gating.toolkit.fluxcd.io/audit"])

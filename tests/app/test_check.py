@@ -92,7 +92,7 @@ def test_a_spec_change_is_denied_in_enforce_and_audited_in_audit_with_the_webhoo
     checked, answered = webhook([gate("freeze", closed=True)]).both(change, live, ALICE)
     assert checked == answered and checked[0] == DENIED
     assert checked[1] == ("Kustomization apps/podinfo is held: gate 'flux-system/freeze' is closed "
-                          "(Gate closed by default); require=all")
+                          "(Gate closed by default); require=all; changed: spec.path")
     checked, answered = webhook([gate("freeze", closed=True, mode="audit")]).both(change, live, ALICE)
     assert checked == answered and checked[0] == AUDITED
     assert checked[1].startswith("gate audit: change would be denied in enforce mode: Kustomization apps/podinfo is held")

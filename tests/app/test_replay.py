@@ -15,6 +15,7 @@ import jsonpatch
 import orjson
 import pytest
 
+from admission.core import content, kinds
 from admission.core.decision import Settings
 from tests.builders import at, gate
 from tests.conftest import FIXTURES
@@ -58,7 +59,7 @@ EXPECT = {
     35: Expect(True, refs=(SRE,)),         # client-side apply spec change
     37: Expect(True, refs=(FREEZE,)),      # HelmRelease CREATE
     39: Expect(True, refs=(FREEZE,)),      # chart version bump
-    41: Expect(False),                      # HelmRelease status
+    41: Expect(True, refs=(FREEZE,)),      # HelmRelease status records a new attempt (6.1.0; nothing applied yet)
     43: Expect(True, refs=(FREEZE,), always_held=True),  # OCIRepository CREATE, suspendDuring @always
     45: Expect(True, refs=(FREEZE,), always_held=True),  # OCIRepository artifact
     47: Expect(True),                       # HelmChart CREATE, no gates
@@ -155,7 +156,14 @@ def test_mutate_patches(make_client, now, mode):
             during = annotations.get("reconcile.fluxcd.io/suspendDuring")
             suspended = during == "@always" or (during == "* 0-4 * * *" and now == NIGHT)
             assert patched["status"]["suspended"] is suspended, path.name
-            assert [op["path"] for op in ops] == ["/status/suspended"]
+            if mode == "enforce" and expected_held(expect, world, now):  # new content: a hold point
+                before = request["oldObject"].get("status") or {}
+                if request["kind"]["kind"] in kinds.SOURCE_KINDS:
+                    assert patched["status"].get("artifact") == before.get("artifact"), path.name
+                assert content.waiting(patched) is not None, path.name
+                assert "/status/suspended" in [op["path"] for op in ops]
+            else:
+                assert [op["path"] for op in ops] == ["/status/suspended"], path.name
         elif mode == "audit" and request["operation"] != "DELETE" and expected_held(expect, world, now):
             record = orjson.loads(patched["metadata"]["annotations"]["gating.toolkit.fluxcd.io/audit"])
             assert record["user"] == request["userInfo"]["username"] and "is held" in record["message"], path.name

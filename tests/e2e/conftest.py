@@ -19,10 +19,12 @@ from tests.processes import GateServer
 
 FLUX_CRDS = SHARED / "flux-crds"
 MINIMAL_CRDS = Path(__file__).parent / "crds" / "minimal-flux-crds.yaml"
+# ../shared has no image automation CRDs: ours always stand in for them.
+IMAGE_CRDS = Path(__file__).parent / "crds" / "minimal-image-crds.yaml"
 GATED_CRD_FILES = ("kustomize.toolkit.fluxcd.io_kustomizations.yaml", "helm.toolkit.fluxcd.io_helmreleases.yaml",
                    "source.toolkit.fluxcd.io_gitrepositories.yaml", "source.toolkit.fluxcd.io_ocirepositories.yaml",
                    "source.toolkit.fluxcd.io_helmrepositories.yaml", "source.toolkit.fluxcd.io_helmcharts.yaml",
-                   "source.toolkit.fluxcd.io_buckets.yaml")
+                   "source.toolkit.fluxcd.io_buckets.yaml", "source.toolkit.fluxcd.io_externalartifacts.yaml")
 # Where the API server reaches our server: loopback for our own kube-apiserver; for a kind
 # cluster, the host's address on the kind network (e.g. 172.18.0.1).
 WEBHOOK_HOST = os.environ.get("GATE_E2E_WEBHOOK_HOST", "127.0.0.1")
@@ -30,6 +32,7 @@ WEBHOOK_HOST = os.environ.get("GATE_E2E_WEBHOOK_HOST", "127.0.0.1")
 
 def pytest_report_header(config):
     crds = f"real Flux CRDs from {FLUX_CRDS}" if FLUX_CRDS.is_dir() else f"minimal stand-in Flux CRDs ({MINIMAL_CRDS.name})"
+    crds += f"; image.toolkit.fluxcd.io: minimal stand-in CRDs ({IMAGE_CRDS.name})"
     cluster = "existing cluster at $KUBECONFIG" if os.environ.get("KUBECONFIG") else "own etcd + kube-apiserver"
     return [f"e2e: {cluster}; {crds}, with manifests/flux-crd-patches"]
 
@@ -45,6 +48,8 @@ def install_flux_crds(cluster: ControlPlane, workdir: Path) -> None:
     else:
         resources = [MINIMAL_CRDS.name]
         shutil.copy(MINIMAL_CRDS, base / MINIMAL_CRDS.name)
+    resources.append(IMAGE_CRDS.name)
+    shutil.copy(IMAGE_CRDS, base / IMAGE_CRDS.name)
     (base / "kustomization.yaml").write_text(yaml.safe_dump({
         "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
         "resources": resources, "components": [os.path.relpath(ROOT / "manifests" / "flux-crd-patches", base)]}))
@@ -77,6 +82,9 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-
 subjects:
   - {apiGroup: rbac.authorization.k8s.io, kind: User, name: alice}
   - {apiGroup: rbac.authorization.k8s.io, kind: User, name: "system:serviceaccount:flux-system:kustomize-controller"}
+  - {apiGroup: rbac.authorization.k8s.io, kind: User, name: "system:serviceaccount:flux-system:source-controller"}
+  - {apiGroup: rbac.authorization.k8s.io, kind: User, name: "system:serviceaccount:flux-system:helm-controller"}
+  - {apiGroup: rbac.authorization.k8s.io, kind: User, name: "system:serviceaccount:flux-system:image-reflector-controller"}
 """
 
 

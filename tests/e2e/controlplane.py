@@ -42,13 +42,20 @@ ADMIN = User("admin", ("system:masters",), "admin-token")
 ALICE = User("alice", ("developers",), "alice-token")
 FLUX = User("system:serviceaccount:flux-system:kustomize-controller",
             ("system:serviceaccounts", "system:serviceaccounts:flux-system"), "flux-token")
+# Flux's other controllers, for the test doubles (tests/e2e/doubles).
+SOURCE_CONTROLLER = User("system:serviceaccount:flux-system:source-controller",
+                         ("system:serviceaccounts", "system:serviceaccounts:flux-system"), "source-token")
+HELM_CONTROLLER = User("system:serviceaccount:flux-system:helm-controller",
+                       ("system:serviceaccounts", "system:serviceaccounts:flux-system"), "helm-token")
+IMAGE_REFLECTOR = User("system:serviceaccount:flux-system:image-reflector-controller",
+                       ("system:serviceaccounts", "system:serviceaccounts:flux-system"), "image-token")
 GATE_ADMISSION = User("system:serviceaccount:gate-admission-system:gate-admission",
                       ("system:serviceaccounts", "system:serviceaccounts:gate-admission-system"), "webhook-token")
 CONTROLLER = User("system:serviceaccount:gate-admission-system:gate-admission-controller",
                   ("system:serviceaccounts", "system:serviceaccounts:gate-admission-system"), "controller-token")
 CERTS = User("system:serviceaccount:gate-admission-system:gate-admission-certs",
              ("system:serviceaccounts", "system:serviceaccounts:gate-admission-system"), "certs-token")
-USERS = (ADMIN, ALICE, FLUX, GATE_ADMISSION, CONTROLLER, CERTS)
+USERS = (ADMIN, ALICE, FLUX, SOURCE_CONTROLLER, HELM_CONTROLLER, IMAGE_REFLECTOR, GATE_ADMISSION, CONTROLLER, CERTS)
 AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]

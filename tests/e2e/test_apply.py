@@ -32,6 +32,18 @@ def get(kubectl, kind, name, namespace, jsonpath):
     return kubectl("get", kind, name, "-n", namespace, "-o", f"jsonpath={jsonpath}", user=ALICE, check=True).stdout
 
 
+def kept_at(revision):
+    """A held source's status write went through, rewritten to the artifact it serves."""
+    def accept(result):
+        return ok(result) and json.loads(result.stdout)["status"].get("artifact", {}).get("revision") == revision
+    return accept
+
+
+def blocked(result) -> str:
+    conditions = json.loads(result.stdout)["status"].get("conditions") or []
+    return next((c["message"] for c in conditions if c["type"] == "Blocked" and c["status"] == "True"), "")
+
+
 def settle(action, accept=held):
     """After a gate changes, wait until the server judges by the new state: a server-side
     dry run has no side effects, so it can be repeated until it shows the new verdict."""
@@ -97,22 +109,28 @@ def test_a_source_stays_on_its_approved_artifact_while_closed(kubectl, gates, ki
 
     def write_artifact(revision, *dry):
         return kubectl("patch", kind, name, "-n", "flux-system", "--type=merge", "--subresource=status",
-                       "-p", artifact_patch(revision), *dry, user=FLUX)
+                       "-p", artifact_patch(revision), "-o", "json", *dry, user=FLUX)
 
     created_open(kubectl, gates, gate_name, manifest)
     assert ok(write_artifact("main@sha1:aaaa"))
     gates.put(gate(gate_name, default="closed"))
-    settle(lambda *dry: write_artifact("main@sha1:bbbb", *dry))
-    result = write_artifact("main@sha1:bbbb")
-    assert held(result) and f"is held: gate 'flux-system/{gate_name}' is closed" in result.stderr
+    settle(lambda *dry: write_artifact("main@sha1:bbbb", *dry), accept=kept_at("main@sha1:aaaa"))
+    result = write_artifact("main@sha1:bbbb")  # source-controller's write succeeds, with the old artifact
+    assert kept_at("main@sha1:aaaa")(result), result.stderr
+    assert blocked(result) == (f"Reconciliation is blocked as gate 'flux-system/{gate_name}' is closed: "
+                               "main@sha1:bbbb waits, serving main@sha1:aaaa")
     assert get(kubectl, kind, name, "flux-system", "{.status.artifact.revision}") == "main@sha1:aaaa"
-    conditions = '{"status":{"conditions":[{"type":"Ready","status":"False","reason":"GateClosed",' \
-                 '"message":"waiting","lastTransitionTime":"2026-01-01T00:00:00Z"}]}}'
-    assert ok(kubectl("patch", kind, name, "-n", "flux-system", "--type=merge", "--subresource=status",
-                      "-p", conditions, user=FLUX))
+    conditions = '{"status":{"conditions":[{"type":"Ready","status":"True","reason":"Succeeded",' \
+                 '"message":"stored artifact for revision \'main@sha1:bbbb\'","lastTransitionTime":"2026-01-01T00:00:00Z"}]}}'
+    result = kubectl("patch", kind, name, "-n", "flux-system", "--type=merge", "--subresource=status",
+                     "-p", conditions, "-o", "json", user=FLUX)
+    assert ok(result) and "main@sha1:bbbb waits" in blocked(result), result.stderr
+    ready = next(c for c in json.loads(result.stdout)["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "True" and "serving main@sha1:aaaa" in ready["message"]
 
     open_gate(gates, gate_name, default="closed")
-    assert ok(until(lambda: write_artifact("main@sha1:bbbb"), ok))
+    result = until(lambda: write_artifact("main@sha1:bbbb"), kept_at("main@sha1:bbbb"))
+    assert kept_at("main@sha1:bbbb")(result) and blocked(result) == "", result.stdout
     assert get(kubectl, kind, name, "flux-system", "{.status.artifact.revision}") == "main@sha1:bbbb"
 
 
@@ -153,7 +171,7 @@ def test_working_examples_change_freeze_and_bypass_signoff(kubectl, gates):
 
     def write_artifact(revision, *dry):
         return kubectl("patch", "gitrepository", "flux-system-we", "-n", "flux-system", "--type=merge",
-                       "--subresource=status", "-p", artifact_patch(revision), *dry, user=FLUX)
+                       "--subresource=status", "-p", artifact_patch(revision), "-o", "json", *dry, user=FLUX)
 
     gates.put(gate("bypass-signoff-we", closed=True))
     created_open(kubectl, gates, "change-freeze-we", repo)
@@ -161,25 +179,25 @@ def test_working_examples_change_freeze_and_bypass_signoff(kubectl, gates):
     # The change freeze begins: a GateKeeper whose schedule covers every minute.
     freeze = keeper("change-freeze-gatekeeper-we", "change-freeze-we", closed=["* * * * *"], type="cronexpression")
     gates.put(gate("change-freeze-we"), freeze, name="change-freeze-we")
-    settle(lambda *dry: write_artifact("main@sha1:0002", *dry))
+    settle(lambda *dry: write_artifact("main@sha1:0002", *dry), accept=kept_at("main@sha1:0001"))
     result = write_artifact("main@sha1:0002")
-    assert "gate 'flux-system/change-freeze-we' is closed (Gate closed by GateKeeper 'change-freeze-gatekeeper-we'" \
-           in result.stderr
-    assert "gate 'flux-system/bypass-signoff-we' is closed (Gate closed by default)" in result.stderr
-    assert "require=oneOf" in result.stderr
+    assert kept_at("main@sha1:0001")(result)
+    assert blocked(result) == ("Reconciliation is blocked as gate 'flux-system/change-freeze-we' is closed, "
+                               "gate 'flux-system/bypass-signoff-we' is closed: main@sha1:0002 waits, "
+                               "serving main@sha1:0001")
 
     # flux gate open bypass-signoff "Patching a CVE: Signed off by Bob the builder"
     gates.put(gate("bypass-signoff-we", closed=True, annotations={
         OPEN_ANNOTATION: now_rfc3339(), MESSAGE_ANNOTATION: "Patching a CVE: Signed off by Bob the builder",
         REQUESTED_BY_ANNOTATION: "bob"}))
-    assert ok(until(lambda: write_artifact("main@sha1:0002"), ok))
+    assert kept_at("main@sha1:0002")(until(lambda: write_artifact("main@sha1:0002"), kept_at("main@sha1:0002")))
     assert get(kubectl, "gitrepository", "flux-system-we", "flux-system", "{.status.artifact.revision}") == "main@sha1:0002"
 
     # flux gate close bypass-signoff
     gates.put(gate("bypass-signoff-we", closed=True, annotations={
         OPEN_ANNOTATION: "2020-01-01T00:00:00Z", CLOSE_ANNOTATION: now_rfc3339()}))
-    settle(lambda *dry: write_artifact("main@sha1:0003", *dry))
-    assert held(write_artifact("main@sha1:0003"))
+    settle(lambda *dry: write_artifact("main@sha1:0003", *dry), accept=kept_at("main@sha1:0002"))
+    assert kept_at("main@sha1:0002")(write_artifact("main@sha1:0003"))
 
 
 def test_a_helm_release_chart_bump_by_flux_is_held_and_lands_after_opening(kubectl, gates):

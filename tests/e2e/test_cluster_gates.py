@@ -230,7 +230,9 @@ def test_the_cache_recovers_from_an_api_server_restart(plane, server, controller
 
     plane.stop_apiserver()
     try:
-        status, detail = until(lambda: server.request("GET", "/readyz"), lambda r: r[0] == 503, timeout=30)
+        # Both caches go stale: wait for the gate cache's reason (the Flux object cache may say first).
+        status, detail = until(lambda: server.request("GET", "/readyz"),
+                               lambda r: r[0] == 503 and "gate cache stale" in r[1].get("reason", ""), timeout=30)
         assert status == 503 and "gate cache stale" in detail["reason"], detail
         # Each worker watches on its own and notices on its own: poll until a review says so.
         verdict = until(lambda: server.request("POST", "/validate", body)[1]["response"],

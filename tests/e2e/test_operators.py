@@ -95,8 +95,9 @@ def test_get_lists_the_objects_a_gate_holds(plane, server):
     assert as_json["requestedBy"] == "admin" and as_json["requestMessage"] == "maintenance"
     assert {o["name"]: o["held"] for o in as_json["referencedBy"]} == {"infra-a": True, "infra-b": True}
     listed = kubectl_gate(plane, "list", "-n", "flux-system").stdout.splitlines()
-    assert listed[0].split() == ["NAME", "STATE", "REASON", "UNTIL", "REFERENCED", "BY"]
-    assert ["infra", "Closed", "CloseRequested", "-", "2"] in [line.split() for line in listed]
+    assert listed[0].split() == ["NAME", "STATE", "REASON", "UNTIL", "REFERENCED", "BY", "HELD"]
+    # Nothing waits at these objects (no new content came): edits are held, no object holds content.
+    assert ["infra", "Closed", "CloseRequested", "-", "2", "0"] in [line.split() for line in listed]
 
 
 def complete(plane, *words: str) -> list[str]:

@@ -12,7 +12,7 @@ from admission.core.timefmt import format_time
 from admission.kube.controller import Controller
 from admission.store.index import GateIndex
 from tests.builders import at, flux, gate
-from tests.fakekube import FakeKube
+from tests.fakekube import FakeFluxCache, FakeKube
 from tests.polling import wait_for
 
 NOW = at("2026-06-10T12:00")
@@ -46,6 +46,7 @@ class GateCache:
 
 def controller(kube: FakeKube, **kwargs) -> tuple[Controller, GateCache]:
     cache = GateCache(kube)
+    kwargs.setdefault("flux", FakeFluxCache(kube))
     return Controller(None, store=cache, custom=kube, core=kube, **kwargs), cache
 
 

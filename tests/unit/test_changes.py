@@ -74,7 +74,7 @@ def test_spec_gates_edits_are_judged_as_policy_not_spec():
 def test_source_status_artifact_changes_are_changes(kind):
     old = flux(kind, status=artifact("main@sha1:aaa"))
     new = flux(kind, status=artifact("main@sha1:bbb"))
-    assert gated_change(kind, "UPDATE", "status", old, new) == "artifact change from 'main@sha1:aaa' to 'main@sha1:bbb'"
+    assert gated_change(kind, "UPDATE", "status", old, new) == "new content: main@sha1:bbb waits, serving main@sha1:aaa"
     digest_only = flux(kind, status=artifact("main@sha1:aaa", "sha256:2"))
     assert gated_change(kind, "UPDATE", "status", old, digest_only)
     first = flux(kind, status={"conditions": []})

@@ -30,7 +30,7 @@ def test_spec_message_example():
     d = judge(spec_update(flux(gates="flux-system/sre-approval")))
     assert not d.allowed and d.held and d.mode == "enforce" and d.change == "spec change"
     assert d.message == ("Kustomization apps/podinfo is held: gate 'flux-system/sre-approval' is closed "
-                         "(Gate closed by default); require=all")
+                         "(Gate closed by default); require=all; changed: spec.path")
 
 
 def test_require_all_held_while_any_gate_is_closed_and_lists_only_closed_ones():
@@ -46,7 +46,7 @@ def test_require_one_of_passes_when_one_is_open_and_lists_every_gate_when_none_i
     assert not d.allowed
     assert "gate 'flux-system/sre-approval' is closed" in d.message
     assert "gate 'flux-system/qa-approval' is closed" in d.message
-    assert d.message.endswith("require=oneOf")
+    assert d.message.endswith("require=oneOf; changed: spec.path")
 
 
 def test_a_missing_gate_is_closed_and_named():
@@ -127,7 +127,7 @@ def test_suspend_during_window_holds_like_a_closed_gate():
     d = judge(spec_update(obj), now=at("2026-06-10T03:00"))
     assert not d.allowed
     assert d.message == ("Kustomization apps/podinfo is held: suspended by reconcile.fluxcd.io/suspendDuring "
-                         "'* 0-4 * * *' until 2026-06-10T05:00:00Z")
+                         "'* 0-4 * * *' until 2026-06-10T05:00:00Z; changed: spec.path")
     assert judge(spec_update(obj)).allowed
 
 

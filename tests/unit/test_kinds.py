@@ -7,6 +7,7 @@ from pathlib import Path
 import yaml
 
 from admission.core import kinds
+from admission.core import names
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 
@@ -15,15 +16,45 @@ def _docs(path: Path) -> list[dict]:
     return [d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict)]
 
 
-def _rules(kind: str) -> dict[str, list[str]]:
-    config = next(d for d in _docs(MANIFESTS / "webhooks" / "webhooks.yaml") if d["kind"] == kind)
-    (hook,) = config["webhooks"]
-    out: dict[str, list[str]] = {}
+def _hooks(kind: str) -> list[dict]:
+    return next(d for d in _docs(MANIFESTS / "webhooks" / "webhooks.yaml") if d["kind"] == kind)["webhooks"]
+
+
+def _hook_rules(hook: dict) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
     for rule in hook["rules"]:
-        assert rule["operations"] == ["CREATE", "UPDATE", "DELETE"] and rule["apiVersions"] == ["*"]
+        status_only = all(r.endswith("/status") for r in rule["resources"])
+        assert rule["operations"] == (["UPDATE"] if status_only else ["CREATE", "UPDATE", "DELETE"])
+        assert rule["apiVersions"] == ["*"]
         for group in rule["apiGroups"]:
-            out.setdefault(group, []).extend(rule["resources"])
+            out.setdefault(group, set()).update(rule["resources"])
     return out
+
+
+def _rules(kind: str) -> dict[str, list[str]]:
+    out: dict[str, set[str]] = {}
+    for hook in _hooks(kind):
+        for group, resources in _hook_rules(hook).items():
+            out.setdefault(group, set()).update(resources)
+    return {g: sorted(r) for g, r in out.items()}
+
+
+def test_validating_status_entries_split_by_the_fail_closed_label_and_cover_the_same_status():
+    # Status writes of objects without the label fail open (a down webhook must not freeze
+    # Flux's status reporting); with it, closed. Main resources always fail closed.
+    hooks = _hooks("ValidatingWebhookConfiguration")
+    main = [h for h in hooks if "objectSelector" not in h]
+    assert len(main) == 1 and main[0]["failurePolicy"] == "Fail"
+    assert not any(r.endswith("/status") for rs in _hook_rules(main[0]).values() for r in rs)
+    by_operator = {}
+    for hook in hooks:
+        if "objectSelector" in hook:
+            (expression,) = hook["objectSelector"]["matchExpressions"]
+            assert expression["key"] == names.FAIL_CLOSED_LABEL
+            by_operator[expression["operator"]] = hook
+    assert by_operator["DoesNotExist"]["failurePolicy"] == "Ignore"
+    assert by_operator["Exists"]["failurePolicy"] == "Fail"
+    assert _hook_rules(by_operator["DoesNotExist"]) == _hook_rules(by_operator["Exists"])
 
 
 def test_validating_webhook_rules_follow_the_table():
@@ -43,7 +74,7 @@ def test_controller_rbac_covers_exactly_the_gated_kinds():
     for rule in role["rules"]:
         for group in rule["apiGroups"]:
             if group in flux_groups:
-                assert sorted(rule["verbs"]) == ["get", "list", "patch"], rule
+                assert sorted(rule["verbs"]) == ["list", "patch", "watch"], rule  # a watch cache, and requestedAt
                 granted.setdefault(group, set()).update(rule["resources"])
     assert granted == {g: set(r) for g, r in kinds.resources_by_group().items()}
 
@@ -52,3 +83,19 @@ def test_the_table_has_one_row_per_kind_and_plural():
     assert len({k.kind for k in kinds.FLUX_KINDS}) == len(kinds.FLUX_KINDS)
     assert len({(k.group, k.plural) for k in kinds.FLUX_KINDS}) == len(kinds.FLUX_KINDS)
     assert all(k.versions for k in kinds.FLUX_KINDS)
+
+
+def test_webhook_rbac_reads_exactly_the_kinds_the_hold_points_look_up():
+    role = next(d for d in _docs(MANIFESTS / "rbac" / "webhook.yaml") if d["kind"] == "ClusterRole")
+    flux_groups = set(kinds.resources_by_group())
+    granted: dict[str, set[str]] = {}
+    for rule in role["rules"]:
+        for group in rule["apiGroups"]:
+            if group in flux_groups:
+                assert sorted(rule["verbs"]) == ["list", "watch"], rule  # read-only, never per review
+                granted.setdefault(group, set()).update(rule["resources"])
+    wanted: dict[str, set[str]] = {}
+    for kind in kinds.CACHED_KINDS:
+        row = kinds.BY_KIND[kind]
+        wanted.setdefault(row.group, set()).add(row.plural)
+    assert granted == wanted

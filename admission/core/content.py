@@ -1,0 +1,349 @@
+"""What a Flux object's status says it serves and what new content waits (FLUX-WRITES.md).
+
+Pure: reads plain dicts. The Blocked and Approved messages are formatted and parsed here, so
+``waiting(obj)`` can tell any reader (kubectl gate, the controller) what a held object waits
+for, from the conditions the webhook wrote.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Callable
+
+from admission.core import kinds
+from admission.core import names
+from admission.core.references import metadata
+from admission.core.timefmt import format_time
+
+Get = Callable[[str, str, str], "dict | None"]  # (kind, namespace, name) -> the stored object
+NOTHING = "nothing"  # what a source serves before its first artifact
+MAX_TEXT = 200  # a revision longer than this is cut in messages (a message must stay readable)
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """What waits for a held object and what it serves meanwhile, read from its conditions."""
+
+    kind: str
+    waits: str
+    serves: str
+    gates: tuple[str, ...]  # the closed gates named in the message ("ns/name")
+    message: str
+
+
+# ---- plain accessors ---------------------------------------------------------------------
+
+def status_of(obj: dict | None) -> dict:
+    status = obj.get("status") if isinstance(obj, dict) else None
+    return status if isinstance(status, dict) else {}
+
+
+def conditions_of(obj: dict | None) -> list[dict]:
+    found = status_of(obj).get("conditions")
+    return [c for c in found if isinstance(c, dict)] if isinstance(found, list) else []
+
+
+def condition(obj: dict | None, kind: str) -> dict | None:
+    """The condition of type ``kind`` in the object's status, or None."""
+    return next((c for c in conditions_of(obj) if c.get("type") == kind), None)
+
+
+def _text(value: object) -> str:
+    text = value if isinstance(value, str) else "" if value is None else str(value)
+    return text if len(text) <= MAX_TEXT else text[:MAX_TEXT - 1] + "…"
+
+
+def artifact(obj: dict | None) -> dict | None:
+    found = status_of(obj).get(names.ARTIFACT_FIELD)
+    return found if isinstance(found, dict) else None
+
+
+def artifact_identity(obj: dict | None) -> tuple[object, object]:
+    """What makes an artifact new: its revision and digest (url, size and times follow them)."""
+    found = artifact(obj)
+    return (found.get("revision"), found.get("digest")) if found else (None, None)
+
+
+def artifact_text(found: dict | None) -> str:
+    if not found:
+        return NOTHING
+    return _text(found.get("revision") or found.get("digest")) or NOTHING
+
+
+def image_fields(obj: dict | None) -> dict[str, object]:
+    """An ImagePolicy's chosen image: ``latestRef`` (v1) and ``latestImage`` (older), as stored."""
+    status = status_of(obj)
+    return {f: status.get(f) for f in (names.LATEST_REF_FIELD, names.LATEST_IMAGE_FIELD) if f in status}
+
+
+def image_text(obj: dict | None) -> str:
+    fields = image_fields(obj)
+    ref = fields.get(names.LATEST_REF_FIELD)
+    if isinstance(ref, dict) and (ref.get("name") or ref.get("tag")):
+        text = f"{ref.get('name') or ''}:{ref.get('tag') or ''}"
+        return _text(text + (f"@{ref['digest']}" if ref.get("digest") else ""))
+    latest = fields.get(names.LATEST_IMAGE_FIELD)
+    return _text(latest) if latest else NOTHING
+
+
+# A HelmRelease's release content: chart version, OCI digest, values digest.
+Release = tuple[str, str, str]
+
+
+def attempted_release(obj: dict | None) -> Release:
+    status = status_of(obj)
+    return tuple(str(status.get(f) or "") for f in (  # type: ignore[return-value]
+        names.LAST_ATTEMPTED_REVISION_FIELD, names.LAST_ATTEMPTED_REVISION_DIGEST_FIELD,
+        names.LAST_ATTEMPTED_CONFIG_DIGEST_FIELD))
+
+
+def applied_release(obj: dict | None) -> Release | None:
+    """``status.history[0]``: what the HelmRelease applied last (None before its first release)."""
+    history = status_of(obj).get(names.HISTORY_FIELD)
+    last = history[0] if isinstance(history, list) and history and isinstance(history[0], dict) else None
+    if last is None:
+        return None
+    return str(last.get("chartVersion") or ""), str(last.get("ociDigest") or ""), str(last.get("configDigest") or "")
+
+
+def release_text(release: Release | None) -> str:
+    if release is None or not any(release):
+        return NOTHING
+    version, oci_digest, config_digest = release
+    text = version or "chart"
+    if oci_digest:
+        text += f"@{oci_digest}"
+    if config_digest:
+        text += f" (values {config_digest})"
+    return _text(text)
+
+
+def _revision(obj: dict | None, field: str) -> str:
+    value = status_of(obj).get(field)
+    return value if isinstance(value, str) else ""
+
+
+def served_revision(kind: str, obj: dict | None) -> str:
+    """What the object serves (sources, ImagePolicy) or last applied (Kustomization, HelmRelease)."""
+    row = kinds.BY_KIND.get(kind)
+    content = row.content if row else None
+    if content == kinds.ARTIFACT:
+        return artifact_text(artifact(obj))
+    if content == kinds.LATEST_IMAGE:
+        return image_text(obj)
+    if content == kinds.ATTEMPTED_REVISION:
+        return _text(_revision(obj, names.LAST_APPLIED_REVISION_FIELD)) or NOTHING
+    if content == kinds.ATTEMPTED_RELEASE:
+        return release_text(applied_release(obj))
+    return NOTHING
+
+
+# ---- new content --------------------------------------------------------------------------
+
+def new_content(kind: str, old: dict | None, new: dict | None) -> tuple[str, str] | None:
+    """``(waits, serves)`` when this status write carries new content, the change a closed gate
+    holds: a source's artifact (revision or digest), an ImagePolicy's image, a Kustomization's
+    ``lastAttemptedRevision`` moving to a revision other than its ``lastAppliedRevision``, a
+    HelmRelease's ``lastAttempted*`` moving to values other than ``history[0]``'s."""
+    row = kinds.BY_KIND.get(kind)
+    content = row.content if row else None
+    if content == kinds.ARTIFACT:
+        if artifact_identity(old) != artifact_identity(new):
+            return artifact_text(artifact(new)), artifact_text(artifact(old))
+    elif content == kinds.LATEST_IMAGE:
+        if image_fields(old) != image_fields(new):
+            return image_text(new), image_text(old)
+    elif content == kinds.ATTEMPTED_REVISION:
+        field = names.LAST_ATTEMPTED_REVISION_FIELD
+        attempted = _revision(new, field)
+        applied = _revision(new, names.LAST_APPLIED_REVISION_FIELD)
+        if attempted != _revision(old, field) and attempted and attempted != applied:
+            return _text(attempted), _text(applied) or NOTHING
+    elif content == kinds.ATTEMPTED_RELEASE:
+        attempted, applied = attempted_release(new), applied_release(new)
+        if attempted != attempted_release(old) and any(attempted) and attempted != applied:
+            return release_text(attempted), release_text(applied)
+    return None
+
+
+def recorded_attempt(kind: str, obj: dict | None) -> tuple[str, str] | None:
+    """``(waits, serves)`` when the object's own status shows an attempt it has not applied."""
+    if kind == "Kustomization":
+        attempted = _revision(obj, names.LAST_ATTEMPTED_REVISION_FIELD)
+        applied = _revision(obj, names.LAST_APPLIED_REVISION_FIELD)
+        if attempted and attempted != applied:
+            return _text(attempted), _text(applied) or NOTHING
+    elif kind == "HelmRelease":
+        attempted, applied = attempted_release(obj), applied_release(obj)
+        if any(attempted) and attempted != applied:
+            return release_text(attempted), release_text(applied)
+    return None
+
+
+def upstream(kind: str, obj: dict | None) -> tuple[str, str, str] | None:
+    """The source a Kustomization or HelmRelease applies: ``(kind, namespace, name)``."""
+    spec = obj.get("spec") if isinstance(obj, dict) else None
+    if not isinstance(spec, dict):
+        return None
+    namespace = str(metadata(obj).get("namespace") or "default")
+    if kind == "Kustomization":
+        ref = spec.get("sourceRef")
+    elif kind == "HelmRelease":
+        ref = spec.get("chartRef")
+        chart = spec.get("chart")
+        if not isinstance(ref, dict) and isinstance(chart, dict):
+            return "HelmChart", generated_chart_namespace(obj), f"{namespace}-{metadata(obj).get('name') or ''}"
+    else:
+        return None
+    if not isinstance(ref, dict) or not isinstance(ref.get("kind"), str) or not isinstance(ref.get("name"), str):
+        return None
+    return ref["kind"], str(ref.get("namespace") or namespace), ref["name"]
+
+
+def upstream_waits(kind: str, obj: dict | None, source_kind: str, source: dict | None) -> tuple[str, str] | None:
+    """``(waits, serves)`` when the source a Kustomization or HelmRelease applies serves
+    content it has not applied yet (None when they agree, or we cannot tell)."""
+    found = artifact(source)
+    if not found:
+        return None
+    revision = found.get("revision")
+    if kind == "Kustomization":
+        applied = _revision(obj, names.LAST_APPLIED_REVISION_FIELD)
+        if isinstance(revision, str) and revision and revision != applied:
+            return _text(revision), _text(applied) or NOTHING
+        return None
+    if kind != "HelmRelease" or not isinstance(revision, str) or not revision:
+        return None
+    applied = applied_release(obj)
+    if source_kind == "HelmChart":  # the artifact's revision is the chart version
+        if applied is None or revision != applied[0]:
+            return _text(revision), release_text(applied)
+    elif source_kind == "OCIRepository":  # "<tag>@sha256:<digest>": history keeps the digest
+        digest = revision.rpartition("@")[2]
+        if applied is None or (digest and digest != applied[1]):
+            return _text(revision), release_text(applied)
+    return None
+
+
+def generated_chart_namespace(release: dict) -> str:
+    """Where helm-controller creates a HelmRelease's HelmChart: its sourceRef's namespace."""
+    spec = release.get("spec") if isinstance(release.get("spec"), dict) else {}
+    chart = spec.get("chart") if isinstance(spec.get("chart"), dict) else {}
+    chart_spec = chart.get("spec") if isinstance(chart.get("spec"), dict) else {}
+    ref = chart_spec.get("sourceRef") if isinstance(chart_spec.get("sourceRef"), dict) else {}
+    return str(ref.get("namespace") or metadata(release).get("namespace") or "default")
+
+
+MAX_CHART_SPLITS = 16  # a chart name with more dashes than this is not looked up further
+
+
+def generating_releases(chart: dict, get: Get) -> tuple[dict, ...]:
+    """The HelmReleases whose generated HelmChart is ``chart`` (named ``<namespace>-<name>``
+    in its sourceRef's namespace, FLUX-WRITES.md): each dash splits a candidate, checked
+    against the HelmRelease found. Dictionary lookups only."""
+    meta = metadata(chart)
+    name, namespace = meta.get("name"), str(meta.get("namespace") or "default")
+    if not isinstance(name, str):
+        return ()
+    found = []
+    start = 0
+    for _ in range(MAX_CHART_SPLITS):
+        dash = name.find("-", start)
+        if dash < 0:
+            break
+        start = dash + 1
+        release = get("HelmRelease", name[:dash], name[dash + 1:])
+        spec = release.get("spec") if isinstance(release, dict) else None
+        if isinstance(spec, dict) and isinstance(spec.get("chart"), dict) and not spec.get("chartRef") \
+                and generated_chart_namespace(release) == namespace:
+            found.append(release)
+    return tuple(found)
+
+
+# ---- messages -----------------------------------------------------------------------------
+
+_GATE = re.compile(r"gate '([^']+)' is closed")
+_TAIL = re.compile(r"^(?P<head>.*)[:.] (?P<waits>(?:(?![:.] ).)+?) waits, serving (?P<serves>.*)$", re.S)
+_BLOCKED_PREFIX = "Reconciliation is blocked as "
+_APPROVAL_PREFIX = "Reconciliation is waiting approval, "
+
+
+def gate_clause(key: str) -> str:
+    return f"gate '{key}' is closed"
+
+
+def blocked_message(clauses: tuple[str, ...], waits: str, serves: str) -> str:
+    """The Blocked condition's message on a held source or ImagePolicy."""
+    return f"{_BLOCKED_PREFIX}{', '.join(clauses)}: {waits} waits, serving {serves}"
+
+
+def approval_message(clauses: tuple[str, ...], waits: str, serves: str) -> str:
+    """The Approved=False condition's message on a held Kustomization or HelmRelease."""
+    return f"{_APPROVAL_PREFIX}{', '.join(clauses)}. {waits} waits, serving {serves}"
+
+
+def parse_message(message: str) -> tuple[tuple[str, ...], str, str] | None:
+    """``(gates, waits, serves)`` from a message made by ``blocked_message`` or
+    ``approval_message``; None for any other text."""
+    if not isinstance(message, str) or not message.startswith((_BLOCKED_PREFIX, _APPROVAL_PREFIX)):
+        return None
+    match = _TAIL.match(message)
+    if match is None:
+        return None
+    return tuple(_GATE.findall(match["head"])), match["waits"], match["serves"]
+
+
+def holding_condition(obj: dict | None, kind: str) -> dict | None:
+    """Our Blocked (True) or Approved (False) condition with reason GateClosed, if present."""
+    row = kinds.BY_KIND.get(kind)
+    if row is None or row.hold_condition is None:
+        return None
+    found = condition(obj, row.hold_condition)
+    want = "True" if row.hold_condition == names.BLOCKED_CONDITION else "False"
+    if found is None or found.get("status") != want or found.get("reason") != names.GATE_CLOSED_REASON:
+        return None
+    return found
+
+
+def waiting(obj: dict | None) -> Waiting | None:
+    """What waits for a held object, from the Blocked (sources, ImagePolicy) or Approved
+    (Kustomization, HelmRelease) condition the webhook wrote; None when nothing waits."""
+    kind = obj.get("kind") if isinstance(obj, dict) else None
+    if not isinstance(kind, str):
+        return None
+    found = holding_condition(obj, kind)
+    if found is None:
+        return None
+    message = found.get("message") if isinstance(found.get("message"), str) else ""
+    parsed = parse_message(message)
+    if parsed is None:
+        return Waiting(kind, "", served_revision(kind, obj), (), message)
+    gates, waits, serves = parsed
+    return Waiting(kind, waits, serves, gates, message)
+
+
+# ---- conditions ---------------------------------------------------------------------------
+
+def with_condition(conditions: list[dict], kind: str, status: str, reason: str, message: str,
+                   now: datetime, generation: object = None) -> list[dict]:
+    """``conditions`` with the one of type ``kind`` set; lastTransitionTime moves only when its
+    status does, and an identical condition is kept as it is (idempotent)."""
+    previous = next((c for c in conditions if c.get("type") == kind), None)
+    since = previous.get("lastTransitionTime") if previous and previous.get("status") == status else None
+    wanted = {"type": kind, "status": status, "reason": reason, "message": message,
+              "lastTransitionTime": since or format_time(now)}
+    if generation is not None:
+        wanted["observedGeneration"] = generation
+    elif previous and "observedGeneration" in previous:
+        wanted["observedGeneration"] = previous["observedGeneration"]
+    if previous is None:
+        return [*conditions, wanted]
+    return [wanted if c is previous else c for c in conditions]
+
+
+def without_condition(conditions: list[dict], kind: str) -> list[dict]:
+    """``conditions`` without our condition of type ``kind`` (reason GateClosed): a condition
+    of that type someone else wrote is theirs."""
+    return [c for c in conditions if c.get("type") != kind or c.get("reason") != names.GATE_CLOSED_REASON]

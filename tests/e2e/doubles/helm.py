@@ -1,0 +1,152 @@
+"""Double of helm-controller v2: one reconcile of a HelmRelease, in FLUX-WRITES.md's order.
+
+It keeps the generated HelmChart (``<namespace>-<name>`` in the chart source's namespace,
+``spec.version`` copied from the HelmRelease, ``*`` when empty) and requires its
+``generation == observedGeneration`` and an artifact. Early write: conditions only,
+"Fulfilling prerequisites". In memory: ``lastAttemptedGeneration``, ``lastAttemptedRevision``
+(the chart version), ``lastAttemptedConfigDigest`` (the values' digest). When the chart or
+values differ from ``status.history[0]``, one patch writes Reconciling "Running 'upgrade'
+action with timeout of 5m0s" (Ready=Unknown) with those fields *just before* the Helm action;
+if it fails, no action runs and no Event is emitted. The action here: a ConfigMap
+``<name>-release`` with chart version and values, and ``Double.applied``; then the history
+entry and Ready=True. It reconciles on its HelmChart's artifact revision changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+
+import yaml
+from kubernetes.client.rest import ApiException
+
+from tests.e2e.doubles.patch import StatusPatcher, delete_condition, now_text, set_condition
+from tests.e2e.doubles.runner import Applied, Double, ReconcileError, artifact_revision, requested_at
+
+TIMEOUT = "5m0s"
+
+
+def chart_of(release: dict) -> tuple[str, str]:
+    """Namespace and name of the HelmChart generated for ``release``."""
+    meta = release["metadata"]
+    ref = (((release.get("spec") or {}).get("chart") or {}).get("spec") or {}).get("sourceRef") or {}
+    return ref.get("namespace") or meta["namespace"], f"{meta['namespace']}-{meta['name']}"
+
+
+def _merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _merge(out[key], value) if isinstance(out.get(key), dict) and isinstance(value, dict) else value
+    return out
+
+
+class HelmController(Double):
+    kind = "HelmRelease"
+    watched = ("HelmChart",)
+    manager = "helm-controller"
+
+    def related(self, kind, old, new):
+        if new is None or artifact_revision(old) == artifact_revision(new):
+            return []
+        where = (new["metadata"]["namespace"], new["metadata"]["name"])
+        return [key for key, release in list(self.cache[self.kind].items()) if chart_of(release) == where]
+
+    def _values(self, release: dict) -> dict:
+        spec = release.get("spec") or {}
+        values: dict = {}
+        for ref in spec.get("valuesFrom") or []:
+            if ref.get("kind", "ConfigMap") != "ConfigMap":
+                continue
+            try:
+                data = self.api.core.read_namespaced_config_map(ref["name"], release["metadata"]["namespace"]).data or {}
+            except ApiException as err:
+                raise ReconcileError(f"could not resolve ConfigMap chart values reference "
+                                     f"'{release['metadata']['namespace']}/{ref['name']}': {err.reason}") from None
+            values = _merge(values, yaml.safe_load(data.get(ref.get("valuesKey") or "values.yaml", "")) or {})
+        return _merge(values, spec.get("values") or {})
+
+    def _chart(self, release: dict) -> dict:
+        chart_spec = ((release.get("spec") or {}).get("chart") or {}).get("spec") or {}
+        namespace, name = chart_of(release)
+        wanted = {"chart": chart_spec.get("chart"), "version": chart_spec.get("version") or "*",
+                  "sourceRef": {"kind": (chart_spec.get("sourceRef") or {}).get("kind", "HelmRepository"),
+                                "name": (chart_spec.get("sourceRef") or {}).get("name")},
+                  "interval": chart_spec.get("interval") or "10m", "reconcileStrategy": "ChartVersion"}
+        chart = self.api.get("HelmChart", namespace, name)
+        if chart is None:
+            self.api.create("HelmChart", namespace, {"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "HelmChart",
+                                                     "metadata": {"name": name, "namespace": namespace},
+                                                     "spec": wanted}, self.manager)
+            raise ReconcileError(f"HelmChart '{namespace}/{name}' is not ready")
+        if any((chart.get("spec") or {}).get(k) != v for k, v in wanted.items()):
+            self.api.patch("HelmChart", namespace, name, {"spec": wanted}, self.manager)
+            raise ReconcileError("latest generation of object has not been reconciled")
+        if chart["metadata"].get("generation") != (chart.get("status") or {}).get("observedGeneration"):
+            raise ReconcileError("latest generation of object has not been reconciled")
+        if not artifact_revision(chart):
+            raise ReconcileError(f"HelmChart '{namespace}/{name}' is not ready")
+        return chart
+
+    def reconcile(self, obj: dict, trigger: str) -> None:
+        if (obj.get("spec") or {}).get("suspend"):
+            return
+        meta = obj["metadata"]
+        patcher = StatusPatcher(self.api, self.kind, obj, self.manager)
+        set_condition(obj, "Ready", "Unknown", "Progressing", "Fulfilling prerequisites")
+        set_condition(obj, "Reconciling", "True", "Progressing", "Fulfilling prerequisites")
+        patcher.patch(obj)
+        chart = self._chart(obj)
+        values = self._values(obj)
+        chart_version = artifact_revision(chart)
+        config_digest = "sha256:" + hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()
+        status = obj.setdefault("status", {})
+        status["lastAttemptedGeneration"] = meta.get("generation")
+        status["lastAttemptedRevision"] = chart_version
+        status["lastAttemptedConfigDigest"] = config_digest
+        history = list(status.get("history") or [])
+        current = history[0] if history else None
+        action = "install" if current is None else (
+            "upgrade" if (current.get("chartVersion"), current.get("configDigest")) != (chart_version, config_digest)
+            else None)
+        if action:
+            set_condition(obj, "Reconciling", "True", "Progressing", f"Running '{action}' action with timeout of {TIMEOUT}")
+            set_condition(obj, "Ready", "Unknown", "Progressing", f"Running '{action}' action with timeout of {TIMEOUT}")
+            patcher.patch(obj)  # a failure here: no Helm action, no Event (only a log line)
+            number = (current or {}).get("version", 0) + 1
+            self._release(obj, chart_version, config_digest, values, trigger)
+            chart_name = (chart.get("spec") or {}).get("chart")
+            history.insert(0, {"name": meta["name"], "namespace": meta["namespace"], "version": number,
+                               "status": "deployed", "chartName": chart_name, "chartVersion": chart_version,
+                               "appVersion": chart_version, "configDigest": config_digest,
+                               "digest": "sha256:" + hashlib.sha256(f"{chart_version}{config_digest}".encode()).hexdigest(),
+                               "firstDeployed": now_text(), "lastDeployed": now_text()})
+            status["history"] = history[:5]
+            set_condition(obj, "Released", "True", f"{action.capitalize()}Succeeded",
+                          f"Helm {action} succeeded for release {meta['namespace']}/{meta['name']}.v{number} "
+                          f"with chart {chart_name}@{chart_version}")
+            set_condition(obj, "Ready", "True", f"{action.capitalize()}Succeeded",
+                          f"Helm {action} succeeded for release {meta['namespace']}/{meta['name']}.v{number} "
+                          f"with chart {chart_name}@{chart_version}")
+        else:
+            set_condition(obj, "Ready", "True", "ReconciliationSucceeded", "Release in-sync with desired state")
+        status["observedGeneration"] = meta.get("generation")
+        if requested_at(obj):
+            status["lastHandledReconcileAt"] = requested_at(obj)
+        delete_condition(obj, "Reconciling")
+        patcher.patch(obj)
+
+    def _release(self, obj: dict, chart_version: str, config_digest: str, values: dict, trigger: str) -> None:
+        meta = obj["metadata"]
+        name = f"{meta['name']}-release"
+        body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": meta["namespace"]},
+                "data": {"chartVersion": chart_version, "configDigest": config_digest,
+                         "values": json.dumps(values, sort_keys=True)}}
+        try:
+            self.api.core.replace_namespaced_config_map(name, meta["namespace"], body, field_manager=self.manager)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+            self.api.core.create_namespaced_config_map(meta["namespace"], body, field_manager=self.manager)
+        self.applied.append(Applied((self.kind, meta["namespace"], meta["name"]), chart_version, time.monotonic(),
+                                    trigger, {"configDigest": config_digest, "values": values}))
