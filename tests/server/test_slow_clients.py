@@ -133,10 +133,16 @@ def test_sigterm_keeps_serving_for_the_shutdown_delay_then_drains(tmp_path):
         os.kill(srv.pid, signal.SIGTERM)  # as the kubelet does, to the master only
         # While the endpoint is being removed, new connections are still served, and every
         # answer closes its connection so the client moves to another replica.
-        conn = srv.connection(timeout=ANSWER_WITHIN)
-        conn.request("POST", "/validate", body=BODY, headers={"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        assert resp.status == 200 and resp.getheader("Connection") == "close"
+        def on_a_new_connection() -> tuple[int, str | None]:
+            conn = srv.connection(timeout=ANSWER_WITHIN)
+            conn.request("POST", "/validate", body=BODY, headers={"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            resp.read()
+            conn.close()
+            return resp.status, resp.getheader("Connection")
+
+        # The master passes SIGTERM on to its worker: until the worker has it, answers keep alive.
+        assert until(on_a_new_connection, lambda answer: answer == (200, "close"), timeout=3) == (200, "close")
         kept.request("POST", "/validate", body=BODY, headers={"Content-Type": "application/json"})
         resp = kept.getresponse()
         assert resp.status == 200 and resp.getheader("Connection") == "close"
