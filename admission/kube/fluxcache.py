@@ -16,7 +16,7 @@ from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from admission.core.kinds import BY_KIND, FluxKind
-from admission.kube.reflector import STALE_AFTER, _Reflector, _trim, untrusted_reason
+from admission.kube.reflector import STALE_AFTER, Reflecting, _Reflector, _trim, untrusted_reason
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ class _KindReflector(_Reflector):
         self.store._replace(self.row.kind, [self._stamp(item) for item in items])
 
 
-class FluxCache:
+class FluxCache(Reflecting):
     """The given Flux kinds of the whole cluster, kept by list+watch in background threads.
 
     Objects handed out are the cache's own: read them, never change them.
@@ -177,18 +177,6 @@ class FluxCache:
             self.on_change(kind, old, new)
         except Exception:  # a listener's bug must not stop the watch
             log.exception("on_change failed", extra={"kind": kind})
-
-    # -- lifecycle --------------------------------------------------------------------
-    def start(self) -> None:
-        for reflector in self.reflectors:
-            thread = threading.Thread(target=reflector.run, name=f"watch-{reflector.plural}", daemon=True)
-            thread.start()
-            self._threads.append(thread)
-
-    def stop(self) -> None:
-        self._stopped.set()
-        for stream in list(self._streams):
-            stream.stop()
 
 
 def _version(obj: dict) -> object:

@@ -182,7 +182,27 @@ def untrusted_reason(what: str, reflectors: list["_Reflector"], stale_after: flo
     return None
 
 
-class ClusterStore:
+class Reflecting:
+    """A cache kept by ``self.reflectors``: runs each in a daemon thread and stops their watches."""
+
+    reflectors: list["_Reflector"]
+    _threads: list[threading.Thread]
+    _stopped: threading.Event
+    _streams: set
+
+    def start(self) -> None:
+        for reflector in self.reflectors:
+            thread = threading.Thread(target=reflector.run, name=f"watch-{reflector.plural}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self) -> None:
+        self._stopped.set()
+        for stream in list(self._streams):
+            stream.stop()
+
+
+class ClusterStore(Reflecting):
     """Gates and GateKeepers of the whole cluster, kept by list+watch in background threads."""
 
     def __init__(self, api_client: client.ApiClient, stale_after: float = STALE_AFTER):
@@ -227,13 +247,3 @@ class ClusterStore:
             time.sleep(0.05)
         return False
 
-    def start(self) -> None:
-        for reflector in self.reflectors:
-            thread = threading.Thread(target=reflector.run, name=f"watch-{reflector.plural}", daemon=True)
-            thread.start()
-            self._threads.append(thread)
-
-    def stop(self) -> None:
-        self._stopped.set()
-        for stream in list(self._streams):
-            stream.stop()
