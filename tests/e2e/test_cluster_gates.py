@@ -13,6 +13,7 @@ import orjson
 import pytest
 import yaml
 
+from admission.core.kinds import FLUX_KINDS
 from admission.core.timefmt import format_time
 from tests.builders import changed, flux, gate, keeper, request, review
 from tests.e2e.conftest import own_plane, serving, start_server, until
@@ -212,9 +213,11 @@ def test_reviews_cause_no_api_requests_from_our_server(plane, server):
     conn.close()
     # The audit log backend writes before it answers (--audit-log-mode=blocking, the default).
     new = audit_lines(plane, GATE_ADMISSION)[before:]
-    # The watches go on, and the denials become one aggregated Event, written off the
-    # admission path; nothing is asked per review.
-    assert all((e["verb"] in ("list", "watch") and e["objectRef"]["resource"] in ("gates", "gatekeepers"))
+    # The watches go on (gates, and the Flux objects whose served content the webhook reads),
+    # and the denials become one aggregated Event, written off the admission path; nothing is
+    # asked per review.
+    watched = {"gates", "gatekeepers"} | {row.plural for row in FLUX_KINDS}
+    assert all((e["verb"] in ("list", "watch") and e["objectRef"]["resource"] in watched)
                or e["objectRef"]["resource"] == "events" for e in new), [(e["verb"], e["requestURI"]) for e in new]
     # Watches renew every --stale-after/2 seconds whatever the load: only the rest could be per review.
     others = [e for e in new if e["verb"] not in ("list", "watch")]
