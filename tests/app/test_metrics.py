@@ -8,6 +8,7 @@ from pathlib import Path
 
 import orjson
 
+from admission.observability import metrics
 from admission.store.files import FileStore
 from admission.webhook.app import create_app
 from tests.builders import changed, flux, gate, request, review
@@ -62,6 +63,32 @@ def test_every_metric_the_dashboard_queries_is_exported(make_client):
     assert queried, "the dashboard queries nothing"
     missing = {name for name in queried if name not in exported and re.sub(r"_(bucket|count|sum|total)$", "", name) not in exported}
     assert not missing, f"the dashboard queries metrics we do not export: {sorted(missing)}"
+
+
+def _base(name: str) -> str:
+    return re.sub(r"_(bucket|count|sum|total)$", "", name)
+
+
+def test_every_label_the_dashboard_groups_or_filters_by_exists(make_client):
+    # A panel that groups by a label the metric lacks draws one unlabelled line, silently.
+    client = make_client([gate("g")])
+    text = client.get("/metrics").get_data(as_text=True)
+    labels: dict[str, set[str]] = {}
+    for sample in re.findall(r"^(gate_admission_\w+)\{([^}]*)\}", text, re.M):
+        labels.setdefault(_base(sample[0]), set()).update(re.findall(r"(\w+)=", sample[1]))
+    for metric in vars(metrics).values():  # labelled metrics with no sample yet
+        if hasattr(metric, "_labelnames") and hasattr(metric, "_name"):
+            labels.setdefault(_base(metric._name), set()).update(metric._labelnames)
+    scraped = {"namespace", "pod", "le"}  # added by Prometheus' scrape, or the histogram's own
+    checked = 0
+    for expr in (t["expr"] for p in json.loads(DASHBOARD.read_text())["panels"] for t in p["targets"]):
+        grouped = {name.strip() for group in re.findall(r"by \(([^)]*)\)", expr) for name in group.split(",")}
+        for metric, matchers in re.findall(r"(gate_admission_\w+)(?:\{([^}]*)\})?", expr):
+            used = (set(re.findall(r"(\w+)=", matchers)) | grouped) - scraped
+            unknown = used - labels.get(_base(metric), set())
+            assert not unknown, f"{expr!r}: {metric} has no label {sorted(unknown)}"
+            checked += 1
+    assert checked
 
 
 class BrokenStore(FileStore):
