@@ -14,6 +14,14 @@ On SIGTERM the worker keeps accepting and serving for ``shutdown_delay`` seconds
 endpoint is removed while it is already terminating), answering every request with
 ``Connection: close`` so that clients move to another replica; then it stops accepting, takes
 what is still in the listen backlog, and finishes the requests in flight.
+
+A small review (``POST /validate`` or ``/mutate``, body up to ``LARGE_BODY``) is answered in
+the loop itself: its judgement costs well under a millisecond and never waits on I/O (the
+whole request is in memory), while handing it to a thread and back costs two thread wake-ups,
+about a third of a millisecond per call (bench/status_overhead.py). Its response is collected
+and written without blocking: what the socket does not take at once is written when the
+client reads, under a deadline, so a client that never reads costs its own connection only.
+Everything else (other paths, large bodies) runs in the threads, as in gthread.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ import selectors
 import socket
 import ssl
 import time
+from concurrent.futures import Future
 from functools import partial
 
 import orjson
@@ -39,6 +48,7 @@ IO_SECONDS = 10.0  # a thread's socket reads and writes time out (never wait for
 
 _CONTENT_LENGTH = re.compile(rb"^content-length[ \t]*:[ \t]*([0-9]{1,15})[ \t]*$", re.I | re.M)
 _TRANSFER_ENCODING = re.compile(rb"^transfer-encoding[ \t]*:", re.I | re.M)
+_REVIEW = re.compile(rb"POST /(?:validate|mutate)[ ?]")  # the API server adds ?timeout=...
 _REASONS = {408: "Request Timeout", 411: "Length Required", 413: "Request Entity Too Large",
             431: "Request Header Fields Too Large"}
 
@@ -53,8 +63,16 @@ class BoundedSSLSocket(ssl.SSLSocket):
     """An SSL socket whose blocking mode has a timeout: gunicorn sets sockets blocking in its
     threads, and a client that stops reading our response must not hold a thread forever."""
 
+    collected: bytearray | None = None  # while set, sendall appends here (a review answered in the loop)
+
     def setblocking(self, flag: bool) -> None:
         self.settimeout(IO_SECONDS if flag else 0.0)
+
+    def sendall(self, data, flags: int = 0) -> None:
+        if self.collected is None:
+            return super().sendall(data, flags)
+        self.collected += data
+        return None
 
 
 class PreReadWorker(ThreadWorker):
@@ -73,6 +91,7 @@ class PreReadWorker(ThreadWorker):
         self.arriving: dict = {}  # connection -> None, in arrival order: requests being read
         self.parked: dict = {}  # connections waiting for a large-body slot
         self.lingering: dict = {}  # refused connections, draining until their deadline
+        self.flushing: dict = {}  # connections whose answer (from the loop) is still being written
         self.large_in_use = 0
         self.drain_at: float | None = None
 
@@ -102,8 +121,10 @@ class PreReadWorker(ThreadWorker):
 
     def enqueue_req(self, conn) -> None:
         # gthread calls this for a kept-alive connection that already holds the start of its
-        # next request (pipelining): read the rest in the loop, like any other request.
-        self._arrive(conn)
+        # next request (pipelining): read the rest in the loop, like any other request, on the
+        # loop's next turn (answering it now, from inside the last answer, would nest one call
+        # per pipelined request and let one client keep the loop).
+        self.method_queue.defer(self._arrive, conn)
 
     def on_client_socket_readable(self, conn, client) -> None:
         self.poller.unregister(client)
@@ -183,16 +204,58 @@ class PreReadWorker(ThreadWorker):
     def _dispatch(self, conn) -> None:
         self._unwatch(conn)
         self.arriving.pop(conn, None)
+        here = not conn.wants_large and isinstance(conn.sock, BoundedSSLSocket) and _REVIEW.match(conn.buf)
         if conn.parser is None:
             conn.parser = http.get_parser(self.cfg, conn.sock, conn.client)
         conn.parser.unreader.unread(bytes(conn.buf))
         conn.buf = None
         conn.initialized = conn.data_ready = True  # gthread must not wrap, wait or handshake again
-        ThreadWorker.enqueue_req(self, conn)
+        if here:
+            self._answer_here(conn)
+        else:
+            ThreadWorker.enqueue_req(self, conn)
+
+    def _answer_here(self, conn) -> None:
+        """Judge a small review in the loop; collect its answer, then write it without blocking."""
+        conn.sock.collected = bytearray()
+        try:
+            conn.keep = self.handle(conn)  # reads only what is buffered: the whole request is
+        except Exception:  # gthread's handle answers its own errors; anything else ends the connection, not the loop
+            self.log.exception("answering a review in the loop")
+            conn.keep = False
+        finally:
+            conn.out, conn.sock.collected = conn.sock.collected, None
+        self._flush(conn)
+
+    def _flush(self, conn, _fileobj=None) -> None:
+        try:
+            conn.sock.setblocking(False)
+            while conn.out:
+                del conn.out[:conn.sock.send(conn.out)]
+        except (ssl.SSLWantWriteError, ssl.SSLWantReadError, BlockingIOError) as err:
+            if conn not in self.flushing:
+                conn.deadline = time.monotonic() + IO_SECONDS
+                self.flushing[conn] = None
+            self._watch(conn, selectors.EVENT_READ if isinstance(err, ssl.SSLWantReadError) else selectors.EVENT_WRITE,
+                        self._flush)
+            return
+        except (OSError, ValueError):
+            self._close(conn)
+            return
+        self.flushing.pop(conn, None)
+        self._unwatch(conn)
+        done: Future = Future()
+        done.set_result(conn.keep)
+        self.finish_request(conn, done)
 
     def finish_request(self, conn, fs) -> None:
         if getattr(conn, "large", False):
             self._release_large(conn)
+        if not fs.cancelled() and fs.exception() is None and fs.result() is False:
+            # Not kept alive: gthread would close gracefully here, waiting in the loop for up
+            # to 2 s until the client closes too; linger without blocking instead.
+            self._linger(conn)
+            return
         super().finish_request(conn, fs)
 
     def _release_large(self, conn) -> None:
@@ -203,10 +266,10 @@ class PreReadWorker(ThreadWorker):
             self._progress(waiting)
 
     # -- selector bookkeeping -----------------------------------------------------------
-    def _watch(self, conn, events: int) -> None:
-        if conn.watching == events:
+    def _watch(self, conn, events: int, then=None) -> None:
+        if conn.watching == events and then is None:
             return
-        callback = partial(self._progress, conn)
+        callback = partial(then or self._progress, conn)
         if conn.watching:
             self.poller.modify(conn.sock, events, callback)
         else:
@@ -226,6 +289,7 @@ class PreReadWorker(ThreadWorker):
         self.arriving.pop(conn, None)
         self.parked.pop(conn, None)
         self.lingering.pop(conn, None)
+        self.flushing.pop(conn, None)
         if getattr(conn, "large", False):
             self._release_large(conn)
         self.nr_conns -= 1
@@ -245,6 +309,16 @@ class PreReadWorker(ThreadWorker):
             conn.sock.send(answer)
         except (OSError, ValueError):
             pass
+        self._linger(conn)
+
+    def _linger(self, conn) -> None:
+        """Half-close, then read and drop what the client still sends until it closes or
+        ``LINGER_SECONDS`` pass, so that closing does not reset an answer it has not read."""
+        try:
+            conn.sock.shutdown(socket.SHUT_WR)
+        except (OSError, ValueError):
+            self._close(conn)
+            return
         conn.deadline = time.monotonic() + LINGER_SECONDS
         self.lingering[conn] = None
         self._unwatch(conn)
@@ -265,7 +339,7 @@ class PreReadWorker(ThreadWorker):
         """Also close connections whose request did not arrive in time, and refused ones."""
         super().murder_pending()
         now = time.monotonic()
-        for group in (self.arriving, self.lingering):
+        for group in (self.arriving, self.lingering, self.flushing):
             for conn in [c for c in group if c.deadline <= now]:
                 if group is self.arriving and conn.handshaken and conn.buf:
                     self._refuse(conn, 408, f"request not received within {REQUEST_SECONDS:.0f}s")

@@ -206,3 +206,56 @@ def _answered_or_false(server: GateServer) -> bool:
         return review_answered(server)
     except OSError:  # the new worker is still starting
         return False
+
+
+def read_answers(sock: ssl.SSLSocket, count: int) -> list[dict]:
+    """``count`` HTTP/1.1 answers (each with a Content-Length) read off one connection, in order."""
+    data, answers = b"", []
+    while len(answers) < count:
+        end = data.find(b"\r\n\r\n")
+        if end >= 0:
+            head = data[:end].decode("latin-1").lower()
+            length = int(head.split("content-length:")[1].split("\r\n")[0])
+            if len(data) >= end + 4 + length:
+                assert head.startswith("http/1.1 200"), head
+                answers.append(orjson.loads(data[end + 4:end + 4 + length]))
+                data = data[end + 4 + length:]
+                continue
+        chunk = sock.recv(65536)
+        assert chunk, f"closed after {len(answers)} answers"
+        data += chunk
+    return answers
+
+
+def test_pipelined_reviews_are_all_answered_in_order(server):
+    # Reviews are answered in the worker's loop; a pipelined one is taken on the loop's next
+    # turn, so a thousand of them in one write neither nest calls nor keep other clients waiting.
+    sock = tls_connect(server)
+    bodies = []
+    for i in range(1000):
+        doc = review(request("UPDATE", changed(KS, path="./b"), KS))
+        doc["request"]["uid"] = f"pipelined-{i}"
+        bodies.append(orjson.dumps(doc))
+    sock.sendall(b"".join(b"POST /validate?timeout=5s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                          b"Content-Length: %d\r\n\r\n%s" % (len(body), body) for body in bodies))
+    assert review_answered(server)
+    answers = read_answers(sock, len(bodies))
+    sock.close()
+    assert [a["response"]["uid"] for a in answers] == [f"pipelined-{i}" for i in range(len(bodies))]
+    assert all(a["response"]["allowed"] is False for a in answers)
+
+
+def test_clients_that_ask_to_close_but_never_do_do_not_hold_the_loop(server):
+    # After an answer with "Connection: close" the server half-closes and waits (a little) for
+    # the client to close too; that wait must not stop the worker answering anybody else.
+    held = []
+    try:
+        held.extend(tls_connect(server) for _ in range(12))
+        for sock in held:  # all at once: each worker has several to close
+            sock.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: %d\r\n\r\n%s" % (len(BODY), BODY))  # never read, never closed
+        for _ in range(5):
+            assert review_answered(server)
+    finally:
+        for sock in held:
+            sock.close()
