@@ -22,6 +22,7 @@ import yaml
 from admission.core.timefmt import format_time
 from admission.kube.client import api_client
 from tests.builders import gate
+from tests.conftest import REPORT
 from tests.e2e.conftest import own_plane, serving, start_server
 from tests.e2e.controlplane import (CONTROLLER, FLUX, GATE_ADMISSION, HELM_CONTROLLER, IMAGE_REFLECTOR,
                                     SOURCE_CONTROLLER)
@@ -202,6 +203,13 @@ def test_a_new_commit_waits_at_the_kustomization_and_lands_when_the_gate_opens(p
     approved = cond(stored, "Approved")
     assert approved.get("status") == "False" and approved.get("reason") == "GateClosed", stored
     assert applied(plane, "app-a") == "main@sha1:aaaa0001"
+    # What `kubectl get` prints (the real CRDs' printer columns: Ready's status and message; the
+    # same two fields `flux get kustomizations` prints).
+    table = plane.kubectl("get", "kustomizations", "app-a", "-n", "apps").stdout
+    if "STATUS" in table.splitlines()[0]:
+        REPORT["kubectl get kustomizations, one held"] = "\n" + table.rstrip()
+        row = table.splitlines()[1].split(None, 3)
+        assert row[0] == "app-a" and row[2] == "False" and row[3].startswith(cond(stored, "Ready")["message"][:60]), table
     events = json.loads(plane.kubectl("get", "events", "-n", "apps", "--field-selector",
                                       "involvedObject.name=app-a,type=Warning", "-o", "json").stdout)["items"]
     assert any("flux-system/freeze-a" in e["message"] for e in events), [e["message"] for e in events]
