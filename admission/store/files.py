@@ -16,6 +16,7 @@ from admission.core.gates import GateState
 from admission.store.yamldocs import describe_error, objects
 from admission.core.objects import Key, object_key
 from admission.store.index import GateIndex
+from admission.store.writers import OpenWrites
 
 log = logging.getLogger(__name__)
 SUFFIXES = (".yaml", ".yml", ".json")
@@ -64,6 +65,8 @@ class FileStore:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.checked_at = time.monotonic()
+        self.being_written: list[str] = []  # gate files a writer has open (modified, not closed)
+        self._writes = OpenWrites(self.directory) if self.directory.is_dir() else None
         self.reload()
 
     def lookup(self, namespace: str, name: str, now: datetime) -> GateState:
@@ -75,6 +78,8 @@ class FileStore:
         detail = {"store": "files", "directory": str(self.directory), "gates": len(self.index)}
         if self.problems:
             detail["problems"] = dict(self.problems)
+        if self.being_written:
+            detail["being_written"] = list(self.being_written)
         return True, detail
 
     def _files(self) -> list[Path]:
@@ -145,15 +150,22 @@ class FileStore:
                                         "gatekeepers": len(keepers), "problems": len(problems)})
 
     def check(self) -> bool:
-        """Reload once a change has held still for a poll; return whether it reloaded.
+        """Reload once a change has held still for a poll and nobody is writing it; return
+        whether it reloaded.
 
-        A file rewritten in place is read only when it has been the same (size and mtime) at
-        two polls in a row: a half-written file can parse (a truncated ``spec:`` is an empty
-        spec, which is open by default), so reading it mid-write could open a closed gate.
-        Until then its gates stay as they were last read."""
+        A half-written file can parse (a truncated ``spec:`` is an empty spec, which is open by
+        default), so reading it mid-write could open a closed gate. A file that a writer has
+        modified and not closed yet (inotify, where there is one) is not read, however long the
+        writer pauses; and a file rewritten in place is read only when it has been the same (size
+        and mtime) at two polls in a row. Until then its gates stay as they were last read."""
         current = self._current_signature()
+        writing = self._writes.pending() if self._writes is not None else None
+        files = {Path(entry[0]) for entry in current}
+        self.being_written = sorted(str(path) for path in (writing or ()) if path in files)
         reloaded = False
-        if current == self._signature:
+        if self.being_written:
+            self._changing = None  # read it two quiet polls after the writer closes it
+        elif current == self._signature:
             self._changing = None
         elif current == self._changing:
             self.reload()
@@ -173,6 +185,8 @@ class FileStore:
                 self.check()
             except Exception:  # a reload must never kill the watcher thread
                 log.exception("reloading the gates directory failed")
+        if self._writes is not None:
+            self._writes.close()
 
     def start(self) -> None:
         if self._thread is None:
@@ -181,3 +195,5 @@ class FileStore:
 
     def stop(self) -> None:
         self._stop.set()
+        if self._thread is None and self._writes is not None:
+            self._writes.close()  # else the watcher thread closes it, never while it reads

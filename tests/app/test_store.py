@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from admission.store.files import FileStore
 from tests.builders import at, gate, keeper
 from tests.conftest import write_gates
@@ -173,3 +175,34 @@ def test_yaml_errors_say_where_and_what_without_quoting_the_file(gates_dir):
     problem = store.problems[str(gates_dir / "secret.yaml")]
     assert "hunter2" not in problem and "unclosed" not in problem
     assert "secret.yaml is broken: invalid YAML at line" in problem and "column" in problem
+
+
+def test_a_writer_that_pauses_mid_write_never_has_its_half_written_file_read(gates_dir):
+    path = _closed_gate_file(gates_dir)
+    full = path.read_text()
+    store = FileStore(gates_dir)
+    if store._writes is None or store._writes.pending() is None:
+        pytest.skip("no inotify here: only the hold-still rule applies")
+    with open(path, "w") as writer:  # rewritten in place: truncated, then written in two goes
+        writer.write(full[:full.index("default: closed")])
+        writer.flush()
+        for _ in range(5):  # however many polls the pause lasts
+            assert store.check() is False
+            state = store.lookup("flux-system", "bypass-signoff", NOW)
+            assert (state.open, state.reason) == (False, "Default"), "a half-written file opened a closed gate"
+        assert store.readiness()[1]["being_written"] == [str(path)]
+        writer.write(full[full.index("default: closed"):].replace("name: other", "name: other2"))
+    until(lambda: store.check(), bool, timeout=10)  # closed: read once it holds still
+    assert not store.lookup("flux-system", "bypass-signoff", NOW).open
+    assert store.lookup("flux-system", "other2", NOW).open
+    assert "being_written" not in store.readiness()[1]
+
+
+def test_a_file_replaced_by_rename_is_not_taken_for_one_being_written(gates_dir):
+    path = _closed_gate_file(gates_dir)
+    store = FileStore(gates_dir)
+    staged = gates_dir / ".team.yaml.tmp"
+    staged.write_text(path.read_text().replace("name: other", "name: other3"))
+    staged.rename(path)
+    until(lambda: store.check(), bool, timeout=10)
+    assert store.lookup("flux-system", "other3", NOW).open and not store.being_written
