@@ -103,15 +103,19 @@ class FileStore:
             signature.append((str(path), st.st_mtime_ns, st.st_size))
         return tuple(signature)
 
-    def reload(self) -> None:
-        """Read the directory again; a broken file closes the gates it defines, never crashes."""
-        self._signature = self._current_signature()
+    def reload(self, unfinished: frozenset[str] = frozenset()) -> None:
+        """Read the directory again; a broken file closes the gates it defines, never crashes.
+        Files in ``unfinished`` (being written) keep the gates they had when last read."""
+        self._signature = tuple(entry for entry in self._current_signature() if entry[0] not in unfinished)
         problems: dict[str, str] = {}
         if not self.directory.is_dir():
             problems[str(self.directory)] = "gates directory does not exist: every referenced gate is NotFound"
         objects: list[tuple[Path, dict]] = []
         broken: dict[Key, str] = {}
         for path in self._files():
+            if str(path) in unfinished:
+                objects += [(path, doc) for doc in self._last_good.get(path, [])]
+                continue
             try:
                 docs = _documents(_read(path))
             except (OSError, UnicodeDecodeError, yaml.YAMLError, ValueError, RecursionError) as err:
@@ -150,25 +154,27 @@ class FileStore:
                                         "gatekeepers": len(keepers), "problems": len(problems)})
 
     def check(self) -> bool:
-        """Reload once a change has held still for a poll and nobody is writing it; return
-        whether it reloaded.
+        """Reload once a change has held still for a poll; return whether it reloaded.
 
         A half-written file can parse (a truncated ``spec:`` is an empty spec, which is open by
         default), so reading it mid-write could open a closed gate. A file that a writer has
         modified and not closed yet (inotify, where there is one) is not read, however long the
-        writer pauses; and a file rewritten in place is read only when it has been the same (size
-        and mtime) at two polls in a row. Until then its gates stay as they were last read."""
+        writer pauses, while the other files are; and a changed file is read only when it has
+        been the same (size and mtime) at two polls in a row. Until then its gates stay as they
+        were last read."""
         current = self._current_signature()
         writing = self._writes.pending() if self._writes is not None else None
         files = {Path(entry[0]) for entry in current}
         self.being_written = sorted(str(path) for path in (writing or ()) if path in files)
+        unfinished = frozenset(self.being_written)
+        # Files being written are left out: the others reload as usual, and a file whose writer
+        # closes it differs from the last signature, so it is read after holding still.
+        current = tuple(entry for entry in current if entry[0] not in unfinished)
         reloaded = False
-        if self.being_written:
-            self._changing = None  # read it two quiet polls after the writer closes it
-        elif current == self._signature:
+        if current == self._signature:
             self._changing = None
         elif current == self._changing:
-            self.reload()
+            self.reload(unfinished)
             self._changing = None
             reloaded = True
         else:

@@ -13,6 +13,7 @@ from cryptography import x509
 from admission.webhook.app import MAX_BODY
 from tests.builders import FLUX_USER, changed, flux, gate, request, review
 from tests.conftest import FIXTURES, write_gates
+from tests.polling import until
 from tests.processes import BIN, GateServer
 from tests.procfs import listening_ports
 
@@ -145,3 +146,36 @@ def test_the_only_listener_is_the_tls_port(server):
         assert listening_ports(pid) <= {server.port}, f"pid {pid} listens on {listening_ports(pid)}"
     # Every worker listens on its own SO_REUSEPORT socket on that port.
     assert all(server.port in listening_ports(pid) for pid in server.children())
+
+
+def test_a_gates_file_half_written_by_a_pausing_writer_never_opens_its_gate(tmp_path):
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    path = write_gates(gates, [gate("bypass-signoff", default="closed"), gate("other")], "team.yaml")
+    full = path.read_text()
+    srv = GateServer(tmp_path, "--gates-dir", str(gates), "--workers", "1")
+    held = flux(gates="flux-system/bypass-signoff")
+    body = orjson.dumps(review(request("UPDATE", changed(held, path="./b"), held)))
+    try:
+        srv.wait_ready()
+        with open(path, "w") as writer:  # in place: truncated, half written, then a long pause
+            writer.write(full[:full.index("default: closed")])
+            writer.flush()
+            detail = until(lambda: srv.request("GET", "/readyz")[1], lambda d: "being_written" in d)
+            if "being_written" not in detail:
+                pytest.skip("no inotify here: only the hold-still rule applies")
+            # Another file changes meanwhile: once the server has read it, it has polled the
+            # directory with the half-written file in it.
+            write_gates(gates, [gate("canary", default="closed")], "canary.yaml")
+            canary = flux(gates="flux-system/canary")
+            canary_body = orjson.dumps(review(request("UPDATE", changed(canary, path="./b"), canary)))
+            until(lambda: srv.request("POST", "/validate", canary_body)[1]["response"]["status"]["message"],
+                  lambda m: "NotFound" not in m and "not found" not in m)
+            status, out = srv.request("POST", "/validate", body)
+            assert status == 200 and out["response"]["allowed"] is False, out
+            writer.write(full[full.index("default: closed"):])
+        until(lambda: srv.request("GET", "/readyz")[1], lambda d: "being_written" not in d)
+        status, out = srv.request("POST", "/validate", body)
+        assert out["response"]["allowed"] is False and "bypass-signoff" in out["response"]["status"]["message"]
+    finally:
+        srv.stop()
