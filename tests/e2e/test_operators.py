@@ -32,8 +32,10 @@ def server(plane, tmp_path_factory):
     plane.kubectl("apply", "-f", str(ROOT / "manifests" / "components" / "receiver" / "rbac.yaml"))
     tmp = tmp_path_factory.mktemp("plugin-server")
     (tmp / "token").write_text(TOKEN)
+    # Event periods start at multiples of the period since the epoch: with a day, the tests that
+    # count one Event per period straddle two only when run across midnight UTC.
     with serving(plane, start_server(tmp, None, "--kubeconfig", str(plane.kubeconfig(GATE_ADMISSION)),
-                                     "--receiver-token-file", str(tmp / "token"), "--event-period", "600")) as srv:
+                                     "--receiver-token-file", str(tmp / "token"), "--event-period", "86400")) as srv:
         yield srv
 
 
