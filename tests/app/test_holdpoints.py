@@ -154,7 +154,7 @@ def test_a_denied_helmrelease_attempt_is_queued_to_be_shown_nothing_else_is(gate
     assert call(client, "/validate", old, old)["allowed"] is True and attempts.pending == {}
     assert call(client, "/validate", old, new)["allowed"] is False
     assert list(attempts.pending) == [("HelmRelease", "apps", "podinfo")]
-    assert kube.calls == [], "no API call inside the review"
+    assert kube.calls == [], "nothing is written inside the review"
     assert attempts.show(*attempts._next()) == "written"
     assert content.waiting(kube.get("helmreleases", "apps", "podinfo")).waits == "6.5.0 (values sha256:v2)"
 
