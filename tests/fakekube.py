@@ -95,10 +95,16 @@ class FakeKube:
             patch = {k: v for k, v in body.items() if k != "status"}  # the main resource leaves status alone
             return self._put(plural, namespace, name, _merge(current, patch))
 
-    def patch_namespaced_custom_object_status(self, group, version, namespace, plural, name, body) -> dict:
+    def get_namespaced_custom_object_status(self, group, version, namespace, plural, name) -> dict:
+        return self.get_namespaced_custom_object(group, version, namespace, plural, name)
+
+    def patch_namespaced_custom_object_status(self, group, version, namespace, plural, name, body, **_) -> dict:
         with self._lock:
             self._write("patch_namespaced_custom_object_status", (plural, namespace, name))
             current = self._get(plural, namespace, name)
+            precondition = (body.get("metadata") or {}).get("resourceVersion")
+            if precondition is not None and precondition != current["metadata"]["resourceVersion"]:
+                raise _error(409, "Conflict")
             return self._put(plural, namespace, name, {**current, "status": _merge(current.get("status"), body.get("status"))})
 
     # -- CoreV1Api: Events ----------------------------------------------------------------

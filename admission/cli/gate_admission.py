@@ -154,7 +154,7 @@ def _app_factory(args: argparse.Namespace):
 
     def factory():
         logs.configure(args.log_level)
-        receiver = events = None
+        receiver = events = attempts = None
         if args.gates_dir:
             from admission.store import StaticSources
             from admission.store.files import FileStore
@@ -179,10 +179,14 @@ def _app_factory(args: argparse.Namespace):
                 from admission.kube.events import DenialEvents
                 events = DenialEvents(api, period=args.event_period)
                 events.start()
+            from admission.kube.attempts import DeniedAttempts
+            # A HelmRelease held for new values shows it only if we write it (docs/design.md).
+            attempts = DeniedAttempts(api, store.lookup, settings, sources)
+            attempts.start()
         store.start()
         sources.start()
         return create_app(store, settings, receiver=receiver, events=events, calendar=args.calendar,
-                          sources=sources)
+                          sources=sources, attempts=attempts)
 
     return factory
 

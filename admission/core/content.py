@@ -182,6 +182,32 @@ def recorded_attempt(kind: str, obj: dict | None) -> tuple[str, str] | None:
     return None
 
 
+_ATTEMPT_FIELDS = {
+    kinds.ATTEMPTED_REVISION: (names.LAST_ATTEMPTED_REVISION_FIELD,),
+    kinds.ATTEMPTED_RELEASE: (names.LAST_ATTEMPTED_REVISION_FIELD, names.LAST_ATTEMPTED_REVISION_DIGEST_FIELD,
+                              names.LAST_ATTEMPTED_CONFIG_DIGEST_FIELD),
+}
+
+
+def _attempt_fields(kind: str) -> tuple[str, ...]:
+    row = kinds.BY_KIND.get(kind)
+    return _ATTEMPT_FIELDS.get(row.content, ()) if row else ()
+
+
+def attempt_of(kind: str, obj: dict | None) -> dict:
+    """Only the attempt an object's status records (``{"status": {field: value}}``)."""
+    recorded = status_of(obj)
+    return {"status": {f: recorded.get(f) for f in _attempt_fields(kind)}}
+
+
+def held_attempt(kind: str, attempted: dict | None, stored: dict | None) -> tuple[str, str] | None:
+    """``(waits, serves)`` for the attempt a denied status write (``attempted``) recorded,
+    against what the object as stored now has applied: None once that is what it applied."""
+    if not _attempt_fields(kind):
+        return None
+    return recorded_attempt(kind, {"status": {**status_of(stored), **status_of(attempt_of(kind, attempted))}})
+
+
 def upstream(kind: str, obj: dict | None) -> tuple[str, str, str] | None:
     """The source a Kustomization or HelmRelease applies: ``(kind, namespace, name)``."""
     spec = obj.get("spec") if isinstance(obj, dict) else None
@@ -225,6 +251,14 @@ def upstream_waits(kind: str, obj: dict | None, source_kind: str, source: dict |
         if applied is None or (digest and digest != applied[1]):
             return _text(revision), release_text(applied)
     return None
+
+
+def upstream_of(kind: str, obj: dict | None, get: Get) -> tuple[str, str] | None:
+    """``upstream_waits`` for the source ``obj`` applies, looked up with ``get`` (a cache)."""
+    ref = upstream(kind, obj)
+    if ref is None:
+        return None
+    return upstream_waits(kind, obj, ref[0], get(*ref))
 
 
 def generated_chart_namespace(release: dict) -> str:

@@ -49,6 +49,13 @@ class FluxKind:
         return self.content in (ATTEMPTED_REVISION, ATTEMPTED_RELEASE)
 
     @cached_property
+    def shows_denied_attempts(self) -> bool:
+        """The webhook writes Approved=False itself after denying an attempt (off the admission
+        path): a HelmRelease's attempt can carry content no source serves (a values digest), and
+        only the denied write carries it (docs/design.md, "Hold points")."""
+        return self.content == ATTEMPTED_RELEASE
+
+    @cached_property
     def hold_condition(self) -> str | None:
         """The condition that says new content waits on a held object of this kind."""
         if self.keeps_content:
@@ -82,6 +89,9 @@ SOURCE_KINDS = frozenset(k.kind for k in FLUX_KINDS if k.source)
 # admission.kube.fluxcache): what each source serves, and HelmReleases, whose gates their
 # generated HelmCharts inherit.
 CACHED_KINDS = SOURCE_KINDS | {"HelmRelease"}
+# Whose status the webhook patches (``get`` and ``patch`` on ``<plural>/status``) to show a
+# denied attempt: admission.kube.attempts.
+ATTEMPT_SHOWING_KINDS = frozenset(k.kind for k in FLUX_KINDS if k.shows_denied_attempts)
 
 
 def lookup(group: str, kind: str) -> FluxKind | None:

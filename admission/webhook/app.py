@@ -17,7 +17,7 @@ from admission.observability import logs
 from admission.observability import metrics
 from admission.core import kinds
 from admission.core import names
-from admission.core.decision import Decision, Settings
+from admission.core.decision import CONTENT, Decision, Settings
 from admission.webhook.handlers import Handler, Outcome
 from admission.webhook.review import AdmissionReview, ReviewError, allowed, complete, errored, parse_review
 from admission.clock import utcnow
@@ -117,8 +117,9 @@ class Reviews:
     """Decode a review, call a handler, encode the answer: one place for both endpoints."""
 
     def __init__(self, store: GateStore, settings: Settings, clock: Callable[[], datetime], events=None,
-                 sources: Sources | None = None):
+                 sources: Sources | None = None, attempts=None):
         self.store, self.settings, self.clock, self.events = store, settings, clock, events
+        self.attempts = attempts
         self.sources = sources if sources is not None else handlers.NO_SOURCES
 
     def answer(self, route: Route, body: bytes) -> tuple[int, bytes]:
@@ -144,6 +145,8 @@ class Reviews:
         if route.logged:
             if self.events is not None and outcome.decision.held and not outcome.decision.allowed:
                 self.events.record(review["request"], outcome.decision.message or "", now)
+            if self.attempts is not None and outcome.decision.held_what == CONTENT and not outcome.decision.allowed:
+                self.attempts.record(review["request"])  # only its status write carried it: show it
         payload = orjson.dumps(complete(review, outcome.response))
         _count(route.name, review, outcome, self.settings, started)
         return 200, payload
@@ -199,11 +202,12 @@ def _read_body(environ: dict) -> bytes | None:
 
 def create_app(store: GateStore, settings: Settings | None = None,
                clock: Callable[[], datetime] = utcnow, receiver: Blueprint | None = None,
-               events=None, calendar: bool = True, sources: Sources | None = None) -> Flask:
+               events=None, calendar: bool = True, sources: Sources | None = None, attempts=None) -> Flask:
     """Build the app around a gate store; ``clock`` is the one place time is read.
     ``receiver`` adds the open/close hooks (admission.receiver); ``events`` records denials
     as Kubernetes Events (admission.events); ``sources`` are the Flux objects the hold points
-    look up (what each source serves, HelmReleases; none when not given)."""
+    look up (what each source serves, HelmReleases; none when not given); ``attempts`` shows
+    denied attempts on their objects (admission.kube.attempts)."""
     settings = settings or Settings()
     app = Flask("admission")
     if receiver is not None:
@@ -214,7 +218,7 @@ def create_app(store: GateStore, settings: Settings | None = None,
 
     app.extensions["gate_sources"] = sources
     trusted_once: list[bool] = []  # set once the Flux object cache has been trusted
-    app.wsgi_app = ReviewRoutes(app.wsgi_app, Reviews(store, settings, clock, events, sources))
+    app.wsgi_app = ReviewRoutes(app.wsgi_app, Reviews(store, settings, clock, events, sources, attempts))
 
     @app.get("/healthz")
     def healthz() -> Response:

@@ -12,7 +12,7 @@ from admission.core import content
 from admission.core import holdpoints
 from admission.core import kinds
 from admission.core import names
-from admission.core.decision import CONTENT, Decision, Lookup, Parents, Settings, decide, describe, holds_of, mode_of
+from admission.core.decision import CONTENT, Decision, Lookup, Parents, Settings, decide, holds_of
 from admission.core.references import metadata, suspension_of
 from admission.store import Sources, StaticSources
 from admission.webhook.review import AdmissionRequest, AdmissionResponse, allowed, denied, patched
@@ -109,13 +109,6 @@ def _field_ops(changes: dict[str, object], status: object) -> list[dict[str, Any
     return ops
 
 
-def _upstream_waits(kind: str, obj: dict, sources: Sources) -> tuple[str, str] | None:
-    ref = content.upstream(kind, obj)
-    if ref is None:
-        return None
-    return content.upstream_waits(kind, obj, ref[0], sources.get(*ref))
-
-
 def _content_status(request: AdmissionRequest, row: kinds.FluxKind, lookup: Lookup, now: datetime,
                     settings: Settings, sources: Sources) -> tuple[dict[str, object], Decision]:
     """The status fields a status write must change at the hold points, and the decision: held
@@ -123,13 +116,14 @@ def _content_status(request: AdmissionRequest, row: kinds.FluxKind, lookup: Look
     webhook records the would-be hold of the same write)."""
     old, new = request.get("oldObject"), request["object"]
     holds = holds_of(new, lookup, now, _parents(sources))
-    if not holds or mode_of(holds, settings) != "enforce":
+    meta = metadata(new) if holds else {}
+    held = holdpoints.enforced(row.kind, request.get("namespace") or meta.get("namespace") or "",
+                               request.get("name") or meta.get("name") or "", holds, settings) if holds else None
+    if held is None:
         return holdpoints.rewrite_status(row.kind, old, new, None, now), Decision(allowed=True)
-    meta = metadata(new)
-    message = describe(row.kind, request.get("namespace") or meta.get("namespace") or "",
-                       request.get("name") or meta.get("name") or "", holds)
-    upstream = _upstream_waits(row.kind, new, sources) if row.records_attempts else None
-    changes = holdpoints.rewrite_status(row.kind, old, new, holdpoints.held_by(holds, message), now, upstream)
+    message = held.message
+    upstream = content.upstream_of(row.kind, new, sources.get) if row.records_attempts else None
+    changes = holdpoints.rewrite_status(row.kind, old, new, held, now, upstream)
     carried = content.new_content(row.kind, old, new) if row.keeps_content else None
     if carried is None:  # no content rewritten: nothing to log or count
         return changes, Decision(allowed=True)

@@ -13,10 +13,12 @@ import pytest
 from admission.core import content
 from admission.core.decision import Settings
 from admission.store import StaticSources
+from admission.kube.attempts import DeniedAttempts
 from admission.store.files import FileStore
 from admission.webhook.app import create_app
 from tests.builders import FLUX_USER, changed, flux, gate, request, review
 from tests.conftest import FIXED_NOW, write_gates
+from tests.fakekube import FakeKube
 from tests.unit.test_content import GIT_A, GIT_B, art, hr_status
 
 HELD = "flux-system/change-freeze"
@@ -135,6 +137,26 @@ def test_a_helmrelease_values_attempt_is_denied(client_with):
     old = flux("HelmRelease", gates=HELD, status=hr_status())
     new = flux("HelmRelease", gates=HELD, status=hr_status(attempted=("6.5.0", "", "sha256:v2")))
     assert call(client, "/validate", old, new)["allowed"] is False
+
+
+def test_a_denied_helmrelease_attempt_is_queued_to_be_shown_nothing_else_is(gates_dir):
+    # Only the denied write carries new values: the webhook shows them itself, off the review.
+    write_gates(gates_dir, GATES)
+    kube = FakeKube()
+    old = kube.add("helmreleases", flux("HelmRelease", gates=HELD, status=hr_status()))
+    attempts = DeniedAttempts(None, FileStore(gates_dir).lookup, Settings(), StaticSources(),
+                              clock=lambda: FIXED_NOW, custom=kube)
+    app = create_app(FileStore(gates_dir), Settings(), clock=lambda: FIXED_NOW, attempts=attempts)
+    client = app.test_client()
+    new = flux("HelmRelease", gates=HELD, status=hr_status(attempted=("6.5.0", "", "sha256:v2")))
+    assert call(client, "/mutate", old, new)["allowed"] is True
+    assert attempts.pending == {}, "a mutation is not a denial"
+    assert call(client, "/validate", old, old)["allowed"] is True and attempts.pending == {}
+    assert call(client, "/validate", old, new)["allowed"] is False
+    assert list(attempts.pending) == [("HelmRelease", "apps", "podinfo")]
+    assert kube.calls == [], "nothing is written inside the review"
+    assert attempts.show(*attempts._next()) == "written"
+    assert content.waiting(kube.get("helmreleases", "apps", "podinfo")).waits == "6.5.0 (values sha256:v2)"
 
 
 def test_an_image_policy_tag_is_held(client_with):

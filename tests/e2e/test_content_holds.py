@@ -26,7 +26,7 @@ from tests.conftest import REPORT
 from tests.e2e.conftest import own_plane, serving, start_server
 from tests.e2e.controlplane import (CONTROLLER, FLUX, GATE_ADMISSION, HELM_CONTROLLER, IMAGE_REFLECTOR,
                                     SOURCE_CONTROLLER)
-from tests.e2e.doubles.helm import HelmController
+from tests.e2e.doubles.helm import HelmController, values_digest
 from tests.e2e.doubles.image import ImageReflectorController
 from tests.e2e.doubles.kustomize import KustomizeController
 from tests.e2e.doubles.patch import condition
@@ -297,12 +297,12 @@ def test_a_held_source_keeps_serving_its_artifact_and_moves_when_the_gate_opens(
 
 # -- (c) a HelmRelease: chart versions wait at the HelmChart, values at lastAttempted* --------
 
-def helm_release(name: str, gates: str) -> dict:
+def helm_release(name: str, gates: str, repository: str = "charts") -> dict:
     return {"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
             "metadata": {"name": name, "namespace": "apps", "annotations": {"gating.toolkit.fluxcd.io/gates": gates}},
             "spec": {"interval": "10m", "chart": {"spec": {
                 "chart": "podinfo", "version": "6.x",
-                "sourceRef": {"kind": "HelmRepository", "name": "charts", "namespace": "flux-system"}}},
+                "sourceRef": {"kind": "HelmRepository", "name": repository, "namespace": "flux-system"}}},
                 "valuesFrom": [{"kind": "ConfigMap", "name": f"{name}-values"}]}}
 
 
@@ -341,11 +341,13 @@ def test_a_helm_release_waits_for_new_charts_at_its_chart_and_for_new_values_at_
                   f"reconcile.fluxcd.io/requestedAt={now_rfc3339()}")
     errors = until(lambda: flux.helm.errors("apps", "app-c"), lambda e: any("freeze-c" in m for m in e))
     assert any("flux-system/freeze-c" in m for m in errors), errors
-    # The denied write is the only one that carries the new values digest: the conditions-only
-    # request before it cannot show them, so the stored attempt stays the applied one.
-    stored = status(plane, "helmrelease", "app-c", "apps")
+    # The denied write is the only one that carries the new values digest, so the stored attempt
+    # stays the applied one; the webhook shows what waits itself (test (c2) below).
+    stored = until(lambda: status(plane, "helmrelease", "app-c", "apps"),
+                   lambda s: cond(s, "Approved").get("reason") == "GateClosed")
     assert stored["history"][0]["chartVersion"] == "6.0.0"
     assert stored["lastAttemptedConfigDigest"] == stored["history"][0]["configDigest"], stored
+    assert f"(values {values_digest({'replicaCount': 3})}) waits" in cond(stored, "Approved").get("message", ""), stored
     assert json.loads(release(plane, "app-c")["values"]) == {"replicaCount": 1}, "no Helm action may run"
 
     open_gate(plane, "freeze-c")
@@ -356,6 +358,78 @@ def test_a_helm_release_waits_for_new_charts_at_its_chart_and_for_new_values_at_
     stored = until(lambda: status(plane, "helmrelease", "app-c", "apps"),
                    lambda s: cond(s, "Ready").get("status") == "True")
     assert not cond(stored, "Approved") or cond(stored, "Approved")["status"] != "False", stored
+
+
+# -- (c2) new values alone: the HelmRelease shows the hold, kubectl gate lists it -------------
+
+def scrape(server) -> dict[str, float]:
+    conn = server.connection()
+    try:
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+    finally:
+        conn.close()
+    return {name: float(value) for name, _, value in
+            (line.rpartition(" ") for line in text.splitlines() if line and not line.startswith("#"))}
+
+
+SHOWN = 'gate_admission_denied_attempts_shown_total{result="written"}'
+
+
+def test_a_values_only_change_during_a_freeze_shows_as_held_and_lands_when_the_gate_opens(plane, server, flux):
+    put(plane, gate("freeze-v"), values("app-v", 1), helm_release("app-v", "flux-system/freeze-v", "charts-v"))
+    flux.charts.publish("flux-system", "charts-v", "podinfo", "6.0.0")
+    assert until(lambda: release(plane, "app-v"), lambda r: r.get("chartVersion") == "6.0.0", timeout=20) \
+        .get("chartVersion") == "6.0.0", flux.helm.errors("apps", "app-v")
+    old_digest, new_digest = values_digest({"replicaCount": 1}), values_digest({"replicaCount": 3})
+    waits, serves = f"6.0.0 (values {new_digest})", f"6.0.0 (values {old_digest})"
+
+    close_gate(plane, server, "freeze-v")
+    written = scrape(server).get(SHOWN, 0.0)
+    put(plane, values("app-v", 3))
+    plane.kubectl("annotate", "--overwrite", "helmrelease", "app-v", "-n", "apps",
+                  f"reconcile.fluxcd.io/requestedAt={now_rfc3339()}")
+    errors = until(lambda: flux.helm.errors("apps", "app-v"), lambda e: any("freeze-v" in m for m in e))
+    assert any("flux-system/freeze-v" in m for m in errors), errors
+    # helm-controller's conditions-only writes were accepted and its deferred patch sent the
+    # refused digest again (the double, FLUX-WRITES.md): only our own write can show the hold.
+    stored = until(lambda: status(plane, "helmrelease", "app-v", "apps"),
+                   lambda s: cond(s, "Approved").get("reason") == "GateClosed"
+                   and cond(s, "Ready").get("reason") == "GateClosed")
+    approved, ready = cond(stored, "Approved"), cond(stored, "Ready")
+    assert approved["status"] == "False" and approved["message"] == (
+        f"Reconciliation is waiting approval, gate 'flux-system/freeze-v' is closed. {waits} waits, serving {serves}")
+    assert ready["status"] == "False" and ready["message"].startswith("HelmRelease apps/app-v is held: ")
+    assert ready["message"].endswith(f"; {waits} waits, serving {serves}"), ready
+    assert stored["lastAttemptedConfigDigest"] == stored["history"][0]["configDigest"] == old_digest
+    assert json.loads(release(plane, "app-v")["values"]) == {"replicaCount": 1}, "no Helm action may run"
+    shown = json.loads(kubectl_gate(plane, "get", "freeze-v", "-n", "flux-system", "-o", "json").stdout)["waiting"]
+    assert [(w["kind"], w["name"], w["waits"], w["serves"]) for w in shown] == [("HelmRelease", "app-v", waits, serves)]
+    listed = [line.split() for line in kubectl_gate(plane, "list", "-n", "flux-system").stdout.splitlines()]
+    assert next(r for r in listed if r[0] == "freeze-v")[-1] == "1", listed
+
+    # Another reconcile while held: its writes keep the conditions (the mutating webhook), and
+    # the denied reconcile's repeats write nothing more.
+    before = len(flux.helm.reconciles)
+    plane.kubectl("annotate", "--overwrite", "helmrelease", "app-v", "-n", "apps",
+                  f"reconcile.fluxcd.io/requestedAt={now_rfc3339()}")
+    again = until(lambda: flux.helm.reconciles[before:],
+                  lambda rs: any(r.key == ("HelmRelease", "apps", "app-v") and r.error for r in rs))
+    assert any(r.key == ("HelmRelease", "apps", "app-v") and r.error for r in again), again
+    stored = status(plane, "helmrelease", "app-v", "apps")
+    assert cond(stored, "Approved") == approved and cond(stored, "Ready").get("reason") == "GateClosed", stored
+    assert scrape(server).get(SHOWN, 0.0) - written == 1, "one write for the hold, whatever the repeats"
+
+    opened = len(flux.helm.reconciles)
+    open_gate(plane, "freeze-v")
+    done = until(lambda: release(plane, "app-v"), lambda r: json.loads(r.get("values") or "{}") == {"replicaCount": 3})
+    assert json.loads(done["values"]) == {"replicaCount": 3}, flux.helm.errors("apps", "app-v")
+    passes = [r for r in flux.helm.reconciles[opened:] if r.key == ("HelmRelease", "apps", "app-v")]
+    assert passes[0].trigger == "requestedAt" and passes[0].error is None, passes
+    stored = until(lambda: status(plane, "helmrelease", "app-v", "apps"),
+                   lambda s: cond(s, "Ready").get("status") == "True")
+    assert not cond(stored, "Approved"), stored
+    assert stored["history"][0]["configDigest"] == new_digest
 
 
 # -- (d) an ImagePolicy's new tag waits for approval -------------------------------------------

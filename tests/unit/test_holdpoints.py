@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from admission.core import content
-from admission.core.decision import Settings
+from admission.core import holdpoints
+from admission.core.decision import Settings, holds_of
 from admission.store import StaticSources
 from admission.webhook import handlers
 from tests.builders import FLUX_USER, flux, gate, lookup_from, request
@@ -210,6 +211,130 @@ def test_a_helmrelease_shows_a_new_chart_waiting_in_its_helmchart():
     chart = flux("HelmChart", name="apps-podinfo", namespace="flux-system", status={"artifact": art("6.5.1")})
     out = mutated(release, release, sources=StaticSources([chart]))
     assert cond(out, "Approved")["message"].endswith("6.5.1 waits, serving 6.5.0 (values sha256:v1)")
+
+
+# ---- a HelmRelease held for new values: the webhook shows the denied attempt --------------
+
+V1, V2 = ("6.5.0", "", "sha256:v1"), ("6.5.0", "", "sha256:v2")
+VALUES_WAIT = "6.5.0 (values sha256:v2) waits, serving 6.5.0 (values sha256:v1)"
+
+
+def hr(status, gates=HELD):
+    return flux("HelmRelease", gates=gates, status=status)
+
+
+def held_now(obj) -> holdpoints.Held | None:
+    """The hold as admission.kube.attempts judges it when it writes."""
+    meta = obj["metadata"]
+    return holdpoints.enforced("HelmRelease", meta["namespace"], meta["name"], holds_of(obj, LOOKUP, FIXED_NOW),
+                               Settings())
+
+
+def shown(stored, attempted):
+    """``stored`` after the webhook showed the denied ``attempted`` write (None: nothing written)."""
+    changes = holdpoints.show_denied_attempt("HelmRelease", stored, attempted, held_now(stored), FIXED_NOW)
+    if not changes:
+        return None
+    out = copy.deepcopy(stored)
+    out["status"]["conditions"] = changes["conditions"]
+    return mutated(stored, out)  # our write goes through the mutating webhook too
+
+
+def controller_write(stored, ready_status="Unknown", applied=V1):
+    """helm-controller's conditions-first request (its attempt fields match history[0])."""
+    new = copy.deepcopy(stored)
+    new["status"].update(hr_status(attempted=applied, applied=applied))
+    others = [c for c in new["status"]["conditions"] if c["type"] not in ("Ready", "Reconciling")]
+    new["status"]["conditions"] = others + [ready("Fulfilling prerequisites", ready_status, "Progressing")]
+    return new
+
+
+STORED = hr({**hr_status(), "conditions": [ready("Running 'upgrade' action", "Unknown", "Progressing")]})
+DENIED = hr(hr_status(attempted=V2))
+
+
+def test_a_denied_values_attempt_is_shown_as_approved_false_and_ready_false():
+    assert run(handlers.validate, STORED, DENIED).response["allowed"] is False  # what it follows
+    out = shown(STORED, DENIED)
+    approved, ready_ = cond(out, "Approved"), cond(out, "Ready")
+    assert (approved["status"], approved["reason"]) == ("False", "GateClosed")
+    assert approved["message"] == f"Reconciliation is waiting approval, gate '{HELD}' is closed. {VALUES_WAIT}"
+    assert (ready_["status"], ready_["reason"]) == ("False", "GateClosed")
+    assert ready_["message"].startswith(f"HelmRelease apps/podinfo is held: gate '{HELD}' is closed")
+    assert ready_["message"].endswith(VALUES_WAIT)
+    assert content.waiting(out) == content.Waiting("HelmRelease", "6.5.0 (values sha256:v2)",
+                                                   "6.5.0 (values sha256:v1)", (HELD,), approved["message"])
+    assert out["status"]["history"] == STORED["status"]["history"]  # only conditions are written
+    # once shown, a second denial of the same reconcile writes nothing
+    assert shown(out, DENIED) is None
+
+
+def test_nothing_is_shown_when_not_held_already_applied_reconciled_or_not_a_helmrelease():
+    assert shown(hr(STORED["status"], gates="flux-system/open-gate"), DENIED) is None
+    assert shown(hr(STORED["status"], gates="flux-system/audited"), DENIED) is None  # audit mode holds nothing
+    assert shown(hr(hr_status(attempted=V2, applied=V2)), DENIED) is None  # applied since
+    assert shown(hr({**hr_status(), "conditions": [ready("Release in-sync")]}), DENIED) is None  # Ready=True since
+    assert holdpoints.show_denied_attempt("Kustomization", ks({}), ks({"lastAttemptedRevision": GIT_B}),
+                                          held_now(STORED), FIXED_NOW) == {}
+
+
+def test_the_shown_attempt_stays_on_the_controllers_writes_while_held_and_waiting():
+    out = shown(STORED, DENIED)
+    for write in (controller_write(out), controller_write(out, "False")):
+        kept = mutated(out, write)
+        assert cond(kept, "Approved") == cond(out, "Approved")
+        assert (cond(kept, "Ready")["status"], cond(kept, "Ready")["reason"]) == ("False", "GateClosed")
+        assert cond(kept, "Ready")["message"].endswith(VALUES_WAIT)
+        assert mutated(out, kept) == kept  # idempotent
+    # the rest of status after it, and a write that drops the condition: it stays
+    rest = copy.deepcopy(out)
+    rest["status"]["lastHandledReconcileAt"] = "now"
+    assert cond(mutated(out, rest), "Approved") == cond(out, "Approved")
+    dropped = copy.deepcopy(out)
+    dropped["status"]["conditions"] = [c for c in out["status"]["conditions"] if c["type"] != "Approved"]
+    assert cond(mutated(out, dropped), "Approved") == cond(out, "Approved")
+
+
+def test_the_shown_attempt_goes_when_applied_reconciled_without_it_or_released():
+    out = shown(STORED, DENIED)
+    # history[0] reaches the waiting values (the upgrade ran)
+    upgraded = controller_write(out, applied=V2)
+    assert cond(mutated(out, upgraded), "Approved") is None
+    # helm-controller reports Ready=True: it reconciled without them (the values went back)
+    in_sync = mutated(out, controller_write(out, "True"))
+    assert cond(in_sync, "Approved") is None and cond(in_sync, "Ready")["status"] == "True"
+    # the gate opens: the first status write removes it
+    released = hr(out["status"], gates="flux-system/open-gate")
+    assert cond(mutated(released, controller_write(released)), "Approved") is None
+
+
+def test_a_helmrelease_whose_source_serves_a_new_chart_shows_the_chart_not_the_values():
+    # what the mutating webhook shows on every write wins, so the two never rewrite each other
+    release = hr(STORED["status"])
+    release["spec"] = {"chart": {"spec": {"chart": "podinfo", "sourceRef": {
+        "kind": "HelmRepository", "name": "podinfo", "namespace": "flux-system"}}}}
+    chart = flux("HelmChart", name="apps-podinfo", namespace="flux-system", status={"artifact": art("6.5.1")})
+    upstream_ = content.upstream_of("HelmRelease", release, StaticSources([chart]).get)
+    changes = holdpoints.show_denied_attempt("HelmRelease", release, DENIED, held_now(release), FIXED_NOW, upstream_)
+    approved = content.condition({"status": changes}, "Approved")
+    assert approved["message"].endswith("6.5.1 waits, serving 6.5.0 (values sha256:v1)")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from([V1, V2, ("6.5.1", "", "sha256:v2")]), st.sampled_from(["True", "False", "Unknown", None]),
+       st.sampled_from([HELD, "flux-system/open-gate"]), st.booleans())
+def test_a_shown_attempt_stays_exactly_while_held_waiting_and_not_reported_ready(applied, ready_status, gates,
+                                                                                 keeps_conditions):
+    out = hr(shown(STORED, DENIED)["status"], gates=gates)
+    write = controller_write(out, ready_status or "Unknown", applied=applied)
+    if ready_status is None:
+        write["status"]["conditions"] = [c for c in write["status"]["conditions"] if c["type"] != "Ready"]
+    if not keeps_conditions:
+        write["status"]["conditions"] = [c for c in write["status"]["conditions"] if c["type"] != "Approved"]
+    after = mutated(out, write)
+    expected = gates == HELD and applied != V2 and ready_status != "True"
+    assert (content.holding_condition(after, "HelmRelease") is not None) == expected
+    assert mutated(out, after) == after
 
 
 # ---- properties ---------------------------------------------------------------------------

@@ -85,17 +85,35 @@ def test_the_table_has_one_row_per_kind_and_plural():
     assert all(k.versions for k in kinds.FLUX_KINDS)
 
 
-def test_webhook_rbac_reads_exactly_the_kinds_the_hold_points_look_up():
-    role = next(d for d in _docs(MANIFESTS / "rbac" / "webhook.yaml") if d["kind"] == "ClusterRole")
+def _granted(role: dict, verbs: list[str], status: bool) -> dict[str, set[str]]:
     flux_groups = set(kinds.resources_by_group())
     granted: dict[str, set[str]] = {}
     for rule in role["rules"]:
         for group in rule["apiGroups"]:
-            if group in flux_groups:
-                assert sorted(rule["verbs"]) == ["list", "watch"], rule  # read-only, never per review
+            if group in flux_groups and all(r.endswith("/status") == status for r in rule["resources"]):
+                assert sorted(rule["verbs"]) == verbs, rule
                 granted.setdefault(group, set()).update(rule["resources"])
+    return granted
+
+
+def _wanted(kind_names, suffix: str = "") -> dict[str, set[str]]:
     wanted: dict[str, set[str]] = {}
-    for kind in kinds.CACHED_KINDS:
+    for kind in kind_names:
         row = kinds.BY_KIND[kind]
-        wanted.setdefault(row.group, set()).add(row.plural)
-    assert granted == wanted
+        wanted.setdefault(row.group, set()).add(row.plural + suffix)
+    return wanted
+
+
+def test_webhook_rbac_reads_exactly_the_kinds_the_hold_points_look_up():
+    role = next(d for d in _docs(MANIFESTS / "rbac" / "webhook.yaml") if d["kind"] == "ClusterRole")
+    # Read-only, a watch cache: never a call per review.
+    assert _granted(role, ["list", "watch"], status=False) == _wanted(kinds.CACHED_KINDS)
+
+
+def test_webhook_rbac_writes_only_the_status_of_kinds_whose_denied_attempts_it_shows():
+    role = next(d for d in _docs(MANIFESTS / "rbac" / "webhook.yaml") if d["kind"] == "ClusterRole")
+    assert kinds.ATTEMPT_SHOWING_KINDS == {"HelmRelease"}
+    # get (read again on Conflict) and patch of the status subresource: nothing else, no create/update.
+    assert _granted(role, ["get", "patch"], status=True) == _wanted(kinds.ATTEMPT_SHOWING_KINDS, "/status")
+    rules = [r for r in role["rules"] if any(x.endswith("/status") for x in r["resources"])]
+    assert all(set(r["apiGroups"]) <= set(kinds.resources_by_group()) for r in rules), rules

@@ -1,0 +1,133 @@
+"""Denied attempts shown on their HelmRelease, in process against FakeKube: Approved=False and
+Ready=False written once per denied reconcile, with a resourceVersion precondition that never
+overwrites a controller's own condition write, and only while the gate still holds."""
+
+from __future__ import annotations
+
+import pytest
+
+from admission.core import content
+from admission.core.decision import Settings
+from admission.kube.attempts import DeniedAttempts
+from admission.store import StaticSources
+from tests.builders import FLUX_USER, flux, gate, lookup_from, request
+from tests.conftest import FIXED_NOW
+from tests.fakekube import FakeKube
+from tests.polling import until
+from tests.unit.test_content import hr_status
+
+HELD = "flux-system/freeze"
+GATES = {"freeze": gate("freeze", default="closed"), "open": gate("open", default="opened")}
+PATCHES = "patch_namespaced_custom_object_status"
+WAITS = "6.5.0 (values sha256:v2) waits, serving 6.5.0 (values sha256:v1)"
+
+
+def release(gates: str = HELD, **status) -> dict:
+    return flux("HelmRelease", name="podinfo", namespace="apps", gates=gates,
+                status={**hr_status(), "conditions": [{"type": "Ready", "status": "Unknown", "reason": "Progressing",
+                                                       "message": "Running 'upgrade' action with timeout of 5m0s",
+                                                       "lastTransitionTime": "2026-06-10T10:00:00Z"}], **status})
+
+
+def denial(stored: dict, dry_run: bool = False) -> dict:
+    attempted = {**stored, "status": {**stored["status"], **hr_status(attempted=("6.5.0", "", "sha256:v2"))}}
+    return request("UPDATE", attempted, stored, sub_resource="status", user=FLUX_USER, dry_run=dry_run)
+
+
+@pytest.fixture
+def kube():
+    return FakeKube()
+
+
+def writer(kube, gates=GATES.values(), mode="enforce", **kwargs) -> DeniedAttempts:
+    return DeniedAttempts(None, lookup_from(list(gates)), Settings(mode=mode), StaticSources(),
+                          clock=lambda: FIXED_NOW, custom=kube, **kwargs)
+
+
+@pytest.fixture
+def attempts(kube):
+    shower = writer(kube)
+    shower.start()
+    yield shower
+    shower.stop()
+
+
+def stored(kube) -> dict:
+    return kube.get("helmreleases", "apps", "podinfo")
+
+
+def writes(kube) -> int:
+    return sum(1 for method, key in kube.calls if method == PATCHES and key[0] == "helmreleases")
+
+
+def test_a_denied_values_attempt_shows_on_the_helmrelease(kube, attempts):
+    kube.add("helmreleases", release())
+    attempts.record(denial(stored(kube)))
+    obj = until(lambda: stored(kube), lambda o: content.condition(o, "Approved"), timeout=10)
+    approved, ready = content.condition(obj, "Approved"), content.condition(obj, "Ready")
+    assert (approved["status"], approved["reason"]) == ("False", "GateClosed")
+    assert approved["message"] == f"Reconciliation is waiting approval, gate '{HELD}' is closed. {WAITS}"
+    assert (ready["status"], ready["reason"]) == ("False", "GateClosed") and ready["message"].endswith(WAITS)
+    assert content.waiting(obj).gates == (HELD,)
+    assert obj["status"]["lastAttemptedConfigDigest"] == "sha256:v1", "only conditions are written"
+
+
+def test_one_denied_reconcile_makes_one_write_across_workers(kube):
+    kube.add("helmreleases", release())
+    first, second = writer(kube), writer(kube)
+    # The deferred patch sends the denied field again; another worker may see it.
+    for shower in (first, first, second):
+        shower.record(denial(stored(kube)))
+    for shower in (first, second):
+        assert shower.show(*shower._next()) in ("written", "current")
+    assert writes(kube) == 1 and content.condition(stored(kube), "Approved")
+    assert first.show(("HelmRelease", "apps", "podinfo"), denial(stored(kube))["object"]) == "current"
+    assert writes(kube) == 1
+
+
+def test_a_controller_write_in_between_is_read_again_never_overwritten(kube):
+    kube.add("helmreleases", release())
+    shower = writer(kube)
+    real_read = kube.get_namespaced_custom_object_status
+    raced: list[bool] = []
+
+    def read_then_controller_writes(*args):
+        obj = real_read(*args)
+        if not raced:  # helm-controller's conditions write lands after our read
+            raced.append(True)
+            kube.patch_namespaced_custom_object_status("", "", "apps", "helmreleases", "podinfo", {"status": {
+                "conditions": obj["status"]["conditions"] + [{"type": "Reconciling", "status": "True",
+                                                              "reason": "Progressing", "message": "x"}]}})
+        return obj
+
+    kube.get_namespaced_custom_object_status = read_then_controller_writes
+    assert shower.show(("HelmRelease", "apps", "podinfo"), denial(stored(kube))["object"]) == "written"
+    types = [c["type"] for c in stored(kube)["status"]["conditions"]]
+    assert "Reconciling" in types and "Approved" in types, types
+
+
+def test_nothing_is_written_once_released_in_audit_mode_for_dry_runs_or_other_kinds(kube):
+    kube.add("helmreleases", release(gates="flux-system/open"))
+    key = ("HelmRelease", "apps", "podinfo")
+    assert writer(kube).show(key, denial(release())["object"]) == "current"  # the gate opened meanwhile
+    kube.add("helmreleases", release())
+    assert writer(kube, mode="audit").show(key, denial(release())["object"]) == "current"
+    shower = writer(kube)
+    shower.record(denial(stored(kube), dry_run=True))
+    shower.record(request("UPDATE", flux(name="podinfo", gates=HELD, status={"lastAttemptedRevision": "b"}),
+                          flux(name="podinfo", gates=HELD), sub_resource="status", user=FLUX_USER))
+    assert shower.pending == {}
+    assert writer(kube).show(("HelmRelease", "apps", "gone"), {}) == "gone"
+    assert writes(kube) == 0
+
+
+def test_the_queue_is_bounded_and_keeps_only_the_attempt(kube):
+    shower = writer(kube, max_pending=2)
+    for name in ("a", "b", "c"):
+        obj = release()
+        obj["metadata"]["name"] = name
+        obj["spec"] = {"values": {"big": "x" * 10_000}}
+        shower.record(denial(obj))
+    assert [key[2] for key in shower.pending] == ["a", "b"]
+    assert shower.pending[("HelmRelease", "apps", "a")] == {"status": dict(hr_status(attempted=(
+        "6.5.0", "", "sha256:v2"), applied=None))}
