@@ -6,7 +6,6 @@ import argparse
 import os
 import socket
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 
 from admission import __version__

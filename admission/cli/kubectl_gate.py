@@ -16,7 +16,7 @@ import copy
 import getpass
 import sys
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Callable
 
 import orjson

@@ -16,7 +16,6 @@ from admission.webhook import handlers
 from admission.observability import logs
 from admission.observability import metrics
 from admission.core import kinds
-from admission.core import names
 from admission.core.decision import CONTENT, Decision, Settings
 from admission.webhook.handlers import Handler, Outcome
 from admission.webhook.review import AdmissionReview, ReviewError, allowed, complete, errored, parse_review

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -13,9 +14,9 @@ import yaml
 
 from admission.kube.webhookconfig import ca_bundle, with_client_config
 from tests.conftest import SHARED, write_gates
-from tests.e2e.controlplane import ADMIN, ALICE, FLUX, ROOT, ControlPlane, User, assets_dir, control_plane
-from tests.polling import until
-from tests.processes import GateServer
+from tests.e2e.controlplane import ADMIN, ALICE, CONTROLLER, FLUX, ROOT, ControlPlane, User, assets_dir, control_plane
+from tests.polling import until, wait_for
+from tests.processes import BIN, GateServer, Process, free_port
 
 FLUX_CRDS = SHARED / "flux-crds"
 MINIMAL_CRDS = Path(__file__).parent / "crds" / "minimal-flux-crds.yaml"
@@ -175,6 +176,24 @@ class Gates:
 
     def remove(self, name: str) -> None:
         (self.directory / f"{name}.yaml").unlink(missing_ok=True)
+
+
+@contextmanager
+def controller_running(plane: ControlPlane, log_dir: Path, identity: str, *extra: str):
+    """`gate-admission controller` as the controller's service account, ready, stopped after."""
+    port = free_port()
+    proc = Process([str(BIN / "gate-admission"), "controller", "--kubeconfig", str(plane.kubeconfig(CONTROLLER)),
+                    "--health-port", str(port), "--identity", identity, *extra], log_dir / f"{identity}.log")
+    try:
+        wait_for(lambda: _answers(f"http://127.0.0.1:{port}/readyz"), 30, "controller /readyz")
+        yield proc
+    finally:
+        proc.stop()
+
+
+def _answers(url: str) -> bool:
+    with urllib.request.urlopen(url, timeout=2) as resp:
+        return resp.status == 200
 
 
 def start_server(tmp: Path, gates_dir: Path | None, *extra: str) -> GateServer:

@@ -16,12 +16,11 @@ import yaml
 from admission.core.kinds import FLUX_KINDS
 from admission.core.timefmt import format_time
 from tests.builders import changed, flux, gate, keeper, request, review
-from tests.e2e.conftest import own_plane, serving, start_server, until
+from tests.e2e.conftest import controller_running, own_plane, serving, start_server, until
 from tests.e2e.controlplane import ALICE, CONTROLLER, FLUX, GATE_ADMISSION
 from tests.e2e.manifests import kustomization, now_rfc3339
 from tests.notification_double import NotificationControllerDouble
-from tests.polling import wait_for
-from tests.processes import BIN, Process, free_port
+from tests.processes import BIN, Process
 
 pytestmark = pytest.mark.e2e
 
@@ -47,22 +46,9 @@ def notifications():
 
 @pytest.fixture(scope="module")
 def controller(plane, server, notifications, tmp_path_factory):
-    port = free_port()
-    proc = Process([str(BIN / "gate-admission"), "controller", "--kubeconfig", str(plane.kubeconfig(CONTROLLER)),
-                    "--health-port", str(port), "--identity", "e2e-controller",
-                    "--notify", "--notify-address", notifications.address],
-                   tmp_path_factory.mktemp("controller") / "controller.log")
-    try:
-        wait_for(lambda: _get(f"http://127.0.0.1:{port}/readyz"), 30, "controller /readyz")
+    with controller_running(plane, tmp_path_factory.mktemp("controller"), "e2e-controller",
+                            "--notify", "--notify-address", notifications.address) as proc:
         yield proc
-    finally:
-        proc.stop()
-
-
-def _get(url: str) -> bool:
-    import urllib.request
-    with urllib.request.urlopen(url, timeout=2) as resp:
-        return resp.status == 200
 
 
 def apply(plane, manifest, *args, user=ALICE):

@@ -23,8 +23,8 @@ from admission.core.timefmt import format_time
 from admission.kube.client import api_client
 from tests.builders import gate
 from tests.conftest import REPORT
-from tests.e2e.conftest import own_plane, serving, start_server
-from tests.e2e.controlplane import (CONTROLLER, FLUX, GATE_ADMISSION, HELM_CONTROLLER, IMAGE_REFLECTOR,
+from tests.e2e.conftest import controller_running, own_plane, serving, start_server
+from tests.e2e.controlplane import (FLUX, GATE_ADMISSION, HELM_CONTROLLER, IMAGE_REFLECTOR,
                                     SOURCE_CONTROLLER)
 from tests.e2e.doubles.helm import HelmController, values_digest
 from tests.e2e.doubles.image import ImageReflectorController
@@ -32,8 +32,8 @@ from tests.e2e.doubles.kustomize import KustomizeController
 from tests.e2e.doubles.patch import condition
 from tests.e2e.doubles.source import SourceController, Storage
 from tests.e2e.manifests import now_rfc3339
-from tests.polling import until, wait_for
-from tests.processes import BIN, Process, free_port
+from tests.polling import until
+from tests.processes import BIN
 
 pytestmark = pytest.mark.e2e
 RETRY_FIRST = 60.0  # seconds: no backoff retry happens within a test
@@ -53,21 +53,8 @@ def server(plane, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def controller(plane, server, tmp_path_factory):
-    port = free_port()
-    proc = Process([str(BIN / "gate-admission"), "controller", "--kubeconfig", str(plane.kubeconfig(CONTROLLER)),
-                    "--health-port", str(port), "--identity", "e2e-content"],
-                   tmp_path_factory.mktemp("content-controller") / "controller.log")
-    try:
-        wait_for(lambda: _ready(f"http://127.0.0.1:{port}/readyz"), 30, "controller /readyz")
+    with controller_running(plane, tmp_path_factory.mktemp("content-controller"), "e2e-content") as proc:
         yield proc
-    finally:
-        proc.stop()
-
-
-def _ready(url: str) -> bool:
-    import urllib.request
-    with urllib.request.urlopen(url, timeout=2) as resp:
-        return resp.status == 200
 
 
 class Flux:

@@ -22,3 +22,11 @@ def test_every_layer_says_what_it_may_import():
         doc = init.read_text().strip()
         assert doc.startswith('"""'), f"{init.parent.name} has no docstring"
         assert "import" in doc.lower(), f"{init.parent.name}'s docstring does not say what it may import"
+
+
+def test_no_unused_imports_or_undefined_names():
+    # A name imported and never used is a layer dependency nobody needs (and the import-linter
+    # contracts count it); an undefined one fails only on the path that reaches it.
+    result = subprocess.run([sys.executable, "-m", "pyflakes", "admission", "tests", "bench"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -2,7 +2,6 @@
 
 from datetime import timedelta
 
-from admission.core import gates as g
 from admission.core.gates import compile_gate, evaluate, intervals, time_zone
 from admission.core import names
 from admission.core.names import CLOSE_ANNOTATION, OPEN_ANNOTATION, REQUESTED_BY_ANNOTATION

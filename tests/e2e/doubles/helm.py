@@ -155,15 +155,8 @@ class HelmController(Double):
 
     def _release(self, obj: dict, chart_version: str, config_digest: str, values: dict, trigger: str) -> None:
         meta = obj["metadata"]
-        name = f"{meta['name']}-release"
-        body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": meta["namespace"]},
-                "data": {"chartVersion": chart_version, "configDigest": config_digest,
-                         "values": json.dumps(values, sort_keys=True)}}
-        try:
-            self.api.core.replace_namespaced_config_map(name, meta["namespace"], body, field_manager=self.manager)
-        except ApiException as err:
-            if err.status != 404:
-                raise
-            self.api.core.create_namespaced_config_map(meta["namespace"], body, field_manager=self.manager)
+        self.api.put_config_map(meta["namespace"], f"{meta['name']}-release",
+                                {"chartVersion": chart_version, "configDigest": config_digest,
+                                 "values": json.dumps(values, sort_keys=True)}, self.manager)
         self.applied.append(Applied((self.kind, meta["namespace"], meta["name"]), chart_version, time.monotonic(),
                                     trigger, {"configDigest": config_digest, "values": values}))

@@ -100,15 +100,8 @@ class KustomizeController(Double):
 
     def _apply(self, obj: dict, revision: str, content: str, trigger: str) -> None:
         meta = obj["metadata"]
-        name = f"{meta['name']}-applied"
-        body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": meta["namespace"]},
-                "data": {"revision": revision, "content": content}}
-        try:
-            self.api.core.replace_namespaced_config_map(name, meta["namespace"], body, field_manager=self.manager)
-        except ApiException as err:
-            if err.status != 404:
-                raise
-            self.api.core.create_namespaced_config_map(meta["namespace"], body, field_manager=self.manager)
+        self.api.put_config_map(meta["namespace"], f"{meta['name']}-applied", {"revision": revision, "content": content},
+                                self.manager)
         self.applied.append(Applied((self.kind, meta["namespace"], meta["name"]), revision, time.monotonic(), trigger))
 
     def _warn(self, obj: dict, message: str) -> None:

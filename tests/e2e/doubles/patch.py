@@ -62,6 +62,17 @@ class Api:
         return self.custom.create_namespaced_custom_object(group, version, namespace, plural, body,
                                                            field_manager=manager)
 
+    def put_config_map(self, namespace: str, name: str, data: dict[str, str], manager: str) -> None:
+        """What a double "applied" to the cluster, where the tests read it: a ConfigMap."""
+        body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace},
+                "data": data}
+        try:
+            self.core.replace_namespaced_config_map(name, namespace, body, field_manager=manager)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+            self.core.create_namespaced_config_map(namespace, body, field_manager=manager)
+
 
 def merge_diff(before: object, after: object) -> object:
     """The JSON merge patch (RFC 7386) that turns ``before`` into ``after``."""
