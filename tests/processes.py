@@ -9,6 +9,7 @@ import socket
 import ssl
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import orjson
@@ -88,6 +89,17 @@ class GateServer(Process):
     def connection(self, timeout: float = 10.0) -> http.client.HTTPSConnection:
         return http.client.HTTPSConnection("127.0.0.1", self.port, context=self.tls(), timeout=timeout)
 
+    def metrics(self) -> dict[str, float]:
+        """One scrape of /metrics: each sample (name and labels, as written) and its value."""
+        conn = self.connection()
+        try:
+            conn.request("GET", "/metrics")
+            text = conn.getresponse().read().decode()
+        finally:
+            conn.close()
+        return {name: float(value) for name, _, value in
+                (line.rpartition(" ") for line in text.splitlines() if line and not line.startswith("#"))}
+
     def request(self, method: str, path: str, body: bytes | None = None, conn=None) -> tuple[int, dict]:
         own = conn is None
         conn = conn or self.connection()
@@ -105,3 +117,19 @@ class GateServer(Process):
                 raise RuntimeError(f"server exited: {self.log()[-2000:]}")
             return self.request("GET", "/readyz")[0] == 200
         wait_for(ready, timeout, f"gate-admission on port {self.port}")
+
+
+@contextmanager
+def serving_gates_dir(tmp: Path, gate_objects: list[dict], *args: str):
+    """`gate-admission serve --gates-dir tmp/gates` with these gates in gates.yaml, ready; stopped after."""
+    from tests.conftest import write_gates
+
+    gates = tmp / "gates"
+    gates.mkdir()
+    write_gates(gates, gate_objects)
+    server = GateServer(tmp, "--gates-dir", str(gates), *args)
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        server.stop()

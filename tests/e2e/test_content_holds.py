@@ -349,17 +349,6 @@ def test_a_helm_release_waits_for_new_charts_at_its_chart_and_for_new_values_at_
 
 # -- (c2) new values alone: the HelmRelease shows the hold, kubectl gate lists it -------------
 
-def scrape(server) -> dict[str, float]:
-    conn = server.connection()
-    try:
-        conn.request("GET", "/metrics")
-        text = conn.getresponse().read().decode()
-    finally:
-        conn.close()
-    return {name: float(value) for name, _, value in
-            (line.rpartition(" ") for line in text.splitlines() if line and not line.startswith("#"))}
-
-
 SHOWN = 'gate_admission_denied_attempts_shown_total{result="written"}'
 
 
@@ -372,7 +361,7 @@ def test_a_values_only_change_during_a_freeze_shows_as_held_and_lands_when_the_g
     waits, serves = f"6.0.0 (values {new_digest})", f"6.0.0 (values {old_digest})"
 
     close_gate(plane, server, "freeze-v")
-    written = scrape(server).get(SHOWN, 0.0)
+    written = server.metrics().get(SHOWN, 0.0)
     put(plane, values("app-v", 3))
     plane.kubectl("annotate", "--overwrite", "helmrelease", "app-v", "-n", "apps",
                   f"reconcile.fluxcd.io/requestedAt={now_rfc3339()}")
@@ -405,7 +394,7 @@ def test_a_values_only_change_during_a_freeze_shows_as_held_and_lands_when_the_g
     assert any(r.key == ("HelmRelease", "apps", "app-v") and r.error for r in again), again
     stored = status(plane, "helmrelease", "app-v", "apps")
     assert cond(stored, "Approved") == approved and cond(stored, "Ready").get("reason") == "GateClosed", stored
-    assert scrape(server).get(SHOWN, 0.0) - written == 1, "one write for the hold, whatever the repeats"
+    assert server.metrics().get(SHOWN, 0.0) - written == 1, "one write for the hold, whatever the repeats"
 
     opened = len(flux.helm.reconciles)
     open_gate(plane, "freeze-v")

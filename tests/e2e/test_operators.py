@@ -221,21 +221,6 @@ def test_errors_are_one_line_with_an_exit_code(plane, server):
     assert unreachable.returncode == 5 and unreachable.stderr.startswith("error: no cluster:")
 
 
-def scrape(server) -> dict[str, float]:
-    conn = server.connection()
-    try:
-        conn.request("GET", "/metrics")
-        text = conn.getresponse().read().decode()
-    finally:
-        conn.close()
-    samples = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, _, value = line.rpartition(" ")
-            samples[name] = float(value)
-    return samples
-
-
 def test_denied_creates_of_one_new_object_are_one_event_with_a_count(plane, server):
     """Each attempt to create an object has a new uid: the Event is keyed on kind, namespace,
     name, message and period instead (issue 14, item 8)."""
@@ -260,7 +245,7 @@ def test_denials_are_events_once_per_period_metrics_move_and_logs_are_json(plane
     assert apply(plane, kustomization("watched", gates="flux-system/observed")).returncode == 0  # tightening passes
     change = kustomization("watched", gates="flux-system/observed", path="./v2")
     denied = 'gate_admission_reviews_total{endpoint="validate",kind="Kustomization",mode="enforce",operation="UPDATE",verdict="denied"}'
-    before = scrape(server).get(denied, 0.0)
+    before = server.metrics().get(denied, 0.0)
     results = [until(lambda: apply(plane, change), lambda r: " is held: " in r.stderr) for _ in range(5)]
     assert all(" is held: " in r.stderr for r in results)
     dry = apply(plane, change, "--dry-run=server")
@@ -282,7 +267,7 @@ def test_denials_are_events_once_per_period_metrics_move_and_logs_are_json(plane
     table = plane.kubectl("get", "events", "-n", "apps", "--field-selector", "involvedObject.name=watched").stdout
     assert "GateClosed" in table and "kustomization/watched" in table
 
-    after = scrape(server)
+    after = server.metrics()
     assert after[denied] - before >= 6  # five applies and the dry run
     assert after['gate_admission_gate_open{name="observed",namespace="flux-system",reason="Default"}'] == 0.0
     assert after["gate_admission_gate_cache_ready"] == 1.0
@@ -302,10 +287,10 @@ def test_denials_are_events_once_per_period_metrics_move_and_logs_are_json(plane
 
 
 def test_receiver_calls_are_counted_and_tokens_never_logged(plane, server):
-    before = scrape(server).get('gate_admission_receiver_calls_total{result="unauthorized"}', 0.0)
+    before = server.metrics().get('gate_admission_receiver_calls_total{result="unauthorized"}', 0.0)
     assert hook(server, "/hooks/gates/flux-system/guarded/open", token="not-the-token")[0] == 401
     assert hook(server, "/hooks/gates/flux-system/guarded/close", body={"message": "drill"})[0] == 200
-    after = scrape(server)
+    after = server.metrics()
     assert after['gate_admission_receiver_calls_total{result="unauthorized"}'] - before >= 1
     assert after['gate_admission_receiver_calls_total{result="ok"}'] >= 1
     log = server.log()

@@ -14,22 +14,15 @@ from admission.webhook.app import MAX_BODY
 from tests.builders import FLUX_USER, changed, flux, gate, request, review
 from tests.conftest import FIXTURES, write_gates
 from tests.polling import until
-from tests.processes import BIN, GateServer
+from tests.processes import BIN, GateServer, serving_gates_dir
 from tests.procfs import listening_ports
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("serve")
-    gates = tmp / "gates"
-    gates.mkdir()
-    write_gates(gates, [gate("sre-approval", default="closed"), gate("qa-approval")])
-    srv = GateServer(tmp, "--gates-dir", str(gates), "--workers", "2", "--threads", "4")
-    try:
-        srv.wait_ready()
+    with serving_gates_dir(tmp_path_factory.mktemp("serve"), [gate("sre-approval", default="closed"),
+                                                               gate("qa-approval")], "--workers", "2", "--threads", "4") as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 KS = flux(gates="flux-system/sre-approval")
@@ -114,12 +107,8 @@ def test_serve_refuses_to_start_without_certificates(tmp_path):
 
 def test_metrics_add_up_across_workers(server):
     def validated_total() -> float:
-        text = server.connection()
-        text.request("GET", "/metrics")
-        body = text.getresponse().read().decode()
-        text.close()
-        return sum(float(line.rpartition(" ")[2]) for line in body.splitlines()
-                   if line.startswith('gate_admission_reviews_total{endpoint="validate"'))
+        return sum(value for name, value in server.metrics().items()
+                   if name.startswith('gate_admission_reviews_total{endpoint="validate"'))
 
     before = validated_total()
     body = orjson.dumps(review(request("CREATE", KS)))

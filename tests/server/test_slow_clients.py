@@ -12,9 +12,8 @@ import orjson
 import pytest
 
 from tests.builders import changed, flux, gate, request, review
-from tests.conftest import write_gates
 from tests.polling import until
-from tests.processes import GateServer
+from tests.processes import GateServer, serving_gates_dir
 
 KS = flux(gates="flux-system/sre-approval")
 BODY = orjson.dumps(review(request("UPDATE", changed(KS, path="./b"), KS)))
@@ -25,16 +24,9 @@ ANSWER_WITHIN = 3.0
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("slow")
-    gates = tmp / "gates"
-    gates.mkdir()
-    write_gates(gates, [gate("sre-approval", default="closed")])
-    srv = GateServer(tmp, "--gates-dir", str(gates), "--workers", "2", "--threads", "4")
-    try:
-        srv.wait_ready()
+    with serving_gates_dir(tmp_path_factory.mktemp("slow"), [gate("sre-approval", default="closed")],
+                           "--workers", "2", "--threads", "4") as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def review_answered(server: GateServer) -> bool:
@@ -121,12 +113,8 @@ def test_requests_a_thread_could_wait_on_are_refused_before_they_reach_one(serve
 
 
 def test_sigterm_keeps_serving_for_the_shutdown_delay_then_drains(tmp_path):
-    gates = tmp_path / "gates"
-    gates.mkdir()
-    write_gates(gates, [gate("sre-approval", default="closed")])
-    srv = GateServer(tmp_path, "--gates-dir", str(gates), "--workers", "1", "--shutdown-delay", "4")
-    try:
-        srv.wait_ready()
+    with serving_gates_dir(tmp_path, [gate("sre-approval", default="closed")], "--workers", "1",
+                           "--shutdown-delay", "4") as srv:
         kept = srv.connection()
         kept.request("GET", "/healthz")
         kept.getresponse().read()
@@ -150,8 +138,6 @@ def test_sigterm_keeps_serving_for_the_shutdown_delay_then_drains(tmp_path):
         # Then it stops accepting and exits cleanly.
         until(srv.alive, lambda alive: not alive, timeout=30)
         assert srv.proc.returncode == 0, srv.log()[-2000:]
-    finally:
-        srv.stop()
 
 
 def test_a_review_larger_than_two_api_server_objects_is_refused(server):
@@ -181,12 +167,7 @@ def test_stalled_large_uploads_do_not_delay_small_reviews(server):
 
 def test_a_worker_replaced_while_the_certificate_files_are_missing_serves_the_last_good_one(tmp_path):
     """Item 7: the master must not exit; the new worker serves with the certificate in memory."""
-    gates = tmp_path / "gates"
-    gates.mkdir()
-    write_gates(gates, [gate("sre-approval", default="closed")])
-    srv = GateServer(tmp_path, "--gates-dir", str(gates), "--workers", "1")
-    try:
-        srv.wait_ready()
+    with serving_gates_dir(tmp_path, [gate("sre-approval", default="closed")], "--workers", "1") as srv:
         keep = tmp_path / "kept"
         keep.mkdir()
         for name in ("tls.crt", "tls.key"):
@@ -197,8 +178,6 @@ def test_a_worker_replaced_while_the_certificate_files_are_missing_serves_the_la
         assert srv.alive(), srv.log()[-2000:]
         assert len(pids) == 1 and victim not in pids
         assert until(lambda: _answered_or_false(srv), bool, timeout=30), srv.log()[-2000:]
-    finally:
-        srv.stop()
 
 
 def _answered_or_false(server: GateServer) -> bool:
