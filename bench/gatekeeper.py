@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from admission.core import gates, schedule  # noqa: E402
+from admission.core import gates, names, schedule  # noqa: E402
 
 NOW = datetime(2026, 11, 22, 2, 13, 30, tzinfo=timezone.utc)
 PER_LIST = gates.MAX_ENTRIES_PER_LIST
@@ -101,7 +101,7 @@ def main() -> int:
             cold, warm, state = measure(keepers)
             colds.append(cold * 1000)
             warms.append(warm * 1000)
-        assert state.reason != gates.INVALID, state.message
+        assert state.reason != names.REASON_INVALID, state.message
         worst_cold, worst_warm = max(worst_cold, min(colds)), max(worst_warm, min(warms))
         nxt = state.next_transition.isoformat() if state.next_transition else "unknown"
         print(f"| {name} | {entries} | {'open' if state.open else 'closed'} ({state.reason}) | {nxt} | "
