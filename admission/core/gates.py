@@ -355,8 +355,10 @@ def next_transition(cg: CompiledGate, now: datetime, horizon: timedelta = HORIZO
     changes: list[datetime | None] = [None] * len(entries)
     spent = 0
     for i, entry in enumerate(entries):
-        active[i], changes[i] = entry.state_and_next_change(now)
-        spent += entry.search_cost(active[i])
+        if spent >= EVALUATION_BUDGET:
+            return None
+        active[i], changes[i], cost = entry.state_and_next_change(now)
+        spent += cost
     fixed = sorted(_toggle_points(cg, now), reverse=True)  # popped from the end, earliest first
     was_open = _open_by(cg, now, active, closing, opening)
     deadline = now + horizon
@@ -371,8 +373,8 @@ def next_transition(cg: CompiledGate, now: datetime, horizon: timedelta = HORIZO
             if change is not None and change <= cur:
                 if spent >= EVALUATION_BUDGET:
                     return None
-                active[i], changes[i] = entries[i].state_and_next_change(cur)
-                spent += entries[i].search_cost(active[i])
+                active[i], changes[i], cost = entries[i].state_and_next_change(cur)
+                spent += cost
         if _open_by(cg, cur, active, closing, opening) != was_open:
             return cur
     return None

@@ -8,6 +8,7 @@ is matched against the wall clock of its zone, minute by minute.
 
 from __future__ import annotations
 
+import bisect
 import calendar
 import copy
 import functools
@@ -27,7 +28,10 @@ HORIZON = timedelta(days=400)
 MAX_DURATION = HORIZON
 MAX_CRON_LENGTH = 256
 _SPANS = 8  # spans memoised per schedule entry
-_CHAIN_HOPS = 2  # overlapping windows followed per search
+# How far a chain of overlapping windows is followed per search: steps (a day or a month of
+# steady clock, by arithmetic) and cron searches (on days the clock changes).
+_CHAIN_STEPS = 64
+_CHAIN_SEARCHES = 2
 _UNKNOWN = object()  # a span's next change, not searched for
 
 _MACROS = {
@@ -146,11 +150,6 @@ class CronSpec:
         if day is None:
             return None
         return self._fire(max(now, self._before_first(day)), reverse=False)
-
-    def fire_within(self, start: datetime, end: datetime) -> datetime | None:
-        """The first fire time in ``(start, end]``, in UTC, or None: a search no longer than that span."""
-        fire = self.next_fire(start, until=end)
-        return fire if fire is not None and fire <= end else None
 
     def _no_fire_left(self, local: datetime) -> bool:
         """Whether the matching day of ``local`` has no fire after it: it is at or past the
@@ -300,8 +299,9 @@ class CronSpec:
                     cur = _at_local_midnight(day, self.zone)
                 elif full_minutes:
                     cur = _next_local_hour(cur, local)
-                else:
-                    cur += MINUTE
+                else:  # to the hour's next minute that does not match (clocks change on the hour)
+                    later = [m for m in range(local.minute + 1, 60) if m not in f.minutes]
+                    cur = cur + MINUTE * (later[0] - local.minute) if later else _next_local_hour(cur, local)
             elif local.month not in f.months or not f.match_day(local.date()):
                 # Nothing matches before the first matching day.
                 day = self._first_day(local.date() + timedelta(days=1), last_day)
@@ -314,6 +314,34 @@ class CronSpec:
                 later = [m for m in f.minutes if m > local.minute]
                 cur = cur + MINUTE * (min(later) - local.minute) if later else _next_local_hour(cur, local)
         return None
+
+    @functools.cached_property
+    def walls(self) -> tuple[int, ...]:
+        """The wall-clock minutes of a day (hour * 60 + minute) at which it fires, ascending."""
+        return tuple(sorted(h * 60 + m for h in self.fields.hours for m in self.fields.minutes))
+
+    @functools.cached_property
+    def gaps(self) -> tuple[int, int]:
+        """The longest wait, in minutes, between two fires of a day, and from a day's last
+        fire to the next day's first (on a steady clock)."""
+        minutes, hours = sorted(self.fields.minutes), sorted(self.fields.hours)
+        within_hours = max((b - a for a, b in zip(minutes, minutes[1:])), default=0)
+        between_hours = max(((b - a) * 60 + minutes[0] - minutes[-1] for a, b in zip(hours, hours[1:])), default=0)
+        return max(within_hours, between_hours), (24 - hours[-1] + hours[0]) * 60 + minutes[0] - minutes[-1]
+
+    @functools.cached_property
+    def every_day(self) -> bool:
+        """Whether every day of every month matches."""
+        f = self.fields
+        return len(f.months) == 12 and all(d in f.days for d in range(1, 32)) and f.day_and and \
+            all(w in f.weekdays or w + 7 in f.weekdays for w in range(7))
+
+    def _full_month_from(self, day: date) -> bool:
+        """Whether every day from ``day`` to the end of its month matches."""
+        if day.month not in self.fields.months:
+            return False
+        days, length = self._days.days(self.fields, day.year, day.month), calendar.monthrange(day.year, day.month)[1]
+        return len(days) >= length - day.day + 1 and days[-(length - day.day + 1)] == day.day
 
     def __str__(self) -> str:
         return self.text
@@ -334,6 +362,38 @@ def _wall_instant(day: date, hour: int, minute: int, tz: tzinfo) -> datetime | N
             local.replace(fold=1).utcoffset() != local.utcoffset():
         return None
     return instant
+
+
+def _wall(day: date, minute: int, offset: timedelta) -> datetime:
+    """The UTC instant of wall-clock ``minute`` of ``day`` at a UTC ``offset``."""
+    return datetime(day.year, day.month, day.day, minute // 60, minute % 60, tzinfo=UTC) - offset
+
+
+@functools.lru_cache(maxsize=4096)
+def _steady_offset(day: date, tz: tzinfo) -> timedelta | None:
+    """The UTC offset of ``tz`` all through ``day``, or None if it changes that day."""
+    if tz is UTC:
+        return timedelta(0)
+    start = _at_local_midnight(day, tz).astimezone(tz)
+    end = (_at_local_midnight(day + timedelta(days=1), tz) - timedelta(microseconds=1)).astimezone(tz)
+    if start.utcoffset() != end.utcoffset() or start.date() != day or start.time() != time(0):
+        return None
+    return start.utcoffset()
+
+
+def _last_steady_day(day: date, last: date, offset: timedelta, tz: tzinfo) -> date:
+    """The last day from ``day`` (steady at ``offset``) to ``last``, at most a month later, up
+    to which every day is steady at ``offset``: zones change clocks at most once a month
+    (twice within five weeks at the closest, in Morocco), so it is found by bisection."""
+    if _steady_offset(last, tz) == offset and _steady_offset(day + (last - day) / 2, tz) == offset:
+        return last
+    while (last - day).days > 1:
+        middle = day + timedelta(days=(last - day).days // 2)
+        if _steady_offset(middle, tz) == offset:
+            day = middle
+        else:
+            last = middle
+    return day
 
 
 def _at_local_midnight(day: date, tz: tzinfo) -> datetime:
@@ -398,9 +458,10 @@ class Entry:
 
     spec: CronSpec
     duration: timedelta | None = None
-    # The spans last computed, newest last: (from, until, active, next change, stable until).
-    # ``active`` holds on [from, until), and each answer is the one a search from any instant
-    # of the span gives, so that evaluation stays a function of ``now``. The next change is
+    # The spans last computed, newest last: (from, until, active, next change, stable until,
+    # cost). ``active`` holds on [from, until), and each answer is the one a search from any
+    # instant of the span gives, so that evaluation stays a function of ``now``; so is the cost
+    # of finding the next change, in cron searches, which budgets count. The next change is
     # _UNKNOWN in spans that only ``active`` needed. A search steps forward through several,
     # and the next lookup (a minute later) falls in the first again. Replaced whole, never
     # mutated, so readers in other threads see consistent tuples. Not part of the value.
@@ -424,25 +485,23 @@ class Entry:
     def _is_window(self) -> bool:
         return self.duration is not None and not (self.spec.always or self.spec.never)
 
-    def search_cost(self, active: bool) -> int:
-        """How many cron searches asking for its next change costs at most, when it is
-        ``active`` at that time: a window's forward one, and for an open window the backward
-        ones that follow its chain; a minute-match string's one scan of its fields."""
-        return 1 + _CHAIN_HOPS if self._is_window and active else 1
+    @functools.cached_property
+    def _breaks(self) -> tuple[int, ...]:
+        """The indices i of ``spec.walls`` after which the next fire of the day comes later
+        than ``duration``: where a chain of windows breaks on a day the clock is steady."""
+        seconds = self.duration.total_seconds()
+        if self.spec.gaps[0] * 60 <= seconds:
+            return ()
+        walls = self.spec.walls
+        return tuple(i for i in range(len(walls) - 1) if (walls[i + 1] - walls[i]) * 60 > seconds)
 
     def active(self, now: datetime) -> bool:
-        """Whether the entry is active at ``now``. No look-ahead, so this is cheap (a window
-        searches only its own duration back); only ``next_change`` searches ahead."""
-        span = self._memoised(now)
-        if span is not None:
-            return span[2]
+        """Whether the entry is active at ``now``: a minute-match string's wall clock, or a
+        window's one forward search from ``now - duration`` (no search back, and no following
+        of overlapping windows, which only ``next_change`` needs)."""
         if not self._is_window:
             return self.spec.matches(now)
-        first = self.spec.fire_within(now - self.duration, now)
-        if first is None:
-            return False
-        self._remember((now, first + self.duration, True, _UNKNOWN, first + self.duration))
-        return True
+        return self._span(now, need_change=False)[2]
 
     def next_change(self, now: datetime) -> datetime | None:
         """A time after ``now`` before which ``active`` cannot change (None: none within HORIZON).
@@ -457,10 +516,11 @@ class Entry:
         start, which needs no search back (None: no change within HORIZON)."""
         return self._span(now, need_change=False)[4]
 
-    def state_and_next_change(self, now: datetime) -> tuple[bool, datetime | None]:
-        """``active`` and ``next_change`` at ``now``, found by one search."""
+    def state_and_next_change(self, now: datetime) -> tuple[bool, datetime | None, int]:
+        """``active`` and ``next_change`` at ``now``, and what finding them costs in cron
+        searches (the same whether it was remembered or not)."""
         span = self._span(now, need_change=True)
-        return span[2], span[3]
+        return span[2], span[3], span[5]
 
     def _search(self, now: datetime, need_change: bool) -> tuple:
         """The span from ``now``. Searches reach HORIZON past the start of the UTC day, the same
@@ -469,30 +529,80 @@ class Entry:
             now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
         if not self._is_window:
             change = self.spec.next_flip(now, until=day + HORIZON)
-            return now, change or day + timedelta(days=1), self.spec.matches(now), change, change
+            return now, change or day + timedelta(days=1), self.spec.matches(now), change, change, 1
         # Open means a fire in (now - duration, now]: a forward search from now - duration
         # answers that (a backward search costs cronsim several times more on sparse schedules).
         first = self.spec.next_fire(now - self.duration, until=day + HORIZON)
         if first is None:
-            return now, day + timedelta(days=1), False, None, None
+            return now, day + timedelta(days=1), False, None, None, 1
         if first > now:
-            return now, first, False, first, first
+            return now, first, False, first, first, 1
         # ``first`` is the same from any instant before its window ends, and so is all that
         # is worked out from it.
         ends = first + self.duration
-        return now, ends, True, self._chain_end(first) if need_change else _UNKNOWN, ends
+        if not need_change:
+            return now, ends, True, _UNKNOWN, ends, 1
+        chain_end, cost = self._chain_end(first)
+        return now, ends, True, chain_end, ends, 1 + cost
 
-    def _chain_end(self, first: datetime) -> datetime:
-        """When the windows overlapping one another from the one that starts at ``first`` end,
-        following the chain _CHAIN_HOPS windows ahead (callers ask again there if it goes on)."""
-        latest = first
-        for _ in range(_CHAIN_HOPS):
-            # The latest start within the current window: no gap up to it, so it continues.
-            nxt = self.spec.last_fire(latest + self.duration, since=latest)
-            if nxt is None or nxt <= latest:
+    def _chain_end(self, first: datetime) -> tuple[datetime | None, int]:
+        """When the chain of overlapping windows from the one that starts at ``first`` ends:
+        the first fire with no other within ``duration`` after it, plus ``duration``; None if
+        it goes on past HORIZON from ``first``. And its cost in cron searches (two steps
+        cost about one).
+
+        On a day of steady clock (one UTC offset all day) the fires are the wall-clock minutes
+        at that offset, so the chain is followed by arithmetic, whole months at a time where
+        every day matches and it cannot break; on a day the clock changes, one window at a time
+        by cronsim. After _CHAIN_STEPS steps or _CHAIN_SEARCHES searches it answers where it
+        has got to (callers ask again there). All is worked out from ``first`` alone, so the
+        answer is the same from any instant of its window."""
+        spec, d = self.spec, self.duration
+        breaks = self._breaks
+        always_on = not breaks and spec.gaps[1] * 60 <= d.total_seconds()
+        if always_on and spec.zone is UTC and spec.every_day:
+            return None, 0  # no gap between fires is longer than a window, ever
+        walls = spec.walls
+        limit = first + HORIZON
+        last_day = limit.astimezone(spec.zone).date()
+        latest, searches = first, 0
+        for step in range(_CHAIN_STEPS):
+            if latest + d >= limit:
+                return None, searches + step // 2
+            if searches >= _CHAIN_SEARCHES:
                 break
+            local = latest.astimezone(spec.zone)
+            day, minute = local.date(), local.hour * 60 + local.minute
+            offset = _steady_offset(day, spec.zone)
+            i = bisect.bisect_left(walls, minute)
+            if offset is None or i == len(walls) or walls[i] != minute or local.second or local.microsecond:
+                # The clock changes that day: as far as the latest start within this window.
+                searches += 1
+                nxt = spec.last_fire(latest + d, since=latest)
+                if nxt is None or nxt <= latest:
+                    return latest + d, searches + step // 2
+                latest = nxt
+                continue
+            b = bisect.bisect_left(breaks, i)
+            if b < len(breaks):  # a gap longer than a window, later that day
+                return _wall(day, walls[breaks[b]], offset) + d, searches + step // 2
+            if always_on and spec._full_month_from(day):
+                # Every day to the month's end matches, and no gap between fires is longer than
+                # a window: on to the last of those days with the same steady clock.
+                day = _last_steady_day(day, date(day.year, day.month, calendar.monthrange(day.year, day.month)[1]),
+                                       offset, spec.zone)
+            day_last = _wall(day, walls[-1], offset)
+            following = spec._first_day(day + timedelta(days=1), last_day)
+            next_offset = _steady_offset(following, spec.zone) if following is not None else None
+            if following is None or next_offset is None:
+                searches += 1  # none matches to the limit, or the clock changes that day
+                nxt = spec.next_fire(day_last, until=limit)
+            else:
+                nxt = _wall(following, walls[0], next_offset)
+            if nxt is None or nxt - day_last > d:
+                return (day_last + d if day_last + d < limit else None), searches + step // 2
             latest = nxt
-        return latest + self.duration
+        return latest + d, searches + _CHAIN_STEPS // 2
 
     def __str__(self) -> str:
         if self.duration is None:
