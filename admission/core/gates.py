@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import heapq
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, tzinfo
 from typing import Callable, Iterable
@@ -15,9 +14,9 @@ from admission.core.timefmt import format_duration, format_time, parse_duration,
 
 MODES = ("enforce", "audit")
 _MAX_STEPS = 500  # bound on the search for the next transition
-# The search for the next transition asks an entry for its next change once at the start and
-# once at each of its changes; it gives up ("unknown", never "open") after this many asks, so
-# its cost does not grow with what a GateKeeper contains (bench/gatekeeper.py).
+# The search for the next transition asks entries for their next change, at the start and where
+# they may have changed; it gives up ("unknown", never "open") once the asks have cost this many
+# cron searches, so its cost does not grow with what a GateKeeper contains (bench/gatekeeper.py).
 EVALUATION_BUDGET = 96
 # A state is memoised until its first possible change; when none is found within HORIZON, for
 # this long (a search reaches HORIZON from the day it is made: a year later it reaches further).
@@ -404,8 +403,8 @@ def _earliest_flip(cg: CompiledGate, cur: datetime, active: list[bool], changes:
                 candidates.append(max(ends))
         else:  # open or closed until a closing entry starts, or the open ones end
             starts = [changes[i] for i in closing if changes[i] is not None]
-            if openers or cg.default_open:
-                candidates += starts[:1] and [min(starts)]
+            if starts and (openers or cg.default_open):
+                candidates.append(min(starts))
             if openers and not cg.default_open:
                 ends = [changes[i] for i in openers]
                 if None not in ends:

@@ -565,7 +565,7 @@ class Entry:
         walls = spec.walls
         limit = first + HORIZON
         last_day = limit.astimezone(spec.zone).date()
-        latest, searches = first, 0
+        latest, searches, step = first, 0, 0
         for step in range(_CHAIN_STEPS):
             if latest + d >= limit:
                 return None, searches + step // 2
@@ -602,7 +602,7 @@ class Entry:
             if nxt is None or nxt - day_last > d:
                 return (day_last + d if day_last + d < limit else None), searches + step // 2
             latest = nxt
-        return latest + d, searches + _CHAIN_STEPS // 2
+        return latest + d, searches + (step + 1) // 2
 
     def __str__(self) -> str:
         if self.duration is None:
