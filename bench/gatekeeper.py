@@ -79,20 +79,32 @@ CANDIDATES = {
         keeper("b", [window(f"{m} 0 */30 * {d}L", "9599h") for m, d in zip(range(PER_LIST), [1, 2, 3, 4, 5, 6, 0] * 3)],
                zone="America/Santiago"),
     ],
+    # Windows every 15 minutes lasting 30 overlap for ever, in zones whose clocks change on
+    # different days; an open request 44 hours away is when the gate opens.
+    "32 never-ending chains of overlapping windows in 8 zones + an open request": [
+        keeper(f"z{i}", [window(f"{m}-59/15 * * * *", "30m") for m in range(i * 4, i * 4 + 4)], zone=z)
+        for i, z in enumerate(["UTC", "Europe/Berlin", "America/New_York", "America/Santiago", "Australia/Lord_Howe",
+                               "Asia/Kathmandu", "America/Nuuk", "Africa/Casablanca"])
+    ],
 }
 GATE = {"metadata": {"name": "g", "namespace": "default"}, "spec": {"default": "opened"}}
+GATES = {"32 never-ending chains of overlapping windows in 8 zones + an open request": {
+    "metadata": {"name": "g", "namespace": "default", "annotations": {names.OPEN_ANNOTATION: "2026-11-23T22:13:00Z"}},
+    "spec": {"default": "opened", "window": "24h"}}}
 
 
 def clear_caches() -> None:
     schedule._entry.cache_clear()
     schedule._parse_cron.cache_clear()
     schedule._day_table.cache_clear()
+    schedule._steady_offset.cache_clear()
+    schedule._unsteady_days.cache_clear()
 
 
-def measure(keepers: list[dict]) -> tuple[float, float, float, gates.GateState]:
+def measure(keepers: list[dict], gate: dict = GATE) -> tuple[float, float, float, gates.GateState]:
     clear_caches()
     started = time.thread_time()
-    compiled = gates.compile_gate(GATE, keepers)
+    compiled = gates.compile_gate(gate, keepers)
     state = gates.evaluate(compiled, NOW)
     decided = time.thread_time() - started
     state.next_transition
@@ -118,7 +130,7 @@ def main() -> int:
         entries = sum(len(k["spec"]["cronjob"]["closed"]) + len(k["spec"]["cronjob"]["opened"]) for k in keepers)
         decideds, colds, warms = [], [], []
         for _ in range(args.rounds):
-            decided, cold, warm, state = measure(keepers)
+            decided, cold, warm, state = measure(keepers, GATES.get(name, GATE))
             decideds.append(decided * 1000)
             colds.append(cold * 1000)
             warms.append(warm * 1000)

@@ -17,7 +17,7 @@ _MAX_STEPS = 500  # bound on the search for the next transition
 # The search for the next transition asks entries for their next change, at the start and where
 # they may have changed; it gives up ("unknown", never "open") once the asks have cost this many
 # cron searches, so its cost does not grow with what a GateKeeper contains (bench/gatekeeper.py).
-EVALUATION_BUDGET = 96
+EVALUATION_BUDGET = 64
 # A state is memoised until its first possible change; when none is found within HORIZON, for
 # this long (a search reaches HORIZON from the day it is made: a year later it reaches further).
 VALIDITY = timedelta(hours=24)

@@ -138,18 +138,48 @@ class CronSpec:
         """The first fire time strictly after ``now``, in UTC; None if there is none on a day
         up to ``until`` (default: ``horizon`` ahead).
 
-        cronsim walks day by day to the next matching day (to a 29 February: years), so the
-        day is found from the month tables first, and cronsim starts just before it."""
+        cronsim walks day by day to the next matching day (to a 29 February: years) and ticks
+        minute by minute within it, so the day is found from the month tables, and on a day of
+        steady clock (one UTC offset all day: all but a few a year) the fire is the next of the
+        day's wall-clock minutes at that offset; on a day the clock changes, cronsim decides,
+        started just before that day's first fire."""
         if self.always or self.never:
             return None
         local = now.astimezone(self.zone)
         last = (until or now + horizon).astimezone(self.zone).date()
         day = self._first_day(local.date(), last)
+        while day is not None and (offset := _steady_offset(day, self.zone)) is not None:
+            minute = self._wall_after(local.hour * 60 + local.minute if day == local.date() else -1)
+            if minute is not None:
+                return _wall(day, minute, offset)
+            day = self._first_day(day + timedelta(days=1), last)
         if day == local.date() and self._no_fire_left(local):
             day = self._first_day(day + timedelta(days=1), last)
         if day is None:
             return None
         return self._fire(max(now, self._before_first(day)), reverse=False)
+
+    def _wall_after(self, minute: int) -> int | None:
+        """The first wall-clock minute of a day it fires at that is after ``minute`` (-1: the first)."""
+        hours, minutes = self._hours_minutes
+        hour, within = divmod(minute, 60) if minute >= 0 else (-1, 59)
+        if hour in self.fields.hours and within < minutes[-1]:
+            return hour * 60 + minutes[bisect.bisect_right(minutes, within)]
+        i = bisect.bisect_right(hours, hour)
+        return hours[i] * 60 + minutes[0] if i < len(hours) else None
+
+    def _wall_at_or_before(self, minute: int) -> int | None:
+        """The last wall-clock minute of a day it fires at that is not after ``minute`` (1440: the last)."""
+        hours, minutes = self._hours_minutes
+        hour, within = divmod(minute, 60) if minute < 1440 else (24, 0)
+        if hour in self.fields.hours and within >= minutes[0]:
+            return hour * 60 + minutes[bisect.bisect_right(minutes, within) - 1]
+        i = bisect.bisect_left(hours, hour)
+        return hours[i - 1] * 60 + minutes[-1] if i > 0 else None
+
+    @functools.cached_property
+    def _hours_minutes(self) -> tuple[list[int], list[int]]:
+        return sorted(self.fields.hours), sorted(self.fields.minutes)
 
     def _no_fire_left(self, local: datetime) -> bool:
         """Whether the matching day of ``local`` has no fire after it: it is at or past the
@@ -209,13 +239,17 @@ class CronSpec:
 
     def last_fire(self, now: datetime, since: datetime | None = None) -> datetime | None:
         """The latest fire time at or before ``now``, in UTC; None if there is none on a day
-        from ``since`` (default: HORIZON back). cronsim walks back day by day; the month
-        tables find the day, so cronsim starts at its end."""
+        from ``since`` (default: HORIZON back). As ``next_fire``, backwards."""
         if self.always or self.never:
             return None
         local = now.astimezone(self.zone)
         first = (since or now - HORIZON).astimezone(self.zone).date()
         day = self._last_day(local.date(), first)
+        while day is not None and (offset := _steady_offset(day, self.zone)) is not None:
+            minute = self._wall_at_or_before(local.hour * 60 + local.minute if day == local.date() else 1440)
+            if minute is not None:
+                return _wall(day, minute, offset)
+            day = self._last_day(day - timedelta(days=1), first)
         if day == local.date() and self._no_fire_before(local):
             day = self._last_day(day - timedelta(days=1), first)
         if day is None:
@@ -374,11 +408,41 @@ def _steady_offset(day: date, tz: tzinfo) -> timedelta | None:
     """The UTC offset of ``tz`` all through ``day``, or None if it changes that day."""
     if tz is UTC:
         return timedelta(0)
-    start = _at_local_midnight(day, tz).astimezone(tz)
-    end = (_at_local_midnight(day + timedelta(days=1), tz) - timedelta(microseconds=1)).astimezone(tz)
-    if start.utcoffset() != end.utcoffset() or start.date() != day or start.time() != time(0):
-        return None
-    return start.utcoffset()
+    # Every wall-clock time of the day exists once: its first and last are neither skipped nor
+    # repeated, with one offset (Santiago skips midnight; America/Nuuk's last Saturday of March
+    # ends at 23:00). Zones change clocks once in a day at most.
+    first, last = datetime.combine(day, time(0)), datetime.combine(day, time(23, 59, 59))
+    offsets = {tz.utcoffset(first), tz.utcoffset(first.replace(fold=1)), tz.utcoffset(last), tz.utcoffset(last.replace(fold=1))}
+    return offsets.pop() if len(offsets) == 1 else None
+
+
+def _next_unsteady_day(day: date, last: date, tz: tzinfo) -> date | None:
+    """The first day from ``day`` to ``last`` on which the clock of ``tz`` changes, or None."""
+    for year in range(day.year, last.year + 1):  # a year's list may end with the next year's 1 January
+        found = next((d for d in _unsteady_days(year, tz) if day <= d <= last), None)
+        if found is not None:
+            return found
+    return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _unsteady_days(year: int, tz: tzinfo) -> tuple[date, ...]:
+    """The days of ``year`` on which the clock of ``tz`` changes: its offset is looked at at noon on the
+    1st of each month (zones change clocks five weeks apart at the closest, in Morocco, so two
+    changes never fall between two looks), and where it differs the day is found by bisection."""
+    if tz is UTC:
+        return ()
+    months = [date(year, m, 1) for m in range(1, 13)] + [date(year + 1, 1, 1)]
+    offsets = [tz.utcoffset(datetime.combine(m, time(12))) for m in months]
+    days = set()
+    for (lo, before), (hi, after) in zip(zip(months, offsets), zip(months[1:], offsets[1:])):
+        if before == after:
+            continue
+        while (hi - lo).days > 1:  # the offset at noon is ``before`` on lo and ``after`` on hi
+            middle = lo + timedelta(days=(hi - lo).days // 2)
+            lo, hi = (middle, hi) if tz.utcoffset(datetime.combine(middle, time(12))) == before else (lo, middle)
+        days.update(d for d in (lo, hi) if _steady_offset(d, tz) is None)
+    return tuple(sorted(days))
 
 
 def _last_steady_day(day: date, last: date, offset: timedelta, tz: tzinfo) -> date:
@@ -467,19 +531,25 @@ class Entry:
     # mutated, so readers in other threads see consistent tuples. Not part of the value.
     _memo: list = field(default_factory=lambda: [()], compare=False, repr=False)
 
-    def _memoised(self, now: datetime, need_change: bool = False) -> tuple | None:
+    def _memoised(self, now: datetime) -> tuple | None:
+        found = None
         for span in self._memo[0]:
-            if span[0] <= now < span[1] and not (need_change and span[3] is _UNKNOWN):
-                return span
-        return None
+            if span[0] <= now < span[1]:
+                found = span if found is None or found[3] is _UNKNOWN else found
+        return found
 
     def _remember(self, span: tuple) -> tuple:
         self._memo[0] = (*self._memo[0][-(_SPANS - 1):], span)
         return span
 
     def _span(self, now: datetime, need_change: bool) -> tuple:
-        span = self._memoised(now, need_change)
-        return span if span is not None else self._remember(self._search(now, need_change))
+        span = self._memoised(now)
+        if span is None:
+            return self._remember(self._search(now, need_change))
+        if need_change and span[3] is _UNKNOWN:  # an open window: its first start is known
+            chain_end, cost = self._chain_end(span[4] - self.duration)
+            return self._remember((*span[:3], chain_end, span[4], 1 + cost))
+        return span
 
     @property
     def _is_window(self) -> bool:
@@ -548,8 +618,8 @@ class Entry:
     def _chain_end(self, first: datetime) -> tuple[datetime | None, int]:
         """When the chain of overlapping windows from the one that starts at ``first`` ends:
         the first fire with no other within ``duration`` after it, plus ``duration``; None if
-        it goes on past HORIZON from ``first``. And its cost in cron searches (two steps
-        cost about one).
+        it goes on past HORIZON from ``first``. And its cost in cron searches (a step
+        costs about one).
 
         On a day of steady clock (one UTC offset all day) the fires are the wall-clock minutes
         at that offset, so the chain is followed by arithmetic, whole months at a time where
@@ -568,7 +638,7 @@ class Entry:
         latest, searches, step = first, 0, 0
         for step in range(_CHAIN_STEPS):
             if latest + d >= limit:
-                return None, searches + step // 2
+                return None, searches + step
             if searches >= _CHAIN_SEARCHES:
                 break
             local = latest.astimezone(spec.zone)
@@ -580,13 +650,20 @@ class Entry:
                 searches += 1
                 nxt = spec.last_fire(latest + d, since=latest)
                 if nxt is None or nxt <= latest:
-                    return latest + d, searches + step // 2
+                    return latest + d, searches + step
                 latest = nxt
                 continue
             b = bisect.bisect_left(breaks, i)
             if b < len(breaks):  # a gap longer than a window, later that day
-                return _wall(day, walls[breaks[b]], offset) + d, searches + step // 2
-            if always_on and spec._full_month_from(day):
+                return _wall(day, walls[breaks[b]], offset) + d, searches + step
+            if always_on and spec.every_day:
+                # Every day matches and no gap between fires is longer than a window: on to the
+                # day before the clock next changes.
+                change = _next_unsteady_day(day + timedelta(days=1), last_day, spec.zone)
+                if change is None:
+                    return None, searches + step
+                day = change - timedelta(days=1)
+            elif always_on and spec._full_month_from(day):
                 # Every day to the month's end matches, and no gap between fires is longer than
                 # a window: on to the last of those days with the same steady clock.
                 day = _last_steady_day(day, date(day.year, day.month, calendar.monthrange(day.year, day.month)[1]),
@@ -600,9 +677,9 @@ class Entry:
             else:
                 nxt = _wall(following, walls[0], next_offset)
             if nxt is None or nxt - day_last > d:
-                return (day_last + d if day_last + d < limit else None), searches + step // 2
+                return (day_last + d if day_last + d < limit else None), searches + step
             latest = nxt
-        return latest + d, searches + (step + 1) // 2
+        return latest + d, searches + step + 1
 
     def __str__(self) -> str:
         if self.duration is None:
