@@ -364,7 +364,7 @@ def next_transition(cg: CompiledGate, now: datetime, horizon: timedelta = HORIZO
     cur = now
     for _ in range(_MAX_STEPS):
         cur = _earliest_flip(cg, cur, active, changes, closing, opening, fixed[-1] if fixed else None)
-        if cur is None or cur > deadline:
+        if cur is None:
             return None
         while fixed and fixed[-1] <= cur:
             fixed.pop()
@@ -375,7 +375,9 @@ def next_transition(cg: CompiledGate, now: datetime, horizon: timedelta = HORIZO
                 active[i], changes[i], cost = entries[i].state_and_next_change(cur)
                 spent += cost
         if _open_by(cg, cur, active, closing, opening) != was_open:
-            return cur
+            return cur  # change points are exact, even beyond the horizon (a toggle in 2030)
+        if cur > deadline:
+            return None
     return None
 
 

@@ -340,3 +340,9 @@ def test_durations_too_long_to_add_to_a_date_make_the_gate_invalid_not_a_crash(s
     g_ = gate("g", annotations={names.OPEN_ANNOTATION: "2026-11-22T00:00:00Z"}, **spec)
     s = state(g_)
     assert (s.open, s.reason) == (False, names.REASON_INVALID) and why in s.message
+
+
+def test_a_toggle_beyond_the_horizon_is_still_the_next_transition():
+    # `kubectl get gates` shows it (tests/e2e/test_cluster_gates.py): change points are exact.
+    s = state(gate("g", default="closed", annotations={OPEN_ANNOTATION: "2030-01-01T00:00:00Z"}))
+    assert (s.open, s.next_transition) == (False, at("2030-01-01T00:00"))
