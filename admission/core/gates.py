@@ -2,24 +2,64 @@
 
 from __future__ import annotations
 
-import heapq
+import functools
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, tzinfo
-from typing import Iterable
+from typing import Callable, Iterable
 
 from admission.core import names
 from admission.core.objects import metadata
 from admission.core.schedule import HORIZON, UTC, Entry, ScheduleError, parse_entry, zone
-from admission.core.timefmt import format_time, parse_duration, parse_time
+from admission.core.timefmt import format_duration, format_time, parse_duration, parse_time
 
 MODES = ("enforce", "audit")
 _MAX_STEPS = 500  # bound on the search for the next transition
-# The search for the next transition visits every schedule entry at every step; it gives up
-# ("unknown", never "open") after this many visits, so its cost does not grow with what a
-# GateKeeper contains (bench/gatekeeper.py: a few milliseconds at most).
-EVALUATION_BUDGET = 500
+# The search for the next transition asks entries for their next change, at the start and where
+# they may have changed; it gives up ("unknown", never "open") once the asks have cost this many
+# cron searches, so its cost does not grow with what a GateKeeper contains (bench/gatekeeper.py).
+EVALUATION_BUDGET = 64
+# A state is memoised until its first possible change; when none is found within HORIZON, for
+# this long (a search reaches HORIZON from the day it is made: a year later it reaches further).
+VALIDITY = timedelta(hours=24)
 MAX_ENTRIES = 32  # schedule entries of one gate, over all its GateKeepers
+MAX_GATE_DURATION = timedelta(days=100 * 365)  # spec.window, spec.interval
 MAX_ENTRIES_PER_LIST = 16  # the CRD's maxItems for cronjob.closed and cronjob.opened
+
+
+class Lazy:
+    """A value computed on first use, then kept; equal when the values are.
+
+    Threads that race both compute it: the computations are pure, so they agree."""
+
+    __slots__ = ("_compute", "_value", "_known")
+
+    def __init__(self, compute: Callable[[], object]):
+        self._compute, self._value, self._known = compute, None, False
+
+    @classmethod
+    def of(cls, value: object) -> "Lazy":
+        """A value known already."""
+        known = cls(lambda: value)
+        known._value, known._known = value, True
+        return known
+
+    @property
+    def value(self) -> object:
+        if not self._known:
+            self._value, self._known = self._compute(), True
+        return self._value
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Lazy) and self.value == other.value
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
+_NO_TRANSITION = Lazy.of(None)
 
 
 @dataclass(frozen=True)
@@ -37,12 +77,19 @@ class GateState:
     requested_by: str | None = None
     request_message: str | None = None
     problems: tuple[str, ...] = ()  # ignored input, reported in status
-    next_transition: datetime | None = None  # when it next opens (closed) or closes (open)
     valid_until: datetime | None = None  # nothing can change before this (None: never)
+    # When it next opens (closed) or closes (open): searched for on first use, since deciding
+    # does not need it; a denial's message, the status and the notifications do.
+    transition: Lazy = _NO_TRANSITION
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def next_transition(self) -> datetime | None:
+        """When it next opens (closed) or closes (open), if known."""
+        return self.transition.value
 
 
 def not_found(namespace: str, name: str) -> GateState:
@@ -101,6 +148,9 @@ def _go_duration(spec: dict, key: str, errors: list[str]) -> timedelta | None:
         return None
     if value <= timedelta(0):
         errors.append(f"spec.{key} {raw!r} must be positive")
+        return None
+    if value > MAX_GATE_DURATION:  # a toggle's end must stay a date (year 9999 at most)
+        errors.append(f"spec.{key} {raw!r} is longer than {format_duration(MAX_GATE_DURATION)}")
         return None
     return value
 
@@ -221,89 +271,169 @@ def _scheduled(cg: CompiledGate, now: datetime) -> tuple[bool, str, Entry] | Non
     return None
 
 
-def _is_open(cg: CompiledGate, now: datetime) -> bool:
+@dataclass(frozen=True)
+class _Cause:
+    """Whether a gate is open at an instant, and why (no look-ahead)."""
+
+    open: bool
+    reason: str
+    message: str
+    toggle: _Toggle | None = None
+
+
+def _cause(cg: CompiledGate, now: datetime) -> _Cause:
+    """The one answer to "open or closed, and why" that evaluate, searches and calendars share."""
     if cg.errors:
-        return False
+        return _Cause(False, names.REASON_INVALID, "Gate is invalid: " + "; ".join(cg.errors))
     toggle = _applied_toggle(cg, now)
     if toggle is not None:
-        return toggle.open
+        reason = names.REASON_OPEN_REQUESTED if toggle.open else names.REASON_CLOSE_REQUESTED
+        return _Cause(toggle.open, reason, f"Gate {'open' if toggle.open else 'close'} requested", toggle)
     scheduled = _scheduled(cg, now)
-    return scheduled[0] if scheduled else cg.default_open
+    if scheduled is not None:
+        is_open, keeper, entry = scheduled
+        return _Cause(is_open, names.REASON_SCHEDULED,
+                      f"Gate {'opened' if is_open else 'closed'} by GateKeeper '{keeper}' schedule {entry}")
+    return _Cause(cg.default_open, names.REASON_DEFAULT, f"Gate {'opened' if cg.default_open else 'closed'} by default")
+
+
+def _is_open(cg: CompiledGate, now: datetime) -> bool:
+    return _cause(cg, now).open
+
+
+def _toggle_points(cg: CompiledGate, now: datetime) -> list[datetime]:
+    points = [t.at for t in cg.toggles if t.at > now]
+    if cg.window is not None:
+        points += [t.at + cg.window for t in cg.toggles if t.at + cg.window > now]
+    return points
+
+
+def _entries(cg: CompiledGate) -> list[Entry]:
+    """The gate's distinct schedule entries (copies are one shared object)."""
+    return list(dict.fromkeys(entry for _, entry in cg.closed_entries + cg.opened_entries))
 
 
 def _change_points(cg: CompiledGate, now: datetime) -> list[datetime]:
     """Times after ``now`` at which the state may change; it cannot change before the first."""
-    points = [t.at for t in cg.toggles if t.at > now]
-    if cg.window is not None:
-        points += [t.at + cg.window for t in cg.toggles if t.at + cg.window > now]
-    for _, entry in cg.closed_entries + cg.opened_entries:
+    points = _toggle_points(cg, now)
+    for entry in _entries(cg):
         nxt = entry.next_change(now)
         if nxt is not None:
             points.append(nxt)
     return points
 
 
+def _valid_until(cg: CompiledGate, now: datetime) -> datetime | None:
+    """A time before which the state cannot change (None: never). When no schedule entry
+    changes within HORIZON, VALIDITY from now: the state is looked at again then."""
+    points = _toggle_points(cg, now)
+    entries = _entries(cg)
+    points += [change for entry in entries if (change := entry.stable_until(now)) is not None]
+    if not points and entries:
+        return now + VALIDITY
+    return min(points) if points else None
+
+
 def next_transition(cg: CompiledGate, now: datetime, horizon: timedelta = HORIZON) -> datetime | None:
     """When the gate next opens (if closed) or closes (if open), if known within ``horizon``.
 
-    Steps through the instants at which an input can change, re-evaluating the gate at each;
-    only the entries that change at a step are asked for their next change (a heap), and the
-    number of steps shrinks with the number of entries (EVALUATION_BUDGET)."""
+    Each entry is asked for its state and the time of its next change; neither can change
+    before that time. From them, the earliest instant the gate could flip is known (a gate
+    closed by active windows opens no earlier than the last of them ends; one a toggle holds,
+    not before the toggle ends), so the search goes there at once and asks again only the
+    entries that may have changed by then. It gives up (unknown, never "open") after
+    EVALUATION_BUDGET worth of asks, whatever the entries are."""
     if cg.errors:
         return None
-    was_open = _is_open(cg, now)
-    deadline = now + horizon
-    fixed = [t.at for t in cg.toggles if t.at > now]
-    if cg.window is not None:
-        fixed += [t.at + cg.window for t in cg.toggles if t.at + cg.window > now]
-    fixed.sort(reverse=True)  # popped from the end, earliest first
-    entries = [entry for _, entry in cg.closed_entries + cg.opened_entries]
-    pending = [(change, i) for i, entry in enumerate(entries) if (change := entry.next_change(now)) is not None]
-    heapq.heapify(pending)
-    for _ in range(min(_MAX_STEPS, EVALUATION_BUDGET // max(1, len(entries)))):
-        if not pending and not fixed:
+    # Opening entries cannot change whether a gate that is open by default is open.
+    entries = [entry for entry in _entries(cg)
+               if any(entry is e for _, e in cg.closed_entries) or not cg.default_open]
+    closing = [i for i, entry in enumerate(entries) if any(entry is e for _, e in cg.closed_entries)]
+    opening = [i for i, entry in enumerate(entries) if any(entry is e for _, e in cg.opened_entries)]
+    active: list[bool] = [False] * len(entries)
+    changes: list[datetime | None] = [None] * len(entries)
+    spent = 0
+    for i, entry in enumerate(entries):
+        if spent >= EVALUATION_BUDGET:
             return None
-        cur = min(pending[0][0] if pending else fixed[-1], fixed[-1] if fixed else pending[0][0])
+        active[i], changes[i], cost = entry.state_and_next_change(now)
+        spent += cost
+    fixed = sorted(_toggle_points(cg, now), reverse=True)  # popped from the end, earliest first
+    was_open = _open_by(cg, now, active, closing, opening)
+    deadline = now + horizon
+    cur = now
+    for _ in range(_MAX_STEPS):
+        cur = _earliest_flip(cg, cur, active, changes, closing, opening, fixed[-1] if fixed else None)
+        if cur is None:
+            return None
         while fixed and fixed[-1] <= cur:
             fixed.pop()
-        while pending and pending[0][0] <= cur:
-            _, i = heapq.heappop(pending)
-            change = entries[i].next_change(cur)
-            if change is not None:
-                heapq.heappush(pending, (change, i))
-        if _is_open(cg, cur) != was_open:
-            return cur  # change points are exact, even beyond the horizon
+        for i, change in enumerate(changes):
+            if change is not None and change <= cur:
+                if spent >= EVALUATION_BUDGET:
+                    return None
+                active[i], changes[i], cost = entries[i].state_and_next_change(cur)
+                spent += cost
+        if _open_by(cg, cur, active, closing, opening) != was_open:
+            return cur  # change points are exact, even beyond the horizon (a toggle in 2030)
         if cur > deadline:
             return None
     return None
 
 
-def evaluate(cg: CompiledGate, now: datetime) -> GateState:
-    """The state of a compiled gate at ``now``."""
-    if cg.errors:
-        return GateState(cg.namespace, cg.name, False, names.REASON_INVALID, "Gate is invalid: " + "; ".join(cg.errors),
-                         mode=cg.mode, problems=cg.problems)
-    points = _change_points(cg, now)
-    common = dict(mode=cg.mode, problems=cg.problems, valid_until=min(points) if points else None,
-                  next_transition=next_transition(cg, now))
-    toggle = _applied_toggle(cg, now)
+def _open_by(cg: CompiledGate, at: datetime, active: list[bool], closing: list[int], opening: list[int]) -> bool:
+    """Whether the gate is open at ``at``, its entries being ``active`` (as ``_is_open``)."""
+    toggle = _applied_toggle(cg, at)
     if toggle is not None:
-        reason = names.REASON_OPEN_REQUESTED if toggle.open else names.REASON_CLOSE_REQUESTED
-        ends = toggle.at + cg.window if cg.window is not None else None
-        verb = "open" if toggle.open else "close"
-        message = f"Gate {verb} requested"
-        if ends is not None and _is_open(cg, ends) != toggle.open:
-            message = f"Gate scheduled for {'closing' if toggle.open else 'opening'} at {format_time(ends)}"
-        return GateState(cg.namespace, cg.name, toggle.open, reason, message,
-                         requested_at=toggle.at, reset_to_default_at=ends,
-                         requested_by=cg.requested_by, request_message=cg.request_message, **common)
-    scheduled = _scheduled(cg, now)
-    if scheduled is not None:
-        is_open, keeper, entry = scheduled
-        message = f"Gate {'opened' if is_open else 'closed'} by GateKeeper '{keeper}' schedule {entry}"
-        return GateState(cg.namespace, cg.name, is_open, names.REASON_SCHEDULED, message, **common)
-    message = f"Gate {'opened' if cg.default_open else 'closed'} by default"
-    return GateState(cg.namespace, cg.name, cg.default_open, names.REASON_DEFAULT, message, **common)
+        return toggle.open
+    if any(active[i] for i in closing):
+        return False
+    return True if any(active[i] for i in opening) else cg.default_open
+
+
+def _earliest_flip(cg: CompiledGate, cur: datetime, active: list[bool], changes: list[datetime | None],
+                   closing: list[int], opening: list[int], next_fixed: datetime | None) -> datetime | None:
+    """The earliest instant after ``cur`` at which the gate could open or close: an entry
+    keeps its state until its change, so no flip can come before this (None: none is known)."""
+    candidates = [next_fixed] if next_fixed is not None else []
+    if _applied_toggle(cg, cur) is None:  # a toggle holds until the next toggle point
+        closers = [i for i in closing if active[i]]
+        openers = [i for i in opening if active[i]]
+        if closers:  # closed until every active closing entry has ended
+            ends = [changes[i] for i in closers]
+            if None not in ends:
+                candidates.append(max(ends))
+        else:  # open or closed until a closing entry starts, or the open ones end
+            starts = [changes[i] for i in closing if changes[i] is not None]
+            if starts and (openers or cg.default_open):
+                candidates.append(min(starts))
+            if openers and not cg.default_open:
+                ends = [changes[i] for i in openers]
+                if None not in ends:
+                    candidates.append(max(ends))
+            if not openers and not cg.default_open:
+                candidates += [changes[i] for i in opening if changes[i] is not None]
+    candidates = [c for c in candidates if c > cur]
+    return min(candidates) if candidates else None
+
+
+def evaluate(cg: CompiledGate, now: datetime) -> GateState:
+    """The state of a compiled gate at ``now``; its next transition is searched for when asked."""
+    cause = _cause(cg, now)
+    if cg.errors:
+        return GateState(cg.namespace, cg.name, False, cause.reason, cause.message, mode=cg.mode, problems=cg.problems)
+    common = dict(mode=cg.mode, problems=cg.problems, valid_until=_valid_until(cg, now),
+                  transition=Lazy(functools.partial(next_transition, cg, now)))
+    toggle = cause.toggle
+    if toggle is None:
+        return GateState(cg.namespace, cg.name, cause.open, cause.reason, cause.message, **common)
+    ends = toggle.at + cg.window if cg.window is not None else None
+    message = cause.message
+    if ends is not None and _is_open(cg, ends) != toggle.open:
+        message = f"Gate scheduled for {'closing' if toggle.open else 'opening'} at {format_time(ends)}"
+    return GateState(cg.namespace, cg.name, toggle.open, cause.reason, message,
+                     requested_at=toggle.at, reset_to_default_at=ends,
+                     requested_by=cg.requested_by, request_message=cg.request_message, **common)
 
 
 def evaluate_gate(gate: dict, keepers: Iterable[dict], now: datetime) -> GateState:
@@ -332,21 +462,14 @@ class Interval:
     known: bool = True
 
 
-def _cause(cg: CompiledGate, now: datetime) -> tuple[bool, str, str]:
-    """Whether the gate is open at ``now``, the reason, and a short message (no look-ahead)."""
-    if cg.errors:
-        return False, names.REASON_INVALID, "Gate is invalid: " + "; ".join(cg.errors)
-    toggle = _applied_toggle(cg, now)
-    if toggle is not None:
-        verb = "open" if toggle.open else "close"
-        by = f" by {cg.requested_by}" if cg.requested_by else ""
-        why = f": {cg.request_message}" if cg.request_message else ""
-        return toggle.open, names.REASON_OPEN_REQUESTED if toggle.open else names.REASON_CLOSE_REQUESTED, f"Gate {verb} requested{by}{why}"
-    scheduled = _scheduled(cg, now)
-    if scheduled is not None:
-        is_open, keeper, entry = scheduled
-        return is_open, names.REASON_SCHEDULED, f"Gate {'opened' if is_open else 'closed'} by GateKeeper '{keeper}' schedule {entry}"
-    return cg.default_open, names.REASON_DEFAULT, f"Gate {'opened' if cg.default_open else 'closed'} by default"
+def _calendar_cause(cg: CompiledGate, now: datetime) -> tuple[bool, str, str]:
+    """The state at ``now``, why, and who asked for a toggle in effect."""
+    cause = _cause(cg, now)
+    message = cause.message
+    if cause.toggle is not None:
+        message += f" by {cg.requested_by}" if cg.requested_by else ""
+        message += f": {cg.request_message}" if cg.request_message else ""
+    return cause.open, cause.reason, message
 
 
 def intervals(cg: CompiledGate, start: datetime, end: datetime,
@@ -362,7 +485,7 @@ def intervals(cg: CompiledGate, start: datetime, end: datetime,
     out: list[Interval] = []
     cur = start
     for _ in range(max_steps):
-        is_open, reason, message = _cause(cg, cur)
+        is_open, reason, message = _calendar_cause(cg, cur)
         points = [p for p in _change_points(cg, cur) if p > cur] if not cg.errors else []
         nxt = min(min(points), end) if points else end
         if out and out[-1].open == is_open and out[-1].known:

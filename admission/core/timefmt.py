@@ -32,7 +32,10 @@ def parse_duration(text: str) -> timedelta:
         pos = match.end()
     if not s or pos != len(s):
         raise ValueError(f"invalid duration {text!r}: use Go syntax such as '30s', '1h' or '2h45m'")
-    return timedelta(seconds=sign * total)
+    try:
+        return timedelta(seconds=sign * total)
+    except OverflowError:  # more than a timedelta holds (2.7 million years), or infinite
+        raise ValueError(f"duration {text!r} is too long") from None
 
 
 def format_duration(delta: timedelta) -> str:

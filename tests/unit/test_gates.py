@@ -269,8 +269,8 @@ def test_a_hostile_gatekeeper_costs_a_bounded_number_of_cron_searches(monkeypatc
     from admission.core import schedule
 
     searches = []
-    real = schedule.CronSim
-    monkeypatch.setattr(schedule, "CronSim", lambda *args, **kw: searches.append(args[0]) or real(*args, **kw))
+    real = schedule.CronSpec._sim
+    monkeypatch.setattr(schedule.CronSpec, "_sim", lambda spec, *args: searches.append(spec.expr) or real(spec, *args))
     schedule._entry.cache_clear()
     schedule._parse_cron.cache_clear()
     windows = [{"cron": f"{m} 0 29 2 *", "duration": "1m"} for m in range(g.MAX_ENTRIES_PER_LIST - 2)]
@@ -280,3 +280,69 @@ def test_a_hostile_gatekeeper_costs_a_bounded_number_of_cron_searches(monkeypatc
         result = evaluate(compiled, at("2026-11-22T02:00") + timedelta(minutes=minute, seconds=30))
         assert (result.open, result.reason, result.next_transition) == (False, names.REASON_SCHEDULED, None)
     assert len(searches) <= 3 * g.MAX_ENTRIES, f"{len(searches)} cron searches"
+
+
+# -- deciding needs no look-ahead; the next transition is searched for when asked (issue 14) --
+
+def test_deciding_searches_no_further_than_the_next_change_and_the_next_transition_waits_until_asked(monkeypatch):
+    from admission.core import schedule
+
+    asked = []
+    real = schedule.Entry.state_and_next_change
+    monkeypatch.setattr(schedule.Entry, "state_and_next_change", lambda entry, now: asked.append(now) or real(entry, now))
+    k = keeper("k", "g", opened=["* 9-16 * * MON-FRI"], closed=[{"cron": "0 12 * * *", "duration": "1h"}])
+    cg = compile_gate(gate("g", default="closed"), [k])
+    s = evaluate(cg, at("2026-06-13T10:00"))  # a Saturday
+    assert (s.open, s.reason) == (False, names.REASON_DEFAULT) and asked == []
+    assert s.next_transition == at("2026-06-15T09:00") == next_transition(cg, at("2026-06-13T10:00"))
+    searched = len(asked)
+    assert searched > 0 and s.next_transition == at("2026-06-15T09:00") and len(asked) == searched  # once
+
+
+def test_a_gate_held_by_a_toggle_or_by_windows_that_never_end_opens_when_the_toggle_does():
+    # Windows every 15 minutes lasting 30 overlap for ever: closed until the open request.
+    quarter = {"cron": "*/15 * * * *", "duration": "30m"}
+    keepers = [keeper(f"k{i}", "g", closed=[quarter], timeZone=z) for i, z in enumerate(["UTC", "Europe/Berlin"])]
+    opens = at("2026-11-23T22:13")
+    toggled = gate("g", annotations={names.OPEN_ANNOTATION: "2026-11-23T22:13:00Z"}, window="24h")
+    s = evaluate(compile_gate(toggled, keepers), at("2026-11-22T02:13:30"))
+    assert (s.open, s.reason, s.next_transition) == (False, names.REASON_SCHEDULED, opens)
+
+
+def test_when_nothing_changes_within_the_horizon_the_state_is_looked_at_again_a_day_later():
+    # 29 February 2028 is beyond the horizon: no change is known, and that is not "never".
+    k = keeper("k", "g", closed=[{"cron": "0 0 29 2 *", "duration": "24h"}])
+    s = evaluate(compile_gate(gate("g"), [k]), at("2026-11-22T02:13:30"))
+    assert (s.open, s.next_transition, s.valid_until) == (True, None, at("2026-11-22T02:13:30") + g.VALIDITY)
+    assert evaluate(compile_gate(gate("g"), []), at("2026-11-22T02:13:30")).valid_until is None  # nothing can change
+
+
+def test_an_unknown_next_transition_never_changes_the_state_or_claims_an_opening():
+    from admission.core.decision import Settings, decide
+    from tests.builders import changed, flux, lookup_from, request
+
+    windows = [{"cron": f"{m} 0 L * {d}#5", "duration": "9600h"} for m, d in zip(range(16), [1, 2, 3, 4, 5, 6, 0] * 3)]
+    hostile = keeper("k", "g", closed=windows)
+    cg = compile_gate(gate("g"), [hostile])
+    s = evaluate(cg, at("2026-11-22T02:13:30"))
+    assert (s.open, s.reason, s.next_transition) == (False, names.REASON_SCHEDULED, None)
+    obj = flux(gates="flux-system/g")
+    denied = decide(request("UPDATE", changed(obj, path="./v2"), obj), lookup_from([gate("g")], [hostile]),
+                    at("2026-11-22T02:13:30"), Settings())
+    assert not denied.allowed and "opens at" not in denied.message
+
+
+@pytest.mark.parametrize("spec, why", [
+    ({"window": "99999999h"}, "spec.window '99999999h' is longer than 876000h"),
+    ({"interval": "9" * 31 + "h"}, "is too long"),
+])
+def test_durations_too_long_to_add_to_a_date_make_the_gate_invalid_not_a_crash(spec, why):
+    g_ = gate("g", annotations={names.OPEN_ANNOTATION: "2026-11-22T00:00:00Z"}, **spec)
+    s = state(g_)
+    assert (s.open, s.reason) == (False, names.REASON_INVALID) and why in s.message
+
+
+def test_a_toggle_beyond_the_horizon_is_still_the_next_transition():
+    # `kubectl get gates` shows it (tests/e2e/test_cluster_gates.py): change points are exact.
+    s = state(gate("g", default="closed", annotations={OPEN_ANNOTATION: "2030-01-01T00:00:00Z"}))
+    assert (s.open, s.next_transition) == (False, at("2030-01-01T00:00"))

@@ -4,7 +4,7 @@ import copy
 
 from admission.core import names
 from admission.core.notices import HELD, RELEASED, RELEASED_REASON, expected_opening, gate_condition, notice
-from admission.core.gates import GateState
+from admission.core.gates import GateState, Lazy
 from tests.builders import at, flux, gate, keeper, lookup_from
 
 NOW = at("2026-12-21T10:00")
@@ -86,8 +86,8 @@ def test_other_conditions_and_deletions_send_nothing():
 
 
 def test_expected_opening_is_the_last_under_all_and_the_first_under_one_of():
-    a = GateState("ns", "a", False, "Default", "", next_transition=at("2026-12-22T00:00"))
-    b = GateState("ns", "b", False, "Default", "", next_transition=at("2026-12-24T00:00"))
+    a = GateState("ns", "a", False, "Default", "", transition=Lazy.of(at("2026-12-22T00:00")))
+    b = GateState("ns", "b", False, "Default", "", transition=Lazy.of(at("2026-12-24T00:00")))
     never = GateState("ns", "c", False, "Default", "")
     assert expected_opening((a, b), "all") == at("2026-12-24T00:00")
     assert expected_opening((a, b, never), "all") is None

@@ -152,3 +152,22 @@ def test_calendar_intervals_agree_with_admission_at_any_minute(obj, keepers, sta
         t = start + timedelta(minutes=offset, seconds=17)
         [span] = [s for s in spans if s.start <= t < s.end]
         assert span.open == evaluate(compiled, t).open
+
+
+@settings(max_examples=60, deadline=None)
+@given(gate_worlds(), moments)
+def test_the_next_transition_is_the_first_minute_the_state_changes(world, now):
+    # The search jumps from change point to change point; reading the state minute by minute
+    # for a day finds the same instant (every change here falls on a whole minute).
+    from admission.core.gates import _is_open
+    gates, keepers = world
+    for g in gates:
+        cg = compile_gate(g, keepers)
+        state = evaluate(cg, now)
+        minute, end = now + timedelta(minutes=1), now + timedelta(days=1)
+        while minute <= end and _is_open(cg, minute) == state.open:
+            minute += timedelta(minutes=1)
+        if minute <= end:
+            assert state.next_transition == minute
+        else:
+            assert state.next_transition is None or state.next_transition > end
