@@ -25,9 +25,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.reviewclient import EXAMPLE_REVIEW as BODY, percentile_ms as pct, timed_review  # noqa: E402
 from tests.processes import GateServer  # noqa: E402
 
-BODY = (ROOT / "examples" / "reviews" / "kustomization-spec-change.json").read_bytes()
 
 
 def hold(server: GateServer, n: int) -> list:
@@ -46,16 +46,6 @@ def hold(server: GateServer, n: int) -> list:
     return held
 
 
-def post(server: GateServer, conn) -> float:
-    started = time.perf_counter()
-    conn.request("POST", "/validate", body=BODY, headers={"Content-Type": "application/json"})
-    resp = conn.getresponse()
-    resp.read()
-    if resp.status != 200:
-        raise RuntimeError(f"HTTP {resp.status}")
-    return time.perf_counter() - started
-
-
 def measure(server: GateServer, reviews: int) -> tuple[list[float], list[float]]:
     kept, fresh, errors = [], [], []
 
@@ -63,7 +53,7 @@ def measure(server: GateServer, reviews: int) -> tuple[list[float], list[float]]
         conn = server.connection(timeout=60)
         try:
             for _ in range(reviews // 4):
-                kept.append(post(server, conn))
+                kept.append(timed_review(conn))
         except Exception as err:  # reported, never hidden
             errors.append(err)
         finally:
@@ -74,7 +64,7 @@ def measure(server: GateServer, reviews: int) -> tuple[list[float], list[float]]
             for _ in range(reviews // 8):
                 conn = server.connection(timeout=60)
                 started = time.perf_counter()
-                post(server, conn)
+                timed_review(conn)
                 fresh.append(time.perf_counter() - started)
                 conn.close()
         except Exception as err:
@@ -88,11 +78,6 @@ def measure(server: GateServer, reviews: int) -> tuple[list[float], list[float]]
     if errors:
         raise RuntimeError(f"{len(errors)} failed: {errors[0]!r}")
     return kept, fresh
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
 
 
 def main() -> int:

@@ -58,6 +58,15 @@ class GateIndex:
         """Every gate object, for status and listings."""
         return list(self._gates.values())
 
+    def snapshot(self, namespace: str | None = None) -> tuple[list[dict], list[dict], list[tuple[str, str, str]]]:
+        """The gates, keepers and broken gates (of ``namespace`` only, when given) as plain data,
+        from which ``replace_all`` rebuilds an equal index elsewhere (the calendar's builder)."""
+        with self._lock:  # writers change these dicts in place
+            gates, keepers, broken = dict(self._gates), dict(self._keepers), dict(self._broken)
+        wanted = (lambda key: key[0] == namespace) if namespace else (lambda key: True)
+        return ([g for key, g in gates.items() if wanted(key)], [k for key, k in keepers.items() if wanted(key)],
+                [(ns, name, why) for (ns, name), why in broken.items() if wanted((ns, name))])
+
     def compiled(self, namespace: str, name: str) -> CompiledGate | None:
         slot = self._slots.get((namespace, name))
         return slot.compiled if slot else None

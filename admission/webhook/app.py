@@ -18,12 +18,13 @@ from admission.observability import metrics
 from admission.core import kinds
 from admission.core.decision import CONTENT, Decision, Settings
 from admission.webhook.handlers import Handler, Outcome
+from admission.webhook.feeds import RETRY_AFTER, CalendarFeeds, FeedUnavailable
 from admission.webhook.review import AdmissionReview, ReviewError, allowed, complete, errored, parse_review
 from admission.clock import utcnow
 from admission.store import GateStore, Sources
+from admission.store.calendar import MAX_DAYS
 
 log = logging.getLogger("admission.decisions")
-FEED_TTL = 60.0  # seconds a built /calendar.ics is served from memory
 # The API server refuses request bodies over 3 MiB, so an object it sends us is at most that,
 # and a review carries two (UPDATE: object and oldObject) plus a small envelope (user, options).
 MAX_BODY = 2 * 3 * 1024 * 1024 + 256 * 1024
@@ -246,13 +247,12 @@ def create_app(store: GateStore, settings: Settings | None = None,
         return Response(payload, mimetype=None, content_type=content_type)
 
     if calendar:
-        feeds: dict[tuple[str, int], tuple[float, bytes]] = {}  # (namespace, days) -> (expires, body)
+        # Built by a child process, never in this worker, whose loop answers the API server.
+        feeds = app.extensions["calendar_feeds"] = CalendarFeeds(lambda: store.index, clock)
 
         @app.get("/calendar.ics")
         def calendar_feed() -> Response:
             """Every gate's closed intervals (``?namespace=``, ``?days=``), read-only, for calendar apps."""
-            from admission.store import calendar as cal
-
             ready, detail = store.readiness()
             if not ready:
                 return _json({"error": "gate cache not ready; the calendar would be wrong", **detail}, 503)
@@ -260,18 +260,14 @@ def create_app(store: GateStore, settings: Settings | None = None,
                 days = int(request.args.get("days", "14"))
             except ValueError:
                 days = 0
-            if not 1 <= days <= cal.MAX_DAYS:
-                return _json({"error": f"days must be a whole number from 1 to {cal.MAX_DAYS}"}, 400)
-            # Built at most once a minute per query: it costs far more than a review, and this
-            # worker's threads also answer the API server.
-            key = (request.args.get("namespace") or "", days)
-            expires, body = feeds.get(key, (0.0, b""))
-            if time.monotonic() >= expires:
-                now = clock()
-                body = cal.to_ics(cal.calendars(store.index, now, days, key[0] or None), now)
-                if len(feeds) >= 64:  # bounded: namespaces come from the query string
-                    feeds.clear()
-                feeds[key] = (time.monotonic() + FEED_TTL, body)
+            if not 1 <= days <= MAX_DAYS:
+                return _json({"error": f"days must be a whole number from 1 to {MAX_DAYS}"}, 400)
+            try:
+                body = feeds.feed(request.args.get("namespace") or "", days)
+            except FeedUnavailable as why:
+                response = _json({"error": str(why)}, 503)
+                response.headers["Retry-After"] = RETRY_AFTER
+                return response
             return Response(body, content_type="text/calendar; charset=utf-8",
                             headers={"Cache-Control": "max-age=60"})
 

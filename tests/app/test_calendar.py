@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 from datetime import datetime, timezone
 
 import pytest
 from icalendar import Calendar
 
 from admission.core import names
+from admission.webhook import feeds
 from admission.webhook.app import create_app
 from admission.core.decision import Settings
 from admission.store.files import FileStore
+from admission.store.index import GateIndex
 from tests.builders import at, gate, keeper
 from tests.conftest import write_gates
+from tests.polling import until
 from tests.processes import BIN
 
 NOW = at("2026-12-20T10:00")
@@ -35,16 +39,38 @@ def events(ics: bytes) -> list[tuple[str, datetime, datetime]]:
 
 
 @pytest.fixture
-def client(gates_dir):
+def make_app():
+    """create_app, closing each app's calendar builder (a child process) after the test."""
+    apps = []
+
+    def make(store, **options):
+        app = create_app(store, Settings(), clock=lambda: NOW, **options)
+        app.testing = True
+        apps.append(app)
+        return app
+
+    yield make
+    for app in apps:
+        if "calendar_feeds" in app.extensions:
+            app.extensions["calendar_feeds"].close()
+
+
+def fetch(client, url: str):
+    """GET a feed, waiting out the 503s of its first build (it runs in a child process)."""
+    response = until(lambda: client.get(url), lambda r: r.status_code != 503, timeout=60)
+    assert response.status_code == 200, response.data
+    return response
+
+
+@pytest.fixture
+def client(gates_dir, make_app):
     write_gates(gates_dir, GATES)
-    app = create_app(FileStore(gates_dir), Settings(), clock=lambda: NOW)
-    app.testing = True
-    return app.test_client()
+    return make_app(FileStore(gates_dir)).test_client()
 
 
 def test_the_feed_has_one_event_per_closed_interval_in_the_gates_time_zone(client):
-    response = client.get("/calendar.ics?namespace=flux-system")
-    assert response.status_code == 200 and response.content_type == "text/calendar; charset=utf-8"
+    response = fetch(client, "/calendar.ics?namespace=flux-system")
+    assert response.content_type == "text/calendar; charset=utf-8"
     got = events(response.data)
     assert [(s, a.astimezone(timezone.utc), b.astimezone(timezone.utc)) for s, a, b in got] == [
         ("Gate flux-system/change-freeze closed", at("2026-12-19T23:00"), at("2026-12-21T07:00")),  # clipped at today
@@ -55,26 +81,47 @@ def test_the_feed_has_one_event_per_closed_interval_in_the_gates_time_zone(clien
     ]
     assert str(got[0][1].tzinfo) == "Europe/Berlin"  # DTSTART;TZID=Europe/Berlin, with its VTIMEZONE
     assert b"BEGIN:VTIMEZONE\r\nTZID:Europe/Berlin" in response.data
-    again = client.get("/calendar.ics?namespace=flux-system").data
+    again = fetch(client, "/calendar.ics?namespace=flux-system").data
     uids = [str(e["UID"]) for e in Calendar.from_ical(again).walk("VEVENT")]
     assert uids == [str(e["UID"]) for e in Calendar.from_ical(response.data).walk("VEVENT")]  # stable for subscribers
 
 
 def test_the_feed_covers_every_namespace_unless_asked_and_checks_days(client):
-    summaries = {s for s, _, _ in events(client.get("/calendar.ics").data)}
+    summaries = {s for s, _, _ in events(fetch(client, "/calendar.ics").data)}
     assert summaries == {"Gate flux-system/change-freeze closed", "Gate flux-system/sre-approval closed",
                          "Gate apps/nightly closed"}
-    assert len(events(client.get("/calendar.ics?namespace=apps&days=3").data)) == 3
+    assert len(events(fetch(client, "/calendar.ics?namespace=apps&days=3").data)) == 3
     for bad in ("0", "367", "soon"):
         response = client.get(f"/calendar.ics?days={bad}")
         assert response.status_code == 400 and "days must be" in response.json["error"]
     assert client.post("/calendar.ics").status_code == 405  # read-only
 
 
-def test_no_feed_when_the_server_is_told_not_to(gates_dir):
+def test_no_feed_when_the_server_is_told_not_to(gates_dir, make_app):
     write_gates(gates_dir, GATES)
-    app = create_app(FileStore(gates_dir), Settings(), clock=lambda: NOW, calendar=False)
-    assert app.test_client().get("/calendar.ics").status_code == 404
+    assert make_app(FileStore(gates_dir), calendar=False).test_client().get("/calendar.ics").status_code == 404
+
+
+def test_a_first_build_answers_503_with_retry_after_then_the_feed_is_served(gates_dir, make_app):
+    write_gates(gates_dir, GATES)
+    client = make_app(FileStore(gates_dir)).test_client()
+    first = client.get("/calendar.ics")
+    assert first.status_code == 503 and first.headers["Retry-After"] == feeds.RETRY_AFTER
+    assert first.json == {"error": "the calendar is being built; retry shortly"}
+    assert len(events(fetch(client, "/calendar.ics").data)) == 19  # 5 in flux-system, 14 nights in apps
+
+
+def test_once_built_a_feed_is_rebuilt_behind_the_scenes_and_never_503_again(gates_dir, make_app, monkeypatch):
+    write_gates(gates_dir, GATES)
+    store = FileStore(gates_dir)
+    client = make_app(store).test_client()
+    assert len(events(fetch(client, "/calendar.ics?namespace=apps").data)) == 14
+    monkeypatch.setattr(feeds, "FEED_TTL", 0.0)  # every request asks for a rebuild
+    write_gates(gates_dir, [gate("nightly", "apps", default="closed")])
+    store.reload()
+    seen = until(lambda: client.get("/calendar.ics?namespace=apps"),
+                 lambda r: r.status_code != 200 or len(events(r.data)) == 1, timeout=60)
+    assert seen.status_code == 200 and len(events(seen.data)) == 1  # the old feed until the new one is built
 
 
 def kubectl_gate(*args: str) -> subprocess.CompletedProcess:
@@ -104,10 +151,57 @@ def test_kubectl_gate_calendar_writes_ics_and_json(gates_dir):
     assert kubectl_gate("list", "-o", "ics", "--gates-dir", str(gates_dir)).returncode == 2  # ics is calendar's only
 
 
-def test_a_gate_that_flips_every_two_minutes_keeps_the_feed_bounded(gates_dir):
+def test_a_gate_that_flips_every_two_minutes_keeps_the_feed_bounded(gates_dir, make_app):
     write_gates(gates_dir, [gate("flappy", default="opened"), keeper("k", "flappy", closed=["*/2 * * * *"])])
-    app = create_app(FileStore(gates_dir), Settings(), clock=lambda: NOW)
-    response = app.test_client().get("/calendar.ics?days=14")
+    response = fetch(make_app(FileStore(gates_dir)).test_client(), "/calendar.ics?days=14")
     vevents = Calendar.from_ical(response.data).walk("VEVENT")
     assert response.status_code == 200 and len(vevents) == 500
     assert "later closed intervals of this gate are not listed" in str(vevents[-1]["DESCRIPTION"])
+
+
+def _builder_that_first(misbehaves: str, marker) -> list[str]:
+    """A builder command whose first process ``misbehaves`` (Python code), later ones build."""
+    return [sys.executable, "-c", f"import os, runpy, time\nif os.path.exists({str(marker)!r}):\n"
+            f"    runpy.run_module('admission.webhook.feeds', run_name='__main__')\n"
+            f"else:\n    open({str(marker)!r}, 'w').close()\n    {misbehaves}"]
+
+
+@pytest.mark.parametrize("misbehaves, why", [
+    ("pass", "the calendar builder process exited"),
+    ("time.sleep(600)", "no calendar from the builder process within 1s"),
+])
+def test_a_builder_process_that_dies_or_hangs_is_reported_then_replaced(tmp_path, monkeypatch, misbehaves, why):
+    index = GateIndex()
+    index.replace_all([gate("nightly", "apps", default="closed")], [])
+    calendar_feeds = feeds.CalendarFeeds(lambda: index, lambda: NOW, build_seconds=1,
+                                         command=_builder_that_first(misbehaves, tmp_path / "started-once"))
+
+    def answer():
+        try:
+            return calendar_feeds.feed("", 14)
+        except feeds.FeedUnavailable as unavailable:
+            return str(unavailable)
+    try:
+        assert until(answer, lambda got: "could not be built" in got, timeout=30) == \
+            f"the calendar could not be built: {why}"
+        monkeypatch.setattr(feeds, "FEED_TTL", 0.0)  # retry now rather than after a minute
+        built = until(answer, lambda got: isinstance(got, bytes), timeout=60)
+        assert [s for s, _, _ in events(built)] == ["Gate apps/nightly closed"]
+    finally:
+        calendar_feeds.close()
+
+
+def test_queries_waiting_for_a_build_are_bounded(tmp_path):
+    index = GateIndex()
+    stuck = feeds.CalendarFeeds(lambda: index, lambda: NOW, command=[sys.executable, "-c", "import time; time.sleep(600)"],
+                                build_seconds=600)
+    try:
+        for days in range(1, feeds.MAX_FEEDS + 1):  # the first is being built, the rest wait
+            with pytest.raises(feeds.FeedUnavailable, match="being built"):
+                stuck.feed("", days)
+        with pytest.raises(feeds.FeedUnavailable, match="too many calendar queries are waiting"):
+            stuck.feed("", feeds.MAX_FEEDS + 1)
+        with pytest.raises(feeds.FeedUnavailable, match="being built"):
+            stuck.feed("", 1)  # asked again: still waiting, not counted twice
+    finally:
+        stuck.close()

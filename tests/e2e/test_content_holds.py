@@ -323,11 +323,7 @@ def test_a_helm_release_waits_for_new_charts_at_its_chart_and_for_new_values_at_
     assert release(plane, "app-c")["chartVersion"] == "6.0.0"
 
     # New values (from a ConfigMap: an edit of the HelmRelease itself is held at admission).
-    put(plane, values("app-c", 3))
-    plane.kubectl("annotate", "--overwrite", "helmrelease", "app-c", "-n", "apps",
-                  f"reconcile.fluxcd.io/requestedAt={now_rfc3339()}")
-    errors = until(lambda: flux.helm.errors("apps", "app-c"), lambda e: any("freeze-c" in m for m in e))
-    assert any("flux-system/freeze-c" in m for m in errors), errors
+    new_values_are_refused(plane, flux, "app-c", 3, "freeze-c")
     # The denied write is the only one that carries the new values digest, so the stored attempt
     # stays the applied one; the webhook shows what waits itself (test (c2) below).
     stored = until(lambda: status(plane, "helmrelease", "app-c", "apps"),
@@ -347,6 +343,16 @@ def test_a_helm_release_waits_for_new_charts_at_its_chart_and_for_new_values_at_
     assert not cond(stored, "Approved") or cond(stored, "Approved")["status"] != "False", stored
 
 
+def new_values_are_refused(plane, flux, release_name: str, replicas: int, gate_name: str) -> None:
+    """Change a HelmRelease's values ConfigMap, ask for a reconcile, and see the helm double's
+    write refused naming the gate."""
+    put(plane, values(release_name, replicas))
+    plane.kubectl("annotate", "--overwrite", "helmrelease", release_name, "-n", "apps",
+                  f"reconcile.fluxcd.io/requestedAt={now_rfc3339()}")
+    errors = until(lambda: flux.helm.errors("apps", release_name), lambda e: any(gate_name in m for m in e))
+    assert any(f"flux-system/{gate_name}" in m for m in errors), errors
+
+
 # -- (c2) new values alone: the HelmRelease shows the hold, kubectl gate lists it -------------
 
 SHOWN = 'gate_admission_denied_attempts_shown_total{result="written"}'
@@ -362,11 +368,7 @@ def test_a_values_only_change_during_a_freeze_shows_as_held_and_lands_when_the_g
 
     close_gate(plane, server, "freeze-v")
     written = server.metrics().get(SHOWN, 0.0)
-    put(plane, values("app-v", 3))
-    plane.kubectl("annotate", "--overwrite", "helmrelease", "app-v", "-n", "apps",
-                  f"reconcile.fluxcd.io/requestedAt={now_rfc3339()}")
-    errors = until(lambda: flux.helm.errors("apps", "app-v"), lambda e: any("freeze-v" in m for m in e))
-    assert any("flux-system/freeze-v" in m for m in errors), errors
+    new_values_are_refused(plane, flux, "app-v", 3, "freeze-v")
     # helm-controller's conditions-only writes were accepted and its deferred patch sent the
     # refused digest again (the double, FLUX-WRITES.md): only our own write can show the hold.
     stored = until(lambda: status(plane, "helmrelease", "app-v", "apps"),

@@ -1,0 +1,247 @@
+"""``GET /calendar.ics`` bodies: built by a niced child process, off the review path, and served
+from memory.
+
+A feed of 100 gates takes seconds of pure Python (bench/README.md, "Freeze calendar"). Built in
+a worker, that time holds the GIL that the worker's event loop needs to answer the API server,
+so calendar clients would slow admission down. Here each worker starts, on the first calendar
+request, one child process (``python -m admission.webhook.feeds``, at a lower CPU priority) and
+sends it a snapshot of the gates; the child answers with the iCalendar bytes. The worker only
+copies bytes and waits on a pipe.
+
+A query (namespace, days) that has no feed yet gets ``503`` with ``Retry-After`` while its first
+build runs; after that its feed is served from memory and rebuilt in the background once it is
+``FEED_TTL`` old, and never served when older than ``STALE_LIMIT`` (a build that keeps failing
+must not publish an old freeze as current). One build runs at a time per worker; at most
+``MAX_FEEDS`` queries wait, and at most ``MAX_FEEDS`` feeds and ``MAX_FEED_BYTES`` are kept; a
+build that takes longer than ``BUILD_SECONDS`` costs its child process, which is replaced on the
+next build.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections import OrderedDict
+from datetime import datetime
+from typing import BinaryIO, Callable
+
+import orjson
+
+from admission.core.timefmt import format_distinct_time, parse_time
+from admission.store.index import GateIndex
+
+FEED_TTL = 60.0  # seconds a built feed is served before it is rebuilt in the background
+STALE_LIMIT = 600.0  # seconds after which a feed that could not be rebuilt is no longer served
+MAX_FEEDS = 64  # queries kept or waiting per worker: the namespace comes from the query string
+MAX_FEED_BYTES = 64 << 20  # feeds kept per worker, in bytes (a year of a hundred busy gates is ~20 MiB)
+BUILD_SECONDS = 120.0  # a build still running after this is abandoned with its child process
+RETRY_AFTER = "10"  # seconds a calendar client is asked to wait for a first build
+CHILD_NICENESS = 10  # the child yields the CPU to the workers that answer reviews
+
+_LENGTH = struct.Struct(">I")
+_BUILT, _FAILED = b"\x00", b"\x01"
+
+log = logging.getLogger(__name__)
+
+Query = tuple[str, int]  # (namespace or "" for every namespace, days)
+
+
+class FeedUnavailable(Exception):
+    """No feed can be served for this query now; ``str()`` says why, for the 503's body."""
+
+
+class CalendarFeeds:
+    """Feeds per query for one worker; ``feed()`` never builds on the caller's thread."""
+
+    def __init__(self, index: Callable[[], GateIndex], clock: Callable[[], datetime],
+                 command: list[str] | None = None, build_seconds: float = BUILD_SECONDS):
+        self._index, self._clock = index, clock
+        self._command = command or [sys.executable, "-m", __name__]
+        self._build_seconds = build_seconds
+        self._lock = threading.Lock()
+        self._wanted = threading.Condition(self._lock)
+        self._feeds: OrderedDict[Query, tuple[float, bytes]] = OrderedDict()  # query -> (built at, body)
+        self._waiting: OrderedDict[Query, None] = OrderedDict()
+        self._failures: dict[Query, tuple[float, str]] = {}  # query -> (failed at, why)
+        self._builder: threading.Thread | None = None
+        self._child: subprocess.Popen | None = None
+        self._closed = False
+
+    def feed(self, namespace: str, days: int) -> bytes:
+        """The iCalendar body for this query; raise FeedUnavailable while there is none to serve."""
+        query = (namespace, days)
+        now = time.monotonic()
+        with self._lock:
+            built_at, body = self._feeds.get(query, (None, b""))
+            servable = built_at is not None and now - built_at < STALE_LIMIT
+            failed_at, failure = self._failures.get(query, (None, ""))
+            retry = failed_at is None or now - failed_at >= FEED_TTL  # a failing build is not retried per request
+            if retry and (built_at is None or now - built_at >= FEED_TTL):
+                try:
+                    self._want(query)
+                except FeedUnavailable:
+                    if not servable:
+                        raise
+            if servable:
+                return body
+        if failure:
+            raise FeedUnavailable(f"the calendar could not be built: {failure}")
+        raise FeedUnavailable("the calendar is being built; retry shortly")
+
+    def _want(self, query: Query) -> None:
+        if query in self._waiting:
+            return
+        if len(self._waiting) >= MAX_FEEDS:
+            raise FeedUnavailable("too many calendar queries are waiting to be built; retry shortly")
+        self._waiting[query] = None
+        if self._builder is None:
+            self._builder = threading.Thread(target=self._build_forever, name="calendar-feeds", daemon=True)
+            self._builder.start()
+        self._wanted.notify()
+
+    def _build_forever(self) -> None:
+        while True:
+            with self._lock:
+                while not self._waiting and not self._closed:
+                    self._wanted.wait()
+                if self._closed:
+                    return
+                query = next(iter(self._waiting))
+            try:
+                body, failure = self._build(query), None
+            except Exception as err:  # the child failed or timed out: say so, keep serving the rest
+                body, failure = None, str(err)
+                log.warning("calendar feed not built", extra={"namespace": query[0], "days": query[1],
+                                                                "reason": failure})
+            with self._lock:
+                self._waiting.pop(query, None)
+                if body is None:
+                    self._failures[query] = (time.monotonic(), failure or "unknown error")
+                    continue
+                self._failures.pop(query, None)
+                self._feeds[query] = (time.monotonic(), body)
+                self._feeds.move_to_end(query)
+                kept = sum(len(feed) for _, feed in self._feeds.values())
+                while len(self._feeds) > MAX_FEEDS or (kept > MAX_FEED_BYTES and len(self._feeds) > 1):
+                    kept -= len(self._feeds.popitem(last=False)[1][1])  # the least recently built
+                while len(self._failures) > MAX_FEEDS:
+                    self._failures.pop(next(iter(self._failures)))
+
+    def _build(self, query: Query) -> bytes:
+        namespace, days = query
+        gates, keepers, broken = self._index().snapshot(namespace or None)
+        request = orjson.dumps({"gates": gates, "keepers": keepers, "broken": broken,
+                                "now": format_distinct_time(self._clock()), "days": days,
+                                "namespace": namespace})
+        child = self._running_child()
+        try:
+            _write_message(child.stdin, request)
+            answer = _read_message(child.stdout.fileno(), time.monotonic() + self._build_seconds)
+        except TimeoutError:
+            self._stop_child()
+            raise TimeoutError(f"no calendar from the builder process within {self._build_seconds:g}s") from None
+        except (OSError, EOFError):
+            self._stop_child()
+            raise EOFError("the calendar builder process exited") from None
+        if answer[:1] != _BUILT:
+            raise RuntimeError(answer[1:].decode(errors="replace"))
+        return answer[1:]
+
+    def _running_child(self) -> subprocess.Popen:
+        if self._closed:
+            raise EOFError("the calendar feeds are closed")
+        if self._child is None or self._child.poll() is not None:
+            # stderr is dropped: the server log stays JSON lines, and a child that fails says so
+            # through the pipe (or by closing it). No metrics files: the child counts nothing.
+            env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
+            self._child = subprocess.Popen(self._command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                           stderr=subprocess.DEVNULL, close_fds=True, env=env)
+        return self._child
+
+    def _stop_child(self) -> None:
+        child, self._child = self._child, None
+        if child is not None:
+            child.kill()
+            child.wait()
+            for pipe in (child.stdin, child.stdout):
+                pipe.close()
+
+    def close(self) -> None:
+        """Stop the builder thread and the child process."""
+        with self._lock:
+            self._closed = True
+            self._wanted.notify_all()
+        child = self._child
+        if child is not None:
+            child.kill()  # ends a build in progress: the builder thread sees the pipe close
+        if self._builder is not None:
+            self._builder.join(self._build_seconds)
+        self._stop_child()
+
+
+# -- the wire between a worker and its child: a 4-byte length, then the bytes ---------------
+
+def _write_message(pipe: BinaryIO, payload: bytes) -> None:
+    pipe.write(_LENGTH.pack(len(payload)) + payload)
+    pipe.flush()
+
+
+def _read_exactly(fd: int, size: int, deadline: float | None) -> bytes:
+    chunks, missing = [], size
+    while missing:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise TimeoutError
+        chunk = os.read(fd, min(missing, 1 << 20))
+        if not chunk:
+            raise EOFError
+        chunks.append(chunk)
+        missing -= len(chunk)
+    return b"".join(chunks)
+
+
+def _read_message(fd: int, deadline: float | None) -> bytes:
+    (size,) = _LENGTH.unpack(_read_exactly(fd, _LENGTH.size, deadline))
+    return _read_exactly(fd, size, deadline)
+
+
+# -- the child ----------------------------------------------------------------------------
+
+def build(request: dict) -> bytes:
+    """The iCalendar body for one snapshot of gates: what the child computes."""
+    from admission.store import calendar
+
+    index = GateIndex()
+    index.replace_all(request["gates"], request["keepers"],
+                      {(ns, name): reason for ns, name, reason in request["broken"]})
+    now = parse_time(request["now"])
+    return calendar.to_ics(calendar.calendars(index, now, request["days"], request["namespace"] or None), now)
+
+
+def serve_builds(requests: int, answers: BinaryIO) -> None:
+    """Answer build requests until the worker closes the pipe (it exited, or was killed)."""
+    os.nice(CHILD_NICENESS)
+    while True:
+        try:
+            request = _read_message(requests, None)
+        except EOFError:
+            return
+        try:
+            answer = _BUILT + build(orjson.loads(request))
+        except Exception as err:  # a gate the calendar cannot handle: the worker reports it
+            answer = _FAILED + f"{type(err).__name__}: {err}".encode()
+        _write_message(answers, answer)
+
+
+if __name__ == "__main__":
+    # Answers go to the original stdout; anything else printed goes to stderr, not into them.
+    answers = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    serve_builds(sys.stdin.fileno(), answers)

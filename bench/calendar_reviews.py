@@ -1,0 +1,123 @@
+"""Review latency while calendar clients fetch GET /calendar.ics from the same server.
+
+`gate-admission serve --gates-dir` (2 workers x 4 threads) with bench/freeze_calendar.py's 100
+gates. Rounds alternate: quiet (reviews only) and fetching (F client threads request the feed
+ten times a second each, with a different ?days= each time, so that every request asks for a
+new build: what a careless script or a hostile client does). In both, 4 threads post the
+example review on kept-alive connections for --seconds and the latencies are reported.
+
+    .venv/bin/python bench/calendar_reviews.py [--rounds 3] [--seconds 10] [--fetchers 4]
+        [--source DIR]   # run another checkout's admission package (e.g. a worktree of main~1)
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.freeze_calendar import world  # noqa: E402
+from bench.reviewclient import percentile_ms as pct, timed_review  # noqa: E402
+from tests.processes import GateServer  # noqa: E402
+
+PACE = 0.1  # seconds between a fetcher's requests
+
+
+def reviews(server: GateServer, seconds: float) -> list[float]:
+    took, errors = [], []
+    deadline = time.monotonic() + seconds
+
+    def keep_alive():
+        conn = server.connection(timeout=60)
+        try:
+            while time.monotonic() < deadline:
+                took.append(timed_review(conn))
+        except Exception as err:  # reported, never hidden
+            errors.append(err)
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=keep_alive) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise RuntimeError(f"{len(errors)} failed: {errors[0]!r}")
+    return took
+
+
+def fetch_until(server: GateServer, stop: threading.Event, first_days: int, answers: dict) -> None:
+    """Ask for a new feed every PACE seconds on one kept-alive connection (the TLS handshakes of
+    a client that reconnects would cost the same on any endpoint: this measures the builds)."""
+    days, conn = first_days, server.connection(timeout=120)
+    try:
+        while not stop.wait(PACE):
+            conn.request("GET", f"/calendar.ics?days={days}")
+            resp = conn.getresponse()
+            resp.read()
+            answers[resp.status] = answers.get(resp.status, 0) + 1
+            days = days % 366 + 1
+    finally:
+        conn.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=10.0, help="length of each phase")
+    parser.add_argument("--fetchers", type=int, default=4)
+    parser.add_argument("--source", type=Path, help="a checkout whose admission package the server runs")
+    args = parser.parse_args()
+    source = f" --source {args.source}" if args.source else ""
+    print(f"# .venv/bin/python bench/calendar_reviews.py --rounds {args.rounds} --seconds {args.seconds:g} "
+          f"--fetchers {args.fetchers}{source}")
+    tmp = Path(tempfile.mkdtemp(prefix="calendar-reviews-"))
+    gates_dir = tmp / "gates"
+    gates_dir.mkdir()
+    snapshot = world(100, dense_every=0).snapshot()
+    (gates_dir / "gates.yaml").write_text(yaml.safe_dump_all(snapshot[0] + snapshot[1]))
+    env = {"PYTHONPATH": str(args.source.resolve())} if args.source else None
+    server = GateServer(tmp, "--gates-dir", str(gates_dir), "--workers", "2", "--threads", "4", env=env)
+    results: dict[str, list[list[float]]] = {"quiet": [], "fetching": []}
+    try:
+        server.wait_ready()
+        print("| round | calendar fetchers | reviews | review p50 ms | review p99 ms | max ms | calendar answers |")
+        print("|---|---|---|---|---|---|---|")
+        for round_ in range(1, args.rounds + 1):
+            for phase in ("quiet", "fetching"):
+                stop, answers = threading.Event(), {}
+                fetchers = [threading.Thread(target=fetch_until, args=(server, stop, 1 + 7 * i, answers))
+                            for i in range(args.fetchers if phase == "fetching" else 0)]
+                for t in fetchers:
+                    t.start()
+                try:
+                    took = reviews(server, args.seconds)
+                finally:
+                    stop.set()
+                    for t in fetchers:
+                        t.join()
+                results[phase].append(took)
+                shown = ", ".join(f"{n} x {status}" for status, n in sorted(answers.items())) or "-"
+                print(f"| {round_} | {len(fetchers)} | {len(took)} | {pct(took, .5):.2f} | {pct(took, .99):.2f} | "
+                      f"{max(took) * 1000:.0f} | {shown} |", flush=True)
+        print()
+        for phase, rounds in results.items():
+            print(f"{phase}: median over rounds of review p50 {statistics.median(pct(t, .5) for t in rounds):.2f} ms, "
+                  f"p99 {statistics.median(pct(t, .99) for t in rounds):.2f} ms")
+    finally:
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

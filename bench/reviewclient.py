@@ -1,0 +1,25 @@
+"""What the server benchmarks share: the example review, one timed post, percentiles in ms."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+EXAMPLE_REVIEW = (Path(__file__).resolve().parents[1] / "examples" / "reviews" / "kustomization-spec-change.json").read_bytes()
+
+
+def timed_review(conn, body: bytes = EXAMPLE_REVIEW) -> float:
+    """POST one review on ``conn`` (an HTTPSConnection, kept alive); seconds until the answer is read."""
+    started = time.perf_counter()
+    conn.request("POST", "/validate", body=body, headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    resp.read()
+    if resp.status != 200:
+        raise RuntimeError(f"HTTP {resp.status}")
+    return time.perf_counter() - started
+
+
+def percentile_ms(values: list[float], q: float) -> float:
+    """The ``q`` quantile (0-1) of ``values`` in seconds, in milliseconds."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
