@@ -13,7 +13,6 @@ example review on kept-alive connections for --seconds and the latencies are rep
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
 import threading
@@ -26,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.freeze_calendar import world  # noqa: E402
-from bench.reviewclient import percentile_ms as pct, timed_review  # noqa: E402
+from bench.reviewclient import median_over_rounds_ms, percentile_ms as pct, timed_review  # noqa: E402
 from tests.processes import GateServer  # noqa: E402
 
 PACE = 0.1  # seconds between a fetcher's requests
@@ -112,8 +111,8 @@ def main() -> int:
                       f"{max(took) * 1000:.0f} | {shown} |", flush=True)
         print()
         for phase, rounds in results.items():
-            print(f"{phase}: median over rounds of review p50 {statistics.median(pct(t, .5) for t in rounds):.2f} ms, "
-                  f"p99 {statistics.median(pct(t, .99) for t in rounds):.2f} ms")
+            print(f"{phase}: median over rounds of review p50 {median_over_rounds_ms(rounds, .5):.2f} ms, "
+                  f"p99 {median_over_rounds_ms(rounds, .99):.2f} ms")
     finally:
         server.stop()
     return 0

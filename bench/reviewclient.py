@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 import time
 from pathlib import Path
 
@@ -23,3 +24,8 @@ def percentile_ms(values: list[float], q: float) -> float:
     """The ``q`` quantile (0-1) of ``values`` in seconds, in milliseconds."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+
+def median_over_rounds_ms(rounds: list[list[float]], q: float) -> float:
+    """The median, over rounds of timings in seconds, of each round's ``q`` quantile in milliseconds."""
+    return statistics.median(percentile_ms(took, q) for took in rounds)

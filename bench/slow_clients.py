@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import socket
-import statistics
 import sys
 import tempfile
 import threading
@@ -25,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.reviewclient import EXAMPLE_REVIEW as BODY, percentile_ms as pct, timed_review  # noqa: E402
+from bench.reviewclient import EXAMPLE_REVIEW as BODY, median_over_rounds_ms, percentile_ms as pct, timed_review  # noqa: E402
 from tests.processes import GateServer  # noqa: E402
 
 
@@ -107,10 +106,10 @@ def main() -> int:
                 print(f"| {round_} | {n} | {pct(kept, .5):.1f} | {pct(kept, .99):.1f} | {pct(fresh, .5):.1f} | "
                       f"{pct(fresh, .99):.1f} | {max(kept + fresh) * 1000:.0f} |", flush=True)
         print()
-        base = statistics.median(pct(k, .99) for k, _ in results[counts[0]])
+        base = median_over_rounds_ms([k for k, _ in results[counts[0]]], .99)
         for n in counts:
-            p99 = statistics.median(pct(k, .99) for k, _ in results[n])
-            p99_new = statistics.median(pct(f, .99) for _, f in results[n])
+            p99 = median_over_rounds_ms([k for k, _ in results[n]], .99)
+            p99_new = median_over_rounds_ms([f for _, f in results[n]], .99)
             print(f"N={n}: median over rounds of keep-alive p99 {p99:.1f} ms ({p99 / base:.2f}x N={counts[0]}), "
                   f"new-connection p99 {p99_new:.1f} ms")
     finally:
