@@ -59,9 +59,14 @@ def _ref(text: object, namespace: str) -> GateRef:
         return GateRef(namespace, str(text), f"gate reference {text!r} is not a name")
     if not isinstance(name, str) or not isinstance(ns, str):
         return GateRef(str(ns), str(name), f"gate reference {text!r} is not a name")
-    if not _NAME.fullmatch(name) or not _NAMESPACE.fullmatch(ns):
+    if not _NAME.fullmatch(name) or not is_namespace(ns):
         return GateRef(ns, name, f"gate reference {text!r} is not a valid [namespace/]name")
     return GateRef(ns, name)
+
+
+def is_namespace(text: str) -> bool:
+    """Whether ``text`` can name a Kubernetes namespace (a DNS-1123 label)."""
+    return bool(_NAMESPACE.fullmatch(text))
 
 
 def _spec_gates(spec_gates: object, namespace: str) -> tuple[list[GateRef], object]:

@@ -11,12 +11,20 @@ from yaml.composer import ComposerError
 
 
 class _NoAliasLoader(yaml.SafeLoader):
-    """yaml.SafeLoader that refuses aliases before expanding any."""
+    """yaml.SafeLoader that refuses aliases before expanding any, and reads timestamps as strings."""
 
     def compose_node(self, parent, index):
         if self.check_event(yaml.AliasEvent):
             raise ComposerError(None, None, "aliases (*name) are not accepted", self.peek_event().start_mark)
         return super().compose_node(parent, index)
+
+
+# kubectl sends an unquoted `requestedAt: 2026-12-22T09:00:00Z` to the API server as a string;
+# read it the same, so a gates file means what the same manifest applied to a cluster means.
+_NoAliasLoader.yaml_implicit_resolvers = {
+    first: [(tag, pattern) for tag, pattern in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
 
 
 def objects(text: str) -> list[object]:

@@ -17,6 +17,7 @@ from admission.observability import logs
 from admission.observability import metrics
 from admission.core import kinds
 from admission.core.decision import CONTENT, Decision, Settings
+from admission.core.references import is_namespace
 from admission.webhook.handlers import Handler, Outcome
 from admission.webhook.feeds import RETRY_AFTER, CalendarFeeds, FeedUnavailable
 from admission.webhook.review import AdmissionReview, ReviewError, allowed, complete, errored, parse_review
@@ -262,8 +263,11 @@ def create_app(store: GateStore, settings: Settings | None = None,
                 days = 0
             if not 1 <= days <= MAX_DAYS:
                 return _json({"error": f"days must be a whole number from 1 to {MAX_DAYS}"}, 400)
+            namespace = request.args.get("namespace") or ""
+            if namespace and not is_namespace(namespace):
+                return _json({"error": "namespace must be a namespace's name (a DNS-1123 label)"}, 400)
             try:
-                body = feeds.feed(request.args.get("namespace") or "", days)
+                body = feeds.feed(namespace, days)
             except FeedUnavailable as why:
                 response = _json({"error": str(why)}, 503)
                 response.headers["Retry-After"] = RETRY_AFTER

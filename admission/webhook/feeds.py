@@ -29,7 +29,7 @@ import threading
 import time
 from collections import OrderedDict
 from datetime import datetime
-from typing import BinaryIO, Callable
+from typing import Callable
 
 import orjson
 
@@ -99,10 +99,14 @@ class CalendarFeeds:
             return
         if len(self._waiting) >= MAX_FEEDS:
             raise FeedUnavailable("too many calendar queries are waiting to be built; retry shortly")
-        self._waiting[query] = None
         if self._builder is None:
-            self._builder = threading.Thread(target=self._build_forever, name="calendar-feeds", daemon=True)
-            self._builder.start()
+            builder = threading.Thread(target=self._build_forever, name="calendar-feeds", daemon=True)
+            try:
+                builder.start()
+            except RuntimeError as err:  # "can't start new thread": tried again on the next request
+                raise FeedUnavailable(f"the calendar builder could not start: {err}") from None
+            self._builder = builder
+        self._waiting[query] = None
         self._wanted.notify()
 
     def _build_forever(self) -> None:
@@ -117,12 +121,17 @@ class CalendarFeeds:
                 body, failure = self._build(query), None
             except Exception as err:  # the child failed or timed out: say so, keep serving the rest
                 body, failure = None, str(err)
+                if self._closed:
+                    return  # close() ended this build
                 log.warning("calendar feed not built", extra={"namespace": query[0], "days": query[1],
                                                                 "reason": failure})
             with self._lock:
                 self._waiting.pop(query, None)
                 if body is None:
+                    self._failures.pop(query, None)
                     self._failures[query] = (time.monotonic(), failure or "unknown error")
+                    while len(self._failures) > MAX_FEEDS:
+                        self._failures.pop(next(iter(self._failures)))  # the oldest failure
                     continue
                 self._failures.pop(query, None)
                 self._feeds[query] = (time.monotonic(), body)
@@ -130,25 +139,29 @@ class CalendarFeeds:
                 kept = sum(len(feed) for _, feed in self._feeds.values())
                 while len(self._feeds) > MAX_FEEDS or (kept > MAX_FEED_BYTES and len(self._feeds) > 1):
                     kept -= len(self._feeds.popitem(last=False)[1][1])  # the least recently built
-                while len(self._failures) > MAX_FEEDS:
-                    self._failures.pop(next(iter(self._failures)))
 
     def _build(self, query: Query) -> bytes:
         namespace, days = query
         gates, keepers, broken = self._index().snapshot(namespace or None)
+        # No datetime passes as a string: the child must read exactly what this worker's index
+        # holds, or the calendar would show gates opening that admission keeps closed.
         request = orjson.dumps({"gates": gates, "keepers": keepers, "broken": broken,
                                 "now": format_distinct_time(self._clock()), "days": days,
-                                "namespace": namespace})
+                                "namespace": namespace}, option=orjson.OPT_PASSTHROUGH_DATETIME)
         child = self._running_child()
+        deadline = time.monotonic() + self._build_seconds
         try:
-            _write_message(child.stdin, request)
-            answer = _read_message(child.stdout.fileno(), time.monotonic() + self._build_seconds)
+            _write_message(child.stdin.fileno(), request, deadline)
+            answer = _read_message(child.stdout.fileno(), deadline)
         except TimeoutError:
             self._stop_child()
             raise TimeoutError(f"no calendar from the builder process within {self._build_seconds:g}s") from None
         except (OSError, EOFError):
             self._stop_child()
             raise EOFError("the calendar builder process exited") from None
+        except BaseException:
+            self._stop_child()  # the framing is unknown after any other failure: never reuse the pipe
+            raise
         if answer[:1] != _BUILT:
             raise RuntimeError(answer[1:].decode(errors="replace"))
         return answer[1:]
@@ -162,6 +175,7 @@ class CalendarFeeds:
             env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
             self._child = subprocess.Popen(self._command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                            stderr=subprocess.DEVNULL, close_fds=True, env=env)
+            os.set_blocking(self._child.stdin.fileno(), False)  # writes wait on poll, with a deadline
         return self._child
 
     def _stop_child(self) -> None:
@@ -187,18 +201,32 @@ class CalendarFeeds:
 
 # -- the wire between a worker and its child: a 4-byte length, then the bytes ---------------
 
-def _write_message(pipe: BinaryIO, payload: bytes) -> None:
-    pipe.write(_LENGTH.pack(len(payload)) + payload)
-    pipe.flush()
+def _wait_for(fd: int, event: int, deadline: float | None) -> None:
+    """Return when ``fd`` is ready for ``event``; raise TimeoutError at ``deadline``.
+    poll, not select: a worker with many connections has descriptors above select's 1024."""
+    if deadline is None:
+        return
+    poller = select.poll()
+    poller.register(fd, event)
+    left = deadline - time.monotonic()
+    if left <= 0 or not poller.poll(left * 1000):
+        raise TimeoutError
+
+
+def _write_message(fd: int, payload: bytes, deadline: float | None) -> None:
+    view = memoryview(_LENGTH.pack(len(payload)) + payload)
+    while view:
+        _wait_for(fd, select.POLLOUT, deadline)
+        try:
+            view = view[os.write(fd, view):]
+        except BlockingIOError:
+            continue
 
 
 def _read_exactly(fd: int, size: int, deadline: float | None) -> bytes:
     chunks, missing = [], size
     while missing:
-        if deadline is not None:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                raise TimeoutError
+        _wait_for(fd, select.POLLIN, deadline)
         chunk = os.read(fd, min(missing, 1 << 20))
         if not chunk:
             raise EOFError
@@ -225,7 +253,7 @@ def build(request: dict) -> bytes:
     return calendar.to_ics(calendar.calendars(index, now, request["days"], request["namespace"] or None), now)
 
 
-def serve_builds(requests: int, answers: BinaryIO) -> None:
+def serve_builds(requests: int, answers: int) -> None:
     """Answer build requests until the worker closes the pipe (it exited, or was killed)."""
     os.nice(CHILD_NICENESS)
     while True:
@@ -237,11 +265,11 @@ def serve_builds(requests: int, answers: BinaryIO) -> None:
             answer = _BUILT + build(orjson.loads(request))
         except Exception as err:  # a gate the calendar cannot handle: the worker reports it
             answer = _FAILED + f"{type(err).__name__}: {err}".encode()
-        _write_message(answers, answer)
+        _write_message(answers, answer, None)
 
 
 if __name__ == "__main__":
     # Answers go to the original stdout; anything else printed goes to stderr, not into them.
-    answers = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    answers = os.dup(sys.stdout.fileno())
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     serve_builds(sys.stdin.fileno(), answers)

@@ -94,6 +94,9 @@ def test_the_feed_covers_every_namespace_unless_asked_and_checks_days(client):
     for bad in ("0", "367", "soon"):
         response = client.get(f"/calendar.ics?days={bad}")
         assert response.status_code == 400 and "days must be" in response.json["error"]
+    for bad in ("Apps", "a" * 64, "../apps", "apps%00"):  # never a feed of its own, kept per worker
+        response = client.get(f"/calendar.ics?namespace={bad}")
+        assert response.status_code == 400 and "namespace must be" in response.json["error"]
     assert client.post("/calendar.ics").status_code == 405  # read-only
 
 
@@ -205,3 +208,39 @@ def test_queries_waiting_for_a_build_are_bounded(tmp_path):
             stuck.feed("", 1)  # asked again: still waiting, not counted twice
     finally:
         stuck.close()
+
+
+def test_a_builder_that_stops_reading_costs_the_build_deadline_not_the_builder(tmp_path):
+    # A snapshot larger than a pipe's buffer: a write without a deadline would block for good.
+    index = GateIndex()
+    index.replace_all([gate(f"g{i:04}", "apps", default="closed") for i in range(2000)], [])
+    calendar_feeds = feeds.CalendarFeeds(lambda: index, lambda: NOW, build_seconds=1,
+                                         command=[sys.executable, "-c", "import time; time.sleep(600)"])
+
+    def answer():
+        try:
+            return calendar_feeds.feed("", 14)
+        except feeds.FeedUnavailable as unavailable:
+            return str(unavailable)
+    try:
+        assert until(answer, lambda got: "could not be built" in got, timeout=30) == \
+            "the calendar could not be built: no calendar from the builder process within 1s"
+    finally:
+        calendar_feeds.close()
+
+
+def test_failed_queries_are_remembered_in_bounded_memory(monkeypatch):
+    monkeypatch.setattr(feeds, "MAX_FEEDS", 4)
+    calendar_feeds = feeds.CalendarFeeds(GateIndex, lambda: NOW, command=["true"])  # exits at once
+    try:
+        for n in range(12):  # each namespace fails in turn, as a client cycling through names would make them
+            def answer():
+                try:
+                    return calendar_feeds.feed(f"ns-{n}", 14)
+                except feeds.FeedUnavailable as unavailable:
+                    return str(unavailable)
+            assert "process exited" in until(answer, lambda got: "could not be built" in got, timeout=30)
+        remembered = calendar_feeds._failures  # what a worker keeps; no endpoint shows it
+        assert len(remembered) == 4 and ("ns-11", 14) in remembered
+    finally:
+        calendar_feeds.close()

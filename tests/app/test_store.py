@@ -30,6 +30,16 @@ def test_kind_list_documents_and_other_kinds_are_read(gates_dir):
     assert store.lookup("ns", "x", NOW).open and not store.problems
 
 
+def test_an_unquoted_timestamp_means_what_kubectl_apply_would_make_of_it(gates_dir):
+    # kubectl sends it as a string; YAML 1.1 alone would read a datetime, and the toggle be ignored.
+    (gates_dir / "g.yaml").write_text(
+        "kind: Gate\nmetadata:\n  name: sre-approval\n  namespace: flux-system\n  annotations:\n"
+        "    open.gate.fluxcd.io/requestedAt: 2026-06-10T11:00:00Z\n"
+        "    close.gate.fluxcd.io/requestedAt: 2026-06-10T13:00:00Z\nspec: {closed: true}\n")
+    state = FileStore(gates_dir).lookup("flux-system", "sre-approval", NOW)
+    assert (state.open, state.reason) == (True, "OpenRequested"), state.message
+
+
 def test_a_gate_without_namespace_lives_in_default(gates_dir):
     (gates_dir / "g.yaml").write_text("kind: Gate\nmetadata: {name: plain}\nspec: {closed: true}\n")
     assert FileStore(gates_dir).lookup("default", "plain", NOW).reason == "Default"
