@@ -5,21 +5,28 @@ The mutating webhook marks a held Flux object with a condition whose reason is `
 HelmRelease) and removes it on the first status write after the release. Comparing an object's
 old and new conditions therefore says when a change was held and when it was released, once,
 however many status writes happen in between.
+
+A hold seen for the first time (``old`` is None: the controller started, or became able to
+see the object) is announced only if it began within ``FIRST_SIGHT_WINDOW``: an older one was
+announced by the controller that ran before, and every rollout would otherwise repeat every
+hold in the cluster to every Alert. A hold that began while no controller ran for longer than
+that window goes unannounced; ``kubectl gate get`` and the object's conditions still show it.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from admission.core import names
 from admission.core.decision import Lookup, hold_of
 from admission.core.gates import GateState
 from admission.core.objects import metadata
-from admission.core.timefmt import format_time
+from admission.core.timefmt import format_time, parse_time
 
 HELD, RELEASED = "held", "released"
+FIRST_SIGHT_WINDOW = timedelta(minutes=5)  # a controller restart or leader handover is shorter
 RELEASED_REASON = "HoldReleased"
 # "<revision> waits, serving <revision>" in the webhook's condition message.
 _WAITS = re.compile(r"(?P<waiting>\S+) waits(?:, serving (?P<serving>\S+?)(?=[.;,]?(?:\s|$)))?")
@@ -46,6 +53,15 @@ def gate_condition(obj: dict | None) -> dict | None:
                 (names.BLOCKED_CONDITION, "True"), (names.APPROVED_CONDITION, "False")):
             return condition
     return None
+
+
+def _announced_before(condition: dict, now: datetime) -> bool:
+    """Whether a hold first seen now is old enough to have been announced already."""
+    try:
+        since = parse_time(condition.get("lastTransitionTime"))
+    except (TypeError, ValueError):
+        return False  # unknown: say it rather than stay silent
+    return now - since > FIRST_SIGHT_WINDOW
 
 
 def _revisions(message: str) -> dict[str, str]:
@@ -83,6 +99,8 @@ def notice(old: dict | None, new: dict | None, lookup: Lookup, now: datetime) ->
     meta = metadata(obj)
     label = f"{(obj or {}).get('kind', 'object')} {meta.get('namespace')}/{meta.get('name')}"
     if after is not None and (before is None or before.get("message") != after.get("message")):
+        if old is None and _announced_before(after, now):
+            return None
         hold = hold_of(new, lookup, now)
         text = str(after.get("message") or f"{label} is held")
         details = {"gates": ", ".join(s.key for s in hold.closed), **_revisions(text)}

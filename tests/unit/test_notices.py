@@ -99,3 +99,18 @@ def test_revisions_with_dots_and_ellipses_are_read_whole():
     chart = BLOCKED.replace("main@sha1:9f2c", "6.1.0@sha256:ab12…").replace("main@sha1:41ab", "6.0.2@sha256:cd34…") + "."
     found = notice(source(READY), source(READY, blocked(chart)), lookup_from([FREEZE], [FREEZE_KEEPER]), NOW)
     assert (found.metadata["waiting"], found.metadata["serving"]) == ("6.1.0@sha256:ab12…", "6.0.2@sha256:cd34…")
+
+
+def test_a_hold_first_seen_is_announced_only_if_it_began_recently():
+    # A controller that starts (a rollout, a new leader) sees every held object for the first time.
+    lookup = lookup_from([FREEZE], [FREEZE_KEEPER])
+
+    def held_since(stamp: str | None) -> dict:
+        condition = blocked()
+        if stamp is not None:
+            condition["lastTransitionTime"] = stamp
+        return source(READY, condition)
+    assert notice(None, held_since("2026-12-21T09:00:00Z"), lookup, NOW) is None  # announced by the last controller
+    assert notice(None, held_since("2026-12-21T09:58:00Z"), lookup, NOW).what == HELD  # may have been missed
+    assert notice(None, held_since(None), lookup, NOW).what == HELD  # unknown: said rather than lost
+    assert notice(source(READY), held_since("2026-12-21T09:00:00Z"), lookup, NOW).what == HELD  # seen to begin
