@@ -7,24 +7,13 @@ import itertools
 from datetime import datetime, timezone
 from typing import Any
 
-from admission.core import names
+from admission.core import kinds, names
 
 UTC = timezone.utc
 _uids = itertools.count(1)
 
-FLUX_API = {
-    "Kustomization": "kustomize.toolkit.fluxcd.io/v1",
-    "HelmRelease": "helm.toolkit.fluxcd.io/v2",
-    "GitRepository": "source.toolkit.fluxcd.io/v1",
-    "OCIRepository": "source.toolkit.fluxcd.io/v1",
-    "HelmRepository": "source.toolkit.fluxcd.io/v1",
-    "HelmChart": "source.toolkit.fluxcd.io/v1",
-    "Bucket": "source.toolkit.fluxcd.io/v1",
-    "ExternalArtifact": "source.toolkit.fluxcd.io/v1",
-    "ImagePolicy": "image.toolkit.fluxcd.io/v1",
-    "ImageRepository": "image.toolkit.fluxcd.io/v1",
-    "ImageUpdateAutomation": "image.toolkit.fluxcd.io/v1",
-}
+# Each gated kind at the version the table says is used (its newest served).
+FLUX_API = {k.kind: f"{k.group}/{k.versions[0]}" for k in kinds.FLUX_KINDS}
 FLUX_KINDS = tuple(FLUX_API)
 FLUX_USER = {"username": "system:serviceaccount:flux-system:kustomize-controller",
              "groups": ["system:serviceaccounts", "system:authenticated"]}

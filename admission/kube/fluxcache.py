@@ -16,6 +16,7 @@ from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from admission.core.kinds import BY_KIND, FluxKind
+from admission.core.objects import metadata
 from admission.kube.reflector import STALE_AFTER, Reflecting, _Reflector, _trim, untrusted_reason
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,7 @@ def _trim_flux(obj: dict) -> dict:
 
 
 def _key(obj: dict) -> Key:
-    meta = obj.get("metadata") or {}
+    meta = metadata(obj)
     return meta.get("namespace") or "", meta.get("name") or ""
 
 
@@ -180,4 +181,4 @@ class FluxCache(Reflecting):
 
 
 def _version(obj: dict) -> object:
-    return (obj.get("metadata") or {}).get("resourceVersion")
+    return metadata(obj).get("resourceVersion")

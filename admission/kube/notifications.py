@@ -24,6 +24,7 @@ from datetime import datetime
 import orjson
 
 from admission.core import names
+from admission.core.objects import metadata
 from admission.core.timefmt import format_time
 
 log = logging.getLogger("admission.notifications")
@@ -40,7 +41,7 @@ def _group(api_version: str) -> str:
 def event_body(obj: dict, reason: str, message: str, details: dict[str, str], now: datetime,
                instance: str | None = None, severity: str = INFO) -> dict:
     """The event notification-controller accepts for ``obj``; ``details`` keys get its group prefix."""
-    meta = obj.get("metadata") or {}
+    meta = metadata(obj)
     api_version = str(obj.get("apiVersion") or "")
     group = _group(api_version)
     reference = {"apiVersion": api_version, "kind": obj.get("kind"), "namespace": meta.get("namespace"),
@@ -78,7 +79,7 @@ class FluxNotifier:
     def notify(self, obj: dict, reason: str, message: str, details: dict[str, str], now: datetime,
                address: str | None = None) -> bool:
         """Queue one event about ``obj``; False when it repeats one sent within the period, or the queue is full."""
-        meta = obj.get("metadata") or {}
+        meta = metadata(obj)
         key = (obj.get("apiVersion"), obj.get("kind"), meta.get("namespace"), meta.get("name"), message)
         last = self.sent.get(key)
         if last is not None and (now - last).total_seconds() < self.period:

@@ -124,7 +124,7 @@ class _Reflector:
                 obj = event["object"]
                 if event["type"] != "BOOKMARK":
                     self._apply(event["type"], _trim(obj))
-                self.resource_version = obj.get("metadata", {}).get("resourceVersion", self.resource_version)
+                self.resource_version = metadata(obj).get("resourceVersion", self.resource_version)
                 if self.store._stopped.is_set():
                     return
             self._connected()  # the API server ended the watch cleanly: it was working until now

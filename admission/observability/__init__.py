@@ -1,4 +1,4 @@
 """Logs as JSON lines and Prometheus metrics, shared by the server and the controller.
 
-May import core only.
+May import the clock and core.
 """

@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 
 import orjson
 
+from admission.clock import utcnow
 from admission.core.timefmt import format_log_time
 
 # Attributes every LogRecord has; anything else came in through ``extra``.
@@ -52,7 +53,7 @@ def emit(logger: logging.Logger, msg: str, fields: dict) -> None:
     """
     if not logger.isEnabledFor(logging.INFO):
         return
-    entry = {"level": "info", "ts": format_log_time(datetime.now(timezone.utc)),
+    entry = {"level": "info", "ts": format_log_time(utcnow()),
              "logger": logger.name, "msg": msg, **fields}
     os.write(2, orjson.dumps(entry, default=str) + b"\n")
 

@@ -1,4 +1,4 @@
 """The CA and serving certificates on disk (cryptography).
 
-May import core only.
+May import the clock and core.
 """

@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Protocol
 
 from admission.core.gates import GateState
+from admission.core.objects import object_key
 
 
 class GateStore(Protocol):
@@ -49,8 +50,7 @@ class StaticSources:
     def __init__(self, objects=()):
         self._objects = {}
         for obj in objects:
-            meta = obj.get("metadata") or {}
-            self._objects[(obj.get("kind"), meta.get("namespace") or "default", meta.get("name"))] = obj
+            self._objects[(obj.get("kind"), *object_key(obj))] = obj
 
     def get(self, kind: str, namespace: str, name: str) -> dict | None:
         return self._objects.get((kind, namespace, name))

@@ -46,7 +46,9 @@ LARGE_AT_ONCE = 1  # decoding a multi-MiB review holds the GIL (orjson): one at 
 LINGER_SECONDS = 2.0  # after refusing a request, read and drop what the client still sends, then close
 IO_SECONDS = 10.0  # a thread's socket reads and writes time out (never wait forever on a client)
 
-_CONTENT_LENGTH = re.compile(rb"^content-length[ \t]*:[ \t]*([0-9]{1,15})[ \t]*$", re.I | re.M)
+# Header lines end in CRLF: "$" (re.M) stops before the LF, so the CR must be matched too, or
+# only a Content-Length sent last would be seen (Go's net/http and http.client send it first).
+_CONTENT_LENGTH = re.compile(rb"^content-length[ \t]*:[ \t]*([0-9]{1,15})[ \t]*\r?$", re.I | re.M)
 _TRANSFER_ENCODING = re.compile(rb"^transfer-encoding[ \t]*:", re.I | re.M)
 _REVIEW = re.compile(rb"POST /(?:validate|mutate)[ ?]")  # the API server adds ?timeout=...
 _REASONS = {408: "Request Timeout", 411: "Length Required", 413: "Request Entity Too Large",
@@ -137,7 +139,7 @@ class PreReadWorker(ThreadWorker):
         held = conn.parser.unreader.take_buffered() if conn.parser is not None else b""
         conn.buf = bytearray(held)
         conn.need = None
-        conn.wants_large = conn.large = False
+        conn.wants_large = conn.large = conn.body_known = False
         conn.deadline = time.monotonic() + REQUEST_SECONDS
         conn.watching = getattr(conn, "watching", 0)
         self.arriving[conn] = None
@@ -186,7 +188,8 @@ class PreReadWorker(ThreadWorker):
                 raise _Refused(411, "send a Content-Length; Transfer-Encoding is not accepted")
             lengths = set(_CONTENT_LENGTH.findall(head))
             # None or conflicting values: no body is read here, gunicorn's parser decides.
-            length = int(lengths.pop()) if len(lengths) == 1 else 0
+            conn.body_known = len(lengths) == 1
+            length = int(lengths.pop()) if conn.body_known else 0
             if length > self.max_body:
                 raise _Refused(413, f"body larger than {self.max_body} bytes")
             conn.need = end + 4 + length
@@ -204,7 +207,10 @@ class PreReadWorker(ThreadWorker):
     def _dispatch(self, conn) -> None:
         self._unwatch(conn)
         self.arriving.pop(conn, None)
-        here = not conn.wants_large and isinstance(conn.sock, BoundedSSLSocket) and _REVIEW.match(conn.buf)
+        # Answered in the loop only when the whole body is known to be in memory: reading more
+        # there would block every connection of this worker.
+        here = (conn.body_known and not conn.wants_large and isinstance(conn.sock, BoundedSSLSocket)
+                and _REVIEW.match(conn.buf))
         if conn.parser is None:
             conn.parser = http.get_parser(self.cfg, conn.sock, conn.client)
         conn.parser.unreader.unread(bytes(conn.buf))

@@ -8,7 +8,7 @@ import pytest
 
 from admission.core.names import CLOSE_ANNOTATION, MESSAGE_ANNOTATION, OPEN_ANNOTATION, REQUESTED_BY_ANNOTATION
 from tests.builders import gate, keeper
-from tests.e2e.conftest import ALICE, FLUX, register_webhooks, start_server, until
+from tests.e2e.conftest import ADMIN, ALICE, FLUX, register_webhooks, start_server, until
 from tests.e2e.manifests import (artifact_patch, git_repository, helm_release, kustomization, now_rfc3339,
                                  oci_repository)
 
@@ -282,3 +282,21 @@ def test_audit_mode_allows_warns_and_records(kubectl, gates, audit_webhook):
     record = json.loads(get(kubectl, "kustomization", "audited", "apps",
                             r"{.metadata.annotations.gating\.toolkit\.fluxcd\.io/audit}"))
     assert record["user"] == "alice" and record["operation"] == "CREATE" and "is held" in record["message"]
+
+
+def test_the_api_server_refuses_a_gatekeeper_beyond_the_bounds_evaluation_relies_on(kubectl):
+    # The code bounds these too (a bad entry makes the gate Invalid, closed); the CRD stops them
+    # at `kubectl apply`, where the author sees why.
+    def apply_keeper(closed):
+        return apply(kubectl, json.dumps(keeper("bounded", "anything", closed=closed)), user=ADMIN)
+    every_minute = {"cron": "* * * * *", "duration": "1h"}
+    assert ok(apply_keeper([every_minute] * 16)), "16 entries are allowed"
+    for closed, why in [
+        ([every_minute] * 17, "at most 16 items"),
+        (["*" * 257], "at most 256 chars"),
+        ([{"cron": "*" * 257, "duration": "1h"}], "at most 256 chars"),
+        ([{"cron": "* * * * *", "duration": "1" * 40 + "h"}], "at most 32 chars"),
+        ([{"cron": "* * * * *", "duration": "1h", "extra": "x"}], "at most 2 properties"),
+    ]:
+        result = apply_keeper(closed)
+        assert result.returncode != 0 and why in result.stderr, (why, result.stderr[-300:])

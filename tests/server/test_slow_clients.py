@@ -3,14 +3,20 @@ threads that answer other clients' reviews (issue 14, item 1), and SIGTERM drain
 
 from __future__ import annotations
 
+import copy
 import os
 import signal
 import socket
+import select
 import ssl
+import threading
+import time
 
 import orjson
 import pytest
 
+from admission.webhook.app import MAX_BODY
+from admission.webhook.review import MAX_CONTAINERS
 from tests.builders import changed, flux, gate, request, review
 from tests.polling import until
 from tests.processes import GateServer, serving_gates_dir
@@ -165,6 +171,64 @@ def test_stalled_large_uploads_do_not_delay_small_reviews(server):
             sock.close()
 
 
+def test_stalled_bodies_do_not_hold_the_loop_whatever_the_header_order(server):
+    """Go's net/http and Python's http.client send Content-Length before other headers; a body
+    that stops short must wait in the loop however its headers are ordered (item 1)."""
+    held = []
+    try:
+        for _ in range(10):
+            sock = tls_connect(server)
+            sock.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n"
+                         b"Content-Type: application/json\r\n\r\n" % len(BODY) + BODY[:50])
+            held.append(sock)
+        for _ in range(5):
+            assert review_answered(server)
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def largest_accepted_review() -> bytes:
+    """A review as large as the server accepts and as costly to decode: the most arrays it takes."""
+    doc = review(request("UPDATE", changed(KS, path="./b"), copy.deepcopy(KS)))  # KS is shared: pad copies
+    lists = MAX_CONTAINERS // 2 - 64
+    for obj in (doc["request"]["object"], doc["request"]["oldObject"]):
+        obj["spec"]["padding"] = [[]] * lists
+        obj["spec"]["note"] = "a" * ((MAX_BODY - 8192) // 2 - 3 * lists)
+    raw = orjson.dumps(doc)
+    assert MAX_BODY - 16384 < len(raw) <= MAX_BODY
+    return raw
+
+
+def test_small_reviews_are_answered_while_the_largest_reviews_are_judged(server):
+    """Eight clients posting the largest reviews back to back (item 4): large bodies take one slot
+    per worker and a bounded time to decode, so small reviews keep being answered."""
+    large, stop, answered, failures = largest_accepted_review(), threading.Event(), [], []
+
+    def post_large():
+        conn = server.connection(timeout=60)
+        try:
+            while not stop.is_set():
+                conn.request("POST", "/validate", body=large, headers={"Content-Type": "application/json"})
+                resp = conn.getresponse()
+                resp.read()
+                (answered if resp.status == 200 else failures).append(resp.status)
+        finally:
+            conn.close()
+    senders = [threading.Thread(target=post_large) for _ in range(8)]
+    for t in senders:
+        t.start()
+    try:
+        until(lambda: len(answered) + len(failures), lambda n: n >= 2, timeout=60)  # both workers busy with them
+        for _ in range(10):
+            assert review_answered(server)
+    finally:
+        stop.set()
+        for t in senders:
+            t.join()
+    assert answered and not failures, failures
+
+
 def test_a_worker_replaced_while_the_certificate_files_are_missing_serves_the_last_good_one(tmp_path):
     """Item 7: the master must not exit; the new worker serves with the certificate in memory."""
     with serving_gates_dir(tmp_path, [gate("sre-approval", default="closed")], "--workers", "1") as srv:
@@ -187,38 +251,53 @@ def _answered_or_false(server: GateServer) -> bool:
         return False
 
 
-def read_answers(sock: ssl.SSLSocket, count: int) -> list[dict]:
-    """``count`` HTTP/1.1 answers (each with a Content-Length) read off one connection, in order."""
-    data, answers = b"", []
+def exchange(sock: ssl.SSLSocket, data: bytes, count: int, timeout: float = 60.0) -> list[dict]:
+    """Write ``data`` while reading ``count`` HTTP/1.1 answers (each with a Content-Length) off one
+    connection, in order, as a pipelining client does: written whole before reading, the answers
+    would have to fit in the kernel's socket buffers (one thread: an SSL socket is not shared)."""
+    sock.setblocking(False)
+    unsent, received, answers = memoryview(data), b"", []
+    deadline = time.monotonic() + timeout
     while len(answers) < count:
-        end = data.find(b"\r\n\r\n")
-        if end >= 0:
-            head = data[:end].decode("latin-1").lower()
-            length = int(head.split("content-length:")[1].split("\r\n")[0])
-            if len(data) >= end + 4 + length:
-                assert head.startswith("http/1.1 200"), head
-                answers.append(orjson.loads(data[end + 4:end + 4 + length]))
-                data = data[end + 4 + length:]
+        assert time.monotonic() < deadline, f"{len(answers)} answers within {timeout}s"
+        readable, writable, _ = select.select([sock], [sock] if unsent else [], [], 1.0)
+        if writable:
+            try:
+                unsent = unsent[sock.send(unsent):]
+            except (ssl.SSLWantWriteError, ssl.SSLWantReadError):
+                pass
+        if readable or sock.pending():
+            try:
+                chunk = sock.recv(65536)
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
                 continue
-        chunk = sock.recv(65536)
-        assert chunk, f"closed after {len(answers)} answers"
-        data += chunk
+            assert chunk, f"closed after {len(answers)} answers"
+            received += chunk
+        while (end := received.find(b"\r\n\r\n")) >= 0:
+            head = received[:end].decode("latin-1").lower()
+            length = int(head.split("content-length:")[1].split("\r\n")[0])
+            if len(received) < end + 4 + length:
+                break
+            assert head.startswith("http/1.1 200"), head
+            answers.append(orjson.loads(received[end + 4:end + 4 + length]))
+            received = received[end + 4 + length:]
     return answers
 
 
 def test_pipelined_reviews_are_all_answered_in_order(server):
     # Reviews are answered in the worker's loop; a pipelined one is taken on the loop's next
-    # turn, so a thousand of them in one write neither nest calls nor keep other clients waiting.
+    # turn, so a thousand of them back to back neither nest calls nor keep other clients waiting.
     sock = tls_connect(server)
     bodies = []
     for i in range(1000):
         doc = review(request("UPDATE", changed(KS, path="./b"), KS))
         doc["request"]["uid"] = f"pipelined-{i}"
         bodies.append(orjson.dumps(doc))
-    sock.sendall(b"".join(b"POST /validate?timeout=5s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                          b"Content-Length: %d\r\n\r\n%s" % (len(body), body) for body in bodies))
-    assert review_answered(server)
-    answers = read_answers(sock, len(bodies))
+    pipelined = b"".join(b"POST /validate?timeout=5s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: %d\r\n\r\n%s" % (len(body), body) for body in bodies)
+    sent = sock.send(pipelined[:65536])  # pipelined requests waiting in the server's buffer...
+    assert review_answered(server)  # ...do not keep another client waiting
+    answers = exchange(sock, pipelined[sent:], len(bodies))
     sock.close()
     assert [a["response"]["uid"] for a in answers] == [f"pipelined-{i}" for i in range(len(bodies))]
     assert all(a["response"]["allowed"] is False for a in answers)

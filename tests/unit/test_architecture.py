@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,31 @@ def test_import_contracts_hold():
                             cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "BROKEN" not in result.stdout and "KEPT" in result.stdout
+
+
+# Parts of the standard library that are a clock, a file, a socket, a process or a thread:
+# the core takes ``now`` and plain dicts, and the import-linter contract only lists packages.
+IMPURE_STDLIB = {"time", "os", "sys", "io", "pathlib", "shutil", "tempfile", "glob", "socket", "ssl", "select",
+                 "selectors", "http", "urllib", "subprocess", "signal", "threading", "multiprocessing",
+                 "concurrent", "asyncio", "random", "secrets", "logging", "sched"}
+
+
+def test_the_core_imports_only_the_standard_library_cronsim_and_itself():
+    outside = []
+    for path in sorted((ROOT / "admission" / "core").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                modules = [node.module]
+            else:
+                continue
+            for module in modules:
+                top = module.split(".")[0]
+                pure_stdlib = top in sys.stdlib_module_names and top not in IMPURE_STDLIB
+                if not (pure_stdlib or top in ("__future__", "cronsim") or module.startswith("admission.core")):
+                    outside.append(f"{path.name}: {module}")
+    assert not outside, outside
 
 
 def test_every_layer_says_what_it_may_import():

@@ -1,12 +1,15 @@
 """SPEC §2 (Gate) and §3 (GateKeeper), evaluated at explicit times."""
 
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
+import yaml
 
 from admission.core import gates as g
 from admission.core import names
 from admission.core.gates import compile_gate, evaluate, evaluate_gate, next_transition
+from admission.core.schedule import MAX_CRON_LENGTH
 from admission.core.names import CLOSE_ANNOTATION, MESSAGE_ANNOTATION, OPEN_ANNOTATION, REQUESTED_BY_ANNOTATION
 from tests.builders import at, gate, keeper
 
@@ -346,3 +349,15 @@ def test_a_toggle_beyond_the_horizon_is_still_the_next_transition():
     # `kubectl get gates` shows it (tests/e2e/test_cluster_gates.py): change points are exact.
     s = state(gate("g", default="closed", annotations={OPEN_ANNOTATION: "2030-01-01T00:00:00Z"}))
     assert (s.open, s.next_transition) == (False, at("2030-01-01T00:00"))
+
+
+def test_the_gatekeeper_crd_states_the_bounds_the_code_enforces():
+    crd = yaml.safe_load((Path(__file__).resolve().parents[2] / "manifests" / "crds" /
+                          "gating.toolkit.fluxcd.io_gatekeepers.yaml").read_text())
+    cronjob = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["cronjob"]
+    for key in ("closed", "opened"):
+        entries = cronjob["properties"][key]
+        assert entries["maxItems"] == g.MAX_ENTRIES_PER_LIST
+        item = entries["items"]
+        assert item["maxLength"] == item["properties"]["cron"]["maxLength"] == MAX_CRON_LENGTH
+        assert item["maxProperties"] == 2  # cron and duration; the code refuses any other field

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from admission.core import kinds
 from admission.core import names
+from tests.conftest import SHARED
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
+STAND_IN_CRDS = Path(__file__).resolve().parents[1] / "e2e" / "crds"
 
 
 def _docs(path: Path) -> list[dict]:
@@ -117,3 +120,35 @@ def test_webhook_rbac_writes_only_the_status_of_kinds_whose_denied_attempts_it_s
     assert _granted(role, ["get", "patch"], status=True) == _wanted(kinds.ATTEMPT_SHOWING_KINDS, "/status")
     rules = [r for r in role["rules"] if any(x.endswith("/status") for x in r["resources"])]
     assert all(set(r["apiGroups"]) <= set(kinds.resources_by_group()) for r in rules), rules
+
+
+def _served(crd_files: list[Path]) -> dict[str, tuple[str, set[str]]]:
+    """kind -> (group, served versions) of every CRD in ``crd_files`` that the table gates."""
+    out = {}
+    for path in crd_files:
+        for doc in _docs(path):
+            spec = doc.get("spec") or {}
+            kind = (spec.get("names") or {}).get("kind")
+            if doc.get("kind") == "CustomResourceDefinition" and kind in kinds.BY_KIND:
+                out[kind] = (spec["group"], {v["name"] for v in spec["versions"] if v.get("served")})
+    return out
+
+
+def test_every_served_version_of_the_stand_in_crds_is_in_the_table():
+    served = _served(sorted(STAND_IN_CRDS.glob("minimal-*.yaml")))
+    assert set(served) == set(kinds.BY_KIND)  # e2e runs every gated kind
+    for kind, (group, versions) in served.items():
+        row = kinds.BY_KIND[kind]
+        assert group == row.group and versions <= set(row.versions), (kind, versions, row.versions)
+
+
+def test_every_served_version_of_the_real_flux_crds_is_in_the_table():
+    crds = sorted((SHARED / "flux-crds").glob("*.yaml"))
+    if not crds:
+        pytest.skip(f"no real Flux CRDs at {SHARED / 'flux-crds'}")
+    served = _served(crds)
+    assert served, "the real CRDs name none of the gated kinds"
+    for kind, (group, versions) in served.items():
+        row = kinds.BY_KIND[kind]
+        assert group == row.group and versions <= set(row.versions), (kind, versions, row.versions)
+        assert row.versions[0] in versions, f"{kind}: the table uses {row.versions[0]}, not served"

@@ -5,7 +5,8 @@ import base64
 import orjson
 import pytest
 
-from admission.webhook.review import ReviewError, allowed, complete, denied, errored, parse_review, patched
+from admission.webhook.review import (MAX_CONTAINERS, MAX_UID, ReviewError, allowed, complete, denied, errored,
+                                      parse_review, patched)
 from tests.builders import flux, request, review
 
 
@@ -92,10 +93,27 @@ def test_long_messages_are_bounded():
 
 
 def test_a_uid_over_the_limit_says_so():
-    from admission.webhook.review import MAX_UID, ReviewError, parse_review
-    import orjson as _orjson
     body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
             "request": {"uid": "u" * (MAX_UID + 1), "kind": {"group": "", "version": "v1", "kind": "X"},
                         "operation": "DELETE", "userInfo": {}}}
     with pytest.raises(ReviewError, match=f"request.uid is {MAX_UID + 1} characters long, more than {MAX_UID}"):
-        parse_review(_orjson.dumps(body))
+        parse_review(orjson.dumps(body))
+
+
+def test_a_review_too_costly_to_decode_is_refused_before_decoding():
+    # Empty lists cost the decoder the most per byte: 2 million of them held a worker for 0.75 s.
+    costly = good()
+    costly["request"]["object"]["spec"]["padding"] = [[]] * MAX_CONTAINERS
+    with pytest.raises(ReviewError, match=f"arrays and objects, more than {MAX_CONTAINERS}"):
+        parse_review(body(costly))
+
+
+def test_a_large_review_of_real_density_is_accepted():
+    # A Flux object carries about one array or object per 90 bytes; this is two 3 MiB objects of one per 36.
+    entry = {"name": "x" * 16, "value": "y" * 20, "tags": ["a"]}
+    large = review(request("UPDATE", flux(), flux()))
+    for obj in (large["request"]["object"], large["request"]["oldObject"]):
+        obj["spec"]["values"] = {"entries": [entry] * 50_000}
+    raw = body(large)
+    assert len(raw) > 6_000_000
+    assert parse_review(raw)["request"]["object"]["spec"]["values"]["entries"][0] == entry

@@ -10,6 +10,8 @@ from admission.core import names
 PACKAGE = Path(names.__file__).resolve().parents[1]
 NAMES = Path(names.__file__).resolve()
 TIMEFMT = PACKAGE / "core" / "timefmt.py"
+OBJECTS = PACKAGE / "core" / "objects.py"
+CLOCK = PACKAGE / "clock.py"
 # Log lines name an object by its kind, as kopf does ({"Gate": {"namespace": ..., "name": ...}}).
 LOG_KEYS = {names.GATE_KIND, names.GATEKEEPER_KIND}
 VOCABULARY = {value for key, value in vars(names).items()
@@ -54,3 +56,35 @@ def test_instants_are_formatted_only_in_timefmt():
             if isinstance(node, ast.Attribute) and node.attr in ("strftime", "isoformat"):
                 found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: .{node.attr}")
     assert not found, "use admission.core.timefmt:\n" + "\n".join(found)
+
+
+def _reads_metadata(node: ast.AST) -> bool:
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+            and bool(node.args) and isinstance(node.args[0], ast.Constant) and node.args[0].value == "metadata")
+
+
+def test_metadata_is_read_only_through_the_one_accessor():
+    # obj.get("metadata") or {} by hand is where a null or a list in a review's metadata becomes
+    # a crash (code that checks isinstance before it writes is fine).
+    found = []
+    for path in modules():
+        if path == OBJECTS:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            defaulted = (_reads_metadata(node) and len(node.args) == 2) or (
+                isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or) and _reads_metadata(node.values[0]))
+            if defaulted:
+                found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}")
+    assert not found, "use admission.core.objects.metadata:\n" + "\n".join(found)
+
+
+def test_the_time_is_read_only_through_the_one_clock():
+    found = []
+    for path in modules():
+        if path == CLOCK:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr in ("now", "utcnow", "today") \
+                    and isinstance(node.value, ast.Name) and node.value.id in ("datetime", "date"):
+                found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: {node.value.id}.{node.attr}")
+    assert not found, "use admission.clock.utcnow:\n" + "\n".join(found)

@@ -1,0 +1,131 @@
+"""Review latency while clients post reviews of the largest size the server accepts.
+
+`gate-admission serve --gates-dir examples/gates` (2 workers x 4 threads, the defaults) on a
+free loopback port. Rounds alternate between quiet and loaded; loaded, `--large` clients post,
+back to back, reviews just under the body limit that cost the most to decode of those the server
+accepts (an UPDATE of a Kustomization whose `spec` holds as many empty lists as the review's
+limit on arrays and objects allows, then a long string). Meanwhile 4 client threads post the example
+review on keep-alive connections for `--seconds`, and the workers' resident memory is sampled.
+
+    .venv/bin/python bench/large_reviews.py [--rounds 3] [--seconds 10] [--large 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import orjson
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from admission.webhook.app import MAX_BODY as MAX_REVIEW_BYTES  # noqa: E402
+from admission.webhook.review import MAX_CONTAINERS  # noqa: E402
+from bench.reviewclient import EXAMPLE_REVIEW, median_over_rounds_ms, percentile_ms as pct, timed_review  # noqa: E402
+from tests.procfs import rss_mb  # noqa: E402
+from tests.processes import GateServer  # noqa: E402
+
+
+def largest_review() -> bytes:
+    """The example review padded up to the body limit with what costs the most to decode that the
+    server still accepts: as many empty lists as it takes, then a long string."""
+    review = orjson.loads(EXAMPLE_REVIEW)
+    request = review["request"]
+    lists = (MAX_CONTAINERS - EXAMPLE_REVIEW.count(b"[") - EXAMPLE_REVIEW.count(b"{") - 8) // 2
+    room = (MAX_REVIEW_BYTES - len(EXAMPLE_REVIEW) - 1024) // 2 - 3 * lists
+    for obj in (request["object"], request["oldObject"]):
+        obj["spec"]["padding"] = [[]] * lists
+        obj["spec"]["note"] = "a" * room
+    body = orjson.dumps(review)
+    assert len(body) <= MAX_REVIEW_BYTES, len(body)
+    return body
+
+
+def small_reviews(server: GateServer, seconds: float) -> list[float]:
+    took: list[float] = []
+    errors: list[Exception] = []
+
+    def client():
+        conn = server.connection(timeout=60)
+        deadline = time.monotonic() + seconds
+        try:
+            while time.monotonic() < deadline:
+                took.append(timed_review(conn))
+        except Exception as err:  # reported, never hidden
+            errors.append(err)
+        finally:
+            conn.close()
+    threads = [threading.Thread(target=client) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise RuntimeError(f"{len(errors)} small-review clients failed: {errors[0]!r}")
+    return took
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--large", type=int, default=8, help="clients posting the largest reviews")
+    args = parser.parse_args()
+    print(f"# .venv/bin/python bench/large_reviews.py --rounds {args.rounds} --seconds {args.seconds:g} "
+          f"--large {args.large}")
+    big = largest_review()
+    print(f"# each large review: {len(big) / 2**20:.2f} MiB (limit {MAX_REVIEW_BYTES / 2**20:.2f} MiB)")
+    server = GateServer(Path(tempfile.mkdtemp(prefix="large-reviews-")), "--gates-dir", str(ROOT / "examples" / "gates"))
+    results: dict[str, list[list[float]]] = {"quiet": [], "large": []}
+    try:
+        server.wait_ready()
+        workers = server.children()
+        print("| round | large clients | small reviews | p50 ms | p99 ms | max ms | large answered | large p50 s | peak worker RSS MB |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for round_ in range(1, args.rounds + 1):
+            for phase in ("quiet", "large"):
+                stop = threading.Event()
+                large_took: list[float] = []
+                peak = [0.0]
+
+                def post_large():
+                    conn = server.connection(timeout=120)
+                    try:
+                        while not stop.is_set():
+                            large_took.append(timed_review(conn, big))
+                    finally:
+                        conn.close()
+
+                def sample():
+                    while not stop.wait(0.05):
+                        peak[0] = max([peak[0]] + [rss_mb(pid) for pid in workers])
+                senders = [threading.Thread(target=post_large) for _ in range(args.large if phase == "large" else 0)]
+                sampler = threading.Thread(target=sample)
+                for t in senders + [sampler]:
+                    t.start()
+                try:
+                    took = small_reviews(server, args.seconds)
+                finally:
+                    stop.set()
+                    for t in senders + [sampler]:
+                        t.join()
+                results[phase].append(took)
+                large_p50 = f"{sorted(large_took)[len(large_took) // 2]:.2f}" if large_took else "-"
+                print(f"| {round_} | {len(senders)} | {len(took)} | {pct(took, .5):.2f} | {pct(took, .99):.2f} | "
+                      f"{max(took) * 1000:.0f} | {len(large_took)} | {large_p50} | {peak[0]:.0f} |", flush=True)
+        print()
+        for phase, rounds in results.items():
+            print(f"{phase}: median over rounds of small-review p50 {median_over_rounds_ms(rounds, .5):.2f} ms, "
+                  f"p99 {median_over_rounds_ms(rounds, .99):.2f} ms, worst {max(max(t) for t in rounds) * 1000:.0f} ms")
+    finally:
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
