@@ -24,7 +24,7 @@ from admission.core import names
 from admission.core.decision import holds_of
 from admission.core.gates import GateState
 from admission.core.kinds import BY_KIND, FLUX_KINDS
-from admission.core.notices import Notice, notice
+from admission.core.notices import Notice, gate_condition, notice
 from admission.core.objects import annotations, metadata, object_key
 from admission.core.references import policy_of, suspension_of
 from admission.core.schedule import ScheduleError, parse_cron
@@ -207,6 +207,18 @@ class Controller:
             self.notifier.notify(new if new is not None else old, found.reason, found.message, found.metadata, now)
         return found
 
+    def announce_holds_seen_as_follower(self, now: datetime | None = None) -> list[Notice]:
+        """On becoming leader: announce the holds this replica saw while another one led, as
+        first sights (so only those that began within FIRST_SIGHT_WINDOW), since the last
+        leader may have stopped before it sent them."""
+        now = now or self.clock()
+        found = []
+        for kind in self.flux.kinds():
+            for obj in self.flux.objects(kind):
+                if gate_condition(obj) is not None and (notice := self.flux_object_changed(None, obj, now)):
+                    found.append(notice)
+        return found
+
     # -- prompt reconciles ------------------------------------------------------------
     def _annotate(self, kind: str, namespace: str, name: str, value: str) -> bool:
         row = BY_KIND[kind]
@@ -299,10 +311,15 @@ class Controller:
         self.flux.start()
         while not self.stopped.is_set() and not self.store.wait_synced(1.0):
             pass
+        leading = False
         while not self.stopped.is_set():
             self.wake.clear()
             now = self.clock()
             wake_at = now + DEFAULT_INTERVAL
+            if self.is_leader is not None and self.is_leader.is_set() != leading:
+                leading = self.is_leader.is_set()
+                if leading and self.notifier is not None:
+                    self.announce_holds_seen_as_follower(now)
             if (self.is_leader is None or self.is_leader.is_set()) and self.store.untrusted() is None:
                 wake_at = self.reconcile(now)
             elif self.is_leader is not None and not self.is_leader.is_set():

@@ -7,6 +7,7 @@ that reads the JSON as notification-controller does (tests/notification_double.p
 from __future__ import annotations
 
 import copy
+import threading
 
 import pytest
 from kubernetes import client
@@ -133,3 +134,39 @@ def test_gate_transitions_are_valid_events_that_no_alert_can_select(receiver):
 def test_without_a_notifier_nothing_is_computed():
     ctl = controller_with([gate("change-freeze")], [], None)
     assert ctl.flux_object_changed(source(False), source(True)) is None
+
+
+def test_a_new_leader_announces_the_recent_holds_it_saw_as_a_follower(receiver):
+    # A follower sees every hold and announces none; when the leader stops before it sent one
+    # (a crash, a rollout), the new leader says it: holds that began in the last few minutes.
+    notifier = FluxNotifier(receiver.address, period=300)
+    notifier.start()
+    ctl = controller_with([gate("change-freeze", closed=True)], [], notifier)
+    ctl.is_leader = threading.Event()
+    recent, old = source(True, "2"), source(True, "3")
+    recent["status"]["conditions"][0]["lastTransitionTime"] = "2026-12-21T09:58:00Z"
+    old["metadata"]["name"] = "older"
+    old["status"]["conditions"][0]["lastTransitionTime"] = "2026-12-21T08:00:00Z"
+    ctl.flux = StaticFlux({"GitRepository": [recent, old]})
+    try:
+        assert ctl.flux_object_changed(None, recent) is None  # a follower sends nothing
+        ctl.is_leader.set()
+        announced = ctl.announce_holds_seen_as_follower()
+        events = until(lambda: list(receiver.received), bool, timeout=10)
+    finally:
+        notifier.stop()
+    assert [n.what for n in announced] == ["held"]
+    assert [(e["reason"], e["involvedObject"]["name"]) for e in events] == [("GateClosed", "podinfo")]
+
+
+class StaticFlux:
+    """The Flux objects a replica has cached, by kind (only what announcing reads)."""
+
+    def __init__(self, by_kind: dict[str, list[dict]]):
+        self.by_kind = by_kind
+
+    def kinds(self) -> list[str]:
+        return list(self.by_kind)
+
+    def objects(self, kind: str) -> list[dict]:
+        return self.by_kind[kind]
