@@ -22,13 +22,13 @@ from typing import Callable
 import orjson
 import yaml
 
-from admission.cli.settings import add_policy_flags, policy_settings
+from admission.cli.settings import add_policy_flags, env, policy_settings
 from admission.clock import utcnow
 from admission.core import content
 from admission.core import kinds
 from admission.core import names
 from admission.core.applied import apply_request, user_info
-from admission.core.decision import Lookup, Settings, describe, hold_of
+from admission.core.decision import Lookup, Settings, describe, hold_of, mode_of
 from admission.core.gates import GateState
 from admission.core.objects import metadata, object_key
 from admission.core.references import policy_of
@@ -225,11 +225,15 @@ def cmd_get(args: argparse.Namespace) -> int:
                  "problems": list(state.problems)})
     held_by = []
     objects = _flux_objects(cluster)
+    # The webhook's mode (a gate's spec.mode, else the server's): an audit-mode hold lets
+    # changes through with a warning, and must not read as held.
+    server = Settings(mode=env("mode", "enforce"))
     for obj in _referencing(objects, f"{namespace}/{args.name}"):
         meta = metadata(obj)
         hold = hold_of(obj, index.lookup, now)
+        mode = mode_of([hold], server) if hold.held else None
         held_by.append({"kind": obj["kind"], "namespace": meta["namespace"], "name": meta["name"],
-                        "held": hold.held,
+                        "held": mode == "enforce", "mode": mode,
                         "why": describe(obj["kind"], meta["namespace"], meta["name"], [hold]) if hold.held else None})
     info["referencedBy"] = held_by
     # New content that waits (also on objects that inherit the gate: generated HelmCharts).
@@ -245,7 +249,7 @@ def cmd_get(args: argparse.Namespace) -> int:
             lines.append(f"{'Requested:':<15}by {state.requested_by or '?'}: {state.request_message or ''}".rstrip(": "))
         lines += [f"{'Problem:':<15}{p}" for p in state.problems]
         rows = [{"kind": o["kind"], "namespace": o["namespace"], "name": o["name"],
-                 "held": "yes" if o["held"] else "no"} for o in held_by]
+                 "held": "yes" if o["held"] else "audit only" if o["mode"] == "audit" else "no"} for o in held_by]
         lines.append("Referenced by:" + ("" if rows else " none"))
         if rows:
             lines += ["  " + line for line in _table(rows, ["kind", "namespace", "name", "held"]).splitlines()]

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from admission.kube.webhookconfig import ca_bundle, with_client_config
+from admission.kube.webhookconfig import ca_bundle
+from tests.e2e.manifests import with_client_config
 from tests.conftest import SHARED, write_gates
 from tests.e2e.controlplane import ADMIN, ALICE, CONTROLLER, FLUX, ROOT, ControlPlane, User, assets_dir, control_plane
 from tests.polling import until, wait_for

@@ -1,7 +1,8 @@
-"""YAML for the Flux objects the end-to-end tests apply."""
+"""YAML for the Flux objects the end-to-end tests apply, and our webhook configurations pointed at a test server."""
 
 from __future__ import annotations
 
+import copy
 import json
 from datetime import datetime, timezone
 
@@ -65,3 +66,18 @@ def artifact_patch(revision: str) -> str:
         "revision": revision, "digest": digest, "path": f"x/{revision}.tar.gz", "size": 1000,
         "url": f"http://source-controller.flux-system.svc.cluster.local./x/{revision}.tar.gz",
         "lastUpdateTime": now_rfc3339()}}})
+
+
+def with_client_config(doc: dict, bundle: str, url_base: str | None = None) -> dict:
+    """A copy of a webhook configuration with ``caBundle`` set, and the Service replaced by
+    ``url_base`` + its path (the test server runs outside the cluster)."""
+    if doc.get("kind") not in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
+        return doc
+    out = copy.deepcopy(doc)
+    for hook in out.get("webhooks") or []:
+        client = hook.setdefault("clientConfig", {})
+        client["caBundle"] = bundle
+        if url_base is not None:
+            service = client.pop("service", None) or {}
+            client["url"] = url_base.rstrip("/") + service.get("path", "/")
+    return out

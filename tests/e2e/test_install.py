@@ -14,10 +14,9 @@ from cryptography import x509
 from kubernetes import client
 
 from admission.kube.client import api_client
-from admission.kube.webhookconfig import with_client_config
 from tests.e2e.conftest import ROOT, WEBHOOK_HOST, own_plane, start_server
 from tests.e2e.controlplane import ADMIN, ALICE, CERTS, GATE_ADMISSION
-from tests.e2e.manifests import kustomization
+from tests.e2e.manifests import kustomization, with_client_config
 from tests.polling import until
 from tests.processes import BIN
 

@@ -102,6 +102,18 @@ def test_get_lists_the_objects_a_gate_holds(plane, server):
     assert ["infra", "Closed", "CloseRequested", "-", "2", "0"] in [line.split() for line in listed]
 
 
+def test_get_does_not_call_an_audit_mode_hold_held(plane, server):
+    # The webhook lets changes through an audit-mode gate with a warning: `get` must agree.
+    plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(gate("watched", default="closed", mode="audit")))
+    assert apply(plane, kustomization("watched-a", gates="flux-system/watched")).returncode == 0
+    result = until(lambda: kubectl_gate(plane, "get", "watched", "-n", "flux-system"),
+                   lambda r: "watched-a" in r.stdout)
+    assert any(line.split() == ["Kustomization", "apps", "watched-a", "audit", "only"]
+               for line in result.stdout.splitlines()), result.stdout
+    as_json = orjson.loads(kubectl_gate(plane, "get", "watched", "-n", "flux-system", "-o", "json").stdout)
+    assert [(o["name"], o["held"], o["mode"]) for o in as_json["referencedBy"]] == [("watched-a", False, "audit")]
+
+
 def complete(plane, *words: str) -> list[str]:
     """What kubectl's shell completion gets for `kubectl gate WORDS<TAB>` (kubectl __complete is
     what its bash and zsh scripts call; it runs kubectl_complete-gate from PATH)."""
