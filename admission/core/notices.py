@@ -6,11 +6,11 @@ HelmRelease) and removes it on the first status write after the release. Compari
 old and new conditions therefore says when a change was held and when it was released, once,
 however many status writes happen in between.
 
-A hold seen for the first time (``old`` is None: the controller started, or became able to
-see the object) is announced only if it began within ``FIRST_SIGHT_WINDOW``: an older one was
-announced by the controller that ran before, and every rollout would otherwise repeat every
-hold in the cluster to every Alert. A hold that began while no controller ran for longer than
-that window goes unannounced; ``kubectl gate get`` and the object's conditions still show it.
+A hold seen for the first time (``old`` is None: the controller started, or a follower that
+saw it became leader) is announced only if it began within ``FIRST_SIGHT_WINDOW``: an older
+one was announced by the controller that ran before, and every rollout would otherwise repeat
+every hold in the cluster to every Alert. A hold that began while no controller led for longer
+than that window goes unannounced; ``kubectl gate get`` and the object's conditions show it.
 """
 
 from __future__ import annotations
