@@ -16,7 +16,6 @@ import argparse
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 import yaml
@@ -25,34 +24,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.freeze_calendar import world  # noqa: E402
-from bench.reviewclient import median_over_rounds_ms, percentile_ms as pct, timed_review  # noqa: E402
+from bench.reviewclient import keep_alive_reviews, median_over_rounds_ms, percentile_ms as pct  # noqa: E402
 from tests.processes import GateServer  # noqa: E402
 
 PACE = 0.1  # seconds between a fetcher's requests
-
-
-def reviews(server: GateServer, seconds: float) -> list[float]:
-    took, errors = [], []
-    deadline = time.monotonic() + seconds
-
-    def keep_alive():
-        conn = server.connection(timeout=60)
-        try:
-            while time.monotonic() < deadline:
-                took.append(timed_review(conn))
-        except Exception as err:  # reported, never hidden
-            errors.append(err)
-        finally:
-            conn.close()
-
-    threads = [threading.Thread(target=keep_alive) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise RuntimeError(f"{len(errors)} failed: {errors[0]!r}")
-    return took
 
 
 def fetch_until(server: GateServer, stop: threading.Event, first_days: int, answers: dict) -> None:
@@ -100,7 +75,7 @@ def main() -> int:
                 for t in fetchers:
                     t.start()
                 try:
-                    took = reviews(server, args.seconds)
+                    took = keep_alive_reviews(server, args.seconds)
                 finally:
                     stop.set()
                     for t in fetchers:

@@ -16,7 +16,6 @@ import argparse
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 import orjson
@@ -26,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from admission.webhook.app import MAX_BODY as MAX_REVIEW_BYTES  # noqa: E402
 from admission.webhook.review import MAX_CONTAINERS  # noqa: E402
-from bench.reviewclient import EXAMPLE_REVIEW, median_over_rounds_ms, percentile_ms as pct, timed_review  # noqa: E402
+from bench.reviewclient import EXAMPLE_REVIEW, keep_alive_reviews, median_over_rounds_ms, percentile_ms as pct, timed_review  # noqa: E402
 from tests.procfs import rss_mb  # noqa: E402
 from tests.processes import GateServer  # noqa: E402
 
@@ -44,30 +43,6 @@ def largest_review() -> bytes:
     body = orjson.dumps(review)
     assert len(body) <= MAX_REVIEW_BYTES, len(body)
     return body
-
-
-def small_reviews(server: GateServer, seconds: float) -> list[float]:
-    took: list[float] = []
-    errors: list[Exception] = []
-
-    def client():
-        conn = server.connection(timeout=60)
-        deadline = time.monotonic() + seconds
-        try:
-            while time.monotonic() < deadline:
-                took.append(timed_review(conn))
-        except Exception as err:  # reported, never hidden
-            errors.append(err)
-        finally:
-            conn.close()
-    threads = [threading.Thread(target=client) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise RuntimeError(f"{len(errors)} small-review clients failed: {errors[0]!r}")
-    return took
 
 
 def main() -> int:
@@ -109,7 +84,7 @@ def main() -> int:
                 for t in senders + [sampler]:
                     t.start()
                 try:
-                    took = small_reviews(server, args.seconds)
+                    took = keep_alive_reviews(server, args.seconds)
                 finally:
                     stop.set()
                     for t in senders + [sampler]:

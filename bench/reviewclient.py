@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+import threading
 import time
 from pathlib import Path
 
@@ -29,3 +30,29 @@ def percentile_ms(values: list[float], q: float) -> float:
 def median_over_rounds_ms(rounds: list[list[float]], q: float) -> float:
     """The median, over rounds of timings in seconds, of each round's ``q`` quantile in milliseconds."""
     return statistics.median(percentile_ms(took, q) for took in rounds)
+
+
+def keep_alive_reviews(server, seconds: float, clients: int = 4) -> list[float]:
+    """Seconds per review of ``clients`` threads posting the example review for ``seconds``, each
+    on its own kept-alive connection to ``server`` (a tests.processes.GateServer)."""
+    took: list[float] = []
+    errors: list[Exception] = []
+    deadline = time.monotonic() + seconds
+
+    def client():
+        conn = server.connection(timeout=60)
+        try:
+            while time.monotonic() < deadline:
+                took.append(timed_review(conn))
+        except Exception as err:  # reported, never hidden
+            errors.append(err)
+        finally:
+            conn.close()
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise RuntimeError(f"{len(errors)} review clients failed: {errors[0]!r}")
+    return took
