@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 from datetime import datetime, timezone
@@ -162,6 +163,14 @@ def test_a_gate_that_flips_every_two_minutes_keeps_the_feed_bounded(gates_dir, m
     assert "later closed intervals of this gate are not listed" in str(vevents[-1]["DESCRIPTION"])
 
 
+def feed_or_why(calendar_feeds: feeds.CalendarFeeds, namespace: str, days: int) -> bytes | str:
+    """The feed's body, or why there is none now."""
+    try:
+        return calendar_feeds.feed(namespace, days)
+    except feeds.FeedUnavailable as unavailable:
+        return str(unavailable)
+
+
 def _builder_that_first(misbehaves: str, marker) -> list[str]:
     """A builder command whose first process ``misbehaves`` (Python code), later ones build."""
     return [sys.executable, "-c", f"import os, runpy, time\nif os.path.exists({str(marker)!r}):\n"
@@ -179,11 +188,7 @@ def test_a_builder_process_that_dies_or_hangs_is_reported_then_replaced(tmp_path
     calendar_feeds = feeds.CalendarFeeds(lambda: index, lambda: NOW, build_seconds=1,
                                          command=_builder_that_first(misbehaves, tmp_path / "started-once"))
 
-    def answer():
-        try:
-            return calendar_feeds.feed("", 14)
-        except feeds.FeedUnavailable as unavailable:
-            return str(unavailable)
+    answer = functools.partial(feed_or_why, calendar_feeds, "", 14)
     try:
         assert until(answer, lambda got: "could not be built" in got, timeout=30) == \
             f"the calendar could not be built: {why}"
@@ -217,11 +222,7 @@ def test_a_builder_that_stops_reading_costs_the_build_deadline_not_the_builder(t
     calendar_feeds = feeds.CalendarFeeds(lambda: index, lambda: NOW, build_seconds=1,
                                          command=[sys.executable, "-c", "import time; time.sleep(600)"])
 
-    def answer():
-        try:
-            return calendar_feeds.feed("", 14)
-        except feeds.FeedUnavailable as unavailable:
-            return str(unavailable)
+    answer = functools.partial(feed_or_why, calendar_feeds, "", 14)
     try:
         assert until(answer, lambda got: "could not be built" in got, timeout=30) == \
             "the calendar could not be built: no calendar from the builder process within 1s"
@@ -234,11 +235,7 @@ def test_failed_queries_are_remembered_in_bounded_memory(monkeypatch):
     calendar_feeds = feeds.CalendarFeeds(GateIndex, lambda: NOW, command=["true"])  # exits at once
     try:
         for n in range(12):  # each namespace fails in turn, as a client cycling through names would make them
-            def answer():
-                try:
-                    return calendar_feeds.feed(f"ns-{n}", 14)
-                except feeds.FeedUnavailable as unavailable:
-                    return str(unavailable)
+            answer = functools.partial(feed_or_why, calendar_feeds, f"ns-{n}", 14)
             assert "process exited" in until(answer, lambda got: "could not be built" in got, timeout=30)
         remembered = calendar_feeds._failures  # what a worker keeps; no endpoint shows it
         assert len(remembered) == 4 and ("ns-11", 14) in remembered
