@@ -6,8 +6,9 @@ notification-controller's event API (tests/notification_double.py) that reads th
 Flux does. The controller runs with ``--notify-period 0``: its aggregation of repeated
 messages would otherwise hide a notice sent per status write instead of per change. It runs
 without leader election, so a restarted controller acts on its first list of the cluster:
-with a Lease, that list usually arrives before leadership does (a race) and is not announced
-at all, and "not announced again" would pass without the code deciding anything.
+with a Lease, that list usually arrives before leadership does, and what is announced then is
+decided on becoming leader instead (tests/app/test_flux_notifications.py), which would make
+"not announced again" here depend on a race.
 """
 
 from __future__ import annotations
