@@ -24,25 +24,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from admission.webhook.app import MAX_BODY as MAX_REVIEW_BYTES  # noqa: E402
-from admission.webhook.review import MAX_CONTAINERS  # noqa: E402
 from bench.reviewclient import EXAMPLE_REVIEW, keep_alive_reviews, median_over_rounds_ms, percentile_ms as pct, timed_review  # noqa: E402
+from tests.builders import padded_to_the_limit  # noqa: E402
 from tests.procfs import rss_mb  # noqa: E402
 from tests.processes import GateServer  # noqa: E402
-
-
-def largest_review() -> bytes:
-    """The example review padded up to the body limit with what costs the most to decode that the
-    server still accepts: as many empty lists as it takes, then a long string."""
-    review = orjson.loads(EXAMPLE_REVIEW)
-    request = review["request"]
-    lists = (MAX_CONTAINERS - EXAMPLE_REVIEW.count(b"[") - EXAMPLE_REVIEW.count(b"{") - 8) // 2
-    room = (MAX_REVIEW_BYTES - len(EXAMPLE_REVIEW) - 1024) // 2 - 3 * lists
-    for obj in (request["object"], request["oldObject"]):
-        obj["spec"]["padding"] = [[]] * lists
-        obj["spec"]["note"] = "a" * room
-    body = orjson.dumps(review)
-    assert len(body) <= MAX_REVIEW_BYTES, len(body)
-    return body
 
 
 def main() -> int:
@@ -53,7 +38,7 @@ def main() -> int:
     args = parser.parse_args()
     print(f"# .venv/bin/python bench/large_reviews.py --rounds {args.rounds} --seconds {args.seconds:g} "
           f"--large {args.large}")
-    big = largest_review()
+    big = padded_to_the_limit(orjson.loads(EXAMPLE_REVIEW))
     print(f"# each large review: {len(big) / 2**20:.2f} MiB (limit {MAX_REVIEW_BYTES / 2**20:.2f} MiB)")
     server = GateServer(Path(tempfile.mkdtemp(prefix="large-reviews-")), "--gates-dir", str(ROOT / "examples" / "gates"))
     results: dict[str, list[list[float]]] = {"quiet": [], "large": []}

@@ -7,7 +7,11 @@ import itertools
 from datetime import datetime, timezone
 from typing import Any
 
+import orjson
+
 from admission.core import kinds, names
+from admission.webhook.app import MAX_BODY
+from admission.webhook.review import MAX_CONTAINERS
 
 UTC = timezone.utc
 _uids = itertools.count(1)
@@ -118,3 +122,19 @@ def lookup_from(gate_objects: list[dict] = (), keeper_objects: list[dict] = ()):
         return evaluate_gate(obj, keeper_objects, now) if obj else not_found(namespace, name)
 
     return lookup
+
+
+def padded_to_the_limit(doc: dict) -> bytes:
+    """An UPDATE review (not changed: padded copies) made as large as the server accepts and as
+    costly to decode: as many empty lists as the review's limit on arrays and objects allows,
+    split between its objects, then a long string up to the body limit."""
+    doc = copy.deepcopy(doc)
+    base = orjson.dumps(doc)
+    lists = (MAX_CONTAINERS - base.count(b"[") - base.count(b"{") - 8) // 2
+    room = (MAX_BODY - len(base) - 1024) // 2 - 3 * lists
+    for obj in (doc["request"]["object"], doc["request"]["oldObject"]):
+        obj["spec"]["padding"] = [[]] * lists
+        obj["spec"]["note"] = "a" * room
+    raw = orjson.dumps(doc)
+    assert MAX_BODY - 4096 < len(raw) <= MAX_BODY, len(raw)
+    return raw

@@ -203,12 +203,14 @@ def _read_body(environ: dict) -> bytes | None:
 
 def create_app(store: GateStore, settings: Settings | None = None,
                clock: Callable[[], datetime] = utcnow, receiver: Blueprint | None = None,
-               events=None, calendar: bool = True, sources: Sources | None = None, attempts=None) -> Flask:
+               events=None, calendar: bool = True, sources: Sources | None = None, attempts=None,
+               calendar_feeds: CalendarFeeds | None = None) -> Flask:
     """Build the app around a gate store; ``clock`` is the one place time is read.
     ``receiver`` adds the open/close hooks (admission.receiver); ``events`` records denials
     as Kubernetes Events (admission.events); ``sources`` are the Flux objects the hold points
     look up (what each source serves, HelmReleases; none when not given); ``attempts`` shows
-    denied attempts on their objects (admission.kube.attempts)."""
+    denied attempts on their objects (admission.kube.attempts); ``calendar_feeds`` serves
+    /calendar.ics (one of this worker's own, built on first use, when not given)."""
     settings = settings or Settings()
     app = Flask("admission")
     if receiver is not None:
@@ -249,7 +251,7 @@ def create_app(store: GateStore, settings: Settings | None = None,
 
     if calendar:
         # Built by a child process, never in this worker, whose loop answers the API server.
-        feeds = app.extensions["calendar_feeds"] = CalendarFeeds(lambda: store.index, clock)
+        feeds = app.extensions["calendar_feeds"] = calendar_feeds or CalendarFeeds(lambda: store.index, clock)
 
         @app.get("/calendar.ics")
         def calendar_feed() -> Response:

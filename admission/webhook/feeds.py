@@ -60,8 +60,10 @@ class CalendarFeeds:
     """Feeds per query for one worker; ``feed()`` never builds on the caller's thread."""
 
     def __init__(self, index: Callable[[], GateIndex], clock: Callable[[], datetime],
-                 command: list[str] | None = None, build_seconds: float = BUILD_SECONDS):
+                 command: list[str] | None = None, build_seconds: float = BUILD_SECONDS,
+                 ttl: float = FEED_TTL, max_feeds: int = MAX_FEEDS):
         self._index, self._clock = index, clock
+        self._ttl, self._max_feeds = ttl, max_feeds
         self._command = command or [sys.executable, "-m", __name__]
         self._build_seconds = build_seconds
         self._lock = threading.Lock()
@@ -81,8 +83,8 @@ class CalendarFeeds:
             built_at, body = self._feeds.get(query, (None, b""))
             servable = built_at is not None and now - built_at < STALE_LIMIT
             failed_at, failure = self._failures.get(query, (None, ""))
-            retry = failed_at is None or now - failed_at >= FEED_TTL  # a failing build is not retried per request
-            if retry and (built_at is None or now - built_at >= FEED_TTL):
+            retry = failed_at is None or now - failed_at >= self._ttl  # a failing build is not retried per request
+            if retry and (built_at is None or now - built_at >= self._ttl):
                 try:
                     self._want(query)
                 except FeedUnavailable:
@@ -97,7 +99,7 @@ class CalendarFeeds:
     def _want(self, query: Query) -> None:
         if query in self._waiting:
             return
-        if len(self._waiting) >= MAX_FEEDS:
+        if len(self._waiting) >= self._max_feeds:
             raise FeedUnavailable("too many calendar queries are waiting to be built; retry shortly")
         if self._builder is None:
             builder = threading.Thread(target=self._build_forever, name="calendar-feeds", daemon=True)
@@ -130,14 +132,14 @@ class CalendarFeeds:
                 if body is None:
                     self._failures.pop(query, None)
                     self._failures[query] = (time.monotonic(), failure or "unknown error")
-                    while len(self._failures) > MAX_FEEDS:
+                    while len(self._failures) > self._max_feeds:
                         self._failures.pop(next(iter(self._failures)))  # the oldest failure
                     continue
                 self._failures.pop(query, None)
                 self._feeds[query] = (time.monotonic(), body)
                 self._feeds.move_to_end(query)
                 kept = sum(len(feed) for _, feed in self._feeds.values())
-                while len(self._feeds) > MAX_FEEDS or (kept > MAX_FEED_BYTES and len(self._feeds) > 1):
+                while len(self._feeds) > self._max_feeds or (kept > MAX_FEED_BYTES and len(self._feeds) > 1):
                     kept -= len(self._feeds.popitem(last=False)[1][1])  # the least recently built
 
     def _build(self, query: Query) -> bytes:

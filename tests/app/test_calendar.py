@@ -115,12 +115,12 @@ def test_a_first_build_answers_503_with_retry_after_then_the_feed_is_served(gate
     assert len(events(fetch(client, "/calendar.ics").data)) == 19  # 5 in flux-system, 14 nights in apps
 
 
-def test_once_built_a_feed_is_rebuilt_behind_the_scenes_and_never_503_again(gates_dir, make_app, monkeypatch):
+def test_once_built_a_feed_is_rebuilt_behind_the_scenes_and_never_503_again(gates_dir, make_app):
     write_gates(gates_dir, GATES)
     store = FileStore(gates_dir)
-    client = make_app(store).test_client()
+    every_request_rebuilds = feeds.CalendarFeeds(lambda: store.index, lambda: NOW, ttl=0.0)
+    client = make_app(store, calendar_feeds=every_request_rebuilds).test_client()
     assert len(events(fetch(client, "/calendar.ics?namespace=apps").data)) == 14
-    monkeypatch.setattr(feeds, "FEED_TTL", 0.0)  # every request asks for a rebuild
     write_gates(gates_dir, [gate("nightly", "apps", default="closed")])
     store.reload()
     seen = until(lambda: client.get("/calendar.ics?namespace=apps"),
@@ -173,26 +173,25 @@ def feed_or_why(calendar_feeds: feeds.CalendarFeeds, namespace: str, days: int) 
 
 def _builder_that_first(misbehaves: str, marker) -> list[str]:
     """A builder command whose first process ``misbehaves`` (Python code), later ones build."""
-    return [sys.executable, "-c", f"import os, runpy, time\nif os.path.exists({str(marker)!r}):\n"
+    return [sys.executable, "-c", f"import os, runpy, signal\nif os.path.exists({str(marker)!r}):\n"
             f"    runpy.run_module('admission.webhook.feeds', run_name='__main__')\n"
             f"else:\n    open({str(marker)!r}, 'w').close()\n    {misbehaves}"]
 
 
 @pytest.mark.parametrize("misbehaves, why", [
     ("pass", "the calendar builder process exited"),
-    ("time.sleep(600)", "no calendar from the builder process within 1s"),
+    ("signal.pause()", "no calendar from the builder process within 1s"),  # never answers
 ])
-def test_a_builder_process_that_dies_or_hangs_is_reported_then_replaced(tmp_path, monkeypatch, misbehaves, why):
+def test_a_builder_process_that_dies_or_hangs_is_reported_then_replaced(tmp_path, misbehaves, why):
     index = GateIndex()
     index.replace_all([gate("nightly", "apps", default="closed")], [])
-    calendar_feeds = feeds.CalendarFeeds(lambda: index, lambda: NOW, build_seconds=1,
+    calendar_feeds = feeds.CalendarFeeds(lambda: index, lambda: NOW, build_seconds=1, ttl=0.0,  # retry at once
                                          command=_builder_that_first(misbehaves, tmp_path / "started-once"))
 
     answer = functools.partial(feed_or_why, calendar_feeds, "", 14)
     try:
         assert until(answer, lambda got: "could not be built" in got, timeout=30) == \
             f"the calendar could not be built: {why}"
-        monkeypatch.setattr(feeds, "FEED_TTL", 0.0)  # retry now rather than after a minute
         built = until(answer, lambda got: isinstance(got, bytes), timeout=60)
         assert [s for s, _, _ in events(built)] == ["Gate apps/nightly closed"]
     finally:
@@ -201,7 +200,7 @@ def test_a_builder_process_that_dies_or_hangs_is_reported_then_replaced(tmp_path
 
 def test_queries_waiting_for_a_build_are_bounded(tmp_path):
     index = GateIndex()
-    stuck = feeds.CalendarFeeds(lambda: index, lambda: NOW, command=[sys.executable, "-c", "import time; time.sleep(600)"],
+    stuck = feeds.CalendarFeeds(lambda: index, lambda: NOW, command=[sys.executable, "-c", "import signal; signal.pause()"],
                                 build_seconds=600)
     try:
         for days in range(1, feeds.MAX_FEEDS + 1):  # the first is being built, the rest wait
@@ -220,7 +219,7 @@ def test_a_builder_that_stops_reading_costs_the_build_deadline_not_the_builder(t
     index = GateIndex()
     index.replace_all([gate(f"g{i:04}", "apps", default="closed") for i in range(2000)], [])
     calendar_feeds = feeds.CalendarFeeds(lambda: index, lambda: NOW, build_seconds=1,
-                                         command=[sys.executable, "-c", "import time; time.sleep(600)"])
+                                         command=[sys.executable, "-c", "import signal; signal.pause()"])
 
     answer = functools.partial(feed_or_why, calendar_feeds, "", 14)
     try:
@@ -230,9 +229,8 @@ def test_a_builder_that_stops_reading_costs_the_build_deadline_not_the_builder(t
         calendar_feeds.close()
 
 
-def test_failed_queries_are_remembered_in_bounded_memory(monkeypatch):
-    monkeypatch.setattr(feeds, "MAX_FEEDS", 4)
-    calendar_feeds = feeds.CalendarFeeds(GateIndex, lambda: NOW, command=["true"])  # exits at once
+def test_failed_queries_are_remembered_in_bounded_memory():
+    calendar_feeds = feeds.CalendarFeeds(GateIndex, lambda: NOW, command=["true"], max_feeds=4)  # exits at once
     try:
         for n in range(12):  # each namespace fails in turn, as a client cycling through names would make them
             answer = functools.partial(feed_or_why, calendar_feeds, f"ns-{n}", 14)

@@ -3,7 +3,6 @@ threads that answer other clients' reviews (issue 14, item 1), and SIGTERM drain
 
 from __future__ import annotations
 
-import copy
 import os
 import signal
 import socket
@@ -15,9 +14,7 @@ import time
 import orjson
 import pytest
 
-from admission.webhook.app import MAX_BODY
-from admission.webhook.review import MAX_CONTAINERS
-from tests.builders import changed, flux, gate, request, review
+from tests.builders import changed, flux, gate, padded_to_the_limit, request, review
 from tests.polling import until
 from tests.processes import GateServer, serving_gates_dir
 
@@ -188,22 +185,11 @@ def test_stalled_bodies_do_not_hold_the_loop_whatever_the_header_order(server):
             sock.close()
 
 
-def largest_accepted_review() -> bytes:
-    """A review as large as the server accepts and as costly to decode: the most arrays it takes."""
-    doc = review(request("UPDATE", changed(KS, path="./b"), copy.deepcopy(KS)))  # KS is shared: pad copies
-    lists = MAX_CONTAINERS // 2 - 64
-    for obj in (doc["request"]["object"], doc["request"]["oldObject"]):
-        obj["spec"]["padding"] = [[]] * lists
-        obj["spec"]["note"] = "a" * ((MAX_BODY - 8192) // 2 - 3 * lists)
-    raw = orjson.dumps(doc)
-    assert MAX_BODY - 16384 < len(raw) <= MAX_BODY
-    return raw
-
-
 def test_small_reviews_are_answered_while_the_largest_reviews_are_judged(server):
     """Eight clients posting the largest reviews back to back (item 4): large bodies take one slot
     per worker and a bounded time to decode, so small reviews keep being answered."""
-    large, stop, answered, failures = largest_accepted_review(), threading.Event(), [], []
+    large = padded_to_the_limit(review(request("UPDATE", changed(KS, path="./b"), KS)))
+    stop, answered, failures = threading.Event(), [], []
 
     def post_large():
         conn = server.connection(timeout=60)
