@@ -153,36 +153,32 @@ def test_a_review_larger_than_two_api_server_objects_is_refused(server):
     assert answer.startswith(b"HTTP/1.1 413"), answer
 
 
-def test_stalled_large_uploads_do_not_delay_small_reviews(server):
+def small_reviews_answered_while_stalled(server: GateServer, start: bytes, connections: int = 10) -> None:
+    """Hold ``connections`` that each sent ``start`` and then stalled; reviews must still be answered."""
     held = []
     try:
-        for _ in range(10):  # more than the large-body slots of both workers
+        for _ in range(connections):
             sock = tls_connect(server)
-            sock.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (5 * 1024 * 1024)
-                         + b"[" * 300_000)
+            sock.sendall(start)
             held.append(sock)
         for _ in range(5):
             assert review_answered(server)
     finally:
         for sock in held:
             sock.close()
+
+
+def test_stalled_large_uploads_do_not_delay_small_reviews(server):
+    # 10: more than the large-body slots of both workers
+    small_reviews_answered_while_stalled(server, b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+                                         % (5 * 1024 * 1024) + b"[" * 300_000)
 
 
 def test_stalled_bodies_do_not_hold_the_loop_whatever_the_header_order(server):
     """Go's net/http and Python's http.client send Content-Length before other headers; a body
     that stops short must wait in the loop however its headers are ordered (item 1)."""
-    held = []
-    try:
-        for _ in range(10):
-            sock = tls_connect(server)
-            sock.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n"
-                         b"Content-Type: application/json\r\n\r\n" % len(BODY) + BODY[:50])
-            held.append(sock)
-        for _ in range(5):
-            assert review_answered(server)
-    finally:
-        for sock in held:
-            sock.close()
+    small_reviews_answered_while_stalled(server, b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n"
+                                         b"Content-Type: application/json\r\n\r\n" % len(BODY) + BODY[:50])
 
 
 def test_small_reviews_are_answered_while_the_largest_reviews_are_judged(server):
