@@ -178,6 +178,9 @@ class CalendarFeeds:
             self._child = subprocess.Popen(self._command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                            stderr=subprocess.DEVNULL, close_fds=True, env=env)
             os.set_blocking(self._child.stdin.fileno(), False)  # writes wait on poll, with a deadline
+            if self._closed:  # close() ran while this child was being spawned, and could not kill it
+                self._stop_child()
+                raise EOFError("the calendar feeds are closed")
         return self._child
 
     def _stop_child(self) -> None:

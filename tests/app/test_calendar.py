@@ -239,3 +239,16 @@ def test_failed_queries_are_remembered_in_bounded_memory():
         assert len(remembered) == 4 and ("ns-11", 14) in remembered
     finally:
         calendar_feeds.close()
+
+
+@pytest.mark.timeout(120)  # a close() that misses the child waits out the build: 600 s, failed here
+def test_close_stops_a_builder_whose_child_is_still_starting():
+    # close() right after the first request races the builder thread's spawn of the child.
+    index = GateIndex()
+    for _ in range(40):
+        calendar_feeds = feeds.CalendarFeeds(lambda: index, lambda: NOW, build_seconds=600,
+                                             command=[sys.executable, "-c", "import signal; signal.pause()"])
+        with pytest.raises(feeds.FeedUnavailable, match="being built"):
+            calendar_feeds.feed("", 14)
+        calendar_feeds.close()
+        assert not calendar_feeds._builder.is_alive()
