@@ -51,6 +51,22 @@ def _documents(text: str) -> list[dict]:
     return found
 
 
+class ScanFailed(Exception):
+    """The gates directory changed while it was listed; nothing it held is known for sure."""
+
+
+def _signature_of(files: list[Path]) -> tuple:
+    """(path, mtime, size) of each file still there: what tells a poll that something changed."""
+    signature = []
+    for path in files:
+        try:
+            st = path.stat()
+        except OSError:
+            continue
+        signature.append((str(path), st.st_mtime_ns, st.st_size))
+    return tuple(signature)
+
+
 class FileStore:
     """Reads every YAML file under a directory; re-reads when any file changes."""
 
@@ -59,7 +75,7 @@ class FileStore:
         self.poll_interval = poll_interval
         self.index = GateIndex()
         self.problems: dict[str, str] = {}
-        self._signature: tuple = ()
+        self._signature: tuple | None = ()  # None: the last read failed
         self._changing: tuple | None = None  # a new signature seen once, not yet read
         self._last_good: dict[Path, list[dict]] = {}
         self._stop = threading.Event()
@@ -83,36 +99,37 @@ class FileStore:
         return True, detail
 
     def _files(self) -> list[Path]:
+        """The gates files under the directory; raise ScanFailed when it changed while listed."""
         if not self.directory.is_dir():
             return []
         try:
             return sorted(p for p in self.directory.rglob("*")
                           if p.suffix in SUFFIXES and p.is_file() and not any(part.startswith(".") for part in p.relative_to(self.directory).parts))
         except OSError as err:  # the directory (or a subdirectory) vanished while it was scanned
-            log.warning("gates directory changed while it was read", extra={"directory": str(self.directory),
-                                                                          "error": type(err).__name__})
-            return []
+            raise ScanFailed(f"gates directory changed while it was read ({type(err).__name__}); "
+                             "the gates last read are kept until it reads whole") from None
 
     def _current_signature(self) -> tuple:
-        signature = []
-        for path in self._files():
-            try:
-                st = path.stat()
-            except OSError:
-                continue
-            signature.append((str(path), st.st_mtime_ns, st.st_size))
-        return tuple(signature)
+        return _signature_of(self._files())
 
     def reload(self, unfinished: frozenset[str] = frozenset()) -> None:
         """Read the directory again; a broken file closes the gates it defines, never crashes.
         Files in ``unfinished`` (being written) keep the gates they had when last read."""
-        self._signature = tuple(entry for entry in self._current_signature() if entry[0] not in unfinished)
+        try:
+            files = self._files()
+        except ScanFailed as err:
+            # An empty list here would drop every gate: keep them, closed or open, as last read.
+            log.warning("gates directory not read", extra={"directory": str(self.directory), "error": str(err)})
+            self.problems = {**self.problems, str(self.directory): str(err)}
+            self._signature = None  # unlike any listing: the next polls read it again
+            return
+        self._signature = tuple(entry for entry in _signature_of(files) if entry[0] not in unfinished)
         problems: dict[str, str] = {}
         if not self.directory.is_dir():
             problems[str(self.directory)] = "gates directory does not exist: every referenced gate is NotFound"
         objects: list[tuple[Path, dict]] = []
         broken: dict[Key, str] = {}
-        for path in self._files():
+        for path in files:
             if str(path) in unfinished:
                 objects += [(path, doc) for doc in self._last_good.get(path, [])]
                 continue
@@ -162,7 +179,10 @@ class FileStore:
         writer pauses, while the other files are; and a changed file is read only when it has
         been the same (size and mtime) at two polls in a row. Until then its gates stay as they
         were last read."""
-        current = self._current_signature()
+        try:
+            current = self._current_signature()
+        except ScanFailed:  # not a change: listed again at the next poll
+            return False
         writing = self._writes.pending() if self._writes is not None else None
         files = {Path(entry[0]) for entry in current}
         self.being_written = sorted(str(path) for path in (writing or ()) if path in files)

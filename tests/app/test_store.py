@@ -155,19 +155,42 @@ def test_a_file_rewritten_in_place_is_read_only_once_it_holds_still(gates_dir):
     assert store.lookup("flux-system", "other2", NOW).open
 
 
-def test_a_directory_vanishing_while_it_is_scanned_does_not_abort_a_reload(gates_dir, monkeypatch):
+def _scan_races_a_vanishing_directory(monkeypatch):
+    """Make listing the directory fail as scandir does when a directory goes mid-scan: that
+    race cannot be produced on demand, so it is stood in for at the filesystem boundary."""
     from pathlib import Path
 
-    _closed_gate_file(gates_dir)
-    store = FileStore(gates_dir)
-
-    def vanished(self, pattern):  # what scandir raises when the directory goes mid-scan
+    def vanished(self, pattern):
         raise FileNotFoundError(2, "No such file or directory")
         yield
 
     monkeypatch.setattr(Path, "rglob", vanished)
-    store.reload()
-    assert store.lookup("flux-system", "bypass-signoff", NOW).open is False
+
+
+def test_a_directory_vanishing_while_it_is_scanned_keeps_the_gates_last_read(gates_dir, monkeypatch):
+    write_gates(gates_dir, [gate("release"), gate("freeze", default="closed")])
+    store = FileStore(gates_dir)
+    with monkeypatch.context() as race:
+        _scan_races_a_vanishing_directory(race)
+        store.reload()
+        assert not store.check()  # a failed listing is not taken for a change
+    assert store.lookup("flux-system", "release", NOW).open is True  # not dropped to NotFound
+    assert store.lookup("flux-system", "freeze", NOW).open is False
+    assert "changed while it was read" in store.problems[str(gates_dir)]
+    until(store.check, bool, timeout=5, interval=0)  # read again once it lists whole
+    assert str(gates_dir) not in store.problems
+
+
+def test_a_directory_vanishing_while_it_is_first_scanned_does_not_stop_the_store(gates_dir, monkeypatch):
+    write_gates(gates_dir, [gate("release")])
+    with monkeypatch.context() as race:
+        _scan_races_a_vanishing_directory(race)
+        store = FileStore(gates_dir)
+    state = store.lookup("flux-system", "release", NOW)
+    assert (state.open, state.reason) == (False, "NotFound")  # nothing read yet: closed
+    assert "changed while it was read" in store.problems[str(gates_dir)]
+    until(store.check, bool, timeout=5, interval=0)
+    assert store.lookup("flux-system", "release", NOW).open is True
 
 
 def test_the_same_gate_twice_in_one_file_is_invalid_and_reported(gates_dir):
