@@ -17,7 +17,7 @@ def until(action: Callable[[], T], accept: Callable[[T], object], timeout: float
         result = action()
         if accept(result) or time.monotonic() >= deadline:
             return result
-        time.sleep(interval)  # the poll interval, bounded by the deadline above
+        time.sleep(max(0.0, min(interval, deadline - time.monotonic())))  # the poll interval, never past the deadline
 
 
 def wait_for(check: Callable[[], T], timeout: float, what: str, interval: float = 0.05) -> T:

@@ -125,7 +125,7 @@ def offline(gates_dir, tmp_path):
     return ("check", "-f", str(manifest), "--gates-dir", str(gates_dir), "-o", "json")
 
 
-def test_check_offline_reports_each_object_and_exits_1_only_for_a_denial(capsys, offline, monkeypatch):
+def test_check_offline_reports_each_object_and_exits_1_only_for_a_denial(capsys, offline):
     code, out = run(capsys, *offline)
     rows = {r["name"]: r for r in json.loads(out)}
     assert code == 1 and set(rows) == {"frozen", "audited", "free"}

@@ -153,11 +153,12 @@ def test_a_review_larger_than_two_api_server_objects_is_refused(server):
     assert answer.startswith(b"HTTP/1.1 413"), answer
 
 
-def small_reviews_answered_while_stalled(server: GateServer, start: bytes, connections: int = 10) -> None:
-    """Hold ``connections`` that each sent ``start`` and then stalled; reviews must still be answered."""
+def small_reviews_answered_while_stalled(server: GateServer, start: bytes) -> None:
+    """Hold ten connections that each sent ``start`` and then stalled (more than the large-body
+    slots of both workers); reviews must still be answered."""
     held = []
     try:
-        for _ in range(connections):
+        for _ in range(10):
             sock = tls_connect(server)
             sock.sendall(start)
             held.append(sock)
@@ -169,7 +170,6 @@ def small_reviews_answered_while_stalled(server: GateServer, start: bytes, conne
 
 
 def test_stalled_large_uploads_do_not_delay_small_reviews(server):
-    # 10: more than the large-body slots of both workers
     small_reviews_answered_while_stalled(server, b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
                                          % (5 * 1024 * 1024) + b"[" * 300_000)
 
