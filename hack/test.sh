@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Install everything the tests need on a fresh machine, then run them all.
-#   - kube-apiserver + etcd for the end-to-end tests (hack/control-plane-binaries.sh:
-#     $KUBEBUILDER_ASSETS, else a cache in ~/.cache, else built from Debian packages once)
+#   - the real Kubernetes (kube-apiserver, etcd, kubectl) and the real Flux (controllers, CLI,
+#     CRDs) for the end-to-end tiers, built once from their Go modules and cached in
+#     ~/.cache/flux-gate-admission (hack/go-binaries.sh; $KUBEBUILDER_ASSETS wins for the
+#     control plane)
 #   - .venv with the project and its test extras
 # Arguments go to pytest, e.g. hack/test.sh tests/unit -x
 set -euo pipefail
@@ -19,8 +21,10 @@ if (( ${#missing[@]} )); then
   $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 KUBEBUILDER_ASSETS="$(hack/control-plane-binaries.sh)"
-export KUBEBUILDER_ASSETS
-echo "control plane binaries: $KUBEBUILDER_ASSETS ($(( $(date +%s) - started ))s)"
+FLUX_BINARIES="$(hack/go-binaries.sh flux)"
+TEST_TOOLS="$(hack/go-binaries.sh tools)"
+export KUBEBUILDER_ASSETS FLUX_BINARIES TEST_TOOLS
+echo "control plane: $KUBEBUILDER_ASSETS; Flux: $FLUX_BINARIES; tools: $TEST_TOOLS ($(( $(date +%s) - started ))s)"
 [[ -x .venv/bin/python ]] || python3 -m venv .venv
 .venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
 exec .venv/bin/python -m pytest "$@"

@@ -14,51 +14,35 @@ import yaml
 
 from admission.kube.webhookconfig import ca_bundle
 from tests.e2e.manifests import with_client_config
-from tests.conftest import SHARED, write_gates
+from tests.conftest import write_gates
 from tests.e2e.controlplane import ADMIN, ALICE, CONTROLLER, FLUX, ROOT, ControlPlane, User, assets_dir, control_plane
 from tests.polling import until, wait_for
 from tests.processes import BIN, GateServer, Process, free_port
+from tests.realflux.flux import flux_dir
 
-FLUX_CRDS = SHARED / "flux-crds"
-MINIMAL_CRDS = Path(__file__).parent / "crds" / "minimal-flux-crds.yaml"
-# ../shared has no image automation CRDs: ours always stand in for them.
-IMAGE_CRDS = Path(__file__).parent / "crds" / "minimal-image-crds.yaml"
-GATED_CRD_FILES = ("kustomize.toolkit.fluxcd.io_kustomizations.yaml", "helm.toolkit.fluxcd.io_helmreleases.yaml",
-                   "source.toolkit.fluxcd.io_gitrepositories.yaml", "source.toolkit.fluxcd.io_ocirepositories.yaml",
-                   "source.toolkit.fluxcd.io_helmrepositories.yaml", "source.toolkit.fluxcd.io_helmcharts.yaml",
-                   "source.toolkit.fluxcd.io_buckets.yaml", "source.toolkit.fluxcd.io_externalartifacts.yaml")
 # Where the API server reaches our server: loopback for our own kube-apiserver; for a kind
 # cluster, the host's address on the kind network (e.g. 172.18.0.1).
 WEBHOOK_HOST = os.environ.get("GATE_E2E_WEBHOOK_HOST", "127.0.0.1")
 
 
 def pytest_report_header(config):
-    crds = f"real Flux CRDs from {FLUX_CRDS}" if FLUX_CRDS.is_dir() else f"minimal stand-in Flux CRDs ({MINIMAL_CRDS.name})"
-    crds += f"; image.toolkit.fluxcd.io: minimal stand-in CRDs ({IMAGE_CRDS.name})"
     cluster = "existing cluster at $KUBECONFIG" if os.environ.get("KUBECONFIG") else "own etcd + kube-apiserver"
-    return [f"e2e: {cluster}; {crds}, with manifests/flux-crd-patches"]
+    return [f"e2e: {cluster}; Flux CRDs from the Flux controllers' own modules, with manifests/flux-crd-patches"]
 
 
 def install_flux_crds(cluster: ControlPlane, workdir: Path) -> None:
     """Render the CRDs with our kustomize component, as a user's flux-system kustomization would."""
     base = workdir / "flux-crds"
     base.mkdir()
-    if FLUX_CRDS.is_dir():
-        resources = list(GATED_CRD_FILES)
-        for name in resources:
-            shutil.copy(FLUX_CRDS / name, base / name)
-    else:
-        resources = [MINIMAL_CRDS.name]
-        shutil.copy(MINIMAL_CRDS, base / MINIMAL_CRDS.name)
-    resources.append(IMAGE_CRDS.name)
-    shutil.copy(IMAGE_CRDS, base / IMAGE_CRDS.name)
+    crds = flux_dir() / "crds"  # the Flux release the real-Flux tier runs
+    resources = sorted(path.name for path in crds.glob("*.yaml"))
+    for name in resources:
+        shutil.copy(crds / name, base / name)
     (base / "kustomization.yaml").write_text(yaml.safe_dump({
         "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
         "resources": resources, "components": [os.path.relpath(ROOT / "manifests" / "flux-crd-patches", base)]}))
     rendered = cluster.kubectl("kustomize", "--load-restrictor=LoadRestrictionsNone", str(base)).stdout
-    # The real CRDs carry x-kubernetes-validations, unknown to 1.20: client-side apply,
-    # without client validation, lets the API server drop them (ENVTEST.md).
-    cluster.kubectl("apply", "--validate=false", "-f", "-", input=rendered)
+    cluster.kubectl("apply", "--server-side", "-f", "-", input=rendered)
     cluster.kubectl("wait", "--for=condition=established", "--timeout=60s", "crd", "--all")
 
 
@@ -87,6 +71,8 @@ subjects:
   - {apiGroup: rbac.authorization.k8s.io, kind: User, name: "system:serviceaccount:flux-system:source-controller"}
   - {apiGroup: rbac.authorization.k8s.io, kind: User, name: "system:serviceaccount:flux-system:helm-controller"}
   - {apiGroup: rbac.authorization.k8s.io, kind: User, name: "system:serviceaccount:flux-system:image-reflector-controller"}
+  - {apiGroup: rbac.authorization.k8s.io, kind: User, name: "system:serviceaccount:flux-system:notification-controller"}
+  - {apiGroup: rbac.authorization.k8s.io, kind: User, name: "system:serviceaccount:flux-system:image-automation-controller"}
 """
 
 

@@ -1,7 +1,8 @@
 """A real Kubernetes control plane for the end-to-end tests: etcd + kube-apiserver on loopback.
 
 Order (ENVTEST.md): an existing cluster when $KUBECONFIG names one (kind), else binaries from
-$KUBEBUILDER_ASSETS, else hack/control-plane-binaries.sh builds and caches them. Users come
+$KUBEBUILDER_ASSETS, else hack/control-plane-binaries.sh builds (from the Go modules) and
+caches them. Users come
 from a token file: admin (system:masters), alice (a developer), and a user that stands for
 Flux's kustomize-controller service account. With an existing cluster the same users are
 impersonated by the current context.
@@ -49,13 +50,22 @@ HELM_CONTROLLER = User("system:serviceaccount:flux-system:helm-controller",
                        ("system:serviceaccounts", "system:serviceaccounts:flux-system"), "helm-token")
 IMAGE_REFLECTOR = User("system:serviceaccount:flux-system:image-reflector-controller",
                        ("system:serviceaccounts", "system:serviceaccounts:flux-system"), "image-token")
+NOTIFICATION_CONTROLLER = User("system:serviceaccount:flux-system:notification-controller",
+                                ("system:serviceaccounts", "system:serviceaccounts:flux-system"), "notify-token")
+IMAGE_AUTOMATION = User("system:serviceaccount:flux-system:image-automation-controller",
+                        ("system:serviceaccounts", "system:serviceaccounts:flux-system"), "automation-token")
 GATE_ADMISSION = User("system:serviceaccount:gate-admission-system:gate-admission",
                       ("system:serviceaccounts", "system:serviceaccounts:gate-admission-system"), "webhook-token")
 CONTROLLER = User("system:serviceaccount:gate-admission-system:gate-admission-controller",
                   ("system:serviceaccounts", "system:serviceaccounts:gate-admission-system"), "controller-token")
 CERTS = User("system:serviceaccount:gate-admission-system:gate-admission-certs",
              ("system:serviceaccounts", "system:serviceaccounts:gate-admission-system"), "certs-token")
-USERS = (ADMIN, ALICE, FLUX, SOURCE_CONTROLLER, HELM_CONTROLLER, IMAGE_REFLECTOR, GATE_ADMISSION, CONTROLLER, CERTS)
+USERS = (ADMIN, ALICE, FLUX, SOURCE_CONTROLLER, HELM_CONTROLLER, IMAGE_REFLECTOR, NOTIFICATION_CONTROLLER,
+         IMAGE_AUTOMATION, GATE_ADMISSION, CONTROLLER, CERTS)
+# The real Flux controllers (tests/realflux), each as its own service account.
+FLUX_CONTROLLER_USERS = {"source-controller": SOURCE_CONTROLLER, "kustomize-controller": FLUX,
+                         "helm-controller": HELM_CONTROLLER, "notification-controller": NOTIFICATION_CONTROLLER,
+                         "image-reflector-controller": IMAGE_REFLECTOR, "image-automation-controller": IMAGE_AUTOMATION}
 AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
@@ -72,12 +82,13 @@ def assets_dir() -> Path:
 
 
 def kubectl_binary(assets: Path | None) -> str:
+    """The kubectl built with the API server (kubectl supports one minor version of skew), else PATH's."""
+    if assets and (assets / "kubectl").exists():
+        return str(assets / "kubectl")
     found = shutil.which("kubectl")
     if found:
         return found
-    if assets and (assets / "kubectl").exists():
-        return str(assets / "kubectl")
-    raise RuntimeError("no kubectl on PATH")
+    raise RuntimeError("no kubectl next to the API server or on PATH")
 
 
 class ControlPlane:

@@ -1,0 +1,198 @@
+#!/usr/bin/env bash
+# Build the real Kubernetes and Flux binaries the end-to-end tests run, once, from their Go
+# modules through the go command's configured proxy, and cache them keyed by version.
+#
+#   hack/go-binaries.sh control-plane   kube-apiserver, kubectl (same version), etcd
+#   hack/go-binaries.sh flux            the Flux controllers, the flux CLI, their CRDs (crds/)
+#   hack/go-binaries.sh tools           an OCI registry for the real-Flux tests
+#   hack/go-binaries.sh all             the three above
+#
+# Each prints the directory that holds its binaries on stdout (one line per argument); progress,
+# one line per binary with its build time, goes to stderr. Nothing is rebuilt once cached.
+set -euo pipefail
+
+K8S_VERSION=v1.36.3   # current Kubernetes; Flux v2.9 requires >= 1.33
+ETCD_VERSION=v3.6.16
+FLUX_VERSION=v2.9.4
+# The controller versions of that Flux release (its go.mod's */api requirements).
+FLUX_MODULES=(
+  "source-controller github.com/fluxcd/source-controller v1.9.4"
+  "kustomize-controller github.com/fluxcd/kustomize-controller v1.9.4"
+  "helm-controller github.com/fluxcd/helm-controller v1.6.3"
+  "notification-controller github.com/fluxcd/notification-controller v1.9.3"
+  "image-reflector-controller github.com/fluxcd/image-reflector-controller v1.2.4"
+  "image-automation-controller github.com/fluxcd/image-automation-controller v1.2.4"
+)
+GGCR_VERSION=v0.21.9  # go-containerregistry, for its in-memory OCI registry
+
+ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/flux-gate-admission"
+export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
+log() { echo "go-binaries: $*" >&2; }
+command -v go >/dev/null || { log "the go command is needed (Go >= 1.26)"; exit 2; }
+
+WORK=$(mktemp -d)
+trap 'chmod -R u+w "$WORK" 2>/dev/null; rm -rf "$WORK"' EXIT
+
+# timed NAME CMD...: run a build step with a progress line and its duration.
+timed() {
+  local name=$1 started; shift
+  started=$(date +%s)
+  log "building $name ..."
+  "$@" >&2
+  log "built $name in $(( $(date +%s) - started ))s"
+}
+
+HACK="$(cd "$(dirname "$0")" && pwd)"
+
+# In the current module: fetch every dependency; one the configured proxy does not serve is
+# replaced by the nearest older patch release it does serve (logged).
+fetch_dependencies() {
+  local replacement
+  for replacement in $(go mod download -json 2>/dev/null | python3 "$HACK/nearest-served.py"); do
+    go mod edit -replace="$replacement"
+    go mod download "${replacement%%=*}"  # records the stand-in's checksum in go.sum
+  done
+  go mod download
+}
+
+module_dir() {  # the module's extracted source directory in the module cache
+  go mod download -json "$1@$2" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])'
+}
+
+# A writable copy of a module's source, so its go.mod can be edited.
+module_copy() {
+  local dest="$WORK/src/$(basename "$1")-$2"
+  rm -rf "$dest"; mkdir -p "$(dirname "$dest")"
+  cp -r "$(module_dir "$1" "$2")" "$dest"
+  chmod -R u+w "$dest"
+  echo "$dest"
+}
+
+build_control_plane() {
+  local out="$ROOT/control-plane/$K8S_VERSION-etcd$ETCD_VERSION"
+  if [[ -x "$out/kube-apiserver" && -x "$out/kubectl" && -x "$out/etcd" ]]; then echo "$out"; return; fi
+  mkdir -p "$out.partial"
+  local src="$WORK/kube" minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
+  mkdir -p "$src"; cd "$src"
+  go mod init fga.local/kube >&2
+  go mod edit -require="k8s.io/kubernetes@$K8S_VERSION"
+  # k8s.io/kubernetes requires its staging modules at v0.0.0 (replaced by ./staging in its own
+  # repository): point each at the published version of this release.
+  local gomod; gomod="$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')"
+  local staging
+  for staging in $(awk '$1 ~ /^k8s\.io\// && $2 == "v0.0.0" {print $1}' "$gomod" | sort -u); do
+    go mod edit -replace="$staging=$staging@v0.$minor.${K8S_VERSION##*.}"
+  done
+  go get "k8s.io/kubernetes/cmd/kube-apiserver@$K8S_VERSION" "k8s.io/kubernetes/cmd/kubectl@$K8S_VERSION" >&2
+  # Without the version stamps /version says v0.0.0, kubectl warns about skew and Helm's
+  # kubeVersion checks fail.
+  local ldflags="-s -w" pkg
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldflags="$ldflags -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+  done
+  timed "kube-apiserver $K8S_VERSION" go build -trimpath -ldflags "$ldflags" -o "$out.partial/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
+  timed "kubectl $K8S_VERSION" go build -trimpath -ldflags "$ldflags" -o "$out.partial/kubectl" k8s.io/kubernetes/cmd/kubectl
+
+  src="$WORK/etcd"; mkdir -p "$src"; cd "$src"
+  go mod init fga.local/etcd >&2
+  cat > main.go <<'GO'
+// etcd's own main, as its server module exposes it.
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() { etcdmain.Main(os.Args) }
+GO
+  go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >&2
+  go mod tidy >&2
+  timed "etcd $ETCD_VERSION" go build -trimpath -ldflags "-s -w" -o "$out.partial/etcd" .
+  rm -rf "$out"; mv "$out.partial" "$out"
+  "$out/kube-apiserver" --version >&2
+  echo "$out"
+}
+
+build_flux() {
+  local out="$ROOT/flux/$FLUX_VERSION" line name mod ver src
+  if [[ -f "$out/.complete" ]]; then echo "$out"; return; fi
+  mkdir -p "$out/crds"
+  for line in "${FLUX_MODULES[@]}"; do
+    read -r name mod ver <<<"$line"
+    if [[ ! -x "$out/$name" ]]; then
+      src=$(module_copy "$mod" "$ver"); cd "$src"
+      # Each controller replaces its ./api with the local directory, which `go install` refuses:
+      # take the published api module of the same version instead.
+      go mod edit -dropreplace="$mod/api"
+      go get "$mod/api@$ver" >&2
+      fetch_dependencies
+      timed "$name $ver" go build -trimpath -ldflags "-s -w" -o "$out/$name.partial" .
+      mv "$out/$name.partial" "$out/$name"
+    fi
+    cp "$(module_dir "$mod" "$ver")"/config/crd/bases/*.yaml "$out/crds/"
+  done
+  if [[ ! -x "$out/flux" ]]; then
+    src=$(module_copy github.com/fluxcd/flux2/v2 "$FLUX_VERSION"); cd "$src"
+    # The CLI embeds the install manifests, which the module zip lacks; `flux install` cannot
+    # work without them, but get/reconcile/check --pre and plugins do.
+    mkdir -p cmd/flux/manifests && echo "# placeholder" > cmd/flux/manifests/placeholder.yaml
+    fetch_dependencies
+    timed "flux CLI $FLUX_VERSION" go build -trimpath \
+      -ldflags "-s -w -X main.VERSION=${FLUX_VERSION#v}" -o "$out/flux.partial" ./cmd/flux
+    mv "$out/flux.partial" "$out/flux"
+  fi
+  chmod -R a-w "$out/crds"; chmod u+w "$out/crds"
+  touch "$out/.complete"
+  echo "$out"
+}
+
+build_tools() {
+  local out="$ROOT/tools/ggcr-$GGCR_VERSION"
+  if [[ -x "$out/registry" ]]; then echo "$out"; return; fi
+  local src="$WORK/registry"; mkdir -p "$src" "$out"; cd "$src"
+  go mod init fga.local/registry >&2
+  cat > main.go <<'GO'
+// An in-memory OCI distribution registry on a loopback address, for tests: go-containerregistry's.
+package main
+
+import (
+	"flag"
+	"log"
+	"net"
+	"net/http"
+	"os"
+
+	"github.com/google/go-containerregistry/pkg/registry"
+)
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:0", "listen address")
+	flag.Parse()
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	// The test harness reads the address it got from the first line.
+	os.Stdout.WriteString(ln.Addr().String() + "\n")
+	log.Fatal(http.Serve(ln, registry.New(registry.Logger(log.New(os.Stderr, "", log.LstdFlags)))))
+}
+GO
+  go get "github.com/google/go-containerregistry@$GGCR_VERSION" >&2
+  go mod tidy >&2
+  timed "OCI registry (go-containerregistry $GGCR_VERSION)" go build -trimpath -ldflags "-s -w" -o "$out/registry.partial" .
+  mv "$out/registry.partial" "$out/registry"
+  echo "$out"
+}
+
+[[ $# -gt 0 ]] || set -- all
+for what in "$@"; do
+  case "$what" in
+    control-plane) build_control_plane ;;
+    flux) build_flux ;;
+    tools) build_tools ;;
+    all) build_control_plane; build_flux; build_tools ;;
+    *) log "unknown: $what (control-plane|flux|tools|all)"; exit 2 ;;
+  esac
+done

@@ -1,0 +1,131 @@
+"""The real-Flux tier: the real Flux controllers (built from their Go modules) reconciling from
+Git, Helm and OCI servers on loopback, through our own etcd + kube-apiserver with our server
+registered as its webhooks (manifests/webhooks) and our controller releasing held objects.
+
+One installation per session: every test works in a namespace of its own, so the controllers
+start once. Nothing here is a double."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.e2e.conftest import controller_running, own_plane, serving, start_server
+from tests.e2e.controlplane import GATE_ADMISSION, ControlPlane
+from tests.polling import until
+from tests.processes import BIN
+from tests.realflux.flux import FluxControllers, flux_cli, flux_dir, tools_dir
+from tests.realflux.servers import ChartRepository, GitServer, Registry
+
+pytestmark = pytest.mark.realflux
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if "tests/realflux/" in str(item.fspath):
+            item.add_marker(pytest.mark.realflux)
+
+
+@pytest.fixture(scope="session")
+def plane(tmp_path_factory):
+    yield from own_plane(tmp_path_factory.mktemp("realflux"))
+
+
+@pytest.fixture(scope="session")
+def webhook(plane, tmp_path_factory):
+    with serving(plane, start_server(tmp_path_factory.mktemp("realflux-server"), None, "--kubeconfig",
+                                     str(plane.kubeconfig(GATE_ADMISSION)))) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def flux(plane, webhook, tmp_path_factory):
+    """The Flux controllers, started after our webhooks are registered (as in a cluster where
+    gate-admission was installed first)."""
+    workdir = tmp_path_factory.mktemp("flux")
+    controllers = FluxControllers(plane, flux_dir(), workdir)
+    try:
+        yield controllers.start()
+    finally:
+        controllers.stop()
+
+
+@pytest.fixture(scope="session")
+def gate_controller(plane, webhook, tmp_path_factory):
+    with controller_running(plane, tmp_path_factory.mktemp("realflux-controller"), "realflux") as proc:
+        yield proc
+
+
+@pytest.fixture(scope="session")
+def git(tmp_path_factory):
+    server = GitServer(tmp_path_factory.mktemp("git"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def charts(tmp_path_factory):
+    repo = ChartRepository(tmp_path_factory.mktemp("charts"))
+    yield repo
+    repo.stop()
+
+
+@pytest.fixture(scope="session")
+def registry(tmp_path_factory):
+    reg = Registry(tools_dir() / "registry", tmp_path_factory.mktemp("registry"))
+    yield reg
+    reg.stop()
+
+
+class Cluster:
+    """What a test does to the cluster, as a user would: kubectl, kubectl gate, flux."""
+
+    def __init__(self, plane: ControlPlane, namespace: str):
+        self.plane, self.namespace = plane, namespace
+
+    def apply(self, *objects: dict) -> None:
+        for obj in objects:
+            obj.setdefault("metadata", {}).setdefault("namespace", self.namespace)
+        self.plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(list(objects)))
+
+    def get(self, kind: str, name: str, namespace: str | None = None) -> dict:
+        out = self.plane.kubectl("get", kind, name, "-n", namespace or self.namespace, "-o", "json", check=False)
+        return json.loads(out.stdout) if out.returncode == 0 else {}
+
+    def data(self, configmap: str, namespace: str | None = None) -> dict | None:
+        return self.get("configmap", configmap, namespace).get("data")
+
+    def gate(self, *args: str) -> subprocess.CompletedProcess:
+        env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "KUBECONFIG": str(self.plane.kubeconfig())}
+        return subprocess.run([self.plane.kubectl_path, "gate", *args], capture_output=True, text=True, env=env,
+                              timeout=60)
+
+    def flux(self, *args: str) -> subprocess.CompletedProcess:
+        return flux_cli(self.plane, flux_dir(), *args)
+
+    def wait(self, what, accept, timeout: float = 90):
+        return until(what, accept, timeout=timeout, interval=0.25)
+
+
+@pytest.fixture
+def cluster(plane, webhook, gate_controller, flux, request):
+    """A namespace of the test's own, in the cluster where the real Flux runs."""
+    namespace = "rf-" + request.node.name.removeprefix("test_").replace("_", "-")[:40].strip("-")
+    plane.kubectl("create", "namespace", namespace)
+    return Cluster(plane, namespace)
+
+
+def condition(obj: dict, kind: str) -> dict:
+    return next((c for c in obj.get("status", {}).get("conditions", []) if c.get("type") == kind), {})
+
+
+def ready(obj: dict) -> str | None:
+    return condition(obj, "Ready").get("status")
+
+
+__all__ = ["Cluster", "condition", "ready", "Path"]
