@@ -96,6 +96,29 @@ def _add_completion(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=print_completion)
 
 
+def _add_install_flux_plugin(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("install-flux-plugin",
+                       help="make `flux gate` run kubectl-gate's commands: link flux-gate into flux's plugin directory")
+    p.add_argument("--dir", help="plugin directory (default: $FLUXCD_PLUGINS, else ~/.fluxcd/plugins, where flux looks)")
+    p.add_argument("--force", action="store_true", help="replace a flux-gate there that is not a link")
+    p.set_defaults(func=install_flux_plugin)
+
+
+def install_flux_plugin(args: argparse.Namespace) -> int:
+    from admission.cli import flux_gate
+    command = flux_gate.installed_command()
+    if command is None:
+        print(f"gate-admission: no {flux_gate.PLUGIN} command installed next to this one or on PATH", file=sys.stderr)
+        return 1
+    directory = Path(args.dir) if args.dir else flux_gate.plugin_dir()
+    try:
+        print(flux_gate.install(directory, command, force=args.force))
+    except (flux_gate.InstallError, OSError) as err:
+        print(f"gate-admission: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def print_completion(args: argparse.Namespace) -> int:
     """argcomplete's script for both commands; `kubectl gate` completes through kubectl_complete-gate."""
     import argcomplete
@@ -111,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_certs(sub)
     _add_controller(sub)
     _add_completion(sub)
+    _add_install_flux_plugin(sub)
     return parser
 
 
