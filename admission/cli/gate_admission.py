@@ -42,6 +42,9 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    help="seconds without a working watch before gate state counts as unknown (cluster store)")
     p.add_argument("--calendar", action=argparse.BooleanOptionalAction, default=_env("calendar", "true") != "false",
                    help="serve GET /calendar.ics, every gate's closed intervals (default on)")
+    p.add_argument("--calendar-wait", type=float, default=float(_env("calendar-wait", 5)),
+                   help="seconds a calendar query with no feed yet waits for its first build before 503 "
+                        "(one request per worker at a time; 0: answer 503 at once)")
     p.add_argument("--workers", type=int, default=int(_env("workers", 2)))
     p.add_argument("--threads", type=int, default=int(_env("threads", 4)),
                    help="threads per worker; more only adds GIL contention to a CPU-bound server (bench/README.md)")
@@ -209,6 +212,7 @@ def _app_factory(args: argparse.Namespace):
         store.start()
         sources.start()
         return create_app(store, settings, receiver=receiver, events=events, calendar=args.calendar,
+                          calendar_wait=args.calendar_wait,
                           sources=sources, attempts=attempts)
 
     return factory
