@@ -32,6 +32,9 @@ NAMESPACE_ENV = "FLUX_SYSTEM_NAMESPACE"
 FOLLOW_CONTEXT_ENV = "FLUX_NS_FOLLOWS_KUBE_CONTEXT"
 FOLLOW_CONTEXT_FLAG = "--ns-follows-kube-context"
 COMPLETE, COMPLETE_NO_DESC = "__complete", "__completeNoDesc"  # Cobra's completion requests
+# flux's global flags that `flux gate` takes too: Cobra offers them itself when a flag name is
+# completed (a plugin's command inherits them), so the plugin does not offer them twice.
+FLUX_OFFERS = frozenset({"-n", "--namespace", "--context", "--kubeconfig", FOLLOW_CONTEXT_FLAG})
 
 
 def default_namespace(args: argparse.Namespace) -> str:
@@ -63,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] in ([COMPLETE], [COMPLETE_NO_DESC]):
-        return kubectl_gate.print_completions(argv[1:], build_parser(), descriptions=argv[0] == COMPLETE)
+        return kubectl_gate.print_completions(argv[1:], build_parser(), descriptions=argv[0] == COMPLETE,
+                                              offered=FLUX_OFFERS)
     return kubectl_gate.main(argv, build_parser())
 
 

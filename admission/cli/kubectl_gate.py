@@ -518,12 +518,16 @@ def complete(words: list[str], parser: argparse.ArgumentParser) -> tuple[list[tu
     return [(value, " ".join((helps.get(value) or "").split())) for value in matches], NO_FILE_COMPLETION
 
 
-def print_completions(words: list[str], parser: argparse.ArgumentParser, descriptions: bool = True) -> int:
+def print_completions(words: list[str], parser: argparse.ArgumentParser, descriptions: bool = True,
+                      offered: frozenset[str] = frozenset()) -> int:
     """The plugin completion protocol kubectl and flux (Cobra's ``__complete``) share: one
     candidate a line (``value<TAB>help``), then ``:<directive>``. Always exits 0: either CLI
-    drops every candidate of a plugin that fails."""
+    drops every candidate of a plugin that fails. Flag names in ``offered`` are left out: the
+    calling CLI offers them itself."""
     candidates, directive = complete(words, parser)
     for value, help_text in candidates:
+        if value in offered:
+            continue
         print(f"{value}\t{help_text}" if help_text and descriptions else value)
     print(f":{directive}")
     return EXIT_OK

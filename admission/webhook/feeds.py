@@ -192,7 +192,10 @@ class CalendarFeeds:
                     return  # close() ended this build
                 log.warning("calendar feed not built", extra={"namespace": query[0], "days": query[1],
                                                                 "reason": failure})
-            self._record("failed" if body is None else "built")
+            try:
+                self._record("failed" if body is None else "built")
+            except Exception:  # a metric must not stop the builder
+                log.exception("calendar build not counted")
             with self._lock:
                 self._waiting.pop(query, None)
                 self._built.notify_all()

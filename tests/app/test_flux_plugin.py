@@ -163,7 +163,12 @@ def test_complete_offers_flags_once_a_dash_is_typed(capsys):
     lines, directive = completions(["__complete", "open", "x", "--f"], capsys)
     assert lines == ["--for\tclose again after this long (Go duration, e.g. 2h)"] and directive == ":4"
     names_only, _ = completions(["__completeNoDesc", "list", "--"], capsys)
-    assert {"--gates-dir", "--all-namespaces", "--namespace", "--ns-follows-kube-context"} <= set(names_only)
+    assert {"--gates-dir", "--all-namespaces", "--output"} <= set(names_only)
+    # flux offers its global flags itself (Cobra completes a plugin command's inherited flags):
+    # those flux gate takes as well are not offered twice.
+    assert not set(names_only) & flux_gate.FLUX_OFFERS
+    kubectl_offers = {line.split("\t")[0] for line in completions(["list", "--"], capsys, kubectl_gate.complete_main)[0]}
+    assert {"--namespace", "--context", "--kubeconfig"} <= kubectl_offers  # kubectl offers none of its own
     assert completions(["__completeNoDesc", "calendar", "-o", ""], capsys) == (["table", "json", "yaml", "ics"], ":4")
 
 
