@@ -42,6 +42,9 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    help="seconds without a working watch before gate state counts as unknown (cluster store)")
     p.add_argument("--calendar", action=argparse.BooleanOptionalAction, default=_env("calendar", "true") != "false",
                    help="serve GET /calendar.ics, every gate's closed intervals (default on)")
+    p.add_argument("--calendar-wait", type=float, default=float(_env("calendar-wait", 5)),
+                   help="seconds a calendar query with no feed yet waits for its first build before 503 "
+                        "(one request per worker at a time; 0: answer 503 at once)")
     p.add_argument("--workers", type=int, default=int(_env("workers", 2)))
     p.add_argument("--threads", type=int, default=int(_env("threads", 4)),
                    help="threads per worker; more only adds GIL contention to a CPU-bound server (bench/README.md)")
@@ -96,6 +99,29 @@ def _add_completion(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=print_completion)
 
 
+def _add_install_flux_plugin(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("install-flux-plugin",
+                       help="make `flux gate` run kubectl-gate's commands: link flux-gate into flux's plugin directory")
+    p.add_argument("--dir", help="plugin directory (default: $FLUXCD_PLUGINS, else ~/.fluxcd/plugins, where flux looks)")
+    p.add_argument("--force", action="store_true", help="replace a flux-gate there that is not a link")
+    p.set_defaults(func=install_flux_plugin)
+
+
+def install_flux_plugin(args: argparse.Namespace) -> int:
+    from admission.cli import flux_gate
+    command = flux_gate.installed_command()
+    if command is None:
+        print(f"gate-admission: no {flux_gate.PLUGIN} command installed next to this one or on PATH", file=sys.stderr)
+        return 1
+    directory = Path(args.dir) if args.dir else flux_gate.plugin_dir()
+    try:
+        print(flux_gate.install(directory, command, force=args.force))
+    except (flux_gate.InstallError, OSError) as err:
+        print(f"gate-admission: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def print_completion(args: argparse.Namespace) -> int:
     """argcomplete's script for both commands; `kubectl gate` completes through kubectl_complete-gate."""
     import argcomplete
@@ -111,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_certs(sub)
     _add_controller(sub)
     _add_completion(sub)
+    _add_install_flux_plugin(sub)
     return parser
 
 
@@ -185,6 +212,7 @@ def _app_factory(args: argparse.Namespace):
         store.start()
         sources.start()
         return create_app(store, settings, receiver=receiver, events=events, calendar=args.calendar,
+                          calendar_wait=args.calendar_wait,
                           sources=sources, attempts=attempts)
 
     return factory

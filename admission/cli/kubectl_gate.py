@@ -65,13 +65,21 @@ class Cluster:
         return client.CustomObjectsApi(self.api)
 
 
+def kubeconfig_context(args: argparse.Namespace) -> dict:
+    """The kubeconfig context that --context (else the current one) selects: its ``context``
+    entry holds ``cluster``, ``user`` and ``namespace``. Raises ConfigException without one."""
+    from kubernetes import config
+    contexts, current = config.list_kube_config_contexts(config_file=args.kubeconfig)
+    context = next((c for c in contexts if c["name"] == args.context), None) if args.context else current
+    if args.context and context is None:
+        raise GateError(f"context {args.context!r} not found in kubeconfig", EXIT_USAGE)
+    return context or {}
+
+
 def _connect(args: argparse.Namespace) -> Cluster:
     from kubernetes import client, config
     try:
-        contexts, current = config.list_kube_config_contexts(config_file=args.kubeconfig)
-        context = next((c for c in contexts if c["name"] == args.context), None) if args.context else current
-        if args.context and context is None:
-            raise GateError(f"context {args.context!r} not found in kubeconfig", EXIT_USAGE)
+        context = kubeconfig_context(args)
         configuration = client.Configuration()
         config.load_kube_config(config_file=args.kubeconfig, context=args.context, client_configuration=configuration)
         from admission.kube.client import quiet_insecure_warnings
@@ -271,9 +279,10 @@ def _requester(args: argparse.Namespace, cluster: Cluster) -> str:
 def cmd_toggle(args: argparse.Namespace) -> int:
     if args.gates_dir:
         raise GateError("open and close write to the cluster; --gates-dir is read-only", EXIT_USAGE)
+    message = _message(args)
     cluster = _connect(args)
     try:
-        patch = toggle_patch(args.action, utcnow(), args.message, _requester(args, cluster), getattr(args, "for_", None))
+        patch = toggle_patch(args.action, utcnow(), message, _requester(args, cluster), getattr(args, "for_", None))
     except ValueError as err:
         raise GateError(str(err), EXIT_USAGE) from None
     namespace = args.namespace or cluster.namespace
@@ -281,8 +290,15 @@ def cmd_toggle(args: argparse.Namespace) -> int:
                                                   names.GATE_PLURAL, args.name, patch)
     until = patch["metadata"]["annotations"].get(names.CLOSE_ANNOTATION) if args.action == "open" else None
     print(f"gate {namespace}/{args.name} {'opened' if args.action == 'open' else 'closed'}"
-          + (f" until {until}" if until else "") + (f": {args.message}" if args.message else ""))
+          + (f" until {until}" if until else "") + (f": {message}" if message else ""))
     return EXIT_OK
+
+
+def _message(args: argparse.Namespace) -> str | None:
+    """-m, or the argument after NAME (the gating RFC's `flux gate open NAME "message"`)."""
+    if args.message is not None and args.text is not None and args.message != args.text:
+        raise GateError("two messages (-m and one after the gate's name): give one", EXIT_USAGE)
+    return args.message if args.message is not None else args.text
 
 
 def _manifest(path: str) -> list[dict]:
@@ -389,23 +405,43 @@ def cmd_calendar(args: argparse.Namespace) -> int:
 
 
 # -- completion ---------------------------------------------------------------------------
-# argcomplete completes `kubectl-gate ...` in bash and zsh (scripts: `gate-admission completion`);
-# kubectl_complete-gate answers kubectl's own plugin completion (kubectl 1.26+) with the same
-# parser and completers. Completers ask the API server with a short timeout and never raise.
+# One set of candidates for every shell path: argcomplete completes `kubectl-gate ...` in bash and
+# zsh (scripts: `gate-admission completion`); kubectl_complete-gate answers kubectl's plugin
+# completion (kubectl 1.26+) and `flux-gate __complete` the flux CLI's (admission.cli.flux_gate),
+# both with complete() below over the same parser and completers. Completers ask the API server
+# with a short timeout and never raise.
 
 COMPLETION_TIMEOUT = 3  # seconds; a slow cluster must not hang the shell
+# Cobra's ShellCompDirective bits, which kubectl and flux read from a plugin's last line ":N".
+NO_FILE_COMPLETION, FILTER_DIRS, DEFAULT_COMPLETION = 4, 16, 0
+# Values the shell completes better than we can: file names (-f, --kubeconfig), directories.
+FILE_FLAGS = {"-f", "--filename", "--kubeconfig"}
+DIR_FLAGS = {"--gates-dir"}
+# Flags every subcommand takes, which may come before it: `flux -n NS gate list` runs
+# `flux-gate -n NS list` (flux passes everything after its own command name verbatim).
+COMMON_VALUED = {"-n", "--namespace", "--context", "--kubeconfig", "-o", "--output"}
+COMMON_SWITCHES = {"--ns-follows-kube-context"}  # flux's, accepted by `flux gate` (admission.cli.flux_gate)
+
+
+def namespace_of(args: argparse.Namespace) -> str | None:
+    """-n, else the namespace the command defaults to (flux gate: flux's); None: the context's."""
+    if getattr(args, "namespace", None):
+        return args.namespace
+    default = getattr(args, "default_namespace", None)
+    return default(args) if default else None
 
 
 def _complete_gate_names(prefix: str, parsed_args: argparse.Namespace, **_) -> list[str]:
     try:
+        namespace = namespace_of(parsed_args)
         if getattr(parsed_args, "gates_dir", None):
             from admission.store.files import FileStore
-            namespace = getattr(parsed_args, "namespace", None) or "default"
+            namespace = namespace or "default"
             return sorted(n for ns, n in map(object_key, FileStore(parsed_args.gates_dir).index.gates()) if ns == namespace)
         cluster = _connect(parsed_args)
-        namespace = getattr(parsed_args, "namespace", None) or cluster.namespace
-        listed = cluster.custom.list_namespaced_custom_object(names.GATING_GROUP, names.GATING_VERSION, namespace,
-                                                              names.GATE_PLURAL, _request_timeout=COMPLETION_TIMEOUT)
+        listed = cluster.custom.list_namespaced_custom_object(names.GATING_GROUP, names.GATING_VERSION,
+                                                              namespace or cluster.namespace, names.GATE_PLURAL,
+                                                              _request_timeout=COMPLETION_TIMEOUT)
         return sorted(metadata(g).get("name", "") for g in listed.get("items") or [])
     except Exception:  # completion shows nothing rather than a traceback
         return []
@@ -426,40 +462,107 @@ def _complete_namespaces(prefix: str, parsed_args: argparse.Namespace, **_) -> l
         return []
 
 
+def _no_candidates(**_) -> list[str]:
+    """For free text (a message): nothing to offer, not the file names argcomplete would."""
+    return []
+
+
+def split_leading(words: list[str]) -> tuple[list[str], list[str]]:
+    """The common flags before the subcommand, and the rest (from the subcommand on). A flag
+    still waiting for its value ends the leading part."""
+    i = 0
+    while i < len(words):
+        word = words[i]
+        name = word.split("=", 1)[0]
+        if name in COMMON_VALUED and "=" not in word:
+            i += 2
+        elif name in COMMON_VALUED or name in COMMON_SWITCHES or (word[:2] in ("-n", "-o") and len(word) > 2):
+            i += 1
+        else:
+            break
+    return words[:min(i, len(words))], words[min(i, len(words)):]
+
+
+def hoist(words: list[str]) -> list[str]:
+    """Common flags given before the subcommand, moved after it (argparse reads them there)."""
+    leading, rest = split_leading(words)
+    return [rest[0], *leading, *rest[1:]] if leading and rest and not rest[0].startswith("-") else words
+
+
 def _finder(parser: argparse.ArgumentParser):
     import argcomplete
     # Flags only once a "-" is typed, as kubectl does.
     return argcomplete.CompletionFinder(parser, always_complete_options=False)
 
 
-def complete_main(argv: list[str] | None = None) -> int:
-    """``kubectl_complete-gate ARGS... PARTIAL``: kubectl's plugin completion protocol. Prints one
-    candidate per line (``value<TAB>help``), then ``:4`` (no file completion by the shell)."""
+def complete(words: list[str], parser: argparse.ArgumentParser) -> tuple[list[tuple[str, str]], int]:
+    """Candidates (value, help) for the last of ``words`` (partial, maybe empty) after the
+    others, and the Cobra directive for the shell."""
     import shlex
-    words = list(sys.argv[1:] if argv is None else argv) or [""]
-    text = " ".join([shlex.quote(w) for w in words[:-1]] + [words[-1]])
-    finder = _finder(build_parser())
+    words = list(words) or [""]
+    head, partial = words[:-1], words[-1]
+    if head and head[-1] in FILE_FLAGS | DIR_FLAGS:
+        return [], FILTER_DIRS if head[-1] in DIR_FLAGS else DEFAULT_COMPLETION  # the shell's own
+    leading, rest = split_leading(head)
+    if leading and not rest:  # only common flags so far: their values and names as any subcommand's
+        head = ["list", *leading] if partial.startswith("-") or leading[-1] in COMMON_VALUED else []
+    else:
+        head = hoist(head)
+    text = " ".join([shlex.quote(w) for w in head] + [partial])
+    finder = _finder(parser)
     matches, state = [], 0
     while (match := finder.rl_complete(text, state)) is not None:
-        matches.append(words[-1] + match[len(text):].rstrip(" "))
+        matches.append(partial + match[len(text):].rstrip(" "))
         state += 1
     helps = finder.get_display_completions()
-    for value in matches:
-        help_text = " ".join((helps.get(value) or "").split())
-        print(f"{value}\t{help_text}" if help_text else value)
-    print(":4")
+    return [(value, " ".join((helps.get(value) or "").split())) for value in matches], NO_FILE_COMPLETION
+
+
+def print_completions(words: list[str], parser: argparse.ArgumentParser, descriptions: bool = True,
+                      offered: frozenset[str] = frozenset()) -> int:
+    """The plugin completion protocol kubectl and flux (Cobra's ``__complete``) share: one
+    candidate a line (``value<TAB>help``), then ``:<directive>``. Always exits 0: either CLI
+    drops every candidate of a plugin that fails. Flag names in ``offered`` are left out: the
+    calling CLI offers them itself."""
+    candidates, directive = complete(words, parser)
+    for value, help_text in candidates:
+        if value in offered:
+            continue
+        print(f"{value}\t{help_text}" if help_text and descriptions else value)
+    print(f":{directive}")
     return EXIT_OK
+
+
+def complete_main(argv: list[str] | None = None) -> int:
+    """``kubectl_complete-gate ARGS... PARTIAL``: kubectl's plugin completion protocol."""
+    return print_completions(list(sys.argv[1:] if argv is None else argv), build_parser())
 
 
 # -- parser -----------------------------------------------------------------------------
 
-def build_parser() -> argparse.ArgumentParser:
+@dataclass(frozen=True)
+class Flavor:
+    """What differs between `kubectl gate` and `flux gate` (admission.cli.flux_gate): the name in
+    help, and the namespace a command uses without -n."""
+
+    prog: str = "kubectl gate"
+    namespace_help: str = "namespace (default: the context's)"
+    default_namespace: Callable[[argparse.Namespace], str | None] | None = None  # None: the context's
+    switches: tuple[tuple[str, str], ...] = ()  # more common flags: (name, help)
+
+
+KUBECTL = Flavor()
+
+
+def build_parser(flavor: Flavor = KUBECTL) -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
     common.add_argument("--context", help="kubeconfig context")
-    common.add_argument("-n", "--namespace", help="namespace (default: the context's)").completer = _complete_namespaces
+    common.add_argument("-n", "--namespace", help=flavor.namespace_help).completer = _complete_namespaces
     common.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
-    parser = argparse.ArgumentParser(prog="kubectl gate", description="Open, close and inspect Flux gates.",
+    for switch, help_text in flavor.switches:
+        common.add_argument(switch, action="store_true", help=help_text)
+    parser = argparse.ArgumentParser(prog=flavor.prog, description="Open, close and inspect Flux gates.",
                                      epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -479,6 +582,7 @@ def build_parser() -> argparse.ArgumentParser:
     for action in ("open", "close"):
         p = sub.add_parser(action, parents=[common], help=f"{action} a gate now (writes the toggle annotation)")
         p.add_argument("name").completer = _complete_gate_names
+        p.add_argument("text", nargs="?", metavar="MESSAGE", help="why, as -m gives it").completer = _no_candidates
         p.add_argument("-m", "--message", help="why: shown in Events, logs and `get`")
         p.add_argument("--requested-by", help="who asks (default: the kubeconfig user)")
         if action == "open":
@@ -504,16 +608,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--days", type=int, default=14, help="how many days, from today in each gate's time zone (default 14)")
     p.add_argument("--gates-dir", help="read gates from YAML files instead of the cluster")
     p.set_defaults(func=cmd_calendar)
+    for p in sub.choices.values():  # on each subcommand: completers see the subcommand's namespace
+        p.set_defaults(default_namespace=flavor.default_namespace)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+def main(argv: list[str] | None = None, parser: argparse.ArgumentParser | None = None) -> int:
+    parser = parser or build_parser()
     import argcomplete
     # Answers the shell's completion request and exits; does nothing otherwise.
     argcomplete.autocomplete(parser, always_complete_options=False)
-    args = parser.parse_args(argv)
+    args = parser.parse_args(hoist(list(sys.argv[1:] if argv is None else argv)))
     try:
+        args.namespace = namespace_of(args)
         return args.func(args)
     except GateError as err:
         print(f"error: {err}", file=sys.stderr)

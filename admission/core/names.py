@@ -44,6 +44,9 @@ GATE_CLOSED_EVENT = "GateClosed"  # also a denied change, on the held object
 REQUIRE_ALL = "all"
 REQUIRE_ONE_OF = "oneOf"
 
+# Where Flux is installed by default, and where the flux CLI works without -n.
+FLUX_SYSTEM_NAMESPACE = "flux-system"
+
 KUSTOMIZE_GROUP = "kustomize.toolkit.fluxcd.io"
 HELM_GROUP = "helm.toolkit.fluxcd.io"
 SOURCE_GROUP = "source.toolkit.fluxcd.io"

@@ -27,6 +27,8 @@ HOLDS = Counter("gate_admission_holds_total",
                 ["kind", "held", "verdict"])  # held: edit|content; verdict: denied|audited|rewritten
 RECEIVER = Counter("gate_admission_receiver_calls_total", "Calls to the open/close receiver.", ["result"])
 EVENTS = Counter("gate_admission_denial_events_total", "Kubernetes Events for denials.", ["result"])
+CALENDAR_BUILDS = Counter("gate_admission_calendar_builds_total",
+                          "Calendar feeds built for GET /calendar.ics by the workers' builder processes.", ["result"])
 ATTEMPTS_SHOWN = Counter("gate_admission_denied_attempts_shown_total",
                          "Denied attempts the webhook showed on their object (Approved=False).", ["result"])
 

@@ -19,7 +19,7 @@ from admission.core import kinds
 from admission.core.decision import CONTENT, Decision, Settings
 from admission.core.references import is_namespace
 from admission.webhook.handlers import Handler, Outcome
-from admission.webhook.feeds import RETRY_AFTER, CalendarFeeds, FeedUnavailable
+from admission.webhook.feeds import DEFAULT_DAYS, DEFAULT_QUERY, FIRST_WAIT, RETRY_AFTER, CalendarFeeds, FeedUnavailable
 from admission.webhook.review import AdmissionReview, ReviewError, allowed, complete, errored, parse_review
 from admission.clock import utcnow
 from admission.store import GateStore, Sources
@@ -204,13 +204,15 @@ def _read_body(environ: dict) -> bytes | None:
 def create_app(store: GateStore, settings: Settings | None = None,
                clock: Callable[[], datetime] = utcnow, receiver: Blueprint | None = None,
                events=None, calendar: bool = True, sources: Sources | None = None, attempts=None,
-               calendar_feeds: CalendarFeeds | None = None) -> Flask:
+               calendar_feeds: CalendarFeeds | None = None, calendar_wait: float = FIRST_WAIT) -> Flask:
     """Build the app around a gate store; ``clock`` is the one place time is read.
     ``receiver`` adds the open/close hooks (admission.receiver); ``events`` records denials
     as Kubernetes Events (admission.events); ``sources`` are the Flux objects the hold points
     look up (what each source serves, HelmReleases; none when not given); ``attempts`` shows
     denied attempts on their objects (admission.kube.attempts); ``calendar_feeds`` serves
-    /calendar.ics (one of this worker's own, built on first use, when not given)."""
+    /calendar.ics (one of this worker's own when not given, where a query with no feed yet waits
+    up to ``calendar_wait`` seconds for its first build); either way the default feed is built
+    as soon as the store is ready."""
     settings = settings or Settings()
     app = Flask("admission")
     if receiver is not None:
@@ -251,7 +253,10 @@ def create_app(store: GateStore, settings: Settings | None = None,
 
     if calendar:
         # Built by a child process, never in this worker, whose loop answers the API server.
-        feeds = app.extensions["calendar_feeds"] = calendar_feeds or CalendarFeeds(lambda: store.index, clock)
+        feeds = app.extensions["calendar_feeds"] = calendar_feeds or CalendarFeeds(
+            lambda: store.index, clock, first_wait=calendar_wait,
+            record=lambda result: metrics.CALENDAR_BUILDS.labels(result).inc())
+        feeds.prebuild(DEFAULT_QUERY, lambda: store.readiness()[0])  # a fresh server's first fetch gets it
 
         @app.get("/calendar.ics")
         def calendar_feed() -> Response:
@@ -260,7 +265,7 @@ def create_app(store: GateStore, settings: Settings | None = None,
             if not ready:
                 return _json({"error": "gate cache not ready; the calendar would be wrong", **detail}, 503)
             try:
-                days = int(request.args.get("days", "14"))
+                days = int(request.args.get("days", DEFAULT_DAYS))
             except ValueError:
                 days = 0
             if not 1 <= days <= MAX_DAYS:

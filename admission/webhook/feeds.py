@@ -8,13 +8,16 @@ request, one child process (``python -m admission.webhook.feeds``, at a lower CP
 sends it a snapshot of the gates; the child answers with the iCalendar bytes. The worker only
 copies bytes and waits on a pipe.
 
-A query (namespace, days) that has no feed yet gets ``503`` with ``Retry-After`` while its first
-build runs; after that its feed is served from memory and rebuilt in the background once it is
-``FEED_TTL`` old, and never served when older than ``STALE_LIMIT`` (a build that keeps failing
-must not publish an old freeze as current). One build runs at a time per worker; at most
-``MAX_FEEDS`` queries wait, and at most ``MAX_FEEDS`` feeds and ``MAX_FEED_BYTES`` are kept; a
-build that takes longer than ``BUILD_SECONDS`` costs its child process, which is replaced on the
-next build.
+The default feed (``GET /calendar.ics`` without parameters, ``DEFAULT_QUERY``) is built as soon
+as the worker's gate cache is ready (``prebuild``), so a fresh server answers its first calendar
+request with the calendar. A query (namespace, days) that has no feed yet waits up to
+``FIRST_WAIT`` seconds for its first build (one request per worker at a time: a waiting request
+holds a thread the API server's reviews need), then gets ``503`` with ``Retry-After``; after
+that its feed is served from memory and rebuilt in the background once it is ``FEED_TTL`` old,
+and never served when older than ``STALE_LIMIT`` (a build that keeps failing must not publish an
+old freeze as current). One build runs at a time per worker; at most ``MAX_FEEDS`` queries wait,
+and at most ``MAX_FEEDS`` feeds and ``MAX_FEED_BYTES`` are kept; a build that takes longer than
+``BUILD_SECONDS`` costs its child process, which is replaced on the next build.
 """
 
 from __future__ import annotations
@@ -42,6 +45,11 @@ MAX_FEEDS = 64  # queries kept or waiting per worker: the namespace comes from t
 MAX_FEED_BYTES = 64 << 20  # feeds kept per worker, in bytes (a year of a hundred busy gates is ~20 MiB)
 BUILD_SECONDS = 120.0  # a build still running after this is abandoned with its child process
 RETRY_AFTER = "10"  # seconds a calendar client is asked to wait for a first build
+FIRST_WAIT = 5.0  # seconds a query with no feed yet waits for its first build before that 503
+MAX_WAITERS = 1  # requests per worker that wait so (the others get the 503 at once)
+READY_POLL = 0.25  # seconds between looks at the gate cache until the default feed can be built
+DEFAULT_DAYS = 14
+DEFAULT_QUERY = ("", DEFAULT_DAYS)  # GET /calendar.ics: every namespace, two weeks
 CHILD_NICENESS = 10  # the child yields the CPU to the workers that answer reviews
 
 _LENGTH = struct.Struct(">I")
@@ -61,13 +69,18 @@ class CalendarFeeds:
 
     def __init__(self, index: Callable[[], GateIndex], clock: Callable[[], datetime],
                  command: list[str] | None = None, build_seconds: float = BUILD_SECONDS,
-                 ttl: float = FEED_TTL, max_feeds: int = MAX_FEEDS):
+                 ttl: float = FEED_TTL, max_feeds: int = MAX_FEEDS, first_wait: float = FIRST_WAIT,
+                 record: Callable[[str], None] = lambda result: None):
         self._index, self._clock = index, clock
-        self._ttl, self._max_feeds = ttl, max_feeds
+        self._ttl, self._max_feeds, self._first_wait = ttl, max_feeds, first_wait
+        self._record = record  # called with "built" or "failed" after each build (a metric)
         self._command = command or [sys.executable, "-m", __name__]
         self._build_seconds = build_seconds
         self._lock = threading.Lock()
         self._wanted = threading.Condition(self._lock)
+        self._built = threading.Condition(self._lock)  # notified when a build ends, either way
+        self._waiters = 0  # requests waiting for a first build
+        self._prebuild: tuple[Query, Callable[[], bool]] | None = None
         self._feeds: OrderedDict[Query, tuple[float, bytes]] = OrderedDict()  # query -> (built at, body)
         self._waiting: OrderedDict[Query, None] = OrderedDict()
         self._failures: dict[Query, tuple[float, str]] = {}  # query -> (failed at, why)
@@ -75,32 +88,68 @@ class CalendarFeeds:
         self._child: subprocess.Popen | None = None
         self._closed = False
 
-    def feed(self, namespace: str, days: int) -> bytes:
-        """The iCalendar body for this query; raise FeedUnavailable while there is none to serve."""
-        query = (namespace, days)
-        now = time.monotonic()
+    def prebuild(self, query: Query, ready: Callable[[], bool]) -> None:
+        """Build ``query`` as soon as ``ready()`` (the gate cache can be trusted), before anyone
+        asks for it: the default feed, at worker start."""
         with self._lock:
-            built_at, body = self._feeds.get(query, (None, b""))
-            servable = built_at is not None and now - built_at < STALE_LIMIT
-            failed_at, failure = self._failures.get(query, (None, ""))
-            retry = failed_at is None or now - failed_at >= self._ttl  # a failing build is not retried per request
-            if retry and (built_at is None or now - built_at >= self._ttl):
+            if self._closed:
+                return
+            self._prebuild = (query, ready)
+            try:
+                self._start_builder()
+            except FeedUnavailable as why:  # the first request starts it, and the prebuild with it
+                log.warning("calendar prebuild postponed", extra={"reason": str(why)})
+                return
+            self._wanted.notify()
+
+    def feed(self, namespace: str, days: int) -> bytes:
+        """The iCalendar body for this query; raise FeedUnavailable while there is none to serve.
+        A query with no feed to serve waits up to ``first_wait`` seconds for the build it starts."""
+        query = (namespace, days)
+        with self._lock:
+            body = self._servable(query, want=True)
+            if body is None and query in self._waiting and 0 < self._first_wait and self._waiters < MAX_WAITERS:
+                self._waiters += 1
                 try:
-                    self._want(query)
-                except FeedUnavailable:
-                    if not servable:
-                        raise
-            if servable:
+                    deadline = time.monotonic() + self._first_wait
+                    while query in self._waiting and not self._closed and (left := deadline - time.monotonic()) > 0:
+                        self._built.wait(left)
+                finally:
+                    self._waiters -= 1
+                body = self._servable(query, want=False)
+            if body is not None:
                 return body
+            _, failure = self._failures.get(query, (None, ""))
         if failure:
             raise FeedUnavailable(f"the calendar could not be built: {failure}")
         raise FeedUnavailable("the calendar is being built; retry shortly")
+
+    def _servable(self, query: Query, want: bool) -> bytes | None:
+        """The feed to serve for ``query`` now, or None; with ``want``, ask for a (re)build when
+        it is due (raises FeedUnavailable when that cannot be queued and there is nothing to serve)."""
+        now = time.monotonic()
+        built_at, body = self._feeds.get(query, (None, b""))
+        servable = built_at is not None and now - built_at < STALE_LIMIT
+        failed_at, _ = self._failures.get(query, (None, ""))
+        retry = failed_at is None or now - failed_at >= self._ttl  # a failing build is not retried per request
+        if want and retry and (built_at is None or now - built_at >= self._ttl):
+            try:
+                self._want(query)
+            except FeedUnavailable:
+                if not servable:
+                    raise
+        return body if servable else None
 
     def _want(self, query: Query) -> None:
         if query in self._waiting:
             return
         if len(self._waiting) >= self._max_feeds:
             raise FeedUnavailable("too many calendar queries are waiting to be built; retry shortly")
+        self._start_builder()
+        self._waiting[query] = None
+        self._wanted.notify()
+
+    def _start_builder(self) -> None:
         if self._builder is None:
             builder = threading.Thread(target=self._build_forever, name="calendar-feeds", daemon=True)
             try:
@@ -108,17 +157,33 @@ class CalendarFeeds:
             except RuntimeError as err:  # "can't start new thread": tried again on the next request
                 raise FeedUnavailable(f"the calendar builder could not start: {err}") from None
             self._builder = builder
-        self._waiting[query] = None
-        self._wanted.notify()
+
+    def _next_query(self) -> Query | None:
+        """The next query to build, waiting for one (None: closed). A prebuild is queued once its
+        store is ready; until then the builder looks again every READY_POLL seconds."""
+        while not self._closed:
+            if self._prebuild is not None:
+                query, ready = self._prebuild
+                try:
+                    is_ready = ready()
+                except Exception:  # a store that cannot say is not ready
+                    log.exception("calendar prebuild: readiness check failed")
+                    is_ready = False
+                if is_ready:
+                    self._prebuild = None
+                    if query not in self._feeds:
+                        self._waiting[query] = None
+            if self._waiting:
+                return next(iter(self._waiting))
+            self._wanted.wait(READY_POLL if self._prebuild is not None else None)
+        return None
 
     def _build_forever(self) -> None:
         while True:
             with self._lock:
-                while not self._waiting and not self._closed:
-                    self._wanted.wait()
-                if self._closed:
+                query = self._next_query()
+                if query is None:
                     return
-                query = next(iter(self._waiting))
             try:
                 body, failure = self._build(query), None
             except Exception as err:  # the child failed or timed out: say so, keep serving the rest
@@ -127,8 +192,13 @@ class CalendarFeeds:
                     return  # close() ended this build
                 log.warning("calendar feed not built", extra={"namespace": query[0], "days": query[1],
                                                                 "reason": failure})
+            try:
+                self._record("failed" if body is None else "built")
+            except Exception:  # a metric must not stop the builder
+                log.exception("calendar build not counted")
             with self._lock:
                 self._waiting.pop(query, None)
+                self._built.notify_all()
                 if body is None:
                     self._failures.pop(query, None)
                     self._failures[query] = (time.monotonic(), failure or "unknown error")
@@ -196,6 +266,7 @@ class CalendarFeeds:
         with self._lock:
             self._closed = True
             self._wanted.notify_all()
+            self._built.notify_all()
         child = self._child
         if child is not None:
             child.kill()  # ends a build in progress: the builder thread sees the pipe close

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import subprocess
 import sys
+import threading
 from datetime import datetime, timezone
 
 import pytest
@@ -106,13 +107,67 @@ def test_no_feed_when_the_server_is_told_not_to(gates_dir, make_app):
     assert make_app(FileStore(gates_dir), calendar=False).test_client().get("/calendar.ics").status_code == 404
 
 
-def test_a_first_build_answers_503_with_retry_after_then_the_feed_is_served(gates_dir, make_app):
+def test_the_default_feed_is_built_as_soon_as_the_store_is_ready_before_anyone_asks(gates_dir, make_app):
     write_gates(gates_dir, GATES)
-    client = make_app(FileStore(gates_dir)).test_client()
-    first = client.get("/calendar.ics")
+    store, built = FileStore(gates_dir), []
+    never_waits = feeds.CalendarFeeds(lambda: store.index, lambda: NOW, first_wait=0, record=built.append)
+    client = make_app(store, calendar_feeds=never_waits).test_client()  # create_app asks for the prebuild
+    assert until(lambda: list(built), bool, timeout=60) == ["built"]
+    first = client.get("/calendar.ics")  # the first request, which does not wait: served from memory
+    assert first.status_code == 200 and len(events(first.data)) == 19  # 5 in flux-system, 14 nights in apps
+
+
+def test_the_prebuild_waits_for_the_gate_cache():
+    index, ready, built = GateIndex(), threading.Event(), []
+    index.replace_all([gate("nightly", "apps", default="closed")], [])
+    calendar_feeds = feeds.CalendarFeeds(lambda: index, lambda: NOW, first_wait=0, record=built.append)
+    try:
+        calendar_feeds.prebuild(feeds.DEFAULT_QUERY, ready.is_set)
+        ready.set()  # the store has listed its gates
+        assert until(lambda: list(built), bool, timeout=60) == ["built"]
+        assert [s for s, _, _ in events(calendar_feeds.feed(*feeds.DEFAULT_QUERY))] == ["Gate apps/nightly closed"]
+    finally:
+        calendar_feeds.close()
+
+
+def test_a_first_query_for_another_feed_waits_for_its_build(gates_dir, make_app):
+    write_gates(gates_dir, GATES)
+    store = FileStore(gates_dir)
+    patient = feeds.CalendarFeeds(lambda: store.index, lambda: NOW, first_wait=120)  # ample: no 503 on a slow machine
+    first = make_app(store, calendar_feeds=patient).test_client().get("/calendar.ics?namespace=apps&days=3")
+    assert first.status_code == 200 and len(events(first.data)) == 3
+
+
+def test_a_first_build_still_running_after_the_wait_answers_503_with_retry_after(gates_dir, make_app):
+    write_gates(gates_dir, GATES)
+    store = FileStore(gates_dir)
+    client = make_app(store, calendar_feeds=feeds.CalendarFeeds(lambda: store.index, lambda: NOW, first_wait=0)).test_client()
+    first = client.get("/calendar.ics?namespace=apps")
     assert first.status_code == 503 and first.headers["Retry-After"] == feeds.RETRY_AFTER
     assert first.json == {"error": "the calendar is being built; retry shortly"}
-    assert len(events(fetch(client, "/calendar.ics").data)) == 19  # 5 in flux-system, 14 nights in apps
+    assert len(events(fetch(client, "/calendar.ics?namespace=apps").data)) == 14
+
+
+def test_the_wait_for_a_first_build_is_bounded_and_one_request_waits_at_a_time():
+    stuck = feeds.CalendarFeeds(GateIndex, lambda: NOW, command=[sys.executable, "-c", "import signal; signal.pause()"],
+                                build_seconds=600, first_wait=0.2)
+    try:
+        assert feed_or_why(stuck, "", 3) == "the calendar is being built; retry shortly"  # waited, in vain
+    finally:
+        stuck.close()
+    stuck = feeds.CalendarFeeds(GateIndex, lambda: NOW, command=[sys.executable, "-c", "import signal; signal.pause()"],
+                                build_seconds=600, first_wait=600)
+    waited: list = []
+    waiting = threading.Thread(target=lambda: waited.append(feed_or_why(stuck, "", 3)))
+    try:
+        waiting.start()
+        until(lambda: stuck._waiters, bool, timeout=30)  # a review thread, held
+        assert feed_or_why(stuck, "", 4) == "the calendar is being built; retry shortly"  # at once: not a second
+        assert waiting.is_alive()
+    finally:
+        stuck.close()  # ends the wait too
+        waiting.join(30)
+    assert waited == ["the calendar is being built; retry shortly"]
 
 
 def test_once_built_a_feed_is_rebuilt_behind_the_scenes_and_never_503_again(gates_dir, make_app):
@@ -201,7 +256,7 @@ def test_a_builder_process_that_dies_or_hangs_is_reported_then_replaced(tmp_path
 def test_queries_waiting_for_a_build_are_bounded(tmp_path):
     index = GateIndex()
     stuck = feeds.CalendarFeeds(lambda: index, lambda: NOW, command=[sys.executable, "-c", "import signal; signal.pause()"],
-                                build_seconds=600)
+                                build_seconds=600, first_wait=0)
     try:
         for days in range(1, feeds.MAX_FEEDS + 1):  # the first is being built, the rest wait
             with pytest.raises(feeds.FeedUnavailable, match="being built"):
@@ -246,7 +301,7 @@ def test_close_stops_a_builder_whose_child_is_still_starting():
     # close() right after the first request races the builder thread's spawn of the child.
     index = GateIndex()
     for _ in range(40):
-        calendar_feeds = feeds.CalendarFeeds(lambda: index, lambda: NOW, build_seconds=600,
+        calendar_feeds = feeds.CalendarFeeds(lambda: index, lambda: NOW, build_seconds=600, first_wait=0,
                                              command=[sys.executable, "-c", "import signal; signal.pause()"])
         with pytest.raises(feeds.FeedUnavailable, match="being built"):
             calendar_feeds.feed("", 14)

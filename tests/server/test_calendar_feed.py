@@ -1,5 +1,6 @@
 """GET /calendar.ics from the real server: built by a niced child of each worker, never in the
-worker that answers reviews (admission.webhook.feeds)."""
+worker that answers reviews (admission.webhook.feeds); the default feed as soon as a worker's
+gate cache is ready, so a fresh server's first calendar request gets the calendar."""
 
 from __future__ import annotations
 
@@ -20,9 +21,14 @@ GATES = [gate("change-freeze", default="opened"),
          gate("flappy", default="opened"), keeper("flaps", "flappy", closed=["*/2 * * * *"])]
 
 
+BUILT = 'gate_admission_calendar_builds_total{result="built"}'
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    with serving_gates_dir(tmp_path_factory.mktemp("calendar"), GATES, "--workers", "2", "--threads", "4") as srv:
+    # --calendar-wait 0: a query with no feed yet answers 503 at once, whatever the machine's speed.
+    with serving_gates_dir(tmp_path_factory.mktemp("calendar"), GATES, "--workers", "2", "--threads", "4",
+                           "--calendar-wait", "0") as srv:
         yield srv
 
 
@@ -47,9 +53,20 @@ def niceness(pid: int) -> int:
     return int(stat[stat.rindex(")") + 2:].split()[16])  # field 19 of proc(5), counted after the name
 
 
+def test_a_fresh_servers_first_calendar_request_gets_the_calendar(tmp_path):
+    with serving_gates_dir(tmp_path, GATES[:2], "--workers", "2", "--calendar-wait", "0") as fresh:
+        # Each worker builds the default feed once its gates are read, before anyone asks: no
+        # request has been made when the two builds are counted.
+        until(fresh.metrics, lambda seen: seen.get(BUILT, 0) >= 2, timeout=60)
+        status, headers, body = get(fresh, "/calendar.ics")  # the first; it does not wait (--calendar-wait 0)
+    assert status == 200 and headers["Content-Type"] == "text/calendar; charset=utf-8"
+    summaries = [str(e["SUMMARY"]) for e in Calendar.from_ical(body).walk("VEVENT")]
+    assert summaries == ["Gate flux-system/change-freeze closed"] * 14  # nightly, for the default 14 days
+
+
 def test_the_feed_is_built_by_a_niced_child_process_while_reviews_go_on(server):
-    assert builders(server) == []  # none until a calendar is asked for
-    status, headers, body = get(server, "/calendar.ics?days=14")
+    # Not the default feed (built at start): this query's first build starts now.
+    status, headers, body = get(server, "/calendar.ics?namespace=flux-system&days=14")
     assert status == 503 and headers["Retry-After"] == "10"
     assert json.loads(body) == {"error": "the calendar is being built; retry shortly"}
     # Reviews are answered while the build runs.
@@ -57,7 +74,8 @@ def test_the_feed_is_built_by_a_niced_child_process_while_reviews_go_on(server):
     deny = orjson.dumps(review(request("UPDATE", changed(held, path="./b"), held)))
     assert server.request("POST", "/validate", deny)[0] == 200
 
-    status, headers, body = until(lambda: get(server, "/calendar.ics?days=14"), lambda r: r[0] != 503, timeout=60)
+    status, headers, body = until(lambda: get(server, "/calendar.ics?namespace=flux-system&days=14"),
+                                  lambda r: r[0] != 503, timeout=60)
     assert status == 200 and headers["Content-Type"] == "text/calendar; charset=utf-8"
     summaries = [str(e["SUMMARY"]) for e in Calendar.from_ical(body).walk("VEVENT")]
     assert summaries.count("Gate flux-system/change-freeze closed") == 14
