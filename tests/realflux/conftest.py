@@ -56,8 +56,11 @@ def flux(plane, webhook, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def gate_controller(plane, webhook, tmp_path_factory):
-    with controller_running(plane, tmp_path_factory.mktemp("realflux-controller"), "realflux") as proc:
+def gate_controller(plane, webhook, flux, tmp_path_factory):
+    """Our controller, announcing holds and releases to the real notification-controller."""
+    with controller_running(plane, tmp_path_factory.mktemp("realflux-controller"), "realflux", "--notify",
+                            "--notify-address", f"http://127.0.0.1:{flux.events_port}/",
+                            "--notify-period", "0") as proc:
         yield proc
 
 
