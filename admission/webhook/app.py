@@ -145,7 +145,7 @@ class Reviews:
             _log_decision(review, outcome, bool(review["request"].get("dryRun")))
         if route.logged:
             if self.events is not None and outcome.decision.held and not outcome.decision.allowed:
-                self.events.record(review["request"], outcome.decision.message or "", now)
+                self.events.record(review["request"])  # which object; its Event says what the API server shows
             if self.attempts is not None and outcome.decision.held_what == CONTENT and not outcome.decision.allowed:
                 self.attempts.record(review["request"])  # only its status write carried it: show it
         payload = orjson.dumps(complete(review, outcome.response))

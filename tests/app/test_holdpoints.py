@@ -144,11 +144,13 @@ def test_a_denied_helmrelease_attempt_is_queued_to_be_shown_nothing_else_is(gate
     write_gates(gates_dir, GATES)
     kube = FakeKube()
     old = kube.add("helmreleases", flux("HelmRelease", gates=HELD, status=hr_status()))
+    # Reviews authenticated by a client certificate: the denied attempt's values are shown.
     attempts = DeniedAttempts(None, FileStore(gates_dir).lookup, Settings(), StaticSources(),
-                              clock=lambda: FIXED_NOW, custom=kube)
+                              clock=lambda: FIXED_NOW, custom=kube, trust_reviews=True)
     app = create_app(FileStore(gates_dir), Settings(), clock=lambda: FIXED_NOW, attempts=attempts)
     client = app.test_client()
-    new = flux("HelmRelease", gates=HELD, status=hr_status(attempted=("6.5.0", "", "sha256:v2")))
+    digest = "sha256:" + "2" * 64
+    new = flux("HelmRelease", gates=HELD, status=hr_status(attempted=("6.5.0", "", digest)))
     assert call(client, "/mutate", old, new)["allowed"] is True
     assert attempts.pending == {}, "a mutation is not a denial"
     assert call(client, "/validate", old, old)["allowed"] is True and attempts.pending == {}
@@ -156,7 +158,7 @@ def test_a_denied_helmrelease_attempt_is_queued_to_be_shown_nothing_else_is(gate
     assert list(attempts.pending) == [("HelmRelease", "apps", "podinfo")]
     assert kube.calls == [], "nothing is written inside the review"
     assert attempts.show(*attempts._next()) == "written"
-    assert content.waiting(kube.get("helmreleases", "apps", "podinfo")).waits == "6.5.0 (values sha256:v2)"
+    assert content.waiting(kube.get("helmreleases", "apps", "podinfo")).waits == f"6.5.0 (values {digest})"
 
 
 def test_an_image_policy_tag_is_held(client_with):
