@@ -38,7 +38,7 @@ def _json(payload: object, status: int = 200) -> Response:
     return Response(orjson.dumps(payload), status=status, mimetype="application/json")
 
 
-def _log_decision(review: AdmissionReview, outcome: Outcome, dry_run: bool) -> None:
+def _log_decision(endpoint: str, review: AdmissionReview, outcome: Outcome, dry_run: bool) -> None:
     decision = outcome.decision
     if not (decision.gated or decision.exempt):
         return
@@ -50,7 +50,7 @@ def _log_decision(review: AdmissionReview, outcome: Outcome, dry_run: bool) -> N
         "operation": req["operation"] + (f"/{req['subResource']}" if req.get("subResource") else ""),
         "user": logs.cap(req["userInfo"].get("username", ""), 300),
         "uid": req["uid"],
-        "verdict": _verdict(outcome),
+        "verdict": _verdict(endpoint, outcome),
         "mode": decision.mode,
         "change": decision.change,
         "held": decision.held_what,  # edit or content (None when nothing is held)
@@ -73,15 +73,20 @@ def _log_decision(review: AdmissionReview, outcome: Outcome, dry_run: bool) -> N
     logs.emit(log, "admission decision", fields)
 
 
-def _verdict(outcome: Outcome) -> str:
+def _verdict(endpoint: str, outcome: Outcome) -> str:
+    """What this endpoint did with the request. ``denied`` and ``audited`` are the validating
+    webhook's: the mutating webhook sees the same held request and only lets it through (with
+    the audit record in audit mode), so counting it there too would count each hold twice."""
     decision, response = outcome.decision, outcome.response
+    if outcome.error:
+        return "error"
     if decision.exempt:
         return "exempt"
     if not response.get("allowed"):
-        return "error" if outcome.error else "denied"
+        return "denied"
     if decision.held and decision.mode == "enforce" and decision.allowed:
         return "rewritten"  # the mutating webhook put the served content back
-    if decision.held:
+    if decision.held and endpoint == VALIDATE.name:
         return "audited"
     return "patched" if "patch" in response else "allowed"
 
@@ -93,7 +98,7 @@ def _count(endpoint: str, review: AdmissionReview, outcome: Outcome, settings: S
     kind_label = kind["kind"] if kinds.is_gated_kind(kind["group"], kind["kind"]) else "other"
     operation = req["operation"] + ("/status" if req.get("subResource") == "status" else "")
     mode = outcome.decision.mode if outcome.decision.held else settings.mode
-    verdict = _verdict(outcome)
+    verdict = _verdict(endpoint, outcome)
     metrics.REVIEWS.labels(endpoint, kind_label, operation, verdict, mode).inc()
     if outcome.decision.held_what and (endpoint == "validate" or verdict == "rewritten"):
         metrics.HOLDS.labels(kind_label, outcome.decision.held_what, verdict).inc()
@@ -141,8 +146,8 @@ class Reviews:
             why = f"gate-admission could not evaluate this request: {err}"
             response = allowed(warnings=[why]) if route.fail_open else errored(why)
             outcome = Outcome(response, Decision(allowed=route.fail_open), error=why)
-        if route.logged or _verdict(outcome) == "rewritten":  # a rewrite is decided in /mutate
-            _log_decision(review, outcome, bool(review["request"].get("dryRun")))
+        if route.logged or _verdict(route.name, outcome) == "rewritten":  # a rewrite is decided in /mutate
+            _log_decision(route.name, review, outcome, bool(review["request"].get("dryRun")))
         if route.logged:
             if self.events is not None and outcome.decision.held and not outcome.decision.allowed:
                 self.events.record(review["request"])  # which object; its Event says what the API server shows
