@@ -189,8 +189,10 @@ def _app_factory(args: argparse.Namespace):
             if args.receiver_token_file:
                 from admission.webhook import receiver as hooks
                 from admission.observability.metrics import RECEIVER
+                # Rate limits in files every worker maps: one limit for the pod, not one per worker.
                 receiver = hooks.blueprint(hooks.TokenFile(args.receiver_token_file), cluster_patcher(api),
-                                           utcnow, record=lambda result: RECEIVER.labels(result).inc())
+                                           utcnow, record=lambda result: RECEIVER.labels(result).inc(),
+                                           limits_dir=getattr(args, "limits_dir", None))
             if args.event_period > 0:
                 from admission.kube.events import DenialEvents
                 events = DenialEvents(api, store.lookup, settings, sources, period=args.event_period)
@@ -236,6 +238,13 @@ def serve(args: argparse.Namespace) -> int:
         except (OSError, ssl.SSLError) as err:
             log.error(f"--client-ca-file {args.client_ca_file}: {err}")
             return 2
+    if args.receiver_token_file:  # the receiver's rate limits, shared by the workers forked below
+        import atexit
+        import shutil
+        import tempfile
+        args.limits_dir = tempfile.mkdtemp(prefix="gate-admission-limits-")
+        master = os.getpid()  # workers exit through atexit too: only the master removes it
+        atexit.register(lambda: os.getpid() == master and shutil.rmtree(args.limits_dir, ignore_errors=True))
     factory = _app_factory(args)
     options = server.options(address=args.address, port=args.port, certfile=str(files.cert), keyfile=str(files.key),
                              workers=args.workers, threads=args.threads, log_level=args.log_level,
