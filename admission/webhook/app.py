@@ -23,7 +23,8 @@ from admission.webhook.feeds import RETRY_AFTER, CalendarFeeds, FeedUnavailable
 from admission.webhook.review import AdmissionReview, ReviewError, allowed, complete, errored, parse_review
 from admission.clock import utcnow
 from admission.store import GateStore, Sources
-from admission.store.calendar import MAX_DAYS
+from admission.core.objects import object_key
+from admission.store.calendar import DEFAULT_DAYS, MAX_DAYS, to_ics
 
 log = logging.getLogger("admission.decisions")
 # The API server refuses request bodies over 3 MiB, so an object it sends us is at most that,
@@ -265,7 +266,7 @@ def create_app(store: GateStore, settings: Settings | None = None,
             if not ready:
                 return _json({"error": "gate cache not ready; the calendar would be wrong", **detail}, 503)
             try:
-                days = int(request.args.get("days", "14"))
+                days = int(request.args.get("days", str(DEFAULT_DAYS)))
             except ValueError:
                 days = 0
             if not 1 <= days <= MAX_DAYS:
@@ -273,6 +274,10 @@ def create_app(store: GateStore, settings: Settings | None = None,
             namespace = request.args.get("namespace") or ""
             if namespace and not is_namespace(namespace):
                 return _json({"error": "namespace must be a namespace's name (a DNS-1123 label)"}, 400)
+            if namespace and not any(object_key(g)[0] == namespace for g in store.index.gates()):
+                # No gates there: nothing to build, and no cache entry for whatever a client asks.
+                return Response(to_ics([], clock()), content_type="text/calendar; charset=utf-8",
+                                headers={"Cache-Control": "max-age=60"})
             try:
                 body = feeds.feed(namespace, days)
             except FeedUnavailable as why:

@@ -12,9 +12,11 @@ A query (namespace, days) that has no feed yet gets ``503`` with ``Retry-After``
 build runs; after that its feed is served from memory and rebuilt in the background once it is
 ``FEED_TTL`` old, and never served when older than ``STALE_LIMIT`` (a build that keeps failing
 must not publish an old freeze as current). One build runs at a time per worker; at most
-``MAX_FEEDS`` queries wait, and at most ``MAX_FEEDS`` feeds and ``MAX_FEED_BYTES`` are kept; a
-build that takes longer than ``BUILD_SECONDS`` costs its child process, which is replaced on the
-next build.
+``MAX_FEEDS`` queries wait, and at most ``MAX_FEEDS`` feeds and ``MAX_FEED_BYTES`` are kept,
+the least recently served going first; a build that takes longer than ``BUILD_SECONDS`` costs
+its child process, which is replaced on the next build. Pinned queries (the default feed, that
+subscribers use) are never evicted and never wait behind the bound: no number of other queries
+can put the real feed back to 503.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from typing import Callable
 import orjson
 
 from admission.core.timefmt import format_distinct_time, parse_time
+from admission.store.calendar import DEFAULT_DAYS
 from admission.store.index import GateIndex
 
 FEED_TTL = 60.0  # seconds a built feed is served before it is rebuilt in the background
@@ -52,6 +55,11 @@ log = logging.getLogger(__name__)
 Query = tuple[str, int]  # (namespace or "" for every namespace, days)
 
 
+def default_query(query: Query) -> bool:
+    """The feed without parameters (every namespace, the default days): pinned by default."""
+    return query == ("", DEFAULT_DAYS)
+
+
 class FeedUnavailable(Exception):
     """No feed can be served for this query now; ``str()`` says why, for the 503's body."""
 
@@ -61,9 +69,10 @@ class CalendarFeeds:
 
     def __init__(self, index: Callable[[], GateIndex], clock: Callable[[], datetime],
                  command: list[str] | None = None, build_seconds: float = BUILD_SECONDS,
-                 ttl: float = FEED_TTL, max_feeds: int = MAX_FEEDS):
+                 ttl: float = FEED_TTL, max_feeds: int = MAX_FEEDS,
+                 pinned: Callable[[Query], bool] = default_query):
         self._index, self._clock = index, clock
-        self._ttl, self._max_feeds = ttl, max_feeds
+        self._ttl, self._max_feeds, self._pinned = ttl, max_feeds, pinned
         self._command = command or [sys.executable, "-m", __name__]
         self._build_seconds = build_seconds
         self._lock = threading.Lock()
@@ -91,6 +100,7 @@ class CalendarFeeds:
                     if not servable:
                         raise
             if servable:
+                self._feeds.move_to_end(query)  # the least recently served go first
                 return body
         if failure:
             raise FeedUnavailable(f"the calendar could not be built: {failure}")
@@ -99,7 +109,7 @@ class CalendarFeeds:
     def _want(self, query: Query) -> None:
         if query in self._waiting:
             return
-        if len(self._waiting) >= self._max_feeds:
+        if len(self._waiting) >= self._max_feeds and not self._pinned(query):
             raise FeedUnavailable("too many calendar queries are waiting to be built; retry shortly")
         if self._builder is None:
             builder = threading.Thread(target=self._build_forever, name="calendar-feeds", daemon=True)
@@ -140,7 +150,10 @@ class CalendarFeeds:
                 self._feeds.move_to_end(query)
                 kept = sum(len(feed) for _, feed in self._feeds.values())
                 while len(self._feeds) > self._max_feeds or (kept > MAX_FEED_BYTES and len(self._feeds) > 1):
-                    kept -= len(self._feeds.popitem(last=False)[1][1])  # the least recently built
+                    victim = next((q for q in self._feeds if not self._pinned(q)), None)  # least recently served
+                    if victim is None:
+                        break
+                    kept -= len(self._feeds.pop(victim)[1])
 
     def _build(self, query: Query) -> bytes:
         namespace, days = query
