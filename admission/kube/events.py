@@ -65,6 +65,20 @@ def event_name(obj_name: str, identity: str, message: str, bucket: int) -> str:
     return f"{obj_name[:200]}.gateclosed.{digest}"
 
 
+def _judged_part(stored: dict | None) -> dict | None:
+    """What a hold is judged on (names, uid, annotations, spec.gates and spec.suspend): a
+    remembered read is a few hundred bytes, whatever the object's values."""
+    if not isinstance(stored, dict):
+        return None
+    meta = metadata(stored)
+    annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
+    spec = stored.get("spec") if isinstance(stored.get("spec"), dict) else {}
+    return {"apiVersion": stored.get("apiVersion"), "kind": stored.get("kind"),
+            "metadata": {key: meta.get(key) for key in ("name", "namespace", "uid")}
+            | {"annotations": {k: v for k, v in annotations.items() if k != names.LAST_APPLIED_ANNOTATION}},
+            "spec": {key: spec[key] for key in ("gates", "suspend") if key in spec}}
+
+
 class DenialEvents:
     """Queues denials from request threads; a background thread verifies them and writes Events."""
 
@@ -154,10 +168,13 @@ class DenialEvents:
             stored = read_stored(get, kinds.BY_KIND[kind], namespace, name, self.versions)
         except _ReadsSpent:
             return False, None
+        stored = _judged_part(stored)
+        now = time.monotonic()
         self.read.pop(key, None)
-        self.read[key] = (time.monotonic(), stored)
-        while len(self.read) > MAX_REMEMBERED:
-            self.read.popitem(last=False)
+        self.read[key] = (now, stored)
+        while self.read and (len(self.read) > MAX_REMEMBERED
+                             or now - next(iter(self.read.values()))[0] >= self.reread_after):
+            self.read.popitem(last=False)  # the oldest read first: it stands for nothing any more
         return True, stored
 
     def _message(self, kind: str, stored: dict, now: datetime) -> str | None:
