@@ -163,11 +163,11 @@ def test_a_denied_helmrelease_attempt_is_queued_to_be_shown_nothing_else_is(gate
 
 def test_an_image_policy_tag_is_held(client_with):
     client = client_with()
-    old = flux("ImagePolicy", gates=HELD, status={"latestRef": {"name": "ghcr.io/a/b", "tag": "1.0"}})
-    new = flux("ImagePolicy", gates=HELD, status={"latestRef": {"name": "ghcr.io/a/b", "tag": "1.1"}})
+    old = flux("ImagePolicy", gates=HELD, status={"latestRef": {"name": "registry.example/a/b", "tag": "1.0"}})
+    new = flux("ImagePolicy", gates=HELD, status={"latestRef": {"name": "registry.example/a/b", "tag": "1.1"}})
     stored, verdict = stored_after(client, old, new)
     assert verdict["allowed"] is True and stored["status"]["latestRef"]["tag"] == "1.0"
-    assert content.waiting(stored).waits == "ghcr.io/a/b:1.1"
+    assert content.waiting(stored).waits == "registry.example/a/b:1.1"
 
 
 def test_a_generated_helmchart_is_held_by_its_helmreleases_gate(client_with):
