@@ -15,7 +15,6 @@ import os
 import re
 import shlex
 import shutil
-import ssl
 import subprocess
 import sys
 import tempfile
