@@ -31,7 +31,7 @@ _HOSTS = [
     ("gcr", "io"), ("registry.k8s", "io"), ("public.ecr", "aws"), ("mcr.microsoft", "com"),
 ]
 HOSTS = sorted({".".join(parts) for parts in _HOSTS}, key=len, reverse=True)
-# A host, not part of a longer name (a mention of "crates.io" as a host, not "mycrates.iox").
+# A host, not part of a longer name ("my-crates.iox" or "notdocker.io.example.com" do not count).
 _PATTERN = re.compile(r"(?<![\w.-])(" + "|".join(re.escape(h) for h in HOSTS) + r")(?![\w-])", re.I)
 
 
