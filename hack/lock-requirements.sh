@@ -23,12 +23,21 @@ trap 'rm -rf "$WORK"' EXIT
 python3 -m venv "$WORK/venv"
 "$WORK/venv/bin/pip" install -q --disable-pip-version-check "uv==$UV_VERSION"
 
+# The package index is this machine's, as pip is configured (pip.conf, PIP_INDEX_URL, ...): no
+# address is written here. uv does not read pip's configuration, so pip's index, when one is
+# set, is handed to uv; without one, uv's own configuration or default applies.
+PIP_INDEX=$("$WORK/venv/bin/pip" config get global.index-url 2>/dev/null || true)
+PIP_INDEX=${PIP_INDEX_URL:-$PIP_INDEX}
+PIP_EXTRA=$("$WORK/venv/bin/pip" config get global.extra-index-url 2>/dev/null || true)
+PIP_EXTRA=${PIP_EXTRA_INDEX_URL:-$PIP_EXTRA}
+[[ -n "$PIP_INDEX" && -z "${UV_DEFAULT_INDEX:-}${UV_INDEX_URL:-}" ]] && export UV_DEFAULT_INDEX="$PIP_INDEX"
+[[ -n "$PIP_EXTRA" && -z "${UV_INDEX:-}${UV_EXTRA_INDEX_URL:-}" ]] && export UV_INDEX="$PIP_EXTRA"
+
 for arch in x86_64 aarch64; do
   # The existing lock, as the output file, is what uv keeps pins from.
   [[ -f requirements.lock ]] && cp requirements.lock "$WORK/$arch.txt"
-  # --no-config: no uv.toml or index settings from this machine; PyPI is the index.
-  "$WORK/venv/bin/uv" pip compile pyproject.toml --quiet --no-config \
-    --index-url https://pypi.org/simple --generate-hashes --only-binary :all: \
+  "$WORK/venv/bin/uv" pip compile pyproject.toml --quiet \
+    --generate-hashes --only-binary :all: \
     --python-version "$PYTHON_VERSION" --python-platform "$arch-manylinux_$GLIBC" \
     --custom-compile-command hack/lock-requirements.sh --output-file "$WORK/$arch.txt" "$@"
 done

@@ -43,6 +43,7 @@ class FakeKube:
     def __init__(self):
         self.store: dict[tuple[str, str, str], dict] = {}
         self.calls: list[tuple[str, tuple]] = []  # every write, in order: (method, key)
+        self.reads: list[tuple[str, str, str]] = []  # every custom object read: (plural, namespace, name)
         self.fail: dict[str, ApiException] = {}  # method name -> the error its next calls raise
         self._versions = itertools.count(1)
         self._generated = itertools.count(1)
@@ -70,6 +71,8 @@ class FakeKube:
     def add(self, resource: str, obj: dict) -> dict:
         """Seed an object (a test's setup), e.g. add("kustomizations", flux(...))."""
         meta = obj["metadata"]
+        if "uid" not in meta:  # as the API server does on create
+            obj = {**obj, "metadata": {**meta, "uid": f"uid-{next(self._generated):05d}"}}
         return self._put(resource, meta.get("namespace", ""), meta["name"], obj)
 
     def get(self, resource: str, namespace: str, name: str) -> dict | None:
@@ -86,6 +89,7 @@ class FakeKube:
 
     def get_namespaced_custom_object(self, group, version, namespace, plural, name) -> dict:
         with self._lock:
+            self.reads.append((plural, namespace, name))
             return copy.deepcopy(self._get(plural, namespace, name))
 
     def patch_namespaced_custom_object(self, group, version, namespace, plural, name, body) -> dict:

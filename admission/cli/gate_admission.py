@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import socket
+import ssl
 import sys
 from pathlib import Path
 
@@ -16,6 +18,7 @@ from admission.kube.notifications import DEFAULT_ADDRESS as NOTIFY_ADDRESS
 from admission.pki import certs
 from admission.observability import logs
 
+log = logging.getLogger("admission.serve")
 
 def _bool_env(flag: str) -> bool:
     return str(_env(flag, "")).lower() in ("1", "true", "yes")
@@ -31,6 +34,10 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--service", default=_env("service", "gate-admission"), help="Service name, for certificate SANs")
     p.add_argument("--namespace", default=_env("namespace", "gate-admission-system"), help="Service namespace, for SANs")
     p.add_argument("--extra-sans", default=_env("extra-sans", ""), help="more certificate names or IPs, comma-separated")
+    p.add_argument("--client-ca-file", default=_env("client-ca-file"),
+                   help="require a client certificate signed by this CA (the API server's, from its "
+                        "AdmissionConfiguration kubeconfig) on every path but /healthz, /readyz, /metrics, "
+                        "/calendar.ics and the receiver; reloaded when it changes")
     add_policy_flags(p)  # --mode, --exempt-users, --exempt-groups
     p.add_argument("--gates-dir", default=_env("gates-dir"), help="read Gates and GateKeepers from YAML files here")
     p.add_argument("--kubeconfig", default=_env("kubeconfig"), help="cluster to read gates from (default: in-cluster)")
@@ -67,6 +74,9 @@ def _add_certs(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--webhook-config", default=_env("webhook-config", "gate-admission"),
                    help="name of the Validating/MutatingWebhookConfiguration to inject into")
     p.add_argument("--renew", action="store_true", help="issue a new serving certificate now (same CA)")
+    p.add_argument("--client-cert", metavar="NAME", default=_env("client-cert"),
+                   help="also issue client.crt and client.key for NAME, signed by the CA in --out: the "
+                        "certificate the API server presents to `serve --client-ca-file`")
     p.add_argument("--kubeconfig", default=_env("kubeconfig"), help="cluster for --secret and --inject")
     p.set_defaults(func=make_certs)
 
@@ -159,6 +169,11 @@ def make_certs(args: argparse.Namespace) -> int:
         files, why = certs.ensure(args.out, _cert_names(args), now, force=args.renew)
         ca_pem, where = files.ca_cert.read_bytes(), str(files.cert)
     print(f"{'issued' if why else 'current'}: {where} ({why or 'valid, not due for renewal'})")
+    if args.client_cert:
+        if args.secret:
+            raise SystemExit("gate-admission certs: --client-cert writes files; use it with --out, not --secret")
+        client_cert, _ = certs.issue_client(args.out, args.client_cert, now)
+        print(f"issued: {client_cert} (client certificate for {args.client_cert!r})")
     if args.inject:
         from admission.kube.certs import inject
         changed = inject(api, ca_pem, args.webhook_config)
@@ -171,12 +186,14 @@ def _app_factory(args: argparse.Namespace):
     settings = policy_settings(args)
     if args.receiver_token_file:
         if args.gates_dir:
-            raise SystemExit("gate-admission: the receiver writes Gates in the cluster; it cannot be used with --gates-dir")
+            log.error("the receiver writes Gates in the cluster; it cannot be used with --gates-dir")
+            raise SystemExit(2)
         from admission.webhook.receiver import TokenFile
         try:
             TokenFile(args.receiver_token_file)
         except (OSError, ValueError) as err:
-            raise SystemExit(f"gate-admission: receiver token: {err}") from None
+            log.error(f"receiver token: {err}")
+            raise SystemExit(2) from None
 
     def factory():
         logs.configure(args.log_level)
@@ -199,15 +216,18 @@ def _app_factory(args: argparse.Namespace):
             if args.receiver_token_file:
                 from admission.webhook import receiver as hooks
                 from admission.observability.metrics import RECEIVER
+                # Rate limits in files every worker maps: one limit for the pod, not one per worker.
                 receiver = hooks.blueprint(hooks.TokenFile(args.receiver_token_file), cluster_patcher(api),
-                                           utcnow, record=lambda result: RECEIVER.labels(result).inc())
+                                           utcnow, record=lambda result: RECEIVER.labels(result).inc(),
+                                           limits_dir=getattr(args, "limits_dir", None))
             if args.event_period > 0:
                 from admission.kube.events import DenialEvents
-                events = DenialEvents(api, period=args.event_period)
+                events = DenialEvents(api, store.lookup, settings, sources, period=args.event_period)
                 events.start()
             from admission.kube.attempts import DeniedAttempts
             # A HelmRelease held for new values shows it only if we write it (docs/design.md).
-            attempts = DeniedAttempts(api, store.lookup, settings, sources)
+            # Its values are shown only when the API server authenticates (docs/operations.md).
+            attempts = DeniedAttempts(api, store.lookup, settings, sources, trust_reviews=bool(args.client_ca_file))
             attempts.start()
         store.start()
         sources.start()
@@ -230,20 +250,34 @@ def serve(args: argparse.Namespace) -> int:
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="gate-admission-metrics-")
     from admission.webhook import server
 
+    logs.configure(args.log_level)  # the master's lines, from the first one, are JSON; workers inherit it
     files = certs.CertFiles(Path(args.cert_dir))
     if args.generate_certs:
         _, renewed = certs.ensure(args.cert_dir, _cert_names(args), utcnow())
         if renewed:
-            print(f"gate-admission: wrote {files.cert} ({renewed}); CA bundle: {files.ca_cert}", file=sys.stderr)
+            log.info("serving certificate written", extra={"certfile": str(files.cert), "why": renewed,
+                                                           "caBundle": str(files.ca_cert)})
     if not files.cert.exists() or not files.key.exists():
-        print(f"gate-admission: no {files.cert} and {files.key}; TLS is required (use --generate-certs "
-              f"or `gate-admission certs`)", file=sys.stderr)
+        log.error(f"no {files.cert} and {files.key}; TLS is required (use --generate-certs or `gate-admission certs`)")
         return 2
-    logs.configure(args.log_level)  # the master's lines; workers inherit it
+    if args.client_ca_file:
+        try:
+            ssl.create_default_context(cafile=args.client_ca_file)
+        except (OSError, ssl.SSLError) as err:
+            log.error(f"--client-ca-file {args.client_ca_file}: {err}")
+            return 2
+    if args.receiver_token_file:  # the receiver's rate limits, shared by the workers forked below
+        import atexit
+        import shutil
+        import tempfile
+        args.limits_dir = tempfile.mkdtemp(prefix="gate-admission-limits-")
+        master = os.getpid()  # workers exit through atexit too: only the master removes it
+        atexit.register(lambda: os.getpid() == master and shutil.rmtree(args.limits_dir, ignore_errors=True))
+    factory = _app_factory(args)
     options = server.options(address=args.address, port=args.port, certfile=str(files.cert), keyfile=str(files.key),
                              workers=args.workers, threads=args.threads, log_level=args.log_level,
-                             shutdown_delay=args.shutdown_delay)
-    server.Server(_app_factory(args), options).run()
+                             shutdown_delay=args.shutdown_delay, client_ca=args.client_ca_file)
+    server.Server(factory, options).run()
     return 0
 
 

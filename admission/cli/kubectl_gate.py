@@ -40,7 +40,10 @@ from admission.webhook import handlers
 
 EXIT_OK, EXIT_DENIED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_FORBIDDEN, EXIT_NO_CLUSTER = range(6)
 # What `check` says of each object: the webhook's answer to the request applying it would make.
-DENIED, AUDITED, ALLOWED = "would be denied", "would be allowed with an audit warning", "allowed"
+# check's verdicts: a stable token for scripts (-o json|yaml "verdict") and the sentence people
+# read (the table's VERDICT column, "verdictText" beside the token).
+DENIED, AUDITED, ALLOWED = "denied", "audited", "allowed"
+VERDICT_TEXT = {DENIED: "would be denied", AUDITED: "would be allowed with an audit warning", ALLOWED: "allowed"}
 
 
 class GateError(Exception):
@@ -353,7 +356,8 @@ def judge(manifest: dict, live: dict | None, user: dict, lookup: Lookup, now: da
     else:
         verdict, message = ALLOWED, outcome.decision.exempt
     return {"kind": request["kind"]["kind"], "namespace": request["namespace"], "name": request["name"],
-            "operation": request["operation"], "verdict": verdict, "message": message}
+            "operation": request["operation"], "verdict": verdict, "verdictText": VERDICT_TEXT[verdict],
+            "message": message}
 
 
 @_api_errors
@@ -383,7 +387,8 @@ def cmd_check(args: argparse.Namespace) -> int:
             raise GateError(f"{kind} {meta['namespace']}/{name}: nests values too deeply to be judged", EXIT_USAGE) from None
 
     def table() -> str:
-        return _table(rows, ["kind", "namespace", "name", "verdict", "message"]) if rows else "no Flux objects in the manifest"
+        shown = [{**row, "verdict": row["verdictText"]} for row in rows]  # the sentence, as before
+        return _table(shown, ["kind", "namespace", "name", "verdict", "message"]) if rows else "no Flux objects in the manifest"
 
     _emit(args, rows, table)
     return EXIT_DENIED if any(r["verdict"] == DENIED for r in rows) else EXIT_OK

@@ -92,6 +92,10 @@ CACHED_KINDS = SOURCE_KINDS | {"HelmRelease"}
 # Whose status the webhook patches (``get`` and ``patch`` on ``<plural>/status``) to show a
 # denied attempt: admission.kube.attempts.
 ATTEMPT_SHOWING_KINDS = frozenset(k.kind for k in FLUX_KINDS if k.shows_denied_attempts)
+# What the webhook reads one object at a time (``get`` on the main resource), off the admission
+# path, before it writes a denial Event about it (a review only names the object):
+# admission.kube.events.
+EVENT_KINDS = frozenset(BY_KIND)
 
 
 def lookup(group: str, kind: str) -> FluxKind | None:

@@ -14,6 +14,7 @@ from admission.core.timefmt import format_time
 
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 # No real object needs more; a bound keeps a 256 KiB annotation from costing seconds per review.
 MAX_REFS = 64
 
@@ -64,9 +65,15 @@ def _ref(text: object, namespace: str) -> GateRef:
     return GateRef(ns, name)
 
 
-def is_namespace(text: str) -> bool:
+def is_namespace(text: object) -> bool:
     """Whether ``text`` can name a Kubernetes namespace (a DNS-1123 label)."""
-    return bool(_NAMESPACE.fullmatch(text))
+    return isinstance(text, str) and bool(_NAMESPACE.fullmatch(text))
+
+
+def is_object_name(text: object) -> bool:
+    """Whether ``text`` can name a namespaced custom object (a DNS-1123 subdomain): no
+    slashes, no ``..``, at most 253 characters."""
+    return isinstance(text, str) and len(text) <= 253 and bool(_SUBDOMAIN.fullmatch(text))
 
 
 def _spec_gates(spec_gates: object, namespace: str) -> tuple[list[GateRef], object]:

@@ -4,21 +4,32 @@ helm-controller records a HelmRelease's new values digest only in the status wri
 validating webhook denies, and emits no Event for that failure (FLUX-WRITES.md): its
 conditions-only writes cannot tell the mutating webhook that new values wait, so nothing
 stored would show the hold. After such a denial the review queues the object here; a
-background thread reads it, judges it again now (the gate may have opened meanwhile) and
-patches the conditions ``core.holdpoints.show_denied_attempt`` returns into its status, with
-the read resourceVersion as a precondition and a fresh read on Conflict (a few times), so a
+background thread reads it (GET), and writes only when an object with the review's uid
+exists, only while it is held now (judged again from the object as stored and this server's
+gate state: the gate may have opened meanwhile), and only what it shows: the conditions
+``core.holdpoints.show_denied_attempt`` returns, patched into its status with the read
+resourceVersion as a precondition and a fresh read on Conflict (a few times), so a
 controller's own condition writes are never overwritten. From then on the mutating webhook
 keeps them on every status write while the object is held (``core.holdpoints``).
 
-Denials of one object queued meanwhile coalesce, and a status that already says it is not
-written again: one denied reconcile (which sends the denied field more than once) makes one
-write, whichever worker or replica gets there first.
+A review is unauthenticated input unless the API server authenticates to us with a client
+certificate (``serve --client-ca-file``): without one, the attempt the review carries (its
+values digest, its chart version) is never written, and what waits comes from the stored
+object alone (an attempt its status records, what its source serves, a condition already
+shown). With one (``trust_reviews``), the denied attempt's fields are shown too, when they
+have the shape Flux writes (a version, ``algorithm:hex`` digests).
+
+Denials of one object queued meanwhile coalesce, a status that already says it is not written
+again, and reads are limited per namespace: one denied reconcile (which sends the denied field
+more than once) makes one write, whichever worker or replica gets there first.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import threading
+import time
 from datetime import datetime
 from typing import Callable
 
@@ -29,8 +40,13 @@ from admission.clock import utcnow
 from admission.core import content
 from admission.core import holdpoints
 from admission.core import kinds
+from admission.core import names
 from admission.core.decision import Lookup, Settings, holds_of
 from admission.core.objects import metadata
+from admission.core.references import is_namespace, is_object_name
+from admission.kube.client import CALL_ERRORS, describe_error
+from admission.kube.fluxobjects import read_stored
+from admission.kube.limits import WindowCounts
 from admission.observability.metrics import ATTEMPTS_SHOWN
 from admission.store import Sources
 
@@ -39,7 +55,27 @@ MERGE = "application/merge-patch+json"
 CONFLICT_STEPS = 5  # as Flux's own patch helper: only Conflict is retried
 MAX_PENDING = 256  # objects waiting to be written; more are dropped (counted), never blocking a review
 
+READ_WINDOW = 10.0  # seconds of the per-namespace read limit's window
+READS_PER_NAMESPACE = 20  # GETs per namespace per READ_WINDOW; further denials there are dropped
+
 Key = tuple[str, str, str]  # kind, namespace, name
+Denied = tuple[str, "dict | None"]  # the stored object's uid, and the attempt when reviews are trusted
+
+# The shapes helm-controller writes: a chart version (semver, "+<hex>" for OCI charts) and
+# "algorithm:hex" digests. Anything else in a trusted review is not shown.
+_VERSION = re.compile(r"[0-9A-Za-z][0-9A-Za-z.+_-]{0,127}")
+_DIGEST = re.compile(r"[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[0-9a-f]{32,128}")
+
+
+def _attempt_shape_ok(attempt: dict) -> bool:
+    status = attempt.get("status") or {}
+    for field, value in status.items():
+        if value in (None, ""):
+            continue
+        pattern = _VERSION if field == names.LAST_ATTEMPTED_REVISION_FIELD else _DIGEST
+        if not isinstance(value, str) or not pattern.fullmatch(value):
+            return False
+    return True
 
 
 class DeniedAttempts:
@@ -47,12 +83,14 @@ class DeniedAttempts:
 
     def __init__(self, api_client: client.ApiClient | None, lookup: Lookup, settings: Settings, sources: Sources, *,
                  clock: Callable[[], datetime] = utcnow, custom: client.CustomObjectsApi | None = None,
-                 max_pending: int = MAX_PENDING):
+                 max_pending: int = MAX_PENDING, trust_reviews: bool = False,
+                 reads_per_namespace: int = READS_PER_NAMESPACE):
         # ``custom`` replaces the API group built from ``api_client`` (tests' fakes).
         self.custom = custom or client.CustomObjectsApi(api_client)
         self.lookup, self.settings, self.sources, self.clock = lookup, settings, sources, clock
-        self.max_pending = max_pending
-        self.pending: dict[Key, dict] = {}  # the latest denied attempt of each object, oldest object first
+        self.max_pending, self.trust_reviews = max_pending, trust_reviews
+        self.reads = WindowCounts(reads_per_namespace)
+        self.pending: dict[Key, Denied] = {}  # the latest denial of each object, oldest object first
         self.versions: dict[str, str] = {}  # kind -> the API version that answered last
         self._cond = threading.Condition()
         self._stopped = threading.Event()
@@ -65,18 +103,21 @@ class DeniedAttempts:
         obj = request.get("object")
         if request.get("dryRun") or row is None or not row.shows_denied_attempts or not isinstance(obj, dict):
             return
-        meta = metadata(obj)
-        key = (row.kind, str(request.get("namespace") or meta.get("namespace") or ""),
-               str(request.get("name") or meta.get("name") or ""))
-        attempt = content.attempt_of(row.kind, obj)  # only what is compared: a review can be megabytes
+        namespace, name = request.get("namespace"), request.get("name") or metadata(obj).get("name")
+        uid = metadata(request.get("oldObject") or obj).get("uid")
+        if not (is_namespace(namespace) and is_object_name(name) and isinstance(uid, str) and 0 < len(uid) <= 128):
+            return  # no API server sends this: nothing to look up
+        key = (row.kind, namespace, name)
+        # Only what is compared (a review can be megabytes), and only when the review is trusted.
+        attempt = content.attempt_of(row.kind, obj) if self.trust_reviews else None
         with self._cond:
             if key not in self.pending and len(self.pending) >= self.max_pending:
                 ATTEMPTS_SHOWN.labels("dropped").inc()
                 return
-            self.pending[key] = attempt
+            self.pending[key] = (uid, attempt)
             self._cond.notify()
 
-    def _next(self) -> tuple[Key, dict] | None:
+    def _next(self) -> tuple[Key, Denied] | None:
         with self._cond:
             while not self.pending and not self._stopped.is_set():
                 self._cond.wait(1.0)
@@ -87,17 +128,7 @@ class DeniedAttempts:
 
     def _read(self, row: kinds.FluxKind, namespace: str, name: str) -> dict | None:
         """The object as stored (through ``<plural>/status``), at the first version served."""
-        known = self.versions.get(row.kind)
-        for version in ([known] if known else []) + [v for v in row.versions if v != known]:
-            try:
-                obj = self.custom.get_namespaced_custom_object_status(row.group, version, namespace, row.plural, name)
-            except ApiException as err:
-                if err.status == 404:
-                    continue
-                raise
-            self.versions[row.kind] = version
-            return obj
-        return None
+        return read_stored(self.custom.get_namespaced_custom_object_status, row, namespace, name, self.versions)
 
     def _held(self, kind: str, stored: dict, now: datetime) -> holdpoints.Held | None:
         """The hold now, as the mutating webhook will judge our write on its way in."""
@@ -105,14 +136,21 @@ class DeniedAttempts:
         return holdpoints.enforced(kind, meta.get("namespace") or "", meta.get("name") or "",
                                    holds_of(stored, self.lookup, now), self.settings)
 
-    def show(self, key: Key, attempt: dict) -> str:
-        """Write the conditions that show ``attempt`` as held on the stored object; the outcome."""
+    def show(self, key: Key, denied: Denied) -> str:
+        """Write the conditions that show what the stored object's hold keeps waiting; the outcome."""
         kind, namespace, name = key
+        uid, attempt = denied
+        if attempt is not None and not _attempt_shape_ok(attempt):
+            attempt = None
         row = kinds.BY_KIND[kind]
+        if not self.reads.charge(namespace, int(time.monotonic() // READ_WINDOW)):
+            return "limited"
         for _ in range(CONFLICT_STEPS):
             stored = self._read(row, namespace, name)
             if stored is None:
                 return "gone"
+            if metadata(stored).get("uid") != uid:
+                return "unverified"  # not the object the review named (or a forged review)
             now = self.clock()
             upstream = content.upstream_of(kind, stored, self.sources.get)
             changes = holdpoints.show_denied_attempt(kind, stored, attempt, self._held(kind, stored, now), now, upstream)
@@ -137,10 +175,9 @@ class DeniedAttempts:
             key, attempt = item
             try:
                 result = self.show(key, attempt)
-            except ApiException as err:
+            except CALL_ERRORS as err:  # one line per failure: no traceback, no retries (kube.client)
                 result = "failed"
-                log.warning("denied attempt not shown", extra={"object": "/".join(key),
-                                                               "error": f"{err.status} {err.reason}"})
+                log.warning("denied attempt not shown", extra={"object": "/".join(key), "error": describe_error(err)})
             except Exception:  # a condition is never worth a dead thread
                 result = "failed"
                 log.exception("denied attempt not shown", extra={"object": "/".join(key)})

@@ -1,4 +1,12 @@
-"""Kubernetes Events for denials, off the admission path and aggregated.
+"""Kubernetes Events for denials, off the admission path, aggregated and bounded.
+
+A review is unauthenticated input: anyone who reaches the port can post one, naming any
+object and carrying any text. So a denial only says *which object to look at*: a background
+thread reads that object from the API server (GET), and writes an Event only when an object
+of that kind, namespace and name exists **with the review's uid**, and only about the hold
+that object shows now (recomputed from it and this server's gate state, never a message or
+name taken from the review). Reads are limited per namespace, new Events per object and per
+namespace, so a flood of reviews costs the API server a bounded number of calls.
 
 A Flux controller retries a held change at every interval, and kubectl users retry by hand:
 one Event per object and message per aggregation period (default 5 minutes), its ``count``
@@ -10,122 +18,253 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import queue
 import threading
 import time
+from collections import OrderedDict
 from datetime import datetime
+from typing import Callable
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from admission.clock import utcnow
+from admission.core import content
+from admission.core import holdpoints
+from admission.core import kinds
 from admission.core import names
+from admission.core.decision import Lookup, Settings, holds_of
 from admission.core.objects import metadata
+from admission.core.references import is_namespace, is_object_name
 from admission.core.timefmt import format_time
+from admission.kube.client import CALL_ERRORS, describe_error
+from admission.kube.fluxobjects import read_stored
+from admission.kube.limits import MAX_KEYS, WindowCounts
 from admission.observability.metrics import EVENTS
+from admission.store import Sources, StaticSources
 
 log = logging.getLogger("admission.events")
 FLUSH_EVERY = 10.0  # seconds between count updates of aggregated Events
+REREAD_AFTER = 10.0  # seconds a read of an object stands for it (repeats within it cost no GET)
+READ_WINDOW = 10.0  # seconds of the per-namespace read limit's window
+READS_PER_NAMESPACE = 20  # GETs per namespace per READ_WINDOW; further denials there are dropped
+EVENTS_PER_OBJECT = 3  # new Events per object per period (its hold's message may change)
+EVENTS_PER_NAMESPACE = 50  # new Events per namespace per period
+MAX_PENDING = 1000  # objects waiting to be read; more are dropped (counted), never blocking a review
+MAX_REMEMBERED = MAX_KEYS  # reads kept
+
+Key = tuple[str, str, str, str]  # kind, namespace, name, uid
+
+
+class _ReadsSpent(Exception):
+    """The namespace's reads for this window are used up."""
 
 
 def event_name(obj_name: str, identity: str, message: str, bucket: int) -> str:
-    """Same object (kind/namespace/name, not uid: a denied CREATE gets a new uid at every
-    attempt), same message, same period: same Event."""
+    """Same object (kind/namespace/name), same message, same period: same Event."""
     digest = hashlib.sha256(f"{identity}\n{message}\n{bucket}".encode()).hexdigest()[:16]
     return f"{obj_name[:200]}.gateclosed.{digest}"
 
 
-class DenialEvents:
-    """Queues denials from request threads; a background thread writes the Events."""
+def _judged_part(stored: dict | None) -> dict | None:
+    """What a hold is judged on (names, uid, annotations, spec.gates and spec.suspend): a
+    remembered read is a few hundred bytes, whatever the object's values."""
+    if not isinstance(stored, dict):
+        return None
+    meta = metadata(stored)
+    annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
+    spec = stored.get("spec") if isinstance(stored.get("spec"), dict) else {}
+    return {"apiVersion": stored.get("apiVersion"), "kind": stored.get("kind"),
+            "metadata": {key: meta.get(key) for key in ("name", "namespace", "uid")}
+            | {"annotations": {k: v for k, v in annotations.items() if k != names.LAST_APPLIED_ANNOTATION}},
+            "spec": {key: spec[key] for key in ("gates", "suspend") if key in spec}}
 
-    def __init__(self, api_client: client.ApiClient | None, period: float = 300.0, max_queue: int = 1000, *,
-                 clock=utcnow, flush_every: float = FLUSH_EVERY, core: client.CoreV1Api | None = None):
-        # ``core`` replaces the API group built from ``api_client`` (tests' fakes).
+
+class DenialEvents:
+    """Queues denials from request threads; a background thread verifies them and writes Events."""
+
+    def __init__(self, api_client: client.ApiClient | None, lookup: Lookup, settings: Settings,
+                 sources: Sources | None = None, period: float = 300.0, max_pending: int = MAX_PENDING, *,
+                 clock: Callable[[], datetime] = utcnow, flush_every: float = FLUSH_EVERY,
+                 reread_after: float = REREAD_AFTER, reads_per_namespace: int = READS_PER_NAMESPACE,
+                 events_per_object: int = EVENTS_PER_OBJECT, events_per_namespace: int = EVENTS_PER_NAMESPACE,
+                 core: client.CoreV1Api | None = None, custom: client.CustomObjectsApi | None = None):
+        # ``core`` and ``custom`` replace the API groups built from ``api_client`` (tests' fakes).
         self.core = core or client.CoreV1Api(api_client)
-        self.clock, self.flush_every = clock, flush_every
-        self.period = period
-        self.queue: queue.Queue = queue.Queue(max_queue)
-        self.pending: dict[tuple[str, str], int] = {}  # (namespace, name) -> repeats not yet counted
+        self.custom = custom or client.CustomObjectsApi(api_client)
+        self.lookup, self.settings = lookup, settings
+        self.sources = sources if sources is not None else StaticSources()
+        self.clock, self.flush_every, self.reread_after = clock, flush_every, reread_after
+        self.period, self.max_pending = period, max_pending
+        self.reads = WindowCounts(reads_per_namespace)
+        self.per_object, self.per_namespace = WindowCounts(events_per_object), WindowCounts(events_per_namespace)
+        self.pending: OrderedDict[Key, int] = OrderedDict()  # objects to look at -> denials seen
+        self.read: OrderedDict[Key, tuple[float, dict | None]] = OrderedDict()  # -> (read at, stored)
+        self.versions: dict[str, str] = {}  # kind -> the API version that answered last
+        self.counts: dict[tuple[str, str], int] = {}  # (namespace, Event name) -> repeats not yet counted
         self.known: dict[tuple[str, str], int] = {}  # Events we know exist -> their period
+        self._cond = threading.Condition()
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def record(self, request: dict, message: str, now: datetime) -> None:
-        """Note a denial; never blocks, never raises (a full queue drops the Event)."""
-        if request.get("dryRun"):
-            return
+    def record(self, request: dict) -> None:
+        """Note a denial: only which object it names (kind, namespace, name, uid), never its text.
+        Never blocks, never raises (a full queue drops it, counted)."""
         try:
-            self.queue.put_nowait((request, message, now))
-        except queue.Full:
-            EVENTS.labels("dropped").inc()
+            key = self._key(request)
+        except (AttributeError, TypeError):
+            key = None
+        if key is None:
+            if not request.get("dryRun"):
+                EVENTS.labels("unverified").inc()
+            return
+        with self._cond:
+            if key not in self.pending and len(self.pending) >= self.max_pending:
+                EVENTS.labels("dropped").inc()
+                return
+            self.pending[key] = self.pending.get(key, 0) + 1
+            self._cond.notify()
 
-    def _body(self, name: str, request: dict, message: str, now: datetime) -> dict:
-        obj = request.get("object") or request.get("oldObject") or {}
-        meta = metadata(obj)
-        kind = request["kind"]
+    @staticmethod
+    def _key(request: dict) -> Key | None:
+        """The object a denial names, if it could name one; None for dry runs and shapes no
+        API server sends (a kind we do not gate, a name that is not an object's)."""
+        if request.get("dryRun"):
+            return None
+        kind = request.get("kind") or {}
+        row = kinds.lookup(kind.get("group", ""), kind.get("kind", ""))
+        # The stored object's uid: the old object's (UPDATE, DELETE); a CREATE's is a new one
+        # that no stored object has, so a denied CREATE makes no Event.
+        meta = metadata(request.get("oldObject") or request.get("object"))
+        namespace, name, uid = request.get("namespace"), request.get("name") or meta.get("name"), meta.get("uid")
+        if row is None or not is_namespace(namespace) or not is_object_name(name):
+            return None
+        if not isinstance(uid, str) or not 0 < len(uid) <= 128:
+            return None
+        return row.kind, namespace, name, uid
+
+    # -- the background thread ------------------------------------------------------------
+    def _next(self, timeout: float) -> tuple[Key, int] | None:
+        with self._cond:
+            if not self.pending and not self._stopped.is_set():
+                self._cond.wait(timeout)
+            if not self.pending or self._stopped.is_set():
+                return None
+            key = next(iter(self.pending))
+            return key, self.pending.pop(key)
+
+    def _stored(self, key: Key) -> tuple[bool, dict | None]:
+        """``(read, object)``: the object as stored (None: no such object), from a read at most
+        ``reread_after`` old, else a GET; ``read`` is False when the namespace's reads are spent."""
+        kind, namespace, name, _ = key
+        remembered = self.read.get(key)
+        if remembered is not None and time.monotonic() - remembered[0] < self.reread_after:
+            return True, remembered[1]
+        def get(*args):  # every call counts: a missing object is asked at each version known
+            if not self.reads.charge(namespace, int(time.monotonic() // READ_WINDOW)):
+                raise _ReadsSpent
+            return self.custom.get_namespaced_custom_object(*args)
+
+        try:
+            stored = read_stored(get, kinds.BY_KIND[kind], namespace, name, self.versions)
+        except _ReadsSpent:
+            return False, None
+        stored = _judged_part(stored)
+        now = time.monotonic()
+        self.read.pop(key, None)
+        self.read[key] = (now, stored)
+        while self.read and (len(self.read) > MAX_REMEMBERED
+                             or now - next(iter(self.read.values()))[0] >= self.reread_after):
+            self.read.popitem(last=False)  # the oldest read first: it stands for nothing any more
+        return True, stored
+
+    def _message(self, kind: str, stored: dict, now: datetime) -> str | None:
+        """The hold the stored object shows now, in the words a denial uses; None when it is
+        not held (or only in audit mode, which denies nothing)."""
+        meta = metadata(stored)
+        parents = (lambda obj: content.generating_releases(obj, self.sources.get)) if kind == "HelmChart" else None
+        held = holdpoints.enforced(kind, meta.get("namespace") or "", meta.get("name") or "",
+                                   holds_of({**stored, "kind": kind}, self.lookup, now, parents), self.settings)
+        return held.message if held is not None else None
+
+    def _body(self, name: str, kind: str, stored: dict, message: str, now: datetime) -> dict:
+        meta = metadata(stored)
+        row = kinds.BY_KIND[kind]
         return {
             "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": name, "namespace": request.get("namespace") or meta.get("namespace")},
-            "involvedObject": {"apiVersion": obj.get("apiVersion") or f"{kind['group']}/{kind['version']}",
-                               "kind": kind["kind"], "namespace": request.get("namespace") or meta.get("namespace"),
-                               "name": request.get("name") or meta.get("name"),
-                               # A denied CREATE's uid names an object that never existed.
-                               **({"uid": meta.get("uid")} if request.get("operation") != "CREATE" else {})},
+            "metadata": {"name": name, "namespace": meta.get("namespace")},
+            "involvedObject": {"apiVersion": stored.get("apiVersion") or f"{row.group}/{self.versions[kind]}",
+                               "kind": kind, "namespace": meta.get("namespace"), "name": meta.get("name"),
+                               "uid": meta.get("uid")},
             "reason": names.GATE_CLOSED_EVENT, "type": "Warning", "message": message[:1024],
             "source": {"component": "gate-admission"}, "reportingComponent": "gate-admission",
             "firstTimestamp": format_time(now), "lastTimestamp": format_time(now), "count": 1,
         }
 
-    def _write(self, request: dict, message: str, now: datetime) -> None:
+    def show(self, key: Key, repeats: int = 1) -> str:
+        """Look at the object a denial named and write (or count) its Event; the outcome."""
+        kind, namespace, name, uid = key
+        read, stored = self._stored(key)
+        if not read:
+            return "limited"
+        if stored is None or metadata(stored).get("uid") != uid:
+            return "unverified"  # no such object: the review was not about a stored object
+        now = self.clock()
+        message = self._message(kind, stored, now)
+        if message is None:
+            return "unheld"
         bucket = int(now.timestamp() // self.period)
-        meta = metadata(request.get("object") or request.get("oldObject"))
-        obj_name = request.get("name") or meta.get("name") or "object"
-        identity = f"{request['kind']['kind']}/{request.get('namespace') or meta.get('namespace')}/{obj_name}"
-        name = event_name(obj_name, identity, message, bucket)
-        key = (request.get("namespace") or meta.get("namespace") or "default", name)
-        if key in self.known:
-            self.pending[key] = self.pending.get(key, 0) + 1
-            EVENTS.labels("aggregated").inc()
-            return
+        event = (namespace, event_name(name, f"{kind}/{namespace}/{name}", message, bucket))
+        if event in self.known:
+            self.counts[event] = self.counts.get(event, 0) + repeats
+            return "aggregated"
+        if not self.per_object.charge(key[:3], bucket) or not self.per_namespace.charge(namespace, bucket):
+            return "limited"
         try:
-            self.core.create_namespaced_event(key[0], self._body(name, request, message, now))
-            EVENTS.labels("created").inc()
+            self.core.create_namespaced_event(namespace, self._body(event[1], kind, stored, message, now))
+            result = "created"
+            repeats -= 1
         except ApiException as err:
             if err.status != 409:
-                EVENTS.labels("failed").inc()
-                log.warning("denial event not recorded", extra={"error": f"{err.status} {err.reason}"})
-                return
-            self.pending[key] = self.pending.get(key, 0) + 1  # another worker made it first
-            EVENTS.labels("aggregated").inc()
-        self.known[key] = bucket
+                raise
+            result = "aggregated"  # another worker made it first
+        if repeats:
+            self.counts[event] = self.counts.get(event, 0) + repeats
+        self.known[event] = bucket
+        return result
 
     def _flush(self, now: datetime) -> None:
-        for key, repeats in list(self.pending.items()):
-            self.pending.pop(key, None)
+        for key, repeats in list(self.counts.items()):
+            self.counts.pop(key, None)
             try:
                 event = self.core.read_namespaced_event(key[1], key[0])
                 event.count = (event.count or 1) + repeats
                 event.last_timestamp = now
                 self.core.replace_namespaced_event(key[1], key[0], event)
-            except ApiException as err:
-                if err.status == 409:  # someone counted at the same time: count ours next flush
-                    self.pending[key] = self.pending.get(key, 0) + repeats
+            except CALL_ERRORS as err:
+                if isinstance(err, ApiException) and err.status == 409:  # counted at the same time: ours next flush
+                    self.counts[key] = self.counts.get(key, 0) + repeats
                 else:
                     EVENTS.labels("failed").inc()
-                    log.warning("denial event count not updated", extra={"error": f"{err.status} {err.reason}"})
+                    log.warning("denial event count not updated", extra={"error": describe_error(err)})
         current = int(now.timestamp() // self.period)
         self.known = {k: b for k, b in self.known.items() if b >= current - 1}
 
     def run(self) -> None:
         last_flush = time.monotonic()
         while not self._stopped.is_set():
-            try:
-                request, message, now = self.queue.get(timeout=1.0)
-                self._write(request, message, now)
-            except queue.Empty:
-                pass
-            except Exception:  # an Event is never worth a dead thread
-                log.exception("denial event failed")
+            item = self._next(timeout=min(1.0, self.flush_every))
+            if item is not None:
+                key, repeats = item
+                try:
+                    result = self.show(key, repeats)
+                except CALL_ERRORS as err:  # one line per failure: no traceback, no retries (kube.client)
+                    result = "failed"
+                    log.warning("denial event not recorded", extra={"object": "/".join(key[:3]),
+                                                                    "error": describe_error(err)})
+                except Exception:  # an Event is never worth a dead thread
+                    result = "failed"
+                    log.exception("denial event failed", extra={"object": "/".join(key[:3])})
+                EVENTS.labels(result).inc()
             if time.monotonic() - last_flush >= self.flush_every:
                 last_flush = time.monotonic()
                 try:
@@ -139,3 +278,5 @@ class DenialEvents:
 
     def stop(self) -> None:
         self._stopped.set()
+        with self._cond:
+            self._cond.notify_all()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from admission.core.kinds import BY_KIND, FLUX_KINDS
+from admission.core.kinds import BY_KIND, FLUX_KINDS, FluxKind
 
 
 class FluxObjects:
@@ -50,3 +50,21 @@ class FluxObjects:
             if err.status == 404:
                 return None
             raise
+
+
+def read_stored(get, row: FluxKind, namespace: str, name: str, versions: dict[str, str]) -> dict | None:
+    """One object as the API server stores it, read with ``get(group, version, namespace,
+    plural, name)`` (the main resource or ``/status``) at the version that answered last, else
+    each version the table knows; None when it does not exist. ``versions`` remembers, per kind,
+    the version that answered."""
+    known = versions.get(row.kind)
+    for version in ([known] if known else []) + [v for v in row.versions if v != known]:
+        try:
+            obj = get(row.group, version, namespace, row.plural, name)
+        except ApiException as err:
+            if err.status == 404:
+                continue
+            raise
+        versions[row.kind] = version
+        return obj
+    return None

@@ -113,6 +113,30 @@ def make_serving_cert(ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Certific
     return key, cert
 
 
+def make_client_cert(ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Certificate, common_name: str,
+                     now: datetime, days: int = SERVING_DAYS) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    """A TLS client certificate (``clientAuth`` only) for ``common_name``, signed by the CA: what
+    the API server presents to ``serve --client-ca-file`` (docs/operations.md)."""
+    key = _key()
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(minutes=5))
+        .not_valid_after(now + timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.KeyUsage(digital_signature=True, key_encipherment=False, key_cert_sign=False,
+                                     crl_sign=False, content_commitment=False, data_encipherment=False,
+                                     key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    return key, cert
+
+
 def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
     return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                              serialization.NoEncryption())
@@ -175,3 +199,16 @@ def ensure(directory: str | os.PathLike, names: list[str], now: datetime,
     _write(files.key, _pem_key(key), 0o600)
     _write(files.cert, cert.public_bytes(serialization.Encoding.PEM), 0o644)
     return files, why
+
+
+def issue_client(directory: str | os.PathLike, common_name: str, now: datetime) -> tuple[Path, Path]:
+    """A client certificate for ``common_name`` signed by the CA in ``directory`` (``ca.crt``,
+    ``ca.key``), written as ``client.crt`` and ``client.key`` there; their paths."""
+    files = CertFiles(Path(directory))
+    ca_cert = x509.load_pem_x509_certificate(files.ca_cert.read_bytes())
+    ca_key = serialization.load_pem_private_key(files.ca_key.read_bytes(), password=None)
+    key, cert = make_client_cert(ca_key, ca_cert, common_name, now)
+    key_path, cert_path = files.directory / "client.key", files.directory / "client.crt"
+    _write(key_path, _pem_key(key), 0o600)
+    _write(cert_path, cert.public_bytes(serialization.Encoding.PEM), 0o644)
+    return cert_path, key_path

@@ -20,6 +20,7 @@ from admission.core.timefmt import format_distinct_time, format_label, format_ti
 from admission.store.index import GateIndex
 
 MAX_DAYS = 366
+DEFAULT_DAYS = 14  # GET /calendar.ics without ?days=, and kubectl gate calendar without --days
 BAR_WIDTH = 84  # characters of timeline: with the indent, a calendar fits 100 columns
 LISTED = 8  # intervals listed under a gate's bar; more are counted
 MAX_EVENTS_PER_GATE = 500  # a feed stays small even for a gate whose schedule flips every few minutes

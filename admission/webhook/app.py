@@ -19,11 +19,12 @@ from admission.core import kinds
 from admission.core.decision import CONTENT, Decision, Settings
 from admission.core.references import is_namespace
 from admission.webhook.handlers import Handler, Outcome
-from admission.webhook.feeds import DEFAULT_DAYS, DEFAULT_QUERY, FIRST_WAIT, RETRY_AFTER, CalendarFeeds, FeedUnavailable
+from admission.webhook.feeds import DEFAULT_QUERY, FIRST_WAIT, RETRY_AFTER, CalendarFeeds, FeedUnavailable
 from admission.webhook.review import AdmissionReview, ReviewError, allowed, complete, errored, parse_review
 from admission.clock import utcnow
 from admission.store import GateStore, Sources
-from admission.store.calendar import MAX_DAYS
+from admission.core.objects import object_key
+from admission.store.calendar import DEFAULT_DAYS, MAX_DAYS, to_ics
 
 log = logging.getLogger("admission.decisions")
 # The API server refuses request bodies over 3 MiB, so an object it sends us is at most that,
@@ -38,7 +39,7 @@ def _json(payload: object, status: int = 200) -> Response:
     return Response(orjson.dumps(payload), status=status, mimetype="application/json")
 
 
-def _log_decision(review: AdmissionReview, outcome: Outcome, dry_run: bool) -> None:
+def _log_decision(endpoint: str, review: AdmissionReview, outcome: Outcome, dry_run: bool) -> None:
     decision = outcome.decision
     if not (decision.gated or decision.exempt):
         return
@@ -50,7 +51,7 @@ def _log_decision(review: AdmissionReview, outcome: Outcome, dry_run: bool) -> N
         "operation": req["operation"] + (f"/{req['subResource']}" if req.get("subResource") else ""),
         "user": logs.cap(req["userInfo"].get("username", ""), 300),
         "uid": req["uid"],
-        "verdict": _verdict(outcome),
+        "verdict": _verdict(endpoint, outcome),
         "mode": decision.mode,
         "change": decision.change,
         "held": decision.held_what,  # edit or content (None when nothing is held)
@@ -73,15 +74,20 @@ def _log_decision(review: AdmissionReview, outcome: Outcome, dry_run: bool) -> N
     logs.emit(log, "admission decision", fields)
 
 
-def _verdict(outcome: Outcome) -> str:
+def _verdict(endpoint: str, outcome: Outcome) -> str:
+    """What this endpoint did with the request. ``denied`` and ``audited`` are the validating
+    webhook's: the mutating webhook sees the same held request and only lets it through (with
+    the audit record in audit mode), so counting it there too would count each hold twice."""
     decision, response = outcome.decision, outcome.response
+    if outcome.error:
+        return "error"
     if decision.exempt:
         return "exempt"
     if not response.get("allowed"):
-        return "error" if outcome.error else "denied"
+        return "denied"
     if decision.held and decision.mode == "enforce" and decision.allowed:
         return "rewritten"  # the mutating webhook put the served content back
-    if decision.held:
+    if decision.held and endpoint == VALIDATE.name:
         return "audited"
     return "patched" if "patch" in response else "allowed"
 
@@ -93,7 +99,7 @@ def _count(endpoint: str, review: AdmissionReview, outcome: Outcome, settings: S
     kind_label = kind["kind"] if kinds.is_gated_kind(kind["group"], kind["kind"]) else "other"
     operation = req["operation"] + ("/status" if req.get("subResource") == "status" else "")
     mode = outcome.decision.mode if outcome.decision.held else settings.mode
-    verdict = _verdict(outcome)
+    verdict = _verdict(endpoint, outcome)
     metrics.REVIEWS.labels(endpoint, kind_label, operation, verdict, mode).inc()
     if outcome.decision.held_what and (endpoint == "validate" or verdict == "rewritten"):
         metrics.HOLDS.labels(kind_label, outcome.decision.held_what, verdict).inc()
@@ -141,11 +147,11 @@ class Reviews:
             why = f"gate-admission could not evaluate this request: {err}"
             response = allowed(warnings=[why]) if route.fail_open else errored(why)
             outcome = Outcome(response, Decision(allowed=route.fail_open), error=why)
-        if route.logged or _verdict(outcome) == "rewritten":  # a rewrite is decided in /mutate
-            _log_decision(review, outcome, bool(review["request"].get("dryRun")))
+        if route.logged or _verdict(route.name, outcome) == "rewritten":  # a rewrite is decided in /mutate
+            _log_decision(route.name, review, outcome, bool(review["request"].get("dryRun")))
         if route.logged:
             if self.events is not None and outcome.decision.held and not outcome.decision.allowed:
-                self.events.record(review["request"], outcome.decision.message or "", now)
+                self.events.record(review["request"])  # which object; its Event says what the API server shows
             if self.attempts is not None and outcome.decision.held_what == CONTENT and not outcome.decision.allowed:
                 self.attempts.record(review["request"])  # only its status write carried it: show it
         payload = orjson.dumps(complete(review, outcome.response))
@@ -265,7 +271,7 @@ def create_app(store: GateStore, settings: Settings | None = None,
             if not ready:
                 return _json({"error": "gate cache not ready; the calendar would be wrong", **detail}, 503)
             try:
-                days = int(request.args.get("days", DEFAULT_DAYS))
+                days = int(request.args.get("days", str(DEFAULT_DAYS)))
             except ValueError:
                 days = 0
             if not 1 <= days <= MAX_DAYS:
@@ -273,6 +279,10 @@ def create_app(store: GateStore, settings: Settings | None = None,
             namespace = request.args.get("namespace") or ""
             if namespace and not is_namespace(namespace):
                 return _json({"error": "namespace must be a namespace's name (a DNS-1123 label)"}, 400)
+            if namespace and not any(object_key(g)[0] == namespace for g in store.index.gates()):
+                # No gates there: nothing to build, and no cache entry for whatever a client asks.
+                return Response(to_ics([], clock()), content_type="text/calendar; charset=utf-8",
+                                headers={"Cache-Control": "max-age=60"})
             try:
                 body = feeds.feed(namespace, days)
             except FeedUnavailable as why:

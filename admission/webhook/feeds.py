@@ -17,7 +17,10 @@ that its feed is served from memory and rebuilt in the background once it is ``F
 and never served when older than ``STALE_LIMIT`` (a build that keeps failing must not publish an
 old freeze as current). One build runs at a time per worker; at most ``MAX_FEEDS`` queries wait,
 and at most ``MAX_FEEDS`` feeds and ``MAX_FEED_BYTES`` are kept; a build that takes longer than
-``BUILD_SECONDS`` costs its child process, which is replaced on the next build.
+``BUILD_SECONDS`` costs its child process, which is replaced on the next build. Feeds are
+evicted least recently served first; pinned queries (the default feed, that subscribers use)
+are never evicted and never wait behind the bound: no number of other queries can put the
+real feed back to 503.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from typing import Callable
 import orjson
 
 from admission.core.timefmt import format_distinct_time, parse_time
+from admission.store.calendar import DEFAULT_DAYS
 from admission.store.index import GateIndex
 
 FEED_TTL = 60.0  # seconds a built feed is served before it is rebuilt in the background
@@ -48,7 +52,6 @@ RETRY_AFTER = "10"  # seconds a calendar client is asked to wait for a first bui
 FIRST_WAIT = 5.0  # seconds a query with no feed yet waits for its first build before that 503
 MAX_WAITERS = 1  # requests per worker that wait so (the others get the 503 at once)
 READY_POLL = 0.25  # seconds between looks at the gate cache until the default feed can be built
-DEFAULT_DAYS = 14
 DEFAULT_QUERY = ("", DEFAULT_DAYS)  # GET /calendar.ics: every namespace, two weeks
 CHILD_NICENESS = 10  # the child yields the CPU to the workers that answer reviews
 
@@ -58,6 +61,11 @@ _BUILT, _FAILED = b"\x00", b"\x01"
 log = logging.getLogger(__name__)
 
 Query = tuple[str, int]  # (namespace or "" for every namespace, days)
+
+
+def default_query(query: Query) -> bool:
+    """The feed without parameters (every namespace, the default days): pinned by default."""
+    return query == ("", DEFAULT_DAYS)
 
 
 class FeedUnavailable(Exception):
@@ -70,9 +78,10 @@ class CalendarFeeds:
     def __init__(self, index: Callable[[], GateIndex], clock: Callable[[], datetime],
                  command: list[str] | None = None, build_seconds: float = BUILD_SECONDS,
                  ttl: float = FEED_TTL, max_feeds: int = MAX_FEEDS, first_wait: float = FIRST_WAIT,
-                 record: Callable[[str], None] = lambda result: None):
+                 record: Callable[[str], None] = lambda result: None,
+                 pinned: Callable[[Query], bool] = default_query):
         self._index, self._clock = index, clock
-        self._ttl, self._max_feeds, self._first_wait = ttl, max_feeds, first_wait
+        self._ttl, self._max_feeds, self._first_wait, self._pinned = ttl, max_feeds, first_wait, pinned
         self._record = record  # called with "built" or "failed" after each build (a metric)
         self._command = command or [sys.executable, "-m", __name__]
         self._build_seconds = build_seconds
@@ -118,6 +127,7 @@ class CalendarFeeds:
                     self._waiters -= 1
                 body = self._servable(query, want=False)
             if body is not None:
+                self._feeds.move_to_end(query)  # the least recently served go first
                 return body
             _, failure = self._failures.get(query, (None, ""))
         if failure:
@@ -143,7 +153,7 @@ class CalendarFeeds:
     def _want(self, query: Query) -> None:
         if query in self._waiting:
             return
-        if len(self._waiting) >= self._max_feeds:
+        if len(self._waiting) >= self._max_feeds and not self._pinned(query):
             raise FeedUnavailable("too many calendar queries are waiting to be built; retry shortly")
         self._start_builder()
         self._waiting[query] = None
@@ -210,7 +220,10 @@ class CalendarFeeds:
                 self._feeds.move_to_end(query)
                 kept = sum(len(feed) for _, feed in self._feeds.values())
                 while len(self._feeds) > self._max_feeds or (kept > MAX_FEED_BYTES and len(self._feeds) > 1):
-                    kept -= len(self._feeds.popitem(last=False)[1][1])  # the least recently built
+                    victim = next((q for q in self._feeds if not self._pinned(q)), None)  # least recently served
+                    if victim is None:
+                        break
+                    kept -= len(self._feeds.pop(victim)[1])
 
     def _build(self, query: Query) -> bytes:
         namespace, days = query

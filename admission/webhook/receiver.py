@@ -1,9 +1,12 @@
 """``POST /hooks/gates/<ns>/<name>/<open|close>``: open and close gates from CI and ChatOps.
 
 Every call needs ``Authorization: Bearer <token>``; the token comes from a file (a mounted
-Secret), re-read when it changes (a deleted file accepts no token), and is compared in constant
-time. The token is checked first; then calls are rate limited per caller (remote address), with
-failed authentications limited apart, so a flood of bad calls cannot lock out good ones.
+Secret), re-read when it changes (a file that is deleted, unreadable, empty or not a file
+accepts no token), and is compared in constant time. The token is checked first; then the
+namespace and name must be a Kubernetes namespace's and object's (DNS-1123); then calls are rate
+limited per caller (remote address), with failed authentications limited apart, so a flood of
+bad calls cannot lock out good ones. Under ``serve`` the limits are shared by every worker of
+the pod (a table in a file all workers map, under a file lock).
 The body is optional JSON: ``{"message": "...", "for": "2h", "requestedBy": "..."}``.
 ``requestedBy`` is what the caller says and is recorded as such: the token proves the call
 came from someone holding it, not who they are (``IDENTITY for 'bob' (unverified)``).
@@ -11,12 +14,17 @@ came from someone holding it, not who they are (``IDENTITY for 'bob' (unverified
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import hmac
 import logging
+import mmap
 import os
+import struct
 import threading
 import time
 from collections import OrderedDict
+from pathlib import Path
 from datetime import datetime
 from typing import Callable
 
@@ -24,6 +32,7 @@ import orjson
 from flask import Blueprint, Response, request
 
 from admission.core import names
+from admission.core.references import is_namespace, is_object_name
 from admission.core.toggles import ACTIONS, toggle_patch
 
 log = logging.getLogger("admission.receiver")
@@ -39,6 +48,7 @@ class TokenFile:
     def __init__(self, path: str):
         self.path = path
         self._stamp: tuple | None = None
+        self._why: str | None = None
         with open(path, "rb") as handle:  # a missing file is an error at start, not later
             self._token = handle.read().strip()
         if not self._token:
@@ -47,19 +57,34 @@ class TokenFile:
     def current(self) -> bytes:
         try:
             st = os.stat(self.path)
-            stamp = (st.st_mtime_ns, st.st_size)
+            stamp = (st.st_mtime_ns, st.st_size, st.st_ino, st.st_mode)
             if stamp != self._stamp:
-                with open(self.path, "rb") as handle:
-                    self._token, self._stamp = handle.read().strip(), stamp
+                with open(self.path, "rb") as handle:  # a directory, a fifo...: refused below
+                    token = handle.read(64 * 1024).strip()
+                if not token:
+                    raise ValueError("the file is empty")
+                self._token, self._stamp = token, stamp
+                self._failing(None)
         except FileNotFoundError:
             # Deleted: revoked. (The kubelet updates a mounted Secret by swapping a symlink,
             # so the file never goes missing during an update.)
-            if self._token:
-                log.warning("receiver token file is gone: no token is accepted", extra={"file": self.path})
-            self._token, self._stamp = b"", None
-        except OSError:
-            pass  # unreadable for a moment: keep the last token
+            self._failing("receiver token file is gone: no token is accepted")
+        except (OSError, ValueError) as err:
+            # Fail closed: a token that cannot be read now is no token, never the last one read
+            # (a file replaced by a directory kept the old token working).
+            self._failing(f"receiver token file cannot be used: no token is accepted ({type(err).__name__}: {err})")
         return self._token
+
+    def _failing(self, why: str | None) -> None:
+        """Accept no token while ``why``; logged once per change of reason."""
+        if why is not None:
+            self._token, self._stamp = b"", None
+        if why != self._why:
+            if why is not None:
+                log.warning(why, extra={"file": self.path})
+            elif self._why is not None:
+                log.info("receiver token file usable again", extra={"file": self.path})
+            self._why = why
 
     def matches(self, header: str | None) -> bool:
         if not header or not header.startswith("Bearer "):
@@ -107,6 +132,54 @@ class CallerLimits:
         return bucket.allow()
 
 
+class SharedCallerLimits:
+    """Token buckets per caller, as ``template`` (rate and burst), shared by every process that
+    opens the same ``path``: gunicorn's workers each answer some calls, and a limit kept per
+    worker would let each of them grant the whole burst. The file is a table of ``slots``
+    buckets (caller hash, tokens, time), mapped by each process and changed under an exclusive
+    lock; callers whose hashes share a slot share nothing: the newer one starts a fresh bucket.
+    ``template.clock`` must be one every process reads alike (time.monotonic is, on Linux)."""
+
+    _SLOT = struct.Struct("<Qdd")
+
+    def __init__(self, path: str | os.PathLike, template: RateLimit, slots: int = MAX_CALLERS):
+        self.path, self.template, self.slots = Path(path), template, slots
+        self._lock = threading.Lock()  # flock does not exclude threads of one process
+        self._pid: int | None = None
+        self._fd = -1
+        self._map: mmap.mmap | None = None
+        size = self._SLOT.size * slots
+        with open(self.path, "ab") as handle:  # the creator sizes it; every opener checks
+            if handle.tell() < size:
+                handle.truncate(size)
+
+    def _mapped(self) -> mmap.mmap:
+        if self._pid != os.getpid():  # opened in this process: a descriptor inherited over fork
+            self._fd = os.open(self.path, os.O_RDWR)  # would share the lock with the parent
+            self._map = mmap.mmap(self._fd, self._SLOT.size * self.slots)
+            self._pid = os.getpid()
+        return self._map
+
+    def allow(self, caller: str) -> bool:
+        key = int.from_bytes(hashlib.blake2b(caller.encode(), digest_size=8).digest(), "big") or 1
+        offset = (key % self.slots) * self._SLOT.size
+        rate, burst = self.template.rate, float(self.template.burst)
+        with self._lock:
+            table = self._mapped()
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            try:
+                now = self.template.clock()
+                stored, tokens, at = self._SLOT.unpack_from(table, offset)
+                if stored != key:
+                    tokens, at = burst, now
+                tokens = min(burst, tokens + max(0.0, now - at) * rate)
+                allowed = tokens >= 1
+                self._SLOT.pack_into(table, offset, key, tokens - 1 if allowed else tokens, now)
+            finally:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+        return allowed
+
+
 def _json(payload: dict, status: int, **headers: str) -> Response:
     return Response(orjson.dumps(payload), status=status, mimetype="application/json", headers=headers)
 
@@ -131,12 +204,18 @@ def _body() -> tuple[dict | None, str | None]:
 
 
 def blueprint(tokens: TokenFile, patch_gate: Callable[[str, str, dict], None], clock: Callable[[], datetime],
-              limit: RateLimit | None = None, record: Callable[[str], None] = lambda result: None) -> Blueprint:
+              limit: RateLimit | None = None, record: Callable[[str], None] = lambda result: None,
+              limits_dir: str | os.PathLike | None = None) -> Blueprint:
     """The receiver's routes; ``patch_gate(namespace, name, patch)`` writes the annotations and
-    raises LookupError for a missing gate, PermissionError when we may not write it."""
+    raises LookupError for a missing gate, PermissionError when we may not write it. With
+    ``limits_dir`` (a directory every worker shares) the rate limits hold across processes."""
     hooks = Blueprint("receiver", __name__)
     limit = limit or RateLimit()
-    callers, failures = CallerLimits(limit), CallerLimits(limit)
+    if limits_dir is not None:
+        callers = SharedCallerLimits(Path(limits_dir) / "receiver-callers", limit)
+        failures = SharedCallerLimits(Path(limits_dir) / "receiver-failures", limit)
+    else:
+        callers, failures = CallerLimits(limit), CallerLimits(limit)
 
     @hooks.post("/hooks/gates/<namespace>/<name>/<action>")
     def toggle(namespace: str, name: str, action: str) -> Response:
@@ -153,6 +232,9 @@ def blueprint(tokens: TokenFile, patch_gate: Callable[[str, str, dict], None], c
                               **{"Retry-After": "1"})
             return answer("unauthorized", {"error": "missing or wrong bearer token"}, 401,
                           **{"WWW-Authenticate": 'Bearer realm="gate-admission"'})
+        if not (is_namespace(namespace) and is_object_name(name)):
+            return answer("bad_request", {"error": "namespace and name must be a Gate's (DNS-1123: lower case "
+                                                   "letters, digits, '-', and '.' in names)"}, 400)
         if not callers.allow(caller):
             return answer("rate_limited", {"error": "too many requests; try again shortly"}, 429, **{"Retry-After": "1"})
         body, problem = _body()

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+import sys
 from typing import Callable
 
 from flask import Flask
 from gunicorn import glogging
 from gunicorn.app.base import BaseApplication
+from gunicorn.arbiter import Arbiter
 
 from admission.webhook.tls import ReloadingContext
 from admission.webhook.worker import PreReadWorker
@@ -51,15 +54,33 @@ class Server(BaseApplication):
     def load(self) -> Flask:
         return self.app_factory()
 
+    # gunicorn prints its own start-up failures as plain text; ours are JSON lines like the rest.
+    def do_load_config(self) -> None:
+        try:
+            self.load_default_config()
+            self.load_config()
+            self.cfg.validate()
+        except Exception as err:
+            logging.getLogger("gunicorn.error").error(f"configuration refused: {err}")
+            sys.exit(1)
+
+    def run(self) -> None:
+        try:
+            Arbiter(self).run()
+        except RuntimeError as err:
+            logging.getLogger("gunicorn.error").error(str(err))
+            sys.exit(1)
+
 
 def worker_class(max_body: int, shutdown_delay: float, tls: ReloadingContext) -> type:
     """Our gthread worker (admission.webhook.worker) with this server's limits and certificate."""
     return type("GateAdmissionWorker", (PreReadWorker,),
-                {"max_body": max_body, "shutdown_delay": shutdown_delay, "tls": tls})
+                {"max_body": max_body, "shutdown_delay": shutdown_delay, "tls": tls,
+                 "client_auth": bool(tls.client_ca)})
 
 
 def options(*, address: str, port: int, certfile: str, keyfile: str, workers: int, threads: int,
-            log_level: str = "info", shutdown_delay: float = 5.0) -> dict:
+            log_level: str = "info", shutdown_delay: float = 5.0, client_ca: str | None = None) -> dict:
     """gunicorn settings for a webhook: gthread, long keep-alive, TLS from reloadable files."""
     from admission.webhook.app import MAX_BODY
 
@@ -69,7 +90,7 @@ def options(*, address: str, port: int, certfile: str, keyfile: str, workers: in
         "threads": threads,
         # gthread whose threads only get requests that have fully arrived: idle and slow
         # clients wait in the event loop, never in a thread (admission/webhook/worker.py).
-        "worker_class": worker_class(MAX_BODY, shutdown_delay, ReloadingContext(certfile, keyfile)),
+        "worker_class": worker_class(MAX_BODY, shutdown_delay, ReloadingContext(certfile, keyfile, client_ca=client_ca)),
         "keepalive": KEEPALIVE_SECONDS,
         # Each worker listens on its own SO_REUSEPORT socket, so the kernel spreads new
         # connections over the workers. With one shared socket the first worker to wake takes

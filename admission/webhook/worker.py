@@ -51,8 +51,27 @@ IO_SECONDS = 10.0  # a thread's socket reads and writes time out (never wait for
 _CONTENT_LENGTH = re.compile(rb"^content-length[ \t]*:[ \t]*([0-9]{1,15})[ \t]*\r?$", re.I | re.M)
 _TRANSFER_ENCODING = re.compile(rb"^transfer-encoding[ \t]*:", re.I | re.M)
 _REVIEW = re.compile(rb"POST /(?:validate|mutate)[ ?]")  # the API server adds ?timeout=...
-_REASONS = {408: "Request Timeout", 411: "Length Required", 413: "Request Entity Too Large",
+_REASONS = {403: "Forbidden", 408: "Request Timeout", 411: "Length Required", 413: "Request Entity Too Large",
             431: "Request Header Fields Too Large"}
+
+
+# What a client without a certificate may still ask for when client certificates are required
+# (``client_auth``): the kubelet's probes, Prometheus, calendar apps, and the receiver (which has
+# its own bearer token). Matched on the raw request target: anything encoded, relative or
+# absolute-form is not public, so it needs a certificate (the safe side of any doubt).
+PUBLIC_PATHS = (b"/healthz", b"/readyz", b"/metrics", b"/calendar.ics")
+PUBLIC_PREFIXES = (b"/hooks/gates/",)
+
+
+def public_target(head: bytes) -> bool:
+    """Whether the request line in ``head`` asks for a path any client may use."""
+    parts = head.split(b"\r\n", 1)[0].split(b" ")
+    if len(parts) != 3:
+        return False
+    path = parts[1].split(b"?", 1)[0]
+    if b"%" in path or b"/." in path or b"//" in path or b"#" in path:
+        return False
+    return path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES)
 
 
 class _Refused(Exception):
@@ -87,6 +106,9 @@ class PreReadWorker(ThreadWorker):
     # replaced while the files are missing would fail to boot and the master would exit; the
     # context in memory is the last good certificate, and serving with it is what we want.
     tls = None
+    # With ``serve --client-ca-file``: a request from a client that did not present a certificate
+    # the TLS context verified is refused (403) before it is parsed, unless its path is public.
+    client_auth = False
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -184,6 +206,8 @@ class PreReadWorker(ThreadWorker):
                     raise _Refused(431, f"request line and headers larger than {MAX_HEAD} bytes")
                 return False
             head = bytes(conn.buf[:end])
+            if self.client_auth and not conn.sock.getpeercert() and not public_target(head):
+                raise _Refused(403, "this path needs a client certificate signed by the server's --client-ca-file")
             if _TRANSFER_ENCODING.search(head):
                 raise _Refused(411, "send a Content-Length; Transfer-Encoding is not accepted")
             lengths = set(_CONTENT_LENGTH.findall(head))

@@ -157,14 +157,17 @@ def test_a_failure_while_judging_denies_on_validate_and_allows_on_mutate():
 
 def test_dry_run_denials_make_no_event(tmp_path):
     from admission.kube.events import DenialEvents
+    from tests.builders import lookup_from
 
-    events = DenialEvents(api_client=None)
-    request_ = request("CREATE", KS, dry_run=True)
-    events.record(request_, "held", FIXED_NOW)
-    assert events.queue.empty()
+    events = DenialEvents(None, lookup_from(), Settings())
+    stored = copy.deepcopy(KS)
+    stored["metadata"]["uid"] = "uid-ks"
+    request_ = request("UPDATE", changed(stored, path="./v2"), stored, dry_run=True)
+    events.record(request_)
+    assert events.pending == {}
     request_["dryRun"] = False
-    events.record(request_, "held", FIXED_NOW)
-    assert events.queue.qsize() == 1
+    events.record(request_)
+    assert list(events.pending.values()) == [1]
 
 
 def test_one_review_of_many_long_invalid_references_writes_a_bounded_log_line(make_client, capfd):

@@ -307,3 +307,27 @@ def test_close_stops_a_builder_whose_child_is_still_starting():
             calendar_feeds.feed("", 14)
         calendar_feeds.close()
         assert not calendar_feeds._builder.is_alive()
+
+
+def test_other_queries_never_evict_the_default_feed():
+    """140 distinct queries (more than the feeds kept) leave the feed subscribers use in place."""
+    index = GateIndex()
+    index.replace_all([gate("nightly", "apps", default="closed")], [])
+    calendar_feeds = feeds.CalendarFeeds(lambda: index, lambda: NOW, ttl=3600)
+    try:
+        default = functools.partial(feed_or_why, calendar_feeds, "", 14)
+        assert isinstance(until(default, lambda got: isinstance(got, bytes), timeout=60), bytes)
+        for days in [d for d in range(1, 142) if d != 14]:
+            other = functools.partial(feed_or_why, calendar_feeds, "", days)
+            assert isinstance(until(other, lambda got: isinstance(got, bytes), timeout=60), bytes), days
+        assert len(calendar_feeds._feeds) <= feeds.MAX_FEEDS
+        assert isinstance(default(), bytes), "the default feed was evicted"
+    finally:
+        calendar_feeds.close()
+
+
+def test_a_namespace_without_gates_gets_an_empty_calendar_at_once_and_no_cache_entry(client):
+    for n in range(5):
+        response = client.get(f"/calendar.ics?namespace=nobody-{n}&days=3")
+        assert response.status_code == 200 and events(response.data) == []
+    assert client.application.extensions["calendar_feeds"]._feeds == {}

@@ -137,6 +137,22 @@ def test_check_offline_reports_each_object_and_exits_1_only_for_a_denial(capsys,
     assert code == 0 and {r["verdict"] for r in json.loads(out)} == {AUDITED, ALLOWED}
 
 
+def test_check_json_says_the_verdict_as_a_stable_token_with_the_sentence_beside_it(capsys, offline):
+    code, out = run(capsys, *offline)
+    rows = {r["name"]: (r["verdict"], r["verdictText"]) for r in json.loads(out)}
+    assert rows == {"frozen": ("denied", "would be denied"),
+                    "audited": ("audited", "would be allowed with an audit warning"),
+                    "free": ("allowed", "allowed")}
+    code, out = run(capsys, *offline[:-2], "-o", "yaml")
+    assert {r["name"]: r["verdict"] for r in yaml.safe_load(out)} == {"frozen": "denied", "audited": "audited",
+                                                                      "free": "allowed"}
+    code, table = run(capsys, *offline[:-2])  # the table is for people: the sentence, as before
+    lines = table.splitlines()
+    assert lines[0].split() == ["KIND", "NAMESPACE", "NAME", "VERDICT", "MESSAGE"]
+    frozen = next(line for line in lines if " frozen " in line)
+    assert frozen[lines[0].index("VERDICT"):].startswith("would be denied  ") and "verdictText" not in table
+
+
 def test_check_takes_the_servers_exempt_lists_from_flags_or_the_same_variables(capsys, offline, monkeypatch):
     code, out = run(capsys, *offline, "--as", "bob", "--exempt-users", "bob")
     assert code == 0 and all(r["message"] in ("user 'bob' is exempt",) for r in json.loads(out))

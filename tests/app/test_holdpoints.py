@@ -144,11 +144,13 @@ def test_a_denied_helmrelease_attempt_is_queued_to_be_shown_nothing_else_is(gate
     write_gates(gates_dir, GATES)
     kube = FakeKube()
     old = kube.add("helmreleases", flux("HelmRelease", gates=HELD, status=hr_status()))
+    # Reviews authenticated by a client certificate: the denied attempt's values are shown.
     attempts = DeniedAttempts(None, FileStore(gates_dir).lookup, Settings(), StaticSources(),
-                              clock=lambda: FIXED_NOW, custom=kube)
+                              clock=lambda: FIXED_NOW, custom=kube, trust_reviews=True)
     app = create_app(FileStore(gates_dir), Settings(), clock=lambda: FIXED_NOW, attempts=attempts)
     client = app.test_client()
-    new = flux("HelmRelease", gates=HELD, status=hr_status(attempted=("6.5.0", "", "sha256:v2")))
+    digest = "sha256:" + "2" * 64
+    new = flux("HelmRelease", gates=HELD, status=hr_status(attempted=("6.5.0", "", digest)))
     assert call(client, "/mutate", old, new)["allowed"] is True
     assert attempts.pending == {}, "a mutation is not a denial"
     assert call(client, "/validate", old, old)["allowed"] is True and attempts.pending == {}
@@ -156,16 +158,16 @@ def test_a_denied_helmrelease_attempt_is_queued_to_be_shown_nothing_else_is(gate
     assert list(attempts.pending) == [("HelmRelease", "apps", "podinfo")]
     assert kube.calls == [], "nothing is written inside the review"
     assert attempts.show(*attempts._next()) == "written"
-    assert content.waiting(kube.get("helmreleases", "apps", "podinfo")).waits == "6.5.0 (values sha256:v2)"
+    assert content.waiting(kube.get("helmreleases", "apps", "podinfo")).waits == f"6.5.0 (values {digest})"
 
 
 def test_an_image_policy_tag_is_held(client_with):
     client = client_with()
-    old = flux("ImagePolicy", gates=HELD, status={"latestRef": {"name": "ghcr.io/a/b", "tag": "1.0"}})
-    new = flux("ImagePolicy", gates=HELD, status={"latestRef": {"name": "ghcr.io/a/b", "tag": "1.1"}})
+    old = flux("ImagePolicy", gates=HELD, status={"latestRef": {"name": "registry.example/a/b", "tag": "1.0"}})
+    new = flux("ImagePolicy", gates=HELD, status={"latestRef": {"name": "registry.example/a/b", "tag": "1.1"}})
     stored, verdict = stored_after(client, old, new)
     assert verdict["allowed"] is True and stored["status"]["latestRef"]["tag"] == "1.0"
-    assert content.waiting(stored).waits == "ghcr.io/a/b:1.1"
+    assert content.waiting(stored).waits == "registry.example/a/b:1.1"
 
 
 def test_a_generated_helmchart_is_held_by_its_helmreleases_gate(client_with):

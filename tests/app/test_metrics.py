@@ -112,3 +112,43 @@ def test_a_failed_handler_is_an_error_fail_closed_on_validate_and_open_on_mutate
     assert samples(client)[errors] == before + 1
     mutated = client.post("/mutate", data=orjson.dumps(doc), content_type="application/json").get_json()["response"]
     assert mutated["allowed"] is True and "lookup exploded" in mutated["warnings"][0]
+
+
+def _reviews(client, endpoint: str, verdict: str, mode: str = "enforce", operation: str = "UPDATE") -> float:
+    return samples(client).get(f'gate_admission_reviews_total{{endpoint="{endpoint}",kind="Kustomization",'
+                               f'mode="{mode}",operation="{operation}",verdict="{verdict}"}}', 0.0)
+
+
+def test_mutate_counts_what_it_did_a_hold_is_denied_or_audited_once_at_validate(make_client):
+    held = flux(gates="flux-system/sre-approval")
+    doc = review(request("UPDATE", changed(held, path="./b"), held))
+    for mode, validated, mutated in (("enforce", "denied", "allowed"), ("audit", "audited", "patched")):
+        client = make_client([gate("sre-approval", default="closed", mode=mode)])
+        before = {(e, v): _reviews(client, e, v, mode) for e in ("validate", "mutate")
+                  for v in ("denied", "audited", "allowed", "patched")}
+        post(client, doc)
+        client.post("/mutate", data=orjson.dumps(doc), content_type="application/json")
+        moved = {key: _reviews(client, *key, mode) - value for key, value in before.items()}
+        assert {key for key, delta in moved.items() if delta} == {("validate", validated), ("mutate", mutated)}, \
+            (mode, moved)
+
+
+def test_a_failed_mutation_counts_as_an_error(gates_dir):
+    app = create_app(BrokenStore(gates_dir))
+    client = app.test_client()
+    obj = flux(gates="flux-system/g")
+    doc = review(request("UPDATE", changed(obj, path="./b"), obj))
+    errors = ('gate_admission_reviews_total{endpoint="mutate",kind="Kustomization",mode="enforce",'
+              'operation="UPDATE",verdict="error"}')
+    before = samples(client).get(errors, 0.0)
+    assert client.post("/mutate", data=orjson.dumps(doc), content_type="application/json").status_code == 200
+    assert samples(client)[errors] == before + 1
+
+
+def test_the_dashboard_counts_each_denied_or_audited_change_once():
+    # Both webhooks see a held request; only the validating one decides it.
+    for panel in json.loads(DASHBOARD.read_text())["panels"]:
+        for target in panel["targets"]:
+            for matchers in re.findall(r"gate_admission_reviews_total\{([^}]*)\}", target["expr"]):
+                if re.search(r'verdict=~?"[^"]*(denied|audited)', matchers):
+                    assert 'endpoint="validate"' in matchers, (panel["title"], target["expr"])

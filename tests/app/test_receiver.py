@@ -19,9 +19,10 @@ class Gates:
 
     def __init__(self, existing=("flux-system/bypass-signoff",)):
         self.existing, self.patches = set(existing), []
+        self.accept_all = False  # a writer that would send whatever it is given to the API server
 
     def patch(self, namespace, name, patch):
-        if f"{namespace}/{name}" not in self.existing:
+        if not self.accept_all and f"{namespace}/{name}" not in self.existing:
             raise LookupError(name)
         self.patches.append((namespace, name, patch))
 
@@ -147,3 +148,78 @@ def test_a_missing_or_empty_token_file_is_an_error(tmp_path):
     (tmp_path / "empty").write_text("\n")
     with pytest.raises(ValueError, match="empty"):
         TokenFile(str(tmp_path / "empty"))
+
+
+@pytest.mark.parametrize("gate_path", ["../bypass-signoff", "%2e%2e/bypass-signoff", "flux-system/..",
+                                       "flux-system/%2E%2E", "Flux-System/bypass-signoff", "flux-system/a%20b",
+                                       "flux-system/" + "a" * 254, "-x/bypass-signoff", "flux-system/a..b"])
+def test_a_namespace_or_name_that_is_not_a_gates_is_refused_before_anything_else(receiver, gate_path):
+    client, gates, results, _ = receiver
+    gates.accept_all = True
+    resp = call(client, gate=gate_path)
+    assert resp.status_code in (400, 404), resp.status_code  # 404: the router found no such route
+    assert gates.patches == []
+    if resp.status_code == 400:
+        assert "DNS-1123" in resp.get_json()["error"] and results == ["bad_request"]
+
+
+def test_dot_dot_as_the_namespace_never_reaches_the_gate_writer(receiver):
+    client, gates, results, _ = receiver
+    gates.accept_all = True
+    resp = client.post("/hooks/gates/%2E%2E/bypass-signoff/open", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert resp.status_code == 400 and gates.patches == [] and results == ["bad_request"]
+
+
+def test_a_token_file_replaced_by_a_directory_accepts_no_token_and_says_why(receiver, caplog):
+    client, gates, results, token_file = receiver
+    assert call(client).status_code == 200
+    token_file.unlink()
+    token_file.mkdir()
+    with caplog.at_level("WARNING", logger="admission.receiver"):
+        assert call(client).status_code == 401
+        assert call(client).status_code == 401
+    [why] = [r.getMessage() for r in caplog.records if r.name == "admission.receiver"]  # once, not per call
+    assert "no token is accepted" in why and "IsADirectoryError" in why
+    token_file.rmdir()
+    token_file.write_text("a-new-token\n")
+    assert call(client, token="a-new-token").status_code == 200
+
+
+def test_an_emptied_token_file_accepts_no_token(receiver):
+    client, _, _, token_file = receiver
+    token_file.write_text("\n")
+    assert call(client).status_code == 401 and call(client, token="").status_code == 401
+
+
+WORKER = """
+import sys
+from admission.webhook.app import create_app
+from admission.webhook.receiver import RateLimit, TokenFile, blueprint
+from admission.store.files import FileStore
+from tests.conftest import FIXED_NOW
+token, gates, shared, calls = sys.argv[1:5]
+hooks = blueprint(TokenFile(token), lambda ns, name, patch: None, lambda: FIXED_NOW,
+                  RateLimit(rate=0.0, burst=10), limits_dir=shared)
+client = create_app(FileStore(gates), receiver=hooks).test_client()
+codes = [client.post("/hooks/gates/flux-system/bypass-signoff/open",
+                     headers={"Authorization": "Bearer %s" % open(token).read().strip()}).status_code
+         for _ in range(int(calls))]
+print(codes.count(200))
+"""
+
+
+def test_the_rate_limit_holds_across_worker_processes(tmp_path, gates_dir):
+    """Two processes (gunicorn's workers) share one limit: bursts of 10 for the pod, not per worker."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    token = tmp_path / "token"
+    token.write_text(TOKEN)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    repo = Path(__file__).resolve().parents[2]
+    workers = [subprocess.Popen([sys.executable, "-c", WORKER, str(token), str(gates_dir), str(shared), "30"],
+                                cwd=repo, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    granted = [int(worker.communicate(timeout=120)[0].strip() or 0) for worker in workers]
+    assert sum(granted) == 10, granted

@@ -48,7 +48,7 @@ def git_repository(name: str, namespace: str = "flux-system", *, gates: str | No
 def oci_repository(name: str, namespace: str = "flux-system", *, gates: str | None = None) -> str:
     return yaml.safe_dump({"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "OCIRepository",
                            "metadata": _meta(name, namespace, gates, None, None),
-                           "spec": {"interval": "5m", "url": "oci://ghcr.io/stefanprodan/manifests/podinfo",
+                           "spec": {"interval": "5m", "url": "oci://registry.example/stefanprodan/manifests/podinfo",
                                     "ref": {"semver": "6.0.x"}}})
 
 

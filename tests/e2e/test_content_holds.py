@@ -415,7 +415,7 @@ def test_a_values_only_change_during_a_freeze_shows_as_held_and_lands_when_the_g
 def test_an_image_policy_keeps_its_tag_until_the_gate_opens(plane, server, flux):
     repo = {"apiVersion": "image.toolkit.fluxcd.io/v1", "kind": "ImageRepository",
             "metadata": {"name": "podinfo-d", "namespace": "flux-system"},
-            "spec": {"image": "ghcr.io/example/podinfo", "interval": "10m"}}
+            "spec": {"image": "registry.example/example/podinfo", "interval": "10m"}}
     policy = {"apiVersion": "image.toolkit.fluxcd.io/v1", "kind": "ImagePolicy",
               "metadata": {"name": "podinfo-d", "namespace": "flux-system",
                            "annotations": {"gating.toolkit.fluxcd.io/gates": "flux-system/approve-d"}},
@@ -433,10 +433,10 @@ def test_an_image_policy_keeps_its_tag_until_the_gate_opens(plane, server, flux)
     stored = until(lambda: status(plane, "imagepolicy", "podinfo-d", "flux-system"),
                    lambda s: cond(s, "Blocked").get("status") == "True")
     assert stored["latestRef"]["tag"] == "1.0.0", stored
-    assert "ghcr.io/example/podinfo:1.1.0 waits" in cond(stored, "Blocked")["message"], stored
+    assert "registry.example/example/podinfo:1.1.0 waits" in cond(stored, "Blocked")["message"], stored
     waiting = json.loads(kubectl_gate(plane, "get", "approve-d", "-n", "flux-system", "-o", "json").stdout)["waiting"]
     assert [(w["kind"], w["waits"], w["serves"]) for w in waiting] == \
-        [("ImagePolicy", "ghcr.io/example/podinfo:1.1.0", "ghcr.io/example/podinfo:1.0.0")]
+        [("ImagePolicy", "registry.example/example/podinfo:1.1.0", "registry.example/example/podinfo:1.0.0")]
     assert flux.image.errors("flux-system", "podinfo-d") == [] or \
         all("no tag matches" in e for e in flux.image.errors("flux-system", "podinfo-d"))
 

@@ -85,7 +85,8 @@ def can_i(plane, user: str, *args: str) -> bool:
       ("create", "events", "-n", "apps"), ("watch", "gitrepositories.source.toolkit.fluxcd.io", "-A"),
       ("list", "helmcharts.source.toolkit.fluxcd.io", "-A"), ("watch", "helmreleases.helm.toolkit.fluxcd.io", "-A"),
       ("patch", "helmreleases.helm.toolkit.fluxcd.io", "--subresource=status", "-n", "apps"),
-      ("get", "helmreleases.helm.toolkit.fluxcd.io", "--subresource=status", "-n", "apps")],
+      ("get", "helmreleases.helm.toolkit.fluxcd.io", "--subresource=status", "-n", "apps"),
+      ("get", "kustomizations.kustomize.toolkit.fluxcd.io", "-n", "apps")],  # read before its denial Event
      [("get", "secrets", "-A"), ("list", "secrets", "-n", NS), ("patch", "gates.gating.toolkit.fluxcd.io", "-A"),
       ("patch", "helmreleases.helm.toolkit.fluxcd.io", "-n", "apps"),
       ("update", "helmreleases.helm.toolkit.fluxcd.io", "--subresource=status", "-n", "apps"),

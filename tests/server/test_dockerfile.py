@@ -15,11 +15,10 @@ import os
 import re
 import shlex
 import shutil
-import ssl
 import subprocess
 import sys
+import tempfile
 import tomllib
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,7 +33,6 @@ from tests.processes import GateServer, Process, free_port
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "Dockerfile"
 LOCK = REPO / "requirements.lock"
-PYPI = "https://pypi.org/simple/pip/"
 
 
 # --- reading the Dockerfile: instructions one per logical line, stages split at FROM ---------
@@ -217,24 +215,29 @@ def test_dockerignore_sends_what_the_build_copies_and_nothing_private():
 
 # --- replaying the builder, then running the image's command ------------------------------
 
-# The machine's way out to the network stays; its pip configuration (local indexes, find-links,
-# constraints) does not: the image build has none, so neither does the replay.
-PIP_NETWORK = {"PIP_CERT", "PIP_CLIENT_CERT", "PIP_PROXY", "PIP_TRUSTED_HOST", "PIP_DEFAULT_TIMEOUT", "PIP_RETRIES"}
+# The machine's package sources stay (pip.conf, PIP_INDEX_URL, find-links, certificates, proxy):
+# the image's pip gets its packages from the registry its builder is configured with, and the
+# replay from the one this machine is; no address is named here. What would change *what* is
+# installed rather than where from (constraints, --user, a target) is dropped.
+PIP_DROPPED = {"PIP_CONSTRAINT", "PIP_REQUIREMENT", "PIP_USER", "PIP_TARGET", "PIP_PREFIX", "PIP_ROOT",
+               "PIP_REQUIRE_VIRTUALENV", "PIP_NO_BINARY", "PIP_ONLY_BINARY", "PIP_PRE", "PIP_UPGRADE"}
 
 
 def _clean_env() -> dict[str, str]:
-    env = {key: value for key, value in os.environ.items()
-           if key not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME") and (not key.startswith("PIP_") or key in PIP_NETWORK)}
-    env["PIP_CONFIG_FILE"] = os.devnull  # no pip.conf at all
-    return env
+    return {key: value for key, value in os.environ.items()
+            if key not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME") and key not in PIP_DROPPED}
 
 
-def _pypi_unreachable() -> str | None:
-    context = ssl.create_default_context(cafile=os.environ.get("PIP_CERT") or None)
-    try:
-        urllib.request.urlopen(urllib.request.Request(PYPI, method="HEAD"), timeout=15, context=context).close()
-    except OSError as err:
-        return f"PyPI unreachable ({PYPI}: {err}); the image's install step cannot be replayed"
+def _packages_unreachable() -> str | None:
+    """Why pip cannot fetch a pinned package of the lock from this machine's sources, if so."""
+    name, (version, _) = next(iter(_lock().items()))
+    with tempfile.TemporaryDirectory() as scratch:
+        fetched = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                                  "--quiet", "--dest", scratch, f"{name}=={version}"],
+                                 capture_output=True, text=True, timeout=180, env=_clean_env())
+    if fetched.returncode != 0:
+        return (f"pip cannot fetch {name}=={version} from this machine's configured sources; the image's "
+                f"install step cannot be replayed: {fetched.stderr.strip()[-500:]}")
     return None
 
 
@@ -313,7 +316,7 @@ def image(tmp_path_factory) -> Image:
     wanted = re.match(r"python:(\d+\.\d+)", builder.base)[1]
     if f"{sys.version_info.major}.{sys.version_info.minor}" != wanted:
         pytest.skip(f"the image runs Python {wanted}; this is {sys.version.split()[0]}")
-    reason = _pypi_unreachable()
+    reason = _packages_unreachable()
     if reason:
         pytest.skip(reason)
     tmp = tmp_path_factory.mktemp("image")

@@ -103,6 +103,22 @@ def test_serve_refuses_to_start_without_certificates(tmp_path):
     result = subprocess.run([str(BIN / "gate-admission"), "serve", "--cert-dir", str(tmp_path / "none"),
                              "--gates-dir", str(tmp_path)], capture_output=True, text=True, timeout=30)
     assert result.returncode == 2 and "TLS is required" in result.stderr
+    assert [orjson.loads(line)["level"] for line in result.stderr.splitlines()] == ["error"]
+
+
+def test_every_line_the_server_writes_is_json_from_the_first(tmp_path):
+    # --generate-certs writes new certificates: the first line says so, as JSON too.
+    with serving_gates_dir(tmp_path, [gate("g")], "--workers", "1") as srv:
+        assert srv.request("GET", "/healthz")[0] == 200
+    lines = srv.log().splitlines()
+    assert lines, "the server wrote nothing"
+    entries = []
+    for line in lines:
+        try:
+            entries.append(orjson.loads(line))
+        except orjson.JSONDecodeError:
+            pytest.fail(f"not a JSON line: {line!r}")
+    assert entries[0]["msg"] == "serving certificate written", entries[0]
 
 
 def test_metrics_add_up_across_workers(server):

@@ -38,12 +38,12 @@ def test_a_new_artifact_revision_or_digest_is_new_content_other_fields_are_not()
 
 
 def test_an_image_policy_choosing_another_image_is_new_content_in_either_field():
-    old = flux("ImagePolicy", status={"latestRef": {"name": "ghcr.io/a/b", "tag": "1.0.0", "digest": "sha256:1"}})
-    new = flux("ImagePolicy", status={"latestRef": {"name": "ghcr.io/a/b", "tag": "1.1.0", "digest": "sha256:2"}})
-    assert content.new_content("ImagePolicy", old, new) == ("ghcr.io/a/b:1.1.0@sha256:2", "ghcr.io/a/b:1.0.0@sha256:1")
-    older = flux("ImagePolicy", status={"latestImage": "ghcr.io/a/b:1.0.0"})
-    newer = flux("ImagePolicy", status={"latestImage": "ghcr.io/a/b:1.1.0"})
-    assert content.new_content("ImagePolicy", older, newer) == ("ghcr.io/a/b:1.1.0", "ghcr.io/a/b:1.0.0")
+    old = flux("ImagePolicy", status={"latestRef": {"name": "registry.example/a/b", "tag": "1.0.0", "digest": "sha256:1"}})
+    new = flux("ImagePolicy", status={"latestRef": {"name": "registry.example/a/b", "tag": "1.1.0", "digest": "sha256:2"}})
+    assert content.new_content("ImagePolicy", old, new) == ("registry.example/a/b:1.1.0@sha256:2", "registry.example/a/b:1.0.0@sha256:1")
+    older = flux("ImagePolicy", status={"latestImage": "registry.example/a/b:1.0.0"})
+    newer = flux("ImagePolicy", status={"latestImage": "registry.example/a/b:1.1.0"})
+    assert content.new_content("ImagePolicy", older, newer) == ("registry.example/a/b:1.1.0", "registry.example/a/b:1.0.0")
 
 
 @pytest.mark.parametrize("old_attempt, new_attempt, applied, carries", [

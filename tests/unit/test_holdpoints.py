@@ -138,11 +138,11 @@ def test_a_generated_helmchart_inherits_its_helmreleases_gates():
 def test_a_held_image_policy_keeps_its_latest_ref_and_latest_image():
     def policy(tag):
         return flux("ImagePolicy", gates=HELD, status={
-            "latestRef": {"name": "ghcr.io/a/b", "tag": tag}, "latestImage": f"ghcr.io/a/b:{tag}",
-            "observedPreviousRef": {"name": "ghcr.io/a/b", "tag": "0.9"}})
+            "latestRef": {"name": "registry.example/a/b", "tag": tag}, "latestImage": f"registry.example/a/b:{tag}",
+            "observedPreviousRef": {"name": "registry.example/a/b", "tag": "0.9"}})
     out = mutated(policy("1.0"), policy("1.1"))
-    assert out["status"]["latestRef"]["tag"] == "1.0" and out["status"]["latestImage"] == "ghcr.io/a/b:1.0"
-    assert cond(out, "Blocked")["message"].endswith("ghcr.io/a/b:1.1 waits, serving ghcr.io/a/b:1.0")
+    assert out["status"]["latestRef"]["tag"] == "1.0" and out["status"]["latestImage"] == "registry.example/a/b:1.0"
+    assert cond(out, "Blocked")["message"].endswith("registry.example/a/b:1.1 waits, serving registry.example/a/b:1.0")
     assert run(handlers.validate, policy("1.0"), policy("1.1")).response["allowed"] is False
 
 
@@ -356,9 +356,9 @@ def statuses(draw):
     if draw(st.booleans()):
         status["artifact"] = art(draw(revisions))
     if draw(st.booleans()):
-        status["latestRef"] = {"name": "ghcr.io/a/b", "tag": draw(st.sampled_from(["1.0", "1.1", "2.0"]))}
+        status["latestRef"] = {"name": "registry.example/a/b", "tag": draw(st.sampled_from(["1.0", "1.1", "2.0"]))}
     if draw(st.booleans()):
-        status["latestImage"] = f"ghcr.io/a/b:{draw(st.sampled_from(['1.0', '1.1']))}"
+        status["latestImage"] = f"registry.example/a/b:{draw(st.sampled_from(['1.0', '1.1']))}"
     if draw(st.booleans()):
         status["lastAppliedRevision"] = draw(revisions)
     if draw(st.booleans()):
