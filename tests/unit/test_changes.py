@@ -100,3 +100,27 @@ def test_connect_and_other_subresources_are_not_changes():
     obj = flux()
     assert gated_change("Kustomization", "CONNECT", "", None, obj) is None
     assert gated_change("Kustomization", "UPDATE", "scale", obj, obj) is None
+
+
+def values_release(values):
+    return flux("HelmRelease", gates="g", spec={"interval": "10m", "chart": {"spec": {"chart": "podinfo"}},
+                                                "values": values})
+
+
+# Helm renders each of these pairs differently (`{{ if .Values.debug }}`, `{{ .Values.replicas }}`).
+@pytest.mark.parametrize("before, after", [
+    (False, 0), (True, 1), (1, True), (0, False), (0, -0.0), (0.0, -0.0), (1, 1.0), (1.0, 1), ("1", 1), (None, False),
+])
+def test_a_values_edit_that_changes_only_a_type_or_sign_is_a_spec_change(before, after):
+    old = values_release({"debug": before, "list": [before], "nested": {"deep": [{"v": before}]}})
+    for new in (values_release({"debug": after, "list": [before], "nested": {"deep": [{"v": before}]}}),
+                values_release({"debug": before, "list": [after], "nested": {"deep": [{"v": before}]}}),
+                values_release({"debug": before, "list": [before], "nested": {"deep": [{"v": after}]}})):
+        assert gated_change("HelmRelease", "UPDATE", "", old, new) == "spec change"
+        assert gated_change("HelmRelease", "UPDATE", "", new, old) == "spec change"
+
+
+def test_the_same_values_in_another_key_order_are_not_a_change():
+    old = values_release({"a": 1, "b": {"x": True, "y": [0.5, "s", None]}})
+    new = values_release({"b": {"y": [0.5, "s", None], "x": True}, "a": 1})
+    assert gated_change("HelmRelease", "UPDATE", "", old, with_meta(new, labels={"team": "web"})) is None

@@ -185,6 +185,15 @@ def test_status_writes_of_sources_that_advance_the_artifact_are_held():
     assert judge(request("UPDATE", newer, repo, sub_resource="status", user=FLUX_USER)).allowed
 
 
+def test_a_values_edit_from_false_to_0_is_held_and_the_message_names_it():
+    release = flux("HelmRelease", gates="flux-system/sre-approval",
+                   spec={"interval": "10m", "values": {"debug": False, "replicas": 1, "ratio": 0}})
+    new = changed(release, values={"debug": 0, "replicas": 1.0, "ratio": -0.0})
+    d = judge(request("UPDATE", new, release))
+    assert not d.allowed and d.change == "spec change"
+    assert d.message.endswith("; changed: spec.values.debug, spec.values.replicas, spec.values.ratio")
+
+
 def test_dry_run_gets_the_same_verdict():
     req = spec_update(KS)
     req["dryRun"] = True
