@@ -182,8 +182,9 @@ def test_one_review_of_many_long_invalid_references_writes_a_bounded_log_line(ma
 
 def check_bounded_log_line(make_client, capfd):
     client = make_client([CLOSED])
-    refs = ",".join(f"flux-system/{'X' * 5000}{i}" for i in range(64))
-    obj = flux(gates=refs)
+    # In spec.gates: the annotation cannot be that long (references.MAX_ANNOTATION_LENGTH).
+    obj = flux(spec={"interval": "10m", "path": "./deploy",
+                     "gates": [f"flux-system/{'X' * 5000}{i}" for i in range(64)]})
     capfd.readouterr()
     resp = post(client, "/validate", review(request("UPDATE", changed(obj, path="./v2"), obj)))
     assert resp.status_code == 200 and resp.get_json()["response"]["allowed"] is False

@@ -194,6 +194,22 @@ def test_a_values_edit_from_false_to_0_is_held_and_the_message_names_it():
     assert d.message.endswith("; changed: spec.values.debug, spec.values.replicas, spec.values.ratio")
 
 
+@pytest.mark.parametrize("operation", ["CREATE", "UPDATE", "DELETE"])
+def test_a_closed_gate_named_after_65_repeats_of_an_open_one_still_holds(operation):
+    freeze, still_open = gate("freeze", closed=True), gate("open")
+    obj = flux(gates=", ".join(["flux-system/open"] * 65 + ["flux-system/freeze"]))
+    req = {"CREATE": request("CREATE", obj), "UPDATE": spec_update(obj), "DELETE": request("DELETE", None, obj)}[operation]
+    d = judge(req, gates=[freeze, still_open])
+    assert not d.allowed and "gate 'flux-system/freeze' is closed" in d.message
+    assert judge(req, gates=[gate("freeze"), still_open]).allowed
+
+
+def test_an_object_naming_too_many_gates_is_held_and_told_the_limit():
+    obj = flux(gates=", ".join(f"flux-system/g{i}" for i in range(65)))
+    d = judge(spec_update(obj), gates=[gate(f"g{i}") for i in range(65)])
+    assert not d.allowed and "more than the 64 distinct gate references allowed" in d.message
+
+
 def test_dry_run_gets_the_same_verdict():
     req = spec_update(KS)
     req["dryRun"] = True
