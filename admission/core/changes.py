@@ -6,6 +6,7 @@ from typing import Callable
 
 from admission.core import content
 from admission.core.jsonvalues import same
+from admission.core.objects import metadata
 from admission.core.references import Policy, loosens, policy_of
 
 # Fields of spec that are not desired state: suspending is always allowed, and gate
@@ -73,10 +74,28 @@ def describe_paths(paths: list[str], count: int) -> str:
     return text + (f" and {count - len(paths)} more" if count > len(paths) else "")
 
 
+OWNERS_CHANGE = "owner references change"
+
+
+def _owners(obj: dict | None) -> object:
+    return metadata(obj).get("ownerReferences")
+
+
+def owners_change(old: dict | None, new: dict | None) -> bool:
+    """Whether an UPDATE changes ``metadata.ownerReferences`` in a way that can get the object
+    deleted by the garbage collector: one added or changed (a dangling owner deletes it at
+    once), or some removed while others stay (those left may name owners that are gone).
+    Removing them all never can: an object without owners is never garbage."""
+    after = _owners(new)
+    return bool(after) and not same(_owners(old), after)
+
+
 def gated_change(kind: str, operation: str, sub_resource: str, old: dict | None, new: dict | None,
-                 policies: Callable[[], tuple[Policy, Policy]] | None = None) -> str | None:
+                 policies: Callable[[], tuple[Policy, Policy]] | None = None, *, by_kubernetes: bool = False) -> str | None:
     """Describe the change a held object may not make, or None when it is never gated.
-    ``policies()`` gives those of ``old`` and ``new`` when the caller keeps them."""
+    ``policies()`` gives those of ``old`` and ``new`` when the caller keeps them;
+    ``by_kubernetes``: the request is Kubernetes' own controllers' (the garbage collector
+    removes the owner references of owners that are gone: never held)."""
     if operation == "DELETE" and not sub_resource:
         return "deletion"
     if operation == "CREATE" and not sub_resource:
@@ -90,4 +109,6 @@ def gated_change(kind: str, operation: str, sub_resource: str, old: dict | None,
         return None
     if not same(desired_spec(old), desired_spec(new)):
         return "spec change"
+    if not by_kubernetes and owners_change(old, new):
+        return OWNERS_CHANGE
     return loosens(*(policies() if policies else (policy_of(old), policy_of(new))))

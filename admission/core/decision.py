@@ -9,7 +9,7 @@ from typing import Callable
 from admission.core import gates
 from admission.core import kinds
 from admission.core import names
-from admission.core.changes import changed_paths, describe_paths, desired_spec, gated_change
+from admission.core.changes import OWNERS_CHANGE, changed_paths, describe_paths, desired_spec, gated_change
 from admission.core.gates import GateState
 from admission.core.objects import metadata
 from admission.core.references import Policy, may_be_held, policy_of, suspension_of
@@ -141,7 +141,8 @@ def decide(request: dict, lookup: Lookup, now: datetime, settings: Settings,
             read.append((policy_of(old), policy_of(new)))
         return read[0]
 
-    change = gated_change(kind["kind"], operation, request.get("subResource") or "", old, new, policies)
+    change = gated_change(kind["kind"], operation, request.get("subResource") or "", old, new, policies,
+                          by_kubernetes=username in names.SYSTEM_DELETERS)
     if change is None:
         return Decision(allowed=True)
 
@@ -167,6 +168,8 @@ def decide(request: dict, lookup: Lookup, now: datetime, settings: Settings,
         message += "; " + change.removeprefix("new content: ")
     elif change == "spec change":  # say what changed: a label-only apply can also drop a null
         message += "; changed: " + describe_paths(*changed_paths(desired_spec(old), desired_spec(new)))
+    elif change == OWNERS_CHANGE:  # a metadata write held: say which, or it looks like a label edit
+        message += "; changed: metadata.ownerReferences"
     return Decision(allowed=mode == "audit", gated=True, held=True, mode=mode, change=change,
                     message=message, hold=holds[-1], held_what=what)
 

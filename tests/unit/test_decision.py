@@ -97,6 +97,30 @@ def test_delete_by_namespace_controller_or_garbage_collector_always_passes():
         assert judge(request("DELETE", None, KS, user={"username": user, "groups": []})).allowed
 
 
+def test_adding_an_owner_reference_to_a_held_object_is_held():
+    # A dangling owner would let the garbage collector delete what a closed gate holds.
+    new = copy.deepcopy(KS)
+    new["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "ConfigMap", "name": "gone", "uid": "dead"}]
+    d = judge(request("UPDATE", new, KS))
+    assert not d.allowed and d.change == "owner references change"
+    assert d.message.endswith("require=all; changed: metadata.ownerReferences")
+    assert judge(request("UPDATE", new, KS), gates=(gate("sre-approval"), OPEN)).allowed
+    assert judge(request("UPDATE", KS, new)).allowed  # removing it cannot delete anything
+
+
+def test_the_garbage_collector_removes_owner_references_of_held_objects():
+    owners = [{"apiVersion": "v1", "kind": "ConfigMap", "name": n, "uid": n} for n in ("gone", "alive")]
+    old = copy.deepcopy(KS)
+    old["metadata"]["ownerReferences"] = owners
+    new = copy.deepcopy(KS)
+    new["metadata"]["ownerReferences"] = owners[1:]
+    gc = {"username": "system:serviceaccount:kube-system:generic-garbage-collector", "groups": []}
+    assert judge(request("UPDATE", new, old, user=gc)).allowed
+    assert not judge(request("UPDATE", new, old)).allowed  # anyone else: the owner left may be gone
+    spec_change = changed(new, path="./v2")
+    assert not judge(request("UPDATE", spec_change, old, user=gc)).allowed
+
+
 def test_metadata_only_updates_pass_while_held():
     new = copy.deepcopy(KS)
     new["metadata"]["labels"] = {"team": "web"}
