@@ -115,6 +115,17 @@ def holds_of(obj: dict, lookup: Lookup, now: datetime, parents: Parents | None =
     return [h for h in judged if h.held]
 
 
+def _unknown_deletion(request: dict, settings: Settings) -> Decision:
+    """A DELETE without ``oldObject``: API servers since 1.15 send the object being deleted, and
+    without it its gates cannot be read, so it may be gated: held (fail closed) in the server's
+    mode, as when the gate cache cannot be trusted."""
+    name = f"{request.get('namespace') or ''}/{request.get('name') or ''}"
+    message = (f"{request['kind']['kind']} {name} is held: the request carries no oldObject (the object being "
+               "deleted), so whether its gates allow deleting it is unknown")
+    return Decision(allowed=settings.mode == "audit", gated=True, held=True, mode=settings.mode, change="deletion",
+                    message=message, held_what=EDIT)
+
+
 def decide(request: dict, lookup: Lookup, now: datetime, settings: Settings,
            parents: Parents | None = None) -> Decision:
     """Judge a well-formed AdmissionRequest at ``now``; gate states come from ``lookup``,
@@ -134,6 +145,8 @@ def decide(request: dict, lookup: Lookup, now: datetime, settings: Settings,
     old, new = request.get("oldObject"), request.get("object")
     if operation == "DELETE" and username in names.SYSTEM_DELETERS:
         return Decision(allowed=True)
+    if operation == "DELETE" and not request.get("subResource") and not isinstance(old, dict):
+        return _unknown_deletion(request, settings)
     read: list[tuple[Policy, Policy]] = []
 
     def policies() -> tuple[Policy, Policy]:  # read once, if at all, for the change and the hold

@@ -121,6 +121,30 @@ def test_the_garbage_collector_removes_owner_references_of_held_objects():
     assert not judge(request("UPDATE", spec_change, old, user=gc)).allowed
 
 
+def a_delete_without_old_object(user=None):
+    req = request("DELETE", None, KS, user=user)
+    req["oldObject"] = None  # what API servers before 1.15 sent
+    return req
+
+
+def test_a_delete_without_the_old_object_is_held_as_its_gates_cannot_be_read():
+    d = judge(a_delete_without_old_object(), gates=(gate("sre-approval"), OPEN))  # held even if all are open
+    assert not d.allowed and d.held and d.change == "deletion"
+    assert d.message == ("Kustomization apps/podinfo is held: the request carries no oldObject (the object being "
+                         "deleted), so whether its gates allow deleting it is unknown")
+    audited = judge(a_delete_without_old_object(), settings=AUDIT)
+    assert audited.allowed and audited.held and audited.mode == "audit"
+
+
+def test_a_delete_without_the_old_object_passes_for_exempt_users_and_the_namespace_controller():
+    assert judge(a_delete_without_old_object(), settings=Settings(exempt_users=frozenset({"alice"}))).allowed
+    controller = {"username": "system:serviceaccount:kube-system:namespace-controller", "groups": []}
+    assert judge(a_delete_without_old_object(controller)).allowed
+    req = a_delete_without_old_object()
+    req["kind"] = {"group": "apps", "version": "v1", "kind": "Deployment"}
+    assert judge(req).allowed  # not a kind we gate
+
+
 def test_metadata_only_updates_pass_while_held():
     new = copy.deepcopy(KS)
     new["metadata"]["labels"] = {"team": "web"}
