@@ -55,6 +55,19 @@ fetch_dependencies() {
   go mod download
 }
 
+# In the current module: a `replace` pointing at a fork the proxy does not serve is dropped, and
+# the upstream release the fork is based on is required instead (logged).
+# Sets FORKS_REPLACED when it changed something: the upstream release has dependencies of its
+# own, which `go mod tidy` then records (with their checksums).
+upstream_for_unserved_forks() {
+  local upstream
+  FORKS_REPLACED=""
+  for upstream in $(go mod edit -json | python3 "$HACK/nearest-served.py" --forks); do
+    go mod edit -dropreplace="${upstream%@*}" -require="$upstream"
+    FORKS_REPLACED=1
+  done
+}
+
 module_dir() {  # the module's extracted source directory in the module cache
   go mod download -json "$1@$2" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])'
 }
@@ -126,7 +139,9 @@ build_flux() {
       # Each controller replaces its ./api with the local directory, which `go install` refuses:
       # take the published api module of the same version instead.
       go mod edit -dropreplace="$mod/api"
+      upstream_for_unserved_forks
       go get "$mod/api@$ver" >&2
+      [[ -z "$FORKS_REPLACED" ]] || go mod tidy -e >&2
       fetch_dependencies
       timed "$name $ver" go build -trimpath -ldflags "-s -w" -o "$out/$name.partial" .
       mv "$out/$name.partial" "$out/$name"

@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
-"""For each module `go mod download -json` (on stdin) could not fetch, print a replacement
-`path=path@version`: the newest older release of the same minor that the configured proxy
-serves. A mirror may hold back a version or two; a patch release of the same minor is the
-closest stand-in, and the build log says which were substituted."""
+"""Stand-ins for modules the configured proxy does not serve (a mirror may hold back a version
+or two, or a fork), printed for hack/go-binaries.sh to apply; the build log says which.
+
+  nearest-served.py < `go mod download -json`   for each module that could not be fetched,
+      `path=path@version`: the newest older release of the same minor that is served
+  nearest-served.py --forks < `go mod edit -json`   for each `replace` pointing at a module
+      version that is not served (a fork), `path@version`: the upstream release the fork's
+      version is based on (v4.2.4-flux.1 -> v4.2.4), to build with instead"""
 
 from __future__ import annotations
 
@@ -43,7 +47,25 @@ def nearest(path: str, version: str) -> str | None:
     return next((v for v in candidates if served(path, v)), None)
 
 
+def forks(gomod: dict) -> int:
+    for replace in gomod.get("Replace") or []:
+        old, new = replace["Old"], replace["New"]
+        version = new.get("Version")
+        if not version or served(new["Path"], version):
+            continue  # a local directory, or served
+        base = "v" + ".".join(str(part) for part in semver(version) or ())
+        if not served(old["Path"], base):
+            print(f"neither {new['Path']}@{version} nor {old['Path']}@{base} is served", file=sys.stderr)
+            return 1
+        print(f"{old['Path']}@{base}")
+        print(f"building with {old['Path']} {base} instead of {new['Path']} {version} (not served here)",
+              file=sys.stderr)
+    return 0
+
+
 def main() -> int:
+    if sys.argv[1:] == ["--forks"]:
+        return forks(json.loads(sys.stdin.read()))
     missing = 0
     for obj in downloads(sys.stdin.read()):
         if not obj.get("Error"):

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Callable
 
 from admission.core import content
+from admission.core.jsonvalues import same
+from admission.core.objects import metadata
 from admission.core.references import Policy, loosens, policy_of
 
 # Fields of spec that are not desired state: suspending is always allowed, and gate
@@ -30,27 +32,36 @@ def _key(key: str) -> str:
 
 def changed_paths(old: object, new: object, prefix: str = "spec") -> tuple[list[str], int]:
     """The first few paths where ``old`` and ``new`` differ (``spec.values.podAnnotations``),
-    and how many differ in all (counted up to a bound), visiting each value at most once."""
+    and how many differ in all (counted up to a bound), visiting each value at most once.
+    Values differ as ``jsonvalues.same`` says: ``debug: false`` -> ``debug: 0`` is a change."""
     found: list[str] = []
     count = 0
-    stack: list[tuple[str, object, object]] = [(prefix, old, new)]
+    # (path, old, new, inside): inside a pair that == calls equal but ``same`` does not, every
+    # value is looked at (a bool may hide anywhere below), without asking ``same`` again.
+    stack: list[tuple[str, object, object, bool]] = [(prefix, old, new, False)]
     visits = 0
     while stack and visits < _MAX_VISITS:
-        path, a, b = stack.pop()
+        path, a, b, inside = stack.pop()
         visits += 1
         if isinstance(a, dict) and isinstance(b, dict):
             keys = list(b) + [k for k in a if k not in b]
-            for key in reversed(keys):  # the stack pops the first key first
-                if key not in a or key not in b or a[key] != b[key]:
-                    stack.append((path + _key(str(key)), a.get(key, _ABSENT), b.get(key, _ABSENT)))
+            pairs = [(key, a.get(key, _ABSENT), b.get(key, _ABSENT)) for key in keys]
         elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-            for index in reversed(range(len(b))):
-                if a[index] != b[index]:
-                    stack.append((f"{path}[{index}]", a[index], b[index]))
+            pairs = list(zip(range(len(b)), a, b))
         else:
-            count += 1
-            if len(found) < MAX_PATHS:
-                found.append(path)
+            if not (inside and same(a, b)):
+                count += 1
+                if len(found) < MAX_PATHS:
+                    found.append(path)
+            continue
+        for key, x, y in reversed(pairs):  # the stack pops the first key first
+            if inside or x is _ABSENT or y is _ABSENT or x != y:
+                below = inside
+            elif not same(x, y):
+                below = True
+            else:
+                continue
+            stack.append((f"{path}[{key}]" if isinstance(a, list) else path + _key(str(key)), x, y, below))
     return found, count
 
 
@@ -63,10 +74,28 @@ def describe_paths(paths: list[str], count: int) -> str:
     return text + (f" and {count - len(paths)} more" if count > len(paths) else "")
 
 
+OWNERS_CHANGE = "owner references change"
+
+
+def _owners(obj: dict | None) -> object:
+    return metadata(obj).get("ownerReferences")
+
+
+def owners_change(old: dict | None, new: dict | None) -> bool:
+    """Whether an UPDATE changes ``metadata.ownerReferences`` in a way that can get the object
+    deleted by the garbage collector: one added or changed (a dangling owner deletes it at
+    once), or some removed while others stay (those left may name owners that are gone).
+    Removing them all never can: an object without owners is never garbage."""
+    after = _owners(new)
+    return bool(after) and not same(_owners(old), after)
+
+
 def gated_change(kind: str, operation: str, sub_resource: str, old: dict | None, new: dict | None,
-                 policies: Callable[[], tuple[Policy, Policy]] | None = None) -> str | None:
+                 policies: Callable[[], tuple[Policy, Policy]] | None = None, *, by_kubernetes: bool = False) -> str | None:
     """Describe the change a held object may not make, or None when it is never gated.
-    ``policies()`` gives those of ``old`` and ``new`` when the caller keeps them."""
+    ``policies()`` gives those of ``old`` and ``new`` when the caller keeps them;
+    ``by_kubernetes``: the request is Kubernetes' own controllers' (the garbage collector
+    removes the owner references of owners that are gone: never held)."""
     if operation == "DELETE" and not sub_resource:
         return "deletion"
     if operation == "CREATE" and not sub_resource:
@@ -78,6 +107,8 @@ def gated_change(kind: str, operation: str, sub_resource: str, old: dict | None,
         return None if carried is None else f"new content: {carried[0]} waits, serving {carried[1]}"
     if sub_resource:
         return None
-    if desired_spec(old) != desired_spec(new):
+    if not same(desired_spec(old), desired_spec(new)):
         return "spec change"
+    if not by_kubernetes and owners_change(old, new):
+        return OWNERS_CHANGE
     return loosens(*(policies() if policies else (policy_of(old), policy_of(new))))

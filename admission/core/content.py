@@ -14,6 +14,7 @@ from typing import Callable
 
 from admission.core import kinds
 from admission.core import names
+from admission.core.jsonvalues import same
 from admission.core.references import metadata
 from admission.core.timefmt import format_time
 
@@ -150,10 +151,10 @@ def new_content(kind: str, old: dict | None, new: dict | None) -> tuple[str, str
     row = kinds.BY_KIND.get(kind)
     content = row.content if row else None
     if content == kinds.ARTIFACT:
-        if artifact_identity(old) != artifact_identity(new):
+        if not same(artifact_identity(old), artifact_identity(new)):
             return artifact_text(artifact(new)), artifact_text(artifact(old))
     elif content == kinds.LATEST_IMAGE:
-        if image_fields(old) != image_fields(new):
+        if not same(image_fields(old), image_fields(new)):
             return image_text(new), image_text(old)
     elif content == kinds.ATTEMPTED_REVISION:
         field = names.LAST_ATTEMPTED_REVISION_FIELD

@@ -9,7 +9,7 @@ from typing import Callable
 from admission.core import gates
 from admission.core import kinds
 from admission.core import names
-from admission.core.changes import changed_paths, describe_paths, desired_spec, gated_change
+from admission.core.changes import OWNERS_CHANGE, changed_paths, describe_paths, desired_spec, gated_change
 from admission.core.gates import GateState
 from admission.core.objects import metadata
 from admission.core.references import Policy, may_be_held, policy_of, suspension_of
@@ -115,6 +115,17 @@ def holds_of(obj: dict, lookup: Lookup, now: datetime, parents: Parents | None =
     return [h for h in judged if h.held]
 
 
+def _unknown_deletion(request: dict, settings: Settings) -> Decision:
+    """A DELETE without ``oldObject``: API servers since 1.15 send the object being deleted, and
+    without it its gates cannot be read, so it may be gated: held (fail closed) in the server's
+    mode, as when the gate cache cannot be trusted."""
+    name = f"{request.get('namespace') or ''}/{request.get('name') or ''}"
+    message = (f"{request['kind']['kind']} {name} is held: the request carries no oldObject (the object being "
+               "deleted), so whether its gates allow deleting it is unknown")
+    return Decision(allowed=settings.mode == "audit", gated=True, held=True, mode=settings.mode, change="deletion",
+                    message=message, held_what=EDIT)
+
+
 def decide(request: dict, lookup: Lookup, now: datetime, settings: Settings,
            parents: Parents | None = None) -> Decision:
     """Judge a well-formed AdmissionRequest at ``now``; gate states come from ``lookup``,
@@ -134,6 +145,8 @@ def decide(request: dict, lookup: Lookup, now: datetime, settings: Settings,
     old, new = request.get("oldObject"), request.get("object")
     if operation == "DELETE" and username in names.SYSTEM_DELETERS:
         return Decision(allowed=True)
+    if operation == "DELETE" and not request.get("subResource") and not isinstance(old, dict):
+        return _unknown_deletion(request, settings)
     read: list[tuple[Policy, Policy]] = []
 
     def policies() -> tuple[Policy, Policy]:  # read once, if at all, for the change and the hold
@@ -141,7 +154,8 @@ def decide(request: dict, lookup: Lookup, now: datetime, settings: Settings,
             read.append((policy_of(old), policy_of(new)))
         return read[0]
 
-    change = gated_change(kind["kind"], operation, request.get("subResource") or "", old, new, policies)
+    change = gated_change(kind["kind"], operation, request.get("subResource") or "", old, new, policies,
+                          by_kubernetes=username in names.SYSTEM_DELETERS)
     if change is None:
         return Decision(allowed=True)
 
@@ -167,6 +181,8 @@ def decide(request: dict, lookup: Lookup, now: datetime, settings: Settings,
         message += "; " + change.removeprefix("new content: ")
     elif change == "spec change":  # say what changed: a label-only apply can also drop a null
         message += "; changed: " + describe_paths(*changed_paths(desired_spec(old), desired_spec(new)))
+    elif change == OWNERS_CHANGE:  # a metadata write held: say which, or it looks like a label edit
+        message += "; changed: metadata.ownerReferences"
     return Decision(allowed=mode == "audit", gated=True, held=True, mode=mode, change=change,
                     message=message, hold=holds[-1], held_what=what)
 

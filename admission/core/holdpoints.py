@@ -17,6 +17,7 @@ from admission.core import content
 from admission.core import kinds
 from admission.core import names
 from admission.core.decision import Hold, Settings, describe, mode_of
+from admission.core.jsonvalues import same
 
 REMOVE = object()  # a status field the rewrite removes
 
@@ -66,7 +67,7 @@ def _keep_content(row: kinds.FluxKind, old: dict | None, new: dict, held: Held |
         if carried is not None:
             waits = carried[0]
             for field in _content_fields(row):
-                if stored.get(field) != status.get(field):
+                if not same(stored.get(field, REMOVE), status.get(field, REMOVE)):
                     changes[field] = stored[field] if field in stored else REMOVE
         else:  # a write that carries no new content: what waited still waits
             previous = content.holding_condition(new, row.kind) or content.holding_condition(old, row.kind)
@@ -84,7 +85,7 @@ def _keep_content(row: kinds.FluxKind, old: dict | None, new: dict, held: Held |
             conditions = [dict(c, message=message) if c is ready else c for c in conditions]
     else:
         conditions = content.without_condition(conditions, names.BLOCKED_CONDITION)
-    if conditions != content.conditions_of(new):
+    if not same(conditions, content.conditions_of(new)):
         changes["conditions"] = conditions
     return changes
 
@@ -128,7 +129,7 @@ def _show_approval(row: kinds.FluxKind, old: dict | None, new: dict, held: Held 
         conditions = _approval_conditions(conditions, held, *pending, now)
     else:
         conditions = content.without_condition(conditions, names.APPROVED_CONDITION)
-    return {"conditions": conditions} if conditions != content.conditions_of(new) else {}
+    return {"conditions": conditions} if not same(conditions, content.conditions_of(new)) else {}
 
 
 def show_denied_attempt(kind: str, stored: dict | None, attempted: dict | None, held: Held | None, now: datetime,
@@ -146,7 +147,7 @@ def show_denied_attempt(kind: str, stored: dict | None, attempted: dict | None, 
     if pending is None:
         return {}
     conditions = _approval_conditions(content.conditions_of(stored), held, *pending, now)
-    return {"conditions": conditions} if conditions != content.conditions_of(stored) else {}
+    return {"conditions": conditions} if not same(conditions, content.conditions_of(stored)) else {}
 
 
 def rewrite_status(kind: str, old: dict | None, new: dict, held: Held | None, now: datetime,

@@ -68,7 +68,9 @@ LAST_ATTEMPTED_REVISION_DIGEST_FIELD = "lastAttemptedRevisionDigest"  # HelmRele
 LAST_ATTEMPTED_CONFIG_DIGEST_FIELD = "lastAttemptedConfigDigest"  # HelmRelease
 HISTORY_FIELD = "history"  # HelmRelease: history[0] is what was applied last
 
-# Kubernetes' own deleters: a namespace being deleted must never hang on a gate.
+# Kubernetes' own deleters: a namespace being deleted must never hang on a gate. The garbage
+# collector deletes what owner references say, and those are gated on held objects
+# (admission.core.changes); its own edits of them (removing owners that are gone) pass.
 SYSTEM_DELETERS = frozenset({
     "system:serviceaccount:kube-system:namespace-controller",
     "system:serviceaccount:kube-system:generic-garbage-collector",

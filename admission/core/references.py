@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -15,8 +16,16 @@ from admission.core.timefmt import format_time
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-# No real object needs more; a bound keeps a 256 KiB annotation from costing seconds per review.
+# Distinct gates one object may reference (annotation and spec.gates together). No real object
+# needs more; one that names more is held, never judged by some of them only.
 MAX_REFS = 64
+# The longest valid reference is a 63-character namespace, '/' and a 253-character name: the
+# annotation can name MAX_REFS of them with ", " between them. A longer annotation, and a
+# spec.gates of more entries (repeats included) than MAX_LISTED, are held too: refused before
+# they are read, so no input costs more than this to judge.
+MAX_REF_LENGTH = 63 + 1 + 253
+MAX_ANNOTATION_LENGTH = MAX_REFS * (MAX_REF_LENGTH + 2)
+MAX_LISTED = 1024
 
 
 @dataclass(frozen=True)
@@ -76,28 +85,70 @@ def is_object_name(text: object) -> bool:
     return isinstance(text, str) and len(text) <= 253 and bool(_SUBDOMAIN.fullmatch(text))
 
 
-def _spec_gates(spec_gates: object, namespace: str) -> tuple[list[GateRef], object]:
-    """Both seed shapes: a list of ``{name, namespace?}`` (RFC) or ``{require, refs}``."""
+def _spec_gates(spec_gates: object, namespace: str) -> tuple[list, object]:
+    """The entries of both seed shapes: a list of ``{name, namespace?}`` (RFC) or
+    ``{require, refs}``; another shape is one unusable reference."""
     if spec_gates is None:
         return [], None
     if isinstance(spec_gates, list):
-        return [_ref(item, namespace) for item in spec_gates[:MAX_REFS + 1]], None
+        return spec_gates, None
     if isinstance(spec_gates, dict) and isinstance(spec_gates.get("refs") or [], list):
-        refs = (spec_gates.get("refs") or [])[:MAX_REFS + 1]
-        return [_ref(item, namespace) for item in refs], spec_gates.get("require")
+        return spec_gates.get("refs") or [], spec_gates.get("require")
     return [GateRef(namespace, "spec.gates", "spec.gates must be a list or {require, refs: [...]}")], None
+
+
+def _form(entry: object) -> object:
+    """What tells an entry from another before it is read (None: read it in any case)."""
+    if isinstance(entry, str):
+        return entry.strip()
+    if isinstance(entry, dict):
+        name, ns = entry.get("name"), entry.get("namespace")
+        if isinstance(name, str) and (ns is None or isinstance(ns, str)):
+            return name, ns
+    return None
+
+
+def _add(unique: dict[str, GateRef], entries: Iterable, namespace: str) -> bool:
+    """Add each distinct reference among ``entries`` to ``unique``, repeats dropped first;
+    False as soon as there are more than MAX_REFS (the rest is not read)."""
+    seen: set[object] = set()
+    for entry in entries:
+        form = _form(entry)
+        if form is not None:
+            if form in seen:
+                continue
+            seen.add(form)
+        ref = entry if isinstance(entry, GateRef) else _ref(entry, namespace)
+        unique.setdefault(ref.key, ref)
+        if len(unique) > MAX_REFS:
+            return False
+    return True
 
 
 @functools.lru_cache(maxsize=2048)
 def _parse_annotation(raw: str, namespace: str) -> tuple[GateRef, ...]:
-    parts = [part for part in raw.split(",", MAX_REFS + 1) if part.strip()]
-    return tuple(_ref(part, namespace) for part in parts[:MAX_REFS + 1])
+    """The distinct references the annotation names, in order; MAX_REFS + 1 of them when it
+    names more than MAX_REFS."""
+    unique: dict[str, GateRef] = {}
+    parts = dict.fromkeys(map(str.strip, raw.split(",")))
+    parts.pop("", None)  # "a,, b" and a trailing comma name nothing
+    _add(unique, parts, namespace)
+    return tuple(unique.values())
 
 
 def _annotation_refs(raw: str, namespace: str) -> tuple[GateRef, ...]:
     # Most objects carry one of a few short annotations: parse each once. Long ones are rare
     # and must not be kept.
     return _parse_annotation(raw, namespace) if len(raw) <= 1024 else _parse_annotation.__wrapped__(raw, namespace)
+
+
+def _too_long(raw: object, entries: list) -> str | None:
+    if isinstance(raw, str) and len(raw) > MAX_ANNOTATION_LENGTH:
+        return (f"the {names.GATES_ANNOTATION} annotation is {len(raw)} characters long, "
+                f"more than the {MAX_ANNOTATION_LENGTH} allowed")
+    if len(entries) > MAX_LISTED:
+        return f"spec.gates lists {len(entries)} entries, more than the {MAX_LISTED} allowed"
+    return None
 
 
 def policy_of(obj: dict | None) -> Policy:
@@ -107,15 +158,18 @@ def policy_of(obj: dict | None) -> Policy:
     ann = annotations(obj)
     namespace = str(metadata(obj).get("namespace") or "default")
     raw = ann.get(names.GATES_ANNOTATION)
-    refs = _annotation_refs(raw, namespace) if isinstance(raw, str) else ()
     spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
-    spec_refs, spec_require = _spec_gates(spec.get("gates"), namespace)
+    entries, spec_require = _spec_gates(spec.get("gates"), namespace)
+    # Repeats go first, then the distinct references are counted: naming a gate many times
+    # never pushes another out. Too many is held, not cut: judged closed, and says why.
     unique: dict[str, GateRef] = {}
-    for ref in (*refs, *spec_refs):
-        unique.setdefault(ref.key, ref)
-    if len(unique) > MAX_REFS:
-        # Held, not ignored: an object that names too many gates is judged closed, and says why.
-        unique = {"": GateRef(namespace, "gates", f"{len(unique)} gate references, more than the {MAX_REFS} allowed")}
+    too_many = _too_long(raw, entries)
+    if too_many is None:
+        refs = _annotation_refs(raw, namespace) if isinstance(raw, str) else ()
+        if not (_add(unique, refs, namespace) and _add(unique, entries, namespace)):
+            too_many = f"more than the {MAX_REFS} distinct gate references allowed"
+    if too_many is not None:
+        unique = {"": GateRef(namespace, "gates", too_many)}
 
     # When in doubt, the stricter mode: an unknown value or a disagreement means all.
     asked = [v for v in (ann.get(names.REQUIRE_ANNOTATION), spec_require) if v is not None]

@@ -35,6 +35,19 @@ def test_denial_through_the_app(make_client):
     }
 
 
+def test_a_delete_review_without_the_old_object_is_denied_in_both_review_versions(make_client):
+    client = make_client([gate("sre-approval")])  # open: the gates are not what is unknown
+    for api_version in ("admission.k8s.io/v1", "admission.k8s.io/v1beta1"):
+        req = request("DELETE", None, KS)
+        req["oldObject"] = None
+        for doc in (review(req, api_version), review({k: v for k, v in req.items() if k != "oldObject"}, api_version)):
+            response = post(client, "/validate", doc).get_json()["response"]
+            assert response["allowed"] is False and response["status"]["code"] == 403
+            assert "carries no oldObject" in response["status"]["message"]
+        with_old = review(request("DELETE", None, KS), api_version)  # what API servers send since 1.15
+        assert post(client, "/validate", with_old).get_json()["response"]["allowed"] is True
+
+
 def test_malformed_bodies_get_400_with_a_json_reason(make_client):
     client = make_client()
     for body in (b"", b"not json", b"[1,2]", b'{"kind":"AdmissionReview"}', b"\xff\xfe"):
@@ -185,8 +198,9 @@ def test_one_review_of_many_long_invalid_references_writes_a_bounded_log_line(ma
 
 def check_bounded_log_line(make_client, capfd):
     client = make_client([CLOSED])
-    refs = ",".join(f"flux-system/{'X' * 5000}{i}" for i in range(64))
-    obj = flux(gates=refs)
+    # In spec.gates: the annotation cannot be that long (references.MAX_ANNOTATION_LENGTH).
+    obj = flux(spec={"interval": "10m", "path": "./deploy",
+                     "gates": [f"flux-system/{'X' * 5000}{i}" for i in range(64)]})
     capfd.readouterr()
     resp = post(client, "/validate", review(request("UPDATE", changed(obj, path="./v2"), obj)))
     assert resp.status_code == 200 and resp.get_json()["response"]["allowed"] is False

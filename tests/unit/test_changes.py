@@ -45,7 +45,6 @@ def test_spec_updates_are_changes_except_suspend_alone(kind):
     {"annotations": {"gating.toolkit.fluxcd.io/gates": "g", "note": "x"}},
     {"annotations": {"gating.toolkit.fluxcd.io/gates": "g", "reconcile.fluxcd.io/requestedAt": "2026-11-21T12:00:00Z"}},
     {"finalizers": ["finalizers.fluxcd.io"]},
-    {"ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "o", "uid": "1"}]},
     {"managedFields": [{"manager": "kubectl", "operation": "Update"}]},
     {"annotations": {"gating.toolkit.fluxcd.io/gates": "g", "reconcile.fluxcd.io/suspended": "x"}},
 ])
@@ -100,3 +99,54 @@ def test_connect_and_other_subresources_are_not_changes():
     obj = flux()
     assert gated_change("Kustomization", "CONNECT", "", None, obj) is None
     assert gated_change("Kustomization", "UPDATE", "scale", obj, obj) is None
+
+
+def values_release(values):
+    return flux("HelmRelease", gates="g", spec={"interval": "10m", "chart": {"spec": {"chart": "podinfo"}},
+                                                "values": values})
+
+
+# Helm renders each of these pairs differently (`{{ if .Values.debug }}`, `{{ .Values.replicas }}`).
+@pytest.mark.parametrize("before, after", [
+    (False, 0), (True, 1), (1, True), (0, False), (0, -0.0), (0.0, -0.0), (1, 1.0), (1.0, 1), ("1", 1), (None, False),
+])
+def test_a_values_edit_that_changes_only_a_type_or_sign_is_a_spec_change(before, after):
+    old = values_release({"debug": before, "list": [before], "nested": {"deep": [{"v": before}]}})
+    for new in (values_release({"debug": after, "list": [before], "nested": {"deep": [{"v": before}]}}),
+                values_release({"debug": before, "list": [after], "nested": {"deep": [{"v": before}]}}),
+                values_release({"debug": before, "list": [before], "nested": {"deep": [{"v": after}]}})):
+        assert gated_change("HelmRelease", "UPDATE", "", old, new) == "spec change"
+        assert gated_change("HelmRelease", "UPDATE", "", new, old) == "spec change"
+
+
+def test_the_same_values_in_another_key_order_are_not_a_change():
+    old = values_release({"a": 1, "b": {"x": True, "y": [0.5, "s", None]}})
+    new = values_release({"b": {"y": [0.5, "s", None], "x": True}, "a": 1})
+    assert gated_change("HelmRelease", "UPDATE", "", old, with_meta(new, labels={"team": "web"})) is None
+
+
+OWNER = {"apiVersion": "v1", "kind": "ConfigMap", "name": "o", "uid": "1"}
+OTHER = {"apiVersion": "v1", "kind": "ConfigMap", "name": "p", "uid": "2"}
+
+
+@pytest.mark.parametrize("kind", FLUX_KINDS)
+@pytest.mark.parametrize("before, after", [
+    (None, [OWNER]),  # a dangling owner: the garbage collector deletes the object at once
+    ([OWNER], [OWNER, OTHER]),
+    ([OWNER], [dict(OWNER, uid="3")]),
+    ([OWNER, OTHER], [OTHER]),  # the owner left may be gone
+])
+def test_adding_or_changing_owner_references_is_a_change(kind, before, after):
+    old = flux(kind, gates="g")
+    if before is not None:
+        old = with_meta(old, ownerReferences=before)
+    new = with_meta(old, ownerReferences=after)
+    assert gated_change(kind, "UPDATE", "", old, new) == "owner references change"
+    assert gated_change(kind, "UPDATE", "", old, new, by_kubernetes=True) is None
+
+
+@pytest.mark.parametrize("after", [[], None])
+def test_removing_every_owner_reference_or_keeping_them_is_not_a_change(after):
+    old = with_meta(flux(gates="g"), ownerReferences=[OWNER, OTHER])
+    assert gated_change("Kustomization", "UPDATE", "", old, with_meta(old, ownerReferences=after)) is None
+    assert gated_change("Kustomization", "UPDATE", "", old, with_meta(old, labels={"a": "b"})) is None

@@ -97,6 +97,54 @@ def test_delete_by_namespace_controller_or_garbage_collector_always_passes():
         assert judge(request("DELETE", None, KS, user={"username": user, "groups": []})).allowed
 
 
+def test_adding_an_owner_reference_to_a_held_object_is_held():
+    # A dangling owner would let the garbage collector delete what a closed gate holds.
+    new = copy.deepcopy(KS)
+    new["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "ConfigMap", "name": "gone", "uid": "dead"}]
+    d = judge(request("UPDATE", new, KS))
+    assert not d.allowed and d.change == "owner references change"
+    assert d.message.endswith("require=all; changed: metadata.ownerReferences")
+    assert judge(request("UPDATE", new, KS), gates=(gate("sre-approval"), OPEN)).allowed
+    assert judge(request("UPDATE", KS, new)).allowed  # removing it cannot delete anything
+
+
+def test_the_garbage_collector_removes_owner_references_of_held_objects():
+    owners = [{"apiVersion": "v1", "kind": "ConfigMap", "name": n, "uid": n} for n in ("gone", "alive")]
+    old = copy.deepcopy(KS)
+    old["metadata"]["ownerReferences"] = owners
+    new = copy.deepcopy(KS)
+    new["metadata"]["ownerReferences"] = owners[1:]
+    gc = {"username": "system:serviceaccount:kube-system:generic-garbage-collector", "groups": []}
+    assert judge(request("UPDATE", new, old, user=gc)).allowed
+    assert not judge(request("UPDATE", new, old)).allowed  # anyone else: the owner left may be gone
+    spec_change = changed(new, path="./v2")
+    assert not judge(request("UPDATE", spec_change, old, user=gc)).allowed
+
+
+def a_delete_without_old_object(user=None):
+    req = request("DELETE", None, KS, user=user)
+    req["oldObject"] = None  # what API servers before 1.15 sent
+    return req
+
+
+def test_a_delete_without_the_old_object_is_held_as_its_gates_cannot_be_read():
+    d = judge(a_delete_without_old_object(), gates=(gate("sre-approval"), OPEN))  # held even if all are open
+    assert not d.allowed and d.held and d.change == "deletion"
+    assert d.message == ("Kustomization apps/podinfo is held: the request carries no oldObject (the object being "
+                         "deleted), so whether its gates allow deleting it is unknown")
+    audited = judge(a_delete_without_old_object(), settings=AUDIT)
+    assert audited.allowed and audited.held and audited.mode == "audit"
+
+
+def test_a_delete_without_the_old_object_passes_for_exempt_users_and_the_namespace_controller():
+    assert judge(a_delete_without_old_object(), settings=Settings(exempt_users=frozenset({"alice"}))).allowed
+    controller = {"username": "system:serviceaccount:kube-system:namespace-controller", "groups": []}
+    assert judge(a_delete_without_old_object(controller)).allowed
+    req = a_delete_without_old_object()
+    req["kind"] = {"group": "apps", "version": "v1", "kind": "Deployment"}
+    assert judge(req).allowed  # not a kind we gate
+
+
 def test_metadata_only_updates_pass_while_held():
     new = copy.deepcopy(KS)
     new["metadata"]["labels"] = {"team": "web"}
@@ -183,6 +231,31 @@ def test_status_writes_of_sources_that_advance_the_artifact_are_held():
     newer["status"]["artifact"] = repo["status"]["artifact"]
     newer["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
     assert judge(request("UPDATE", newer, repo, sub_resource="status", user=FLUX_USER)).allowed
+
+
+def test_a_values_edit_from_false_to_0_is_held_and_the_message_names_it():
+    release = flux("HelmRelease", gates="flux-system/sre-approval",
+                   spec={"interval": "10m", "values": {"debug": False, "replicas": 1, "ratio": 0}})
+    new = changed(release, values={"debug": 0, "replicas": 1.0, "ratio": -0.0})
+    d = judge(request("UPDATE", new, release))
+    assert not d.allowed and d.change == "spec change"
+    assert d.message.endswith("; changed: spec.values.debug, spec.values.replicas, spec.values.ratio")
+
+
+@pytest.mark.parametrize("operation", ["CREATE", "UPDATE", "DELETE"])
+def test_a_closed_gate_named_after_65_repeats_of_an_open_one_still_holds(operation):
+    freeze, still_open = gate("freeze", closed=True), gate("open")
+    obj = flux(gates=", ".join(["flux-system/open"] * 65 + ["flux-system/freeze"]))
+    req = {"CREATE": request("CREATE", obj), "UPDATE": spec_update(obj), "DELETE": request("DELETE", None, obj)}[operation]
+    d = judge(req, gates=[freeze, still_open])
+    assert not d.allowed and "gate 'flux-system/freeze' is closed" in d.message
+    assert judge(req, gates=[gate("freeze"), still_open]).allowed
+
+
+def test_an_object_naming_too_many_gates_is_held_and_told_the_limit():
+    obj = flux(gates=", ".join(f"flux-system/g{i}" for i in range(65)))
+    d = judge(spec_update(obj), gates=[gate(f"g{i}") for i in range(65)])
+    assert not d.allowed and "more than the 64 distinct gate references allowed" in d.message
 
 
 def test_dry_run_gets_the_same_verdict():

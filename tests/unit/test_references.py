@@ -139,12 +139,50 @@ def test_a_suspend_during_that_cannot_be_parsed_in_any_way_counts_as_active(valu
 def test_too_many_references_hold_the_object_and_say_why():
     many = ", ".join(f"g{i}" for i in range(65))
     refs = policy_of(flux(gates=many)).refs
-    assert len(refs) == 1 and refs[0].error == "65 gate references, more than the 64 allowed"
+    assert len(refs) == 1 and refs[0].error == "more than the 64 distinct gate references allowed"
     assert len(policy_of(flux(gates=", ".join(f"g{i}" for i in range(64)))).refs) == 64
     huge = ", ".join(f"g{i}" for i in range(40000))
-    assert "more than the 64 allowed" in policy_of(flux(gates=huge)).refs[0].error
+    assert "more than the 20416 allowed" in policy_of(flux(gates=huge)).refs[0].error
     spec = policy_of(flux(spec={"gates": [{"name": f"g{i}"} for i in range(100)]})).refs
-    assert spec[0].error and "more than the 64 allowed" in spec[0].error
+    assert spec[0].error == "more than the 64 distinct gate references allowed"
+    both = flux(gates=", ".join(f"g{i}" for i in range(40)), spec={"gates": [f"h{i}" for i in range(25)]})
+    assert policy_of(both).refs[0].error == "more than the 64 distinct gate references allowed"
+
+
+SIXTY_FIVE_OPEN_THEN_FREEZE = ["flux-system/open"] * 65 + ["flux-system/freeze"]
+
+
+@pytest.mark.parametrize("obj", [
+    flux(gates=", ".join(SIXTY_FIVE_OPEN_THEN_FREEZE)),
+    flux(gates=",".join(SIXTY_FIVE_OPEN_THEN_FREEZE)),
+    flux(spec={"gates": [{"name": r.split("/")[1], "namespace": "flux-system"} for r in SIXTY_FIVE_OPEN_THEN_FREEZE]}),
+    flux(spec={"gates": {"refs": SIXTY_FIVE_OPEN_THEN_FREEZE}}),
+    flux(gates=", ".join(["flux-system/open"] * 65), spec={"gates": [{"name": "freeze", "namespace": "flux-system"}]}),
+    flux(namespace="flux-system", gates=", ".join(["open", " flux-system/open", "/open"] * 30 + ["freeze"])),
+])
+def test_repeating_a_gate_never_pushes_another_out(obj):
+    assert [ref.key for ref in policy_of(obj).refs] == ["flux-system/open", "flux-system/freeze"]
+
+
+def test_the_longest_valid_references_fit_the_annotation_and_a_longer_one_is_held():
+    longest = [f"{'n' * 62}{i % 10}/{'g' * 250}{i:03d}" for i in range(64)]
+    assert len(longest[0]) == 317
+    refs = policy_of(flux(gates=", ".join(longest))).refs
+    assert len(refs) == 64 and not any(ref.error for ref in refs)
+    longer = policy_of(flux(gates=", ".join(longest) + ", " + longest[0])).refs
+    assert [ref.error for ref in longer] == [
+        "the gating.toolkit.fluxcd.io/gates annotation is 20733 characters long, more than the 20416 allowed"]
+
+
+def test_spec_gates_with_more_entries_than_read_are_held_even_when_they_repeat():
+    assert len(policy_of(flux(spec={"gates": ["a"] * 1024})).refs) == 1
+    refs = policy_of(flux(spec={"gates": ["a"] * 1025})).refs
+    assert [ref.error for ref in refs] == ["spec.gates lists 1025 entries, more than the 1024 allowed"]
+
+
+def test_an_empty_name_in_spec_gates_is_still_an_unusable_reference():
+    refs = policy_of(flux(spec={"gates": ["", {"name": ""}]})).refs
+    assert refs and all(ref.error and "not a valid" in ref.error for ref in refs)
 
 
 def test_a_name_with_a_trailing_newline_is_not_valid():
