@@ -21,12 +21,14 @@ import sys
 import tempfile
 import urllib.request
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from admission.pki.certs import make_ca, make_client_cert
 from tests.processes import Process, free_port, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,6 +68,10 @@ USERS = (ADMIN, ALICE, FLUX, SOURCE_CONTROLLER, HELM_CONTROLLER, IMAGE_REFLECTOR
 FLUX_CONTROLLER_USERS = {"source-controller": SOURCE_CONTROLLER, "kustomize-controller": FLUX,
                          "helm-controller": HELM_CONTROLLER, "notification-controller": NOTIFICATION_CONTROLLER,
                          "image-reflector-controller": IMAGE_REFLECTOR, "image-automation-controller": IMAGE_AUTOMATION}
+# The API server authenticates to our webhooks with a client certificate (its
+# AdmissionConfiguration's kubeconfig, docs/operations.md "Who may call the webhook"); a test
+# server started with --client-ca-file=plane.webhook_client_ca requires it.
+WEBHOOK_KUBECONFIG_USER = "*"  # every webhook host
 AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
@@ -117,6 +123,31 @@ class ControlPlane:
         (self.workdir / "audit-policy.yaml").write_text(AUDIT_POLICY)
         for user in USERS:
             self._write_kubeconfig(user)
+        self._write_webhook_client()
+
+    @property
+    def webhook_client_ca(self) -> Path:
+        return self.workdir / "webhook-client-ca.crt"
+
+    def _write_webhook_client(self) -> None:
+        now = datetime.now(timezone.utc)
+        ca_key, ca_cert = make_ca(now, "e2e-apiserver-client-ca")
+        key, cert = make_client_cert(ca_key, ca_cert, "kube-apiserver", now)
+        self.webhook_client_ca.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+        (self.workdir / "webhook-client.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        (self.workdir / "webhook-client.key").write_bytes(key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+        (self.workdir / "webhook-kubeconfig.yaml").write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config",
+            "users": [{"name": WEBHOOK_KUBECONFIG_USER, "user": {
+                "client-certificate": str(self.workdir / "webhook-client.crt"),
+                "client-key": str(self.workdir / "webhook-client.key")}}]}))
+        webhook = {"apiVersion": "apiserver.config.k8s.io/v1", "kind": "WebhookAdmissionConfiguration",
+                   "kubeConfigFile": str(self.workdir / "webhook-kubeconfig.yaml")}
+        (self.workdir / "admission-config.yaml").write_text(yaml.safe_dump({
+            "apiVersion": "apiserver.config.k8s.io/v1", "kind": "AdmissionConfiguration",
+            "plugins": [{"name": name, "configuration": webhook}
+                        for name in ("ValidatingAdmissionWebhook", "MutatingAdmissionWebhook")]}))
 
     def _write_kubeconfig(self, user: User) -> None:
         config = {
@@ -164,6 +195,7 @@ class ControlPlane:
             "--service-account-issuer=https://kubernetes.default.svc",
             "--service-cluster-ip-range=10.96.0.0/16",
             "--disable-admission-plugins=ServiceAccount",
+            f"--admission-control-config-file={self.workdir / 'admission-config.yaml'}",
             "--allow-privileged=true",
             # Every request, who made it: tests count what our server asks of the API server.
             f"--audit-policy-file={self.workdir / 'audit-policy.yaml'}",

@@ -46,8 +46,11 @@ def plane(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(plane, tmp_path_factory):
+    # Reviews authenticated by the API server's client certificate: a HelmRelease's denied
+    # values digest, which only the review carries, is then shown.
     with serving(plane, start_server(tmp_path_factory.mktemp("content-server"), None, "--kubeconfig",
-                                     str(plane.kubeconfig(GATE_ADMISSION)))) as srv:
+                                     str(plane.kubeconfig(GATE_ADMISSION)),
+                                     "--client-ca-file", str(plane.webhook_client_ca))) as srv:
         yield srv
 
 

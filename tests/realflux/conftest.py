@@ -38,8 +38,11 @@ def plane(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def webhook(plane, tmp_path_factory):
+    # As a cluster that authenticates the API server to the webhook should run it: reviews
+    # without the API server's client certificate are refused.
     with serving(plane, start_server(tmp_path_factory.mktemp("realflux-server"), None, "--kubeconfig",
-                                     str(plane.kubeconfig(GATE_ADMISSION)))) as server:
+                                     str(plane.kubeconfig(GATE_ADMISSION)),
+                                     "--client-ca-file", str(plane.webhook_client_ca))) as server:
         yield server
 
 
