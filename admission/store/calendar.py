@@ -1,7 +1,7 @@
 """Freeze calendars: each gate's open and closed intervals over the coming days, as a text
 timeline (``kubectl gate calendar``) or an iCalendar feed (``-o ics``, ``GET /calendar.ics``).
 
-The intervals are ``admission.core.gates.intervals``: the change points and evaluation that
+The intervals are ``admission.core.timeline.intervals``: the change points and evaluation that
 admission decisions use, so the calendar cannot disagree with the webhook. Days are the gate's
 own (the time zone its GateKeepers share, else UTC) and start at its local midnight today.
 """
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, tzinfo
 
 from admission.core import names
-from admission.core.gates import Interval, intervals, time_zone
+from admission.core.timeline import Interval, intervals, time_zone
 from admission.core.objects import object_key
 from admission.core.timefmt import format_distinct_time, format_label, format_time
 from admission.store.index import GateIndex

@@ -58,6 +58,10 @@ class GateIndex:
         """Every gate object, for status and listings."""
         return list(self._gates.values())
 
+    def keepers(self) -> list[dict]:
+        """Every GateKeeper object (the controller fetches their calendars)."""
+        return list(self._keepers.values())
+
     def snapshot(self, namespace: str | None = None) -> tuple[list[dict], list[dict], list[tuple[str, str, str]]]:
         """The gates, keepers and broken gates (of ``namespace`` only, when given) as plain data,
         from which ``replace_all`` rebuilds an equal index elsewhere (the calendar's builder)."""
