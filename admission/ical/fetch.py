@@ -101,10 +101,14 @@ def allowed_address(address: str, policy: Policy) -> bool:
     return ip.is_global and not ip.is_multicast
 
 
+class _Expired(FetchError):
+    """The fetch's deadline passed (``fetch`` says after how long)."""
+
+
 def _remaining(deadline: float) -> float:
     left = deadline - time.monotonic()
     if left <= 0:
-        raise FetchError("no answer within the fetch deadline")
+        raise _Expired()
     return left
 
 
@@ -268,7 +272,10 @@ def fetch(url: str, *, auth: Auth = Auth(), allow_http: bool = False, etag: str 
     current = url
     for _ in range(policy.max_redirects + 1):
         parts = _check(current, allow_http, auth)
-        status, reason, headers, body = _get(parts, auth, validators, policy, deadline)
+        try:
+            status, reason, headers, body = _get(parts, auth, validators, policy, deadline)
+        except _Expired:
+            raise FetchError(f"no complete answer within {policy.total_timeout:g}s") from None
         if status in _REDIRECTS:
             location = headers.get("Location")
             if not location:

@@ -20,7 +20,7 @@ import re
 import subprocess
 import sys
 from dataclasses import dataclass
-from datetime import date, datetime, time, timezone, tzinfo
+from datetime import date, datetime, time, timedelta, timezone, tzinfo
 from zoneinfo import ZoneInfo
 
 from admission.core import names
@@ -29,9 +29,9 @@ from admission.core.timefmt import format_distinct_time, parse_time
 
 UTC = timezone.utc
 MAX_EXAMINED = 20 * MAX_INTERVALS  # occurrences looked at (filtered out or kept)
-CPU_SECONDS = 10  # the child's CPU limit
+CPU_SECONDS = 20  # the child's CPU limit
 MEMORY_BYTES = 1 << 30  # the child's address space
-WALL_SECONDS = 30.0
+WALL_SECONDS = 60.0
 NICENESS = 10
 
 
@@ -83,6 +83,22 @@ def _categories(component) -> set[str]:
     return out
 
 
+def _windows(query, start: datetime, end: datetime):
+    """The occurrences overlapping ``[start, end)``, window by window: an hour first, twice as
+    long after each window with few occurrences. A dense rule (every second) is looked at an
+    hour at a time, never a month at once; a sparse one in a few windows. (The library's own
+    ``after`` narrows to 15 minutes where it finds occurrences, and each window expands every
+    rule from its start again: quadratic for dense rules.)"""
+    window, at = timedelta(hours=1), start
+    while at < end:
+        until = min(at + window, end)
+        found = query.between(at, until)
+        yield found
+        if len(found) < 64:
+            window = min(window * 2, timedelta(days=8))
+        at = until
+
+
 def expand(body: bytes, start: datetime, end: datetime, *, time_zone: str | None = None,
            summary: str | None = None, categories: tuple[str, ...] = (), max_events: int = MAX_INTERVALS) -> Expanded:
     """The events of the feed ``body`` that overlap ``[start, end)``; raise ParseError."""
@@ -91,6 +107,8 @@ def expand(body: bytes, start: datetime, end: datetime, *, time_zone: str | None
 
     try:
         calendar = icalendar.Calendar.from_ical(body)
+    except MemoryError:
+        raise
     except Exception as err:  # icalendar raises ValueError, and worse, on malformed input
         raise ParseError(f"not an iCalendar feed: {clean(err, 300)}") from None
     if getattr(calendar, "name", "") != "VCALENDAR":
@@ -108,23 +126,26 @@ def expand(body: bytes, start: datetime, end: datetime, *, time_zone: str | None
     events: list[FeedEvent] = []
     try:
         query = recurring_ical_events.of(calendar, components=["VEVENT"])
-        for examined, occurrence in enumerate(query.after(start)):
-            first = _utc(occurrence.start, zone)
-            if first >= complete_until:
-                break
-            if examined >= MAX_EXAMINED or len(events) >= max_events:
-                complete_until = first  # listed up to here; later events are not known
-                break
-            last = _utc(occurrence.end, zone)
-            if last <= start or last <= first or _text(occurrence, "STATUS").upper() == "CANCELLED":
-                continue
-            title = _text(occurrence, "SUMMARY")
-            if pattern is not None and not pattern.search(title[:1024]):
-                continue
-            if wanted and not wanted & _categories(occurrence):
-                continue
-            events.append(FeedEvent(first, last, clean(_text(occurrence, "UID"), MAX_UID), clean(title, MAX_SUMMARY)))
-    except ParseError:
+        examined, seen = 0, set()
+        for occurrences in _windows(query, start, complete_until):
+            for first, last, occurrence in sorted(((_utc(o.start, zone), _utc(o.end, zone), o) for o in occurrences),
+                                                  key=lambda found: found[:2]):
+                key = (_text(occurrence, "UID"), first, last)
+                if first >= complete_until or key in seen:
+                    continue  # a later window's, or one an earlier window had
+                if examined >= MAX_EXAMINED or len(events) >= max_events:
+                    return Expanded(events, max(first, start))  # listed up to here; later events are not known
+                seen.add(key)
+                examined += 1
+                if last <= start or last <= first or _text(occurrence, "STATUS").upper() == "CANCELLED":
+                    continue
+                title = _text(occurrence, "SUMMARY")
+                if pattern is not None and not pattern.search(title[:1024]):
+                    continue
+                if wanted and not wanted & _categories(occurrence):
+                    continue
+                events.append(FeedEvent(first, last, clean(key[0], MAX_UID), clean(title, MAX_SUMMARY)))
+    except (ParseError, MemoryError):
         raise
     except Exception as err:  # a series that cannot be expanded: the whole feed is unusable
         raise ParseError(f"the feed's events cannot be read: {type(err).__name__}: {clean(err, 300)}") from None
