@@ -358,6 +358,9 @@ def next_transition(cg: CompiledGate, now: datetime, horizon: timedelta = HORIZO
                if any(entry is e for _, e in cg.closed_entries) or not cg.default_open]
     closing = [i for i, entry in enumerate(entries) if any(entry is e for _, e in cg.closed_entries)]
     opening = [i for i, entry in enumerate(entries) if any(entry is e for _, e in cg.opened_entries)]
+    # Calendars as the search sees them: fetched again before they go stale (subscriptions._Searched).
+    entries = [entry.searched_from(now) if isinstance(entry, (CalendarEntry, CalendarGuard)) else entry
+               for entry in entries]
     active: list[bool] = [False] * len(entries)
     changes: list[datetime | None] = [None] * len(entries)
     spent = 0

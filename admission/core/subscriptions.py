@@ -263,7 +263,7 @@ class CalendarEntry:
         self.events: tuple[FeedEvent, ...] = ()
         self.starts: list[datetime] = []  # the events' union as disjoint spans, sorted
         self.ends: list[datetime] = []
-        self.last_success = self.last_fetch = self.known_until = None
+        self.last_success = self.last_fetch = self.known_until = self.complete = None
         self.error: str | None = None
         self.broken: str | None = None  # why nothing is known whatever the time
         try:
@@ -294,6 +294,7 @@ class CalendarEntry:
         if len(items) > MAX_INTERVALS:
             complete = min(complete, events[-1].end)
         self.events = tuple(events)
+        self.complete = complete
         self.known_until = min(complete, self.last_success + self.cal.stale_after)
         for event in events:  # merge into disjoint spans
             if self.ends and event.start <= self.ends[-1]:
@@ -336,8 +337,9 @@ class CalendarEntry:
 
     stable_until = next_change
 
-    def state_and_next_change(self, now: datetime) -> tuple[bool, datetime | None, int]:
-        return self.active(now), self.next_change(now), 1
+    def searched_from(self, origin: datetime) -> "_Searched":
+        """This calendar as the next-transition search from ``origin`` sees it (see _Searched)."""
+        return _Searched(self, origin, guard=False)
 
     def event_at(self, now: datetime) -> FeedEvent | None:
         i = bisect.bisect_right(self.events, now, key=lambda e: e.start)
@@ -370,14 +372,39 @@ class CalendarGuard:
 
     stable_until = next_change
 
-    def state_and_next_change(self, now: datetime) -> tuple[bool, datetime | None, int]:
-        return self.active(now), self.next_change(now), 1
+    def searched_from(self, origin: datetime) -> "_Searched":
+        return _Searched(self.entry, origin, guard=True)
 
     def unknown(self, now: datetime) -> str | None:
         return self.entry.unknown(now)
 
     def __str__(self) -> str:
         return str(self.entry)
+
+
+class _Searched:
+    """A calendar (or its guard) as the search for a gate's next transition from ``origin`` sees
+    it: its listed events count up to ``completeUntil``, and it is assumed to be fetched again
+    before it goes stale, unless it is stale (or cannot be read) at ``origin`` already: then it
+    stays unknown. Without that, every closure longer than ``staleAfter`` would open at
+    "unknown". Whether the gate is open, and how long a state is memoised (``stable_until``),
+    never assume it."""
+
+    def __init__(self, entry: CalendarEntry, origin: datetime, guard: bool):
+        self.entry, self.guard = entry, guard
+        unreadable = entry.broken is not None or origin >= entry.last_success + entry.cal.stale_after
+        self.until = None if unreadable else entry.complete  # unknown from here on (None: from the start)
+
+    def state_and_next_change(self, now: datetime) -> tuple[bool, datetime | None, int]:
+        if self.until is None or now >= self.until:
+            return self.guard, None, 1
+        if self.guard:
+            return False, self.until, 1
+        entry, i = self.entry, self.entry._span(now)
+        if i >= 0 and now < entry.ends[i]:
+            return True, min(entry.ends[i], self.until), 1
+        following = entry.starts[i + 1] if i + 1 < len(entry.starts) else None
+        return False, self.until if following is None else min(following, self.until), 1
 
 
 @dataclass(frozen=True)
