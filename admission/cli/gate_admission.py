@@ -42,6 +42,9 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    help="seconds without a working watch before gate state counts as unknown (cluster store)")
     p.add_argument("--calendar", action=argparse.BooleanOptionalAction, default=_env("calendar", "true") != "false",
                    help="serve GET /calendar.ics, every gate's closed intervals (default on)")
+    p.add_argument("--calendar-token-file", default=_env("calendar-token-file"),
+                   help="GET /calendar.ics requires this token (bearer, or basic auth's password; checked in "
+                        "constant time): for spoke clusters that follow this one's gates. Default: no token")
     p.add_argument("--workers", type=int, default=int(_env("workers", 2)))
     p.add_argument("--threads", type=int, default=int(_env("threads", 4)),
                    help="threads per worker; more only adds GIL contention to a CPU-bound server (bench/README.md)")
@@ -159,6 +162,12 @@ def _app_factory(args: argparse.Namespace):
             TokenFile(args.receiver_token_file)
         except (OSError, ValueError) as err:
             raise SystemExit(f"gate-admission: receiver token: {err}") from None
+    if args.calendar_token_file:
+        from admission.webhook.receiver import TokenFile
+        try:
+            TokenFile(args.calendar_token_file)
+        except (OSError, ValueError) as err:
+            raise SystemExit(f"gate-admission: calendar token: {err}") from None
 
     def factory():
         logs.configure(args.log_level)
@@ -193,8 +202,12 @@ def _app_factory(args: argparse.Namespace):
             attempts.start()
         store.start()
         sources.start()
+        calendar_token = None
+        if args.calendar_token_file:
+            from admission.webhook.receiver import TokenFile
+            calendar_token = TokenFile(args.calendar_token_file)
         return create_app(store, settings, receiver=receiver, events=events, calendar=args.calendar,
-                          sources=sources, attempts=attempts)
+                          sources=sources, attempts=attempts, calendar_token=calendar_token)
 
     return factory
 
@@ -254,6 +267,7 @@ def run_controller(args: argparse.Namespace) -> int:
     from admission.kube.client import api_client
 
     logs.configure(args.log_level)
+    calendars = calendar_options(args)  # a bad flag exits before anything starts
     api = api_client(args.kubeconfig)
     stop = threading.Event()
     fatal: list[str] = []
@@ -271,7 +285,7 @@ def run_controller(args: argparse.Namespace) -> int:
                                 period=args.notify_period)
         notifier.start()
     controller = Controller(api, is_leader=elector.is_leader if elector else None, notifier=notifier,
-                            calendars=calendar_options(args))
+                            calendars=calendars)
     if args.health_port:
         serve_health(args.health_port, controller.readiness)
     if elector:

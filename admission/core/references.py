@@ -64,6 +64,11 @@ def _ref(text: object, namespace: str) -> GateRef:
     return GateRef(ns, name)
 
 
+def is_name(text: str) -> bool:
+    """Whether ``text`` can name a gate (a DNS-1123 subdomain)."""
+    return bool(_NAME.fullmatch(text))
+
+
 def is_namespace(text: str) -> bool:
     """Whether ``text`` can name a Kubernetes namespace (a DNS-1123 label)."""
     return bool(_NAMESPACE.fullmatch(text))

@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import http.client
 import ipaddress
+import os
 import socket
 import ssl
 import threading
@@ -185,31 +186,30 @@ def _check(url: str, allow_http: bool, auth: Auth) -> SplitResult:
     return parts
 
 
-def _abort(sock: socket.socket) -> None:
-    """Shut the connection down under a reader blocked on it (the fetch deadline passed)."""
-    try:
-        socket.socket.shutdown(sock, socket.SHUT_RDWR)  # the descriptor, under TLS too
-    except OSError:
-        pass
-
-
 def _get(parts: SplitResult, auth: Auth, validators: dict, policy: Policy, deadline: float
          ) -> tuple[int, str, http.client.HTTPMessage, bytes]:
     host, https = parts.hostname, parts.scheme == "https"
     port = parts.port or (443 if https else 80)
     sock = _connect(host, port, policy, deadline)
+    # The watchdog shuts the connection down through a descriptor of its own: http.client closes
+    # the socket object it was given when the server says "Connection: close", while the response
+    # goes on reading the same connection.
+    guard = socket.socket(fileno=os.dup(sock.fileno()))
     expired = threading.Event()
 
     def expire() -> None:
         expired.set()
-        _abort(sock)
+        try:
+            guard.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
     watchdog = threading.Timer(_remaining(deadline), expire)
     watchdog.daemon = True
     watchdog.start()
     try:
+        sock.settimeout(_remaining(deadline))  # each read's bound; the watchdog bounds them all
         if https:
-            sock.settimeout(_remaining(deadline))
             sock = _tls(auth.ca_pem).wrap_socket(sock, server_hostname=host)
         conn = http.client.HTTPConnection(host, port)
         conn.sock = sock  # connected and checked above: http.client must not connect again
@@ -222,7 +222,6 @@ def _get(parts: SplitResult, auth: Auth, validators: dict, policy: Policy, deadl
         for key, value in headers.items():
             conn.putheader(key, value)
         conn.endheaders()
-        sock.settimeout(_remaining(deadline))
         response = conn.getresponse()
         body = b""
         if response.status == 200:
@@ -233,15 +232,12 @@ def _get(parts: SplitResult, auth: Auth, validators: dict, policy: Policy, deadl
             if declared and declared.strip().isdigit() and int(declared) > policy.max_bytes:
                 raise FetchError(f"the feed is {int(declared)} bytes, more than {policy.max_bytes}")
             chunks, size = [], 0
-            while True:
-                sock.settimeout(_remaining(deadline))
-                chunk = response.read(_CHUNK)
-                if not chunk:
-                    break
+            while chunk := response.read(_CHUNK):
                 size += len(chunk)
                 if size > policy.max_bytes:
                     raise FetchError(f"the feed is more than {policy.max_bytes} bytes")
                 chunks.append(chunk)
+                _remaining(deadline)
             body = b"".join(chunks)
         return response.status, response.reason, response.headers, body
     except FetchError:
@@ -254,10 +250,11 @@ def _get(parts: SplitResult, auth: Auth, validators: dict, policy: Policy, deadl
         raise FetchError(f"{type(err).__name__}: {err}") from None
     finally:
         watchdog.cancel()
-        try:
-            sock.close()
-        except OSError:
-            pass
+        for each in (sock, guard):
+            try:
+                each.close()
+            except OSError:
+                pass
 
 
 def fetch(url: str, *, auth: Auth = Auth(), allow_http: bool = False, etag: str | None = None,

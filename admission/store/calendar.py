@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, tzinfo
 
 from admission.core import names
+from admission.core.gates import evaluate
+from admission.core.subscriptions import CalendarEntry
 from admission.core.timeline import Interval, intervals, time_zone
 from admission.core.objects import object_key
 from admission.core.timefmt import format_distinct_time, format_label, format_time
@@ -35,6 +37,10 @@ class GateCalendar:
     start: datetime
     end: datetime
     intervals: tuple[Interval, ...]
+    # What the first interval's event is named by, when it began before ``start``: the toggle
+    # that closed the gate, or its default; so the event keeps its UID from one day to the next.
+    since: str = ""
+    feeds: tuple = ()  # the GateKeeper calendars that decide it (subscriptions.CalendarEntry)
 
     @property
     def key(self) -> str:
@@ -49,21 +55,57 @@ def _local_midnight(day: date, zone: tzinfo) -> datetime:
     return datetime.combine(day, time(0), tzinfo=zone)
 
 
-def calendars(index: GateIndex, now: datetime, days: int = 14, namespace: str | None = None) -> list[GateCalendar]:
-    """Every gate's calendar (of ``namespace`` only, when given), sorted by namespace and name."""
+def calendars(index: GateIndex, now: datetime, days: int = 14, namespace: str | None = None,
+              gate: str | None = None) -> list[GateCalendar]:
+    """Every gate's calendar (of ``namespace`` only, and the gate called ``gate`` only, when
+    given), sorted by namespace and name."""
     if not 1 <= days <= MAX_DAYS:
         raise ValueError(f"days must be between 1 and {MAX_DAYS}")
     out = []
-    for gate in sorted(index.gates(), key=object_key):
-        ns, name = object_key(gate)
+    for obj in sorted(index.gates(), key=object_key):
+        ns, name = object_key(obj)
         compiled = index.compiled(ns, name)
-        if compiled is None or (namespace and ns != namespace):
+        if compiled is None or (namespace and ns != namespace) or (gate and name != gate):
             continue
         zone = time_zone(compiled)
         start = _local_midnight(now.astimezone(zone).date(), zone)
         end = _local_midnight(start.date() + timedelta(days=days), zone)
-        out.append(GateCalendar(ns, name, zone, start, end, tuple(intervals(compiled, start, end))))
+        spans = tuple(intervals(compiled, start, end))
+        out.append(GateCalendar(ns, name, zone, start, end, spans, _since(compiled, spans[0]) if spans else "",
+                                feeds_of(compiled)))
     return out
+
+
+def _since(compiled, first: Interval) -> str:
+    """What the first interval is named by when it began before the range: the toggle that
+    closed the gate (its time), or its default."""
+    if first.reason == names.REASON_DEFAULT:
+        return names.REASON_DEFAULT
+    if first.reason == names.REASON_CLOSE_REQUESTED:
+        state = evaluate(compiled, first.start)
+        return format_distinct_time(state.requested_at) if state.requested_at else ""
+    return ""
+
+
+def feeds_of(compiled) -> tuple[CalendarEntry, ...]:
+    """The GateKeeper calendars of a compiled gate, each once."""
+    found = [entry for _, entry in compiled.closed_entries + compiled.opened_entries if isinstance(entry, CalendarEntry)]
+    return tuple(dict.fromkeys(found))
+
+
+def feed_rows(cal: GateCalendar, now: datetime, coming: int = 5) -> list[dict]:
+    """What each calendar a gate follows says now: its URL (without the query, which may hold
+    a secret), last fetch and success, error, whether it is unknown and why, its next events."""
+    rows = []
+    for entry in cal.feeds:
+        url = entry.cal.url.split("?", 1)[0] + ("?…" if "?" in entry.cal.url else "")
+        rows.append({"keeper": entry.keeper, "name": entry.cal.name, "url": url, "action": entry.cal.action,
+                     "lastFetchTime": format_time(entry.last_fetch) if entry.last_fetch else None,
+                     "lastSuccessTime": format_time(entry.last_success) if entry.last_success else None,
+                     "error": entry.error, "unknown": entry.unknown(now),
+                     "next": [{"start": format_time(e.start), "end": format_time(e.end), "summary": e.summary}
+                              for e in entry.coming(now)[:coming]]})
+    return rows
 
 
 # -- text -------------------------------------------------------------------------------
@@ -156,8 +198,23 @@ def to_rows(cals: list[GateCalendar]) -> list[dict]:
 
 # -- iCalendar --------------------------------------------------------------------------
 
+def complete_until(gate: GateCalendar) -> datetime:
+    """Up to when the feed lists every closed interval of ``gate``: its range's end, or the first
+    interval not computed, or the first closed interval past the events listed."""
+    unknown = [i.start for i in gate.intervals if not i.known]
+    closed = [i for i in gate.intervals if not i.open and i.known]
+    unlisted = [closed[MAX_EVENTS_PER_GATE].start] if len(closed) > MAX_EVENTS_PER_GATE else []
+    return min([gate.end, *unknown, *unlisted])
+
+
 def to_ics(cals: list[GateCalendar], now: datetime, name: str = "Flux gates") -> bytes:
-    """An iCalendar file with one event per closed interval, in each gate's time zone."""
+    """An iCalendar file with one event per closed interval, in each gate's time zone.
+
+    What a spoke's GateKeeper that follows this feed needs is in it: each event names its gate
+    (``X-FLUX-GATE``, and a category) and why it is closed (``X-FLUX-GATE-REASON``, the
+    description); its UID stays the same from one fetch to the next; and the calendar says up to
+    when it is complete (``X-FLUX-GATE-COMPLETE-UNTIL``: its range, or where a gate's closed
+    intervals stop being computed or listed), so a follower never reads "no event" as "open"."""
     from icalendar import Calendar, Event
 
     cal = Calendar()
@@ -167,12 +224,17 @@ def to_ics(cals: list[GateCalendar], now: datetime, name: str = "Flux gates") ->
     cal.add("x-wr-calname", name)
     cal.add("refresh-interval", timedelta(hours=1), parameters={"VALUE": "DURATION"})
     cal.add("x-published-ttl", "PT1H")
+    if cals:
+        cal.add(names.FEED_COMPLETE_UNTIL_PROPERTY, format_time(min(complete_until(gate) for gate in cals)))
     for gate in cals:
         closed = [i for i in gate.intervals if not i.open and i.known]
         for number, interval in enumerate(closed[:MAX_EVENTS_PER_GATE], 1):
             event = Event()
-            # Stable across fetches: the same gate closing at the same time is the same event.
-            uid = hashlib.sha256(f"{gate.key}\n{format_distinct_time(interval.start)}".encode()).hexdigest()[:32]
+            # Stable across fetches: the same gate closing at the same time (or, for a closure that
+            # began before the range, by the same toggle or default) is the same event.
+            began_before = number == 1 and interval.start == gate.start and gate.since
+            origin = gate.since if began_before else format_distinct_time(interval.start)
+            uid = hashlib.sha256(f"{gate.key}\n{origin}".encode()).hexdigest()[:32]
             event.add("uid", f"{uid}@{names.GATING_GROUP}")
             event.add("dtstamp", now)
             event.add("dtstart", interval.start.astimezone(gate.zone))
@@ -182,7 +244,9 @@ def to_ics(cals: list[GateCalendar], now: datetime, name: str = "Flux gates") ->
             if number == MAX_EVENTS_PER_GATE < len(closed):
                 description += f"\n{len(closed) - number} later closed intervals of this gate are not listed"
             event.add("description", description)
-            event.add("categories", ["gate", gate.namespace])
+            event.add("categories", ["gate", gate.namespace, gate.key])
+            event.add(names.FEED_GATE_PROPERTY, gate.key)
+            event.add(names.FEED_REASON_PROPERTY, interval.reason)
             event.add("transp", "OPAQUE")
             cal.add_component(event)
     cal.add_missing_timezones()

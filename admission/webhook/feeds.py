@@ -8,10 +8,12 @@ request, one child process (``python -m admission.webhook.feeds``, at a lower CP
 sends it a snapshot of the gates; the child answers with the iCalendar bytes. The worker only
 copies bytes and waits on a pipe.
 
-A query (namespace, days) that has no feed yet gets ``503`` with ``Retry-After`` while its first
-build runs; after that its feed is served from memory and rebuilt in the background once it is
-``FEED_TTL`` old, and never served when older than ``STALE_LIMIT`` (a build that keeps failing
-must not publish an old freeze as current). One build runs at a time per worker; at most
+A query (namespace, days, gate) that has no feed yet gets ``503`` with ``Retry-After`` while its
+first build runs; after that its feed is served from memory and rebuilt in the background once it
+is ``FEED_TTL`` old, and never served when older than ``STALE_LIMIT`` (a build that keeps failing
+must not publish an old freeze as current). A feed built before the gates last changed (a
+toggle, a GateKeeper) is rebuilt at the next request, which waits up to ``FRESH_WAIT`` for it:
+spoke clusters that follow the feed see a toggle at their next fetch. One build runs at a time per worker; at most
 ``MAX_FEEDS`` queries wait, and at most ``MAX_FEEDS`` feeds and ``MAX_FEED_BYTES`` are kept; a
 build that takes longer than ``BUILD_SECONDS`` costs its child process, which is replaced on the
 next build.
@@ -42,6 +44,7 @@ MAX_FEEDS = 64  # queries kept or waiting per worker: the namespace comes from t
 MAX_FEED_BYTES = 64 << 20  # feeds kept per worker, in bytes (a year of a hundred busy gates is ~20 MiB)
 BUILD_SECONDS = 120.0  # a build still running after this is abandoned with its child process
 RETRY_AFTER = "10"  # seconds a calendar client is asked to wait for a first build
+FRESH_WAIT = 5.0  # seconds a request waits for the rebuild of a feed the gates changed under
 CHILD_NICENESS = 10  # the child yields the CPU to the workers that answer reviews
 
 _LENGTH = struct.Struct(">I")
@@ -49,7 +52,7 @@ _BUILT, _FAILED = b"\x00", b"\x01"
 
 log = logging.getLogger(__name__)
 
-Query = tuple[str, int]  # (namespace or "" for every namespace, days)
+Query = tuple[str, int, str]  # (namespace or "" for every namespace, days, gate name or "" for every gate)
 
 
 class FeedUnavailable(Exception):
@@ -61,37 +64,46 @@ class CalendarFeeds:
 
     def __init__(self, index: Callable[[], GateIndex], clock: Callable[[], datetime],
                  command: list[str] | None = None, build_seconds: float = BUILD_SECONDS,
-                 ttl: float = FEED_TTL, max_feeds: int = MAX_FEEDS):
+                 ttl: float = FEED_TTL, max_feeds: int = MAX_FEEDS, fresh_wait: float = FRESH_WAIT):
         self._index, self._clock = index, clock
-        self._ttl, self._max_feeds = ttl, max_feeds
+        self._ttl, self._max_feeds, self._fresh_wait = ttl, max_feeds, fresh_wait
         self._command = command or [sys.executable, "-m", __name__]
         self._build_seconds = build_seconds
         self._lock = threading.Lock()
         self._wanted = threading.Condition(self._lock)
-        self._feeds: OrderedDict[Query, tuple[float, bytes]] = OrderedDict()  # query -> (built at, body)
+        self._built = threading.Condition(self._lock)  # notified after every build
+        # query -> (built at, body, the index's version it was built from)
+        self._feeds: OrderedDict[Query, tuple[float, bytes, int]] = OrderedDict()
         self._waiting: OrderedDict[Query, None] = OrderedDict()
         self._failures: dict[Query, tuple[float, str]] = {}  # query -> (failed at, why)
         self._builder: threading.Thread | None = None
         self._child: subprocess.Popen | None = None
         self._closed = False
 
-    def feed(self, namespace: str, days: int) -> bytes:
+    def feed(self, namespace: str, days: int, gate: str = "") -> bytes:
         """The iCalendar body for this query; raise FeedUnavailable while there is none to serve."""
-        query = (namespace, days)
-        now = time.monotonic()
+        query = (namespace, days, gate)
+        version = self._index().version
+        deadline = time.monotonic() + self._fresh_wait
         with self._lock:
-            built_at, body = self._feeds.get(query, (None, b""))
-            servable = built_at is not None and now - built_at < STALE_LIMIT
-            failed_at, failure = self._failures.get(query, (None, ""))
-            retry = failed_at is None or now - failed_at >= self._ttl  # a failing build is not retried per request
-            if retry and (built_at is None or now - built_at >= self._ttl):
-                try:
-                    self._want(query)
-                except FeedUnavailable:
-                    if not servable:
-                        raise
-            if servable:
-                return body
+            while True:
+                now = time.monotonic()
+                built_at, body, built_from = self._feeds.get(query, (None, b"", None))
+                servable = built_at is not None and now - built_at < STALE_LIMIT
+                failed_at, failure = self._failures.get(query, (None, ""))
+                retry = failed_at is None or now - failed_at >= self._ttl  # a failing build is not retried per request
+                if retry and (built_at is None or now - built_at >= self._ttl or built_from != version):
+                    try:
+                        self._want(query)
+                    except FeedUnavailable:
+                        if not servable:
+                            raise
+                # The gates changed since this feed was built: wait a little for the new one.
+                if servable and (built_from == version or query not in self._waiting or now >= deadline):
+                    return body
+                if not servable:
+                    break
+                self._built.wait(deadline - now)
         if failure:
             raise FeedUnavailable(f"the calendar could not be built: {failure}")
         raise FeedUnavailable("the calendar is being built; retry shortly")
@@ -120,15 +132,16 @@ class CalendarFeeds:
                     return
                 query = next(iter(self._waiting))
             try:
-                body, failure = self._build(query), None
+                (body, version), failure = self._build(query), None
             except Exception as err:  # the child failed or timed out: say so, keep serving the rest
-                body, failure = None, str(err)
+                body, version, failure = None, None, str(err)
                 if self._closed:
                     return  # close() ended this build
                 log.warning("calendar feed not built", extra={"namespace": query[0], "days": query[1],
                                                                 "reason": failure})
             with self._lock:
                 self._waiting.pop(query, None)
+                self._built.notify_all()
                 if body is None:
                     self._failures.pop(query, None)
                     self._failures[query] = (time.monotonic(), failure or "unknown error")
@@ -136,20 +149,23 @@ class CalendarFeeds:
                         self._failures.pop(next(iter(self._failures)))  # the oldest failure
                     continue
                 self._failures.pop(query, None)
-                self._feeds[query] = (time.monotonic(), body)
+                self._feeds[query] = (time.monotonic(), body, version)
                 self._feeds.move_to_end(query)
-                kept = sum(len(feed) for _, feed in self._feeds.values())
+                kept = sum(len(feed) for _, feed, _ in self._feeds.values())
                 while len(self._feeds) > self._max_feeds or (kept > MAX_FEED_BYTES and len(self._feeds) > 1):
                     kept -= len(self._feeds.popitem(last=False)[1][1])  # the least recently built
 
-    def _build(self, query: Query) -> bytes:
-        namespace, days = query
-        gates, keepers, broken = self._index().snapshot(namespace or None)
+    def _build(self, query: Query) -> tuple[bytes, int]:
+        """The feed for ``query`` and the version of the index it was built from."""
+        namespace, days, gate = query
+        index = self._index()
+        version = index.version  # read first: a change during the snapshot makes the feed look old, never new
+        gates, keepers, broken = index.snapshot(namespace or None)
         # No datetime passes as a string: the child must read exactly what this worker's index
         # holds, or the calendar would show gates opening that admission keeps closed.
         request = orjson.dumps({"gates": gates, "keepers": keepers, "broken": broken,
                                 "now": format_distinct_time(self._clock()), "days": days,
-                                "namespace": namespace}, option=orjson.OPT_PASSTHROUGH_DATETIME)
+                                "namespace": namespace, "gate": gate}, option=orjson.OPT_PASSTHROUGH_DATETIME)
         child = self._running_child()
         deadline = time.monotonic() + self._build_seconds
         try:
@@ -166,7 +182,7 @@ class CalendarFeeds:
             raise
         if answer[:1] != _BUILT:
             raise RuntimeError(answer[1:].decode(errors="replace"))
-        return answer[1:]
+        return answer[1:], version
 
     def _running_child(self) -> subprocess.Popen:
         if self._closed:
@@ -255,7 +271,8 @@ def build(request: dict) -> bytes:
     index.replace_all(request["gates"], request["keepers"],
                       {(ns, name): reason for ns, name, reason in request["broken"]})
     now = parse_time(request["now"])
-    return calendar.to_ics(calendar.calendars(index, now, request["days"], request["namespace"] or None), now)
+    return calendar.to_ics(calendar.calendars(index, now, request["days"], request["namespace"] or None,
+                                              request.get("gate") or None), now)
 
 
 def serve_builds(requests: int, answers: int) -> None:
