@@ -32,6 +32,7 @@ from admission.core.decision import Lookup, Settings, describe, hold_of, mode_of
 from admission.core.gates import GateState
 from admission.core.objects import metadata, object_key
 from admission.core.references import policy_of
+from admission.store.calendar import feed_rows, feeds_of
 from admission.store.index import GateIndex
 from admission.core.timefmt import format_time
 from admission.core.toggles import toggle_patch
@@ -236,6 +237,8 @@ def cmd_get(args: argparse.Namespace) -> int:
                         "held": mode == "enforce", "mode": mode,
                         "why": describe(obj["kind"], meta["namespace"], meta["name"], [hold]) if hold.held else None})
     info["referencedBy"] = held_by
+    # The GateKeeper calendars it follows: last fetch, errors, and what comes next.
+    info["calendars"] = feed_rows(feeds_of(index.compiled(namespace, args.name)), now)
     # New content that waits (also on objects that inherit the gate: generated HelmCharts).
     info["waiting"] = [{"kind": obj["kind"], "namespace": metadata(obj)["namespace"], "name": metadata(obj)["name"],
                         "waits": waiting.waits or None, "serves": waiting.serves or None, "message": waiting.message}
@@ -253,6 +256,17 @@ def cmd_get(args: argparse.Namespace) -> int:
         lines.append("Referenced by:" + ("" if rows else " none"))
         if rows:
             lines += ["  " + line for line in _table(rows, ["kind", "namespace", "name", "held"]).splitlines()]
+        if info["calendars"]:
+            lines.append("Calendars:")
+        for feed in info["calendars"]:
+            said = f"unknown: {feed['unknown']}" if feed["unknown"] else f"error: {feed['error']}" if feed["error"] else "ok"
+            lines += [f"  {feed['name']} ({feed['action']} during its events; GateKeeper {feed['keeper']})",
+                      f"    URL:          {feed['url']}",
+                      f"    Last fetch:   {feed['lastFetchTime'] or '-'} (last success {feed['lastSuccessTime'] or '-'})",
+                      f"    State:        {said}"]
+            lines += [f"    Next:         {e['start']} - {e['end']}  {e['summary']}".rstrip() for e in feed["next"]]
+            if not feed["next"]:
+                lines.append("    Next:         no coming events listed")
         lines.append("Waiting:" + ("" if info["waiting"] else " nothing"))
         if info["waiting"]:
             lines += ["  " + line for line in
@@ -384,7 +398,7 @@ def cmd_calendar(args: argparse.Namespace) -> int:
         sys.stdout.buffer.write(calendar.to_ics(cals, now))
         sys.stdout.flush()
         return EXIT_OK
-    _emit(args, calendar.to_rows(cals), lambda: calendar.to_text(cals, now, args.days))
+    _emit(args, calendar.to_rows(cals, now), lambda: calendar.to_text(cals, now, args.days))
     return EXIT_OK
 
 

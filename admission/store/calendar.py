@@ -93,11 +93,12 @@ def feeds_of(compiled) -> tuple[CalendarEntry, ...]:
     return tuple(dict.fromkeys(found))
 
 
-def feed_rows(cal: GateCalendar, now: datetime, coming: int = 5) -> list[dict]:
-    """What each calendar a gate follows says now: its URL (without the query, which may hold
-    a secret), last fetch and success, error, whether it is unknown and why, its next events."""
+def feed_rows(feeds: tuple, now: datetime, coming: int = 5) -> list[dict]:
+    """What each calendar a gate follows (``feeds_of``) says now: its URL (without the query,
+    which may hold a secret), last fetch and success, error, whether it is unknown and why, and
+    its next events."""
     rows = []
-    for entry in cal.feeds:
+    for entry in feeds:
         url = entry.cal.url.split("?", 1)[0] + ("?…" if "?" in entry.cal.url else "")
         rows.append({"keeper": entry.keeper, "name": entry.cal.name, "url": url, "action": entry.cal.action,
                      "lastFetchTime": format_time(entry.last_fetch) if entry.last_fetch else None,
@@ -180,6 +181,11 @@ def to_text(cals: list[GateCalendar], now: datetime, days: int) -> str:
             lines.append(text if len(text) <= 100 else text[:99] + "…")
         if len(shown) > LISTED:
             lines.append(f"  ... {len(shown) - LISTED} more intervals (-o json lists them all)")
+        for row in feed_rows(cal.feeds, now, coming=0):
+            state = f"unknown: {row['unknown']}" if row["unknown"] else f"error: {row['error']}" if row["error"] \
+                else f"fetched {row['lastSuccessTime']}"
+            text = f"  calendar '{row['name']}' ({row['action']}, GateKeeper {row['keeper']}): {state}"
+            lines.append(text if len(text) <= 100 else text[:99] + "…")
     return "\n".join(lines)
 
 
@@ -188,9 +194,10 @@ def _duration(delta: timedelta) -> str:
     return f"{hours // 24}d{hours % 24}h" if hours >= 24 else f"{hours}h"
 
 
-def to_rows(cals: list[GateCalendar]) -> list[dict]:
+def to_rows(cals: list[GateCalendar], now: datetime | None = None) -> list[dict]:
     """The calendars as plain data, for ``-o json|yaml``."""
     return [{"namespace": c.namespace, "name": c.name, "timeZone": zone_name(c.zone),
+             **({"calendars": feed_rows(c.feeds, now or c.start)} if c.feeds else {}),
              "intervals": [{"start": format_time(i.start), "end": format_time(i.end),
                             "state": names.REASON_UNKNOWN if not i.known else names.STATE_OPENED if i.open else names.STATE_CLOSED,
                             "reason": i.reason, "message": i.message} for i in c.intervals]} for c in cals]
