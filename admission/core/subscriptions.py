@@ -18,6 +18,7 @@ import json
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 from admission.core.schedule import ScheduleError, zone
@@ -206,14 +207,21 @@ def parse_calendars(spec: dict) -> list[CalendarSpec]:
 
 # -- status.calendars: written by the controller, read by every evaluation ---------------------
 
-@dataclass(frozen=True, slots=True)
-class FeedEvent:
-    """One occurrence of a feed's event, ``[start, end)`` in UTC."""
+class FeedEvent(NamedTuple):
+    """One occurrence of a feed's event, ``[start, end)`` in UTC. (A tuple: a GateKeeper at the
+    bounds holds 2,000, read again at each status write.)"""
 
     start: datetime
     end: datetime
-    uid: str = ""
-    summary: str = ""
+    uid: object = ""  # as status has it: cleaned when shown (``clean``)
+    summary: object = ""
+
+
+def _instant(text: object) -> datetime:
+    """A status timestamp: the controller's own format read directly, anything else as RFC 3339."""
+    if type(text) is str and len(text) == 20 and text[19] == "Z" and text[10] == "T":
+        return datetime.fromisoformat(text)  # UTC (3.11 reads the Z)
+    return parse_time(text)
 
 
 def status_entry(cal: CalendarSpec, previous: dict | None, now: datetime, *, events: list[FeedEvent] | None = None,
@@ -274,22 +282,21 @@ class CalendarEntry:
     def _read(self, status: dict | None) -> None:
         if status is not None:
             self.error = clean(status["error"], MAX_ERROR) if status.get("error") else None
-            self.last_fetch = parse_time(status["lastFetchTime"]) if status.get("lastFetchTime") else None
+            self.last_fetch = _instant(status["lastFetchTime"]) if status.get("lastFetchTime") else None
         if status is None or not status.get("lastSuccessTime") or not status.get("completeUntil"):
             self.broken = f"{self.cal} has not been fetched yet" + (f": {self.error}" if self.error else "")
             return
-        self.last_success = parse_time(status["lastSuccessTime"])
-        complete = parse_time(status["completeUntil"])
+        self.last_success = _instant(status["lastSuccessTime"])
+        complete = _instant(status["completeUntil"])
         items = status.get("intervals") or []
         if not isinstance(items, list):
             raise ValueError("intervals must be a list")
         events = []
         for item in items[:MAX_INTERVALS]:
-            start, end = parse_time(item["start"]), parse_time(item["end"])
+            start, end = _instant(item["start"]), _instant(item["end"])
             if end <= start:
                 raise ValueError(f"an interval ends before it starts ({item['start']})")
-            events.append(FeedEvent(start, end, clean(item.get("uid") or "", MAX_UID),
-                                    clean(item.get("summary") or "", MAX_SUMMARY)))
+            events.append(FeedEvent(start, end, item.get("uid") or "", item.get("summary") or ""))
         events.sort(key=lambda e: (e.start, e.end))
         if len(items) > MAX_INTERVALS:
             complete = min(complete, events[-1].end)
@@ -346,12 +353,13 @@ class CalendarEntry:
         return next((e for e in reversed(self.events[:i]) if now < e.end), None)
 
     def coming(self, now: datetime) -> list[FeedEvent]:
-        """Its events that have not ended at ``now``, in order."""
-        return [e for e in self.events if e.end > now]
+        """Its events that have not ended at ``now``, in order, their text cleaned."""
+        return [FeedEvent(e.start, e.end, clean(e.uid, MAX_UID), clean(e.summary, MAX_SUMMARY))
+                for e in self.events if e.end > now]
 
     def describe(self, now: datetime) -> str:
         event = self.event_at(now)
-        return f"{self.cal}" + (f" event '{event.summary}'" if event and event.summary else "")
+        return f"{self.cal}" + (f" event '{clean(event.summary, MAX_SUMMARY)}'" if event and event.summary else "")
 
     def __str__(self) -> str:
         return str(self.cal)
