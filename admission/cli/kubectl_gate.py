@@ -22,6 +22,7 @@ from typing import Callable
 import orjson
 import yaml
 
+from admission.cli import completion
 from admission.cli.settings import add_policy_flags, env, policy_settings
 from admission.clock import utcnow
 from admission.core import content
@@ -32,7 +33,7 @@ from admission.core.decision import Lookup, Settings, describe, hold_of, mode_of
 from admission.core.gates import GateState
 from admission.core.objects import metadata, object_key
 from admission.core.references import policy_of
-from admission.store.calendar import feed_rows, feeds_of
+from admission.store.calendar import feed_rows, feeds_of, feeds_text
 from admission.store.index import GateIndex
 from admission.core.timefmt import format_time
 from admission.core.toggles import toggle_patch
@@ -256,17 +257,7 @@ def cmd_get(args: argparse.Namespace) -> int:
         lines.append("Referenced by:" + ("" if rows else " none"))
         if rows:
             lines += ["  " + line for line in _table(rows, ["kind", "namespace", "name", "held"]).splitlines()]
-        if info["calendars"]:
-            lines.append("Calendars:")
-        for feed in info["calendars"]:
-            said = f"unknown: {feed['unknown']}" if feed["unknown"] else f"error: {feed['error']}" if feed["error"] else "ok"
-            lines += [f"  {feed['name']} ({feed['action']} during its events; GateKeeper {feed['keeper']})",
-                      f"    URL:          {feed['url']}",
-                      f"    Last fetch:   {feed['lastFetchTime'] or '-'} (last success {feed['lastSuccessTime'] or '-'})",
-                      f"    State:        {said}"]
-            lines += [f"    Next:         {e['start']} - {e['end']}  {e['summary']}".rstrip() for e in feed["next"]]
-            if not feed["next"]:
-                lines.append("    Next:         no coming events listed")
+        lines += feeds_text(info["calendars"])
         lines.append("Waiting:" + ("" if info["waiting"] else " nothing"))
         if info["waiting"]:
             lines += ["  " + line for line in
@@ -407,39 +398,6 @@ def cmd_calendar(args: argparse.Namespace) -> int:
 # kubectl_complete-gate answers kubectl's own plugin completion (kubectl 1.26+) with the same
 # parser and completers. Completers ask the API server with a short timeout and never raise.
 
-COMPLETION_TIMEOUT = 3  # seconds; a slow cluster must not hang the shell
-
-
-def _complete_gate_names(prefix: str, parsed_args: argparse.Namespace, **_) -> list[str]:
-    try:
-        if getattr(parsed_args, "gates_dir", None):
-            from admission.store.files import FileStore
-            namespace = getattr(parsed_args, "namespace", None) or "default"
-            return sorted(n for ns, n in map(object_key, FileStore(parsed_args.gates_dir).index.gates()) if ns == namespace)
-        cluster = _connect(parsed_args)
-        namespace = getattr(parsed_args, "namespace", None) or cluster.namespace
-        listed = cluster.custom.list_namespaced_custom_object(names.GATING_GROUP, names.GATING_VERSION, namespace,
-                                                              names.GATE_PLURAL, _request_timeout=COMPLETION_TIMEOUT)
-        return sorted(metadata(g).get("name", "") for g in listed.get("items") or [])
-    except Exception:  # completion shows nothing rather than a traceback
-        return []
-
-
-def _complete_namespaces(prefix: str, parsed_args: argparse.Namespace, **_) -> list[str]:
-    try:
-        from kubernetes import client
-        cluster = _connect(parsed_args)
-        try:
-            listed = client.CoreV1Api(cluster.api).list_namespace(_request_timeout=COMPLETION_TIMEOUT)
-            return sorted(ns.metadata.name for ns in listed.items)
-        except Exception:  # may not list namespaces: offer those that hold gates
-            gates = cluster.custom.list_cluster_custom_object(names.GATING_GROUP, names.GATING_VERSION, names.GATE_PLURAL,
-                                                              _request_timeout=COMPLETION_TIMEOUT)
-            return sorted({metadata(g).get("namespace", "") for g in gates.get("items") or []})
-    except Exception:
-        return []
-
-
 def _finder(parser: argparse.ArgumentParser):
     import argcomplete
     # Flags only once a "-" is typed, as kubectl does.
@@ -471,7 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
     common.add_argument("--context", help="kubeconfig context")
-    common.add_argument("-n", "--namespace", help="namespace (default: the context's)").completer = _complete_namespaces
+    common.add_argument("-n", "--namespace", help="namespace (default: the context's)").completer = completion.namespaces
     common.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
     parser = argparse.ArgumentParser(prog="kubectl gate", description="Open, close and inspect Flux gates.",
                                      epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -486,13 +444,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("get", parents=[common],
                        help="one gate: state, why, until when, what it holds, what waits and what is served")
-    p.add_argument("name").completer = _complete_gate_names
+    p.add_argument("name").completer = completion.gate_names
     p.add_argument("--gates-dir", help="read gates from YAML files instead of the cluster")
     p.set_defaults(func=cmd_get)
 
     for action in ("open", "close"):
         p = sub.add_parser(action, parents=[common], help=f"{action} a gate now (writes the toggle annotation)")
-        p.add_argument("name").completer = _complete_gate_names
+        p.add_argument("name").completer = completion.gate_names
         p.add_argument("-m", "--message", help="why: shown in Events, logs and `get`")
         p.add_argument("--requested-by", help="who asks (default: the kubeconfig user)")
         if action == "open":

@@ -194,6 +194,21 @@ def _duration(delta: timedelta) -> str:
     return f"{hours // 24}d{hours % 24}h" if hours >= 24 else f"{hours}h"
 
 
+def feeds_text(rows: list[dict]) -> list[str]:
+    """``feed_rows`` for people: ``kubectl gate get``'s Calendars section."""
+    lines = ["Calendars:"] if rows else []
+    for feed in rows:
+        said = f"unknown: {feed['unknown']}" if feed["unknown"] else f"error: {feed['error']}" if feed["error"] else "ok"
+        lines += [f"  {feed['name']} ({feed['action']} during its events; GateKeeper {feed['keeper']})",
+                  f"    URL:          {feed['url']}",
+                  f"    Last fetch:   {feed['lastFetchTime'] or '-'} (last success {feed['lastSuccessTime'] or '-'})",
+                  f"    State:        {said}"]
+        lines += [f"    Next:         {e['start']} - {e['end']}  {e['summary']}".rstrip() for e in feed["next"]]
+        if not feed["next"]:
+            lines.append("    Next:         no coming events listed")
+    return lines
+
+
 def to_rows(cals: list[GateCalendar], now: datetime | None = None) -> list[dict]:
     """The calendars as plain data, for ``-o json|yaml``."""
     return [{"namespace": c.namespace, "name": c.name, "timeZone": zone_name(c.zone),
