@@ -18,7 +18,7 @@ from admission.core.gates import evaluate
 from admission.core.subscriptions import CalendarEntry
 from admission.core.timeline import Interval, intervals, time_zone
 from admission.core.objects import object_key
-from admission.core.timefmt import format_distinct_time, format_label, format_time
+from admission.core.timefmt import format_distinct_time, format_label, format_time, parse_time
 from admission.store.index import GateIndex
 
 MAX_DAYS = 366
@@ -181,9 +181,12 @@ def to_text(cals: list[GateCalendar], now: datetime, days: int) -> str:
             lines.append(text if len(text) <= 100 else text[:99] + "…")
         if len(shown) > LISTED:
             lines.append(f"  ... {len(shown) - LISTED} more intervals (-o json lists them all)")
-        for row in feed_rows(cal.feeds, now, coming=0):
+        for row in feed_rows(cal.feeds, now, coming=1):
             state = f"unknown: {row['unknown']}" if row["unknown"] else f"error: {row['error']}" if row["error"] \
-                else f"fetched {row['lastSuccessTime']}"
+                else f"fetched {_when(parse_time(row['lastSuccessTime']), cal.zone)}"
+            if row["next"] and not row["unknown"]:
+                coming = row["next"][0]
+                state += f"; next {_when(parse_time(coming['start']), cal.zone)} '{coming['summary']}'"
             text = f"  calendar '{row['name']}' ({row['action']}, GateKeeper {row['keeper']}): {state}"
             lines.append(text if len(text) <= 100 else text[:99] + "…")
     return "\n".join(lines)

@@ -50,7 +50,8 @@ def test_calendar_lists_each_gates_calendars_within_100_columns(gates_dir):
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert max(len(line) for line in lines) <= 100
-    assert any(line.startswith("  calendar 'team-freeze' (closed, GateKeeper follows): fetched ") for line in lines)
+    team = next(line for line in lines if line.startswith("  calendar 'team-freeze' (closed, GateKeeper follows): fetched "))
+    assert "; next " in team and "'Release fr" in team  # the summary last: cut at 100 columns
     assert any(line.startswith("  calendar 'hub' (closed, GateKeeper follows): unknown: ") for line in lines)
     rows = json.loads(kubectl_gate("calendar", "-n", "flux-system", "-o", "json", "--gates-dir", str(gates_dir)).stdout)
     assert [c["name"] for c in rows[0]["calendars"]] == ["team-freeze", "hub"]

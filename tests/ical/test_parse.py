@@ -159,6 +159,12 @@ def test_an_endless_expansion_is_stopped_by_the_childs_cpu_limit():
         parse_in_child(body, START, END, cpu_seconds=1, wall_seconds=60)
 
 
+def test_a_secondly_rule_from_the_start_of_the_range_is_cut_at_the_event_bound_in_the_child():
+    body = ics(event("s", "DTSTART:20260301T000000Z", "DTEND:20260301T000001Z", "RRULE:FREQ=SECONDLY;COUNT=1000000000"))
+    found = parse_in_child(body, START, END)
+    assert len(found.events) == 500 and found.complete_until == START + timedelta(seconds=500)
+
+
 def test_a_feed_that_needs_too_much_memory_is_stopped_by_the_childs_memory_limit():
     body = ics("".join(event(f"e{i}", "DTSTART:20260302T000000Z", "DURATION:PT1H") for i in range(6000)))
     with pytest.raises(ParseError, match="needs more memory than the parser may use"):

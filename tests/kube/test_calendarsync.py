@@ -6,6 +6,7 @@ stay (with the error, a condition and an Event) until they are stale, then the g
 from __future__ import annotations
 
 import base64
+import functools
 import threading
 from datetime import timedelta
 
@@ -13,7 +14,7 @@ import pytest
 
 from admission.core import names
 from admission.ical.fetch import Policy, parse_networks
-from admission.ical.parse import expand
+from admission.ical.parse import expand, parse_in_child
 from admission.kube.calendarsync import CalendarSync
 from admission.kube.controller import Controller
 from admission.store.index import GateIndex
@@ -184,6 +185,33 @@ def test_a_feed_that_turns_hostile_never_opens_a_closed_gate(server):
     assert events[-1][:2] == (names.CALENDAR_RECOVERED_EVENT, "Normal")
     assert keeper_status(kube)["conditions"][0]["status"] == "True"
     assert "error" not in keeper_status(kube)["calendars"][0]
+
+
+def test_an_endless_expansion_costs_the_parsers_limits_and_keeps_the_gate_closed(server):
+    clock = Clock()
+    kube, sync, events = setup(server, clock, interval="1h")
+    sync.sync(NOW)
+    server.routes["/freeze.ics"] = server.body(
+        b"BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:t\r\nBEGIN:VEVENT\r\nUID:s\r\nDTSTART:20251201T000000Z\r\n"
+        b"DTEND:20251201T000001Z\r\nRRULE:FREQ=SECONDLY;COUNT=1000000000\r\nEND:VEVENT\r\nEND:VCALENDAR\r\n")
+    sync.parser = functools.partial(parse_in_child, cpu_seconds=1)  # as the controller parses, with a tight limit
+    clock.now = NOW + timedelta(hours=1)
+    sync.sync(clock.now)
+    cal = keeper_status(kube)["calendars"][0]
+    assert "could not be parsed within the parser's limits (1s of CPU" in cal["error"]
+    assert len(cal["intervals"]) == 6 and not gate_at(kube, clock.now).open  # Christmas, as last fetched
+
+
+def test_the_controllers_calendar_flags():
+    from admission.cli.gate_admission import build_parser, calendar_options
+    args = build_parser().parse_args(["controller", "--calendar-allow-networks", "10.0.0.0/8, 127.0.0.1/32",
+                                      "--calendar-min-interval", "10s", "--calendar-timeout", "12"])
+    options = calendar_options(args)
+    assert options["min_interval"] == timedelta(seconds=10)
+    assert [str(n) for n in options["policy"].allowed_networks] == ["10.0.0.0/8", "127.0.0.1/32"]
+    assert options["policy"].total_timeout == 12 and options["policy"].max_bytes == 4 << 20
+    with pytest.raises(SystemExit, match="does not appear to be an IPv4 or IPv6 network"):
+        calendar_options(build_parser().parse_args(["controller", "--calendar-allow-networks", "intranet"]))
 
 
 def test_a_secret_that_cannot_be_used_is_the_calendars_error(server):
