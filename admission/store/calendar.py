@@ -184,11 +184,10 @@ def to_text(cals: list[GateCalendar], now: datetime, days: int) -> str:
         for row in feed_rows(cal.feeds, now, coming=1):
             state = f"unknown: {row['unknown']}" if row["unknown"] else f"error: {row['error']}" if row["error"] \
                 else f"fetched {_when(parse_time(row['lastSuccessTime']), cal.zone)}"
+            said = [f"  calendar '{row['name']}' ({row['action']}, GateKeeper {row['keeper']}): {state}"]
             if row["next"] and not row["unknown"]:
-                coming = row["next"][0]
-                state += f"; next {_when(parse_time(coming['start']), cal.zone)} '{coming['summary']}'"
-            text = f"  calendar '{row['name']}' ({row['action']}, GateKeeper {row['keeper']}): {state}"
-            lines.append(text if len(text) <= 100 else text[:99] + "…")
+                said.append(f"    next {_when(parse_time(row['next'][0]['start']), cal.zone)}  {row['next'][0]['summary']}")
+            lines += [text if len(text) <= 100 else text[:99] + "…" for text in said]
     return "\n".join(lines)
 
 

@@ -50,8 +50,9 @@ def test_calendar_lists_each_gates_calendars_within_100_columns(gates_dir):
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert max(len(line) for line in lines) <= 100
-    team = next(line for line in lines if line.startswith("  calendar 'team-freeze' (closed, GateKeeper follows): fetched "))
-    assert "; next " in team and "'Release fr" in team  # the summary last: cut at 100 columns
+    team = next(i for i, line in enumerate(lines)
+                if line.startswith("  calendar 'team-freeze' (closed, GateKeeper follows): fetched "))
+    assert lines[team + 1].startswith("    next ") and lines[team + 1].endswith("  Release freeze 1")
     assert any(line.startswith("  calendar 'hub' (closed, GateKeeper follows): unknown: ") for line in lines)
     rows = json.loads(kubectl_gate("calendar", "-n", "flux-system", "-o", "json", "--gates-dir", str(gates_dir)).stdout)
     assert [c["name"] for c in rows[0]["calendars"]] == ["team-freeze", "hub"]
