@@ -81,6 +81,10 @@ class CalendarSync:
             except (ScheduleError, AttributeError):
                 continue  # the gate is Invalid and says why; nothing to fetch
             status = self.written.get((namespace, name)) or keeper.get("status")
+            if not cals:
+                if isinstance(status, dict) and status.get("calendars") is not None:
+                    self._clear(namespace, name)  # its calendars were removed: so is what status said of them
+                continue
             for cal in cals:
                 key = (namespace, name, cal.digest)
                 seen.add(key)
@@ -224,6 +228,16 @@ class CalendarSync:
             elif not error and key in self.reported:
                 self.event(keeper, names.CALENDAR_RECOVERED_EVENT, f"{cal} fetched again", now, "Normal")
                 self.reported.pop(key)
+
+    def _clear(self, namespace: str, name: str) -> None:
+        body = {"status": {"calendars": None, "conditions": None}}  # a merge patch: removes both
+        try:
+            self.custom.patch_namespaced_custom_object_status(names.GATING_GROUP, names.GATING_VERSION, namespace,
+                                                              names.GATEKEEPER_PLURAL, name, body)
+            self.written[(namespace, name)] = {"calendars": None}
+        except ApiException as err:
+            log.warning("calendar status not cleared", extra={"GateKeeper": {"namespace": namespace, "name": name},
+                                                              "error": f"{err.status} {err.reason}"})
 
     # -- loop -------------------------------------------------------------------------------
     def run(self, stopped: threading.Event, wake: threading.Event, active: Callable[[], bool]) -> None:

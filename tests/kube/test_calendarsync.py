@@ -241,6 +241,20 @@ def test_an_edited_filter_is_fetched_at_once(server):
     assert len(keeper_status(kube)["calendars"]) == 1
 
 
+def test_removing_a_keepers_calendars_removes_what_status_said_of_them(server):
+    clock = Clock()
+    kube, sync, _ = setup(server, clock)
+    sync.sync(NOW)
+    keeper = kube.get(names.GATEKEEPER_PLURAL, "flux-system", "feeds")
+    keeper["spec"]["calendars"] = []
+    kube.add(names.GATEKEEPER_PLURAL, keeper)
+    assert sync.sync(NOW + timedelta(seconds=1)) is None
+    assert "calendars" not in keeper_status(kube) and "conditions" not in keeper_status(kube)
+    writes = len(kube.calls)
+    sync.sync(NOW + timedelta(seconds=2))
+    assert len(kube.calls) == writes and gate_at(kube, NOW).open
+
+
 class LiveCache:
     """The controller's store over FakeKube, read afresh on each use (the list+watch is proven in e2e)."""
 
