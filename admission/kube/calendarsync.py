@@ -9,7 +9,8 @@ Failures set ``CalendarsReady=False`` on the GateKeeper and record a Warning Eve
 distinct error); a calendar that is fetched again after failing records a Normal Event.
 
 Only the leader fetches. Fetches run on a few threads (each bounded by admission.ical.fetch's
-deadline and the parser's limits), off the loop that keeps Gate status.
+deadline), off the loop that keeps Gate status; feeds that changed are parsed one at a time,
+each in a child process with its own CPU and memory limits (admission.ical.parse).
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ class CalendarSync:
         self.due: dict[Key, datetime] = {}  # when each calendar is next fetched
         self.written: dict[tuple[str, str], dict] = {}  # the status last written per GateKeeper
         self.reported: dict[Key, str] = {}  # the error last recorded as an Event per calendar
+        self._parsing = threading.Lock()  # one parser child at a time: their memory limits add up
 
     def forget(self) -> None:
         """Lost the lead: the next leader (maybe this one again) reads what status says."""
@@ -137,9 +139,10 @@ class CalendarSync:
                                    last_modified=previous.get("lastModified") if fresh else None)
             if fetched.body is None:  # not modified: the intervals in status stay, and are fresh
                 return status_entry(cal, previous, self.clock(), etag=fetched.etag, last_modified=fetched.last_modified)
-            start = self.clock()
-            parsed = self.parser(fetched.body, start, start + self.horizon, time_zone=cal.time_zone,
-                                 summary=cal.summary, categories=cal.categories)
+            with self._parsing:
+                start = self.clock()
+                parsed = self.parser(fetched.body, start, start + self.horizon, time_zone=cal.time_zone,
+                                     summary=cal.summary, categories=cal.categories)
             return status_entry(cal, previous, self.clock(), events=parsed.events, complete_until=parsed.complete_until,
                                 etag=fetched.etag, last_modified=fetched.last_modified)
         except (FetchError, ParseError, SecretError) as err:
