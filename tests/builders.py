@@ -138,3 +138,29 @@ def padded_to_the_limit(doc: dict) -> bytes:
     raw = orjson.dumps(doc)
     assert MAX_BODY - 4096 < len(raw) <= MAX_BODY, len(raw)
     return raw
+
+
+def calendar_status(calendar: dict, fetched: datetime, events: list[tuple[str, str]] | None = None, *,
+                    keeper_zone: str | None = None, complete_until: datetime | None = None,
+                    error: str | None = None, previous: dict | None = None) -> dict:
+    """The ``status.calendars`` entry the controller writes for ``calendar`` (a spec entry)
+    fetched at ``fetched``: ``events`` as ('YYYY-MM-DDTHH:MM', 'YYYY-MM-DDTHH:MM') UTC spans,
+    complete until ``complete_until`` (default: the controller's horizon), or an ``error``."""
+    from datetime import timedelta
+    from admission.core.subscriptions import HORIZON, FeedEvent, parse_calendar, status_entry
+    cal = parse_calendar(calendar, time_zone=keeper_zone)
+    if error is not None:
+        return status_entry(cal, previous, fetched, error=error)
+    listed = [FeedEvent(at(a), at(b), f"uid-{i}", f"event {i}") for i, (a, b) in enumerate(events or [])]
+    return status_entry(cal, previous, fetched, events=listed,
+                        complete_until=complete_until or fetched + HORIZON + timedelta(0))
+
+
+def calendar_keeper(name: str, gate_name: str, calendars: list[dict], statuses: list[dict] | None = None,
+                    namespace: str = "flux-system", **spec: Any) -> dict:
+    """A GateKeeper following ``calendars``, with ``statuses`` (calendar_status) as the controller wrote them."""
+    obj = keeper(name, gate_name, namespace=namespace, **spec)
+    obj["spec"]["calendars"] = calendars
+    if statuses is not None:
+        obj["status"] = {"calendars": statuses}
+    return obj

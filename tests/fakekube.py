@@ -1,7 +1,7 @@
 """FakeKube: a tiny in-memory fake of the Kubernetes API methods admission.kube calls.
 
 It stands in for CustomObjectsApi, CoreV1Api and CoordinationV1Api at the boundary, for
-in-process tests of the controller, leader election and Event aggregation; the e2e suite
+in-process tests of the controller (and its calendar loop), leader election and Event aggregation; the e2e suite
 proves the same code against a real API server. Like the real client, it answers typed
 reads (Events, Leases) with the client's own models, raises ApiException with the API
 server's status codes (404 missing, 409 exists or stale resourceVersion), applies patches
@@ -131,6 +131,11 @@ class FakeKube:
         with self._lock:
             self._write("replace_namespaced_event", ("events", namespace, name))
             return self._model(self._replace("events", namespace, name, body), "CoreV1Event")
+
+    # -- CoreV1Api: Secrets (read only: calendar credentials) --------------------------------
+    def read_namespaced_secret(self, name: str, namespace: str):
+        with self._lock:
+            return self._model(self._get("secrets", namespace, name), "V1Secret")
 
     # -- CoordinationV1Api: Leases --------------------------------------------------------
     def read_namespaced_lease(self, name: str, namespace: str):

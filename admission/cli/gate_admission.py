@@ -52,6 +52,9 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--calendar-wait", type=float, default=float(_env("calendar-wait", 5)),
                    help="seconds a calendar query with no feed yet waits for its first build before 503 "
                         "(one request per worker at a time; 0: answer 503 at once)")
+    p.add_argument("--calendar-token-file", default=_env("calendar-token-file"),
+                   help="GET /calendar.ics requires this token (bearer, or basic auth's password; checked in "
+                        "constant time): for spoke clusters that follow this one's gates. Default: no token")
     p.add_argument("--workers", type=int, default=int(_env("workers", 2)))
     p.add_argument("--threads", type=int, default=int(_env("threads", 4)),
                    help="threads per worker; more only adds GIL contention to a CPU-bound server (bench/README.md)")
@@ -99,6 +102,15 @@ def _add_controller(sub: argparse._SubParsersAction) -> None:
                    help="where gate transitions go (default: --notify-address; no Flux Alert can select a Gate)")
     p.add_argument("--notify-period", type=float, default=float(_env("notify-period", 300)),
                    help="one notification per object and message per this many seconds")
+    p.add_argument("--calendar-allow-networks", default=_env("calendar-allow-networks", ""),
+                   help="GateKeeper calendars may be fetched from these non-public networks (CIDRs, comma-separated; "
+                        "default none: loopback, private and link-local addresses are refused)")
+    p.add_argument("--calendar-min-interval", default=_env("calendar-min-interval", "30s"),
+                   help="no calendar is fetched more often than this (Go duration; default 30s)")
+    p.add_argument("--calendar-max-bytes", type=int, default=int(_env("calendar-max-bytes", 4 << 20)),
+                   help="largest calendar feed accepted, in bytes (default 4 MiB)")
+    p.add_argument("--calendar-timeout", type=float, default=float(_env("calendar-timeout", 30)),
+                   help="seconds one calendar fetch may take in all: DNS, connect, TLS, headers and body (default 30)")
     p.add_argument("--log-level", default=_env("log-level", "info"))
     p.set_defaults(func=run_controller)
 
@@ -194,6 +206,13 @@ def _app_factory(args: argparse.Namespace):
         except (OSError, ValueError) as err:
             log.error(f"receiver token: {err}")
             raise SystemExit(2) from None
+    if args.calendar_token_file:
+        from admission.webhook.receiver import TokenFile
+        try:
+            TokenFile(args.calendar_token_file)
+        except (OSError, ValueError) as err:
+            log.error(f"calendar token: {err}")
+            raise SystemExit(2) from None
 
     def factory():
         logs.configure(args.log_level)
@@ -231,8 +250,12 @@ def _app_factory(args: argparse.Namespace):
             attempts.start()
         store.start()
         sources.start()
+        calendar_token = None
+        if args.calendar_token_file:
+            from admission.webhook.receiver import TokenFile
+            calendar_token = TokenFile(args.calendar_token_file)
         return create_app(store, settings, receiver=receiver, events=events, calendar=args.calendar,
-                          calendar_wait=args.calendar_wait,
+                          calendar_wait=args.calendar_wait, calendar_token=calendar_token,
                           sources=sources, attempts=attempts)
 
     return factory
@@ -281,6 +304,22 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def calendar_options(args: argparse.Namespace) -> dict:
+    """CalendarSync's options from the controller's --calendar-* flags; exit on a bad one."""
+    from admission.core.timefmt import parse_duration
+    from admission.ical.fetch import Policy, parse_networks
+    try:
+        networks = parse_networks(args.calendar_allow_networks)
+        min_interval = parse_duration(args.calendar_min_interval)
+    except ValueError as err:
+        raise SystemExit(f"gate-admission controller: {err}") from None
+    if args.calendar_max_bytes <= 0 or args.calendar_timeout <= 0:
+        raise SystemExit("gate-admission controller: --calendar-max-bytes and --calendar-timeout must be positive")
+    policy = Policy(max_bytes=args.calendar_max_bytes, total_timeout=args.calendar_timeout,
+                    connect_timeout=min(5.0, args.calendar_timeout), allowed_networks=networks)
+    return {"policy": policy, "min_interval": min_interval}
+
+
 def run_controller(args: argparse.Namespace) -> int:
     import signal
     import threading
@@ -291,6 +330,7 @@ def run_controller(args: argparse.Namespace) -> int:
     from admission.kube.client import api_client
 
     logs.configure(args.log_level)
+    calendars = calendar_options(args)  # a bad flag exits before anything starts
     api = api_client(args.kubeconfig)
     stop = threading.Event()
     fatal: list[str] = []
@@ -307,7 +347,8 @@ def run_controller(args: argparse.Namespace) -> int:
         notifier = FluxNotifier(args.notify_address, args.notify_gates_address, instance=args.identity,
                                 period=args.notify_period)
         notifier.start()
-    controller = Controller(api, is_leader=elector.is_leader if elector else None, notifier=notifier)
+    controller = Controller(api, is_leader=elector.is_leader if elector else None, notifier=notifier,
+                            calendars=calendars)
     if args.health_port:
         serve_health(args.health_port, controller.readiness)
     if elector:

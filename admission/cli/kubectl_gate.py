@@ -22,6 +22,7 @@ from typing import Callable
 import orjson
 import yaml
 
+from admission.cli import completion
 from admission.cli.settings import add_policy_flags, env, policy_settings
 from admission.clock import utcnow
 from admission.core import content
@@ -32,6 +33,7 @@ from admission.core.decision import Lookup, Settings, describe, hold_of, mode_of
 from admission.core.gates import GateState
 from admission.core.objects import metadata, object_key
 from admission.core.references import policy_of
+from admission.store.calendar import feed_rows, feeds_of, feeds_text
 from admission.store.index import GateIndex
 from admission.core.timefmt import format_time
 from admission.core.toggles import toggle_patch
@@ -247,6 +249,8 @@ def cmd_get(args: argparse.Namespace) -> int:
                         "held": mode == "enforce", "mode": mode,
                         "why": describe(obj["kind"], meta["namespace"], meta["name"], [hold]) if hold.held else None})
     info["referencedBy"] = held_by
+    # The GateKeeper calendars it follows: last fetch, errors, and what comes next.
+    info["calendars"] = feed_rows(feeds_of(index.compiled(namespace, args.name)), now)
     # New content that waits (also on objects that inherit the gate: generated HelmCharts).
     info["waiting"] = [{"kind": obj["kind"], "namespace": metadata(obj)["namespace"], "name": metadata(obj)["name"],
                         "waits": waiting.waits or None, "serves": waiting.serves or None, "message": waiting.message}
@@ -264,6 +268,7 @@ def cmd_get(args: argparse.Namespace) -> int:
         lines.append("Referenced by:" + ("" if rows else " none"))
         if rows:
             lines += ["  " + line for line in _table(rows, ["kind", "namespace", "name", "held"]).splitlines()]
+        lines += feeds_text(info["calendars"])
         lines.append("Waiting:" + ("" if info["waiting"] else " nothing"))
         if info["waiting"]:
             lines += ["  " + line for line in
@@ -405,7 +410,7 @@ def cmd_calendar(args: argparse.Namespace) -> int:
         sys.stdout.buffer.write(calendar.to_ics(cals, now))
         sys.stdout.flush()
         return EXIT_OK
-    _emit(args, calendar.to_rows(cals), lambda: calendar.to_text(cals, now, args.days))
+    _emit(args, calendar.to_rows(cals, now), lambda: calendar.to_text(cals, now, args.days))
     return EXIT_OK
 
 
@@ -416,7 +421,6 @@ def cmd_calendar(args: argparse.Namespace) -> int:
 # both with complete() below over the same parser and completers. Completers ask the API server
 # with a short timeout and never raise.
 
-COMPLETION_TIMEOUT = 3  # seconds; a slow cluster must not hang the shell
 # Cobra's ShellCompDirective bits, which kubectl and flux read from a plugin's last line ":N".
 NO_FILE_COMPLETION, FILTER_DIRS, DEFAULT_COMPLETION = 4, 16, 0
 # Values the shell completes better than we can: file names (-f, --kubeconfig), directories.
@@ -426,50 +430,6 @@ DIR_FLAGS = {"--gates-dir"}
 # `flux-gate -n NS list` (flux passes everything after its own command name verbatim).
 COMMON_VALUED = {"-n", "--namespace", "--context", "--kubeconfig", "-o", "--output"}
 COMMON_SWITCHES = {"--ns-follows-kube-context"}  # flux's, accepted by `flux gate` (admission.cli.flux_gate)
-
-
-def namespace_of(args: argparse.Namespace) -> str | None:
-    """-n, else the namespace the command defaults to (flux gate: flux's); None: the context's."""
-    if getattr(args, "namespace", None):
-        return args.namespace
-    default = getattr(args, "default_namespace", None)
-    return default(args) if default else None
-
-
-def _complete_gate_names(prefix: str, parsed_args: argparse.Namespace, **_) -> list[str]:
-    try:
-        namespace = namespace_of(parsed_args)
-        if getattr(parsed_args, "gates_dir", None):
-            from admission.store.files import FileStore
-            namespace = namespace or "default"
-            return sorted(n for ns, n in map(object_key, FileStore(parsed_args.gates_dir).index.gates()) if ns == namespace)
-        cluster = _connect(parsed_args)
-        listed = cluster.custom.list_namespaced_custom_object(names.GATING_GROUP, names.GATING_VERSION,
-                                                              namespace or cluster.namespace, names.GATE_PLURAL,
-                                                              _request_timeout=COMPLETION_TIMEOUT)
-        return sorted(metadata(g).get("name", "") for g in listed.get("items") or [])
-    except Exception:  # completion shows nothing rather than a traceback
-        return []
-
-
-def _complete_namespaces(prefix: str, parsed_args: argparse.Namespace, **_) -> list[str]:
-    try:
-        from kubernetes import client
-        cluster = _connect(parsed_args)
-        try:
-            listed = client.CoreV1Api(cluster.api).list_namespace(_request_timeout=COMPLETION_TIMEOUT)
-            return sorted(ns.metadata.name for ns in listed.items)
-        except Exception:  # may not list namespaces: offer those that hold gates
-            gates = cluster.custom.list_cluster_custom_object(names.GATING_GROUP, names.GATING_VERSION, names.GATE_PLURAL,
-                                                              _request_timeout=COMPLETION_TIMEOUT)
-            return sorted({metadata(g).get("namespace", "") for g in gates.get("items") or []})
-    except Exception:
-        return []
-
-
-def _no_candidates(**_) -> list[str]:
-    """For free text (a message): nothing to offer, not the file names argcomplete would."""
-    return []
 
 
 def split_leading(words: list[str]) -> tuple[list[str], list[str]]:
@@ -563,7 +523,7 @@ def build_parser(flavor: Flavor = KUBECTL) -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
     common.add_argument("--context", help="kubeconfig context")
-    common.add_argument("-n", "--namespace", help=flavor.namespace_help).completer = _complete_namespaces
+    common.add_argument("-n", "--namespace", help=flavor.namespace_help).completer = completion.namespaces
     common.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
     for switch, help_text in flavor.switches:
         common.add_argument(switch, action="store_true", help=help_text)
@@ -580,14 +540,14 @@ def build_parser(flavor: Flavor = KUBECTL) -> argparse.ArgumentParser:
 
     p = sub.add_parser("get", parents=[common],
                        help="one gate: state, why, until when, what it holds, what waits and what is served")
-    p.add_argument("name").completer = _complete_gate_names
+    p.add_argument("name").completer = completion.gate_names
     p.add_argument("--gates-dir", help="read gates from YAML files instead of the cluster")
     p.set_defaults(func=cmd_get)
 
     for action in ("open", "close"):
         p = sub.add_parser(action, parents=[common], help=f"{action} a gate now (writes the toggle annotation)")
-        p.add_argument("name").completer = _complete_gate_names
-        p.add_argument("text", nargs="?", metavar="MESSAGE", help="why, as -m gives it").completer = _no_candidates
+        p.add_argument("name").completer = completion.gate_names
+        p.add_argument("text", nargs="?", metavar="MESSAGE", help="why, as -m gives it").completer = completion.no_candidates
         p.add_argument("-m", "--message", help="why: shown in Events, logs and `get`")
         p.add_argument("--requested-by", help="who asks (default: the kubeconfig user)")
         if action == "open":
@@ -625,7 +585,7 @@ def main(argv: list[str] | None = None, parser: argparse.ArgumentParser | None =
     argcomplete.autocomplete(parser, always_complete_options=False)
     args = parser.parse_args(hoist(list(sys.argv[1:] if argv is None else argv)))
     try:
-        args.namespace = namespace_of(args)
+        args.namespace = completion.namespace_of(args)
         return args.func(args)
     except GateError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, tzinfo
+from datetime import datetime, timedelta
 from typing import Callable, Iterable
 
 from admission.core import names
 from admission.core.objects import metadata
-from admission.core.schedule import HORIZON, UTC, Entry, ScheduleError, parse_entry, zone
+from admission.core.schedule import HORIZON, Entry, ScheduleError, parse_entry, zone
+from admission.core.subscriptions import CalendarEntry, CalendarGuard, keeper_calendars
 from admission.core.timefmt import format_duration, format_time, parse_duration, parse_time
 
 MODES = ("enforce", "audit")
@@ -195,6 +196,7 @@ def compile_gate(gate: dict, keepers: Iterable[dict] = ()) -> CompiledGate:
     closed_entries: list[tuple[str, Entry]] = []
     opened_entries: list[tuple[str, Entry]] = []
     keeper_names = []
+    counted = 0
     for keeper in keepers:
         kmeta = metadata(keeper)
         kspec = _spec(keeper) or {}
@@ -204,14 +206,17 @@ def compile_gate(gate: dict, keepers: Iterable[dict] = ()) -> CompiledGate:
         keeper_names.append(kname)
         try:
             closed_part, opened_part = _keeper_entries(kspec)
+            feeds = keeper_calendars(kname, kspec, keeper.get("status") if isinstance(keeper, dict) else None)
         except ScheduleError as err:
             errors.append(f"GateKeeper '{kname}' cannot be evaluated: {err}")
             continue
-        closed_entries += [(kname, e) for e in closed_part]
-        opened_entries += [(kname, e) for e in opened_part]
-    if len(closed_entries) + len(opened_entries) > MAX_ENTRIES:
+        # A calendar that cannot be read closes the gate: its guard comes first, so it says why.
+        closed_entries += [(kname, e) for e in (*feeds.guards, *closed_part, *feeds.closed)]
+        opened_entries += [(kname, e) for e in (*opened_part, *feeds.opened)]
+        counted += len(closed_part) + len(opened_part) + len(feeds.guards)
+    if counted > MAX_ENTRIES:
         errors.append(f"GateKeepers {', '.join(sorted(set(keeper_names)))} have "
-                      f"{len(closed_entries) + len(opened_entries)} schedule entries, more than {MAX_ENTRIES}")
+                      f"{counted} schedule entries and calendars, more than {MAX_ENTRIES}")
 
     return CompiledGate(
         namespace, name, default_open, window, mode,
@@ -292,8 +297,11 @@ def _cause(cg: CompiledGate, now: datetime) -> _Cause:
     scheduled = _scheduled(cg, now)
     if scheduled is not None:
         is_open, keeper, entry = scheduled
+        if isinstance(entry, CalendarGuard):  # a calendar that cannot be read: closed, and why
+            return _Cause(False, names.REASON_UNKNOWN, f"gate state unknown: GateKeeper '{keeper}' {entry.unknown(now)}")
+        what = entry.describe(now) if isinstance(entry, CalendarEntry) else f"schedule {entry}"
         return _Cause(is_open, names.REASON_SCHEDULED,
-                      f"Gate {'opened' if is_open else 'closed'} by GateKeeper '{keeper}' schedule {entry}")
+                      f"Gate {'opened' if is_open else 'closed'} by GateKeeper '{keeper}' {what}")
     return _Cause(cg.default_open, names.REASON_DEFAULT, f"Gate {'opened' if cg.default_open else 'closed'} by default")
 
 
@@ -350,6 +358,9 @@ def next_transition(cg: CompiledGate, now: datetime, horizon: timedelta = HORIZO
                if any(entry is e for _, e in cg.closed_entries) or not cg.default_open]
     closing = [i for i, entry in enumerate(entries) if any(entry is e for _, e in cg.closed_entries)]
     opening = [i for i, entry in enumerate(entries) if any(entry is e for _, e in cg.opened_entries)]
+    # Calendars as the search sees them: fetched again before they go stale (subscriptions._Searched).
+    entries = [entry.searched_from(now) if isinstance(entry, (CalendarEntry, CalendarGuard)) else entry
+               for entry in entries]
     active: list[bool] = [False] * len(entries)
     changes: list[datetime | None] = [None] * len(entries)
     spent = 0
@@ -439,69 +450,3 @@ def evaluate(cg: CompiledGate, now: datetime) -> GateState:
 def evaluate_gate(gate: dict, keepers: Iterable[dict], now: datetime) -> GateState:
     """The state of ``gate`` at ``now`` under the GateKeepers that name it."""
     return evaluate(compile_gate(gate, keepers), now)
-
-
-# -- calendar ---------------------------------------------------------------------------
-
-MAX_INTERVAL_STEPS = 5000  # bound on change points examined for one calendar
-
-
-@dataclass(frozen=True)
-class Interval:
-    """A span ``[start, end)`` during which a gate is open or closed, and why it is at its start.
-
-    ``known`` is False for the tail of a calendar whose schedule changes too often to list
-    within the bound: its state there is not computed (and shown as unknown, not as open).
-    """
-
-    start: datetime
-    end: datetime
-    open: bool
-    reason: str
-    message: str
-    known: bool = True
-
-
-def _calendar_cause(cg: CompiledGate, now: datetime) -> tuple[bool, str, str]:
-    """The state at ``now``, why, and who asked for a toggle in effect."""
-    cause = _cause(cg, now)
-    message = cause.message
-    if cause.toggle is not None:
-        message += f" by {cg.requested_by}" if cg.requested_by else ""
-        message += f": {cg.request_message}" if cg.request_message else ""
-    return cause.open, cause.reason, message
-
-
-def intervals(cg: CompiledGate, start: datetime, end: datetime,
-              max_steps: int = MAX_INTERVAL_STEPS) -> list[Interval]:
-    """The gate's open and closed spans covering ``[start, end)``, adjacent spans of the same
-    state merged; they come from the change points the admission decisions use.
-
-    At most ``max_steps`` change points are examined: past them the rest of the range is one
-    interval with ``known=False`` (a schedule that flips every minute cannot be listed for weeks).
-    """
-    if end <= start:
-        return []
-    out: list[Interval] = []
-    cur = start
-    for _ in range(max_steps):
-        is_open, reason, message = _calendar_cause(cg, cur)
-        points = [p for p in _change_points(cg, cur) if p > cur] if not cg.errors else []
-        nxt = min(min(points), end) if points else end
-        if out and out[-1].open == is_open and out[-1].known:
-            out[-1] = Interval(out[-1].start, nxt, is_open, out[-1].reason, out[-1].message)
-        else:
-            out.append(Interval(cur, nxt, is_open, reason, message))
-        if nxt >= end:
-            return out
-        cur = nxt
-    out.append(Interval(cur, end, False, names.REASON_UNKNOWN,
-                        f"the schedule changes more than {max_steps} times in this range; not computed further",
-                        known=False))
-    return out
-
-
-def time_zone(cg: CompiledGate) -> tzinfo:
-    """The zone a gate's schedules are read in: their common zone, else UTC (no schedule, or mixed)."""
-    zones = {entry.spec.zone for _, entry in cg.closed_entries + cg.opened_entries}
-    return zones.pop() if len(zones) == 1 else UTC

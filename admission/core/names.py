@@ -89,3 +89,14 @@ SERVICE_ACCOUNTS_GROUP = "system:serviceaccounts"
 BLOCKED_CONDITION = "Blocked"  # sources and ImagePolicy: status "True" while held
 APPROVED_CONDITION = "Approved"  # Kustomization, HelmRelease: status "False" while held
 GATE_CLOSED_REASON = GATE_CLOSED_EVENT  # the same word on a held object's condition and its Event
+
+# GateKeeper calendars: the condition on a GateKeeper, its reasons and Events, and the
+# properties a gate-admission hub's /calendar.ics carries for the spokes that follow it.
+CALENDARS_READY_CONDITION = "CalendarsReady"
+REASON_FETCHED = "Fetched"
+REASON_FETCH_FAILED = "FetchFailed"
+CALENDAR_FAILED_EVENT = "CalendarFetchFailed"
+CALENDAR_RECOVERED_EVENT = "CalendarFetched"
+FEED_COMPLETE_UNTIL_PROPERTY = "X-FLUX-GATE-COMPLETE-UNTIL"  # the feed lists every closed interval up to here
+FEED_GATE_PROPERTY = "X-FLUX-GATE"  # on each event: the gate, namespace/name
+FEED_REASON_PROPERTY = "X-FLUX-GATE-REASON"  # on each event: why the gate is closed (Scheduled, CloseRequested, ...)

@@ -74,6 +74,11 @@ def _ref(text: object, namespace: str) -> GateRef:
     return GateRef(ns, name)
 
 
+def is_name(text: object) -> bool:
+    """Whether ``text`` can name a gate (a DNS-1123 subdomain)."""
+    return isinstance(text, str) and bool(_NAME.fullmatch(text))
+
+
 def is_namespace(text: object) -> bool:
     """Whether ``text`` can name a Kubernetes namespace (a DNS-1123 label)."""
     return isinstance(text, str) and bool(_NAMESPACE.fullmatch(text))

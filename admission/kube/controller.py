@@ -28,6 +28,7 @@ from admission.core.notices import Notice, gate_condition, notice
 from admission.core.objects import annotations, metadata, object_key
 from admission.core.references import policy_of, suspension_of
 from admission.core.schedule import ScheduleError, parse_cron
+from admission.kube.calendarsync import CalendarSync
 from admission.kube.notifications import FluxNotifier
 from admission.core.status import gate_status, status_differs, transition_message, was_open
 from admission.kube.fluxcache import FluxCache
@@ -65,8 +66,10 @@ class Controller:
     def __init__(self, api_client: client.ApiClient | None, store: ClusterStore | None = None,
                  is_leader: threading.Event | None = None, clock=utcnow, *,
                  custom: client.CustomObjectsApi | None = None, core: client.CoreV1Api | None = None,
-                 flux: FluxCache | None = None, notifier: FluxNotifier | None = None):
-        # ``custom``, ``core`` and ``flux`` replace what ``api_client`` would build (tests' fakes).
+                 flux: FluxCache | None = None, notifier: FluxNotifier | None = None,
+                 calendars: dict | None = None):
+        # ``custom``, ``core`` and ``flux`` replace what ``api_client`` would build (tests' fakes);
+        # ``calendars`` are CalendarSync's options (policy, min_interval, fetcher, parser, ...).
         self.custom = custom or client.CustomObjectsApi(api_client)
         self.core = core or client.CoreV1Api(api_client)
         self.store = store or ClusterStore(api_client)
@@ -84,9 +87,14 @@ class Controller:
         self.suspended: dict[Key, bool] = {}  # held by a suspension at the last pass
         self._suspendable: set[Key] = set()  # objects that carry (or carried) a suspension annotation
         self._lock = threading.Lock()
+        # GateKeeper calendars: fetched on a thread of their own, written into GateKeeper status.
+        self.calendars = CalendarSync(self.custom, self.core, lambda: self.store.index.keepers(), clock=clock,
+                                      event=self._event, **(calendars or {}))
+        self.calendar_wake = threading.Event()
 
     def poke(self) -> None:
         self.wake.set()
+        self.calendar_wake.set()
 
     def _flux_changed(self, kind: str, old: dict | None, new: dict | None) -> None:
         try:
@@ -174,7 +182,7 @@ class Controller:
             else:  # release when the cache can say what was held
                 self.pending.add((state.namespace, state.name))
 
-    def _event(self, obj: dict, reason: str, message: str, now: datetime) -> None:
+    def _event(self, obj: dict, reason: str, message: str, now: datetime, kind: str = "Normal") -> None:
         meta = metadata(obj)
         stamp = format_time(now)
         body = {
@@ -183,7 +191,7 @@ class Controller:
             "involvedObject": {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
                                "name": meta.get("name"), "namespace": meta.get("namespace"),
                                "uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion")},
-            "reason": reason, "message": message[:1024], "type": "Normal",
+            "reason": reason, "message": message[:1024], "type": kind,
             "source": {"component": "gate-admission-controller"},
             "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
         }
@@ -306,11 +314,16 @@ class Controller:
         return wake_at
 
     # -- loop -------------------------------------------------------------------------
+    def _acting(self) -> bool:
+        return (self.is_leader is None or self.is_leader.is_set()) and self.store.untrusted() is None
+
     def run(self) -> None:
         self.store.start()
         self.flux.start()
         while not self.stopped.is_set() and not self.store.wait_synced(1.0):
             pass
+        threading.Thread(target=self.calendars.run, args=(self.stopped, self.calendar_wake, self._acting),
+                         name="calendars", daemon=True).start()
         leading = False
         while not self.stopped.is_set():
             self.wake.clear()
@@ -334,5 +347,6 @@ class Controller:
     def stop(self) -> None:
         self.stopped.set()
         self.wake.set()
+        self.calendar_wake.set()
         self.store.stop()
         self.flux.stop()

@@ -1,7 +1,7 @@
 """Freeze calendars: each gate's open and closed intervals over the coming days, as a text
 timeline (``kubectl gate calendar``) or an iCalendar feed (``-o ics``, ``GET /calendar.ics``).
 
-The intervals are ``admission.core.gates.intervals``: the change points and evaluation that
+The intervals are ``admission.core.timeline.intervals``: the change points and evaluation that
 admission decisions use, so the calendar cannot disagree with the webhook. Days are the gate's
 own (the time zone its GateKeepers share, else UTC) and start at its local midnight today.
 """
@@ -14,9 +14,11 @@ from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, tzinfo
 
 from admission.core import names
-from admission.core.gates import Interval, intervals, time_zone
+from admission.core.gates import evaluate
+from admission.core.subscriptions import CalendarEntry
+from admission.core.timeline import Interval, intervals, time_zone
 from admission.core.objects import object_key
-from admission.core.timefmt import format_distinct_time, format_label, format_time
+from admission.core.timefmt import format_distinct_time, format_label, format_time, parse_time
 from admission.store.index import GateIndex
 
 MAX_DAYS = 366
@@ -36,6 +38,10 @@ class GateCalendar:
     start: datetime
     end: datetime
     intervals: tuple[Interval, ...]
+    # What the first interval's event is named by, when it began before ``start``: the toggle
+    # that closed the gate, or its default; so the event keeps its UID from one day to the next.
+    since: str = ""
+    feeds: tuple = ()  # the GateKeeper calendars that decide it (subscriptions.CalendarEntry)
 
     @property
     def key(self) -> str:
@@ -50,21 +56,58 @@ def _local_midnight(day: date, zone: tzinfo) -> datetime:
     return datetime.combine(day, time(0), tzinfo=zone)
 
 
-def calendars(index: GateIndex, now: datetime, days: int = 14, namespace: str | None = None) -> list[GateCalendar]:
-    """Every gate's calendar (of ``namespace`` only, when given), sorted by namespace and name."""
+def calendars(index: GateIndex, now: datetime, days: int = 14, namespace: str | None = None,
+              gate: str | None = None) -> list[GateCalendar]:
+    """Every gate's calendar (of ``namespace`` only, and the gate called ``gate`` only, when
+    given), sorted by namespace and name."""
     if not 1 <= days <= MAX_DAYS:
         raise ValueError(f"days must be between 1 and {MAX_DAYS}")
     out = []
-    for gate in sorted(index.gates(), key=object_key):
-        ns, name = object_key(gate)
+    for obj in sorted(index.gates(), key=object_key):
+        ns, name = object_key(obj)
         compiled = index.compiled(ns, name)
-        if compiled is None or (namespace and ns != namespace):
+        if compiled is None or (namespace and ns != namespace) or (gate and name != gate):
             continue
         zone = time_zone(compiled)
         start = _local_midnight(now.astimezone(zone).date(), zone)
         end = _local_midnight(start.date() + timedelta(days=days), zone)
-        out.append(GateCalendar(ns, name, zone, start, end, tuple(intervals(compiled, start, end))))
+        spans = tuple(intervals(compiled, start, end))
+        out.append(GateCalendar(ns, name, zone, start, end, spans, _since(compiled, spans[0]) if spans else "",
+                                feeds_of(compiled)))
     return out
+
+
+def _since(compiled, first: Interval) -> str:
+    """What the first interval is named by when it began before the range: the toggle that
+    closed the gate (its time), or its default."""
+    if first.reason == names.REASON_DEFAULT:
+        return names.REASON_DEFAULT
+    if first.reason == names.REASON_CLOSE_REQUESTED:
+        state = evaluate(compiled, first.start)
+        return format_distinct_time(state.requested_at) if state.requested_at else ""
+    return ""
+
+
+def feeds_of(compiled) -> tuple[CalendarEntry, ...]:
+    """The GateKeeper calendars of a compiled gate, each once."""
+    found = [entry for _, entry in compiled.closed_entries + compiled.opened_entries if isinstance(entry, CalendarEntry)]
+    return tuple(dict.fromkeys(found))
+
+
+def feed_rows(feeds: tuple, now: datetime, coming: int = 5) -> list[dict]:
+    """What each calendar a gate follows (``feeds_of``) says now: its URL (without the query,
+    which may hold a secret), last fetch and success, error, whether it is unknown and why, and
+    its next events."""
+    rows = []
+    for entry in feeds:
+        url = entry.cal.url.split("?", 1)[0] + ("?…" if "?" in entry.cal.url else "")
+        rows.append({"keeper": entry.keeper, "name": entry.cal.name, "url": url, "action": entry.cal.action,
+                     "lastFetchTime": format_time(entry.last_fetch) if entry.last_fetch else None,
+                     "lastSuccessTime": format_time(entry.last_success) if entry.last_success else None,
+                     "error": entry.error, "unknown": entry.unknown(now),
+                     "next": [{"start": format_time(e.start), "end": format_time(e.end), "summary": e.summary}
+                              for e in entry.coming(now)[:coming]]})
+    return rows
 
 
 # -- text -------------------------------------------------------------------------------
@@ -139,6 +182,13 @@ def to_text(cals: list[GateCalendar], now: datetime, days: int) -> str:
             lines.append(text if len(text) <= 100 else text[:99] + "…")
         if len(shown) > LISTED:
             lines.append(f"  ... {len(shown) - LISTED} more intervals (-o json lists them all)")
+        for row in feed_rows(cal.feeds, now, coming=1):
+            state = f"unknown: {row['unknown']}" if row["unknown"] else f"error: {row['error']}" if row["error"] \
+                else f"fetched {_when(parse_time(row['lastSuccessTime']), cal.zone)}"
+            said = [f"  calendar '{row['name']}' ({row['action']}, GateKeeper {row['keeper']}): {state}"]
+            if row["next"] and not row["unknown"]:
+                said.append(f"    next {_when(parse_time(row['next'][0]['start']), cal.zone)}  {row['next'][0]['summary']}")
+            lines += [text if len(text) <= 100 else text[:99] + "…" for text in said]
     return "\n".join(lines)
 
 
@@ -147,9 +197,25 @@ def _duration(delta: timedelta) -> str:
     return f"{hours // 24}d{hours % 24}h" if hours >= 24 else f"{hours}h"
 
 
-def to_rows(cals: list[GateCalendar]) -> list[dict]:
+def feeds_text(rows: list[dict]) -> list[str]:
+    """``feed_rows`` for people: ``kubectl gate get``'s Calendars section."""
+    lines = ["Calendars:"] if rows else []
+    for feed in rows:
+        said = f"unknown: {feed['unknown']}" if feed["unknown"] else f"error: {feed['error']}" if feed["error"] else "ok"
+        lines += [f"  {feed['name']} ({feed['action']} during its events; GateKeeper {feed['keeper']})",
+                  f"    URL:          {feed['url']}",
+                  f"    Last fetch:   {feed['lastFetchTime'] or '-'} (last success {feed['lastSuccessTime'] or '-'})",
+                  f"    State:        {said}"]
+        lines += [f"    Next:         {e['start']} - {e['end']}  {e['summary']}".rstrip() for e in feed["next"]]
+        if not feed["next"]:
+            lines.append("    Next:         no coming events listed")
+    return lines
+
+
+def to_rows(cals: list[GateCalendar], now: datetime | None = None) -> list[dict]:
     """The calendars as plain data, for ``-o json|yaml``."""
     return [{"namespace": c.namespace, "name": c.name, "timeZone": zone_name(c.zone),
+             **({"calendars": feed_rows(c.feeds, now or c.start)} if c.feeds else {}),
              "intervals": [{"start": format_time(i.start), "end": format_time(i.end),
                             "state": names.REASON_UNKNOWN if not i.known else names.STATE_OPENED if i.open else names.STATE_CLOSED,
                             "reason": i.reason, "message": i.message} for i in c.intervals]} for c in cals]
@@ -157,8 +223,23 @@ def to_rows(cals: list[GateCalendar]) -> list[dict]:
 
 # -- iCalendar --------------------------------------------------------------------------
 
+def complete_until(gate: GateCalendar) -> datetime:
+    """Up to when the feed lists every closed interval of ``gate``: its range's end, or the first
+    interval not computed, or the first closed interval past the events listed."""
+    unknown = [i.start for i in gate.intervals if not i.known]
+    closed = [i for i in gate.intervals if not i.open and i.known]
+    unlisted = [closed[MAX_EVENTS_PER_GATE].start] if len(closed) > MAX_EVENTS_PER_GATE else []
+    return min([gate.end, *unknown, *unlisted])
+
+
 def to_ics(cals: list[GateCalendar], now: datetime, name: str = "Flux gates") -> bytes:
-    """An iCalendar file with one event per closed interval, in each gate's time zone."""
+    """An iCalendar file with one event per closed interval, in each gate's time zone.
+
+    What a spoke's GateKeeper that follows this feed needs is in it: each event names its gate
+    (``X-FLUX-GATE``, and a category) and why it is closed (``X-FLUX-GATE-REASON``, the
+    description); its UID stays the same from one fetch to the next; and the calendar says up to
+    when it is complete (``X-FLUX-GATE-COMPLETE-UNTIL``: its range, or where a gate's closed
+    intervals stop being computed or listed), so a follower never reads "no event" as "open"."""
     from icalendar import Calendar, Event
 
     cal = Calendar()
@@ -168,12 +249,17 @@ def to_ics(cals: list[GateCalendar], now: datetime, name: str = "Flux gates") ->
     cal.add("x-wr-calname", name)
     cal.add("refresh-interval", timedelta(hours=1), parameters={"VALUE": "DURATION"})
     cal.add("x-published-ttl", "PT1H")
+    if cals:
+        cal.add(names.FEED_COMPLETE_UNTIL_PROPERTY, format_time(min(complete_until(gate) for gate in cals)))
     for gate in cals:
         closed = [i for i in gate.intervals if not i.open and i.known]
         for number, interval in enumerate(closed[:MAX_EVENTS_PER_GATE], 1):
             event = Event()
-            # Stable across fetches: the same gate closing at the same time is the same event.
-            uid = hashlib.sha256(f"{gate.key}\n{format_distinct_time(interval.start)}".encode()).hexdigest()[:32]
+            # Stable across fetches: the same gate closing at the same time (or, for a closure that
+            # began before the range, by the same toggle or default) is the same event.
+            began_before = number == 1 and interval.start == gate.start and gate.since
+            origin = gate.since if began_before else format_distinct_time(interval.start)
+            uid = hashlib.sha256(f"{gate.key}\n{origin}".encode()).hexdigest()[:32]
             event.add("uid", f"{uid}@{names.GATING_GROUP}")
             event.add("dtstamp", now)
             event.add("dtstart", interval.start.astimezone(gate.zone))
@@ -183,7 +269,9 @@ def to_ics(cals: list[GateCalendar], now: datetime, name: str = "Flux gates") ->
             if number == MAX_EVENTS_PER_GATE < len(closed):
                 description += f"\n{len(closed) - number} later closed intervals of this gate are not listed"
             event.add("description", description)
-            event.add("categories", ["gate", gate.namespace])
+            event.add("categories", ["gate", gate.namespace, gate.key])
+            event.add(names.FEED_GATE_PROPERTY, gate.key)
+            event.add(names.FEED_REASON_PROPERTY, interval.reason)
             event.add("transp", "OPAQUE")
             cal.add_component(event)
     cal.add_missing_timezones()

@@ -34,6 +34,7 @@ class GateIndex:
         self._keepers: dict[Key, dict] = {}
         self._broken: dict[Key, str] = {}
         self._slots: dict[Key, _Slot] = {}
+        self.version = 0  # moves on every change: what was built from a snapshot is current while it stays
 
     def __len__(self) -> int:
         return len(self._gates)
@@ -58,6 +59,10 @@ class GateIndex:
         """Every gate object, for status and listings."""
         return list(self._gates.values())
 
+    def keepers(self) -> list[dict]:
+        """Every GateKeeper object (the controller fetches their calendars)."""
+        return list(self._keepers.values())
+
     def snapshot(self, namespace: str | None = None) -> tuple[list[dict], list[dict], list[tuple[str, str, str]]]:
         """The gates, keepers and broken gates (of ``namespace`` only, when given) as plain data,
         from which ``replace_all`` rebuilds an equal index elsewhere (the calendar's builder)."""
@@ -77,6 +82,7 @@ class GateIndex:
                 if ns == namespace and isinstance(k.get("spec"), dict) and k["spec"].get("gate") == name]
 
     def _publish(self, key: Key) -> None:
+        self.version += 1
         gate = self._gates.get(key)
         if gate is None:
             self._slots.pop(key, None)
@@ -139,3 +145,4 @@ class GateIndex:
                     compiled = compile_gate(gate, by_gate.get(key, ()))
                 slots[key] = _Slot(compiled)
             self._gates, self._keepers, self._broken, self._slots = gate_map, keeper_map, broken, slots
+            self.version += 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from dataclasses import dataclass
@@ -17,13 +18,13 @@ from admission.observability import logs
 from admission.observability import metrics
 from admission.core import kinds
 from admission.core.decision import CONTENT, Decision, Settings
-from admission.core.references import is_namespace
+from admission.core.objects import object_key
+from admission.core.references import is_name, is_namespace
 from admission.webhook.handlers import Handler, Outcome
 from admission.webhook.feeds import DEFAULT_QUERY, FIRST_WAIT, RETRY_AFTER, CalendarFeeds, FeedUnavailable
 from admission.webhook.review import AdmissionReview, ReviewError, allowed, complete, errored, parse_review
 from admission.clock import utcnow
 from admission.store import GateStore, Sources
-from admission.core.objects import object_key
 from admission.store.calendar import DEFAULT_DAYS, MAX_DAYS, to_ics
 
 log = logging.getLogger("admission.decisions")
@@ -210,15 +211,17 @@ def _read_body(environ: dict) -> bytes | None:
 def create_app(store: GateStore, settings: Settings | None = None,
                clock: Callable[[], datetime] = utcnow, receiver: Blueprint | None = None,
                events=None, calendar: bool = True, sources: Sources | None = None, attempts=None,
-               calendar_feeds: CalendarFeeds | None = None, calendar_wait: float = FIRST_WAIT) -> Flask:
+               calendar_feeds: CalendarFeeds | None = None, calendar_wait: float = FIRST_WAIT,
+               calendar_token=None) -> Flask:
     """Build the app around a gate store; ``clock`` is the one place time is read.
     ``receiver`` adds the open/close hooks (admission.receiver); ``events`` records denials
     as Kubernetes Events (admission.events); ``sources`` are the Flux objects the hold points
     look up (what each source serves, HelmReleases; none when not given); ``attempts`` shows
     denied attempts on their objects (admission.kube.attempts); ``calendar_feeds`` serves
     /calendar.ics (one of this worker's own when not given, where a query with no feed yet waits
-    up to ``calendar_wait`` seconds for its first build); either way the default feed is built
-    as soon as the store is ready."""
+    up to ``calendar_wait`` seconds for its first build; either way the default feed is built
+    as soon as the store is ready), to callers with ``calendar_token`` only when given (a
+    receiver.TokenFile: bearer, or basic's password)."""
     settings = settings or Settings()
     app = Flask("admission")
     if receiver is not None:
@@ -266,7 +269,12 @@ def create_app(store: GateStore, settings: Settings | None = None,
 
         @app.get("/calendar.ics")
         def calendar_feed() -> Response:
-            """Every gate's closed intervals (``?namespace=``, ``?days=``), read-only, for calendar apps."""
+            """Every gate's closed intervals (``?namespace=``, ``?gate=``, ``?days=``), read-only, for
+            calendar apps and for spoke clusters' GateKeepers."""
+            if calendar_token is not None and not calendar_token.matches(request.headers.get("Authorization"), basic=True):
+                response = _json({"error": "a valid token is required (Authorization: Bearer, or basic auth)"}, 401)
+                response.headers["WWW-Authenticate"] = 'Bearer realm="gate calendar", Basic realm="gate calendar"'
+                return response
             ready, detail = store.readiness()
             if not ready:
                 return _json({"error": "gate cache not ready; the calendar would be wrong", **detail}, 503)
@@ -279,18 +287,28 @@ def create_app(store: GateStore, settings: Settings | None = None,
             namespace = request.args.get("namespace") or ""
             if namespace and not is_namespace(namespace):
                 return _json({"error": "namespace must be a namespace's name (a DNS-1123 label)"}, 400)
-            if namespace and not any(object_key(g)[0] == namespace for g in store.index.gates()):
+            gate = request.args.get("gate") or ""
+            if gate and not is_name(gate):
+                return _json({"error": "gate must be a gate's name (a DNS-1123 subdomain)"}, 400)
+            if gate and not any(name == gate and (not namespace or ns == namespace)
+                                for ns, name in map(object_key, store.index.gates())):
+                # Never an empty calendar: a spoke following a gate that is gone must not read "open".
+                return _json({"error": f"no gate {gate!r}" + (f" in namespace {namespace!r}" if namespace else "")}, 404)
+            if namespace and not gate and not any(object_key(g)[0] == namespace for g in store.index.gates()):
                 # No gates there: nothing to build, and no cache entry for whatever a client asks.
                 return Response(to_ics([], clock()), content_type="text/calendar; charset=utf-8",
                                 headers={"Cache-Control": "max-age=60"})
             try:
-                body = feeds.feed(namespace, days)
+                body = feeds.feed(namespace, days, gate)
             except FeedUnavailable as why:
                 response = _json({"error": str(why)}, 503)
                 response.headers["Retry-After"] = RETRY_AFTER
                 return response
-            return Response(body, content_type="text/calendar; charset=utf-8",
-                            headers={"Cache-Control": "max-age=60"})
+            etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
+            headers = {"Cache-Control": "no-cache", "ETag": etag}  # revalidated each time: a toggle shows at once
+            if etag in [tag.strip() for tag in (request.headers.get("If-None-Match") or "").split(",")]:
+                return Response(status=304, headers=headers)
+            return Response(body, content_type="text/calendar; charset=utf-8", headers=headers)
 
     @app.errorhandler(HTTPException)
     def http_error(err: HTTPException) -> Response:

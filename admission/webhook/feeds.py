@@ -10,17 +10,19 @@ copies bytes and waits on a pipe.
 
 The default feed (``GET /calendar.ics`` without parameters, ``DEFAULT_QUERY``) is built as soon
 as the worker's gate cache is ready (``prebuild``), so a fresh server answers its first calendar
-request with the calendar. A query (namespace, days) that has no feed yet waits up to
+request with the calendar. A query (namespace, days, gate) that has no feed yet waits up to
 ``FIRST_WAIT`` seconds for its first build (one request per worker at a time: a waiting request
 holds a thread the API server's reviews need), then gets ``503`` with ``Retry-After``; after
 that its feed is served from memory and rebuilt in the background once it is ``FEED_TTL`` old,
 and never served when older than ``STALE_LIMIT`` (a build that keeps failing must not publish an
-old freeze as current). One build runs at a time per worker; at most ``MAX_FEEDS`` queries wait,
-and at most ``MAX_FEEDS`` feeds and ``MAX_FEED_BYTES`` are kept; a build that takes longer than
-``BUILD_SECONDS`` costs its child process, which is replaced on the next build. Feeds are
-evicted least recently served first; pinned queries (the default feed, that subscribers use)
-are never evicted and never wait behind the bound: no number of other queries can put the
-real feed back to 503.
+old freeze as current). A feed built before the gates last changed (a toggle, a GateKeeper) is
+rebuilt at the next request, which waits the same way for it: spoke clusters that follow the
+feed see a toggle at their next fetch. One build runs at a time per worker; at most
+``MAX_FEEDS`` queries wait, and at most ``MAX_FEEDS`` feeds and ``MAX_FEED_BYTES`` are kept; a
+build that takes longer than ``BUILD_SECONDS`` costs its child process, which is replaced on the
+next build. Feeds are evicted least recently served first; pinned queries (the default feed,
+that subscribers use) are never evicted and never wait behind the bound: no number of other
+queries can put the real feed back to 503.
 """
 
 from __future__ import annotations
@@ -49,10 +51,10 @@ MAX_FEEDS = 64  # queries kept or waiting per worker: the namespace comes from t
 MAX_FEED_BYTES = 64 << 20  # feeds kept per worker, in bytes (a year of a hundred busy gates is ~20 MiB)
 BUILD_SECONDS = 120.0  # a build still running after this is abandoned with its child process
 RETRY_AFTER = "10"  # seconds a calendar client is asked to wait for a first build
-FIRST_WAIT = 5.0  # seconds a query with no feed yet waits for its first build before that 503
-MAX_WAITERS = 1  # requests per worker that wait so (the others get the 503 at once)
+FIRST_WAIT = 5.0  # seconds a request waits for a feed it has not got yet, or for its rebuild after a change
+MAX_WAITERS = 1  # requests per worker that wait so (the others get the 503, or the older feed, at once)
 READY_POLL = 0.25  # seconds between looks at the gate cache until the default feed can be built
-DEFAULT_QUERY = ("", DEFAULT_DAYS)  # GET /calendar.ics: every namespace, two weeks
+DEFAULT_QUERY = ("", DEFAULT_DAYS, "")  # GET /calendar.ics: every namespace, two weeks, every gate
 CHILD_NICENESS = 10  # the child yields the CPU to the workers that answer reviews
 
 _LENGTH = struct.Struct(">I")
@@ -60,12 +62,12 @@ _BUILT, _FAILED = b"\x00", b"\x01"
 
 log = logging.getLogger(__name__)
 
-Query = tuple[str, int]  # (namespace or "" for every namespace, days)
+Query = tuple[str, int, str]  # (namespace or "" for every namespace, days, gate name or "" for every gate)
 
 
 def default_query(query: Query) -> bool:
     """The feed without parameters (every namespace, the default days): pinned by default."""
-    return query == ("", DEFAULT_DAYS)
+    return query == DEFAULT_QUERY
 
 
 class FeedUnavailable(Exception):
@@ -88,9 +90,10 @@ class CalendarFeeds:
         self._lock = threading.Lock()
         self._wanted = threading.Condition(self._lock)
         self._built = threading.Condition(self._lock)  # notified when a build ends, either way
-        self._waiters = 0  # requests waiting for a first build
+        self._waiters = 0  # requests waiting for a build
         self._prebuild: tuple[Query, Callable[[], bool]] | None = None
-        self._feeds: OrderedDict[Query, tuple[float, bytes]] = OrderedDict()  # query -> (built at, body)
+        # query -> (built at, body, the index's version it was built from)
+        self._feeds: OrderedDict[Query, tuple[float, bytes, int]] = OrderedDict()
         self._waiting: OrderedDict[Query, None] = OrderedDict()
         self._failures: dict[Query, tuple[float, str]] = {}  # query -> (failed at, why)
         self._builder: threading.Thread | None = None
@@ -111,13 +114,16 @@ class CalendarFeeds:
                 return
             self._wanted.notify()
 
-    def feed(self, namespace: str, days: int) -> bytes:
+    def feed(self, namespace: str, days: int, gate: str = "") -> bytes:
         """The iCalendar body for this query; raise FeedUnavailable while there is none to serve.
-        A query with no feed to serve waits up to ``first_wait`` seconds for the build it starts."""
-        query = (namespace, days)
+        A query with no feed to serve, or whose feed the gates changed under, waits up to
+        ``first_wait`` seconds for the build it starts."""
+        query = (namespace, days, gate)
+        version = self._index().version
         with self._lock:
-            body = self._servable(query, want=True)
-            if body is None and query in self._waiting and 0 < self._first_wait and self._waiters < MAX_WAITERS:
+            body, outdated = self._servable(query, version, want=True)
+            if (body is None or outdated) and query in self._waiting and 0 < self._first_wait \
+                    and self._waiters < MAX_WAITERS:
                 self._waiters += 1
                 try:
                     deadline = time.monotonic() + self._first_wait
@@ -125,7 +131,7 @@ class CalendarFeeds:
                         self._built.wait(left)
                 finally:
                     self._waiters -= 1
-                body = self._servable(query, want=False)
+                body, _ = self._servable(query, version, want=False)
             if body is not None:
                 self._feeds.move_to_end(query)  # the least recently served go first
                 return body
@@ -134,21 +140,23 @@ class CalendarFeeds:
             raise FeedUnavailable(f"the calendar could not be built: {failure}")
         raise FeedUnavailable("the calendar is being built; retry shortly")
 
-    def _servable(self, query: Query, want: bool) -> bytes | None:
-        """The feed to serve for ``query`` now, or None; with ``want``, ask for a (re)build when
-        it is due (raises FeedUnavailable when that cannot be queued and there is nothing to serve)."""
+    def _servable(self, query: Query, version: int, want: bool) -> tuple[bytes | None, bool]:
+        """The feed to serve for ``query`` now (or None), and whether it was built before the
+        gates' ``version``; with ``want``, ask for a (re)build when it is due (raises
+        FeedUnavailable when that cannot be queued and there is nothing to serve)."""
         now = time.monotonic()
-        built_at, body = self._feeds.get(query, (None, b""))
+        built_at, body, built_from = self._feeds.get(query, (None, b"", None))
         servable = built_at is not None and now - built_at < STALE_LIMIT
+        outdated = built_from != version
         failed_at, _ = self._failures.get(query, (None, ""))
         retry = failed_at is None or now - failed_at >= self._ttl  # a failing build is not retried per request
-        if want and retry and (built_at is None or now - built_at >= self._ttl):
+        if want and retry and (built_at is None or now - built_at >= self._ttl or outdated):
             try:
                 self._want(query)
             except FeedUnavailable:
                 if not servable:
                     raise
-        return body if servable else None
+        return (body if servable else None), outdated
 
     def _want(self, query: Query) -> None:
         if query in self._waiting:
@@ -195,9 +203,9 @@ class CalendarFeeds:
                 if query is None:
                     return
             try:
-                body, failure = self._build(query), None
+                (body, version), failure = self._build(query), None
             except Exception as err:  # the child failed or timed out: say so, keep serving the rest
-                body, failure = None, str(err)
+                body, version, failure = None, None, str(err)
                 if self._closed:
                     return  # close() ended this build
                 log.warning("calendar feed not built", extra={"namespace": query[0], "days": query[1],
@@ -216,23 +224,26 @@ class CalendarFeeds:
                         self._failures.pop(next(iter(self._failures)))  # the oldest failure
                     continue
                 self._failures.pop(query, None)
-                self._feeds[query] = (time.monotonic(), body)
+                self._feeds[query] = (time.monotonic(), body, version)
                 self._feeds.move_to_end(query)
-                kept = sum(len(feed) for _, feed in self._feeds.values())
+                kept = sum(len(feed) for _, feed, _ in self._feeds.values())
                 while len(self._feeds) > self._max_feeds or (kept > MAX_FEED_BYTES and len(self._feeds) > 1):
                     victim = next((q for q in self._feeds if not self._pinned(q)), None)  # least recently served
                     if victim is None:
                         break
                     kept -= len(self._feeds.pop(victim)[1])
 
-    def _build(self, query: Query) -> bytes:
-        namespace, days = query
-        gates, keepers, broken = self._index().snapshot(namespace or None)
+    def _build(self, query: Query) -> tuple[bytes, int]:
+        """The feed for ``query`` and the version of the index it was built from."""
+        namespace, days, gate = query
+        index = self._index()
+        version = index.version  # read first: a change during the snapshot makes the feed look old, never new
+        gates, keepers, broken = index.snapshot(namespace or None)
         # No datetime passes as a string: the child must read exactly what this worker's index
         # holds, or the calendar would show gates opening that admission keeps closed.
         request = orjson.dumps({"gates": gates, "keepers": keepers, "broken": broken,
                                 "now": format_distinct_time(self._clock()), "days": days,
-                                "namespace": namespace}, option=orjson.OPT_PASSTHROUGH_DATETIME)
+                                "namespace": namespace, "gate": gate}, option=orjson.OPT_PASSTHROUGH_DATETIME)
         child = self._running_child()
         deadline = time.monotonic() + self._build_seconds
         try:
@@ -249,7 +260,7 @@ class CalendarFeeds:
             raise
         if answer[:1] != _BUILT:
             raise RuntimeError(answer[1:].decode(errors="replace"))
-        return answer[1:]
+        return answer[1:], version
 
     def _running_child(self) -> subprocess.Popen:
         if self._closed:
@@ -339,7 +350,8 @@ def build(request: dict) -> bytes:
     index.replace_all(request["gates"], request["keepers"],
                       {(ns, name): reason for ns, name, reason in request["broken"]})
     now = parse_time(request["now"])
-    return calendar.to_ics(calendar.calendars(index, now, request["days"], request["namespace"] or None), now)
+    return calendar.to_ics(calendar.calendars(index, now, request["days"], request["namespace"] or None,
+                                              request.get("gate") or None), now)
 
 
 def serve_builds(requests: int, answers: int) -> None:

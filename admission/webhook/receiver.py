@@ -14,6 +14,7 @@ came from someone holding it, not who they are (``IDENTITY for 'bob' (unverified
 
 from __future__ import annotations
 
+import base64
 import fcntl
 import hashlib
 import hmac
@@ -52,7 +53,7 @@ class TokenFile:
         with open(path, "rb") as handle:  # a missing file is an error at start, not later
             self._token = handle.read().strip()
         if not self._token:
-            raise ValueError(f"receiver token file {path} is empty")
+            raise ValueError(f"token file {path} is empty")
 
     def current(self) -> bytes:
         try:
@@ -86,11 +87,23 @@ class TokenFile:
                 log.info("receiver token file usable again", extra={"file": self.path})
             self._why = why
 
-    def matches(self, header: str | None) -> bool:
-        if not header or not header.startswith("Bearer "):
+    def matches(self, header: str | None, basic: bool = False) -> bool:
+        """Whether an Authorization header carries the token: as a bearer token, or (``basic``)
+        as the password of basic auth, whatever the user name (calendar apps send only that).
+        Compared in constant time."""
+        if not header:
+            return False
+        if header.startswith("Bearer "):
+            given = header[len("Bearer "):].strip().encode()
+        elif basic and header.startswith("Basic "):
+            try:
+                given = base64.b64decode(header[len("Basic "):].strip(), validate=True).partition(b":")[2]
+            except ValueError:
+                return False
+        else:
             return False
         expected = self.current()
-        return bool(expected) and hmac.compare_digest(header[len("Bearer "):].strip().encode(), expected)
+        return bool(expected) and hmac.compare_digest(given, expected)
 
 
 class RateLimit:

@@ -291,7 +291,7 @@ def test_failed_queries_are_remembered_in_bounded_memory():
             answer = functools.partial(feed_or_why, calendar_feeds, f"ns-{n}", 14)
             assert "process exited" in until(answer, lambda got: "could not be built" in got, timeout=30)
         remembered = calendar_feeds._failures  # what a worker keeps; no endpoint shows it
-        assert len(remembered) == 4 and ("ns-11", 14) in remembered
+        assert len(remembered) == 4 and ("ns-11", 14, "") in remembered
     finally:
         calendar_feeds.close()
 

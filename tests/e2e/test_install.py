@@ -96,6 +96,7 @@ def can_i(plane, user: str, *args: str) -> bool:
       ("watch", "kustomizations.kustomize.toolkit.fluxcd.io", "-A")]),
     ("system:serviceaccount:gate-admission-system:gate-admission-controller",
      [("patch", "gates.gating.toolkit.fluxcd.io", "--subresource=status", "-n", "flux-system"),
+      ("patch", "gatekeepers.gating.toolkit.fluxcd.io", "--subresource=status", "-n", "flux-system"),
       ("patch", "kustomizations.kustomize.toolkit.fluxcd.io", "-n", "apps"),
       ("list", "gitrepositories.source.toolkit.fluxcd.io", "-A"), ("create", "leases", "-n", NS),
       ("watch", "helmcharts.source.toolkit.fluxcd.io", "-A"), ("patch", "imagepolicies.image.toolkit.fluxcd.io", "-A")],

@@ -361,3 +361,17 @@ def test_the_gatekeeper_crd_states_the_bounds_the_code_enforces():
         item = entries["items"]
         assert item["maxLength"] == item["properties"]["cron"]["maxLength"] == MAX_CRON_LENGTH
         assert item["maxProperties"] == 2  # cron and duration; the code refuses any other field
+    from admission.core import subscriptions as s
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
+    calendars = schema["spec"]["properties"]["calendars"]
+    entry = calendars["items"]["properties"]
+    assert calendars["maxItems"] == s.MAX_CALENDARS and set(entry) == s._FIELDS
+    assert (entry["url"]["maxLength"], entry["name"]["maxLength"], entry["caBundle"]["maxLength"]) == (
+        s.MAX_URL, s.MAX_NAME, s.MAX_CA_BUNDLE)
+    assert entry["filter"]["properties"]["summary"]["maxLength"] == s.MAX_PATTERN
+    assert entry["filter"]["properties"]["categories"]["maxItems"] == s.MAX_CATEGORIES
+    assert entry["action"]["enum"] == list(s.ACTIONS)
+    status = schema["status"]["properties"]["calendars"]["items"]["properties"]
+    assert status["intervals"]["maxItems"] == s.MAX_INTERVALS
+    assert (status["intervals"]["items"]["properties"]["summary"]["maxLength"], status["error"]["maxLength"]) == (
+        s.MAX_SUMMARY, s.MAX_ERROR)

@@ -142,7 +142,7 @@ def test_metadata_only_updates_are_never_gated(world, now, edits, kind, mode):
 @given(gate_objects(name=st.just("a")), st.lists(keeper_objects("a"), max_size=2), moments,
        st.lists(st.integers(0, 3 * 24 * 60 - 1), min_size=1, max_size=5))
 def test_calendar_intervals_agree_with_admission_at_any_minute(obj, keepers, start, offsets):
-    from admission.core.gates import intervals
+    from admission.core.timeline import intervals
     compiled = compile_gate(obj, keepers)
     end = start + timedelta(days=3)
     spans = intervals(compiled, start, end, max_steps=20_000)

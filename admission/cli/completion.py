@@ -1,0 +1,61 @@
+"""Completers for ``kubectl gate``'s and ``flux gate``'s arguments (argcomplete): gate names and
+namespaces from the API server with a short timeout, or from ``--gates-dir``. They never raise:
+completion shows nothing rather than a traceback.
+
+May import what ``admission.cli.kubectl_gate`` imports.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from admission.core import names
+from admission.core.objects import metadata, object_key
+
+COMPLETION_TIMEOUT = 3  # seconds; a slow cluster must not hang the shell
+
+
+def namespace_of(args: argparse.Namespace) -> str | None:
+    """-n, else the namespace the command defaults to (flux gate: flux's); None: the context's."""
+    if getattr(args, "namespace", None):
+        return args.namespace
+    default = getattr(args, "default_namespace", None)
+    return default(args) if default else None
+
+
+def gate_names(prefix: str, parsed_args: argparse.Namespace, **_) -> list[str]:
+    try:
+        namespace = namespace_of(parsed_args)
+        if getattr(parsed_args, "gates_dir", None):
+            from admission.store.files import FileStore
+            namespace = namespace or "default"
+            return sorted(n for ns, n in map(object_key, FileStore(parsed_args.gates_dir).index.gates()) if ns == namespace)
+        from admission.cli.kubectl_gate import _connect
+        cluster = _connect(parsed_args)
+        listed = cluster.custom.list_namespaced_custom_object(names.GATING_GROUP, names.GATING_VERSION,
+                                                              namespace or cluster.namespace, names.GATE_PLURAL,
+                                                              _request_timeout=COMPLETION_TIMEOUT)
+        return sorted(metadata(g).get("name", "") for g in listed.get("items") or [])
+    except Exception:  # completion shows nothing rather than a traceback
+        return []
+
+
+def namespaces(prefix: str, parsed_args: argparse.Namespace, **_) -> list[str]:
+    try:
+        from kubernetes import client
+        from admission.cli.kubectl_gate import _connect
+        cluster = _connect(parsed_args)
+        try:
+            listed = client.CoreV1Api(cluster.api).list_namespace(_request_timeout=COMPLETION_TIMEOUT)
+            return sorted(ns.metadata.name for ns in listed.items)
+        except Exception:  # may not list namespaces: offer those that hold gates
+            gates = cluster.custom.list_cluster_custom_object(names.GATING_GROUP, names.GATING_VERSION, names.GATE_PLURAL,
+                                                              _request_timeout=COMPLETION_TIMEOUT)
+            return sorted({metadata(g).get("namespace", "") for g in gates.get("items") or []})
+    except Exception:
+        return []
+
+
+def no_candidates(**_) -> list[str]:
+    """For free text (a message): nothing to offer, not the file names argcomplete would."""
+    return []

@@ -1,0 +1,437 @@
+"""GateKeeper calendar subscriptions (``spec.calendars``): what an entry asks for, how its
+fetched intervals are kept in the GateKeeper's status, and the schedule entries they make.
+
+The controller fetches and parses each feed (admission.ical) and writes the coming intervals
+into ``status.calendars``; here they are read back as plain lists, evaluated at an explicit
+``now``, so every webhook replica and worker decides from API-server state, never from the
+network. A calendar whose intervals are not known at ``now`` (never fetched, stale, or listed
+only up to an earlier time) is *unknown*: it closes its gate, whatever its action, and says why.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import bisect
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import NamedTuple
+from urllib.parse import urlsplit
+
+from admission.core.schedule import ScheduleError, zone
+from admission.core.timefmt import format_duration, format_time, parse_duration, parse_time
+
+ACTIONS = ("closed", "opened")
+MAX_CALENDARS = 4  # per GateKeeper: the CRD's maxItems
+MAX_URL = 2048
+MAX_NAME = 63
+MAX_PATTERN = 256
+MAX_CATEGORIES = 16
+MAX_CATEGORY = 64
+MAX_CA_BUNDLE = 64 * 1024  # base64 characters
+MAX_INTERVALS = 500  # per calendar in status: a year of a busy calendar is ~200 in HORIZON
+MAX_SUMMARY = 120
+MAX_UID = 120
+MAX_ERROR = 512
+HORIZON = timedelta(days=35)  # how far ahead the controller lists a feed's events
+DEFAULT_INTERVAL = timedelta(minutes=15)
+MAX_INTERVAL = timedelta(hours=24)
+DEFAULT_STALE_AFTER = timedelta(hours=24)
+MAX_STALE_AFTER = HORIZON
+_FIELDS = {"name", "url", "action", "filter", "secretRef", "caBundle", "caSecretRef", "interval", "staleAfter",
+           "allowHTTP"}
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
+
+
+def clean(text: object, limit: int) -> str:
+    """A feed's or a status's string made safe for messages: control characters become a space,
+    at most ``limit`` characters."""
+    value = _CONTROL.sub(" ", text if isinstance(text, str) else str(text)).strip()
+    return value if len(value) <= limit else value[:limit - 1] + "…"
+
+
+@dataclass(frozen=True)
+class CalendarSpec:
+    """One ``spec.calendars`` entry, checked."""
+
+    url: str
+    action: str = "closed"
+    name: str = ""  # how messages call it (default: the URL's host; never the URL, which may hold a secret)
+    summary: str | None = None  # a regular expression searched for in each event's SUMMARY
+    categories: tuple[str, ...] = ()  # an event passes with any of these CATEGORIES (case-insensitive)
+    secret: str | None = None  # a Secret in the GateKeeper's namespace: token, or username and password
+    ca_bundle: bytes | None = None  # PEM: the feed server's certificate must chain to it
+    ca_secret: tuple[str, str] | None = None  # (Secret name, key) holding such a PEM bundle
+    interval: timedelta = DEFAULT_INTERVAL
+    stale_after: timedelta = DEFAULT_STALE_AFTER
+    allow_http: bool = False
+    time_zone: str | None = None  # the GateKeeper's: all-day and floating events are read in it
+
+    @property
+    def filter(self) -> dict:
+        found: dict = {}
+        if self.summary is not None:
+            found["summary"] = self.summary
+        if self.categories:
+            found["categories"] = list(self.categories)
+        return found
+
+    @property
+    def digest(self) -> str:
+        """What the fetched intervals depend on (URL, filter, zone): a status entry belongs to
+        this spec only when its ``specDigest`` is this, so an edited filter is never answered
+        with the intervals of the old one."""
+        source = json.dumps([self.url, self.filter, self.time_zone or "UTC"], sort_keys=True)
+        return hashlib.sha256(source.encode()).hexdigest()[:16]
+
+    def __str__(self) -> str:
+        return f"calendar '{self.name}'"
+
+
+def _string(item: dict, key: str, limit: int, where: str) -> str | None:
+    value = item.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise ScheduleError(f"{where}.{key} must be a non-empty string")
+    if len(value) > limit:
+        raise ScheduleError(f"{where}.{key} is {len(value)} characters long, more than {limit}")
+    return value
+
+
+def _ref(item: dict, key: str, where: str) -> dict | None:
+    ref = item.get(key)
+    if ref is None:
+        return None
+    if not isinstance(ref, dict) or not isinstance(ref.get("name"), str) or not 0 < len(ref["name"]) <= 253:
+        raise ScheduleError(f"{where}.{key} must be {{name: <a Secret in the GateKeeper's namespace>}}")
+    return ref
+
+
+def _duration(item: dict, key: str, default: timedelta, low: timedelta, high: timedelta, where: str) -> timedelta:
+    raw = item.get(key)
+    if raw is None:
+        return default
+    try:
+        value = parse_duration(raw)
+    except ValueError as err:
+        raise ScheduleError(f"{where}.{key}: {err}") from None
+    if not low <= value <= high:
+        raise ScheduleError(f"{where}.{key} {raw!r} must be from {format_duration(low)} to {format_duration(high)}")
+    return value
+
+
+def parse_calendar(item: object, where: str = "calendars[0]", time_zone: str | None = None) -> CalendarSpec:
+    """Check one ``spec.calendars`` entry; raise ScheduleError saying what is wrong."""
+    if not isinstance(item, dict):
+        raise ScheduleError(f"{where} must be an object with a url")
+    unknown = set(item) - _FIELDS
+    if unknown:
+        raise ScheduleError(f"{where} has unknown fields {sorted(unknown)}")
+    url = _string(item, "url", MAX_URL, where)
+    if url is None:
+        raise ScheduleError(f"{where}.url is required")
+    allow_http = item.get("allowHTTP", False)
+    if not isinstance(allow_http, bool):
+        raise ScheduleError(f"{where}.allowHTTP must be true or false")
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname, parts.port
+    except ValueError as err:
+        raise ScheduleError(f"{where}.url is not a URL: {err}") from None
+    if parts.scheme not in ("https", "http") or not host:
+        raise ScheduleError(f"{where}.url must be an https:// URL")
+    if parts.scheme == "http" and not allow_http:
+        raise ScheduleError(f"{where}.url is plain http: use https, or set allowHTTP: true")
+    if parts.username is not None or parts.password is not None:
+        raise ScheduleError(f"{where}.url must not hold credentials: use secretRef")
+    action = item.get("action", "closed")
+    if action not in ACTIONS:
+        raise ScheduleError(f"{where}.action {action!r} must be 'closed' or 'opened'")
+    name = _string(item, "name", MAX_NAME, where) or (host if port is None else f"{host}:{port}")
+    summary, categories = None, ()
+    filt = item.get("filter")
+    if filt is not None:
+        if not isinstance(filt, dict) or set(filt) - {"summary", "categories"}:
+            raise ScheduleError(f"{where}.filter must be an object with 'summary' and/or 'categories'")
+        summary = _string(filt, "summary", MAX_PATTERN, f"{where}.filter")
+        if summary is not None:
+            try:
+                re.compile(summary)
+            except (re.error, RecursionError, OverflowError) as err:
+                raise ScheduleError(f"{where}.filter.summary is not a regular expression: {err}") from None
+        cats = filt.get("categories")
+        if cats is not None:
+            if not isinstance(cats, list) or len(cats) > MAX_CATEGORIES or not all(
+                    isinstance(c, str) and 0 < len(c) <= MAX_CATEGORY for c in cats):
+                raise ScheduleError(f"{where}.filter.categories must be a list of at most {MAX_CATEGORIES} "
+                                    f"non-empty strings of at most {MAX_CATEGORY} characters")
+            categories = tuple(cats)
+    secret = _ref(item, "secretRef", where)
+    ca_ref = _ref(item, "caSecretRef", where)
+    ca_bundle = None
+    if item.get("caBundle") is not None:
+        raw = _string(item, "caBundle", MAX_CA_BUNDLE, where)
+        try:
+            ca_bundle = base64.b64decode(raw, validate=True)
+        except (binascii.Error, ValueError):
+            raise ScheduleError(f"{where}.caBundle must be base64 (of PEM certificates)") from None
+        if b"-----BEGIN CERTIFICATE-----" not in ca_bundle:
+            raise ScheduleError(f"{where}.caBundle holds no PEM certificate")
+    if ca_bundle is not None and ca_ref is not None:
+        raise ScheduleError(f"{where}: caBundle and caSecretRef are exclusive")
+    ca_key = (ca_ref or {}).get("key", "ca.crt")
+    if not isinstance(ca_key, str) or not 0 < len(ca_key) <= 253:
+        raise ScheduleError(f"{where}.caSecretRef.key must be a key of the Secret")
+    interval = _duration(item, "interval", DEFAULT_INTERVAL, timedelta(seconds=1), MAX_INTERVAL, where)
+    stale_after = _duration(item, "staleAfter", max(DEFAULT_STALE_AFTER, interval), interval, MAX_STALE_AFTER, where)
+    return CalendarSpec(url, action, name, summary, categories, secret["name"] if secret else None, ca_bundle,
+                        (ca_ref["name"], ca_key) if ca_ref else None, interval, stale_after, allow_http, time_zone)
+
+
+def parse_calendars(spec: dict) -> list[CalendarSpec]:
+    """A GateKeeper's ``spec.calendars``, checked; raise ScheduleError."""
+    items = spec.get("calendars") or []
+    if not isinstance(items, list):
+        raise ScheduleError("calendars must be a list")
+    if len(items) > MAX_CALENDARS:
+        raise ScheduleError(f"calendars has {len(items)} entries, more than {MAX_CALENDARS}")
+    tz_name = spec.get("timeZone")
+    if tz_name is not None:
+        zone(tz_name)
+    return [parse_calendar(item, f"calendars[{i}]", tz_name) for i, item in enumerate(items)]
+
+
+# -- status.calendars: written by the controller, read by every evaluation ---------------------
+
+class FeedEvent(NamedTuple):
+    """One occurrence of a feed's event, ``[start, end)`` in UTC. (A tuple: a GateKeeper at the
+    bounds holds 2,000, read again at each status write.)"""
+
+    start: datetime
+    end: datetime
+    uid: object = ""  # as status has it: cleaned when shown (``clean``)
+    summary: object = ""
+
+
+def _instant(text: object) -> datetime:
+    """A status timestamp: the controller's own format read directly, anything else as RFC 3339."""
+    if type(text) is str and len(text) == 20 and text[19] == "Z" and text[10] == "T":
+        return datetime.fromisoformat(text)  # UTC (3.11 reads the Z)
+    return parse_time(text)
+
+
+def status_entry(cal: CalendarSpec, previous: dict | None, now: datetime, *, events: list[FeedEvent] | None = None,
+                 complete_until: datetime | None = None, etag: str | None = None, last_modified: str | None = None,
+                 error: str | None = None) -> dict:
+    """The ``status.calendars`` entry after a fetch at ``now``: with ``events`` (and how far they
+    are complete) after a successful parse; with neither after a 304 (the last intervals stay);
+    with ``error`` after a failure (the last good intervals stay, for evaluation to judge)."""
+    entry = dict(previous) if previous and previous.get("specDigest") == cal.digest else {}
+    entry.update(url=cal.url, specDigest=cal.digest, lastFetchTime=format_time(now))
+    if error is not None:
+        entry["error"] = clean(error, MAX_ERROR)
+        return entry
+    entry.pop("error", None)
+    entry["lastSuccessTime"] = format_time(now)
+    for key, value in (("etag", etag), ("lastModified", last_modified)):
+        if value:
+            entry[key] = clean(value, 256)
+    if events is not None:
+        kept = sorted(events, key=lambda e: (e.start, e.end))[:MAX_INTERVALS]
+        if len(events) > MAX_INTERVALS:  # listed only up to the first that is not kept
+            complete_until = min(complete_until or now, sorted(events, key=lambda e: e.start)[MAX_INTERVALS].start)
+        entry["lastParseTime"] = format_time(now)
+        entry["completeUntil"] = format_time(complete_until or now)
+        entry["intervals"] = [{"start": format_time(e.start), "end": format_time(e.end),
+                               **({"uid": clean(e.uid, MAX_UID)} if e.uid else {}),
+                               **({"summary": clean(e.summary, MAX_SUMMARY)} if e.summary else {})} for e in kept]
+    return entry
+
+
+def find_status(status: object, cal: CalendarSpec) -> dict | None:
+    """The ``status.calendars`` entry fetched for ``cal``, if any."""
+    entries = status.get("calendars") if isinstance(status, dict) else None
+    for entry in entries if isinstance(entries, list) else ():
+        if isinstance(entry, dict) and entry.get("specDigest") == cal.digest:
+            return entry
+    return None
+
+
+class CalendarEntry:
+    """A calendar's intervals as a schedule entry (the interface of ``schedule.Entry``): active
+    during its events, changing at their boundaries, and unknown (see ``unknown``) when its
+    status cannot say. Compared by identity: each compiled gate has its own."""
+
+    def __init__(self, keeper: str, cal: CalendarSpec, status: dict | None):
+        self.keeper, self.cal = keeper, cal
+        self.events: tuple[FeedEvent, ...] = ()
+        self.starts: list[datetime] = []  # the events' union as disjoint spans, sorted
+        self.ends: list[datetime] = []
+        self.last_success = self.last_fetch = self.known_until = self.complete = None
+        self.error: str | None = None
+        self.broken: str | None = None  # why nothing is known whatever the time
+        try:
+            self._read(status)
+        except (ValueError, TypeError, AttributeError, KeyError) as err:
+            self.broken = f"{cal} has a malformed status: {clean(err, MAX_ERROR)}"
+
+    def _read(self, status: dict | None) -> None:
+        if status is not None:
+            self.error = clean(status["error"], MAX_ERROR) if status.get("error") else None
+            self.last_fetch = _instant(status["lastFetchTime"]) if status.get("lastFetchTime") else None
+        if status is None or not status.get("lastSuccessTime") or not status.get("completeUntil"):
+            self.broken = f"{self.cal} has not been fetched yet" + (f": {self.error}" if self.error else "")
+            return
+        self.last_success = _instant(status["lastSuccessTime"])
+        complete = _instant(status["completeUntil"])
+        items = status.get("intervals") or []
+        if not isinstance(items, list):
+            raise ValueError("intervals must be a list")
+        events = []
+        for item in items[:MAX_INTERVALS]:
+            start, end = _instant(item["start"]), _instant(item["end"])
+            if end <= start:
+                raise ValueError(f"an interval ends before it starts ({item['start']})")
+            events.append(FeedEvent(start, end, item.get("uid") or "", item.get("summary") or ""))
+        events.sort(key=lambda e: (e.start, e.end))
+        if len(items) > MAX_INTERVALS:
+            complete = min(complete, events[-1].end)
+        self.events = tuple(events)
+        self.complete = complete
+        self.known_until = min(complete, self.last_success + self.cal.stale_after)
+        for event in events:  # merge into disjoint spans
+            if self.ends and event.start <= self.ends[-1]:
+                self.ends[-1] = max(self.ends[-1], event.end)
+            else:
+                self.starts.append(event.start)
+                self.ends.append(event.end)
+
+    def unknown(self, now: datetime) -> str | None:
+        """Why the calendar's state at ``now`` is not known, or None."""
+        if self.broken is not None:
+            return self.broken
+        if now < self.known_until:
+            return None
+        if now >= self.last_success + self.cal.stale_after:
+            return (f"{self.cal} is stale: last fetched successfully at {format_time(self.last_success)}, more than "
+                    f"{format_duration(self.cal.stale_after)} ago" + (f" ({self.error})" if self.error else ""))
+        return f"{self.cal} lists events only until {format_time(self.known_until)}"
+
+    def _span(self, now: datetime) -> int:
+        return bisect.bisect_right(self.starts, now) - 1
+
+    def active(self, now: datetime) -> bool:
+        if self.unknown(now) is not None:
+            return False
+        i = self._span(now)
+        return i >= 0 and now < self.ends[i]
+
+    def next_change(self, now: datetime) -> datetime | None:
+        """The next boundary of its events after ``now``, or when it becomes unknown (None:
+        unknown now, and so until its status changes)."""
+        if self.unknown(now) is not None:
+            return None
+        i = self._span(now)
+        if i >= 0 and now < self.ends[i]:
+            boundary = self.ends[i]
+        else:
+            boundary = self.starts[i + 1] if i + 1 < len(self.starts) else None
+        return self.known_until if boundary is None else min(boundary, self.known_until)
+
+    stable_until = next_change
+
+    def searched_from(self, origin: datetime) -> "_Searched":
+        """This calendar as the next-transition search from ``origin`` sees it (see _Searched)."""
+        return _Searched(self, origin, guard=False)
+
+    def event_at(self, now: datetime) -> FeedEvent | None:
+        i = bisect.bisect_right(self.events, now, key=lambda e: e.start)
+        return next((e for e in reversed(self.events[:i]) if now < e.end), None)
+
+    def coming(self, now: datetime) -> list[FeedEvent]:
+        """Its events that have not ended at ``now``, in order, their text cleaned."""
+        return [FeedEvent(e.start, e.end, clean(e.uid, MAX_UID), clean(e.summary, MAX_SUMMARY))
+                for e in self.events if e.end > now]
+
+    def describe(self, now: datetime) -> str:
+        event = self.event_at(now)
+        return f"{self.cal}" + (f" event '{clean(event.summary, MAX_SUMMARY)}'" if event and event.summary else "")
+
+    def __str__(self) -> str:
+        return str(self.cal)
+
+
+class CalendarGuard:
+    """The closing entry every calendar brings: active while the calendar is unknown, so a gate
+    whose calendar cannot be read is closed (reason Unknown), whatever the calendar's action."""
+
+    def __init__(self, entry: CalendarEntry):
+        self.entry = entry
+
+    def active(self, now: datetime) -> bool:
+        return self.entry.unknown(now) is not None
+
+    def next_change(self, now: datetime) -> datetime | None:
+        return None if self.active(now) else self.entry.known_until
+
+    stable_until = next_change
+
+    def searched_from(self, origin: datetime) -> "_Searched":
+        return _Searched(self.entry, origin, guard=True)
+
+    def unknown(self, now: datetime) -> str | None:
+        return self.entry.unknown(now)
+
+    def __str__(self) -> str:
+        return str(self.entry)
+
+
+class _Searched:
+    """A calendar (or its guard) as the search for a gate's next transition from ``origin`` sees
+    it: its listed events count up to ``completeUntil``, and it is assumed to be fetched again
+    before it goes stale, unless it is stale (or cannot be read) at ``origin`` already: then it
+    stays unknown. Without that, every closure longer than ``staleAfter`` would open at
+    "unknown". Whether the gate is open, and how long a state is memoised (``stable_until``),
+    never assume it."""
+
+    def __init__(self, entry: CalendarEntry, origin: datetime, guard: bool):
+        self.entry, self.guard = entry, guard
+        unreadable = entry.broken is not None or origin >= entry.last_success + entry.cal.stale_after
+        self.until = None if unreadable else entry.complete  # unknown from here on (None: from the start)
+
+    def state_and_next_change(self, now: datetime) -> tuple[bool, datetime | None, int]:
+        if self.until is None or now >= self.until:
+            return self.guard, None, 1
+        if self.guard:
+            return False, self.until, 1
+        entry, i = self.entry, self.entry._span(now)
+        if i >= 0 and now < entry.ends[i]:
+            return True, min(entry.ends[i], self.until), 1
+        following = entry.starts[i + 1] if i + 1 < len(entry.starts) else None
+        return False, self.until if following is None else min(following, self.until), 1
+
+
+@dataclass(frozen=True)
+class KeeperCalendars:
+    """A GateKeeper's calendars as entries: guards (closing while unknown), and the entries
+    that close or open the gate during their events."""
+
+    guards: tuple[CalendarGuard, ...] = ()
+    closed: tuple[CalendarEntry, ...] = ()
+    opened: tuple[CalendarEntry, ...] = ()
+
+
+def keeper_calendars(keeper: str, spec: dict, status: object) -> KeeperCalendars:
+    """The entries of a GateKeeper's ``spec.calendars`` with what its ``status`` says of them;
+    raise ScheduleError for a spec that cannot be evaluated."""
+    cals = parse_calendars(spec)
+    if not cals:
+        return KeeperCalendars()
+    entries = [CalendarEntry(keeper, cal, find_status(status, cal)) for cal in cals]
+    return KeeperCalendars(tuple(CalendarGuard(e) for e in entries),
+                           tuple(e for e in entries if e.cal.action == "closed"),
+                           tuple(e for e in entries if e.cal.action == "opened"))

@@ -1,0 +1,306 @@
+"""The controller's calendar loop against FakeKube and a real HTTPS feed server on loopback: a
+feed's events reach the GateKeeper's status (and so every webhook's decision), unchanged feeds
+cost a 304, and a feed that turns hostile never opens a closed gate: the last good intervals
+stay (with the error, a condition and an Event) until they are stale, then the gate is Unknown."""
+
+from __future__ import annotations
+
+import base64
+import functools
+import threading
+from datetime import timedelta
+
+import pytest
+
+from admission.core import names
+from admission.ical.fetch import Policy, parse_networks
+from admission.ical.parse import expand, parse_in_child
+from admission.kube.calendarsync import CalendarSync
+from admission.kube.controller import Controller
+from admission.store.index import GateIndex
+from tests.builders import at, gate
+from tests.fakekube import FakeFluxCache, FakeKube
+from tests.feedserver import FeedServer
+from tests.polling import wait_for
+
+NOW = at("2026-12-20T10:00")
+POLICY = Policy(total_timeout=2.0, connect_timeout=1.0, allowed_networks=parse_networks("127.0.0.0/8"))
+FEED = ("BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//t//EN\r\nX-WR-TIMEZONE:Europe/Berlin\r\n"
+        "BEGIN:VEVENT\r\nUID:xmas@example\r\nSUMMARY:Christmas freeze\r\nDTSTART;VALUE=DATE:20261219\r\n"
+        "DTEND;VALUE=DATE:20261228\r\nEND:VEVENT\r\n"
+        "BEGIN:VEVENT\r\nUID:weekly@example\r\nSUMMARY:Release train\r\nDTSTART:20261201T090000Z\r\n"
+        "DTEND:20261201T100000Z\r\nRRULE:FREQ=WEEKLY\r\nCATEGORIES:release\r\nEND:VEVENT\r\n"
+        "END:VCALENDAR\r\n").encode()
+
+
+class Clock:
+    def __init__(self, now=NOW):
+        self.now = now
+
+    def __call__(self):
+        return self.now
+
+
+def in_process(body, start, end, **kw):
+    return expand(body, start, end, **kw)  # the function the child runs, without the child: quicker
+
+
+@pytest.fixture
+def server(tmp_path):
+    srv = FeedServer(tmp_path)
+    srv.routes["/freeze.ics"] = srv.etagged(FEED, '"v1"')
+    yield srv
+    srv.stop()
+
+
+def setup(server: FeedServer, clock: Clock, **calendar) -> tuple[FakeKube, CalendarSync, list]:
+    kube = FakeKube()
+    kube.add("secrets", {"metadata": {"name": "feed-token", "namespace": "flux-system"},
+                         "data": {"token": base64.b64encode(b"s3cret").decode()}})
+    kube.add(names.GATE_PLURAL, gate("freeze", default="opened"))
+    entry = {"url": server.url("/freeze.ics"), "name": "holidays", "secretRef": {"name": "feed-token"},
+             "caBundle": base64.b64encode(server.ca_pem).decode(), "interval": "15m", **calendar}
+    kube.add(names.GATEKEEPER_PLURAL, {"apiVersion": names.GATING_API_VERSION, "kind": names.GATEKEEPER_KIND,
+                                       "metadata": {"name": "feeds", "namespace": "flux-system", "generation": 2},
+                                       "spec": {"gate": "freeze", "calendars": [entry]}})
+    events: list = []
+    sync = CalendarSync(kube, kube, lambda: kube.of(names.GATEKEEPER_PLURAL), clock=clock, policy=POLICY,
+                        parser=in_process, event=lambda obj, reason, message, now, kind: events.append((reason, kind, message)))
+    return kube, sync, events
+
+
+def keeper_status(kube: FakeKube) -> dict:
+    return kube.get(names.GATEKEEPER_PLURAL, "flux-system", "feeds")["status"]
+
+
+def gate_at(kube: FakeKube, when):
+    index = GateIndex()  # what every webhook worker evaluates: the API server's objects
+    index.replace_all(kube.of(names.GATE_PLURAL), kube.of(names.GATEKEEPER_PLURAL))
+    return index.lookup("flux-system", "freeze", when)
+
+
+def test_a_feeds_coming_events_reach_the_gatekeepers_status_and_decide_the_gate(server):
+    clock = Clock()
+    kube, sync, events = setup(server, clock)
+    assert gate_at(kube, NOW).reason == names.REASON_UNKNOWN  # not fetched yet: closed
+    nxt = sync.sync(NOW)
+    assert nxt == NOW + timedelta(minutes=15)
+    assert server.requests[-1][1]["Authorization"] == "Bearer s3cret"
+    status = keeper_status(kube)
+    cal = status["calendars"][0]
+    assert cal["url"] == server.url("/freeze.ics") and cal["etag"] == '"v1"' and "error" not in cal
+    assert cal["lastSuccessTime"] == cal["lastFetchTime"] == "2026-12-20T10:00:00Z"
+    assert cal["completeUntil"] == "2027-01-24T10:00:00Z"  # 35 days ahead
+    assert cal["intervals"][:3] == [
+        {"start": "2026-12-18T23:00:00Z", "end": "2026-12-27T23:00:00Z", "uid": "xmas@example", "summary": "Christmas freeze"},
+        {"start": "2026-12-22T09:00:00Z", "end": "2026-12-22T10:00:00Z", "uid": "weekly@example", "summary": "Release train"},
+        {"start": "2026-12-29T09:00:00Z", "end": "2026-12-29T10:00:00Z", "uid": "weekly@example", "summary": "Release train"},
+    ]
+    assert len(cal["intervals"]) == 6  # Christmas and five Tuesdays
+    condition = status["conditions"][0]
+    assert (condition["type"], condition["status"], condition["reason"]) == (
+        names.CALENDARS_READY_CONDITION, "True", names.REASON_FETCHED)
+    assert status["observedGeneration"] == 2 and events == []
+    closed = gate_at(kube, NOW)
+    assert (closed.open, closed.reason) == (False, names.REASON_SCHEDULED)
+    assert closed.message == "Gate closed by GateKeeper 'feeds' calendar 'holidays' event 'Christmas freeze'"
+    assert closed.next_transition == at("2026-12-27T23:00")  # midnight in Berlin
+    assert gate_at(kube, NOW + timedelta(hours=24)).reason == names.REASON_UNKNOWN  # not fetched again for a day
+
+
+def test_nothing_is_fetched_before_its_interval_and_an_unchanged_feed_costs_a_304(server):
+    clock = Clock()
+    kube, sync, _ = setup(server, clock, filter={"categories": ["release"]})
+    sync.sync(NOW)
+    fetched = len(server.requests)
+    clock.now = NOW + timedelta(minutes=14)
+    assert sync.sync(clock.now) == NOW + timedelta(minutes=15) and len(server.requests) == fetched
+    clock.now = NOW + timedelta(minutes=15)
+    sync.sync(clock.now)
+    assert server.requests[-1][1]["If-None-Match"] == '"v1"'
+    cal = keeper_status(kube)["calendars"][0]
+    assert cal["lastSuccessTime"] == "2026-12-20T10:15:00Z" and cal["lastParseTime"] == "2026-12-20T10:00:00Z"
+    assert [i["summary"] for i in cal["intervals"]] == ["Release train"] * 5  # the filter's events only
+    assert gate_at(kube, clock.now).open  # Christmas is not a release
+
+
+def test_a_new_controller_fetches_when_status_says_the_interval_is_over(server):
+    clock = Clock()
+    kube, sync, _ = setup(server, clock)
+    sync.sync(NOW)
+    fetched = len(server.requests)
+    successor = CalendarSync(kube, kube, lambda: kube.of(names.GATEKEEPER_PLURAL), clock=clock, policy=POLICY,
+                             parser=in_process)
+    assert successor.sync(NOW + timedelta(minutes=5)) == NOW + timedelta(minutes=15)
+    assert len(server.requests) == fetched
+
+
+def hostile(server: FeedServer) -> dict:
+    return {
+        "HTTP 500 Internal Server Error": server.body(b"down", status=500),
+        "no complete answer within 2s": server.hang,
+        "the feed is more than 4194304 bytes": server.flood(50 << 20, declare=False),
+        "not an iCalendar feed": server.body(b"<html>Sign in to continue</html>"),
+        "redirected to another host (localhost): not followed":
+            server.body(b"", 302, {"Location": server.url("/freeze.ics", host="localhost")}),
+        "the feed's events cannot be read": server.body(
+            b"BEGIN:VCALENDAR\r\nVERSION:2.0\r\nBEGIN:VEVENT\r\nUID:x\r\nDTSTART:20261220T000000Z\r\n"
+            b"RRULE:FREQ=OFTEN\r\nEND:VEVENT\r\nEND:VCALENDAR\r\n"),
+    }
+
+
+def test_a_feed_that_turns_hostile_never_opens_a_closed_gate(server):
+    clock = Clock()
+    kube, sync, events = setup(server, clock, interval="1h", staleAfter="12h")
+    sync.sync(NOW)
+    good = keeper_status(kube)["calendars"][0]["intervals"]
+    assert not gate_at(kube, NOW).open
+    for hour, (why, answer) in enumerate(hostile(server).items(), 1):
+        server.routes["/freeze.ics"] = answer
+        clock.now = NOW + timedelta(hours=hour)
+        sync.sync(clock.now)
+        status = keeper_status(kube)
+        cal = status["calendars"][0]
+        assert why in cal["error"], (why, cal["error"])
+        assert cal["intervals"] == good and cal["lastSuccessTime"] == "2026-12-20T10:00:00Z"
+        assert (status["conditions"][0]["status"], status["conditions"][0]["reason"]) == ("False", names.REASON_FETCH_FAILED)
+        assert why in status["conditions"][0]["message"]
+        state = gate_at(kube, clock.now)
+        assert (state.open, state.reason) == (False, names.REASON_SCHEDULED), why  # Christmas: still closed
+        assert events[-1][:2] == (names.CALENDAR_FAILED_EVENT, "Warning") and why in events[-1][2]
+    assert len(events) == len(hostile(server))  # one Event per distinct error, not per attempt
+    # A failure retries sooner than the interval (1 minute), and the same error records no new Event.
+    clock.now += timedelta(minutes=1)
+    sync.sync(clock.now)
+    assert len(events) == len(hostile(server))
+    # Past staleAfter the last good intervals no longer count: the gate is Unknown, still closed.
+    stale = gate_at(kube, NOW + timedelta(hours=12))
+    assert (stale.open, stale.reason) == (False, names.REASON_UNKNOWN)
+    assert "calendar 'holidays' is stale: last fetched successfully at 2026-12-20T10:00:00Z, more than 12h0m0s ago" \
+        in stale.message and "(the feed's events cannot be read" in stale.message
+    # Fixed: fetched again, a Normal Event, the condition True again.
+    server.routes["/freeze.ics"] = server.body(FEED)
+    clock.now += timedelta(minutes=1)
+    sync.sync(clock.now)
+    assert events[-1][:2] == (names.CALENDAR_RECOVERED_EVENT, "Normal")
+    assert keeper_status(kube)["conditions"][0]["status"] == "True"
+    assert "error" not in keeper_status(kube)["calendars"][0]
+
+
+def test_an_endless_expansion_costs_the_parsers_limits_and_keeps_the_gate_closed(server):
+    clock = Clock()
+    kube, sync, events = setup(server, clock, interval="1h")
+    sync.sync(NOW)
+    server.routes["/freeze.ics"] = server.body(
+        b"BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:t\r\nBEGIN:VEVENT\r\nUID:s\r\nDTSTART:20251201T000000Z\r\n"
+        b"DTEND:20251201T000001Z\r\nRRULE:FREQ=SECONDLY;COUNT=1000000000\r\nEND:VEVENT\r\nEND:VCALENDAR\r\n")
+    sync.parser = functools.partial(parse_in_child, cpu_seconds=1)  # as the controller parses, with a tight limit
+    clock.now = NOW + timedelta(hours=1)
+    sync.sync(clock.now)
+    cal = keeper_status(kube)["calendars"][0]
+    assert "could not be parsed within the parser's limits (1s of CPU" in cal["error"]
+    assert len(cal["intervals"]) == 6 and not gate_at(kube, clock.now).open  # Christmas, as last fetched
+
+
+def test_the_controllers_calendar_flags():
+    from admission.cli.gate_admission import build_parser, calendar_options
+    args = build_parser().parse_args(["controller", "--calendar-allow-networks", "10.0.0.0/8, 127.0.0.1/32",
+                                      "--calendar-min-interval", "10s", "--calendar-timeout", "12"])
+    options = calendar_options(args)
+    assert options["min_interval"] == timedelta(seconds=10)
+    assert [str(n) for n in options["policy"].allowed_networks] == ["10.0.0.0/8", "127.0.0.1/32"]
+    assert options["policy"].total_timeout == 12 and options["policy"].max_bytes == 4 << 20
+    with pytest.raises(SystemExit, match="does not appear to be an IPv4 or IPv6 network"):
+        calendar_options(build_parser().parse_args(["controller", "--calendar-allow-networks", "intranet"]))
+
+
+def test_a_secret_that_cannot_be_used_is_the_calendars_error(server):
+    clock = Clock()
+    kube, sync, events = setup(server, clock, secretRef={"name": "missing"})
+    sync.sync(NOW)
+    cal = keeper_status(kube)["calendars"][0]
+    assert cal["error"] == "Secret flux-system/missing: 404 Not Found" and "lastSuccessTime" not in cal
+    state = gate_at(kube, NOW)
+    assert state.reason == names.REASON_UNKNOWN
+    assert state.message == ("gate state unknown: GateKeeper 'feeds' calendar 'holidays' has not been fetched yet: "
+                             "Secret flux-system/missing: 404 Not Found")
+    assert len(server.requests) == 0  # no credentials, no request
+
+
+def test_an_edited_filter_is_fetched_at_once(server):
+    clock = Clock()
+    kube, sync, _ = setup(server, clock)
+    sync.sync(NOW)
+    keeper = kube.get(names.GATEKEEPER_PLURAL, "flux-system", "feeds")
+    keeper["spec"]["calendars"][0]["filter"] = {"summary": "^Release"}
+    kube.add(names.GATEKEEPER_PLURAL, keeper)
+    assert gate_at(kube, NOW).reason == names.REASON_UNKNOWN  # the old filter's intervals do not count
+    clock.now = NOW + timedelta(seconds=1)
+    sync.sync(clock.now)
+    assert gate_at(kube, clock.now).open  # no release train on Sunday morning
+    assert len(keeper_status(kube)["calendars"]) == 1
+
+
+def test_removing_a_keepers_calendars_removes_what_status_said_of_them(server):
+    clock = Clock()
+    kube, sync, _ = setup(server, clock)
+    sync.sync(NOW)
+    keeper = kube.get(names.GATEKEEPER_PLURAL, "flux-system", "feeds")
+    keeper["spec"]["calendars"] = []
+    kube.add(names.GATEKEEPER_PLURAL, keeper)
+    assert sync.sync(NOW + timedelta(seconds=1)) is None
+    assert "calendars" not in keeper_status(kube) and "conditions" not in keeper_status(kube)
+    writes = len(kube.calls)
+    sync.sync(NOW + timedelta(seconds=2))
+    assert len(kube.calls) == writes and gate_at(kube, NOW).open
+
+
+class LiveCache:
+    """The controller's store over FakeKube, read afresh on each use (the list+watch is proven in e2e)."""
+
+    def __init__(self, kube: FakeKube):
+        self.kube, self.on_change = kube, None
+
+    @property
+    def index(self) -> GateIndex:
+        index = GateIndex()
+        index.replace_all(self.kube.of(names.GATE_PLURAL), self.kube.of(names.GATEKEEPER_PLURAL))
+        return index
+
+    def untrusted(self):
+        return None
+
+    def wait_synced(self, timeout: float) -> bool:
+        return True
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+def test_the_controller_runs_the_loop_and_the_gate_status_follows_the_feed(server):
+    clock = Clock()
+    kube, _, _ = setup(server, clock)
+    ctl = Controller(None, store=LiveCache(kube), custom=kube, core=kube, flux=FakeFluxCache(kube), clock=clock,
+                     calendars={"policy": POLICY})
+    worker = threading.Thread(target=ctl.run, daemon=True)
+    worker.start()
+    try:
+        wait_for(lambda: (keeper_status(kube).get("calendars") or [{}])[0].get("intervals"), 30, "the feed in status")
+        ctl.poke()  # as the GateKeeper's watch event would
+        assert kube.get(names.GATE_PLURAL, "flux-system", "freeze")["status"]["state"] == names.STATE_CLOSED
+
+        def reason():
+            return kube.get(names.GATE_PLURAL, "flux-system", "freeze")["status"]["conditions"][0]["reason"]
+
+        wait_for(lambda: reason() == names.REASON_SCHEDULED, 30, "the gate closed by the feed's event")
+        status = kube.get(names.GATE_PLURAL, "flux-system", "freeze")["status"]
+        assert status["conditions"][0]["message"] == \
+            "Gate closed by GateKeeper 'feeds' calendar 'holidays' event 'Christmas freeze'"
+        assert status["nextTransitionAt"] == "2026-12-27T23:00:00Z"
+    finally:
+        ctl.stop()
+        worker.join(10)
+    assert not worker.is_alive()
