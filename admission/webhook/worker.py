@@ -4,11 +4,16 @@ gunicorn's gthread worker hands a new connection to a thread, which then does th
 handshake and reads the request, blocking: a client that connects and sends nothing (or a
 header byte a second) holds that thread, and a dozen such clients hold every thread of a pod.
 Here the worker's event loop does the handshake and reads the whole request (headers and
-body) without blocking, under a deadline, and only then gives it to a thread. Kept-alive
-connections wait in the same loop between requests, so an idle or slow client costs a file
-descriptor and a few kilobytes, never a thread. Bodies over ``LARGE_BODY`` take one of
-``LARGE_AT_ONCE`` slots per worker while they are read and judged, which bounds the memory
-and the GIL time that big reviews can take from small ones.
+body) without blocking, under one deadline for the whole request, and only then gives it to a
+thread. Kept-alive connections wait in the same loop between requests, so an idle or slow
+client costs a file descriptor and a few kilobytes, never a thread. Bodies over ``LARGE_BODY``
+take one of ``LARGE_AT_ONCE`` slots per worker while they are read and judged, which bounds
+the memory and the GIL time that big reviews can take from small ones.
+
+The loop frames each request itself, strictly: one ``Content-Length`` of plain digits, no
+``Transfer-Encoding``, header names gunicorn reads the same way. Anything else is refused
+before a thread sees it, because a request the loop and gunicorn framed differently would send
+a thread reading, blocking, the body the loop did not wait for.
 
 On SIGTERM the worker keeps accepting and serving for ``shutdown_delay`` seconds (a Pod's
 endpoint is removed while it is already terminating), answering every request with
@@ -39,19 +44,17 @@ import orjson
 from gunicorn import http
 from gunicorn.workers.gthread import ThreadWorker
 
-REQUEST_SECONDS = 10.0  # handshake + headers + body of a request; a new connection's clock starts at accept
+REQUEST_SECONDS = 10.0  # handshake + headers + body of a request, one deadline; a new connection's clock starts at accept
 MAX_HEAD = 64 * 1024  # request line and headers; gunicorn's own limits (414/431) apply within this
+MAX_LENGTH_DIGITS = 10  # a Content-Length of more digits is padded or absurd (the body limit has 7)
 LARGE_BODY = 64 * 1024  # bodies above this share LARGE_AT_ONCE slots per worker (so 1,000 stalled small bodies hold 64 MiB at most)
 LARGE_AT_ONCE = 1  # decoding a multi-MiB review holds the GIL (orjson): one at a time per worker
 LINGER_SECONDS = 2.0  # after refusing a request, read and drop what the client still sends, then close
-IO_SECONDS = 10.0  # a thread's socket reads and writes time out (never wait forever on a client)
+IO_SECONDS = 10.0  # a thread writes a whole answer within this (a client that stops reading loses it)
 
-# Header lines end in CRLF: "$" (re.M) stops before the LF, so the CR must be matched too, or
-# only a Content-Length sent last would be seen (Go's net/http and http.client send it first).
-_CONTENT_LENGTH = re.compile(rb"^content-length[ \t]*:[ \t]*([0-9]{1,15})[ \t]*\r?$", re.I | re.M)
-_TRANSFER_ENCODING = re.compile(rb"^transfer-encoding[ \t]*:", re.I | re.M)
+_FRAMING = (b"content-length", b"transfer-encoding")
 _REVIEW = re.compile(rb"POST /(?:validate|mutate)[ ?]")  # the API server adds ?timeout=...
-_REASONS = {408: "Request Timeout", 411: "Length Required", 413: "Request Entity Too Large",
+_REASONS = {400: "Bad Request", 408: "Request Timeout", 411: "Length Required", 413: "Request Entity Too Large",
             431: "Request Header Fields Too Large"}
 
 
@@ -61,20 +64,84 @@ class _Refused(Exception):
         self.status, self.why = status, why
 
 
+def framing(head: bytes) -> int:
+    """The body length of the request whose request line and headers are ``head`` (without the
+    blank line), read exactly as gunicorn will read it. A request the two could frame
+    differently is refused (``_Refused``). Other malformed header lines are left to gunicorn,
+    which refuses them (400) before reading any body."""
+    length = None
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        name = name.lower()
+        if name == b"content-length":
+            value = value.strip(b" \t")
+            if length is not None:
+                raise _Refused(400, "more than one Content-Length")
+            if not (0 < len(value) <= MAX_LENGTH_DIGITS and value.isdigit()):
+                raise _Refused(400, f"Content-Length must be 1 to {MAX_LENGTH_DIGITS} digits")
+            length = int(value)
+        elif name == b"transfer-encoding":
+            raise _Refused(411, "send a Content-Length; Transfer-Encoding is not accepted")
+        elif name.strip(b" \t") in _FRAMING:  # gunicorn refuses it, but the loop must not read a body for it either
+            raise _Refused(400, f"whitespace around the header name {name.strip().decode('latin-1')!r}")
+    return length or 0
+
+
+class _TooSlow(ConnectionResetError):
+    """A client that did not keep up with its deadline is dropped like one that reset: gunicorn
+    logs a traceback for other socket errors, and no client may write those into our log at will."""
+
+    def __init__(self):
+        super().__init__(errno.ECONNRESET, "deadline passed")
+
+
 class BoundedSSLSocket(ssl.SSLSocket):
-    """An SSL socket whose blocking mode has a timeout: gunicorn sets sockets blocking in its
-    threads, and a client that stops reading our response must not hold a thread forever."""
+    """An SSL socket whose blocking mode, the one gunicorn's threads use, has deadlines for the
+    whole of a request and of an answer, not a timeout per call that every byte restarts: reads
+    end at the request's deadline (``bound``), and an answer is written within ``IO_SECONDS``
+    of its first write."""
 
     collected: bytearray | None = None  # while set, sendall appends here (a review answered in the loop)
+    _blocking = False
+    _read_by: float | None = None
+    _write_by: float | None = None
 
     def setblocking(self, flag: bool) -> None:
+        self._blocking = flag
         self.settimeout(IO_SECONDS if flag else 0.0)
+
+    def bound(self, read_by: float) -> None:
+        """The request on this socket must be read by ``read_by`` (monotonic); its answer's
+        writes start their clock at the first."""
+        self._read_by, self._write_by = read_by, None
+
+    def read(self, len: int = 1024, buffer=None):  # noqa: A002 - ssl.SSLSocket's signature
+        if not self._blocking or self._read_by is None:
+            return super().read(len, buffer)
+        return self._by(self._read_by, super().read, len, buffer)
+
+    def send(self, data, flags: int = 0) -> int:
+        if not self._blocking:
+            return super().send(data, flags)
+        if self._write_by is None:
+            self._write_by = time.monotonic() + IO_SECONDS
+        return self._by(self._write_by, super().send, data, flags)
 
     def sendall(self, data, flags: int = 0) -> None:
         if self.collected is None:
-            return super().sendall(data, flags)
+            return super().sendall(data, flags)  # one send() after another: each bounded above
         self.collected += data
         return None
+
+    def _by(self, deadline: float, call, *args):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise _TooSlow()
+        self.settimeout(left)
+        try:
+            return call(*args)
+        except TimeoutError:
+            raise _TooSlow() from None
 
 
 class PreReadWorker(ThreadWorker):
@@ -138,8 +205,9 @@ class PreReadWorker(ThreadWorker):
         """Start reading a request on ``conn`` (new, or kept alive after the last one)."""
         held = conn.parser.unreader.take_buffered() if conn.parser is not None else b""
         conn.buf = bytearray(held)
+        conn.scanned = 0  # how far buf has been searched for the end of the head
         conn.need = None
-        conn.wants_large = conn.large = conn.body_known = False
+        conn.wants_large = conn.large = False
         conn.deadline = time.monotonic() + REQUEST_SECONDS
         conn.watching = getattr(conn, "watching", 0)
         self.arriving[conn] = None
@@ -176,20 +244,16 @@ class PreReadWorker(ThreadWorker):
         self._dispatch(conn)
 
     def _complete(self, conn) -> bool:
-        """Whether the whole request is in ``conn.buf``; claims a large-body slot when needed."""
+        """Whether the whole request is in ``conn.buf``; frames it when its head is, and claims a
+        large-body slot when needed."""
         if conn.need is None:
-            end = conn.buf.find(b"\r\n\r\n")
-            if end < 0:
+            end = conn.buf.find(b"\r\n\r\n", max(0, conn.scanned - 3))
+            if end < 0 or end > MAX_HEAD:
                 if len(conn.buf) > MAX_HEAD:
                     raise _Refused(431, f"request line and headers larger than {MAX_HEAD} bytes")
+                conn.scanned = len(conn.buf)
                 return False
-            head = bytes(conn.buf[:end])
-            if _TRANSFER_ENCODING.search(head):
-                raise _Refused(411, "send a Content-Length; Transfer-Encoding is not accepted")
-            lengths = set(_CONTENT_LENGTH.findall(head))
-            # None or conflicting values: no body is read here, gunicorn's parser decides.
-            conn.body_known = len(lengths) == 1
-            length = int(lengths.pop()) if conn.body_known else 0
+            length = framing(bytes(conn.buf[:end]))
             if length > self.max_body:
                 raise _Refused(413, f"body larger than {self.max_body} bytes")
             conn.need = end + 4 + length
@@ -207,15 +271,14 @@ class PreReadWorker(ThreadWorker):
     def _dispatch(self, conn) -> None:
         self._unwatch(conn)
         self.arriving.pop(conn, None)
-        # Answered in the loop only when the whole body is known to be in memory: reading more
-        # there would block every connection of this worker.
-        here = (conn.body_known and not conn.wants_large and isinstance(conn.sock, BoundedSSLSocket)
-                and _REVIEW.match(conn.buf))
+        here = not conn.wants_large and isinstance(conn.sock, BoundedSSLSocket) and _REVIEW.match(conn.buf)
         if conn.parser is None:
             conn.parser = http.get_parser(self.cfg, conn.sock, conn.client)
         conn.parser.unreader.unread(bytes(conn.buf))
         conn.buf = None
         conn.initialized = conn.data_ready = True  # gthread must not wrap, wait or handshake again
+        if isinstance(conn.sock, BoundedSSLSocket):
+            conn.sock.bound(read_by=conn.deadline)  # a thread never needs to read: if it did, not past this
         if here:
             self._answer_here(conn)
         else:
@@ -321,6 +384,7 @@ class PreReadWorker(ThreadWorker):
         """Half-close, then read and drop what the client still sends until it closes or
         ``LINGER_SECONDS`` pass, so that closing does not reset an answer it has not read."""
         try:
+            conn.sock.setblocking(False)  # a thread's answer leaves it blocking: the loop must never wait on it
             conn.sock.shutdown(socket.SHUT_WR)
         except (OSError, ValueError):
             self._close(conn)

@@ -17,12 +17,10 @@ import pytest
 from tests.builders import changed, flux, gate, padded_to_the_limit, request, review
 from tests.polling import until
 from tests.processes import GateServer, serving_gates_dir
+from tests.server.wire import ANSWER_WITHIN, read_answer, tls_connect
 
 KS = flux(gates="flux-system/sre-approval")
 BODY = orjson.dumps(review(request("UPDATE", changed(KS, path="./b"), KS)))
-# Not a benchmark: a review that waits for a thread held by an idle client waits for as long as
-# that client stays (minutes); one that does not is answered in milliseconds.
-ANSWER_WITHIN = 3.0
 
 
 @pytest.fixture(scope="module")
@@ -40,11 +38,6 @@ def review_answered(server: GateServer) -> bool:
         return resp.status == 200 and orjson.loads(resp.read())["response"]["allowed"] is False
     finally:
         conn.close()
-
-
-def tls_connect(server: GateServer) -> ssl.SSLSocket:
-    raw = socket.create_connection(("127.0.0.1", server.port), timeout=10)
-    return server.tls().wrap_socket(raw, server_hostname="localhost")
 
 
 def test_idle_and_slow_clients_do_not_hold_the_threads(server):
@@ -294,6 +287,25 @@ def test_clients_that_ask_to_close_but_never_do_do_not_hold_the_loop(server):
         for sock in held:  # all at once: each worker has several to close
             sock.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n"
                          b"Content-Length: %d\r\n\r\n%s" % (len(BODY), BODY))  # never read, never closed
+        for _ in range(5):
+            assert review_answered(server)
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_clients_that_keep_sending_after_a_closing_answer_do_not_hold_the_loop(server):
+    """An answer from a thread that closes the connection leaves its socket blocking; the loop,
+    draining what the client still sends before it closes, must not wait on it."""
+    held = []
+    try:
+        for _ in range(12):  # however the kernel spreads them, each worker gets some
+            sock = tls_connect(server)
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            held.append(sock)
+        for sock in held:
+            read_answer(sock)
+            sock.sendall(b"more")  # after the answer, and never closed
         for _ in range(5):
             assert review_answered(server)
     finally:
