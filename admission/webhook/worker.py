@@ -4,16 +4,21 @@ gunicorn's gthread worker hands a new connection to a thread, which then does th
 handshake and reads the request, blocking: a client that connects and sends nothing (or a
 header byte a second) holds that thread, and a dozen such clients hold every thread of a pod.
 Here the worker's event loop does the handshake and reads the whole request (headers and
-body) without blocking, under one deadline for the whole request, and only then gives it to a
-thread. Kept-alive connections wait in the same loop between requests, so an idle or slow
-client costs a file descriptor and a few kilobytes, never a thread. Bodies over ``LARGE_BODY``
-take one of ``LARGE_AT_ONCE`` slots per worker while they are read and judged, which bounds
-the memory and the GIL time that big reviews can take from small ones.
+body, whatever its size) without blocking, under one deadline for the whole request, and only
+then gives it to a thread. Kept-alive connections wait in the same loop between requests, so
+an idle or slow client costs a file descriptor and the bytes it sent, never a thread.
 
 The loop frames each request itself, strictly: one ``Content-Length`` of plain digits, no
 ``Transfer-Encoding``, header names gunicorn reads the same way. Anything else is refused
 before a thread sees it, because a request the loop and gunicorn framed differently would send
 a thread reading, blocking, the body the loop did not wait for.
+
+Bodies over ``LARGE_BODY`` are read like any other, as they arrive; once whole, they are
+judged ``LARGE_AT_ONCE`` at a time per worker, smallest first, which bounds the memory and the
+GIL time big reviews take from small ones. A stalled or trickling upload holds nothing but its
+connection until its deadline. The bytes held for requests being read or waiting to be judged
+are bounded per worker (``BUFFERED_AT_MOST``): beyond it, the request holding the most is
+refused (503).
 
 On SIGTERM the worker keeps accepting and serving for ``shutdown_delay`` seconds (a Pod's
 endpoint is removed while it is already terminating), answering every request with
@@ -27,6 +32,9 @@ about a third of a millisecond per call (bench/status_overhead.py). Its response
 and written without blocking: what the socket does not take at once is written when the
 client reads, under a deadline, so a client that never reads costs its own connection only.
 Everything else (other paths, large bodies) runs in the threads, as in gthread.
+
+This module is the only one that touches gunicorn's gthread internals (``TConn``, the poller,
+the method queue, the connection counts).
 """
 
 from __future__ import annotations
@@ -42,20 +50,22 @@ from functools import partial
 
 import orjson
 from gunicorn import http
-from gunicorn.workers.gthread import ThreadWorker
+from gunicorn.workers.gthread import TConn, ThreadWorker
 
 REQUEST_SECONDS = 10.0  # handshake + headers + body of a request, one deadline; a new connection's clock starts at accept
 MAX_HEAD = 64 * 1024  # request line and headers; gunicorn's own limits (414/431) apply within this
 MAX_LENGTH_DIGITS = 10  # a Content-Length of more digits is padded or absurd (the body limit has 7)
-LARGE_BODY = 64 * 1024  # bodies above this share LARGE_AT_ONCE slots per worker (so 1,000 stalled small bodies hold 64 MiB at most)
+LARGE_BODY = 64 * 1024  # whole bodies above this are judged LARGE_AT_ONCE at a time per worker, smallest first
 LARGE_AT_ONCE = 1  # decoding a multi-MiB review holds the GIL (orjson): one at a time per worker
+BUFFERED_AT_MOST = 64 * 1024 * 1024  # bytes of requests being read or waiting to be judged, per worker
+READ_PER_TURN = 64 * 1024  # bytes read from one connection before the loop turns to the others
 LINGER_SECONDS = 2.0  # after refusing a request, read and drop what the client still sends, then close
 IO_SECONDS = 10.0  # a thread writes a whole answer within this (a client that stops reading loses it)
 
 _FRAMING = (b"content-length", b"transfer-encoding")
 _REVIEW = re.compile(rb"POST /(?:validate|mutate)[ ?]")  # the API server adds ?timeout=...
 _REASONS = {400: "Bad Request", 408: "Request Timeout", 411: "Length Required", 413: "Request Entity Too Large",
-            431: "Request Header Fields Too Large"}
+            431: "Request Header Fields Too Large", 503: "Service Unavailable"}
 
 
 class _Refused(Exception):
@@ -144,6 +154,21 @@ class BoundedSSLSocket(ssl.SSLSocket):
             raise _TooSlow() from None
 
 
+class _Conn(TConn):
+    """gthread's connection, and what the loop knows of the request being read on it."""
+
+    def __init__(self, cfg, sock, client, server):
+        super().__init__(cfg, sock, client, server)
+        self.watching = 0
+        self.handshaken = False
+        self.buf: bytearray | None = None
+        self.held = 0  # bytes of buf counted in the worker's BUFFERED_AT_MOST
+        self.scanned = 0  # how far buf has been searched for the end of the head
+        self.need: int | None = None  # head + body, once the head is read
+        self.wants_large = self.large = False
+        self.deadline = 0.0
+
+
 class PreReadWorker(ThreadWorker):
     """gthread, but TLS handshakes and request reads happen in the event loop, with deadlines."""
 
@@ -158,10 +183,11 @@ class PreReadWorker(ThreadWorker):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.arriving: dict = {}  # connection -> None, in arrival order: requests being read
-        self.parked: dict = {}  # connections waiting for a large-body slot
+        self.waiting: dict = {}  # whole large requests waiting for a slot
         self.lingering: dict = {}  # refused connections, draining until their deadline
         self.flushing: dict = {}  # connections whose answer (from the loop) is still being written
         self.large_in_use = 0
+        self.buffered = 0  # bytes held by the requests in arriving and waiting
         self.drain_at: float | None = None
 
     # -- connections ------------------------------------------------------------------
@@ -180,7 +206,7 @@ class PreReadWorker(ThreadWorker):
                 context.sslsocket_class = BoundedSSLSocket
                 client = context.wrap_socket(client, server_side=True, do_handshake_on_connect=False,
                                              suppress_ragged_eofs=True)
-            conn = _new_conn(self.cfg, client, address, listener.getsockname())
+            conn = _Conn(self.cfg, client, address, listener.getsockname())
         except (OSError, ValueError):
             self.nr_conns -= 1
             client.close()
@@ -205,27 +231,34 @@ class PreReadWorker(ThreadWorker):
         """Start reading a request on ``conn`` (new, or kept alive after the last one)."""
         held = conn.parser.unreader.take_buffered() if conn.parser is not None else b""
         conn.buf = bytearray(held)
-        conn.scanned = 0  # how far buf has been searched for the end of the head
+        conn.held = conn.scanned = 0
         conn.need = None
-        conn.wants_large = conn.large = False
+        conn.wants_large = False
         conn.deadline = time.monotonic() + REQUEST_SECONDS
-        conn.watching = getattr(conn, "watching", 0)
         self.arriving[conn] = None
         self._progress(conn)
 
     def _progress(self, conn, _fileobj=None) -> None:
+        if conn not in self.arriving:
+            return  # refused or closed since this call was deferred
         try:
+            self._account(conn)
             if not conn.handshaken:
                 conn.sock.do_handshake()
                 conn.handshaken = True
+            budget = READ_PER_TURN
             while not self._complete(conn):
-                if conn in self.parked:
+                if budget <= 0:  # the others' turn; this connection's on the next (its bytes may be in the TLS buffer)
+                    self._watch(conn, selectors.EVENT_READ)
+                    self.method_queue.defer(self._progress, conn)
                     return
                 data = conn.sock.recv(65536)
                 if not data:
                     self._close(conn)
                     return
                 conn.buf += data
+                budget -= len(data)
+                self._account(conn)
         except ssl.SSLWantReadError:
             self._watch(conn, selectors.EVENT_READ)
             return
@@ -244,8 +277,7 @@ class PreReadWorker(ThreadWorker):
         self._dispatch(conn)
 
     def _complete(self, conn) -> bool:
-        """Whether the whole request is in ``conn.buf``; frames it when its head is, and claims a
-        large-body slot when needed."""
+        """Whether the whole request is in ``conn.buf``; frames it when its head is."""
         if conn.need is None:
             end = conn.buf.find(b"\r\n\r\n", max(0, conn.scanned - 3))
             if end < 0 or end > MAX_HEAD:
@@ -258,19 +290,35 @@ class PreReadWorker(ThreadWorker):
                 raise _Refused(413, f"body larger than {self.max_body} bytes")
             conn.need = end + 4 + length
             conn.wants_large = length > LARGE_BODY
-        if conn.wants_large and not conn.large:
-            if self.large_in_use >= LARGE_AT_ONCE:
-                self._unwatch(conn)
-                self.parked[conn] = None
-                return False
-            self.parked.pop(conn, None)
-            self.large_in_use += 1
-            conn.large = True
         return len(conn.buf) >= conn.need
+
+    def _account(self, conn) -> None:
+        """Count ``conn.buf`` in the bytes this worker holds; over ``BUFFERED_AT_MOST``, refuse
+        the requests holding the most until under it (``conn`` too, if it is one of them)."""
+        grown = len(conn.buf) - conn.held
+        conn.held += grown
+        self.buffered += grown
+        while self.buffered > BUFFERED_AT_MOST:
+            largest = max((*self.arriving, *self.waiting), key=lambda c: c.held)
+            why = f"the server holds {BUFFERED_AT_MOST} bytes of requests at most; this one was the largest"
+            if largest is conn:
+                raise _Refused(503, why)
+            self._refuse(largest, 503, why)
+
+    def _release_bytes(self, conn) -> None:
+        self.buffered -= conn.held
+        conn.held = 0
 
     def _dispatch(self, conn) -> None:
         self._unwatch(conn)
         self.arriving.pop(conn, None)
+        if conn.wants_large and not conn.large:
+            if self.large_in_use >= LARGE_AT_ONCE:
+                self.waiting[conn] = None  # judged when a slot is free, smallest first
+                return
+            self.large_in_use += 1
+            conn.large = True
+        self._release_bytes(conn)
         here = not conn.wants_large and isinstance(conn.sock, BoundedSSLSocket) and _REVIEW.match(conn.buf)
         if conn.parser is None:
             conn.parser = http.get_parser(self.cfg, conn.sock, conn.client)
@@ -330,9 +378,10 @@ class PreReadWorker(ThreadWorker):
     def _release_large(self, conn) -> None:
         conn.large = False
         self.large_in_use -= 1
-        if self.parked:
-            waiting = next(iter(self.parked))
-            self._progress(waiting)
+        if self.waiting:
+            smallest = min(self.waiting, key=lambda c: c.need)  # the first of equals: in arrival order
+            del self.waiting[smallest]
+            self._dispatch(smallest)
 
     # -- selector bookkeeping -----------------------------------------------------------
     def _watch(self, conn, events: int, then=None) -> None:
@@ -353,14 +402,19 @@ class PreReadWorker(ThreadWorker):
                 pass
             conn.watching = 0
 
-    def _close(self, conn) -> None:
+    def _forget(self, conn) -> None:
+        """Take ``conn`` out of the loop's requests: its bytes and its large-body slot."""
         self._unwatch(conn)
         self.arriving.pop(conn, None)
-        self.parked.pop(conn, None)
-        self.lingering.pop(conn, None)
-        self.flushing.pop(conn, None)
+        self.waiting.pop(conn, None)
+        self._release_bytes(conn)
         if getattr(conn, "large", False):
             self._release_large(conn)
+
+    def _close(self, conn) -> None:
+        self._forget(conn)
+        self.lingering.pop(conn, None)
+        self.flushing.pop(conn, None)
         self.nr_conns -= 1
         conn.close()
 
@@ -370,10 +424,7 @@ class PreReadWorker(ThreadWorker):
         body = orjson.dumps({"error": why})
         answer = (f"HTTP/1.1 {status} {_REASONS[status]}\r\nConnection: close\r\nContent-Type: application/json\r\n"
                   f"Content-Length: {len(body)}\r\n\r\n").encode() + body
-        self.arriving.pop(conn, None)
-        self.parked.pop(conn, None)
-        if getattr(conn, "large", False):
-            self._release_large(conn)
+        self._forget(conn)
         try:
             conn.sock.send(answer)
         except (OSError, ValueError):
@@ -409,12 +460,16 @@ class PreReadWorker(ThreadWorker):
         """Also close connections whose request did not arrive in time, and refused ones."""
         super().murder_pending()
         now = time.monotonic()
-        for group in (self.arriving, self.lingering, self.flushing):
+        for conn in [c for c in self.arriving if c.deadline <= now]:
+            if conn.handshaken and conn.buf:
+                self._refuse(conn, 408, f"request not received within {REQUEST_SECONDS:.0f}s")
+            else:
+                self._close(conn)
+        for conn in [c for c in self.waiting if c.deadline <= now]:
+            self._refuse(conn, 503, f"not judged within {REQUEST_SECONDS:.0f}s: larger reviews were ahead of it")
+        for group in (self.lingering, self.flushing):
             for conn in [c for c in group if c.deadline <= now]:
-                if group is self.arriving and conn.handshaken and conn.buf:
-                    self._refuse(conn, 408, f"request not received within {REQUEST_SECONDS:.0f}s")
-                else:
-                    self._close(conn)
+                self._close(conn)
         if self.drain_at is not None and self.alive and now >= self.drain_at:
             self._stop_accepting()
 
@@ -445,11 +500,3 @@ class PreReadWorker(ThreadWorker):
                     break
             listener.close()  # new connections go to the other replicas (or are refused), not into a dead backlog
         self.alive = False
-
-
-def _new_conn(cfg, client: socket.socket, address, server):
-    from gunicorn.workers.gthread import TConn
-
-    conn = TConn(cfg, client, address, server)
-    conn.watching = 0
-    return conn
