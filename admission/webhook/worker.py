@@ -11,7 +11,9 @@ an idle or slow client costs a file descriptor and the bytes it sent, never a th
 The loop frames each request itself, strictly: one ``Content-Length`` of plain digits, no
 ``Transfer-Encoding``, header names gunicorn reads the same way. Anything else is refused
 before a thread sees it, because a request the loop and gunicorn framed differently would send
-a thread reading, blocking, the body the loop did not wait for.
+a thread reading, blocking, the body the loop did not wait for. ``Expect: 100-continue`` is
+answered here, when the body is about to be read (gunicorn would answer it only once a thread
+reads the body, and the loop waits for the body first).
 
 Bodies over ``LARGE_BODY`` are read like any other, as they arrive; once whole, they are
 judged ``LARGE_AT_ONCE`` at a time per worker, smallest first, which bounds the memory and the
@@ -64,6 +66,7 @@ IO_SECONDS = 10.0  # a thread writes a whole answer within this (a client that s
 
 _FRAMING = (b"content-length", b"transfer-encoding")
 _REVIEW = re.compile(rb"POST /(?:validate|mutate)[ ?]")  # the API server adds ?timeout=...
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _REASONS = {400: "Bad Request", 408: "Request Timeout", 411: "Length Required", 413: "Request Entity Too Large",
             431: "Request Header Fields Too Large", 503: "Service Unavailable"}
 
@@ -74,14 +77,16 @@ class _Refused(Exception):
         self.status, self.why = status, why
 
 
-def framing(head: bytes) -> int:
+def framing(head: bytes) -> tuple[int, bytes | None]:
     """The body length of the request whose request line and headers are ``head`` (without the
-    blank line), read exactly as gunicorn will read it. A request the two could frame
-    differently is refused (``_Refused``). Other malformed header lines are left to gunicorn,
-    which refuses them (400) before reading any body."""
-    length = None
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
+    blank line), read exactly as gunicorn will read it; and, when the request asks for
+    ``100-continue``, ``head`` without that header (the loop answers it; gunicorn must not again).
+    A request the two could frame differently is refused (``_Refused``). Other malformed header
+    lines are left to gunicorn, which refuses them (400) before reading any body."""
+    lines = head.split(b"\r\n")
+    length, expect = None, []
+    for number in range(1, len(lines)):
+        name, _, value = lines[number].partition(b":")
         name = name.lower()
         if name == b"content-length":
             value = value.strip(b" \t")
@@ -92,9 +97,14 @@ def framing(head: bytes) -> int:
             length = int(value)
         elif name == b"transfer-encoding":
             raise _Refused(411, "send a Content-Length; Transfer-Encoding is not accepted")
+        elif name == b"expect":
+            if value.strip(b" \t").lower() == b"100-continue" and lines[0].endswith(b" HTTP/1.1"):
+                expect.append(number)
         elif name.strip(b" \t") in _FRAMING:  # gunicorn refuses it, but the loop must not read a body for it either
             raise _Refused(400, f"whitespace around the header name {name.strip().decode('latin-1')!r}")
-    return length or 0
+    if not expect:
+        return length or 0, None
+    return length or 0, b"\r\n".join(line for number, line in enumerate(lines) if number not in expect)
 
 
 class _TooSlow(ConnectionResetError):
@@ -285,12 +295,25 @@ class PreReadWorker(ThreadWorker):
                     raise _Refused(431, f"request line and headers larger than {MAX_HEAD} bytes")
                 conn.scanned = len(conn.buf)
                 return False
-            length = framing(bytes(conn.buf[:end]))
+            length, without_expect = framing(bytes(conn.buf[:end]))
             if length > self.max_body:
                 raise _Refused(413, f"body larger than {self.max_body} bytes")
+            if without_expect is not None:
+                conn.buf[:end] = without_expect
+                end = len(without_expect)
+                self._account(conn)
+                if len(conn.buf) < end + 4 + length:
+                    self._continue(conn)
             conn.need = end + 4 + length
             conn.wants_large = length > LARGE_BODY
         return len(conn.buf) >= conn.need
+
+    def _continue(self, conn) -> None:
+        """``100 Continue``: the client may send its body now (curl waits a second for this)."""
+        try:
+            conn.sock.send(_CONTINUE)
+        except (OSError, ValueError):
+            pass  # not taken at once: the client sends its body when it stops waiting for this
 
     def _account(self, conn) -> None:
         """Count ``conn.buf`` in the bytes this worker holds; over ``BUFFERED_AT_MOST``, refuse

@@ -1,7 +1,9 @@
 """How the real server (gunicorn, TLS) frames a request: a Content-Length it reads exactly as
-gunicorn does, or a 400; the whole request read before a thread sees it."""
+gunicorn does, or a 400; the whole request read before a thread sees it; Expect: 100-continue."""
 
 from __future__ import annotations
+
+import subprocess
 
 import orjson
 import pytest
@@ -9,7 +11,7 @@ import pytest
 from tests.builders import changed, flux, gate, kustomization_status_review, request, review
 from tests.polling import until
 from tests.processes import serving_gates_dir
-from tests.server.wire import get, post, read_answer, still_waiting, tls_connect
+from tests.server.wire import ANSWER_WITHIN, get, post, read_answer, read_head, still_waiting, tls_connect
 
 KS = flux(gates="flux-system/sre-approval")
 BODY = orjson.dumps(review(request("UPDATE", changed(KS, path="./b"), KS)))
@@ -80,3 +82,41 @@ def test_padded_lengths_trickling_a_body_do_not_hold_the_threads(server):
     finally:
         for sock in trickling:
             sock.close()
+
+
+@pytest.mark.parametrize("body", [BODY, STATUS_REVIEW], ids=["small review", "132 KB review"])
+def test_expect_100_continue_is_answered_before_the_body_is_sent(server, body):
+    sock = tls_connect(server)
+    sock.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nExpect: 100-continue\r\n"
+                 b"Content-Length: %d\r\n\r\n" % len(body))
+    assert read_head(sock) == b"HTTP/1.1 100 Continue\r\n\r\n"  # before any byte of the body
+    sock.sendall(body)
+    head, answer = read_answer(sock)  # the final answer, and only one 100 before it
+    assert head.startswith(b"HTTP/1.1 200 ") and held(answer), head
+    # The connection is kept alive and serves the next request as usual.
+    sock.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(BODY), BODY))
+    head, answer = read_answer(sock)
+    assert head.startswith(b"HTTP/1.1 200 ") and held(answer), head
+    sock.close()
+
+
+def test_a_request_too_large_is_refused_instead_of_continued(server):
+    sock = tls_connect(server)
+    sock.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 99999999\r\n\r\n")
+    assert read_head(sock).startswith(b"HTTP/1.1 413 ")
+    sock.close()
+
+
+def test_curl_posts_a_large_review_without_waiting_for_100_continue(server, tmp_path):
+    """curl asks for 100 Continue before a large body and, unanswered, waits before sending it
+    (1 s by default; told here to wait longer than the server's own request deadline)."""
+    path = tmp_path / "review.json"
+    path.write_bytes(STATUS_REVIEW)
+    result = subprocess.run(
+        ["curl", "--silent", "--show-error", "--cacert", str(server.cert_dir / "ca.crt"), "--expect100-timeout", "60",
+         "-H", "Content-Type: application/json", "-H", "Expect: 100-continue", "--data-binary", f"@{path}",
+         "-w", "\n%{http_code}", f"https://127.0.0.1:{server.port}/validate"],
+        capture_output=True, timeout=20 + ANSWER_WITHIN)
+    answer, _, code = result.stdout.rpartition(b"\n")
+    assert result.returncode == 0 and code == b"200", result.stderr
+    assert held(answer)
