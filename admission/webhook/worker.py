@@ -22,6 +22,11 @@ connection until its deadline. The bytes held for requests being read or waiting
 are bounded per worker (``BUFFERED_AT_MOST``): beyond it, the request holding the most is
 refused (503).
 
+Connections: a worker takes no more than its file descriptor limit allows (``RLIMIT_NOFILE``,
+less those in use and ``FD_HEADROOM``), no more than ``max_client_connections`` from one client
+address, and when ``accept`` fails for want of descriptors it stops accepting for
+``ACCEPT_PAUSE`` instead of failing.
+
 On SIGTERM the worker keeps accepting and serving for ``shutdown_delay`` seconds (a Pod's
 endpoint is removed while it is already terminating), answering every request with
 ``Connection: close`` so that clients move to another replica; then it stops accepting, takes
@@ -36,16 +41,19 @@ client reads, under a deadline, so a client that never reads costs its own conne
 Everything else (other paths, large bodies) runs in the threads, as in gthread.
 
 This module is the only one that touches gunicorn's gthread internals (``TConn``, the poller,
-the method queue, the connection counts).
+the method queue, the accept switch and connection counts).
 """
 
 from __future__ import annotations
 
 import errno
+import os
 import re
+import resource
 import selectors
 import socket
 import ssl
+import struct
 import time
 from concurrent.futures import Future
 from functools import partial
@@ -63,12 +71,17 @@ BUFFERED_AT_MOST = 64 * 1024 * 1024  # bytes of requests being read or waiting t
 READ_PER_TURN = 64 * 1024  # bytes read from one connection before the loop turns to the others
 LINGER_SECONDS = 2.0  # after refusing a request, read and drop what the client still sends, then close
 IO_SECONDS = 10.0  # a thread writes a whole answer within this (a client that stops reading loses it)
+FD_HEADROOM = 64  # descriptors kept for what a worker opens besides connections: files, pipes, its watches
+ACCEPT_PAUSE = 0.5  # after accept() fails for want of descriptors (EMFILE, ENFILE), accept nothing this long
+CLIENT_CONNECTIONS = 256  # default connections per client address per worker (--max-client-connections)
+WARN_EVERY = 60.0  # seconds between two warnings of a kind (an attacker must not fill the log)
 
 _FRAMING = (b"content-length", b"transfer-encoding")
 _REVIEW = re.compile(rb"POST /(?:validate|mutate)[ ?]")  # the API server adds ?timeout=...
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _REASONS = {400: "Bad Request", 408: "Request Timeout", 411: "Length Required", 413: "Request Entity Too Large",
             431: "Request Header Fields Too Large", 503: "Service Unavailable"}
+_NO_DESCRIPTORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
 class _Refused(Exception):
@@ -167,8 +180,9 @@ class BoundedSSLSocket(ssl.SSLSocket):
 class _Conn(TConn):
     """gthread's connection, and what the loop knows of the request being read on it."""
 
-    def __init__(self, cfg, sock, client, server):
+    def __init__(self, cfg, sock, client, server, gone):
         super().__init__(cfg, sock, client, server)
+        self.gone = gone  # called once, when the connection closes (by whichever path)
         self.watching = 0
         self.handshaken = False
         self.buf: bytearray | None = None
@@ -178,11 +192,18 @@ class _Conn(TConn):
         self.wants_large = self.large = False
         self.deadline = 0.0
 
+    def close(self, graceful: bool = False) -> None:
+        gone, self.gone = self.gone, None
+        if gone is not None:
+            gone()
+        super().close(graceful)
+
 
 class PreReadWorker(ThreadWorker):
     """gthread, but TLS handshakes and request reads happen in the event loop, with deadlines."""
 
     max_body = 6 * 1024 * 1024  # set by admission.webhook.server.options
+    max_client_connections = CLIENT_CONNECTIONS
     shutdown_delay = 0.0
     # Where TLS contexts come from (admission.webhook.tls.ReloadingContext). Not gunicorn's
     # certfile/keyfile: gunicorn checks those files exist when a worker starts, so a worker
@@ -198,17 +219,60 @@ class PreReadWorker(ThreadWorker):
         self.flushing: dict = {}  # connections whose answer (from the loop) is still being written
         self.large_in_use = 0
         self.buffered = 0  # bytes held by the requests in arriving and waiting
+        self.clients: dict = {}  # client address -> connections open
+        self.client_limit = self.max_client_connections
+        self.accept_paused_until = 0.0
+        self.warned: dict = {}  # kind of warning -> when it may be logged again
         self.drain_at: float | None = None
 
+    def run(self) -> None:
+        self._fit_connections_to_descriptors()
+        super().run()
+
+    def _fit_connections_to_descriptors(self) -> None:
+        """At most as many connections as descriptors are left (RLIMIT_NOFILE), keeping
+        ``FD_HEADROOM``, and at most half of those for one client address."""
+        cap = self.cfg.worker_connections
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY:
+            try:
+                in_use = len(os.listdir("/proc/self/fd")) - 1  # not the listing's own
+            except OSError:
+                in_use = FD_HEADROOM
+            room = max(1, soft - in_use - FD_HEADROOM)
+            if room < cap:
+                self.log.warning("at most %d connections per worker: the file descriptor limit is %d, %d are in use "
+                                 "and %d are kept for files and sockets", room, soft, in_use, FD_HEADROOM)
+                cap = room
+        self.worker_connections = cap
+        self.max_keepalived = max(1, cap - self.cfg.threads)
+        self.client_limit = max(1, min(self.max_client_connections, cap // 2))
+
     # -- connections ------------------------------------------------------------------
-    def accept(self, listener) -> None:
+    def accept(self, listener) -> bool:
+        """Take a connection from ``listener``'s backlog; whether there was one."""
         try:
             client, address = listener.accept()
         except OSError as err:
             if err.errno in (errno.EAGAIN, errno.ECONNABORTED, errno.EWOULDBLOCK):
-                return
+                return False
+            if err.errno in _NO_DESCRIPTORS:
+                self._pause_accepting(err)
+                return False
             raise
+        peer = address[0] if isinstance(address, tuple) else None
+        if peer is not None and self.clients.get(peer, 0) >= self.client_limit:
+            try:  # reset, not closed: no TIME_WAIT left behind here for each connection refused
+                client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            except OSError:
+                pass
+            client.close()
+            self._warn("client", "closing new connections from %s: it has %d open, the most one client address may "
+                       "have (--max-client-connections)", peer, self.client_limit)
+            return True
         self.nr_conns += 1
+        if peer is not None:
+            self.clients[peer] = self.clients.get(peer, 0) + 1
         client.setblocking(False)
         try:
             if self.tls is not None:
@@ -216,13 +280,43 @@ class PreReadWorker(ThreadWorker):
                 context.sslsocket_class = BoundedSSLSocket
                 client = context.wrap_socket(client, server_side=True, do_handshake_on_connect=False,
                                              suppress_ragged_eofs=True)
-            conn = _Conn(self.cfg, client, address, listener.getsockname())
+            conn = _Conn(self.cfg, client, address, listener.getsockname(), partial(self._gone, peer))
         except (OSError, ValueError):
             self.nr_conns -= 1
+            self._gone(peer)
             client.close()
-            return
+            return True
         conn.handshaken = self.tls is None
         self._arrive(conn)
+        return True
+
+    def _gone(self, peer) -> None:
+        if peer is None:
+            return
+        left = self.clients.get(peer, 0) - 1
+        if left > 0:
+            self.clients[peer] = left
+        else:
+            self.clients.pop(peer, None)
+
+    def _pause_accepting(self, err: OSError) -> None:
+        self.accept_paused_until = time.monotonic() + ACCEPT_PAUSE
+        self.set_accept_enabled(False)
+        self._warn("descriptors", "out of file descriptors (%s) with %d connections open: not accepting "
+                   "for %.1fs", os.strerror(err.errno), self.nr_conns, ACCEPT_PAUSE)
+
+    def set_accept_enabled(self, enabled: bool) -> None:
+        # gthread's loop enables accepting whenever it is under its connection count; not
+        # while paused for want of descriptors (the loop turns at least once a second).
+        if enabled and time.monotonic() < self.accept_paused_until:
+            return
+        super().set_accept_enabled(enabled)
+
+    def _warn(self, kind: str, message: str, *args) -> None:
+        now = time.monotonic()
+        if now >= self.warned.get(kind, 0.0):
+            self.warned[kind] = now + WARN_EVERY
+            self.log.warning(message + f" (logged at most every {WARN_EVERY:.0f}s)", *args)
 
     def enqueue_req(self, conn) -> None:
         # gthread calls this for a kept-alive connection that already holds the start of its
@@ -511,15 +605,14 @@ class PreReadWorker(ThreadWorker):
     def _stop_accepting(self) -> None:
         # Take what already waits in the backlog (those clients connected while we served),
         # then stop; gthread's loop then finishes the requests in flight.
+        self.accept_paused_until = 0.0
         self.set_accept_enabled(False)
         for listener in self.sockets:
             for _ in range(self.worker_connections):
-                before = self.nr_conns
                 try:
-                    self.accept(listener)
+                    if not self.accept(listener):
+                        break
                 except OSError:
-                    break
-                if self.nr_conns == before:
                     break
             listener.close()  # new connections go to the other replicas (or are refused), not into a dead backlog
         self.alive = False
