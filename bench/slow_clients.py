@@ -1,20 +1,33 @@
 """Review latency while N idle or slow TLS clients hold connections to the server.
 
 `gate-admission serve --gates-dir examples/gates` (2 workers x 4 threads, the defaults) on a
-free loopback port. For each N (rounds alternate: 0, 10, 100, 1000, 0, 10, ...), N connections
-are opened and left in the states that used to hold a thread each: a quarter with no TLS
-handshake, a quarter handshaken and silent, a quarter with headers cut short, a quarter with a
-body cut short. Then 4 client threads post reviews (the example review) on keep-alive
-connections and 1 thread on a new connection per review (the path a stalled accept or handshake
-would block), and the latencies of both are reported.
+free loopback port. Two parts (``--part idle|uploads|both``):
 
-    .venv/bin/python bench/slow_clients.py [--rounds 2] [--reviews 400] [--counts 0,10,100,1000]
+idle: for each N (rounds alternate: 0, 10, 100, 1000, 0, 10, ...), N connections are opened and
+left in the states that used to hold a thread each: a quarter with no TLS handshake, a quarter
+handshaken and silent, a quarter with headers cut short, a quarter with a body cut short. Then 4
+client threads post reviews (the example review) on keep-alive connections and 1 thread on a
+new connection per review (the path a stalled accept or handshake would block), and the
+latencies of both are reported.
+
+uploads: for each M (``--misbehaving``, rounds alternate: 0, 8, 100, 0, ...), a separate process
+keeps M uploads going that announce a 1,000,000-byte review: half send nothing more (a stalled
+one the server closes is replaced at once), half send one more byte every 0.5 s (trickling).
+Meanwhile one client posts a 132 KB Kustomization status review of a gated object (1,200
+inventory entries, tests.builders.kustomization_status_review) to /validate, back to back on a
+kept-alive connection, for ``--seconds``: the time to judge it, and how many took longer than
+the API server waits (3 s, timeoutSeconds of the status webhooks).
+
+    .venv/bin/python bench/slow_clients.py [--part both] [--rounds 2] [--reviews 400] [--counts 0,10,100,1000]
+                                           [--misbehaving 0,8,100] [--seconds 10]
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import socket
+import ssl
 import sys
 import tempfile
 import threading
@@ -25,8 +38,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.reviewclient import EXAMPLE_REVIEW as BODY, median_over_rounds_ms, percentile_ms as pct, timed_review  # noqa: E402
+from tests.builders import kustomization_status_review  # noqa: E402
 from tests.processes import GateServer  # noqa: E402
 
+API_SERVER_WAITS = 3.0  # timeoutSeconds of the status webhooks (manifests/webhooks)
+STALLED_UPLOAD = (b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 1000000\r\n\r\n{")
 
 
 def hold(server: GateServer, n: int) -> list:
@@ -79,39 +96,140 @@ def measure(server: GateServer, reviews: int) -> tuple[list[float], list[float]]
     return kept, fresh
 
 
+def _gone(sock: ssl.SSLSocket) -> bool:
+    """Whether the server answered (408, 503) or closed the connection."""
+    sock.setblocking(False)
+    try:
+        sock.recv(1)
+        return True
+    except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
+        return False
+    except OSError:
+        return True
+
+
+def misbehave(server: GateServer, count: int, stop) -> None:
+    """Keep ``count`` uploads going until ``stop``: half stalled, half trickling (a child process)."""
+    socks: list = [None] * count
+    context = server.tls()
+    while not stop.is_set():
+        for i in range(count):
+            try:
+                if socks[i] is None or _gone(socks[i]):
+                    if socks[i] is not None:
+                        socks[i].close()
+                    socks[i] = context.wrap_socket(socket.create_connection(("127.0.0.1", server.port), timeout=30),
+                                                        server_hostname="localhost")
+                    socks[i].sendall(STALLED_UPLOAD)
+                elif i % 2:
+                    socks[i].setblocking(True)
+                    socks[i].sendall(b" ")
+            except OSError:
+                socks[i] = None
+        stop.wait(0.5)
+    for sock in socks:
+        if sock is not None:
+            sock.close()
+
+
+def status_reviews(server: GateServer, body: bytes, seconds: float) -> tuple[list[float], int]:
+    """Seconds per 132 KB status review, posted back to back on a kept-alive connection (a new
+    one after a failure), and how many failed (an error or no 200: the time until then counts)."""
+    took: list[float] = []
+    failed = 0
+    deadline = time.monotonic() + seconds
+    conn = server.connection(timeout=60)
+    try:
+        while time.monotonic() < deadline:
+            started = time.perf_counter()
+            try:
+                timed_review(conn, body)
+            except Exception:  # counted, never hidden
+                failed += 1
+                conn.close()
+                conn = server.connection(timeout=60)
+            took.append(time.perf_counter() - started)
+    finally:
+        conn.close()
+    return took, failed
+
+
+def uploads_part(server: GateServer, args) -> None:
+    counts = [int(c) for c in args.misbehaving.split(",")]
+    body = kustomization_status_review()
+    print(f"# {len(body):,}-byte status review; uploads announcing 1,000,000 bytes: half stalled, half trickling")
+    print(f"| round | misbehaving uploads | status reviews | p50 ms | p99 ms | max ms | over {API_SERVER_WAITS:g} s | failed |")
+    print("|---|---|---|---|---|---|---|---|")
+    results: dict[int, list] = {n: [] for n in counts}
+    for round_ in range(1, args.rounds + 1):
+        for n in counts:
+            stop = multiprocessing.Event()
+            child = multiprocessing.Process(target=misbehave, args=(server, n, stop))
+            child.start()
+            try:
+                if n:
+                    time.sleep(1.0)  # the uploads open first
+                took, failed = status_reviews(server, body, args.seconds)
+            finally:
+                stop.set()
+                child.join()
+            results[n].append(took)
+            late = sum(t > API_SERVER_WAITS for t in took)
+            print(f"| {round_} | {n} | {len(took)} | {pct(took, .5):.1f} | {pct(took, .99):.1f} | "
+                  f"{max(took) * 1000:.0f} | {late} | {failed} |", flush=True)
+    print()
+    for n in counts:
+        rounds = results[n]
+        print(f"M={n}: median over rounds of p50 {median_over_rounds_ms(rounds, .5):.1f} ms, "
+              f"p99 {median_over_rounds_ms(rounds, .99):.1f} ms, slowest {max(max(t) for t in rounds) * 1000:.0f} ms, "
+              f"{sum(sum(t > API_SERVER_WAITS for t in took) for took in rounds)} over {API_SERVER_WAITS:g} s "
+              f"of {sum(len(t) for t in rounds)}")
+
+
+def idle_part(server: GateServer, args) -> None:
+    counts = [int(c) for c in args.counts.split(",")]
+    results: dict[int, list] = {n: [] for n in counts}
+    print("| round | idle/slow clients | keep-alive p50 ms | keep-alive p99 ms | new connection p50 ms | new connection p99 ms | max ms |")
+    print("|---|---|---|---|---|---|---|")
+    for round_ in range(1, args.rounds + 1):
+        for n in counts:
+            held = hold(server, n)
+            try:
+                kept, fresh = measure(server, args.reviews)
+            finally:
+                for sock in held:
+                    sock.close()
+            results[n].append((kept, fresh))
+            print(f"| {round_} | {n} | {pct(kept, .5):.1f} | {pct(kept, .99):.1f} | {pct(fresh, .5):.1f} | "
+                  f"{pct(fresh, .99):.1f} | {max(kept + fresh) * 1000:.0f} |", flush=True)
+    print()
+    base = median_over_rounds_ms([k for k, _ in results[counts[0]]], .99)
+    for n in counts:
+        p99 = median_over_rounds_ms([k for k, _ in results[n]], .99)
+        p99_new = median_over_rounds_ms([f for _, f in results[n]], .99)
+        print(f"N={n}: median over rounds of keep-alive p99 {p99:.1f} ms ({p99 / base:.2f}x N={counts[0]}), "
+              f"new-connection p99 {p99_new:.1f} ms")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--part", choices=("idle", "uploads", "both"), default="both")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--reviews", type=int, default=400)
     parser.add_argument("--counts", default="0,10,100,1000")
+    parser.add_argument("--misbehaving", default="0,8,100")
+    parser.add_argument("--seconds", type=float, default=10.0)
     args = parser.parse_args()
-    counts = [int(c) for c in args.counts.split(",")]
-    print(f"# .venv/bin/python bench/slow_clients.py --rounds {args.rounds} --reviews {args.reviews} --counts {args.counts}")
+    print(f"# .venv/bin/python bench/slow_clients.py --part {args.part} --rounds {args.rounds} --reviews {args.reviews} "
+          f"--counts {args.counts} --misbehaving {args.misbehaving} --seconds {args.seconds:g}")
     tmp = Path(tempfile.mkdtemp(prefix="slow-clients-"))
     server = GateServer(tmp, "--gates-dir", str(ROOT / "examples" / "gates"))
-    results: dict[int, list] = {n: [] for n in counts}
     try:
         server.wait_ready()
-        print("| round | idle/slow clients | keep-alive p50 ms | keep-alive p99 ms | new connection p50 ms | new connection p99 ms | max ms |")
-        print("|---|---|---|---|---|---|---|")
-        for round_ in range(1, args.rounds + 1):
-            for n in counts:
-                held = hold(server, n)
-                try:
-                    kept, fresh = measure(server, args.reviews)
-                finally:
-                    for sock in held:
-                        sock.close()
-                results[n].append((kept, fresh))
-                print(f"| {round_} | {n} | {pct(kept, .5):.1f} | {pct(kept, .99):.1f} | {pct(fresh, .5):.1f} | "
-                      f"{pct(fresh, .99):.1f} | {max(kept + fresh) * 1000:.0f} |", flush=True)
-        print()
-        base = median_over_rounds_ms([k for k, _ in results[counts[0]]], .99)
-        for n in counts:
-            p99 = median_over_rounds_ms([k for k, _ in results[n]], .99)
-            p99_new = median_over_rounds_ms([f for _, f in results[n]], .99)
-            print(f"N={n}: median over rounds of keep-alive p99 {p99:.1f} ms ({p99 / base:.2f}x N={counts[0]}), "
-                  f"new-connection p99 {p99_new:.1f} ms")
+        if args.part in ("idle", "both"):
+            idle_part(server, args)
+        if args.part in ("uploads", "both"):
+            uploads_part(server, args)
     finally:
         server.stop()
     return 0

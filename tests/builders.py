@@ -164,3 +164,39 @@ def calendar_keeper(name: str, gate_name: str, calendars: list[dict], statuses: 
     if statuses is not None:
         obj["status"] = {"calendars": statuses}
     return obj
+
+
+def kustomization_status_review(entries: int = 1200) -> bytes:
+    """The status write kustomize-controller makes when it starts on a new revision of a gated
+    Kustomization that applies ``entries`` objects: an UPDATE of ``kustomizations/status`` whose
+    objects carry the whole status (an inventory entry per object, conditions, history) and
+    managed fields, as the API server sends it. 1,200 entries make about 132 KB."""
+    revision_a, revision_b = "main@sha1:" + "41ab" * 10, "main@sha1:" + "9f2c" * 10
+    kinds_applied = ("apps_Deployment", "_Service", "_ConfigMap", "policy_PodDisruptionBudget")
+    inventory = {"entries": [{"id": f"apps_podinfo-{i:06d}_{kinds_applied[i % 4]}", "v": "v1"} for i in range(entries)]}
+    managed = [{"manager": "kustomize-controller", "operation": "Update", "apiVersion": FLUX_API["Kustomization"],
+                "time": "2026-06-10T11:59:00Z", "fieldsType": "FieldsV1", "subresource": "status",
+                "fieldsV1": {"f:status": {"f:conditions": {}, "f:inventory": {"f:entries": {}},
+                                          "f:lastAppliedRevision": {}, "f:lastAttemptedRevision": {}}}}]
+
+    def kustomization(attempted: str, ready: tuple[str, str, str]) -> dict:
+        obj = flux(gates="flux-system/sre-approval",
+                   spec={"interval": "10m", "path": "./deploy", "prune": True,
+                         "sourceRef": {"kind": "GitRepository", "name": "flux-system", "namespace": "flux-system"}},
+                   status={"observedGeneration": 3, "lastAppliedRevision": revision_a,
+                           "lastAttemptedRevision": attempted, "inventory": inventory,
+                           "conditions": [{"type": "Ready", "status": ready[0], "reason": ready[1], "message": ready[2],
+                                           "lastTransitionTime": "2026-06-10T11:59:00Z", "observedGeneration": 3}],
+                           "history": [{"digest": "sha256:" + "e3b0" * 16, "firstReconciled": "2026-06-01T00:00:00Z",
+                                        "lastReconciled": "2026-06-10T11:59:00Z", "lastReconciledDuration": "2.1s",
+                                        "lastReconciledStatus": "ReconciliationSucceeded", "totalReconciliations": 812,
+                                        "metadata": {"revision": revision_a}}]})
+        obj["metadata"].update(uid="5d9c2f3e-0000-4000-8000-000000000001", resourceVersion="48213", generation=3,
+                               managedFields=copy.deepcopy(managed))
+        return obj
+
+    old = kustomization(revision_a, ("True", "ReconciliationSucceeded", f"Applied revision: {revision_a}"))
+    new = kustomization(revision_b, ("Unknown", "Progressing",
+                                     f"Building manifests for revision {revision_b} with a timeout of 9m30s"))
+    doc = review(request("UPDATE", new, old, sub_resource="status", user=FLUX_USER))
+    return orjson.dumps(doc)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import http.client
 import os
+import resource
 import signal
 import socket
 import ssl
 import subprocess
 import sys
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 import orjson
@@ -29,11 +31,14 @@ def free_port() -> int:
 class Process:
     """A child process in its own process group, logging to a file, stopped by its pid."""
 
-    def __init__(self, args: list[str], log_path: Path, env: dict | None = None, cwd: Path | None = None):
+    def __init__(self, args: list[str], log_path: Path, env: dict | None = None, cwd: Path | None = None,
+                 nofile: int | None = None):
+        """``nofile``: the process's descriptor limit (RLIMIT_NOFILE, soft and hard), as `ulimit -n` sets it."""
         self.args, self.log_path = args, log_path
         self.log_file = open(log_path, "ab")
+        limit = None if nofile is None else partial(resource.setrlimit, resource.RLIMIT_NOFILE, (nofile, nofile))
         self.proc = subprocess.Popen(args, stdout=self.log_file, stderr=subprocess.STDOUT, cwd=cwd,
-                                     env={**os.environ, **(env or {})}, start_new_session=True)
+                                     env={**os.environ, **(env or {})}, start_new_session=True, preexec_fn=limit)
 
     @property
     def pid(self) -> int:
@@ -75,12 +80,12 @@ class GateServer(Process):
     """``gate-admission serve`` on a free loopback port with certificates in ``cert_dir``."""
 
     def __init__(self, tmp: Path, *extra: str, port: int | None = None, cert_dir: Path | None = None,
-                 env: dict | None = None):
+                 env: dict | None = None, nofile: int | None = None):
         self.port = port or free_port()
         self.cert_dir = cert_dir or tmp / "certs"
         args = [str(BIN / "gate-admission"), "serve", "--address", "127.0.0.1", "--port", str(self.port),
                 "--cert-dir", str(self.cert_dir), "--generate-certs", *extra]
-        super().__init__(args, tmp / f"gate-admission-{self.port}.log", env=env)
+        super().__init__(args, tmp / f"gate-admission-{self.port}.log", env=env, nofile=nofile)
         self.url = f"https://127.0.0.1:{self.port}"
 
     def tls(self) -> ssl.SSLContext:
@@ -120,14 +125,14 @@ class GateServer(Process):
 
 
 @contextmanager
-def serving_gates_dir(tmp: Path, gate_objects: list[dict], *args: str):
+def serving_gates_dir(tmp: Path, gate_objects: list[dict], *args: str, nofile: int | None = None):
     """`gate-admission serve --gates-dir tmp/gates` with these gates in gates.yaml, ready; stopped after."""
     from tests.conftest import write_gates
 
     gates = tmp / "gates"
     gates.mkdir()
     write_gates(gates, gate_objects)
-    server = GateServer(tmp, "--gates-dir", str(gates), *args)
+    server = GateServer(tmp, "--gates-dir", str(gates), *args, nofile=nofile)
     try:
         server.wait_ready()
         yield server

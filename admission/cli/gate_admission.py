@@ -24,6 +24,13 @@ def _bool_env(flag: str) -> bool:
     return str(_env(flag, "")).lower() in ("1", "true", "yes")
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
 def _add_serve(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="run the admission webhook server (TLS only)")
     p.add_argument("--port", type=int, default=int(_env("port", 9443)))
@@ -61,6 +68,9 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--shutdown-delay", type=float, default=float(_env("shutdown-delay", 5)),
                    help="on SIGTERM, keep serving this many seconds (with keep-alive off) before draining, "
                         "while the Pod's endpoint is removed")
+    p.add_argument("--max-client-connections", type=_positive, default=_env("max-client-connections"),
+                   help="connections one client address may hold open to each worker (default 256, and at most "
+                        "half of a worker's connections); more are closed as they are accepted")
     p.add_argument("--log-level", default=_env("log-level", "info"))
     p.set_defaults(func=serve)
 
@@ -299,7 +309,8 @@ def serve(args: argparse.Namespace) -> int:
     factory = _app_factory(args)
     options = server.options(address=args.address, port=args.port, certfile=str(files.cert), keyfile=str(files.key),
                              workers=args.workers, threads=args.threads, log_level=args.log_level,
-                             shutdown_delay=args.shutdown_delay, client_ca=args.client_ca_file)
+                             shutdown_delay=args.shutdown_delay, client_ca=args.client_ca_file,
+                             max_client_connections=args.max_client_connections)
     server.Server(factory, options).run()
     return 0
 

@@ -12,7 +12,7 @@ from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
 
 from admission.webhook.tls import ReloadingContext
-from admission.webhook.worker import PreReadWorker
+from admission.webhook.worker import CLIENT_CONNECTIONS, PreReadWorker
 
 # The API server's webhook client keeps idle connections for 90 s. A server that
 # closes them sooner races the client's next request on that connection, and a
@@ -72,15 +72,17 @@ class Server(BaseApplication):
             sys.exit(1)
 
 
-def worker_class(max_body: int, shutdown_delay: float, tls: ReloadingContext) -> type:
+def worker_class(max_body: int, shutdown_delay: float, tls: ReloadingContext,
+                 max_client_connections: int = CLIENT_CONNECTIONS) -> type:
     """Our gthread worker (admission.webhook.worker) with this server's limits and certificate."""
     return type("GateAdmissionWorker", (PreReadWorker,),
                 {"max_body": max_body, "shutdown_delay": shutdown_delay, "tls": tls,
-                 "client_auth": bool(tls.client_ca)})
+                 "client_auth": bool(tls.client_ca), "max_client_connections": max_client_connections})
 
 
 def options(*, address: str, port: int, certfile: str, keyfile: str, workers: int, threads: int,
-            log_level: str = "info", shutdown_delay: float = 5.0, client_ca: str | None = None) -> dict:
+            log_level: str = "info", shutdown_delay: float = 5.0, client_ca: str | None = None,
+            max_client_connections: int | None = None) -> dict:
     """gunicorn settings for a webhook: gthread, long keep-alive, TLS from reloadable files."""
     from admission.webhook.app import MAX_BODY
 
@@ -90,7 +92,9 @@ def options(*, address: str, port: int, certfile: str, keyfile: str, workers: in
         "threads": threads,
         # gthread whose threads only get requests that have fully arrived: idle and slow
         # clients wait in the event loop, never in a thread (admission/webhook/worker.py).
-        "worker_class": worker_class(MAX_BODY, shutdown_delay, ReloadingContext(certfile, keyfile, client_ca=client_ca)),
+        # At most max_client_connections of a worker's connections come from one client address.
+        "worker_class": worker_class(MAX_BODY, shutdown_delay, ReloadingContext(certfile, keyfile, client_ca=client_ca),
+                                     max_client_connections or CLIENT_CONNECTIONS),
         "keepalive": KEEPALIVE_SECONDS,
         # Each worker listens on its own SO_REUSEPORT socket, so the kernel spreads new
         # connections over the workers. With one shared socket the first worker to wake takes

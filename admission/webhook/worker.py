@@ -4,11 +4,28 @@ gunicorn's gthread worker hands a new connection to a thread, which then does th
 handshake and reads the request, blocking: a client that connects and sends nothing (or a
 header byte a second) holds that thread, and a dozen such clients hold every thread of a pod.
 Here the worker's event loop does the handshake and reads the whole request (headers and
-body) without blocking, under a deadline, and only then gives it to a thread. Kept-alive
-connections wait in the same loop between requests, so an idle or slow client costs a file
-descriptor and a few kilobytes, never a thread. Bodies over ``LARGE_BODY`` take one of
-``LARGE_AT_ONCE`` slots per worker while they are read and judged, which bounds the memory
-and the GIL time that big reviews can take from small ones.
+body, whatever its size) without blocking, under one deadline for the whole request, and only
+then gives it to a thread. Kept-alive connections wait in the same loop between requests, so
+an idle or slow client costs a file descriptor and the bytes it sent, never a thread.
+
+The loop frames each request itself, strictly: one ``Content-Length`` of plain digits, no
+``Transfer-Encoding``, header names gunicorn reads the same way. Anything else is refused
+before a thread sees it, because a request the loop and gunicorn framed differently would send
+a thread reading, blocking, the body the loop did not wait for. ``Expect: 100-continue`` is
+answered here, when the body is about to be read (gunicorn would answer it only once a thread
+reads the body, and the loop waits for the body first).
+
+Bodies over ``LARGE_BODY`` are read like any other, as they arrive; once whole, they are
+judged ``LARGE_AT_ONCE`` at a time per worker, smallest first, which bounds the memory and the
+GIL time big reviews take from small ones. A stalled or trickling upload holds nothing but its
+connection until its deadline. The bytes held for requests being read or waiting to be judged
+are bounded per worker (``BUFFERED_AT_MOST``): beyond it, the request holding the most is
+refused (503).
+
+Connections: a worker takes no more than its file descriptor limit allows (``RLIMIT_NOFILE``,
+less those in use and ``FD_HEADROOM``), no more than ``max_client_connections`` from one client
+address, and when ``accept`` fails for want of descriptors it stops accepting for
+``ACCEPT_PAUSE`` instead of failing.
 
 On SIGTERM the worker keeps accepting and serving for ``shutdown_delay`` seconds (a Pod's
 endpoint is removed while it is already terminating), answering every request with
@@ -22,37 +39,49 @@ about a third of a millisecond per call (bench/status_overhead.py). Its response
 and written without blocking: what the socket does not take at once is written when the
 client reads, under a deadline, so a client that never reads costs its own connection only.
 Everything else (other paths, large bodies) runs in the threads, as in gthread.
+
+This module is the only one that touches gunicorn's gthread internals (``TConn``, the poller,
+the method queue, the accept switch and connection counts).
 """
 
 from __future__ import annotations
 
 import errno
+import os
 import re
+import resource
 import selectors
 import socket
 import ssl
+import struct
 import time
 from concurrent.futures import Future
 from functools import partial
 
 import orjson
 from gunicorn import http
-from gunicorn.workers.gthread import ThreadWorker
+from gunicorn.workers.gthread import TConn, ThreadWorker
 
-REQUEST_SECONDS = 10.0  # handshake + headers + body of a request; a new connection's clock starts at accept
+REQUEST_SECONDS = 10.0  # handshake + headers + body of a request, one deadline; a new connection's clock starts at accept
 MAX_HEAD = 64 * 1024  # request line and headers; gunicorn's own limits (414/431) apply within this
-LARGE_BODY = 64 * 1024  # bodies above this share LARGE_AT_ONCE slots per worker (so 1,000 stalled small bodies hold 64 MiB at most)
+MAX_LENGTH_DIGITS = 10  # a Content-Length of more digits is padded or absurd (the body limit has 7)
+LARGE_BODY = 64 * 1024  # whole bodies above this are judged LARGE_AT_ONCE at a time per worker, smallest first
 LARGE_AT_ONCE = 1  # decoding a multi-MiB review holds the GIL (orjson): one at a time per worker
+BUFFERED_AT_MOST = 64 * 1024 * 1024  # bytes of requests being read or waiting to be judged, per worker
+READ_PER_TURN = 64 * 1024  # bytes read from one connection before the loop turns to the others
 LINGER_SECONDS = 2.0  # after refusing a request, read and drop what the client still sends, then close
-IO_SECONDS = 10.0  # a thread's socket reads and writes time out (never wait forever on a client)
+IO_SECONDS = 10.0  # a thread writes a whole answer within this (a client that stops reading loses it)
+FD_HEADROOM = 64  # descriptors kept for what a worker opens besides connections: files, pipes, its watches
+ACCEPT_PAUSE = 0.5  # after accept() fails for want of descriptors (EMFILE, ENFILE), accept nothing this long
+CLIENT_CONNECTIONS = 256  # default connections per client address per worker (--max-client-connections)
+WARN_EVERY = 60.0  # seconds between two warnings of a kind (an attacker must not fill the log)
 
-# Header lines end in CRLF: "$" (re.M) stops before the LF, so the CR must be matched too, or
-# only a Content-Length sent last would be seen (Go's net/http and http.client send it first).
-_CONTENT_LENGTH = re.compile(rb"^content-length[ \t]*:[ \t]*([0-9]{1,15})[ \t]*\r?$", re.I | re.M)
-_TRANSFER_ENCODING = re.compile(rb"^transfer-encoding[ \t]*:", re.I | re.M)
+_FRAMING = (b"content-length", b"transfer-encoding")
 _REVIEW = re.compile(rb"POST /(?:validate|mutate)[ ?]")  # the API server adds ?timeout=...
-_REASONS = {403: "Forbidden", 408: "Request Timeout", 411: "Length Required", 413: "Request Entity Too Large",
-            431: "Request Header Fields Too Large"}
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+_REASONS = {400: "Bad Request", 403: "Forbidden", 408: "Request Timeout", 411: "Length Required",
+            413: "Request Entity Too Large", 431: "Request Header Fields Too Large", 503: "Service Unavailable"}
+_NO_DESCRIPTORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
 # What a client without a certificate may still ask for when client certificates are required
@@ -80,26 +109,120 @@ class _Refused(Exception):
         self.status, self.why = status, why
 
 
+def framing(head: bytes) -> tuple[int, bytes | None]:
+    """The body length of the request whose request line and headers are ``head`` (without the
+    blank line), read exactly as gunicorn will read it; and, when the request asks for
+    ``100-continue``, ``head`` without that header (the loop answers it; gunicorn must not again).
+    A request the two could frame differently is refused (``_Refused``). Other malformed header
+    lines are left to gunicorn, which refuses them (400) before reading any body."""
+    lines = head.split(b"\r\n")
+    length, expect = None, []
+    for number in range(1, len(lines)):
+        name, _, value = lines[number].partition(b":")
+        name = name.lower()
+        if name == b"content-length":
+            value = value.strip(b" \t")
+            if length is not None:
+                raise _Refused(400, "more than one Content-Length")
+            if not (0 < len(value) <= MAX_LENGTH_DIGITS and value.isdigit()):
+                raise _Refused(400, f"Content-Length must be 1 to {MAX_LENGTH_DIGITS} digits")
+            length = int(value)
+        elif name == b"transfer-encoding":
+            raise _Refused(411, "send a Content-Length; Transfer-Encoding is not accepted")
+        elif name == b"expect":
+            if value.strip(b" \t").lower() == b"100-continue" and lines[0].endswith(b" HTTP/1.1"):
+                expect.append(number)
+        elif name.strip(b" \t") in _FRAMING:  # gunicorn refuses it, but the loop must not read a body for it either
+            raise _Refused(400, f"whitespace around the header name {name.strip().decode('latin-1')!r}")
+    if not expect:
+        return length or 0, None
+    return length or 0, b"\r\n".join(line for number, line in enumerate(lines) if number not in expect)
+
+
+class _TooSlow(ConnectionResetError):
+    """A client that did not keep up with its deadline is dropped like one that reset: gunicorn
+    logs a traceback for other socket errors, and no client may write those into our log at will."""
+
+    def __init__(self):
+        super().__init__(errno.ECONNRESET, "deadline passed")
+
+
 class BoundedSSLSocket(ssl.SSLSocket):
-    """An SSL socket whose blocking mode has a timeout: gunicorn sets sockets blocking in its
-    threads, and a client that stops reading our response must not hold a thread forever."""
+    """An SSL socket whose blocking mode, the one gunicorn's threads use, has deadlines for the
+    whole of a request and of an answer, not a timeout per call that every byte restarts: reads
+    end at the request's deadline (``bound``), and an answer is written within ``IO_SECONDS``
+    of its first write."""
 
     collected: bytearray | None = None  # while set, sendall appends here (a review answered in the loop)
+    _blocking = False
+    _read_by: float | None = None
+    _write_by: float | None = None
 
     def setblocking(self, flag: bool) -> None:
+        self._blocking = flag
         self.settimeout(IO_SECONDS if flag else 0.0)
+
+    def bound(self, read_by: float) -> None:
+        """The request on this socket must be read by ``read_by`` (monotonic); its answer's
+        writes start their clock at the first."""
+        self._read_by, self._write_by = read_by, None
+
+    def read(self, len: int = 1024, buffer=None):  # noqa: A002 - ssl.SSLSocket's signature
+        if not self._blocking or self._read_by is None:
+            return super().read(len, buffer)
+        return self._by(self._read_by, super().read, len, buffer)
+
+    def send(self, data, flags: int = 0) -> int:
+        if not self._blocking:
+            return super().send(data, flags)
+        if self._write_by is None:
+            self._write_by = time.monotonic() + IO_SECONDS
+        return self._by(self._write_by, super().send, data, flags)
 
     def sendall(self, data, flags: int = 0) -> None:
         if self.collected is None:
-            return super().sendall(data, flags)
+            return super().sendall(data, flags)  # one send() after another: each bounded above
         self.collected += data
         return None
+
+    def _by(self, deadline: float, call, *args):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise _TooSlow()
+        self.settimeout(left)
+        try:
+            return call(*args)
+        except TimeoutError:
+            raise _TooSlow() from None
+
+
+class _Conn(TConn):
+    """gthread's connection, and what the loop knows of the request being read on it."""
+
+    def __init__(self, cfg, sock, client, server, gone):
+        super().__init__(cfg, sock, client, server)
+        self.gone = gone  # called once, when the connection closes (by whichever path)
+        self.watching = 0
+        self.handshaken = False
+        self.buf: bytearray | None = None
+        self.held = 0  # bytes of buf counted in the worker's BUFFERED_AT_MOST
+        self.scanned = 0  # how far buf has been searched for the end of the head
+        self.need: int | None = None  # head + body, once the head is read
+        self.wants_large = self.large = False
+        self.deadline = 0.0
+
+    def close(self, graceful: bool = False) -> None:
+        gone, self.gone = self.gone, None
+        if gone is not None:
+            gone()
+        super().close(graceful)
 
 
 class PreReadWorker(ThreadWorker):
     """gthread, but TLS handshakes and request reads happen in the event loop, with deadlines."""
 
     max_body = 6 * 1024 * 1024  # set by admission.webhook.server.options
+    max_client_connections = CLIENT_CONNECTIONS
     shutdown_delay = 0.0
     # Where TLS contexts come from (admission.webhook.tls.ReloadingContext). Not gunicorn's
     # certfile/keyfile: gunicorn checks those files exist when a worker starts, so a worker
@@ -113,21 +236,65 @@ class PreReadWorker(ThreadWorker):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.arriving: dict = {}  # connection -> None, in arrival order: requests being read
-        self.parked: dict = {}  # connections waiting for a large-body slot
+        self.waiting: dict = {}  # whole large requests waiting for a slot
         self.lingering: dict = {}  # refused connections, draining until their deadline
         self.flushing: dict = {}  # connections whose answer (from the loop) is still being written
         self.large_in_use = 0
+        self.buffered = 0  # bytes held by the requests in arriving and waiting
+        self.clients: dict = {}  # client address -> connections open
+        self.client_limit = self.max_client_connections
+        self.accept_paused_until = 0.0
+        self.warned: dict = {}  # kind of warning -> when it may be logged again
         self.drain_at: float | None = None
 
+    def run(self) -> None:
+        self._fit_connections_to_descriptors()
+        super().run()
+
+    def _fit_connections_to_descriptors(self) -> None:
+        """At most as many connections as descriptors are left (RLIMIT_NOFILE), keeping
+        ``FD_HEADROOM``, and at most half of those for one client address."""
+        cap = self.cfg.worker_connections
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY:
+            try:
+                in_use = len(os.listdir("/proc/self/fd")) - 1  # not the listing's own
+            except OSError:
+                in_use = FD_HEADROOM
+            room = max(1, soft - in_use - FD_HEADROOM)
+            if room < cap:
+                self.log.warning("at most %d connections per worker: the file descriptor limit is %d, %d are in use "
+                                 "and %d are kept for files and sockets", room, soft, in_use, FD_HEADROOM)
+                cap = room
+        self.worker_connections = cap
+        self.max_keepalived = max(1, cap - self.cfg.threads)
+        self.client_limit = max(1, min(self.max_client_connections, cap // 2))
+
     # -- connections ------------------------------------------------------------------
-    def accept(self, listener) -> None:
+    def accept(self, listener) -> bool:
+        """Take a connection from ``listener``'s backlog; whether there was one."""
         try:
             client, address = listener.accept()
         except OSError as err:
             if err.errno in (errno.EAGAIN, errno.ECONNABORTED, errno.EWOULDBLOCK):
-                return
+                return False
+            if err.errno in _NO_DESCRIPTORS:
+                self._pause_accepting(err)
+                return False
             raise
+        peer = address[0] if isinstance(address, tuple) else None
+        if peer is not None and self.clients.get(peer, 0) >= self.client_limit:
+            try:  # reset, not closed: no TIME_WAIT left behind here for each connection refused
+                client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            except OSError:
+                pass
+            client.close()
+            self._warn("client", "closing new connections from %s: it has %d open, the most one client address may "
+                       "have (--max-client-connections)", peer, self.client_limit)
+            return True
         self.nr_conns += 1
+        if peer is not None:
+            self.clients[peer] = self.clients.get(peer, 0) + 1
         client.setblocking(False)
         try:
             if self.tls is not None:
@@ -135,13 +302,43 @@ class PreReadWorker(ThreadWorker):
                 context.sslsocket_class = BoundedSSLSocket
                 client = context.wrap_socket(client, server_side=True, do_handshake_on_connect=False,
                                              suppress_ragged_eofs=True)
-            conn = _new_conn(self.cfg, client, address, listener.getsockname())
+            conn = _Conn(self.cfg, client, address, listener.getsockname(), partial(self._gone, peer))
         except (OSError, ValueError):
             self.nr_conns -= 1
+            self._gone(peer)
             client.close()
-            return
+            return True
         conn.handshaken = self.tls is None
         self._arrive(conn)
+        return True
+
+    def _gone(self, peer) -> None:
+        if peer is None:
+            return
+        left = self.clients.get(peer, 0) - 1
+        if left > 0:
+            self.clients[peer] = left
+        else:
+            self.clients.pop(peer, None)
+
+    def _pause_accepting(self, err: OSError) -> None:
+        self.accept_paused_until = time.monotonic() + ACCEPT_PAUSE
+        self.set_accept_enabled(False)
+        self._warn("descriptors", "out of file descriptors (%s) with %d connections open: not accepting "
+                   "for %.1fs", os.strerror(err.errno), self.nr_conns, ACCEPT_PAUSE)
+
+    def set_accept_enabled(self, enabled: bool) -> None:
+        # gthread's loop enables accepting whenever it is under its connection count; not
+        # while paused for want of descriptors (the loop turns at least once a second).
+        if enabled and time.monotonic() < self.accept_paused_until:
+            return
+        super().set_accept_enabled(enabled)
+
+    def _warn(self, kind: str, message: str, *args) -> None:
+        now = time.monotonic()
+        if now >= self.warned.get(kind, 0.0):
+            self.warned[kind] = now + WARN_EVERY
+            self.log.warning(message + f" (logged at most every {WARN_EVERY:.0f}s)", *args)
 
     def enqueue_req(self, conn) -> None:
         # gthread calls this for a kept-alive connection that already holds the start of its
@@ -160,26 +357,34 @@ class PreReadWorker(ThreadWorker):
         """Start reading a request on ``conn`` (new, or kept alive after the last one)."""
         held = conn.parser.unreader.take_buffered() if conn.parser is not None else b""
         conn.buf = bytearray(held)
+        conn.held = conn.scanned = 0
         conn.need = None
-        conn.wants_large = conn.large = conn.body_known = False
+        conn.wants_large = False
         conn.deadline = time.monotonic() + REQUEST_SECONDS
-        conn.watching = getattr(conn, "watching", 0)
         self.arriving[conn] = None
         self._progress(conn)
 
     def _progress(self, conn, _fileobj=None) -> None:
+        if conn not in self.arriving:
+            return  # refused or closed since this call was deferred
         try:
+            self._account(conn)
             if not conn.handshaken:
                 conn.sock.do_handshake()
                 conn.handshaken = True
+            budget = READ_PER_TURN
             while not self._complete(conn):
-                if conn in self.parked:
+                if budget <= 0:  # the others' turn; this connection's on the next (its bytes may be in the TLS buffer)
+                    self._watch(conn, selectors.EVENT_READ)
+                    self.method_queue.defer(self._progress, conn)
                     return
                 data = conn.sock.recv(65536)
                 if not data:
                     self._close(conn)
                     return
                 conn.buf += data
+                budget -= len(data)
+                self._account(conn)
         except ssl.SSLWantReadError:
             self._watch(conn, selectors.EVENT_READ)
             return
@@ -198,48 +403,72 @@ class PreReadWorker(ThreadWorker):
         self._dispatch(conn)
 
     def _complete(self, conn) -> bool:
-        """Whether the whole request is in ``conn.buf``; claims a large-body slot when needed."""
+        """Whether the whole request is in ``conn.buf``; frames it when its head is."""
         if conn.need is None:
-            end = conn.buf.find(b"\r\n\r\n")
-            if end < 0:
+            end = conn.buf.find(b"\r\n\r\n", max(0, conn.scanned - 3))
+            if end < 0 or end > MAX_HEAD:
                 if len(conn.buf) > MAX_HEAD:
                     raise _Refused(431, f"request line and headers larger than {MAX_HEAD} bytes")
+                conn.scanned = len(conn.buf)
                 return False
             head = bytes(conn.buf[:end])
             if self.client_auth and not conn.sock.getpeercert() and not public_target(head):
                 raise _Refused(403, "this path needs a client certificate signed by the server's --client-ca-file")
-            if _TRANSFER_ENCODING.search(head):
-                raise _Refused(411, "send a Content-Length; Transfer-Encoding is not accepted")
-            lengths = set(_CONTENT_LENGTH.findall(head))
-            # None or conflicting values: no body is read here, gunicorn's parser decides.
-            conn.body_known = len(lengths) == 1
-            length = int(lengths.pop()) if conn.body_known else 0
+            length, without_expect = framing(head)
             if length > self.max_body:
                 raise _Refused(413, f"body larger than {self.max_body} bytes")
+            if without_expect is not None:
+                conn.buf[:end] = without_expect
+                end = len(without_expect)
+                self._account(conn)
+                if len(conn.buf) < end + 4 + length:
+                    self._continue(conn)
             conn.need = end + 4 + length
             conn.wants_large = length > LARGE_BODY
-        if conn.wants_large and not conn.large:
-            if self.large_in_use >= LARGE_AT_ONCE:
-                self._unwatch(conn)
-                self.parked[conn] = None
-                return False
-            self.parked.pop(conn, None)
-            self.large_in_use += 1
-            conn.large = True
         return len(conn.buf) >= conn.need
+
+    def _continue(self, conn) -> None:
+        """``100 Continue``: the client may send its body now (curl waits a second for this)."""
+        try:
+            conn.sock.send(_CONTINUE)
+        except (OSError, ValueError):
+            pass  # not taken at once: the client sends its body when it stops waiting for this
+
+    def _account(self, conn) -> None:
+        """Count ``conn.buf`` in the bytes this worker holds; over ``BUFFERED_AT_MOST``, refuse
+        the requests holding the most until under it (``conn`` too, if it is one of them)."""
+        grown = len(conn.buf) - conn.held
+        conn.held += grown
+        self.buffered += grown
+        while self.buffered > BUFFERED_AT_MOST:
+            largest = max((*self.arriving, *self.waiting), key=lambda c: c.held)
+            why = f"the server holds {BUFFERED_AT_MOST} bytes of requests at most; this one was the largest"
+            if largest is conn:
+                raise _Refused(503, why)
+            self._refuse(largest, 503, why)
+
+    def _release_bytes(self, conn) -> None:
+        self.buffered -= conn.held
+        conn.held = 0
 
     def _dispatch(self, conn) -> None:
         self._unwatch(conn)
         self.arriving.pop(conn, None)
-        # Answered in the loop only when the whole body is known to be in memory: reading more
-        # there would block every connection of this worker.
-        here = (conn.body_known and not conn.wants_large and isinstance(conn.sock, BoundedSSLSocket)
-                and _REVIEW.match(conn.buf))
+        if conn.wants_large and not conn.large:
+            if self.large_in_use >= LARGE_AT_ONCE:
+                self.waiting[conn] = None  # judged when a slot is free, smallest first
+                return
+            self.large_in_use += 1
+            conn.large = True
+        self._release_bytes(conn)
+        here = not conn.wants_large and isinstance(conn.sock, BoundedSSLSocket) and _REVIEW.match(conn.buf)
         if conn.parser is None:
             conn.parser = http.get_parser(self.cfg, conn.sock, conn.client)
         conn.parser.unreader.unread(bytes(conn.buf))
         conn.buf = None
         conn.initialized = conn.data_ready = True  # gthread must not wrap, wait or handshake again
+        if isinstance(conn.sock, BoundedSSLSocket):
+            conn.sock.bound(read_by=conn.deadline)  # a thread never needs to read: if it did, not past this
         if here:
             self._answer_here(conn)
         else:
@@ -291,9 +520,10 @@ class PreReadWorker(ThreadWorker):
     def _release_large(self, conn) -> None:
         conn.large = False
         self.large_in_use -= 1
-        if self.parked:
-            waiting = next(iter(self.parked))
-            self._progress(waiting)
+        if self.waiting:
+            smallest = min(self.waiting, key=lambda c: c.need)  # the first of equals: in arrival order
+            del self.waiting[smallest]
+            self._dispatch(smallest)
 
     # -- selector bookkeeping -----------------------------------------------------------
     def _watch(self, conn, events: int, then=None) -> None:
@@ -314,14 +544,19 @@ class PreReadWorker(ThreadWorker):
                 pass
             conn.watching = 0
 
-    def _close(self, conn) -> None:
+    def _forget(self, conn) -> None:
+        """Take ``conn`` out of the loop's requests: its bytes and its large-body slot."""
         self._unwatch(conn)
         self.arriving.pop(conn, None)
-        self.parked.pop(conn, None)
-        self.lingering.pop(conn, None)
-        self.flushing.pop(conn, None)
+        self.waiting.pop(conn, None)
+        self._release_bytes(conn)
         if getattr(conn, "large", False):
             self._release_large(conn)
+
+    def _close(self, conn) -> None:
+        self._forget(conn)
+        self.lingering.pop(conn, None)
+        self.flushing.pop(conn, None)
         self.nr_conns -= 1
         conn.close()
 
@@ -331,10 +566,7 @@ class PreReadWorker(ThreadWorker):
         body = orjson.dumps({"error": why})
         answer = (f"HTTP/1.1 {status} {_REASONS[status]}\r\nConnection: close\r\nContent-Type: application/json\r\n"
                   f"Content-Length: {len(body)}\r\n\r\n").encode() + body
-        self.arriving.pop(conn, None)
-        self.parked.pop(conn, None)
-        if getattr(conn, "large", False):
-            self._release_large(conn)
+        self._forget(conn)
         try:
             conn.sock.send(answer)
         except (OSError, ValueError):
@@ -345,6 +577,7 @@ class PreReadWorker(ThreadWorker):
         """Half-close, then read and drop what the client still sends until it closes or
         ``LINGER_SECONDS`` pass, so that closing does not reset an answer it has not read."""
         try:
+            conn.sock.setblocking(False)  # a thread's answer leaves it blocking: the loop must never wait on it
             conn.sock.shutdown(socket.SHUT_WR)
         except (OSError, ValueError):
             self._close(conn)
@@ -369,12 +602,16 @@ class PreReadWorker(ThreadWorker):
         """Also close connections whose request did not arrive in time, and refused ones."""
         super().murder_pending()
         now = time.monotonic()
-        for group in (self.arriving, self.lingering, self.flushing):
+        for conn in [c for c in self.arriving if c.deadline <= now]:
+            if conn.handshaken and conn.buf:
+                self._refuse(conn, 408, f"request not received within {REQUEST_SECONDS:.0f}s")
+            else:
+                self._close(conn)
+        for conn in [c for c in self.waiting if c.deadline <= now]:
+            self._refuse(conn, 503, f"not judged within {REQUEST_SECONDS:.0f}s: larger reviews were ahead of it")
+        for group in (self.lingering, self.flushing):
             for conn in [c for c in group if c.deadline <= now]:
-                if group is self.arriving and conn.handshaken and conn.buf:
-                    self._refuse(conn, 408, f"request not received within {REQUEST_SECONDS:.0f}s")
-                else:
-                    self._close(conn)
+                self._close(conn)
         if self.drain_at is not None and self.alive and now >= self.drain_at:
             self._stop_accepting()
 
@@ -393,23 +630,14 @@ class PreReadWorker(ThreadWorker):
     def _stop_accepting(self) -> None:
         # Take what already waits in the backlog (those clients connected while we served),
         # then stop; gthread's loop then finishes the requests in flight.
+        self.accept_paused_until = 0.0
         self.set_accept_enabled(False)
         for listener in self.sockets:
             for _ in range(self.worker_connections):
-                before = self.nr_conns
                 try:
-                    self.accept(listener)
+                    if not self.accept(listener):
+                        break
                 except OSError:
-                    break
-                if self.nr_conns == before:
                     break
             listener.close()  # new connections go to the other replicas (or are refused), not into a dead backlog
         self.alive = False
-
-
-def _new_conn(cfg, client: socket.socket, address, server):
-    from gunicorn.workers.gthread import TConn
-
-    conn = TConn(cfg, client, address, server)
-    conn.watching = 0
-    return conn

@@ -14,15 +14,14 @@ import time
 import orjson
 import pytest
 
-from tests.builders import changed, flux, gate, padded_to_the_limit, request, review
+from tests.builders import changed, flux, gate, kustomization_status_review, padded_to_the_limit, request, review
 from tests.polling import until
 from tests.processes import GateServer, serving_gates_dir
+from tests.server.wire import ANSWER_WITHIN, post, read_answer, still_waiting, tls_connect
 
 KS = flux(gates="flux-system/sre-approval")
 BODY = orjson.dumps(review(request("UPDATE", changed(KS, path="./b"), KS)))
-# Not a benchmark: a review that waits for a thread held by an idle client waits for as long as
-# that client stays (minutes); one that does not is answered in milliseconds.
-ANSWER_WITHIN = 3.0
+STATUS_REVIEW = kustomization_status_review()  # 132 KB: 1,200 inventory entries
 
 
 @pytest.fixture(scope="module")
@@ -40,11 +39,6 @@ def review_answered(server: GateServer) -> bool:
         return resp.status == 200 and orjson.loads(resp.read())["response"]["allowed"] is False
     finally:
         conn.close()
-
-
-def tls_connect(server: GateServer) -> ssl.SSLSocket:
-    raw = socket.create_connection(("127.0.0.1", server.port), timeout=10)
-    return server.tls().wrap_socket(raw, server_hostname="localhost")
 
 
 def test_idle_and_slow_clients_do_not_hold_the_threads(server):
@@ -183,7 +177,8 @@ def test_stalled_bodies_do_not_hold_the_loop_whatever_the_header_order(server):
 
 def test_small_reviews_are_answered_while_the_largest_reviews_are_judged(server):
     """Eight clients posting the largest reviews back to back (item 4): large bodies take one slot
-    per worker and a bounded time to decode, so small reviews keep being answered."""
+    per worker and a bounded time to decode, so small reviews keep being answered; and whole large
+    bodies are judged smallest first, so a 132 KB status review does not queue behind 6 MiB ones."""
     large = padded_to_the_limit(review(request("UPDATE", changed(KS, path="./b"), KS)))
     stop, answered, failures = threading.Event(), [], []
 
@@ -204,6 +199,9 @@ def test_small_reviews_are_answered_while_the_largest_reviews_are_judged(server)
         until(lambda: len(answered) + len(failures), lambda n: n >= 2, timeout=60)  # both workers busy with them
         for _ in range(10):
             assert review_answered(server)
+        for _ in range(3):
+            status, answer = post(server, "/validate", STATUS_REVIEW)
+            assert status == 200 and orjson.loads(answer)["response"]["allowed"] is False
     finally:
         stop.set()
         for t in senders:
@@ -299,3 +297,80 @@ def test_clients_that_ask_to_close_but_never_do_do_not_hold_the_loop(server):
     finally:
         for sock in held:
             sock.close()
+
+
+def misbehaving(server: GateServer, count: int) -> tuple[list[ssl.SSLSocket], list[ssl.SSLSocket]]:
+    """``count`` uploads that announce a 1,000,000-byte review: half send nothing more (stalled),
+    half send a byte now and then (trickling: the caller sends them)."""
+    stalled, trickling = [], []
+    for i in range(count):
+        sock = tls_connect(server)
+        sock.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 1000000\r\n\r\n{")
+        (stalled if i % 2 == 0 else trickling).append(sock)
+    return stalled, trickling
+
+
+@pytest.mark.parametrize("count", [8, 100])
+def test_a_large_status_review_is_judged_while_uploads_stall_and_trickle(server, count):
+    """Large bodies were read one at a time per worker, so a stalled upload kept every large
+    review of its worker waiting for its deadline: a 132 KB Kustomization status review went past
+    the API server's 3 s timeout. Now bodies are read as they come, and only whole ones wait."""
+    stalled, trickling = misbehaving(server, count)
+    try:
+        for path in ("/validate", "/mutate", "/validate", "/mutate", "/validate"):
+            for sock in trickling:
+                sock.sendall(b" ")  # one more byte of the body each (JSON whitespace)
+            status, answer = post(server, path, STATUS_REVIEW)
+            response = orjson.loads(answer)["response"]
+            assert status == 200 and (response["allowed"] is False if path == "/validate" else "patch" in response)
+        # ...all while every misbehaving upload was still open, neither answered nor closed.
+        assert [still_waiting(sock) for sock in stalled + trickling] == [True] * count
+    finally:
+        for sock in stalled + trickling:
+            sock.close()
+
+
+def test_clients_that_keep_sending_after_a_closing_answer_do_not_hold_the_loop(server):
+    """An answer from a thread that closes the connection leaves its socket blocking; the loop,
+    draining what the client still sends before it closes, must not wait on it."""
+    held = []
+    try:
+        for _ in range(12):  # however the kernel spreads them, each worker gets some
+            sock = tls_connect(server)
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            held.append(sock)
+        for sock in held:
+            read_answer(sock)
+            sock.sendall(b"more")  # after the answer, and never closed
+        for _ in range(5):
+            assert review_answered(server)
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_uploads_that_hold_too_many_bytes_are_refused_largest_first(tmp_path):
+    """Bodies are read as they arrive, so what stalled uploads hold is bounded per worker
+    (64 MiB): past it the request holding the most is refused (503), and reviews go on."""
+    with serving_gates_dir(tmp_path, [gate("sre-approval", default="closed")], "--workers", "1") as srv:
+        hoarders = []
+        try:
+            for i in range(14):  # 5.0 to 6.3 MB each, 79 MB in all; each stalls 1,000 bytes short
+                sock = tls_connect(srv)
+                size = 5_000_000 + i * 100_000
+                try:
+                    sock.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % size
+                                 + b" " * (size - 1000))
+                except OSError:
+                    pass  # refused while sending: the largest at that moment
+                hoarders.append((size, sock))
+            refused = [size for size, sock in hoarders if not still_waiting(sock)]
+            assert refused and sum(size for size, _ in hoarders) - sum(refused) <= 64 * 1024 * 1024, refused
+            status, answer = post(srv, "/validate", STATUS_REVIEW)
+            assert status == 200 and orjson.loads(answer)["response"]["allowed"] is False
+            assert [still_waiting(sock) for size, sock in hoarders if size not in refused] == \
+                [True] * (len(hoarders) - len(refused))
+        finally:
+            for _, sock in hoarders:
+                sock.close()

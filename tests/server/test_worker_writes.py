@@ -13,14 +13,14 @@ class Conn:
     """What the worker keeps of a connection while it writes an answer."""
 
     def __init__(self, sock: socket.socket, answer: bytes):
-        self.sock, self.out, self.keep, self.watching = sock, bytearray(answer), True, 0
+        self.sock, self.out, self.keep, self.watching, self.held = sock, bytearray(answer), True, 0, 0
 
 
 def loop_worker() -> tuple[PreReadWorker, list]:
     worker = PreReadWorker.__new__(PreReadWorker)  # its loop's state only: no gunicorn arbiter here
     worker.poller = selectors.DefaultSelector()
-    worker.flushing, worker.arriving, worker.parked, worker.lingering = {}, {}, {}, {}
-    worker.large_in_use, worker.nr_conns = 0, 1
+    worker.flushing, worker.arriving, worker.waiting, worker.lingering = {}, {}, {}, {}
+    worker.large_in_use, worker.nr_conns, worker.buffered = 0, 1, 0
     finished = []
     worker.finish_request = lambda conn, fs: finished.append((conn, fs.result()))
     return worker, finished
