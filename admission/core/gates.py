@@ -130,6 +130,14 @@ class CompiledGate:
     requested_by: str | None = None
     request_message: str | None = None
     keepers: tuple[str, ...] = field(default=())
+    # Why the gate's definition cannot be known (a gates file that may define or schedule it
+    # was never read whole): closed, reason Unknown, whatever else is known of it.
+    unknown: str | None = None
+
+    @property
+    def fixed(self) -> bool:
+        """Closed for a reason no time can change (invalid, or unknown): nothing to search."""
+        return bool(self.errors) or self.unknown is not None
 
 
 def _spec(obj: dict) -> dict | None:
@@ -283,6 +291,8 @@ class _Cause:
 
 def _cause(cg: CompiledGate, now: datetime) -> _Cause:
     """The one answer to "open or closed, and why" that evaluate, searches and calendars share."""
+    if cg.unknown is not None:
+        return _Cause(False, names.REASON_UNKNOWN, f"gate state unknown: {cg.unknown}")
     if cg.errors:
         return _Cause(False, names.REASON_INVALID, "Gate is invalid: " + "; ".join(cg.errors))
     toggle = _applied_toggle(cg, now)
@@ -343,7 +353,7 @@ def next_transition(cg: CompiledGate, now: datetime, horizon: timedelta = HORIZO
     not before the toggle ends), so the search goes there at once and asks again only the
     entries that may have changed by then. It gives up (unknown, never "open") after
     EVALUATION_BUDGET worth of asks, whatever the entries are."""
-    if cg.errors:
+    if cg.fixed:
         return None
     # Opening entries cannot change whether a gate that is open by default is open.
     entries = [entry for entry in _entries(cg)
@@ -420,7 +430,7 @@ def _earliest_flip(cg: CompiledGate, cur: datetime, active: list[bool], changes:
 def evaluate(cg: CompiledGate, now: datetime) -> GateState:
     """The state of a compiled gate at ``now``; its next transition is searched for when asked."""
     cause = _cause(cg, now)
-    if cg.errors:
+    if cg.fixed:
         return GateState(cg.namespace, cg.name, False, cause.reason, cause.message, mode=cg.mode, problems=cg.problems)
     common = dict(mode=cg.mode, problems=cg.problems, valid_until=_valid_until(cg, now),
                   transition=Lazy(functools.partial(next_transition, cg, now)))
@@ -486,7 +496,7 @@ def intervals(cg: CompiledGate, start: datetime, end: datetime,
     cur = start
     for _ in range(max_steps):
         is_open, reason, message = _calendar_cause(cg, cur)
-        points = [p for p in _change_points(cg, cur) if p > cur] if not cg.errors else []
+        points = [p for p in _change_points(cg, cur) if p > cur] if not cg.fixed else []
         nxt = min(min(points), end) if points else end
         if out and out[-1].open == is_open and out[-1].known:
             out[-1] = Interval(out[-1].start, nxt, is_open, out[-1].reason, out[-1].message)
