@@ -29,7 +29,8 @@ def gate_names(prefix: str, parsed_args: argparse.Namespace, **_) -> list[str]:
         if getattr(parsed_args, "gates_dir", None):
             from admission.store.files import FileStore
             namespace = namespace or "default"
-            return sorted(n for ns, n in map(object_key, FileStore(parsed_args.gates_dir).index.gates()) if ns == namespace)
+            store = FileStore(parsed_args.gates_dir, inotify=False)  # one read: no watch to set up
+            return sorted(n for ns, n in map(object_key, store.index.gates()) if ns == namespace)
         from admission.cli.kubectl_gate import _connect
         cluster = _connect(parsed_args)
         listed = cluster.custom.list_namespaced_custom_object(names.GATING_GROUP, names.GATING_VERSION,

@@ -7,6 +7,9 @@ Exit codes a script can rely on:
   3  not found (the gate, or the namespace's gates)
   4  forbidden (RBAC) or unauthorized
   5  no cluster (no kubeconfig, API server unreachable)
+  6  ``--gates-dir``: a gates file (or the directory) cannot be used; each problem is printed on
+     stderr, and the answer printed is the server's with that directory (the gates such a file
+     may define are closed). ``check`` exits 1 rather than 6 when something would be denied.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from admission.core.toggles import toggle_patch
 from admission.store.yamldocs import objects
 from admission.webhook import handlers
 
-EXIT_OK, EXIT_DENIED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_FORBIDDEN, EXIT_NO_CLUSTER = range(6)
+EXIT_OK, EXIT_DENIED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_FORBIDDEN, EXIT_NO_CLUSTER, EXIT_BAD_GATES_DIR = range(7)
 # What `check` says of each object: the webhook's answer to the request applying it would make.
 # check's verdicts: a stable token for scripts (-o json|yaml "verdict") and the sentence people
 # read (the table's VERDICT column, "verdictText" beside the token).
@@ -128,8 +131,15 @@ def _api_message(err) -> str:
 
 def _index(args: argparse.Namespace, cluster: Cluster | None) -> GateIndex:
     if args.gates_dir:
+        import logging
         from admission.store.files import FileStore
-        return FileStore(args.gates_dir).index
+        logging.getLogger("admission.store").addHandler(logging.NullHandler())  # reported below, once
+        store = FileStore(args.gates_dir, inotify=False)
+        # Reported, not fatal: the answer is still the server's with this directory.
+        args.gates_dir_problems = dict(store.problems)
+        for why in store.problems.values():
+            print(f"error: --gates-dir: {why}", file=sys.stderr)
+        return store.index
     index = GateIndex()
     custom = cluster.custom
     gates = custom.list_cluster_custom_object(names.GATING_GROUP, names.GATING_VERSION, names.GATE_PLURAL)
@@ -219,7 +229,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     def table() -> str:
         shown = [{**r, "referenced by": len(r["referencedBy"]) if cluster else None,
                   "held": len(r["holding"]) if cluster else None} for r in rows]
-        return _table(shown, columns) if rows else f"no gates found{'' if args.all_namespaces else f' in {namespace}'}"
+        return _table(shown, columns) if rows else f"no gates found{f' in {namespace}' if namespace else ''}"
 
     _emit(args, rows, table)
     return EXIT_OK
@@ -586,10 +596,11 @@ def main(argv: list[str] | None = None, parser: argparse.ArgumentParser | None =
     args = parser.parse_args(hoist(list(sys.argv[1:] if argv is None else argv)))
     try:
         args.namespace = completion.namespace_of(args)
-        return args.func(args)
+        code = args.func(args)
     except GateError as err:
         print(f"error: {err}", file=sys.stderr)
         return err.code
+    return EXIT_BAD_GATES_DIR if code == EXIT_OK and getattr(args, "gates_dir_problems", None) else code
 
 
 if __name__ == "__main__":

@@ -131,6 +131,14 @@ class CompiledGate:
     requested_by: str | None = None
     request_message: str | None = None
     keepers: tuple[str, ...] = field(default=())
+    # Why the gate's definition cannot be known (a gates file that may define or schedule it
+    # was never read whole): closed, reason Unknown, whatever else is known of it.
+    unknown: str | None = None
+
+    @property
+    def fixed(self) -> bool:
+        """Closed for a reason no time can change (invalid, or unknown): nothing to search."""
+        return bool(self.errors) or self.unknown is not None
 
 
 def _spec(obj: dict) -> dict | None:
@@ -288,6 +296,8 @@ class _Cause:
 
 def _cause(cg: CompiledGate, now: datetime) -> _Cause:
     """The one answer to "open or closed, and why" that evaluate, searches and calendars share."""
+    if cg.unknown is not None:
+        return _Cause(False, names.REASON_UNKNOWN, f"gate state unknown: {cg.unknown}")
     if cg.errors:
         return _Cause(False, names.REASON_INVALID, "Gate is invalid: " + "; ".join(cg.errors))
     toggle = _applied_toggle(cg, now)
@@ -351,7 +361,7 @@ def next_transition(cg: CompiledGate, now: datetime, horizon: timedelta = HORIZO
     not before the toggle ends), so the search goes there at once and asks again only the
     entries that may have changed by then. It gives up (unknown, never "open") after
     EVALUATION_BUDGET worth of asks, whatever the entries are."""
-    if cg.errors:
+    if cg.fixed:
         return None
     # Opening entries cannot change whether a gate that is open by default is open.
     entries = [entry for entry in _entries(cg)
@@ -431,7 +441,7 @@ def _earliest_flip(cg: CompiledGate, cur: datetime, active: list[bool], changes:
 def evaluate(cg: CompiledGate, now: datetime) -> GateState:
     """The state of a compiled gate at ``now``; its next transition is searched for when asked."""
     cause = _cause(cg, now)
-    if cg.errors:
+    if cg.fixed:
         return GateState(cg.namespace, cg.name, False, cause.reason, cause.message, mode=cg.mode, problems=cg.problems)
     common = dict(mode=cg.mode, problems=cg.problems, valid_until=_valid_until(cg, now),
                   transition=Lazy(functools.partial(next_transition, cg, now)))

@@ -54,7 +54,7 @@ def intervals(cg: CompiledGate, start: datetime, end: datetime,
     cur = start
     for _ in range(max_steps):
         is_open, reason, message = _calendar_cause(cg, cur)
-        points = [p for p in _change_points(cg, cur) if p > cur] if not cg.errors else []
+        points = [p for p in _change_points(cg, cur) if p > cur] if not cg.fixed else []
         nxt = min(min(points), end) if points else end
         if out and out[-1].open == is_open and out[-1].known:
             out[-1] = Interval(out[-1].start, nxt, is_open, out[-1].reason, out[-1].message)

@@ -1,11 +1,19 @@
-"""Gates from YAML files (``--gates-dir``): the default that needs no cluster."""
+"""Gates from YAML files (``--gates-dir``): the default that needs no cluster.
+
+What the store guarantees (docs/design.md, "File store"): a file's content is used only when it
+was read as one whole version, which no writer had open and which held still for a poll; a
+file that cannot be used never crashes anything or stops the other files being read; and
+whatever cannot be known (a file never read whole) closes the gates it may define, never opens one.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
+import stat
 import threading
 import time
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
@@ -13,197 +21,471 @@ import yaml
 
 from admission.core import names
 from admission.core.gates import GateState
-from admission.store.yamldocs import describe_error, objects
 from admission.core.objects import Key, object_key
-from admission.store.index import GateIndex
-from admission.store.writers import OpenWrites
+from admission.store.index import GateIndex, Unknowns
+from admission.store.writers import BeingWritten, OpenWrites, Version, read_whole, version
+from admission.store.yamldocs import describe_error, documents, is_list
 
 log = logging.getLogger(__name__)
 SUFFIXES = (".yaml", ".yml", ".json")
 MAX_FILE = 1024 * 1024  # bytes per gates file; a larger one is broken (its gates stay closed)
-
-
-def _read(path: Path) -> str:
-    with open(path, "rb") as handle:
-        data = handle.read(MAX_FILE + 1)
-    if len(data) > MAX_FILE:
-        raise ValueError(f"file is larger than {MAX_FILE} bytes")
-    return data.decode("utf-8")
-
-
-def _documents(text: str) -> list[dict]:
-    """Gate and GateKeeper documents of a multi-document YAML text (``kind: List`` too)."""
-    found = []
-    for item in objects(text):
-        if not isinstance(item, dict):
-            raise ValueError(f"a document is a {type(item).__name__}, not a mapping")
-        if item.get("kind") not in (names.GATE_KIND, names.GATEKEEPER_KIND):
-            continue  # other objects may share the directory
-        api = item.get("apiVersion")
-        if api is not None and api != names.GATING_API_VERSION:
-            raise ValueError(f"{item['kind']} has apiVersion {api!r}, want {names.GATING_API_VERSION}")
-        meta = item.get("metadata")
-        if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
-            raise ValueError(f"a {item['kind']} has no metadata.name")
-        if not isinstance(item.get("spec", {}), dict):
-            raise ValueError(f"{item['kind']} {meta['name']!r} has a spec that is not a mapping")
-        found.append(item)
-    return found
+# With inotify, an idle poll reads nothing but the (empty) event queue; the directory is still
+# listed whole this often, for what inotify cannot see (a network filesystem's remote writers).
+FULL_SCAN_INTERVAL = 60.0
 
 
 class ScanFailed(Exception):
     """The gates directory changed while it was listed; nothing it held is known for sure."""
 
 
-def _signature_of(files: list[Path]) -> tuple:
-    """(path, mtime, size) of each file still there: what tells a poll that something changed."""
-    signature = []
-    for path in files:
-        try:
-            st = path.stat()
-        except OSError:
-            continue
-        signature.append((str(path), st.st_mtime_ns, st.st_size))
-    return tuple(signature)
+def _scan(top: str) -> dict[str, Version]:
+    """Every gates file under ``top`` (not in or under a dot-entry; symlinks to files followed,
+    to directories not), with its version; raise ScanFailed when the tree changed while listed."""
+    found: dict[str, Version] = {}
+    stack = [top]
+    try:
+        while stack:
+            with os.scandir(stack.pop()) as entries:
+                for entry in entries:
+                    if entry.name.startswith("."):
+                        continue
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+                        continue
+                    if not entry.name.endswith(SUFFIXES):
+                        continue
+                    try:
+                        st = entry.stat()
+                    except FileNotFoundError:  # gone since listed, or a dangling symlink
+                        continue
+                    if stat.S_ISREG(st.st_mode):
+                        found[entry.path] = version(st)
+    except OSError as err:  # a directory vanished (or cannot be read) while the tree was listed
+        raise ScanFailed(f"gates directory changed while it was read ({type(err).__name__}); "
+                         "the gates last read are kept until it reads whole") from None
+    return found
+
+
+# -- what a file holds, and what it may define ------------------------------------------------
+
+@dataclass
+class Scope:
+    """The gates a file that cannot be used may define or schedule: every gate, the gates of
+    some namespaces, some gates. Derived from what it holds, widened where a part is unreadable."""
+
+    everything: bool = False
+    namespaces: set[str] = field(default_factory=set)
+    gates: set[Key] = field(default_factory=set)
+
+    def text(self, text: str) -> None:
+        """A part that was not read as objects: it may hold any Gate or GateKeeper, unless it
+        cannot spell one (a kind is ``Gate``/``GateKeeper``; escapes could spell it otherwise)."""
+        if "gate" in text.lower() or "\\" in text:
+            self.everything = True
+
+    def object(self, doc: dict) -> None:
+        """A Gate or GateKeeper document, as far as its fields can be read."""
+        meta = doc.get("metadata")
+        namespace = meta.get("namespace") if isinstance(meta, dict) else None
+        if not isinstance(meta, dict) or not (namespace is None or isinstance(namespace, str)):
+            self.everything = True  # no telling which namespace
+            return
+        namespace = namespace or "default"
+        if doc.get("kind") == names.GATE_KIND:
+            name = meta.get("name")
+        else:
+            spec = doc.get("spec")
+            name = spec.get("gate") if isinstance(spec, dict) else None
+        if isinstance(name, str) and name:
+            self.gates.add((namespace, name))
+        else:
+            self.namespaces.add(namespace)
+
+
+def _check(doc: dict) -> str | None:
+    """Why a Gate or GateKeeper document cannot be used (None: it can). Values inside ``spec``
+    are the gate's to judge (a gate that cannot be evaluated is Invalid), but a GateKeeper must
+    say which gate it schedules, or it would be dropped and that gate left open."""
+    kind = doc["kind"]
+    api = doc.get("apiVersion")
+    if api is not None and api != names.GATING_API_VERSION:
+        return f"{kind} has apiVersion {api!r}, want {names.GATING_API_VERSION}"
+    meta = doc.get("metadata")
+    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
+        return f"a {kind} has no metadata.name"
+    what = f"{kind} {meta['name']!r}"
+    namespace = meta.get("namespace")
+    if namespace is not None and not (isinstance(namespace, str) and namespace):
+        return f"{what} has a metadata.namespace that is not a name"
+    for part in ("labels", "annotations"):
+        values = meta.get(part)
+        if values is not None and not (isinstance(values, dict) and
+                                       all(isinstance(k, str) and isinstance(v, str) for k, v in values.items())):
+            return f"{what} has metadata.{part} that are not a mapping of strings"
+    spec = doc.get("spec")
+    if spec is not None and not isinstance(spec, dict):
+        return f"{what} has a spec that is not a mapping"
+    if kind == names.GATEKEEPER_KIND and not (isinstance(spec, dict) and isinstance(spec.get("gate"), str)
+                                              and spec["gate"]):
+        return f"{what} names no gate (spec.gate)"
+    return None
+
+
+@dataclass
+class Parsed:
+    docs: list[dict]  # the Gates and GateKeepers; used only when there is no problem
+    problem: str | None
+    scope: Scope  # what the file may define or schedule, for when it cannot be used
+
+
+def _describe(err: BaseException) -> str:
+    if isinstance(err, yaml.YAMLError):
+        return describe_error(err)
+    if isinstance(err, RecursionError):
+        return "nested too deeply"
+    return " ".join(str(err).split()) or type(err).__name__
+
+
+def parse(text: str) -> Parsed:
+    """The Gates and GateKeepers of a gates file, the first reason it cannot be used, and what
+    it may define. Any shape of YAML is an answer, never an exception."""
+    found: list[dict] = []
+    problems: list[str] = []
+    scope = Scope()
+    start = 0
+    try:
+        for number, (doc, end) in enumerate(documents(text), 1):
+            span, start = text[start:end], end
+            items = [doc]
+            if is_list(doc):
+                items = doc.get("items") or []
+                if not isinstance(items, list):
+                    problems.append(f"document {number} is a {doc['kind']} whose items are not a list")
+                    scope.text(span)
+                    continue
+            for item in items:
+                if item is None:
+                    continue
+                if not isinstance(item, dict):
+                    problems.append(f"document {number} is a {type(item).__name__}, not a mapping")
+                    scope.text(span)
+                    continue
+                if item.get("kind") not in (names.GATE_KIND, names.GATEKEEPER_KIND):
+                    continue  # other objects may share the directory
+                scope.object(item)
+                why = _check(item)
+                if why is not None:
+                    problems.append(why)
+                found.append(item)
+    except (yaml.YAMLError, RecursionError, ValueError, TypeError) as err:
+        problems.append(_describe(err))
+        scope.text(text[start:])  # from the end of the last document read
+    return Parsed(found, problems[0] if problems else None, scope)
+
+
+def _gates_of(doc: dict) -> Key | None:
+    """The gate a Gate document defines or a GateKeeper document schedules."""
+    if doc["kind"] == names.GATE_KIND:
+        return object_key(doc)
+    return object_key(doc)[0], doc["spec"]["gate"]
+
+
+# -- the store ---------------------------------------------------------------------------------
+
+class _File:
+    """What the store knows of one gates file."""
+
+    __slots__ = ("seen", "read", "read_at", "docs", "problem", "scope", "writing", "from_start")
+
+    def __init__(self, from_start: bool):
+        self.seen: Version | None = None  # its version at the latest look
+        self.read: Version | None = None  # the version last read whole (usable or not)
+        self.read_at = 0  # inotify's sequence number before that read: a later event means read again
+        self.docs: list[dict] | None = None  # the Gates and GateKeepers of the last good read
+        self.problem: str | None = None  # why the version last read cannot be used
+        self.scope: Scope | None = None  # what that version may define (while there is no good read)
+        self.writing = False  # being written (or changing) when last looked at: not read
+        self.from_start = from_start  # there when the store first listed the directory
 
 
 class FileStore:
-    """Reads every YAML file under a directory; re-reads when any file changes."""
+    """Reads every YAML file under a directory, and each file again when it has changed."""
 
-    def __init__(self, directory: str | os.PathLike, poll_interval: float = 1.0):
+    def __init__(self, directory: str | os.PathLike, poll_interval: float = 1.0, *,
+                 full_scan_interval: float = FULL_SCAN_INTERVAL, inotify: bool = True):
         self.directory = Path(directory)
+        self._top = str(self.directory)
         self.poll_interval = poll_interval
+        self.full_scan_interval = full_scan_interval
         self.index = GateIndex()
         self.problems: dict[str, str] = {}
-        self._signature: tuple | None = ()  # None: the last read failed
-        self._changing: tuple | None = None  # a new signature seen once, not yet read
-        self._last_good: dict[Path, list[dict]] = {}
+        self.being_written: list[str] = []  # gate files a writer has open (or that changed as they were read)
+        self._files: dict[str, _File] = {}
+        self._listing: dict[str, Version] | None = None  # None: never listed whole
+        self._scan_problem: str | None = None  # why the latest listing failed
+        self._unsettled: set[str] = set()  # files to look at again at the next poll
+        self._dirty = True  # the index does not reflect _files yet
+        self._next_full_scan = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._inotify = inotify
+        self._writes: OpenWrites | None = None
         self.checked_at = time.monotonic()
-        self.being_written: list[str] = []  # gate files a writer has open (modified, not closed)
-        self._writes = OpenWrites(self.directory) if self.directory.is_dir() else None
+        self._watch()  # before the first read: a write from then on is seen
         self.reload()
 
     def lookup(self, namespace: str, name: str, now: datetime) -> GateState:
         return self.index.lookup(namespace, name, now)
 
     def readiness(self) -> tuple[bool, dict]:
-        # Broken files do not make us unready: their gates are closed, and an unready
-        # webhook would stop every gated write instead of the few that need those gates.
-        detail = {"store": "files", "directory": str(self.directory), "gates": len(self.index)}
+        # Broken files do not make us unready: their gates are closed, and an unready webhook
+        # would stop every gated write instead of the few that need those gates (or, with
+        # failurePolicy Ignore, let every one through).
+        detail = {"store": "files", "directory": self._top, "gates": len(self.index)}
         if self.problems:
             detail["problems"] = dict(self.problems)
         if self.being_written:
             detail["being_written"] = list(self.being_written)
         return True, detail
 
-    def _files(self) -> list[Path]:
-        """The gates files under the directory; raise ScanFailed when it changed while listed."""
-        if not self.directory.is_dir():
-            return []
-        try:
-            return sorted(p for p in self.directory.rglob("*")
-                          if p.suffix in SUFFIXES and p.is_file() and not any(part.startswith(".") for part in p.relative_to(self.directory).parts))
-        except OSError as err:  # the directory (or a subdirectory) vanished while it was scanned
-            raise ScanFailed(f"gates directory changed while it was read ({type(err).__name__}); "
-                             "the gates last read are kept until it reads whole") from None
-
-    def _current_signature(self) -> tuple:
-        return _signature_of(self._files())
-
-    def reload(self, unfinished: frozenset[str] = frozenset()) -> None:
-        """Read the directory again; a broken file closes the gates it defines, never crashes.
-        Files in ``unfinished`` (being written) keep the gates they had when last read."""
-        try:
-            files = self._files()
-        except ScanFailed as err:
-            # An empty list here would drop every gate: keep them, closed or open, as last read.
-            log.warning("gates directory not read", extra={"directory": str(self.directory), "error": str(err)})
-            self.problems = {**self.problems, str(self.directory): str(err)}
-            self._signature = None  # unlike any listing: the next polls read it again
-            return
-        self._signature = tuple(entry for entry in _signature_of(files) if entry[0] not in unfinished)
-        problems: dict[str, str] = {}
-        if not self.directory.is_dir():
-            problems[str(self.directory)] = "gates directory does not exist: every referenced gate is NotFound"
-        objects: list[tuple[Path, dict]] = []
-        broken: dict[Key, str] = {}
-        for path in files:
-            if str(path) in unfinished:
-                objects += [(path, doc) for doc in self._last_good.get(path, [])]
-                continue
-            try:
-                docs = _documents(_read(path))
-            except (OSError, UnicodeDecodeError, yaml.YAMLError, ValueError, RecursionError) as err:
-                detail = describe_error(err) if isinstance(err, yaml.YAMLError) else \
-                    f"{type(err).__name__}: {err.strerror}" if isinstance(err, OSError) else \
-                    "not UTF-8" if isinstance(err, UnicodeDecodeError) else \
-                    "nested too deeply" if isinstance(err, RecursionError) else " ".join(str(err).split())
-                why = f"gates file {path.name} is broken: {detail}"
-                problems[str(path)] = why
-                log.error("gates file is broken", extra={"file": str(path), "error": why})
-                # The gates it defined when it last parsed stay, closed, with the reason.
-                for doc in self._last_good.get(path, []):
-                    objects.append((path, doc))
-                    if doc["kind"] == names.GATE_KIND:
-                        broken[object_key(doc)] = why
-                continue
-            self._last_good[path] = docs
-            objects += [(path, doc) for doc in docs]
-
-        gates: dict[Key, tuple[Path, dict]] = {}
-        keepers = []
-        for path, doc in objects:
-            if doc["kind"] == names.GATEKEEPER_KIND:
-                keepers.append(doc)
-                continue
-            key = object_key(doc)
-            if key in gates:
-                where = f"twice in {path.name}" if gates[key][0] == path else f"in both {gates[key][0].name} and {path.name}"
-                why = f"gate {key[0]}/{key[1]} is defined {where}"
-                problems[f"{key[0]}/{key[1]}"] = why
-                broken[key] = why
-            gates[key] = (path, doc)
-        self.index.replace_all([doc for _, doc in gates.values()], keepers, broken)
-        self.problems = problems
-        log.info("gates loaded", extra={"directory": str(self.directory), "gates": len(gates),
-                                        "gatekeepers": len(keepers), "problems": len(problems)})
-
-    def check(self) -> bool:
-        """Reload once a change has held still for a poll; return whether it reloaded.
-
-        A half-written file can parse (a truncated ``spec:`` is an empty spec, which is open by
-        default), so reading it mid-write could open a closed gate. A file that a writer has
-        modified and not closed yet (inotify, where there is one) is not read, however long the
-        writer pauses, while the other files are; and a changed file is read only when it has
-        been the same (size and mtime) at two polls in a row. Until then its gates stay as they
-        were last read."""
-        try:
-            current = self._current_signature()
-        except ScanFailed:  # not a change: listed again at the next poll
-            return False
-        writing = self._writes.pending() if self._writes is not None else None
-        files = {Path(entry[0]) for entry in current}
-        self.being_written = sorted(str(path) for path in (writing or ()) if path in files)
-        unfinished = frozenset(self.being_written)
-        # Files being written are left out: the others reload as usual, and a file whose writer
-        # closes it differs from the last signature, so it is read after holding still.
-        current = tuple(entry for entry in current if entry[0] not in unfinished)
-        reloaded = False
-        if current == self._signature:
-            self._changing = None
-        elif current == self._changing:
-            self.reload(unfinished)
-            self._changing = None
-            reloaded = True
-        else:
-            self._changing = current
-        self.checked_at = time.monotonic()
-        return reloaded
-
     def cache_age(self, now_monotonic: float) -> float:
         return max(0.0, now_monotonic - self.checked_at)
+
+    # -- looking at the directory ------------------------------------------------------------
+
+    def _watch(self) -> None:
+        """Watch the directory when it exists; again at each full scan while inotify could not
+        be set up (its per-user limit may have been reached for a while)."""
+        if not self._inotify or not self.directory.is_dir():
+            return
+        if self._writes is None or not self._writes.available and time.monotonic() >= self._next_full_scan:
+            self._writes = OpenWrites(self._top)
+
+    def reload(self) -> bool:
+        """List the directory and read every changed file now, without waiting for it to hold
+        still (at start, and on demand); files being written are still not read. Never raises."""
+        return self._look(settle=False, full=True)
+
+    def check(self) -> bool:
+        """One poll: read the files that changed, once each has held still since the previous
+        poll; return whether the gates were rebuilt.
+
+        A half-written file can parse (a truncated ``spec:`` is an empty spec, which is open by
+        default), so a file is read only as one whole version (``writers.read_whole``: under a
+        read lease, which the kernel refuses while any process has the file open for writing),
+        only when no writer has it open after modifying it (inotify), and only when it is the
+        version seen at the previous poll; a read during which it changed is thrown away. Until
+        then its gates stay as they were last read. With inotify an idle poll reads only the
+        (empty) event queue; the directory is listed when something changed in it."""
+        self._watch()
+        changed = self._writes.changed() if self._writes is not None else None
+        full = changed is not False or self._listing is None or self._scan_problem is not None \
+            or time.monotonic() >= self._next_full_scan
+        if not (full or self._unsettled or self._dirty):
+            self.checked_at = time.monotonic()
+            return False
+        return self._look(settle=True, full=full)
+
+    def _look(self, settle: bool, full: bool) -> bool:
+        try:
+            listing = self._list(full)
+        except ScanFailed as err:
+            # An empty listing here would drop every gate: keep them, closed or open, as last read.
+            if self._scan_problem != str(err):
+                log.warning("gates directory not read", extra={"directory": self._top, "error": str(err)})
+                self._scan_problem, self._dirty = str(err), True
+            listing = None
+        except Exception:  # a bug must not stop the store: keep the gates, look again next poll
+            log.exception("listing the gates directory failed")
+            self._scan_problem, self._dirty, listing = "gates directory could not be listed", True, None
+        try:
+            if listing is not None:
+                if self._scan_problem is not None:
+                    self._scan_problem, self._dirty = None, True
+                self._update(listing, settle and self._listing is not None)
+                self._listing = listing
+            if self._dirty:
+                self._rebuild()
+                return True
+            return False
+        except Exception:  # never raises; _dirty stays set, so the next poll rebuilds again
+            log.exception("reloading the gates directory failed")
+            return False
+        finally:
+            self.checked_at = time.monotonic()
+
+    def _list(self, full: bool) -> dict[str, Version]:
+        if not self.directory.is_dir():
+            return {}
+        if not full and self._listing is not None:
+            # inotify saw nothing since the last listing: only files that had not held still
+            # are looked at again (has each held still since?)
+            listing = dict(self._listing)
+            for path in self._unsettled:
+                try:
+                    st = os.stat(path)
+                except OSError:
+                    break
+                if not stat.S_ISREG(st.st_mode):
+                    break
+                listing[path] = version(st)
+            else:
+                return listing
+        self._next_full_scan = time.monotonic() + self.full_scan_interval
+        return _scan(self._top)
+
+    def _update(self, listing: dict[str, Version], settle: bool) -> None:
+        """Read the files of ``listing`` that changed since they were last read (and, when
+        ``settle``, have held still since the previous look) as whole versions."""
+        writes = self._writes
+        pending = writes.pending() if writes is not None else None
+        first = self._listing is None
+        unsettled: set[str] = set()
+        candidates = []
+        for path, seen in listing.items():
+            entry = self._files.get(path)
+            if entry is None:
+                entry = self._files[path] = _File(from_start=first)
+                self._dirty = True
+            before, entry.seen = entry.seen, seen
+            # (A rewrite within one tick of the file system's clock can leave the version as it was.)
+            if seen == entry.read and (writes is None or writes.last_event(path) <= entry.read_at):
+                if entry.writing:
+                    entry.writing, self._dirty = False, True
+                continue
+            if pending is not None and path in pending or settle and seen != before:
+                unsettled.add(path)  # being written, or changed since the previous look
+                if pending is not None and path in pending and not entry.writing:
+                    entry.writing, self._dirty = True, True
+                continue
+            candidates.append((path, entry, seen))
+        sequence = writes.sequence if writes is not None else 0
+        reads = []
+        for path, entry, seen in candidates:
+            try:
+                got = read_whole(path, MAX_FILE)
+            except BeingWritten:
+                unsettled.add(path)
+                if not entry.writing:
+                    entry.writing, self._dirty = True, True
+                continue
+            except FileNotFoundError:
+                unsettled.add(path)  # gone: the next listing drops it
+                continue
+            except OSError as err:
+                reads.append((path, entry, seen, None, f"{type(err).__name__}: {err.strerror or err}"))
+                continue
+            if got.version != seen:  # not the version that held still: look again
+                entry.seen = got.version
+                unsettled.add(path)
+                continue
+            reads.append((path, entry, seen, got.data, None))
+        if writes is not None and reads:
+            # Anything that happened to a file while it was read (inotify is asked after the reads):
+            # without a lease, this is what tells a torn read.
+            pending = writes.pending()
+            kept = []
+            for read in reads:
+                path, entry = read[0], read[1]
+                if pending is not None and path in pending or writes.last_event(path) > sequence:
+                    unsettled.add(path)
+                    if not entry.writing:
+                        entry.writing, self._dirty = True, True
+                else:
+                    kept.append(read)
+            reads = kept
+        for path, entry, seen, data, failure in reads:
+            entry.read_at = sequence
+            self._use(path, entry, seen, data, failure)
+        for path in [p for p in self._files if p not in listing]:
+            del self._files[path]
+            self._dirty = True
+        self._unsettled = unsettled
+
+    def _use(self, path: str, entry: _File, seen: Version, data: bytes | None, failure: str | None) -> None:
+        """Take a whole read of a file: its documents, or why it cannot be used."""
+        name = self._name(path)
+        if failure is None and len(data) > MAX_FILE:
+            failure = f"file is larger than {MAX_FILE} bytes"
+        parsed = None
+        if failure is None:
+            try:
+                parsed = parse(data.decode("utf-8"))
+            except UnicodeDecodeError:
+                failure = "not UTF-8"
+            except Exception as err:  # a bug: this file is broken, the others are read
+                log.exception("parsing a gates file failed", extra={"file": path})
+                failure = f"cannot be parsed ({type(err).__name__})"
+        if parsed is not None and parsed.problem is None:
+            entry.docs, entry.problem, entry.scope = parsed.docs, None, None
+        else:
+            why = f"gates file {name} is broken: {failure or parsed.problem}"
+            entry.problem, entry.scope = why, parsed.scope if parsed is not None else Scope(everything=True)
+            log.error("gates file is broken", extra={"file": path, "error": why})
+        entry.read, entry.writing, self._dirty = seen, False, True
+
+    def _name(self, path: str) -> str:
+        return os.path.relpath(path, self._top)
+
+    def _rebuild(self) -> None:
+        """The index, from what is known of every file."""
+        problems: dict[str, str] = {}
+        if not self.directory.is_dir():
+            problems[self._top] = "gates directory does not exist: every referenced gate is NotFound"
+        if self._scan_problem is not None:
+            problems[self._top] = self._scan_problem
+        everything: str | None = None
+        if self._listing is None and self._scan_problem is not None:
+            everything = f"the gates directory was never listed whole: {self._scan_problem}"
+        unknown_ns: dict[str, str] = {}
+        unknown_gates: dict[Key, str] = {}
+        objects: list[tuple[str, dict]] = []
+        broken: dict[Key, str] = {}
+        for path in sorted(self._files):
+            entry = self._files[path]
+            if entry.problem is not None:
+                problems[path] = entry.problem
+            if entry.docs is not None:
+                objects += [(path, doc) for doc in entry.docs]
+                if entry.problem is not None:
+                    # The gates it defined or scheduled when it last parsed stay, closed, with the reason.
+                    for doc in entry.docs:
+                        broken[_gates_of(doc)] = entry.problem
+            elif entry.problem is not None and entry.scope is not None:
+                why = f"{entry.problem}; never read whole, it may define or schedule this gate"
+                if entry.scope.everything:
+                    everything = everything or why
+                for namespace in entry.scope.namespaces:
+                    unknown_ns.setdefault(namespace, why)
+                for key in entry.scope.gates:
+                    unknown_gates.setdefault(key, why)
+            elif entry.from_start and entry.read is None:
+                everything = everything or (f"gates file {self._name(path)} was being written when the store "
+                                            "started; until it is read whole, it may define or schedule any gate")
+
+        gates: dict[Key, tuple[str, dict]] = {}
+        keepers: dict[Key, tuple[str, dict]] = {}
+        for path, doc in objects:
+            key = object_key(doc)
+            seen = gates if doc["kind"] == names.GATE_KIND else keepers
+            if key in seen:
+                first = seen[key][0]
+                where = f"twice in {self._name(path)}" if first == path else \
+                    f"in both {self._name(first)} and {self._name(path)}"
+                why = f"{doc['kind'].lower()} {key[0]}/{key[1]} is defined {where}"
+                problems[f"{key[0]}/{key[1]}" if seen is gates else f"gatekeeper {key[0]}/{key[1]}"] = why
+                for dup in (seen[key][1], doc):
+                    broken[_gates_of(dup)] = why
+            seen[key] = (path, doc)
+        self.index.replace_all([doc for _, doc in gates.values()], [doc for _, doc in keepers.values()], broken,
+                               Unknowns(everything, unknown_ns, unknown_gates))
+        self.problems = problems
+        self.being_written = sorted(path for path, entry in self._files.items() if entry.writing)
+        self._dirty = False
+        log.info("gates loaded", extra={"directory": self._top, "gates": len(gates), "gatekeepers": len(keepers),
+                                        "problems": len(problems)})
+
+    # -- the watcher thread ------------------------------------------------------------------
 
     def _run(self) -> None:
         while not self._stop.wait(self.poll_interval):

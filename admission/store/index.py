@@ -2,12 +2,36 @@
 
 from __future__ import annotations
 
+import logging
 import threading
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Iterable
+from typing import Iterable, Mapping
 
-from admission.core.gates import CompiledGate, GateState, compile_gate, evaluate, not_found
+from admission.core.gates import CompiledGate, GateState, compile_gate, evaluate, not_found, unknown
 from admission.core.objects import Key, object_key
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Unknowns:
+    """Gates whose state cannot be known, and why: every gate, the gates of a namespace, or
+    single gates (a gates file that may define or schedule them was never read whole). They are
+    closed, reason Unknown, whether they are defined elsewhere or not found at all."""
+
+    everything: str | None = None
+    namespaces: Mapping[str, str] = field(default_factory=dict)
+    gates: Mapping[Key, str] = field(default_factory=dict)
+
+    def why(self, key: Key) -> str | None:
+        return self.gates.get(key) or self.namespaces.get(key[0]) or self.everything
+
+    def __bool__(self) -> bool:
+        return bool(self.everything or self.namespaces or self.gates)
+
+
+NOTHING_UNKNOWN = Unknowns()
 
 
 class _Slot:
@@ -33,6 +57,7 @@ class GateIndex:
         self._gates: dict[Key, dict] = {}
         self._keepers: dict[Key, dict] = {}
         self._broken: dict[Key, str] = {}
+        self._unknowns = NOTHING_UNKNOWN
         self._slots: dict[Key, _Slot] = {}
         self.version = 0  # moves on every change: what was built from a snapshot is current while it stays
 
@@ -43,7 +68,8 @@ class GateIndex:
         """The state of gate ``namespace/name`` at ``now``."""
         slot = self._slots.get((namespace, name))
         if slot is None:
-            return not_found(namespace, name)
+            why = self._unknowns.why((namespace, name)) if self._unknowns else None
+            return not_found(namespace, name) if why is None else unknown(namespace, name, why)
         state, since = slot.state, slot.computed_at
         if state is not None and since <= now and (state.valid_until is None or now < state.valid_until):
             return state
@@ -63,14 +89,19 @@ class GateIndex:
         """Every GateKeeper object (the controller fetches their calendars)."""
         return list(self._keepers.values())
 
-    def snapshot(self, namespace: str | None = None) -> tuple[list[dict], list[dict], list[tuple[str, str, str]]]:
-        """The gates, keepers and broken gates (of ``namespace`` only, when given) as plain data,
-        from which ``replace_all`` rebuilds an equal index elsewhere (the calendar's builder)."""
+    def snapshot(self, namespace: str | None = None) -> tuple[list[dict], list[dict], list[tuple[str, str, str]],
+                                                              list[tuple[str, str, str]]]:
+        """The gates, keepers, broken gates and gates of unknown state (of ``namespace`` only,
+        when given) as plain data, from which ``replace_all`` rebuilds an index that answers the
+        same for every gate it holds elsewhere (the calendar's builder)."""
         with self._lock:  # writers change these dicts in place
             gates, keepers, broken = dict(self._gates), dict(self._keepers), dict(self._broken)
+            unknowns = self._unknowns
         wanted = (lambda key: key[0] == namespace) if namespace else (lambda key: True)
         return ([g for key, g in gates.items() if wanted(key)], [k for key, k in keepers.items() if wanted(key)],
-                [(ns, name, why) for (ns, name), why in broken.items() if wanted((ns, name))])
+                [(ns, name, why) for (ns, name), why in broken.items() if wanted((ns, name))],
+                [(ns, name, why) for ns, name in gates if wanted((ns, name))
+                 if (why := unknowns.why((ns, name))) is not None])
 
     def compiled(self, namespace: str, name: str) -> CompiledGate | None:
         slot = self._slots.get((namespace, name))
@@ -87,12 +118,20 @@ class GateIndex:
         if gate is None:
             self._slots.pop(key, None)
             return
-        broken = self._broken.get(key)
-        if broken is not None:
-            compiled = CompiledGate(key[0], key[1], errors=(broken,))
-        else:
-            compiled = compile_gate(gate, self._keepers_of(key))
-        self._slots[key] = _Slot(compiled)
+        self._slots[key] = _Slot(self._compile(key, gate, self._keepers_of(key), self._broken, self._unknowns))
+
+    @staticmethod
+    def _compile(key: Key, gate: dict, keepers, broken: dict[Key, str], unknowns: Unknowns) -> CompiledGate:
+        if key in broken:
+            return CompiledGate(key[0], key[1], errors=(broken[key],))
+        why = unknowns.why(key) if unknowns else None
+        if why is not None:
+            return CompiledGate(key[0], key[1], unknown=why)
+        try:
+            return compile_gate(gate, keepers)
+        except Exception as err:  # a bug: this gate is closed and says so, the others are read
+            log.exception("compiling a gate failed", extra={"gate": f"{key[0]}/{key[1]}"})
+            return CompiledGate(key[0], key[1], errors=(f"cannot be evaluated ({type(err).__name__})",))
 
     def put_gate(self, gate: dict) -> None:
         with self._lock:
@@ -125,9 +164,11 @@ class GateIndex:
                 self._publish(before)
 
     def replace_all(self, gates: Iterable[dict] | None, keepers: Iterable[dict] | None,
-                    broken: dict[Key, str] | None = None) -> None:
+                    broken: dict[Key, str] | None = None, unknowns: Unknowns | None = None) -> None:
         """Swap in a complete new set of gates, of keepers, or both (None keeps the current
-        set): a relist, or a reload of the gates directory."""
+        set): a relist, or a reload of the gates directory. ``broken`` gates are Invalid and
+        ``unknowns`` Unknown (both closed), whatever their definitions say."""
+        unknowns = unknowns or NOTHING_UNKNOWN
         with self._lock:
             gate_map = self._gates if gates is None else {object_key(g): g for g in gates}
             keeper_map = self._keepers if keepers is None else {object_key(k): k for k in keepers}
@@ -137,12 +178,10 @@ class GateIndex:
                 gate_key = self._gate_of(keeper)
                 if gate_key is not None:
                     by_gate.setdefault(gate_key, []).append(keeper)
-            slots = {}
-            for key, gate in gate_map.items():
-                if key in broken:
-                    compiled = CompiledGate(key[0], key[1], errors=(broken[key],))
-                else:
-                    compiled = compile_gate(gate, by_gate.get(key, ()))
-                slots[key] = _Slot(compiled)
+            slots = {key: _Slot(self._compile(key, gate, by_gate.get(key, ()), broken, unknowns))
+                     for key, gate in gate_map.items()}
+            # Lookups read _slots, then (for a gate not found) _unknowns: set in this order, a
+            # lookup between the two sees the old unknowns, closed either way.
             self._gates, self._keepers, self._broken, self._slots = gate_map, keeper_map, broken, slots
+            self._unknowns = unknowns
             self.version += 1

@@ -6,6 +6,8 @@ Aliases (``*name``) are refused: a few hundred bytes of nested aliases expand to
 
 from __future__ import annotations
 
+from typing import Iterator
+
 import yaml
 from yaml.composer import ComposerError
 
@@ -27,14 +29,33 @@ _NoAliasLoader.yaml_implicit_resolvers = {
 }
 
 
+def documents(text: str) -> Iterator[tuple[object, int]]:
+    """Each document of ``text`` (None for an empty one) with the offset in ``text`` where it ends:
+    whatever follows, including a document that cannot be read, lies after it. Raises
+    yaml.YAMLError (or RecursionError, for values nested too deeply) at a document it cannot read."""
+    loader = _NoAliasLoader(text)
+    try:
+        while loader.check_node():
+            node = loader.get_node()
+            yield loader.construct_document(node), node.end_mark.index
+    finally:
+        loader.dispose()
+
+
+def is_list(doc: object) -> bool:
+    """Whether ``doc`` is a ``kind: List`` (or ``*List``) document, as kubectl reads them."""
+    return isinstance(doc, dict) and isinstance(doc.get("kind"), str) and doc["kind"].endswith("List")
+
+
 def objects(text: str) -> list[object]:
-    """Every document of ``text``, with the items of ``*List`` documents in their place;
-    raises yaml.YAMLError. Callers decide what to do with documents that are not mappings."""
+    """Every document of ``text``, with the items of ``*List`` documents in their place (a List
+    whose ``items`` is not a list stays as it is); raises yaml.YAMLError. Callers decide what to do
+    with documents that are not mappings."""
     found: list[object] = []
-    for doc in yaml.load_all(text, Loader=_NoAliasLoader):
+    for doc, _ in documents(text):
         if doc is None:
             continue
-        if isinstance(doc, dict) and str(doc.get("kind", "")).endswith("List"):
+        if is_list(doc) and isinstance(doc.get("items") or [], list):
             found += doc.get("items") or []
         else:
             found.append(doc)

@@ -43,7 +43,7 @@ import orjson
 
 from admission.core.timefmt import format_distinct_time, parse_time
 from admission.store.calendar import DEFAULT_DAYS
-from admission.store.index import GateIndex
+from admission.store.index import GateIndex, Unknowns
 
 FEED_TTL = 60.0  # seconds a built feed is served before it is rebuilt in the background
 STALE_LIMIT = 600.0  # seconds after which a feed that could not be rebuilt is no longer served
@@ -238,10 +238,10 @@ class CalendarFeeds:
         namespace, days, gate = query
         index = self._index()
         version = index.version  # read first: a change during the snapshot makes the feed look old, never new
-        gates, keepers, broken = index.snapshot(namespace or None)
+        gates, keepers, broken, unknown = index.snapshot(namespace or None)
         # No datetime passes as a string: the child must read exactly what this worker's index
         # holds, or the calendar would show gates opening that admission keeps closed.
-        request = orjson.dumps({"gates": gates, "keepers": keepers, "broken": broken,
+        request = orjson.dumps({"gates": gates, "keepers": keepers, "broken": broken, "unknown": unknown,
                                 "now": format_distinct_time(self._clock()), "days": days,
                                 "namespace": namespace, "gate": gate}, option=orjson.OPT_PASSTHROUGH_DATETIME)
         child = self._running_child()
@@ -348,7 +348,8 @@ def build(request: dict) -> bytes:
 
     index = GateIndex()
     index.replace_all(request["gates"], request["keepers"],
-                      {(ns, name): reason for ns, name, reason in request["broken"]})
+                      {(ns, name): reason for ns, name, reason in request["broken"]},
+                      Unknowns(gates={(ns, name): why for ns, name, why in request["unknown"]}))
     now = parse_time(request["now"])
     return calendar.to_ics(calendar.calendars(index, now, request["days"], request["namespace"] or None,
                                               request.get("gate") or None), now)

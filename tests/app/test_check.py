@@ -252,3 +252,41 @@ def test_odd_manifests_get_an_answer_or_a_clear_error_never_a_crash(capsys, gate
     deep.write_text(json.dumps(flux(name="deep", spec={"x": "NESTED"})).replace('"NESTED"', '{"a":' * 3000 + "1" + "}" * 3000))
     code, out = run(capsys, "check", "-f", str(deep), "--gates-dir", str(gates_dir))
     assert code == 2 and out.startswith("error: ") and len(out.strip().splitlines()) == 1
+
+
+def test_a_broken_gates_file_is_reported_on_stderr_with_exit_6_never_a_traceback(capsys, gates_dir, tmp_path):
+    (gates_dir / "list.yaml").write_text("apiVersion: v1\nkind: List\nitems: 5\n")
+    write_gates(gates_dir, [gate("freeze", closed=True), gate("release")])
+    manifest = tmp_path / "apps.yaml"
+    manifest.write_text(yaml.safe_dump_all([flux(name="free", gates="flux-system/release")]))
+    why = "error: --gates-dir: gates file list.yaml is broken: document 1 is a List whose items are not a list"
+
+    assert kubectl_gate.main(["list", "--gates-dir", str(gates_dir), "-o", "json"]) == kubectl_gate.EXIT_BAD_GATES_DIR == 6
+    out = capsys.readouterr()
+    assert {r["name"]: r["state"] for r in json.loads(out.out)} == {"freeze": "Closed", "release": "Opened"}
+    assert out.err.strip() == why
+    # check: the verdicts are the server's with that directory; a broken file is exit 6...
+    assert kubectl_gate.main(["check", "-f", str(manifest), "--gates-dir", str(gates_dir), "-o", "json"]) == 6
+    out = capsys.readouterr()
+    assert [r["verdict"] for r in json.loads(out.out)] == [ALLOWED] and out.err.strip() == why
+    # ...unless something would be denied: 1, as ever.
+    manifest.write_text(yaml.safe_dump_all([flux(name="frozen", gates="flux-system/freeze")]))
+    assert kubectl_gate.main(["check", "-f", str(manifest), "--gates-dir", str(gates_dir)]) == 1
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_gates_file_that_cannot_be_parsed_closes_what_it_may_define_for_check_too(capsys, gates_dir, tmp_path):
+    write_gates(gates_dir, [gate("release")])
+    (gates_dir / "keepers.yaml").write_text("kind: GateKeeper\nmetadata: {name: freeze, namespace: flux-system\n")
+    manifest = tmp_path / "apps.yaml"
+    manifest.write_text(yaml.safe_dump_all([flux(name="app", gates="flux-system/release")]))
+    code, out = run(capsys, "check", "-f", str(manifest), "--gates-dir", str(gates_dir), "-o", "json")
+    assert code == 1 and "gate state unknown: gates file keepers.yaml is broken" in out
+
+
+def test_a_manifest_holding_a_list_whose_items_are_not_a_list_is_checked_not_a_traceback(capsys, gates_dir, tmp_path):
+    write_gates(gates_dir, [gate("freeze", closed=True)])
+    manifest = tmp_path / "apps.yaml"
+    manifest.write_text("apiVersion: v1\nkind: List\nitems: 5\n---\n" + yaml.safe_dump(flux(gates="flux-system/freeze")))
+    code, out = run(capsys, "check", "-f", str(manifest), "--gates-dir", str(gates_dir), "-o", "json")
+    assert code == 1 and [r["verdict"] for r in json.loads(out)] == [DENIED]

@@ -184,3 +184,33 @@ def test_a_gates_file_half_written_by_a_pausing_writer_never_opens_its_gate(tmp_
         assert out["response"]["allowed"] is False and "bypass-signoff" in out["response"]["status"]["message"]
     finally:
         srv.stop()
+
+
+def test_a_malformed_gates_file_is_a_reported_problem_not_a_worker_that_cannot_boot(tmp_path):
+    import os
+    import signal
+
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    (gates / "list.yaml").write_text("apiVersion: v1\nkind: List\nitems: 5\n")
+    write_gates(gates, [gate("sre-approval", default="closed"), gate("qa-approval")])
+    srv = GateServer(tmp_path, "--gates-dir", str(gates), "--workers", "1")
+    qa = flux(gates="flux-system/qa-approval")
+    body = orjson.dumps(review(request("UPDATE", changed(qa, path="./b"), qa)))
+    try:
+        srv.wait_ready()  # the worker failed to boot, and the server exited
+        status, detail = srv.request("GET", "/readyz")
+        assert status == 200 and "list.yaml is broken" in orjson.dumps(detail).decode()
+        assert srv.request("POST", "/validate", body)[1]["response"]["allowed"] is True
+        # A worker that restarts reads the file again at boot: the master goes on.
+        [worker] = srv.children()
+        os.kill(worker, signal.SIGKILL)
+        until(srv.children, lambda pids: pids and worker not in pids, timeout=30)
+        srv.wait_ready()
+        # And the other files are still read: closing a gate takes effect.
+        write_gates(gates, [gate("sre-approval", default="closed"), gate("qa-approval", default="closed")])
+        out = until(lambda: srv.request("POST", "/validate", body)[1], lambda o: o["response"]["allowed"] is False)
+        assert "qa-approval' is closed" in out["response"]["status"]["message"]
+        assert srv.alive()
+    finally:
+        srv.stop()
