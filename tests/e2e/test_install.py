@@ -44,7 +44,7 @@ def installed(plane):
 def test_the_manifests_render_and_apply_cleanly(plane, installed):
     kinds = sorted({d["kind"] for d in installed})
     assert kinds == ["ClusterRole", "ClusterRoleBinding", "CronJob", "CustomResourceDefinition", "Deployment", "Job",
-                     "MutatingWebhookConfiguration", "Namespace", "PodDisruptionBudget", "Role", "RoleBinding",
+                     "MutatingWebhookConfiguration", "Namespace", "NetworkPolicy", "PodDisruptionBudget", "Role", "RoleBinding",
                      "Service", "ServiceAccount", "ValidatingWebhookConfiguration"]
     listed = plane.kubectl("get", "deployments,services,poddisruptionbudgets,cronjobs,jobs", "-n", NS, "-o", "name").stdout
     for name in ("deployment.apps/gate-admission", "deployment.apps/gate-admission-controller",

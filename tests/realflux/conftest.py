@@ -7,22 +7,24 @@ start once. Nothing here is a double."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import subprocess
-from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.e2e.conftest import controller_running, own_plane, serving, start_server
-from tests.e2e.controlplane import GATE_ADMISSION, ControlPlane
+from tests.e2e.controlplane import GATE_ADMISSION, ROOT, ControlPlane
 from tests.polling import until
 from tests.processes import BIN
 from tests.realflux.flux import FluxControllers, flux_cli, flux_dir, tools_dir
 from tests.realflux.servers import ChartRepository, GitServer, Registry
 
-pytestmark = pytest.mark.realflux
+RECEIVER_TOKEN = "realflux-receiver-token"
+BREAK_GLASS = "break-glass"
 
 
 def pytest_collection_modifyitems(items):
@@ -40,9 +42,14 @@ def plane(tmp_path_factory):
 def webhook(plane, tmp_path_factory):
     # As a cluster that authenticates the API server to the webhook should run it: reviews
     # without the API server's client certificate are refused.
-    with serving(plane, start_server(tmp_path_factory.mktemp("realflux-server"), None, "--kubeconfig",
-                                     str(plane.kubeconfig(GATE_ADMISSION)),
-                                     "--client-ca-file", str(plane.webhook_client_ca))) as server:
+    # The receiver is on (its RBAC component applied); `break-glass` is the exempt group.
+    plane.kubectl("apply", "-f", str(ROOT / "manifests" / "components" / "receiver" / "rbac.yaml"))
+    tmp = tmp_path_factory.mktemp("realflux-server")
+    (tmp / "receiver-token").write_text(RECEIVER_TOKEN)
+    with serving(plane, start_server(tmp, None, "--kubeconfig", str(plane.kubeconfig(GATE_ADMISSION)),
+                                     "--client-ca-file", str(plane.webhook_client_ca),
+                                     "--receiver-token-file", str(tmp / "receiver-token"),
+                                     "--exempt-groups", BREAK_GLASS)) as server:
         yield server
 
 
@@ -121,9 +128,24 @@ class Cluster:
 @pytest.fixture
 def cluster(plane, webhook, gate_controller, flux, request):
     """A namespace of the test's own, in the cluster where the real Flux runs."""
-    namespace = "rf-" + request.node.name.removeprefix("test_").replace("_", "-")[:40].strip("-")
+    digest = hashlib.sha256(request.node.nodeid.encode()).hexdigest()[:6]
+    words = re.sub(r"[^a-z0-9]+", "-", request.node.name.removeprefix("test_").lower())[:40].strip("-")
+    namespace = f"rf-{words}-{digest}"
     plane.kubectl("create", "namespace", namespace)
     return Cluster(plane, namespace)
+
+
+def receiver(server, namespace: str, name: str, action: str, message: str = "") -> int:
+    """POST /hooks/gates/NS/NAME/ACTION with the receiver's token, as CI or ChatOps would; the status."""
+    conn = server.connection()
+    try:
+        conn.request("POST", f"/hooks/gates/{namespace}/{name}/{action}", body=json.dumps({"message": message}),
+                     headers={"Content-Type": "application/json", "Authorization": f"Bearer {RECEIVER_TOKEN}"})
+        resp = conn.getresponse()
+        resp.read()
+        return resp.status
+    finally:
+        conn.close()
 
 
 def condition(obj: dict, kind: str) -> dict:
@@ -134,4 +156,3 @@ def ready(obj: dict) -> str | None:
     return condition(obj, "Ready").get("status")
 
 
-__all__ = ["Cluster", "condition", "ready", "Path"]
