@@ -76,7 +76,10 @@ FLUX_KINDS: tuple[FluxKind, ...] = (
     FluxKind("HelmRepository", names.SOURCE_GROUP, "helmrepositories", _SOURCE_VERSIONS, ARTIFACT),
     FluxKind("HelmChart", names.SOURCE_GROUP, "helmcharts", _SOURCE_VERSIONS, ARTIFACT),
     FluxKind("Bucket", names.SOURCE_GROUP, "buckets", _SOURCE_VERSIONS, ARTIFACT),
-    FluxKind("ExternalArtifact", names.SOURCE_GROUP, "externalartifacts", ("v1",), ARTIFACT),
+    # Serves an artifact, but its producer (source-watcher) server-side applies status with force
+    # and garbage-collects old artifacts without reading the stored status: one written back
+    # could name a deleted file. Only edits are gated (docs/design.md, "Hold points").
+    FluxKind("ExternalArtifact", names.SOURCE_GROUP, "externalartifacts", ("v1",)),
     FluxKind("ImagePolicy", names.IMAGE_GROUP, "imagepolicies", _IMAGE_VERSIONS, LATEST_IMAGE),
     FluxKind("ImageRepository", names.IMAGE_GROUP, "imagerepositories", _IMAGE_VERSIONS),
     FluxKind("ImageUpdateAutomation", names.IMAGE_GROUP, "imageupdateautomations", _IMAGE_VERSIONS),
@@ -88,7 +91,7 @@ SOURCE_KINDS = frozenset(k.kind for k in FLUX_KINDS if k.source)
 # What the webhook looks up (never per review from the API server: a watch cache, e.g.
 # admission.kube.fluxcache): what each source serves, and HelmReleases, whose gates their
 # generated HelmCharts inherit.
-CACHED_KINDS = SOURCE_KINDS | {"HelmRelease"}
+CACHED_KINDS = SOURCE_KINDS | {"ExternalArtifact", "HelmRelease"}  # what consumers' sources serve
 # Whose status the webhook patches (``get`` and ``patch`` on ``<plural>/status``) to show a
 # denied attempt: admission.kube.attempts.
 ATTEMPT_SHOWING_KINDS = frozenset(k.kind for k in FLUX_KINDS if k.shows_denied_attempts)
