@@ -64,7 +64,9 @@ def test_a_new_commit_waits_for_the_gate_and_lands_when_it_opens(cluster, git):
     assert listing.returncode == 0, listing.stderr
     line = next(row for row in listing.stdout.splitlines() if row.startswith("gated"))
     assert "False" in line and "freeze" in line, listing.stdout
-    REPORT["flux get kustomizations (held)"] = listing.stdout.strip().replace("\n", " | ")
+    REPORT["flux get kustomizations, one held"] = "\n" + listing.stdout.rstrip()
+    REPORT["kubectl get kustomizations, one held"] = "\n" + cluster.plane.kubectl(
+        "get", "kustomizations", "-n", ns).stdout.rstrip()
 
     opened = time.monotonic()
     assert cluster.gate("open", "freeze", "-n", ns, "-m", "approved").returncode == 0
