@@ -129,15 +129,21 @@ def report(results: dict[tuple[str, str], list[float]], per_round: list[dict[tup
         print(f"{'':<26} ours/floor: {medians['ours'] / medians['floor']:.2f}x per write, "
               f"{added_ours / added_floor if added_floor > 0 else float('nan'):.2f}x of the added latency "
               f"(ours adds {added_ours:.2f} ms, the floor {added_floor:.2f} ms)")
-        print(f"{'':<26} per round, ours/floor per write: "
-              + ", ".join(f"{m[('ours', kind)] / m[('floor', kind)]:.2f}x" for m in per_round)
-              + "; of the added latency: "
-              + ", ".join(_ratio(m[("ours", kind)] - m[("none", kind)], m[("floor", kind)] - m[("none", kind)])
-                          for m in per_round))
+        per_write = [m[("ours", kind)] / m[("floor", kind)] for m in per_round]
+        added = [(m[("ours", kind)] - m[("none", kind)], m[("floor", kind)] - m[("none", kind)]) for m in per_round]
+        print(f"{'':<26} per round, ours/floor per write: " + ", ".join(f"{x:.2f}x" for x in per_write)
+              + "; of the added latency: " + ", ".join(_ratio(*pair) for pair in added))
+        print(f"{'':<26} median over rounds of the per-round ratios: {statistics.median(per_write):.2f}x per write, "
+              f"{_median_ratio(added)} of the added latency")
 
 
 def _ratio(ours: float, floor: float) -> str:
     return f"{ours / floor:.2f}x" if floor > 0 else "n/a"
+
+
+def _median_ratio(pairs: list[tuple[float, float]]) -> str:
+    ratios = [ours / floor for ours, floor in pairs if floor > 0]
+    return f"{statistics.median(ratios):.2f}x" if ratios else "n/a"
 
 
 if __name__ == "__main__":
