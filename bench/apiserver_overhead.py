@@ -1,17 +1,23 @@
-"""Latency a write gains when our webhooks are registered, through a real kube-apiserver.
+"""Latency a write gains when our webhooks are registered, through a real kube-apiserver, against
+the same write through an allow-all Go webhook pair (bench/floor) and through none, in one run.
 
 Usage: python bench/apiserver_overhead.py [--writes 400] [--rounds 3]
-Starts its own etcd + kube-apiserver (tests/e2e harness) and `gate-admission serve` (cluster
-store, its defaults), then alternates rounds without and with the webhooks
-registered (A/B/A/B...), each round patching a gated Kustomization's labels `--writes` times
-with the Python client (one connection, sequential). Both webhooks are called for every write
-(mutate, then validate). Reports the median and p95 per round and the median added latency.
+Starts its own etcd + kube-apiserver (tests/e2e harness: hack/control-plane-binaries.sh, or
+$KUBEBUILDER_ASSETS), `gate-admission serve` (cluster store, its defaults) and the Go floor
+(built once with the installed go command into ~/.cache/flux-gate-admission/tools: standard
+library only, no downloads; bench/through_apiserver.py) on our server's certificate. Each round
+registers, in turn (the order rotates each round): no webhooks, the floor, ours
+(manifests/webhooks, only the URL differs), and patches a gated Kustomization's labels
+`--writes` times with the Python client (one connection, sequential). Both webhooks are called
+for every write (mutate, then validate). Prints the command, date, code, API server version and
+machine load, the median and p95 per variant, the latency each adds to a write without webhooks,
+the ratio ours / floor (per write, and of the added latency), and the mean time of each webhook
+call as the API server measures it.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile
@@ -24,11 +30,11 @@ from kubernetes import client
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from admission.kube.client import api_client  # noqa: E402
+from bench.through_apiserver import CallTimes, Floor, VARIANTS, print_header, rotated, switch, uptime  # noqa: E402
 from tests.builders import gate  # noqa: E402
-from tests.e2e.conftest import prepared, register_webhooks, wait_until_webhooks_answer  # noqa: E402
+from tests.e2e.conftest import prepared  # noqa: E402
 from tests.e2e.controlplane import ALICE, GATE_ADMISSION, ControlPlane, assets_dir  # noqa: E402
 from tests.e2e.manifests import kustomization  # noqa: E402
-from tests.polling import until  # noqa: E402
 from tests.processes import GateServer  # noqa: E402
 
 
@@ -46,43 +52,78 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--writes", type=int, default=400)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--server-args", default="", help="more `gate-admission serve` flags, e.g. '--threads 1'")
     args = parser.parse_args()
+    started_load = uptime()
     work = Path(tempfile.mkdtemp(prefix="bench-overhead-"))
-    server = None
+    server = floor = None
     with prepared(ControlPlane(work, assets_dir()), work) as plane:
         try:
             plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(gate("bench-gate")))
             plane.kubectl("apply", "-f", "-", input=kustomization("bench", gates="flux-system/bench-gate"), user=ALICE)
-            server = GateServer(work, "--kubeconfig", str(plane.kubeconfig(GATE_ADMISSION)))
+            server = GateServer(work, "--kubeconfig", str(plane.kubeconfig(GATE_ADMISSION)), *args.server_args.split())
             server.wait_ready()
+            floor = Floor(work, server.cert_dir)
             api = client.CustomObjectsApi(api_client(str(plane.kubeconfig(ALICE))))
             round_latencies(api, 50)  # warm the client's connection
-            rows = []
+            results: dict[str, list[float]] = {}
+            per_round: list[dict[str, tuple[float, float]]] = []
+            calls = CallTimes(plane, server)
             for r in range(args.rounds):
-                for registered in (False, True):
-                    if registered:
-                        register_webhooks(plane, server)
-                        wait_until_webhooks_answer(plane, server)
-                    else:
-                        plane.kubectl("delete", "validatingwebhookconfiguration,mutatingwebhookconfiguration",
-                                      "gate-admission", "--ignore-not-found")
-                        until(lambda: plane.kubectl("get", "validatingwebhookconfigurations", "-o", "name").stdout,
-                              lambda out: "gate-admission" not in out)
+                row = {}
+                for variant in rotated(r):
+                    switch(plane, server, floor, variant)
                     round_latencies(api, 20)  # let the API server open its webhook connections
-                    lat = round_latencies(api, args.writes)
-                    rows.append((r, registered, statistics.median(lat), sorted(lat)[int(len(lat) * 0.95)]))
-            print(f"# python bench/apiserver_overhead.py --writes {args.writes} --rounds {args.rounds}  |  "
-                  f"{os.cpu_count()} cpus, kube-apiserver v1.20.2 + etcd on loopback, gate-admission defaults (2 workers x 4 threads)")
-            print("round  webhooks  median ms  p95 ms")
-            for r, registered, median, p95 in rows:
-                print(f"{r:>5}  {'yes' if registered else 'no':>8}  {median:9.2f}  {p95:6.2f}")
-            without = statistics.median([m for _, reg, m, _ in rows if not reg])
-            with_ = statistics.median([m for _, reg, m, _ in rows if reg])
-            print(f"median added latency per write (mutate + validate): {with_ - without:.2f} ms "
-                  f"({without:.2f} -> {with_:.2f} ms)")
+                    with calls.measure(variant):
+                        lat = round_latencies(api, args.writes)
+                    results.setdefault(variant, []).extend(lat)
+                    row[variant] = (statistics.median(lat), sorted(lat)[int(len(lat) * 0.95)])
+                per_round.append(row)
+                print(f"# round {r + 1}/{args.rounds}: " + " / ".join(f"{row[v][0]:.2f}" for v in VARIANTS)
+                      + " ms (none / floor / ours)", file=sys.stderr, flush=True)
+            print_header(plane, "gate-admission serve defaults" + (f" + {args.server_args}" if args.server_args else "")
+                         + "; floor: bench/floor (Go, allow-all)", started_load)
+            report(results, per_round)
+            calls.report()
         finally:
-            if server:
-                server.stop()
+            for proc in (floor, server):
+                if proc:
+                    proc.stop()
+
+
+def report(results: dict[str, list[float]], per_round: list[dict[str, tuple[float, float]]]) -> None:
+    print("round  variant  median ms  p95 ms")
+    for r, row in enumerate(per_round):
+        for variant in VARIANTS:
+            median, p95 = row[variant]
+            print(f"{r + 1:>5}  {variant:>7}  {median:9.2f}  {p95:6.2f}")
+    print("all rounds:")
+    print("variant  median ms  p95 ms  added ms")
+    medians = {}
+    for variant in VARIANTS:
+        lat = sorted(results[variant])
+        medians[variant] = statistics.median(lat)
+        print(f"{variant:>7}  {medians[variant]:9.2f}  {lat[int(len(lat) * 0.95)]:6.2f}  "
+              f"{medians[variant] - medians['none']:8.2f}")
+    added_floor, added_ours = medians["floor"] - medians["none"], medians["ours"] - medians["none"]
+    print(f"median added latency per write (mutate + validate): ours {added_ours:.2f} ms, floor {added_floor:.2f} ms")
+    print(f"ours/floor: {medians['ours'] / medians['floor']:.2f}x per write, "
+          f"{_ratio(added_ours, added_floor)} of the added latency")
+    per_write = [row["ours"][0] / row["floor"][0] for row in per_round]
+    added = [(row["ours"][0] - row["none"][0], row["floor"][0] - row["none"][0]) for row in per_round]
+    print("per round, ours/floor per write: " + ", ".join(f"{x:.2f}x" for x in per_write)
+          + "; of the added latency: " + ", ".join(_ratio(*pair) for pair in added))
+    print(f"median over rounds of the per-round ratios: {statistics.median(per_write):.2f}x per write, "
+          f"{_median_ratio(added)} of the added latency")
+
+
+def _ratio(ours: float, floor: float) -> str:
+    return f"{ours / floor:.2f}x" if floor > 0 else "n/a"
+
+
+def _median_ratio(pairs: list[tuple[float, float]]) -> str:
+    ratios = [ours / floor for ours, floor in pairs if floor > 0]
+    return f"{statistics.median(ratios):.2f}x" if ratios else "n/a"
 
 
 if __name__ == "__main__":

@@ -2,10 +2,11 @@
 //
 // It answers POST /mutate and POST /validate over TLS with "allowed: true" and the request's
 // uid, and does nothing else: the least any webhook must do (TLS, HTTP, decode the review,
-// encode a response). Standard library only (net/http, crypto/tls, encoding/json), so it
-// builds offline in GOPATH mode:
+// encode a response). Standard library only (net/http, crypto/tls, encoding/json): a module of
+// its own that needs no downloads. The benches build it once per source and Go version into
+// ~/.cache/flux-gate-admission/tools (bench/through_apiserver.py); by hand:
 //
-//	GO111MODULE=off go build -o /tmp/admission-floor bench/floor/main.go
+//	cd bench/floor && GOPROXY=off GOTOOLCHAIN=local go build -trimpath -o /tmp/admission-floor .
 //	/tmp/admission-floor -addr 127.0.0.1:9444 -cert tls.crt -key tls.key
 package main
 

@@ -1,0 +1,3 @@
+module fga.local/admission-floor
+
+go 1.22
