@@ -30,7 +30,8 @@ from kubernetes import client
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from admission.kube.client import api_client  # noqa: E402
-from bench.through_apiserver import CallTimes, Floor, VARIANTS, print_header, rotated, switch, uptime  # noqa: E402
+from bench.through_apiserver import (CallTimes, Floor, VARIANTS, median_ratio, print_header, ratio, rotated,  # noqa: E402
+                                     switch, uptime)
 from tests.builders import gate  # noqa: E402
 from tests.e2e.conftest import prepared  # noqa: E402
 from tests.e2e.controlplane import ALICE, GATE_ADMISSION, ControlPlane, assets_dir  # noqa: E402
@@ -108,22 +109,13 @@ def report(results: dict[str, list[float]], per_round: list[dict[str, tuple[floa
     added_floor, added_ours = medians["floor"] - medians["none"], medians["ours"] - medians["none"]
     print(f"median added latency per write (mutate + validate): ours {added_ours:.2f} ms, floor {added_floor:.2f} ms")
     print(f"ours/floor: {medians['ours'] / medians['floor']:.2f}x per write, "
-          f"{_ratio(added_ours, added_floor)} of the added latency")
+          f"{ratio(added_ours, added_floor)} of the added latency")
     per_write = [row["ours"][0] / row["floor"][0] for row in per_round]
     added = [(row["ours"][0] - row["none"][0], row["floor"][0] - row["none"][0]) for row in per_round]
     print("per round, ours/floor per write: " + ", ".join(f"{x:.2f}x" for x in per_write)
-          + "; of the added latency: " + ", ".join(_ratio(*pair) for pair in added))
+          + "; of the added latency: " + ", ".join(ratio(*pair) for pair in added))
     print(f"median over rounds of the per-round ratios: {statistics.median(per_write):.2f}x per write, "
-          f"{_median_ratio(added)} of the added latency")
-
-
-def _ratio(ours: float, floor: float) -> str:
-    return f"{ours / floor:.2f}x" if floor > 0 else "n/a"
-
-
-def _median_ratio(pairs: list[tuple[float, float]]) -> str:
-    ratios = [ours / floor for ours, floor in pairs if floor > 0]
-    return f"{statistics.median(ratios):.2f}x" if ratios else "n/a"
+          f"{median_ratio(added)} of the added latency")
 
 
 if __name__ == "__main__":

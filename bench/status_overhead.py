@@ -34,7 +34,8 @@ from kubernetes import client
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from admission.kube.client import api_client  # noqa: E402
-from bench.through_apiserver import CallTimes, Floor, VARIANTS, print_header, rotated, switch, uptime  # noqa: E402
+from bench.through_apiserver import (CallTimes, Floor, VARIANTS, median_ratio, print_header, ratio, rotated,  # noqa: E402
+                                     switch, uptime)
 from tests.builders import gate  # noqa: E402
 from tests.e2e.conftest import prepared  # noqa: E402
 from tests.e2e.controlplane import ALICE, FLUX, GATE_ADMISSION, ControlPlane, assets_dir  # noqa: E402
@@ -132,18 +133,9 @@ def report(results: dict[tuple[str, str], list[float]], per_round: list[dict[tup
         per_write = [m[("ours", kind)] / m[("floor", kind)] for m in per_round]
         added = [(m[("ours", kind)] - m[("none", kind)], m[("floor", kind)] - m[("none", kind)]) for m in per_round]
         print(f"{'':<26} per round, ours/floor per write: " + ", ".join(f"{x:.2f}x" for x in per_write)
-              + "; of the added latency: " + ", ".join(_ratio(*pair) for pair in added))
+              + "; of the added latency: " + ", ".join(ratio(*pair) for pair in added))
         print(f"{'':<26} median over rounds of the per-round ratios: {statistics.median(per_write):.2f}x per write, "
-              f"{_median_ratio(added)} of the added latency")
-
-
-def _ratio(ours: float, floor: float) -> str:
-    return f"{ours / floor:.2f}x" if floor > 0 else "n/a"
-
-
-def _median_ratio(pairs: list[tuple[float, float]]) -> str:
-    ratios = [ours / floor for ours, floor in pairs if floor > 0]
-    return f"{statistics.median(ratios):.2f}x" if ratios else "n/a"
+              f"{median_ratio(added)} of the added latency")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import hashlib
 import os
 import re
 import shlex
+import statistics
 import ssl
 import subprocess
 import sys
@@ -226,3 +227,14 @@ def print_header(plane, what: str, started_load: str) -> None:
     print(f"# {time.strftime('%Y-%m-%d %H:%M %Z')}, code {commit()}, {os.cpu_count()} cpus, {versions(plane)}; {what}")
     print(f"# load at start: {started_load}")
     print(f"# load at end:   {uptime()}")
+
+
+def ratio(ours: float, floor: float) -> str:
+    """``ours`` over ``floor`` as printed in the figures, or n/a when the floor added nothing."""
+    return f"{ours / floor:.2f}x" if floor > 0 else "n/a"
+
+
+def median_ratio(pairs: list[tuple[float, float]]) -> str:
+    """The median of ``ours / floor`` over (ours, floor) pairs, as printed."""
+    ratios = [ours / floor for ours, floor in pairs if floor > 0]
+    return f"{statistics.median(ratios):.2f}x" if ratios else "n/a"

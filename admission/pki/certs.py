@@ -89,36 +89,12 @@ def make_ca(now: datetime, common_name: str = "gate-admission-ca") -> tuple[ec.E
     return key, cert
 
 
-def make_serving_cert(ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Certificate, names: list[str],
-                      now: datetime, days: int = SERVING_DAYS) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
-    """A TLS server certificate for ``names`` (DNS names or IPs), signed by the CA."""
+def _leaf_cert(ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Certificate, common_name: str,
+               usage: x509.ObjectIdentifier, now: datetime, days: int,
+               names: list[str] | None = None) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    """A certificate for one ``usage`` (server or client authentication), signed by the CA."""
     key = _key()
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0])]))
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - timedelta(minutes=5))
-        .not_valid_after(now + timedelta(days=days))
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.KeyUsage(digital_signature=True, key_encipherment=False, key_cert_sign=False,
-                                     crl_sign=False, content_commitment=False, data_encipherment=False,
-                                     key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(_san(names), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    return key, cert
-
-
-def make_client_cert(ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Certificate, common_name: str,
-                     now: datetime, days: int = SERVING_DAYS) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
-    """A TLS client certificate (``clientAuth`` only) for ``common_name``, signed by the CA: what
-    the API server presents to ``serve --client-ca-file`` (docs/operations.md)."""
-    key = _key()
-    cert = (
+    builder = (
         x509.CertificateBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
         .issuer_name(ca_cert.subject)
@@ -130,11 +106,26 @@ def make_client_cert(ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Certifica
         .add_extension(x509.KeyUsage(digital_signature=True, key_encipherment=False, key_cert_sign=False,
                                      crl_sign=False, content_commitment=False, data_encipherment=False,
                                      key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
-        .sign(ca_key, hashes.SHA256())
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
     )
+    if names:
+        builder = builder.add_extension(_san(names), critical=False)
+    cert = (builder.add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+            .sign(ca_key, hashes.SHA256()))
     return key, cert
+
+
+def make_serving_cert(ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Certificate, names: list[str],
+                      now: datetime, days: int = SERVING_DAYS) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    """A TLS server certificate for ``names`` (DNS names or IPs), signed by the CA."""
+    return _leaf_cert(ca_key, ca_cert, names[0], ExtendedKeyUsageOID.SERVER_AUTH, now, days, names)
+
+
+def make_client_cert(ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Certificate, common_name: str,
+                     now: datetime, days: int = SERVING_DAYS) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    """A TLS client certificate (``clientAuth`` only) for ``common_name``, signed by the CA: what
+    the API server presents to ``serve --client-ca-file`` (docs/operations.md)."""
+    return _leaf_cert(ca_key, ca_cert, common_name, ExtendedKeyUsageOID.CLIENT_AUTH, now, days)
 
 
 def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
