@@ -1,21 +1,26 @@
-"""The doubles of source-controller and kustomize-controller (tests/e2e/doubles) write what the
-real controllers write, as admission sees it.
+"""The doubles of source-controller, kustomize-controller and helm-controller (tests/e2e/doubles)
+write what the real controllers write, as admission sees it.
 
 One scenario runs twice: with the real Flux controllers (this tier's session cluster) and with
 the doubles (a control plane of their own, with our server and controller, as
 tests/e2e/test_content_holds.py runs them). A gated GitRepository and a gated Kustomization (on
 an ungated GitRepository of the same repository) reconcile revision 1 with the gate open; the
-gate closes; revision 2 arrives and is held; the gate opens; revision 2 lands.
+gate closes; revision 2 arrives and is held; the gate opens; revision 2 lands. For a gated
+HelmRelease, revision 2 is new values from its ``valuesFrom`` ConfigMap (a new chart version
+is held at the generated HelmChart, a source like the GitRepository).
 
 What is compared: for each gated object, the API server's audit log of its status writes
 (``<kind>/status`` update/patch, logged with request and response bodies by the test planes'
 audit policy), from the first write until the write that stores revision 2 as landed. Each
-write is reduced to what admission acts on: refused or stored, rewritten by our mutating
-webhook or not, and which status fields the stored object (or, when refused, the request)
-changes — every top-level field, the sub-fields of ``artifact``, conditions by type, status and
-reason (a message-only change counts as a change, its wording does not), revisions as R1/R2.
-Runs of repeated writes (retries, interval reconciles, whose count depends on timing) count
-once. The real controllers win wherever the two differ.
+patch call of the Flux controller (a conditions request and/or a rest-of-status request) is
+reduced to what admission acts on: which requests it sent and which were refused, whether our
+mutating webhook rewrote it, and which status fields the stored object (or, when refused, the
+request) changes — every top-level field (size aside, the sub-fields of ``artifact``),
+conditions by type, status and reason (a message-only change counts as a change, its wording
+does not), revisions and values digests as R1/R2, D1/D2. Our controller's writes change what is
+stored but are not entries. Runs of repeated calls (retries, interval reconciles, whose count
+depends on timing) count once; the scenario waits for at least one retry or poll while held,
+so that the held phase always has them. The real controllers win wherever the two differ.
 """
 
 from __future__ import annotations
@@ -29,12 +34,14 @@ import yaml
 
 from admission.kube.client import api_client
 from tests.e2e.conftest import controller_running, own_plane, serving, start_server
-from tests.e2e.controlplane import FLUX, GATE_ADMISSION, SOURCE_CONTROLLER
+from tests.e2e.controlplane import FLUX, GATE_ADMISSION, HELM_CONTROLLER, SOURCE_CONTROLLER
+from tests.e2e.doubles.helm import HelmController
 from tests.e2e.doubles.kustomize import KustomizeController
 from tests.e2e.doubles.source import SourceController, Storage
 from tests.polling import until
 from tests.realflux.conftest import Cluster, condition, ready
 from tests.realflux.servers import configmap
+from tests.realflux.test_helm import helm_release, helm_repository
 from tests.realflux.test_kustomization import gate, git_repository, kustomization
 
 GATES = "gating.toolkit.fluxcd.io/gates"
@@ -226,47 +233,64 @@ def is_conditions_request(event: dict) -> bool:
     return bool((body.get("metadata") or {}).get("resourceVersion"))
 
 
-def calls(events: list[dict]) -> list[list[dict]]:
-    """The requests grouped by the patch call that sent them: a conditions request and the
-    rest-of-status request after it (either may be skipped). Conflicts, which the helper
-    retries, are left out."""
-    grouped: list[list[dict]] = []
-    for event in events:
-        if (event.get("responseStatus") or {}).get("code") == 409:
-            continue
-        if is_conditions_request(event) or not grouped or len(grouped[-1]) == 2 \
-                or not is_conditions_request(grouped[-1][0]):
-            grouped.append([event])
-        else:
-            grouped[-1].append(event)
-    return grouped
+FLUX_USERS = "system:serviceaccount:flux-system:"
+
+
+def by_flux(event: dict) -> bool:
+    return (event.get("user") or {}).get("username", "").startswith(FLUX_USERS)
 
 
 def reduce(events: list[dict], revisions: dict[str, str], done) -> list[tuple]:
-    """Each patch call as (its requests and their outcomes, rewritten by our mutating webhook,
-    what the stored status changed, what refused requests tried to change), up to and
-    including the first call that leaves ``done(status)``. Which of a call's two requests our
-    webhook rewrites depends on when its caches see the source's new revision, so rewriting is
-    counted per call."""
+    """The Flux controller's patch calls, each a conditions request and the rest-of-status
+    request after it (either may be skipped), as (its requests and their outcomes, rewritten by
+    our mutating webhook, what its requests changed in the stored status, what refused requests
+    tried to change), up to and including the first call that leaves ``done(status)``.
+
+    Which of a call's two requests our webhook rewrites depends on when its caches see the
+    source's new revision, so rewriting is counted per call, and only where the stored status
+    changed. Conflicts, which the helper
+    retries, are left out; others' writes (our controller's) change what is stored but are
+    not entries."""
     stored: dict = {}
-    out = []
-    for call in calls(events):
-        before, shape, refused, mutated = stored, [], [], False
-        for event in call:
-            code = (event.get("responseStatus") or {}).get("code", 0)
-            which = "conditions" if is_conditions_request(event) else "status"
+    out: list[tuple] = []
+    call: dict | None = None
+
+    def finish() -> bool:
+        if call is not None:
+            # A rewrite that leaves the stored status as it was depends only on whether our
+            # controller's write came first: it counts as sent.
+            rewrote = call["mutated"] and call["changed"]
+            out.append((tuple(call["shape"]), "rewritten" if rewrote else "as sent",
+                        tuple(sorted(call["changed"])), tuple(call["refused"])))
+        return call is not None and done(stored)
+
+    for event in events:
+        code = (event.get("responseStatus") or {}).get("code", 0)
+        if code == 409:
+            continue
+        if not by_flux(event):
             if 200 <= code < 300:
                 stored = (event.get("responseObject") or {}).get("status") or {}
-                mutated = mutated or rewritten(event)
-                shape.append(which)
-            else:
-                body = (event.get("requestObject") or {}).get("status") or {}
-                refused += field_changes(stored, {**stored, **body}, revisions)
-                shape.append(f"{which} refused {code}")
-        out.append((tuple(shape), "rewritten" if mutated else "as sent",
-                    tuple(field_changes(before, stored, revisions)), tuple(refused)))
-        if done(stored):
-            return out
+            continue
+        conditions_request = is_conditions_request(event)
+        if conditions_request or call is None or len(call["shape"]) == 2 or not call["conditions_first"]:
+            if finish():
+                return out
+            call = {"shape": [], "changed": [], "refused": [], "mutated": False,
+                    "conditions_first": conditions_request}
+        which = "conditions" if conditions_request else "status"
+        if 200 <= code < 300:
+            after = (event.get("responseObject") or {}).get("status") or {}
+            call["changed"] += [c for c in field_changes(stored, after, revisions) if c not in call["changed"]]
+            stored = after
+            call["mutated"] = call["mutated"] or rewritten(event)
+            call["shape"].append(which)
+        else:
+            body = (event.get("requestObject") or {}).get("status") or {}
+            call["refused"] += field_changes(stored, {**stored, **body}, revisions)
+            call["shape"].append(f"{which} refused {code}")
+    if finish():
+        return out
     raise AssertionError(f"the writes never reached the landed state: {out}")
 
 
@@ -341,3 +365,83 @@ def test_the_doubles_write_status_as_the_real_controllers_do(plane, webhook, gat
               f"real:\n{show(real_writes[resource])}\ndouble:\n{show(double_writes[resource])}"
               for resource, _ in WATCHED if double_writes[resource] != real_writes[resource]]
     assert not differ, "\n".join(differ)
+
+
+# -- HelmRelease: new values (revision 2 is a new values digest) ---------------------------------
+
+RELEASE = "app"
+
+
+def values_map(mode: str) -> dict:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "extra"},
+            "data": {"values.yaml": f"mode: {mode}\n"}}
+
+
+def history_digest(release: dict) -> str | None:
+    history = release.get("status", {}).get("history") or [{}]
+    return history[0].get("configDigest")
+
+
+def helm_scenario(cluster: Cluster, publish, chart: str, url: str) -> tuple[str, str]:
+    """Values 1 installed with the gate open, gate closed, values 2 held, gate opened, values 2
+    upgraded; the two values digests."""
+    publish("1.0.0")
+    cluster.apply(gate("freeze", cluster.namespace), helm_repository("charts", url), values_map("a"),
+                  helm_release(RELEASE, chart, "charts", {"greeting": "hello"},
+                               valuesFrom=[{"kind": "ConfigMap", "name": "extra"}]))
+    installed = cluster.wait(lambda: cluster.get("helmrelease", RELEASE),
+                             lambda r: ready(r) == "True" and history_digest(r))
+    assert ready(installed) == "True" and history_digest(installed), installed.get("status")
+    first = history_digest(installed)
+
+    assert cluster.gate("close", "freeze", "-n", cluster.namespace).returncode == 0
+    server_sees(cluster, held=True)
+    cluster.apply(values_map("b"))
+    cluster.plane.kubectl("annotate", "--overwrite", "helmrelease", RELEASE, "-n", cluster.namespace,
+                          f"reconcile.fluxcd.io/requestedAt={cluster.namespace}-values-2")
+    waiting = cluster.wait(lambda: cluster.get("helmrelease", RELEASE),
+                           lambda r: condition(r, "Approved").get("status") == "False")
+    assert condition(waiting, "Approved").get("reason") == "GateClosed", waiting.get("status")
+    refusals = until(lambda: [e for e in audit_writes(cluster.plane.audit_log, "helmreleases", cluster.namespace, RELEASE)
+                              if (e.get("responseStatus") or {}).get("code", 0) in (400, 403, 422)],
+                     lambda found: len(found) >= 3, timeout=60, interval=0.25)
+    assert len(refusals) >= 3, "the held HelmRelease was never retried"
+
+    assert cluster.gate("open", "freeze", "-n", cluster.namespace).returncode == 0
+    upgraded = cluster.wait(lambda: cluster.get("helmrelease", RELEASE),
+                            lambda r: ready(r) == "True" and history_digest(r) not in (None, first))
+    assert ready(upgraded) == "True" and history_digest(upgraded) not in (None, first), upgraded.get("status")
+    return first, history_digest(upgraded)
+
+
+def release_writes(log: Path, namespace: str, first: str, second: str) -> list:
+    def done(status: dict) -> bool:
+        ok = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+        return ok and ((status.get("history") or [{}])[0]).get("configDigest") == second
+
+    return collapse(reduce(audit_writes(log, "helmreleases", namespace, RELEASE),
+                           {second: "D2", first: "D1", "1.0.0": "C1"}, done))
+
+
+def test_the_helm_double_writes_status_as_helm_controller_does(plane, webhook, gate_controller, flux, charts,
+                                                               double_cluster, request):
+    ns = namespace_of(request)
+    chart = f"demo-{ns}"
+    plane.kubectl("create", "namespace", ns)
+    real = helm_scenario(Cluster(plane, ns), lambda version: charts.publish(chart, version), chart, charts.url)
+    real_writes = release_writes(plane.audit_log, ns, *real)
+
+    double_cluster.kubectl("create", "namespace", ns)
+    storage = Storage()
+    charts_double = SourceController(api_client(str(double_cluster.kubeconfig(SOURCE_CONTROLLER))), "HelmChart", storage)
+    helm_double = HelmController(api_client(str(double_cluster.kubeconfig(HELM_CONTROLLER))))
+    charts_double.start()
+    helm_double.start()
+    try:
+        doubled = helm_scenario(Cluster(double_cluster, ns),
+                                lambda version: charts_double.publish(ns, "charts", chart, version), chart, charts.url)
+    finally:
+        helm_double.stop()
+        charts_double.stop()
+    double_writes = release_writes(double_cluster.audit_log, ns, *doubled)
+    assert double_writes == real_writes, (f"real:\n{show(real_writes)}\ndouble:\n{show(double_writes)}")
