@@ -72,10 +72,23 @@ FLUX_CONTROLLER_USERS = {"source-controller": SOURCE_CONTROLLER, "kustomize-cont
 # AdmissionConfiguration's kubeconfig, docs/operations.md "Who may call the webhook"); a test
 # server started with --client-ca-file=plane.webhook_client_ca requires it.
 WEBHOOK_KUBECONFIG_USER = "*"  # every webhook host
+# Flux objects' status writes are logged with their bodies and results: tests/realflux/test_doubles.py
+# compares the writes the real controllers and the doubles make, as admission sees them.
 AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
 rules:
+  - level: RequestResponse
+    verbs: [update, patch]
+    resources:
+      - group: source.toolkit.fluxcd.io
+        resources: ["*/status"]
+      - group: kustomize.toolkit.fluxcd.io
+        resources: ["*/status"]
+      - group: helm.toolkit.fluxcd.io
+        resources: ["*/status"]
+      - group: image.toolkit.fluxcd.io
+        resources: ["*/status"]
   - level: Metadata
 """
 

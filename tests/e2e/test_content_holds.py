@@ -228,7 +228,7 @@ def test_objects_that_reference_no_gate_are_never_touched(plane, server, flux):
     ks = status(plane, "kustomization", "app-e", "apps")
     repo = status(plane, "gitrepository", "repo-e", "flux-system")
     # What the doubles wrote is what is stored: no condition added, none rewritten.
-    assert {c["type"] for c in ks["conditions"]} == {"Ready", "Healthy"}
+    assert {c["type"] for c in ks["conditions"]} == {"Ready"}  # no Healthy without spec.wait
     assert {c["type"] for c in repo["conditions"]} == {"Ready", "ArtifactInStorage"}
     assert cond(ks, "Ready")["message"] == "Applied revision: main@sha1:eeee0003"
     assert repo["artifact"]["revision"] == "main@sha1:eeee0003"

@@ -1,16 +1,22 @@
-"""Double of helm-controller v2: one reconcile of a HelmRelease, in FLUX-WRITES.md's order.
+"""Double of helm-controller v2: one reconcile of a HelmRelease, as helm-controller v1.6 writes
+(tests/realflux/test_doubles.py compares).
 
 It keeps the generated HelmChart (``<namespace>-<name>`` in the chart source's namespace,
 ``spec.version`` copied from the HelmRelease, ``*`` when empty) and requires its
-``generation == observedGeneration`` and an artifact. Early write: conditions only,
-"Fulfilling prerequisites". In memory: ``lastAttemptedGeneration``, ``lastAttemptedRevision``
-(the chart version), ``lastAttemptedConfigDigest`` (the values' digest). When the chart or
-values differ from ``status.history[0]``, one patch writes Reconciling "Running 'upgrade'
-action with timeout of 5m0s" (Ready=Unknown) with those fields *just before* the Helm action;
-if it fails, no action runs and no Event is emitted; the deferred end-of-reconcile patch sends
-the refused fields again, and the reconcile fails with the first error. The action here: a ConfigMap
-``<name>-release`` with chart version and values, and ``Double.applied``; then the history
-entry and Ready=True. It reconciles on its HelmChart's artifact revision changes.
+``generation == observedGeneration`` and an artifact; while it is not ready, the reconcile
+fails with Ready=False "SourceNotReady". Early write: Reconciling "Fulfilling prerequisites"
+(Ready is not touched) and ``status.helmChart``. In memory: ``lastAttemptedGeneration``,
+``lastAttemptedRevision`` (the chart version), ``lastAttemptedConfigDigest`` (the values'
+digest), ``storageNamespace``. When the chart or values differ from ``status.history[0]``, one
+patch writes Reconciling "Running 'upgrade' action with timeout of 5m0s" (Ready=Unknown) with
+those fields *just before* the Helm action; if it fails, no action runs and no Event is
+emitted. The action here: a ConfigMap ``<name>-release`` with chart version and values, and
+``Double.applied``; then one patch with the history entry, ``inventory``,
+``lastAttemptedReleaseAction(Duration)``, Released and Ready=True. The deferred
+end-of-reconcile patch, on every path: ``lastHandledReconcileAt``; when Ready=True,
+``observedGeneration`` and Reconciling removed; after a refused write it sends the refused
+fields again, and the reconcile fails with the first error. It reconciles on its HelmChart's
+artifact revision changes.
 """
 
 from __future__ import annotations
@@ -22,7 +28,8 @@ import time
 import yaml
 from kubernetes.client.rest import ApiException
 
-from tests.e2e.doubles.patch import PatchError, StatusPatcher, delete_condition, now_text, set_condition
+from tests.e2e.doubles.patch import (PatchError, StatusPatcher, condition, delete_condition, now_text,
+                                     set_condition)
 from tests.e2e.doubles.runner import Applied, Double, ReconcileError, artifact_revision, requested_at
 
 TIMEOUT = "5m0s"
@@ -98,19 +105,46 @@ class HelmController(Double):
     def reconcile(self, obj: dict, trigger: str) -> None:
         if (obj.get("spec") or {}).get("suspend"):
             return
-        meta = obj["metadata"]
         patcher = StatusPatcher(self.api, self.kind, obj, self.manager)
-        set_condition(obj, "Ready", "Unknown", "Progressing", "Fulfilling prerequisites")
+        error: Exception | None = None
+        try:
+            self._reconcile(obj, trigger, patcher)
+        except ReconcileError as err:
+            # A chart that is not ready: Ready=False "SourceNotReady" (other failures keep Ready).
+            if "not ready" in str(err) or "not been reconciled" in str(err):
+                set_condition(obj, "Ready", "False", "SourceNotReady", str(err))
+            error = err
+        except PatchError as err:
+            error = err
+        # The deferred end-of-reconcile patch, on every path: after a refused write it sends
+        # the refused fields again.
+        meta, status = obj["metadata"], obj.setdefault("status", {})
+        if requested_at(obj):
+            status["lastHandledReconcileAt"] = requested_at(obj)
+        if (condition(obj, "Ready") or {}).get("status") == "True":
+            delete_condition(obj, "Reconciling")
+            status["observedGeneration"] = meta.get("generation")
+        try:
+            patcher.patch(obj)
+        except PatchError as err:
+            error = error or err
+        if error is not None:
+            raise error
+
+    def _reconcile(self, obj: dict, trigger: str, patcher: StatusPatcher) -> None:
+        meta = obj["metadata"]
+        status = obj.setdefault("status", {})
         set_condition(obj, "Reconciling", "True", "Progressing", "Fulfilling prerequisites")
+        status["helmChart"] = "/".join(chart_of(obj))
         patcher.patch(obj)
         chart = self._chart(obj)
         values = self._values(obj)
         chart_version = artifact_revision(chart)
         config_digest = values_digest(values)
-        status = obj.setdefault("status", {})
         status["lastAttemptedGeneration"] = meta.get("generation")
         status["lastAttemptedRevision"] = chart_version
         status["lastAttemptedConfigDigest"] = config_digest
+        status["storageNamespace"] = meta["namespace"]
         history = list(status.get("history") or [])
         current = history[0] if history else None
         action = "install" if current is None else (
@@ -119,17 +153,7 @@ class HelmController(Double):
         if action:
             set_condition(obj, "Reconciling", "True", "Progressing", f"Running '{action}' action with timeout of {TIMEOUT}")
             set_condition(obj, "Ready", "Unknown", "Progressing", f"Running '{action}' action with timeout of {TIMEOUT}")
-            try:
-                patcher.patch(obj)  # a failure here: no Helm action, no Event (only a log line)
-            except PatchError:
-                # The deferred end-of-reconcile patch sends the refused fields again (the helper's
-                # "before" copy did not advance), and the reconcile fails (FLUX-WRITES.md, "Common
-                # to every controller").
-                try:
-                    patcher.patch(obj)
-                except PatchError:
-                    pass
-                raise
+            patcher.patch(obj)  # a failure here: no Helm action, no Event (only a log line)
             number = (current or {}).get("version", 0) + 1
             self._release(obj, chart_version, config_digest, values, trigger)
             chart_name = (chart.get("spec") or {}).get("chart")
@@ -139,19 +163,19 @@ class HelmController(Double):
                                "digest": "sha256:" + hashlib.sha256(f"{chart_version}{config_digest}".encode()).hexdigest(),
                                "firstDeployed": now_text(), "lastDeployed": now_text()})
             status["history"] = history[:5]
+            status["inventory"] = {"entries": [{"id": f"{meta['namespace']}_{meta['name']}-release__ConfigMap",
+                                                "v": "v1"}]}
+            status["lastAttemptedReleaseAction"] = action
+            status["lastAttemptedReleaseActionDuration"] = f"{number}s"  # a duration; its value is the double's
             set_condition(obj, "Released", "True", f"{action.capitalize()}Succeeded",
                           f"Helm {action} succeeded for release {meta['namespace']}/{meta['name']}.v{number} "
                           f"with chart {chart_name}@{chart_version}")
             set_condition(obj, "Ready", "True", f"{action.capitalize()}Succeeded",
                           f"Helm {action} succeeded for release {meta['namespace']}/{meta['name']}.v{number} "
                           f"with chart {chart_name}@{chart_version}")
+            patcher.patch(obj)  # the action's outcome, before the deferred patch
         else:
             set_condition(obj, "Ready", "True", "ReconciliationSucceeded", "Release in-sync with desired state")
-        status["observedGeneration"] = meta.get("generation")
-        if requested_at(obj):
-            status["lastHandledReconcileAt"] = requested_at(obj)
-        delete_condition(obj, "Reconciling")
-        patcher.patch(obj)
 
     def _release(self, obj: dict, chart_version: str, config_digest: str, values: dict, trigger: str) -> None:
         meta = obj["metadata"]

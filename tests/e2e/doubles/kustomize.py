@@ -1,5 +1,8 @@
-"""Double of kustomize-controller: one reconcile of a Kustomization, in FLUX-WRITES.md's order.
+"""Double of kustomize-controller: one reconcile of a Kustomization, as kustomize-controller
+v1.9 writes (tests/realflux/test_doubles.py compares):
 
+0. no source, or a source without an artifact: Ready=False "ArtifactFailed", written by the
+   deferred patch (5.) and nothing else; the source's new artifact triggers the next reconcile;
 1. conditions: Ready=Unknown "Reconciliation in progress", Reconciling "Fetching manifests for
    revision R ..."; then the artifact is downloaded from the source's *current* artifact;
 2. ``status.lastAttemptedRevision = R`` with Reconciling "Building manifests ...": the first
@@ -7,9 +10,12 @@
    reconcile's error, a Warning Event carries it, and nothing is applied;
 3. conditions: Reconciling "Detecting drift ..."; then apply (here: a ConfigMap
    ``<name>-applied`` holding the revision and content, and ``Double.applied``);
-4. conditions: Healthy Unknown, then True;
-5. deferred end: ``lastAppliedRevision``, ``inventory``, ``history``, Ready=True "Applied
-   revision: R", ``lastHandledReconcileAt``, ``observedGeneration``; Reconciling removed.
+4. only with ``spec.wait`` or ``spec.healthChecks``: Healthy Unknown, then True (in 5.);
+5. the deferred end-of-reconcile patch, on every path (finalizeStatus): ``lastHandledReconcileAt``;
+   when Ready=True, Reconciling removed and ``observedGeneration``; when Ready=False, Reconciling's
+   reason ProgressingWithRetry; on success also ``lastAppliedRevision``, ``inventory``,
+   ``history``, Ready=True "Applied revision: R". After a refused write (2.) it sends the refused
+   ``lastAttemptedRevision`` again, and the reconcile fails with the first error.
 The Event's reason ("ReconciliationFailed") is the double's choice.
 """
 
@@ -19,11 +25,13 @@ import time
 
 from kubernetes.client.rest import ApiException
 
-from tests.e2e.doubles.patch import PatchError, StatusPatcher, delete_condition, now_text, set_condition
+from tests.e2e.doubles.patch import (PatchError, StatusPatcher, condition, delete_condition, now_text,
+                                     set_condition)
 from tests.e2e.doubles.runner import Applied, Double, ReconcileError, artifact_revision, requested_at
 from tests.e2e.doubles.source import SOURCE_KINDS, Storage
 
 TIMEOUT = "5m0s"
+DEPENDENCY_REQUEUE = "30s"  # --requeue-dependency's default
 
 
 class KustomizeController(Double):
@@ -49,15 +57,46 @@ class KustomizeController(Double):
     def reconcile(self, obj: dict, trigger: str) -> None:
         if (obj.get("spec") or {}).get("suspend"):
             return
+        patcher = StatusPatcher(self.api, self.kind, obj, self.manager)
+        error: Exception | None = None
+        try:
+            self._reconcile(obj, trigger, patcher)
+        except (PatchError, ReconcileError) as err:
+            error = err
+        # The deferred end-of-reconcile patch (finalizeStatus), on every path: after a refused
+        # write it sends the refused fields again.
+        meta, status = obj["metadata"], obj.setdefault("status", {})
+        if requested_at(obj):
+            status["lastHandledReconcileAt"] = requested_at(obj)
+        ready = (condition(obj, "Ready") or {}).get("status")
+        if ready == "True":
+            delete_condition(obj, "Reconciling")
+            status["observedGeneration"] = meta.get("generation")
+        reconciling = condition(obj, "Reconciling")
+        if ready == "False" and reconciling is not None:
+            set_condition(obj, "Reconciling", "True", "ProgressingWithRetry", reconciling["message"])
+        try:
+            patcher.patch(obj)
+        except PatchError as err:
+            error = error or err
+        if error is not None:
+            raise error
+
+    def _reconcile(self, obj: dict, trigger: str, patcher: StatusPatcher) -> None:
         meta = obj["metadata"]
         source_kind, source_ns, source_name = self._source_key(obj)
         assert source_kind in SOURCE_KINDS
         source = self.api.get(source_kind, source_ns, source_name)
-        artifact = ((source or {}).get("status") or {}).get("artifact")
+        if source is None:
+            set_condition(obj, "Ready", "False", "ArtifactFailed",
+                          f"{source_kind}.source.toolkit.fluxcd.io \"{source_name}\" not found")
+            return  # requeued at the retry interval; the source's artifact triggers it sooner
+        artifact = (source.get("status") or {}).get("artifact")
         if not artifact:
-            raise ReconcileError("Source artifact not found")
+            set_condition(obj, "Ready", "False", "ArtifactFailed",
+                          f"Source artifact not found, retrying in {DEPENDENCY_REQUEUE}")
+            return  # requeued; the source's artifact triggers it sooner
         revision = artifact["revision"]
-        patcher = StatusPatcher(self.api, self.kind, obj, self.manager)
         # 1.
         set_condition(obj, "Ready", "Unknown", "Progressing", "Reconciliation in progress")
         set_condition(obj, "Reconciling", "True", "Progressing",
@@ -79,24 +118,22 @@ class KustomizeController(Double):
                       f"Detecting drift for revision {revision} with a timeout of {TIMEOUT}")
         patcher.patch(obj)
         self._apply(obj, revision, content, trigger)
-        # 4.
-        set_condition(obj, "Healthy", "Unknown", "Progressing", "Running health checks with a timeout of " + TIMEOUT)
-        patcher.patch(obj)
-        set_condition(obj, "Healthy", "True", "Succeeded", "Health check passed")
-        patcher.patch(obj)
-        # 5. The deferred end-of-reconcile patch.
+        # 4. Health checks only with spec.wait or spec.healthChecks.
+        spec = obj.get("spec") or {}
+        if spec.get("wait") or spec.get("healthChecks"):
+            set_condition(obj, "Healthy", "Unknown", "Progressing", "Running health checks with a timeout of " + TIMEOUT)
+            patcher.patch(obj)
+            set_condition(obj, "Healthy", "True", "Succeeded", "Health check passed")
+        else:
+            delete_condition(obj, "Healthy")
+        # 5. What the deferred end-of-reconcile patch (reconcile()) writes on success.
         status = obj["status"]
         status["lastAppliedRevision"] = revision
         status["inventory"] = {"entries": [{"id": f"{meta['namespace']}_{meta['name']}-applied__ConfigMap", "v": "v1"}]}
         status["history"] = [{"digest": artifact["digest"], "firstReconciled": now_text(), "lastReconciled": now_text(),
                               "lastReconciledDuration": "1s", "lastReconciledStatus": "ReconciliationSucceeded",
                               "totalReconciliations": 1, "metadata": {"revision": revision}}]
-        status["observedGeneration"] = meta.get("generation")
-        if requested_at(obj):
-            status["lastHandledReconcileAt"] = requested_at(obj)
         set_condition(obj, "Ready", "True", "ReconciliationSucceeded", f"Applied revision: {revision}")
-        delete_condition(obj, "Reconciling")
-        patcher.patch(obj)
 
     def _apply(self, obj: dict, revision: str, content: str, trigger: str) -> None:
         meta = obj["metadata"]

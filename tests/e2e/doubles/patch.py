@@ -1,10 +1,13 @@
 """Double of fluxcd/pkg runtime/patch: how every Flux controller writes status.
 
-One ``patch()`` sends two requests to ``<kind>/status``: the conditions as a JSON merge patch
-with the object's resourceVersion as a precondition (only Conflict is retried, 5 steps, each
-on the latest object), then the rest of status as a merge patch from the "before" copy. Both
-are always sent; the before copy advances only after both succeed, so a denied field is sent
-again by the next patch in the same reconcile.
+One ``patch()`` sends up to two requests to ``<kind>/status``: the conditions as a JSON merge
+patch with the object's resourceVersion as a precondition (only Conflict is retried, 5 steps,
+each on the latest object), then the rest of status as a merge patch from the "before" copy.
+The conditions request is skipped when no condition changed; the rest-of-status request is
+skipped only when nothing in status changed, so a conditions-only change still sends an empty
+one (as fluxcd/pkg runtime/patch does: tests/realflux/test_doubles.py compares). The before
+copy advances only after both succeed, so a denied field is sent again by the next patch in
+the same reconcile.
 """
 
 from __future__ import annotations
@@ -115,13 +118,17 @@ def delete_condition(obj: dict, kind: str) -> None:
         obj["status"]["conditions"] = [c for c in conditions(obj) if c.get("type") != kind]
 
 
+def _by_type(obj: dict) -> dict:
+    return {c.get("type"): c for c in conditions(obj)}
+
+
 def _apply_condition_changes(before: dict, after: dict, latest: dict) -> list[dict]:
-    """Our condition changes (before -> after) applied onto the latest stored list."""
-    mine_before = {c.get("type"): c for c in conditions(before)}
-    mine_after = {c.get("type"): c for c in conditions(after)}
+    """Our condition changes (before -> after) applied onto the latest stored list: conditions
+    we did not change stay as stored, even where someone else removed or rewrote them."""
+    mine_before, mine_after = _by_type(before), _by_type(after)
     out = [c for c in conditions(latest) if c.get("type") not in mine_before or c.get("type") in mine_after]
     for kind, cond in mine_after.items():
-        if mine_before.get(kind) != cond or kind not in {c.get("type") for c in out}:
+        if mine_before.get(kind) != cond:
             out = [c for c in out if c.get("type") != kind] + [cond]
     return out
 
@@ -154,10 +161,14 @@ class StatusPatcher:
 
     def patch(self, obj: dict) -> None:
         errors: list[ApiException] = []
-        try:
-            self._patch_conditions(obj)
-        except ApiException as err:
-            errors.append(err)
+        status_before, status_after = self.before.get("status") or {}, obj.get("status") or {}
+        if status_before == status_after:
+            return  # nothing changed: no request at all
+        if _by_type(self.before) != _by_type(obj):
+            try:
+                self._patch_conditions(obj)
+            except ApiException as err:
+                errors.append(err)
         rest_before = {k: v for k, v in (self.before.get("status") or {}).items() if k != "conditions"}
         rest_after = {k: v for k, v in (obj.get("status") or {}).items() if k != "conditions"}
         body = {"status": merge_diff(rest_before, rest_after)} if rest_before != rest_after else {}

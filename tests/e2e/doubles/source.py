@@ -1,12 +1,17 @@
 """Double of source-controller: GitRepository, OCIRepository, Bucket, HelmRepository, HelmChart.
 
 What the "remote" holds is set by the test (``push`` a revision, ``publish`` a chart version).
-A reconcile, in FLUX-WRITES.md's order: garbage collection against the *stored*
-``status.artifact`` (it never deletes that file; keeps the 2 newest others), an early
-conditions write (Reconciling/NewRevision: GitRepository and HelmRepository stop when it
-fails, the others only log), the artifact file written to storage, then the deferred
-end-of-reconcile patch: ``status.artifact`` with Ready=True "stored artifact for revision
-'R'", ``observedGeneration`` and ``lastHandledReconcileAt``.
+A reconcile, as source-controller v1.9's reconcilers write (tests/realflux/test_doubles.py
+compares): for a new generation or a new ``reconcile.fluxcd.io/requestedAt`` an early
+conditions write (Reconciling=True "Progressing"; Ready=Unknown only when it was absent or
+Unknown), which fails the reconcile when refused; garbage collection against the *stored*
+``status.artifact`` (it never deletes that file; keeps the 2 newest others); for a new
+revision a conditions write (ArtifactOutdated=True "NewRevision" when there was an artifact,
+Reconciling and Ready=Unknown "building artifact: new upstream revision 'R'": GitRepository
+and HelmRepository stop when it fails, the others only log) and the artifact file written to
+storage; then the deferred end-of-reconcile patch: ``status.artifact`` (only when new),
+Ready=True "stored artifact for revision 'R'", ``observedGeneration`` and
+``lastHandledReconcileAt``. An interval reconcile with nothing new writes nothing.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import threading
 
-from tests.e2e.doubles.patch import StatusPatcher, delete_condition, now_text, set_condition
+from tests.e2e.doubles.patch import StatusPatcher, condition, delete_condition, now_text, set_condition
 from tests.e2e.doubles.runner import Double, requested_at
 
 SOURCE_KINDS = ("GitRepository", "OCIRepository", "Bucket", "HelmRepository", "HelmChart")
@@ -98,34 +103,55 @@ class SourceController(Double):
         return max(fitting, key=_version_key) if fitting else None
 
     # -- one reconcile ----------------------------------------------------------------
+    def _progressive(self, obj: dict, drift: bool, message: str) -> None:
+        """fluxcd/pkg runtime/reconcile ProgressiveStatus: Reconciling=True; Ready=Unknown only
+        on drift or when Ready is absent or already Unknown."""
+        set_condition(obj, "Reconciling", "True", "Progressing", message)
+        ready = condition(obj, "Ready")
+        if drift or ready is None or ready.get("status") == "Unknown":
+            set_condition(obj, "Ready", "Unknown", "Progressing", message)
+
     def reconcile(self, obj: dict, trigger: str) -> None:
         meta = obj["metadata"]
         patcher = StatusPatcher(self.api, self.kind, obj, self.manager)
         directory = f"{self.kind.lower()}/{meta['namespace']}/{meta['name']}/"
-        stored = (obj.get("status") or {}).get("artifact") or {}
+        status = obj.get("status") or {}
+        stored = status.get("artifact") or {}
+        # Persist Reconciling at once for a new generation or a reconcile request (the
+        # reconcile fails if that write does); otherwise it stays in memory.
+        self._progressive(obj, False, "reconciliation in progress")
+        if meta.get("generation") != status.get("observedGeneration"):
+            self._progressive(obj, False, f"processing object: new generation "
+                                          f"{status.get('observedGeneration') or 0} -> {meta.get('generation')}")
+            patcher.patch(obj)
+        elif requested_at(obj) != status.get("lastHandledReconcileAt"):
+            patcher.patch(obj)
         self.storage.collect(directory, stored.get("path"))
         revision = self._newest(obj)
         if revision is None:
             return
         if revision != stored.get("revision"):
-            set_condition(obj, "Reconciling", "True", "NewRevision", f"new upstream revision '{revision}'")
-            set_condition(obj, "Ready", "Unknown", "Progressing", f"building artifact: new upstream revision '{revision}'")
+            message = f"new upstream revision '{revision}'"
+            if stored:
+                set_condition(obj, "ArtifactOutdated", "True", "NewRevision", message)
+            self._progressive(obj, True, f"building artifact: {message}")
             try:
                 patcher.patch(obj)
             except Exception:
                 if self.kind in STOPS_ON_EARLY_FAILURE:
                     raise
-        content = f"{self.kind} {meta['namespace']}/{meta['name']} at {revision}"
-        digest = _digest(content)
-        path = f"{directory}{digest.split(':')[1][:16]}.tar.gz"
-        self.storage.put(path, content)
-        # The deferred end-of-reconcile patch.
-        obj.setdefault("status", {})["artifact"] = {
-            "revision": revision, "digest": digest, "path": path, "size": len(content),
-            "url": f"http://source-controller.flux-system.svc.cluster.local./{path}", "lastUpdateTime": now_text()}
+            content = f"{self.kind} {meta['namespace']}/{meta['name']} at {revision}"
+            digest = _digest(content)
+            path = f"{directory}{digest.split(':')[1][:16]}.tar.gz"
+            self.storage.put(path, content)
+            obj.setdefault("status", {})["artifact"] = {
+                "revision": revision, "digest": digest, "path": path, "size": len(content),
+                "url": f"http://source-controller.flux-system.svc.cluster.local./{path}", "lastUpdateTime": now_text()}
+        # The deferred end-of-reconcile patch (an up-to-date artifact is left as it is).
         obj["status"]["observedGeneration"] = meta.get("generation")
         if requested_at(obj):
             obj["status"]["lastHandledReconcileAt"] = requested_at(obj)
+        delete_condition(obj, "ArtifactOutdated")
         set_condition(obj, "ArtifactInStorage", "True", "Succeeded", f"stored artifact for revision '{revision}'")
         set_condition(obj, "Ready", "True", "Succeeded", f"stored artifact for revision '{revision}'")
         delete_condition(obj, "Reconciling")
