@@ -271,30 +271,37 @@ def generated_chart_namespace(release: dict) -> str:
     return str(ref.get("namespace") or metadata(release).get("namespace") or "default")
 
 
-MAX_CHART_SPLITS = 16  # a chart name with more dashes than this is not looked up further
+def _generator(chart: dict) -> tuple[str, str] | None:
+    """(namespace, name) of the HelmRelease that generated ``chart``: helm-controller labels the
+    chart it generates with its release (names.HELM_NAME_LABEL/NAMESPACE_LABEL, fluxcd/pkg/ssa
+    SetOwnerLabels) and names it ``<namespace>-<name>``. A chart with the labels under another
+    name was deployed by that release, not generated. The labels, not the name, say where the
+    namespace ends (both may hold dashes), and the webhooks' matchConditions read the same
+    (admission.core.matching)."""
+    meta = metadata(chart)
+    labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+    namespace, name = labels.get(names.HELM_NAMESPACE_LABEL), labels.get(names.HELM_NAME_LABEL)
+    if isinstance(namespace, str) and isinstance(name, str) and meta.get("name") == f"{namespace}-{name}":
+        return namespace, name
+    return None
 
 
 def generating_releases(chart: dict, get: Get) -> tuple[dict, ...]:
-    """The HelmReleases whose generated HelmChart is ``chart`` (named ``<namespace>-<name>``
-    in its sourceRef's namespace, FLUX-WRITES.md): each dash splits a candidate, checked
-    against the HelmRelease found. Dictionary lookups only."""
-    meta = metadata(chart)
-    name, namespace = meta.get("name"), str(meta.get("namespace") or "default")
-    if not isinstance(name, str):
-        return ()
-    found = []
-    start = 0
-    for _ in range(MAX_CHART_SPLITS):
-        dash = name.find("-", start)
-        if dash < 0:
-            break
-        start = dash + 1
-        release = get("HelmRelease", name[:dash], name[dash + 1:])
-        spec = release.get("spec") if isinstance(release, dict) else None
-        if isinstance(spec, dict) and isinstance(spec.get("chart"), dict) and not spec.get("chartRef") \
-                and generated_chart_namespace(release) == namespace:
-            found.append(release)
-    return tuple(found)
+    """The HelmRelease whose generated HelmChart is ``chart`` (FLUX-WRITES.md: one per
+    HelmRelease, in its sourceRef's namespace), checked against the HelmRelease found; a
+    dictionary lookup."""
+    owner = _generator(chart)
+    release = get("HelmRelease", *owner) if owner else None
+    spec = release.get("spec") if isinstance(release, dict) else None
+    if isinstance(spec, dict) and isinstance(spec.get("chart"), dict) and not spec.get("chartRef") \
+            and generated_chart_namespace(release) == str(metadata(chart).get("namespace") or "default"):
+        return (release,)
+    return ()
+
+
+def inherits_from(obj: dict, get: Get) -> tuple[dict, ...]:
+    """The objects whose gates ``obj`` inherits: a generated HelmChart's HelmRelease."""
+    return generating_releases(obj, get) if obj.get("kind") == "HelmChart" else ()
 
 
 # ---- messages -----------------------------------------------------------------------------

@@ -118,14 +118,3 @@ def resources_by_group() -> dict[str, tuple[str, ...]]:
         out[k.group] = out.get(k.group, ()) + (k.plural,)
     return out
 
-
-def webhook_resources(validating: bool) -> dict[str, list[str]]:
-    """The resources each webhook must be registered for, per API group. Both see every main
-    resource; the mutating webhook sees every ``/status`` (status.suspended), the validating
-    one only those whose status carries new content."""
-    out: dict[str, list[str]] = {}
-    for k in FLUX_KINDS:
-        out.setdefault(k.group, []).append(k.plural)
-        if not validating or k.content is not None:
-            out[k.group].append(f"{k.plural}/status")
-    return out

@@ -18,7 +18,8 @@ REQUESTED_BY_ANNOTATION = f"{GATING_GROUP}/requestedBy"
 GATES_ANNOTATION = f"{GATING_GROUP}/gates"
 REQUIRE_ANNOTATION = f"{GATING_GROUP}/require"
 AUDIT_ANNOTATION = f"{GATING_GROUP}/audit"
-# A label that sends an object's status writes to the fail-closed validating entry (manifests/webhooks).
+# A label that sends an object's status writes to the fail-closed validating entry on clusters
+# without matchConditions (manifests/components/pre-1.30); with them, every referencing object's are.
 FAIL_CLOSED_LABEL = f"{GATING_GROUP}/fail-closed"
 SUSPEND_DURING_ANNOTATION = "reconcile.fluxcd.io/suspendDuring"
 SUSPENDED_DURING_ANNOTATION = "reconcile.fluxcd.io/suspendedDuring"  # RFC-0006 spelling
@@ -26,6 +27,11 @@ SUSPENDED_ANNOTATION = "reconcile.fluxcd.io/suspended"
 RECONCILE_REQUEST_ANNOTATION = "reconcile.fluxcd.io/requestedAt"
 KUSTOMIZE_NAME_LABEL = "kustomize.toolkit.fluxcd.io/name"
 KUSTOMIZE_NAMESPACE_LABEL = "kustomize.toolkit.fluxcd.io/namespace"
+# helm-controller labels the HelmChart it generates with its HelmRelease (fluxcd/pkg/ssa
+# ResourceManager.SetOwnerLabels, owner group helm.toolkit.fluxcd.io), and every object a release
+# deploys as well (its post-renderer's origin labels).
+HELM_NAME_LABEL = "helm.toolkit.fluxcd.io/name"
+HELM_NAMESPACE_LABEL = "helm.toolkit.fluxcd.io/namespace"
 
 # A Gate's status: its state, its condition, the condition's reasons, and the controller's Events.
 STATE_OPENED = "Opened"
@@ -43,6 +49,14 @@ GATE_CLOSED_EVENT = "GateClosed"  # also a denied change, on the held object
 
 REQUIRE_ALL = "all"
 REQUIRE_ONE_OF = "oneOf"
+
+# Our webhook entries (manifests/webhooks; what each is asked: admission.core.matching).
+VALIDATE_WEBHOOK = f"validate.{GATING_GROUP}"
+VALIDATE_STATUS_WEBHOOK = f"validate-status.{GATING_GROUP}"
+VALIDATE_INHERITED_WEBHOOK = f"validate-status-inherited.{GATING_GROUP}"
+VALIDATE_FAIL_CLOSED_WEBHOOK = f"validate-status-fail-closed.{GATING_GROUP}"  # pre-1.30 only
+MUTATE_WEBHOOK = f"mutate.{GATING_GROUP}"
+MUTATE_STATUS_WEBHOOK = f"mutate-status.{GATING_GROUP}"
 
 # Where Flux is installed by default, and where the flux CLI works without -n.
 FLUX_SYSTEM_NAMESPACE = "flux-system"

@@ -110,9 +110,7 @@ class Controller:
 
     def _parents(self, obj: dict) -> tuple[dict, ...]:
         """The objects whose gates ``obj`` inherits: a generated HelmChart's HelmRelease."""
-        if obj.get("kind") != "HelmChart":
-            return ()
-        return content.generating_releases(obj, self.flux.get)
+        return content.inherits_from(obj, self.flux.get)
 
     def readiness(self) -> tuple[bool, dict]:
         ready, detail = self.store.readiness()

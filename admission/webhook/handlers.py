@@ -11,6 +11,7 @@ import orjson
 from admission.core import content
 from admission.core import holdpoints
 from admission.core import kinds
+from admission.core import matching
 from admission.core import names
 from admission.core.decision import CONTENT, Decision, Lookup, Parents, Settings, decide, holds_of
 from admission.core.references import metadata, suspension_of
@@ -34,13 +35,16 @@ NO_SOURCES = StaticSources()
 
 
 def _parents(sources: Sources) -> Parents:
-    """A generated HelmChart inherits its HelmRelease's gates (FLUX-WRITES.md: named
-    ``<namespace>-<name>``), found in the Flux object cache."""
+    """A generated HelmChart inherits its HelmRelease's gates, found in the Flux object cache."""
     def parents(obj: dict) -> tuple[dict, ...]:
-        if obj.get("kind") != "HelmChart":
-            return ()
-        return content.generating_releases(obj, sources.get)
+        return content.inherits_from(obj, sources.get)
     return parents
+
+
+def _unconcerned() -> Outcome:
+    """The answer to a request the API server would not send us (matching.concerns): on an
+    API server without matchConditions it comes anyway, and must be answered as if judged."""
+    return Outcome(allowed(), Decision(allowed=True))
 
 
 def _audit_annotations(decision: Decision) -> dict[str, str]:
@@ -54,6 +58,14 @@ def _audit_annotations(decision: Decision) -> dict[str, str]:
 def validate(request: AdmissionRequest, lookup: Lookup, now: datetime, settings: Settings,
              sources: Sources = NO_SOURCES) -> Outcome:
     """Deny a held change (enforce), or allow it with a warning and an audit record (audit)."""
+    if not matching.concerns(matching.VALIDATE, request):
+        return _unconcerned()
+    return judge_validation(request, lookup, now, settings, sources)
+
+
+def judge_validation(request: AdmissionRequest, lookup: Lookup, now: datetime, settings: Settings,
+                     sources: Sources = NO_SOURCES) -> Outcome:
+    """``validate`` for a request that concerns us (what any request would get, exemptions aside)."""
     decision = decide(request, lookup, now, settings, _parents(sources))
     if not decision.allowed:
         return Outcome(denied(decision.message or "held by a closed gate"), decision)
@@ -69,8 +81,10 @@ def _status_patch(obj: dict, now: datetime) -> list[dict[str, Any]]:
     want = suspension_of(obj, now).suspended
     status = obj.get("status")
     if not isinstance(status, dict):
-        return [{"op": "add", "path": "/status", "value": {"suspended": want}}]
-    if status.get("suspended") is want:
+        return [{"op": "add", "path": "/status", "value": {"suspended": True}}] if want else []
+    # Absent says "not suspended" as false does (the CRD patch defaults it to false): the API
+    # server does not call us for an unsuspended object without it (admission.core.matching).
+    if status.get("suspended", False) is want:
         return []
     return [{"op": "add", "path": "/status/suspended", "value": want}]
 
@@ -137,6 +151,14 @@ def mutate(request: AdmissionRequest, lookup: Lookup, now: datetime, settings: S
     """On status writes: status.suspended, and the hold points (a held source or ImagePolicy
     keeps what it serves; Blocked, Approved and Ready say what waits). On main-resource writes:
     the audit record of an audited hold. Mutation never blocks: validation enforces."""
+    if not matching.concerns(matching.MUTATE, request):
+        return _unconcerned()
+    return judge_mutation(request, lookup, now, settings, sources)
+
+
+def judge_mutation(request: AdmissionRequest, lookup: Lookup, now: datetime, settings: Settings,
+                   sources: Sources = NO_SOURCES) -> Outcome:
+    """``mutate`` for a request that concerns us (what any request would get)."""
     kind = request["kind"]
     obj = request.get("object")
     row = kinds.lookup(kind["group"], kind["kind"])
@@ -152,7 +174,7 @@ def mutate(request: AdmissionRequest, lookup: Lookup, now: datetime, settings: S
                 suspended = [op for op in ops if op["path"] == "/status/suspended"]
                 status = obj.get("status")
                 ops = (_field_ops(changes, status) + suspended) if isinstance(status, dict) \
-                    else _field_ops({**changes, **ops[0]["value"]}, status)
+                    else _field_ops({**changes, **(ops[0]["value"] if ops else {})}, status)
         return Outcome(patched(ops), decision, ops)
     if sub_resource or request["operation"] not in ("CREATE", "UPDATE"):
         return Outcome(allowed(), Decision(allowed=True))

@@ -18,6 +18,7 @@ from admission.store.files import FileStore
 from admission.webhook.app import create_app
 from tests.builders import FLUX_USER, changed, flux, gate, request, review
 from tests.conftest import FIXED_NOW, write_gates
+from tests.matching_cases import OWNER
 from tests.fakekube import FakeKube
 from tests.unit.test_content import GIT_A, GIT_B, art, hr_status
 
@@ -176,8 +177,10 @@ def test_a_generated_helmchart_is_held_by_its_helmreleases_gate(client_with):
                                                                                      "name": "podinfo",
                                                                                      "namespace": "flux-system"}}}})
     client = client_with([release])
-    old = flux("HelmChart", name="apps-podinfo", namespace="flux-system", status={"artifact": art("6.5.0")})
-    new = flux("HelmChart", name="apps-podinfo", namespace="flux-system", status={"artifact": art("6.5.1")})
+    old = flux("HelmChart", name="apps-podinfo", namespace="flux-system", labels=OWNER,
+               status={"artifact": art("6.5.0")})
+    new = flux("HelmChart", name="apps-podinfo", namespace="flux-system", labels=OWNER,
+               status={"artifact": art("6.5.1")})
     stored, verdict = stored_after(client, old, new)
     assert stored["status"]["artifact"] == art("6.5.0") and verdict["allowed"] is True
     assert call(client, "/validate", old, new)["allowed"] is False  # the backstop

@@ -112,10 +112,23 @@ def cluster(tmp_path_factory):
         yield plane
 
 
-def register_webhooks(cluster: ControlPlane, server: GateServer, port: int | None = None) -> None:
-    """Apply manifests/webhooks, pointed at ``server`` (or a balancer on ``port`` in front of
-    it) by URL, with its CA bundle."""
-    docs = list(yaml.safe_load_all(cluster.kubectl("kustomize", str(ROOT / "manifests" / "webhooks")).stdout))
+def pre_1_30_webhooks(workdir: Path) -> Path:
+    """A kustomization of manifests/webhooks with the component for clusters older than 1.30
+    (manifests/components/pre-1.30), as a user of such a cluster would write it."""
+    directory = workdir / "webhooks-pre-1.30"
+    directory.mkdir(exist_ok=True)
+    (directory / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [os.path.relpath(ROOT / "manifests" / "webhooks", directory)],
+        "components": [os.path.relpath(ROOT / "manifests" / "components" / "pre-1.30", directory)]}))
+    return directory
+
+
+def register_webhooks(cluster: ControlPlane, server: GateServer, port: int | None = None,
+                      kustomization: Path = ROOT / "manifests" / "webhooks") -> None:
+    """Apply manifests/webhooks (or another ``kustomization`` of them), pointed at ``server``
+    (or a balancer on ``port`` in front of it) by URL, with its CA bundle."""
+    docs = list(yaml.safe_load_all(cluster.kubectl("kustomize", str(kustomization)).stdout))
     bundle = ca_bundle((server.cert_dir / "ca.crt").read_bytes())
     url = f"https://{WEBHOOK_HOST}:{port or server.port}"
     docs = [with_client_config(doc, bundle, url) for doc in docs if doc]

@@ -39,7 +39,12 @@ class Writer:
     def __init__(self, plane, name: str):
         self.api = client.CustomObjectsApi(api_client(str(plane.kubeconfig(ALICE))))
         self.name, self.done, self.failures = name, 0, []
-        plane.kubectl("apply", "-f", "-", input=kustomization(name), user=ALICE)
+        # It references an open gate: the API server sends only such objects' writes to us
+        # (matchConditions), and each of these must go through the webhook.
+        plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(gate("writes", default="opened")))
+        created = until(lambda: plane.kubectl("apply", "-f", "-", input=kustomization(name, gates="flux-system/writes"),
+                                              user=ALICE, check=False), lambda r: r.returncode == 0)
+        assert created.returncode == 0, created.stderr  # the server's cache sees the new gate at once, or soon
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run)
 

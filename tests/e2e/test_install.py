@@ -13,6 +13,7 @@ import yaml
 from cryptography import x509
 from kubernetes import client
 
+from admission.core import matching, names
 from admission.kube.client import api_client
 from tests.e2e.conftest import ROOT, WEBHOOK_HOST, own_plane, start_server
 from tests.e2e.controlplane import ADMIN, ALICE, CERTS, GATE_ADMISSION
@@ -188,7 +189,13 @@ def test_certificate_rotation_under_load_loses_no_write(plane, installed, local_
     point_webhooks_at(plane, installed, local_server,
                       bundle=__import__("base64").b64encode((local_server.cert_dir / "ca.crt").read_bytes()).decode())
     api = client.CustomObjectsApi(api_client(str(plane.kubeconfig(ALICE))))
-    plane.kubectl("apply", "-f", "-", input=kustomization("rotating"), user=ALICE)
+    # It references an open gate: only such objects' writes reach the webhook (matchConditions).
+    plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(
+        {"apiVersion": "gating.toolkit.fluxcd.io/v1alpha1", "kind": "Gate",
+         "metadata": {"name": "rotation-open", "namespace": "flux-system"}, "spec": {"default": "opened"}}))
+    created = until(lambda: plane.kubectl("apply", "-f", "-", input=kustomization("rotating", gates="flux-system/rotation-open"),
+                                          user=ALICE, check=False), lambda r: r.returncode == 0)
+    assert created.returncode == 0, created.stderr
     stop, failures, writes = threading.Event(), [], [0]
 
     def writer():
@@ -304,3 +311,35 @@ def test_the_cert_manager_variant_applies_with_cert_managers_crds(plane, install
         **one(cert_manager_variant, "Certificate")["spec"], "privateKey": {"algorithm": "DSA"}}})
     refused = plane.kubectl("apply", "-f", "-", input=broken, check=False)
     assert refused.returncode != 0 and "algorithm" in refused.stderr
+
+
+def _entries(docs: list[dict]) -> dict[str, dict]:
+    return {hook["name"]: hook for d in docs if d["kind"].endswith("WebhookConfiguration") for hook in d["webhooks"]}
+
+
+def test_the_webhooks_render_with_match_conditions_and_without_them_for_clusters_older_than_1_30(
+        plane, installed, tmp_path_factory):
+    current = _entries(installed)
+    assert set(current) == {entry.name for entry in matching.ENTRIES}
+    for name, hook in current.items():
+        entry = matching.BY_NAME[name]
+        assert (hook["matchConditions"], hook["failurePolicy"]) == (entry.match_conditions(), entry.failure_policy)
+
+    older_docs = with_component(plane, tmp_path_factory, "pre-1.30")
+    older = _entries(older_docs)
+    assert not any("matchConditions" in hook for hook in older.values())
+    assert set(older) == set(current) - {names.VALIDATE_INHERITED_WEBHOOK} | {names.VALIDATE_FAIL_CLOSED_WEBHOOK}
+    status, fail_closed = older[names.VALIDATE_STATUS_WEBHOOK], older[names.VALIDATE_FAIL_CLOSED_WEBHOOK]
+    assert status["failurePolicy"] == "Ignore" and fail_closed["failurePolicy"] == "Fail"
+    assert status["objectSelector"]["matchExpressions"] == [{"key": names.FAIL_CLOSED_LABEL, "operator": "DoesNotExist"}]
+    assert fail_closed["objectSelector"]["matchExpressions"] == [{"key": names.FAIL_CLOSED_LABEL, "operator": "Exists"}]
+    assert fail_closed["rules"] == status["rules"] == current[names.VALIDATE_STATUS_WEBHOOK]["rules"]
+    # The inherited entry's rules are within validate-status's: nothing goes unregistered.
+    inherited = {r for rule in current[names.VALIDATE_INHERITED_WEBHOOK]["rules"] for r in rule["resources"]}
+    assert inherited <= {r for rule in status["rules"] for r in rule["resources"]}
+    for name in set(current) & set(older) - {names.VALIDATE_STATUS_WEBHOOK}:
+        assert older[name] == {k: v for k, v in current[name].items() if k != "matchConditions"}, name
+    # Both are what the API server accepts (this one is 1.36: the component must only drop things).
+    result = plane.kubectl("apply", "--dry-run=server", "-f", "-", input=yaml.safe_dump_all(
+        [d for d in older_docs if d["kind"].endswith("WebhookConfiguration")]), check=False)
+    assert result.returncode == 0, result.stderr

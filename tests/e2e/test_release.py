@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 import pytest
 import yaml
 
+from admission.core import names
 from admission.kube.client import api_client
 from admission.kube.controller import Controller
 from tests.builders import gate
@@ -27,7 +28,8 @@ class Clock:
         return self.now
 
 
-def flux_object(kind: str, name: str, annotations: dict | None = None, namespace: str = NS) -> dict:
+def flux_object(kind: str, name: str, annotations: dict | None = None, namespace: str = NS,
+                labels: dict | None = None) -> dict:
     api = {"Kustomization": "kustomize.toolkit.fluxcd.io/v1", "GitRepository": "source.toolkit.fluxcd.io/v1",
            "HelmRelease": "helm.toolkit.fluxcd.io/v2", "HelmChart": "source.toolkit.fluxcd.io/v1"}[kind]
     spec = {"Kustomization": {"interval": "10m", "path": "./", "prune": False,
@@ -40,6 +42,8 @@ def flux_object(kind: str, name: str, annotations: dict | None = None, namespace
     meta = {"name": name, "namespace": namespace}
     if annotations:
         meta["annotations"] = annotations
+    if labels:
+        meta["labels"] = labels
     return {"apiVersion": api, "kind": kind, "metadata": meta, "spec": spec}
 
 
@@ -61,7 +65,8 @@ def world(cluster):
         flux_object("Kustomization", "free"),
         flux_object("GitRepository", "gated-source", gated),
         flux_object("HelmRelease", "app", gated),
-        flux_object("HelmChart", f"{NS}-app"),  # generated for HelmRelease app: inherits its gates
+        # Generated for HelmRelease app (helm-controller's owner labels): inherits its gates.
+        flux_object("HelmChart", f"{NS}-app", labels={names.HELM_NAME_LABEL: "app", names.HELM_NAMESPACE_LABEL: NS}),
         flux_object("Kustomization", "window", {"reconcile.fluxcd.io/suspendDuring": "30 14 * * *"}),
         flux_object("Kustomization", "paused", {"reconcile.fluxcd.io/suspended": "freeze"}),
     ]

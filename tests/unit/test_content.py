@@ -110,19 +110,30 @@ def test_upstream_waits_compares_what_the_source_serves_with_what_was_applied():
                                   flux("HelmChart", status={"artifact": art("6.5.0")})) is None
 
 
-def test_a_generated_helmchart_finds_its_helmrelease_whatever_dashes_the_names_hold():
-    release = flux("HelmRelease", name="pod-info", namespace="my-apps", spec={"chart": {"spec": {
-        "chart": "podinfo", "sourceRef": {"kind": "HelmRepository", "name": "podinfo", "namespace": "flux-system"}}}})
-    store = {("HelmRelease", "my-apps", "pod-info"): release}
+def test_the_owner_labels_helm_controller_sets_say_which_helmrelease_generated_a_chart():
+    # "a-b-c" splits two ways; both HelmReleases exist and generate into flux-system.
+    def release(namespace, name):
+        return flux("HelmRelease", name=name, namespace=namespace, spec={"chart": {"spec": {
+            "chart": "c", "sourceRef": {"kind": "HelmRepository", "name": "r", "namespace": "flux-system"}}}})
+    store = {("HelmRelease", "a", "b-c"): release("a", "b-c"), ("HelmRelease", "a-b", "c"): release("a-b", "c")}
 
     def get(kind, namespace, name):
         return store.get((kind, namespace, name))
 
-    chart = flux("HelmChart", name="my-apps-pod-info", namespace="flux-system")
-    assert content.generating_releases(chart, get) == (release,)
-    elsewhere = flux("HelmChart", name="my-apps-pod-info", namespace="other")
-    assert content.generating_releases(elsewhere, get) == ()
-    assert content.generating_releases(flux("HelmChart", name="podinfo", namespace="flux-system"), get) == ()
+    def chart(name="a-b-c", namespace="flux-system", owner=("a-b", "c")):
+        labels = {names.HELM_NAMESPACE_LABEL: owner[0], names.HELM_NAME_LABEL: owner[1]} if owner else None
+        return flux("HelmChart", name=name, namespace=namespace, labels=labels)
+
+    assert content.generating_releases(chart(), get) == (store[("HelmRelease", "a-b", "c")],)
+    assert content.generating_releases(chart(owner=("a", "b-c")), get) == (store[("HelmRelease", "a", "b-c")],)
+    assert content.inherits_from(chart(), get) == content.generating_releases(chart(), get)
+    # Not generated there: another namespace than the release's sourceRef says, no labels, or
+    # the labels of the release that deployed it under a name of its own.
+    assert content.generating_releases(chart(namespace="other"), get) == ()
+    assert content.generating_releases(chart(owner=None), get) == ()
+    assert content.generating_releases(chart(owner=("x", "b-c")), get) == ()
+    assert content.generating_releases(chart(owner=("a", "missing")), get) == ()
+    assert content.inherits_from(flux("HelmRelease", name="a-b-c", namespace="flux-system"), get) == ()
 
 
 # ---- messages round-trip ------------------------------------------------------------------

@@ -17,6 +17,7 @@ from admission.store import StaticSources
 from admission.webhook import handlers
 from tests.builders import FLUX_USER, flux, gate, lookup_from, request
 from tests.conftest import FIXED_NOW
+from tests.matching_cases import OWNER
 from tests.unit.test_content import GIT_A, GIT_B, art, hr_status
 
 FREEZE = gate("change-freeze", default="closed")
@@ -124,8 +125,10 @@ def test_a_generated_helmchart_inherits_its_helmreleases_gates():
         "chart": "podinfo", "version": "6.x", "sourceRef": {"kind": "HelmRepository", "name": "podinfo",
                                                             "namespace": "flux-system"}}}})
     sources = StaticSources([release])
-    old = flux("HelmChart", name="apps-podinfo", namespace="flux-system", status={"artifact": art("6.5.0")})
-    new = flux("HelmChart", name="apps-podinfo", namespace="flux-system", status={"artifact": art("6.5.1")})
+    old = flux("HelmChart", name="apps-podinfo", namespace="flux-system", labels=OWNER,
+               status={"artifact": art("6.5.0")})
+    new = flux("HelmChart", name="apps-podinfo", namespace="flux-system", labels=OWNER,
+               status={"artifact": art("6.5.1")})
     out = mutated(old, new, sources=sources)
     assert out["status"]["artifact"] == art("6.5.0") and "6.5.1 waits" in cond(out, "Blocked")["message"]
     assert run(handlers.validate, old, new, sources=sources).response["allowed"] is False

@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from admission.core import kinds
+from admission.core import matching
 from admission.core import names
 from tests.fluxcli import flux_binary
 
@@ -22,51 +23,67 @@ def _hooks(kind: str) -> list[dict]:
     return next(d for d in _docs(MANIFESTS / "webhooks" / "webhooks.yaml") if d["kind"] == kind)["webhooks"]
 
 
-def _hook_rules(hook: dict) -> dict[str, set[str]]:
-    out: dict[str, set[str]] = {}
+def _hook_rules(hook: dict) -> dict[str, list[str]]:
+    """An entry's resources per API group; every rule of it has the entry's operations."""
+    entry = matching.BY_NAME[hook["name"]]
+    out: dict[str, list[str]] = {}
     for rule in hook["rules"]:
-        status_only = all(r.endswith("/status") for r in rule["resources"])
-        assert rule["operations"] == (["UPDATE"] if status_only else ["CREATE", "UPDATE", "DELETE"])
-        assert rule["apiVersions"] == ["*"]
+        assert rule["operations"] == list(entry.operations), hook["name"]
+        assert rule["apiVersions"] == ["*"] and rule["scope"] == "Namespaced"
         for group in rule["apiGroups"]:
-            out.setdefault(group, set()).update(rule["resources"])
+            out.setdefault(group, []).extend(rule["resources"])
     return out
 
 
-def _rules(kind: str) -> dict[str, list[str]]:
-    out: dict[str, set[str]] = {}
-    for hook in _hooks(kind):
-        for group, resources in _hook_rules(hook).items():
-            out.setdefault(group, set()).update(resources)
-    return {g: sorted(r) for g, r in out.items()}
+def _all_hooks() -> list[dict]:
+    return _hooks("ValidatingWebhookConfiguration") + _hooks("MutatingWebhookConfiguration")
 
 
-def test_validating_status_entries_split_by_the_fail_closed_label_and_cover_the_same_status():
-    # Status writes of objects without the label fail open (a down webhook must not freeze
-    # Flux's status reporting); with it, closed. Main resources always fail closed.
-    hooks = _hooks("ValidatingWebhookConfiguration")
-    main = [h for h in hooks if "objectSelector" not in h]
-    assert len(main) == 1 and main[0]["failurePolicy"] == "Fail"
-    assert not any(r.endswith("/status") for rs in _hook_rules(main[0]).values() for r in rs)
-    by_operator = {}
-    for hook in hooks:
-        if "objectSelector" in hook:
-            (expression,) = hook["objectSelector"]["matchExpressions"]
-            assert expression["key"] == names.FAIL_CLOSED_LABEL
-            by_operator[expression["operator"]] = hook
-    assert by_operator["DoesNotExist"]["failurePolicy"] == "Ignore"
-    assert by_operator["Exists"]["failurePolicy"] == "Fail"
-    assert _hook_rules(by_operator["DoesNotExist"]) == _hook_rules(by_operator["Exists"])
+def test_the_manifest_has_exactly_the_entries_of_the_matching_module():
+    assert [h["name"] for h in _all_hooks()] == [e.name for e in matching.ENTRIES]
+    for hook in _hooks("ValidatingWebhookConfiguration"):
+        assert matching.BY_NAME[hook["name"]].endpoint == matching.VALIDATE
+    for hook in _hooks("MutatingWebhookConfiguration"):
+        assert matching.BY_NAME[hook["name"]].endpoint == matching.MUTATE
 
 
-def test_validating_webhook_rules_follow_the_table():
-    assert {g: sorted(r) for g, r in _rules("ValidatingWebhookConfiguration").items()} == \
-        {g: sorted(r) for g, r in kinds.webhook_resources(validating=True).items()}
+def test_each_entry_carries_the_match_conditions_of_the_matching_module_verbatim():
+    for hook in _all_hooks():
+        entry = matching.BY_NAME[hook["name"]]
+        assert hook["matchConditions"] == entry.match_conditions(), hook["name"]
+        assert hook["clientConfig"]["service"]["path"] == f"/{entry.endpoint}"
 
 
-def test_mutating_webhook_rules_follow_the_table():
-    assert {g: sorted(r) for g, r in _rules("MutatingWebhookConfiguration").items()} == \
-        {g: sorted(r) for g, r in kinds.webhook_resources(validating=False).items()}
+def test_every_entry_that_can_hold_fails_closed_and_the_rest_fail_open():
+    # With the conditions, only objects that reference a gate reach the Fail entries.
+    policies = {h["name"]: h["failurePolicy"] for h in _all_hooks()}
+    assert policies == {e.name: e.failure_policy for e in matching.ENTRIES}
+    assert policies[names.VALIDATE_WEBHOOK] == policies[names.VALIDATE_STATUS_WEBHOOK] == "Fail"
+    assert policies[names.MUTATE_WEBHOOK] == policies[names.MUTATE_STATUS_WEBHOOK] == "Ignore"
+    assert policies[names.VALIDATE_INHERITED_WEBHOOK] == "Ignore"  # every HelmRelease's chart, gated or not
+    assert not any("objectSelector" in h for h in _all_hooks())  # the fail-closed label is pre-1.30 only
+
+
+def test_each_entry_is_registered_for_the_kinds_the_table_and_the_matching_module_give():
+    for hook in _all_hooks():
+        assert _hook_rules(hook) == matching.BY_NAME[hook["name"]].resources(), hook["name"]
+
+
+def test_the_validating_entries_see_every_main_resource_and_the_status_of_kinds_whose_status_carries_content():
+    rules = {h["name"]: _hook_rules(h) for h in _hooks("ValidatingWebhookConfiguration")}
+    main = {g: sorted(r) for g, r in rules[names.VALIDATE_WEBHOOK].items()}
+    assert main == {g: sorted(r) for g, r in kinds.resources_by_group().items()}
+    status = {r for rs in rules[names.VALIDATE_STATUS_WEBHOOK].values() for r in rs}
+    assert status == {f"{k.plural}/status" for k in kinds.FLUX_KINDS if k.content is not None}
+    assert rules[names.VALIDATE_INHERITED_WEBHOOK] == {names.SOURCE_GROUP: ["helmcharts/status"]}
+
+
+def test_the_mutating_entries_see_every_main_resource_and_every_status():
+    rules = {h["name"]: _hook_rules(h) for h in _hooks("MutatingWebhookConfiguration")}
+    assert {g: sorted(r) for g, r in rules[names.MUTATE_WEBHOOK].items()} == \
+        {g: sorted(r) for g, r in kinds.resources_by_group().items()}
+    assert {r for rs in rules[names.MUTATE_STATUS_WEBHOOK].values() for r in rs} == \
+        {f"{k.plural}/status" for k in kinds.FLUX_KINDS}
 
 
 def test_controller_rbac_covers_exactly_the_gated_kinds():

@@ -1,7 +1,8 @@
 """Double of helm-controller v2: one reconcile of a HelmRelease, as helm-controller v1.6 writes
 (tests/realflux/test_doubles.py compares).
 
-It keeps the generated HelmChart (``<namespace>-<name>`` in the chart source's namespace,
+It keeps the generated HelmChart (``<namespace>-<name>`` in the chart source's namespace, with
+the release's owner labels,
 ``spec.version`` copied from the HelmRelease, ``*`` when empty) and requires its
 ``generation == observedGeneration`` and an artifact; while it is not ready, the reconcile
 fails with Ready=False "SourceNotReady". Early write: Reconciling "Fulfilling prerequisites"
@@ -28,6 +29,7 @@ import time
 import yaml
 from kubernetes.client.rest import ApiException
 
+from admission.core import names
 from tests.e2e.doubles.patch import (PatchError, StatusPatcher, condition, delete_condition, now_text,
                                      set_condition)
 from tests.e2e.doubles.runner import Applied, Double, ReconcileError, artifact_revision, requested_at
@@ -87,14 +89,20 @@ class HelmController(Double):
                   "sourceRef": {"kind": (chart_spec.get("sourceRef") or {}).get("kind", "HelmRepository"),
                                 "name": (chart_spec.get("sourceRef") or {}).get("name")},
                   "interval": chart_spec.get("interval") or "10m", "reconcileStrategy": "ChartVersion"}
+        # helm-controller applies the chart with its release's owner labels (fluxcd/pkg/ssa
+        # SetOwnerLabels): the webhook finds the release, and the API server sends its status, by them.
+        labels = {names.HELM_NAME_LABEL: release["metadata"]["name"],
+                  names.HELM_NAMESPACE_LABEL: release["metadata"]["namespace"]}
         chart = self.api.get("HelmChart", namespace, name)
         if chart is None:
             self.api.create("HelmChart", namespace, {"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "HelmChart",
-                                                     "metadata": {"name": name, "namespace": namespace},
+                                                     "metadata": {"name": name, "namespace": namespace,
+                                                                  "labels": labels},
                                                      "spec": wanted}, self.manager)
             raise ReconcileError(f"HelmChart '{namespace}/{name}' is not ready")
-        if any((chart.get("spec") or {}).get(k) != v for k, v in wanted.items()):
-            self.api.patch("HelmChart", namespace, name, {"spec": wanted}, self.manager)
+        if any((chart.get("spec") or {}).get(k) != v for k, v in wanted.items()) or \
+                any((chart["metadata"].get("labels") or {}).get(k) != v for k, v in labels.items()):
+            self.api.patch("HelmChart", namespace, name, {"metadata": {"labels": labels}, "spec": wanted}, self.manager)
             raise ReconcileError("latest generation of object has not been reconciled")
         if chart["metadata"].get("generation") != (chart.get("status") or {}).get("observedGeneration"):
             raise ReconcileError("latest generation of object has not been reconciled")

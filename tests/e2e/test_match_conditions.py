@@ -1,0 +1,142 @@
+"""matchConditions on a real kube-apiserver: each request of tests/matching_cases.py is made
+against the API server with manifests/webhooks registered, and what reached our server (its
+request counters, per endpoint) must be what admission.core.matching says, and what the table
+says. The objects are the real Flux CRDs with manifests/flux-crd-patches; the server runs in
+audit mode so that every write in the table lands whatever it references."""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes import client
+
+from admission.core import kinds, matching, names
+from admission.kube.client import api_client
+from tests.builders import gate
+from tests.conftest import write_gates
+from tests.e2e.conftest import own_plane, serving, start_server
+from tests.matching_cases import CASES, TIME, Case, condition, obj
+from tests.polling import until
+
+pytestmark = pytest.mark.e2e
+REVIEWS = "gate_admission_reviews_total{"
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory):
+    yield from own_plane(tmp_path_factory.mktemp("match-conditions"))
+
+
+def reached(server) -> dict[str, float]:
+    """How many reviews each endpoint has answered so far."""
+    counts = {matching.VALIDATE: 0.0, matching.MUTATE: 0.0}
+    for sample, value in server.metrics().items():
+        if sample.startswith(REVIEWS):
+            for endpoint in counts:
+                if f'endpoint="{endpoint}"' in sample:
+                    counts[endpoint] += value
+    return counts
+
+
+@pytest.fixture(scope="module")
+def server(plane, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("server")
+    gates_dir = tmp / "gates"
+    gates_dir.mkdir()
+    write_gates(gates_dir, [gate("open", default="opened")])
+    with serving(plane, start_server(tmp, gates_dir, "--mode", "audit")) as running:
+        # The API server loads each configuration on its own: wait for the mutating one too.
+        api = custom(plane)
+        probe = obj("ImageRepository", "probe", spec={"suspend": True})
+        create(api, probe)
+        before = reached(running)[matching.MUTATE]
+        seen = until(lambda: (status_patch(api, probe, {"status": {"canonicalImageName": "x"}}),
+                              reached(running)[matching.MUTATE])[1], lambda n: n > before, timeout=30)
+        assert seen > before, "the mutating webhook never answered"
+        yield running
+
+
+def custom(plane) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(api_client(str(plane.kubeconfig())))
+
+
+def _plural(manifest: dict) -> str:
+    return kinds.BY_KIND[manifest["kind"]].plural
+
+
+def create(api, manifest: dict) -> dict:
+    group, version = manifest["apiVersion"].split("/")
+    body = {k: v for k, v in manifest.items() if k != "status"}
+    return api.create_namespaced_custom_object(group, version, manifest["metadata"]["namespace"], _plural(manifest),
+                                               body)
+
+
+def patch(api, manifest: dict, body: dict) -> dict:
+    group, version = manifest["apiVersion"].split("/")
+    return api.patch_namespaced_custom_object(group, version, manifest["metadata"]["namespace"], _plural(manifest),
+                                              manifest["metadata"]["name"], body)
+
+
+def status_patch(api, manifest: dict, body: dict) -> dict:
+    group, version = manifest["apiVersion"].split("/")
+    return api.patch_namespaced_custom_object_status(group, version, manifest["metadata"]["namespace"],
+                                                     _plural(manifest), manifest["metadata"]["name"], body)
+
+
+def read(api, manifest: dict) -> dict:
+    group, version = manifest["apiVersion"].split("/")
+    return api.get_namespaced_custom_object(group, version, manifest["metadata"]["namespace"], _plural(manifest),
+                                            manifest["metadata"]["name"])
+
+
+def delete(api, manifest: dict) -> None:
+    group, version = manifest["apiVersion"].split("/")
+    api.delete_namespaced_custom_object(group, version, manifest["metadata"]["namespace"], _plural(manifest),
+                                        manifest["metadata"]["name"])
+
+
+def set_up(api, case: Case) -> dict | None:
+    """``case.stored`` in the cluster, read back as the API server keeps it."""
+    if case.stored is None:
+        return None
+    create(api, case.stored)
+    steps = case.setup or (((True, {"status": case.stored["status"]}),) if "status" in case.stored else ())
+    for on_status, body in steps:
+        (status_patch if on_status else patch)(api, case.stored, body)
+    return read(api, case.stored)
+
+
+def make(api, case: Case) -> None:
+    if case.operation == "CREATE":
+        create(api, case.change)
+    elif case.operation == "DELETE":
+        delete(api, case.stored)
+    else:
+        (status_patch if case.status else patch)(api, case.stored, case.change)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_the_api_server_calls_our_endpoints_exactly_when_the_python_predicate_says(plane, server, case):
+    api = custom(plane)
+    stored = set_up(api, case)
+    before = reached(server)
+    make(api, case)
+    after = reached(server)
+    by_api_server = {endpoint: after[endpoint] > before[endpoint] for endpoint in before}
+    req = case.request(stored)
+    by_python = {endpoint: matching.concerns(endpoint, req) for endpoint in before}
+    assert by_api_server == by_python, f"{case.id}: {req}"
+    assert by_python == {matching.VALIDATE: case.validate, matching.MUTATE: case.mutate}, case.id
+
+
+def test_the_longest_conditions_list_an_object_can_hold_is_walked_within_the_api_servers_cel_budget(plane, server):
+    # mutate-status walks status.conditions: with a Blocked condition last, the API server must
+    # finish the walk (an evaluation past the budget is an error, and the entry is skipped).
+    api = custom(plane)
+    big = obj("GitRepository", "big-status")
+    create(api, big)
+    filler = [{"type": f"T{i}", "status": "True", "reason": "R", "message": "", "lastTransitionTime": TIME}
+              for i in range(9000)]
+    before = reached(server)
+    status_patch(api, big, {"status": {"conditions": [*filler, condition(names.BLOCKED_CONDITION)]}})
+    after = reached(server)
+    assert after[matching.MUTATE] > before[matching.MUTATE] and after[matching.VALIDATE] == before[matching.VALIDATE]
