@@ -5,6 +5,7 @@ opening the gate lands the commit at once."""
 
 from __future__ import annotations
 
+import json
 import time
 
 from tests.conftest import REPORT
@@ -75,3 +76,27 @@ def test_a_new_commit_waits_for_the_gate_and_lands_when_it_opens(cluster, git):
     REPORT["real Flux: commit lands after kubectl gate open"] = f"{time.monotonic() - opened:.1f}s"
     released = cluster.wait(lambda: cluster.get("kustomization", "gated"), lambda k: ready(k) == "True")
     assert released["status"]["lastAppliedRevision"] == second
+
+    # Only what a gate can hold reaches our server (matchConditions): the API server's audit log
+    # names the mutating webhooks it called for each write. Mutation's conditions include every
+    # validating one's, so a write it was not called for reached neither.
+    called = webhook_calls(cluster.plane.audit_log, ns)
+    assert called.get("gated"), "the gated Kustomization's writes reach the webhook"
+    assert not called.get("free"), f"the ungated Kustomization's writes reached the webhook: {called.get('free')}"
+    assert not called.get("apps"), "nor do the ungated GitRepository's"
+
+
+def webhook_calls(audit_log, namespace: str) -> dict[str, list[str]]:
+    """Per object name in ``namespace``: the writes (verb and subresource) for which the API
+    server called one of our mutating webhooks."""
+    calls: dict[str, list[str]] = {}
+    for line in audit_log.read_text().splitlines():
+        event = json.loads(line)
+        ref = event.get("objectRef") or {}
+        if ref.get("namespace") != namespace or event.get("stage") != "ResponseComplete":
+            continue
+        ours = [v for k, v in (event.get("annotations") or {}).items()
+                if k.startswith("mutation.webhook.admission.k8s.io/") and '"gate-admission"' in v]
+        if ours:
+            calls.setdefault(ref.get("name", ""), []).append(f"{event['verb']} {ref.get('subresource', '')}".strip())
+    return calls
