@@ -30,7 +30,7 @@ import yaml
 from kubernetes.client.rest import ApiException
 
 from admission.core import names
-from tests.e2e.doubles.patch import (PatchError, StatusPatcher, condition, delete_condition, now_text,
+from tests.e2e.doubles.patch import (PatchError, StatusPatcher, deferred_patch, condition, delete_condition, now_text,
                                      set_condition)
 from tests.e2e.doubles.runner import Applied, Double, ReconcileError, artifact_revision, requested_at
 
@@ -132,12 +132,7 @@ class HelmController(Double):
         if (condition(obj, "Ready") or {}).get("status") == "True":
             delete_condition(obj, "Reconciling")
             status["observedGeneration"] = meta.get("generation")
-        try:
-            patcher.patch(obj)
-        except PatchError as err:
-            error = error or err
-        if error is not None:
-            raise error
+        deferred_patch(patcher, obj, error)
 
     def _reconcile(self, obj: dict, trigger: str, patcher: StatusPatcher) -> None:
         meta = obj["metadata"]

@@ -25,7 +25,7 @@ import time
 
 from kubernetes.client.rest import ApiException
 
-from tests.e2e.doubles.patch import (PatchError, StatusPatcher, condition, delete_condition, now_text,
+from tests.e2e.doubles.patch import (PatchError, StatusPatcher, deferred_patch, condition, delete_condition, now_text,
                                      set_condition)
 from tests.e2e.doubles.runner import Applied, Double, ReconcileError, artifact_revision, requested_at
 from tests.e2e.doubles.source import SOURCE_KINDS, Storage
@@ -75,12 +75,7 @@ class KustomizeController(Double):
         reconciling = condition(obj, "Reconciling")
         if ready == "False" and reconciling is not None:
             set_condition(obj, "Reconciling", "True", "ProgressingWithRetry", reconciling["message"])
-        try:
-            patcher.patch(obj)
-        except PatchError as err:
-            error = error or err
-        if error is not None:
-            raise error
+        deferred_patch(patcher, obj, error)
 
     def _reconcile(self, obj: dict, trigger: str, patcher: StatusPatcher) -> None:
         meta = obj["metadata"]

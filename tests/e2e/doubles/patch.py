@@ -200,3 +200,14 @@ class StatusPatcher:
                 if err.status != 409 or step == CONFLICT_STEPS - 1:
                     raise
                 time.sleep(0.01 * 2 ** step)  # the helper's exponential backoff between steps
+
+
+def deferred_patch(patcher: "StatusPatcher", obj: dict, error: Exception | None) -> None:
+    """The end-of-reconcile patch, sent whatever happened before it (it re-sends refused
+    fields); the reconcile's first error wins, else the patch's own."""
+    try:
+        patcher.patch(obj)
+    except PatchError as err:
+        error = error or err
+    if error is not None:
+        raise error
