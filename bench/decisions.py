@@ -20,7 +20,7 @@ import orjson
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from admission.webhook import handlers  # noqa: E402
-from admission.core.decision import Settings, decide  # noqa: E402
+from admission.core.decision import Context, Settings, decide  # noqa: E402
 from admission.webhook.review import complete, parse_review  # noqa: E402
 from admission.store.index import GateIndex  # noqa: E402
 
@@ -83,15 +83,15 @@ def main() -> None:
     index, doc, settings = world(), review(), Settings()
     body = orjson.dumps(doc)
     request = doc["request"]
-    assert decide(request, index.lookup, NOW, settings).allowed  # the gates are open at NOW
+    assert decide(request, Context(index.lookup, NOW, settings)).allowed  # the gates are open at NOW
 
     def full(now):
         parsed = parse_review(body)
-        orjson.dumps(complete(parsed, handlers.validate(parsed["request"], index.lookup, now, settings).response))
+        orjson.dumps(complete(parsed, handlers.validate(parsed["request"], Context(index.lookup, now, settings)).response))
 
     results = {
-        "decide (pure core, gates memoised)": rate(lambda now: decide(request, index.lookup, now, settings), args.seconds),
-        "validate handler": rate(lambda now: handlers.validate(request, index.lookup, now, settings), args.seconds),
+        "decide (pure core, gates memoised)": rate(lambda now: decide(request, Context(index.lookup, now, settings)), args.seconds),
+        "validate handler": rate(lambda now: handlers.validate(request, Context(index.lookup, now, settings)), args.seconds),
         "bytes in -> bytes out (decode, validate, encode)": rate(full, args.seconds),
     }
     print(f"# {' '.join(['python'] + sys.argv)}  |  {platform.python_implementation()} {platform.python_version()}, "

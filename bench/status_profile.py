@@ -29,8 +29,7 @@ from admission.core.decision import Settings  # noqa: E402
 from admission.core.references import policy_of  # noqa: E402
 from admission.store import StaticSources  # noqa: E402
 from admission.store.index import GateIndex  # noqa: E402
-from admission.webhook import handlers  # noqa: E402
-from admission.webhook.app import Reviews  # noqa: E402
+from admission.webhook.app import MUTATE, VALIDATE, Reviews  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "admission-reviews-k8s-1.20"
 CASES = {
@@ -70,23 +69,23 @@ def main() -> None:
     loaded = {label: orjson.loads((FIXTURES / name).read_bytes()) for label, (name, _) in CASES.items()}
     index, sources = world(list(loaded.values()))
     reviews = Reviews(index, Settings(), lambda: NOW, None, sources)
-    handler = {"mutate": (handlers.mutate, True), "validate": (handlers.validate, False)}
-    bodies = {label: (handler[CASES[label][1]], orjson.dumps(review)) for label, review in loaded.items()}
+    route = {"mutate": MUTATE, "validate": VALIDATE}
+    bodies = {label: (route[CASES[label][1]], orjson.dumps(review)) for label, review in loaded.items()}
     print(f"# python bench/status_profile.py --reviews {args.reviews}  |  in process, one thread, "
           f"fixtures from {FIXTURES.name}")
-    for label, ((fn, fail_open), body) in bodies.items():
-        status, out = reviews.answer(fn, fail_open, body)
+    for label, (endpoint, body) in bodies.items():
+        status, out = reviews.answer(endpoint, body)
         assert status == 200 and orjson.loads(out)["response"]["allowed"], out
         started = time.perf_counter()
         for _ in range(args.reviews):
-            reviews.answer(fn, fail_open, body)
+            reviews.answer(endpoint, body)
         per = (time.perf_counter() - started) / args.reviews * 1e6
         print(f"{label:<32} {len(body):>6} bytes in  {per:8.1f} us/review")
     profile = cProfile.Profile()
     profile.enable()
     for _ in range(args.reviews // 4):
-        for (fn, fail_open), body in bodies.values():
-            reviews.answer(fn, fail_open, body)
+        for endpoint, body in bodies.values():
+            reviews.answer(endpoint, body)
     profile.disable()
     for order in ("tottime", "cumulative"):
         text = io.StringIO()

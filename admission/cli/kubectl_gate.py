@@ -32,7 +32,7 @@ from admission.core import content
 from admission.core import kinds
 from admission.core import names
 from admission.core.applied import apply_request, user_info
-from admission.core.decision import Lookup, Settings, describe, hold_of, mode_of
+from admission.core.decision import Context, Settings, standing
 from admission.core.gates import GateState
 from admission.core.objects import metadata, object_key
 from admission.core.references import policy_of
@@ -253,11 +253,10 @@ def cmd_get(args: argparse.Namespace) -> int:
     server = Settings(mode=env("mode", "enforce"))
     for obj in _referencing(objects, f"{namespace}/{args.name}"):
         meta = metadata(obj)
-        hold = hold_of(obj, index.lookup, now)
-        mode = mode_of([hold], server) if hold.held else None
+        now_ = standing(obj, Context(index.lookup, now, server))
+        mode = now_.mode if now_.held else None
         held_by.append({"kind": obj["kind"], "namespace": meta["namespace"], "name": meta["name"],
-                        "held": mode == "enforce", "mode": mode,
-                        "why": describe(obj["kind"], meta["namespace"], meta["name"], [hold]) if hold.held else None})
+                        "held": mode == "enforce", "mode": mode, "why": now_.message or None})
     info["referencedBy"] = held_by
     # The GateKeeper calendars it follows: last fetch, errors, and what comes next.
     info["calendars"] = feed_rows(feeds_of(index.compiled(namespace, args.name)), now)
@@ -358,11 +357,11 @@ def _kubeconfig_user(cluster: Cluster) -> tuple[str, list[str]]:
     return cluster.user or getpass.getuser(), []
 
 
-def judge(manifest: dict, live: dict | None, user: dict, lookup: Lookup, now: datetime, settings: Settings) -> dict:
+def judge(manifest: dict, live: dict | None, user: dict, context: Context) -> dict:
     """What the webhook would answer to applying ``manifest`` (over ``live``, when it exists):
     the request the API server would send, judged by the webhook's own validate handler."""
     request = apply_request(manifest, live, user)
-    outcome = handlers.validate(request, lookup, now, settings)
+    outcome = handlers.validate(request, context)
     response = outcome.response
     if not response["allowed"]:
         verdict, message = DENIED, response["status"]["message"]
@@ -397,7 +396,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         name = meta.get("name")
         current = live.get(kind, meta["namespace"], name, version) if live and isinstance(name, str) and name else None
         try:
-            rows.append(judge(obj, current, user, index.lookup, now, settings))
+            rows.append(judge(obj, current, user, Context(index.lookup, now, settings)))
         except RecursionError:  # as the webhook answers it: such an object cannot be judged
             raise GateError(f"{kind} {meta['namespace']}/{name}: nests values too deeply to be judged", EXIT_USAGE) from None
 

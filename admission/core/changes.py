@@ -104,7 +104,7 @@ def gated_change(kind: str, operation: str, sub_resource: str, old: dict | None,
         return None
     if sub_resource == "status":
         carried = content.new_content(kind, old, new)
-        return None if carried is None else f"new content: {carried[0]} waits, serving {carried[1]}"
+        return None if carried is None else carried.as_change()
     if sub_resource:
         return None
     if not same(desired_spec(old), desired_spec(new)):

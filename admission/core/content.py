@@ -1,22 +1,21 @@
 """What a Flux object's status says it serves and what new content waits (FLUX-WRITES.md).
 
-Pure: reads plain dicts. The Blocked and Approved messages are formatted and parsed here, so
-``waiting(obj)`` can tell any reader (kubectl gate, the controller) what a held object waits
-for, from the conditions the webhook wrote.
+Pure: reads plain dicts. ``waiting(obj)`` tells any reader (kubectl gate, the controller) what
+a held object waits for, from the condition the webhook wrote (admission.core.holdmessage).
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Callable
 
+from admission.core import holdmessage
 from admission.core import kinds
 from admission.core import names
+from admission.core.conditions import holding_condition, status_of
+from admission.core.holdmessage import NewContent
 from admission.core.jsonvalues import same
-from admission.core.references import metadata
-from admission.core.timefmt import format_time
+from admission.core.objects import metadata
 
 Get = Callable[[str, str, str], "dict | None"]  # (kind, namespace, name) -> the stored object
 NOTHING = "nothing"  # what a source serves before its first artifact
@@ -34,22 +33,7 @@ class Waiting:
     message: str
 
 
-# ---- plain accessors ---------------------------------------------------------------------
-
-def status_of(obj: dict | None) -> dict:
-    status = obj.get("status") if isinstance(obj, dict) else None
-    return status if isinstance(status, dict) else {}
-
-
-def conditions_of(obj: dict | None) -> list[dict]:
-    found = status_of(obj).get("conditions")
-    return [c for c in found if isinstance(c, dict)] if isinstance(found, list) else []
-
-
-def condition(obj: dict | None, kind: str) -> dict | None:
-    """The condition of type ``kind`` in the object's status, or None."""
-    return next((c for c in conditions_of(obj) if c.get("type") == kind), None)
-
+# ---- what a status says it serves ---------------------------------------------------------
 
 def _text(value: object) -> str:
     text = value if isinstance(value, str) else "" if value is None else str(value)
@@ -143,7 +127,7 @@ def served_revision(kind: str, obj: dict | None) -> str:
 
 # ---- new content --------------------------------------------------------------------------
 
-def new_content(kind: str, old: dict | None, new: dict | None) -> tuple[str, str] | None:
+def new_content(kind: str, old: dict | None, new: dict | None) -> NewContent | None:
     """``(waits, serves)`` when this status write carries new content, the change a closed gate
     holds: a source's artifact (revision or digest), an ImagePolicy's image, a Kustomization's
     ``lastAttemptedRevision`` moving to a revision other than its ``lastAppliedRevision``, a
@@ -152,34 +136,34 @@ def new_content(kind: str, old: dict | None, new: dict | None) -> tuple[str, str
     content = row.content if row else None
     if content == kinds.ARTIFACT:
         if not same(artifact_identity(old), artifact_identity(new)):
-            return artifact_text(artifact(new)), artifact_text(artifact(old))
+            return NewContent(artifact_text(artifact(new)), artifact_text(artifact(old)))
     elif content == kinds.LATEST_IMAGE:
         if not same(image_fields(old), image_fields(new)):
-            return image_text(new), image_text(old)
+            return NewContent(image_text(new), image_text(old))
     elif content == kinds.ATTEMPTED_REVISION:
         field = names.LAST_ATTEMPTED_REVISION_FIELD
         attempted = _revision(new, field)
         applied = _revision(new, names.LAST_APPLIED_REVISION_FIELD)
         if attempted != _revision(old, field) and attempted and attempted != applied:
-            return _text(attempted), _text(applied) or NOTHING
+            return NewContent(_text(attempted), _text(applied) or NOTHING)
     elif content == kinds.ATTEMPTED_RELEASE:
         attempted, applied = attempted_release(new), applied_release(new)
         if attempted != attempted_release(old) and any(attempted) and attempted != applied:
-            return release_text(attempted), release_text(applied)
+            return NewContent(release_text(attempted), release_text(applied))
     return None
 
 
-def recorded_attempt(kind: str, obj: dict | None) -> tuple[str, str] | None:
+def recorded_attempt(kind: str, obj: dict | None) -> NewContent | None:
     """``(waits, serves)`` when the object's own status shows an attempt it has not applied."""
     if kind == "Kustomization":
         attempted = _revision(obj, names.LAST_ATTEMPTED_REVISION_FIELD)
         applied = _revision(obj, names.LAST_APPLIED_REVISION_FIELD)
         if attempted and attempted != applied:
-            return _text(attempted), _text(applied) or NOTHING
+            return NewContent(_text(attempted), _text(applied) or NOTHING)
     elif kind == "HelmRelease":
         attempted, applied = attempted_release(obj), applied_release(obj)
         if any(attempted) and attempted != applied:
-            return release_text(attempted), release_text(applied)
+            return NewContent(release_text(attempted), release_text(applied))
     return None
 
 
@@ -201,7 +185,7 @@ def attempt_of(kind: str, obj: dict | None) -> dict:
     return {"status": {f: recorded.get(f) for f in _attempt_fields(kind)}}
 
 
-def held_attempt(kind: str, attempted: dict | None, stored: dict | None) -> tuple[str, str] | None:
+def held_attempt(kind: str, attempted: dict | None, stored: dict | None) -> NewContent | None:
     """``(waits, serves)`` for the attempt a denied status write (``attempted``) recorded,
     against what the object as stored now has applied: None once that is what it applied."""
     if not _attempt_fields(kind):
@@ -229,7 +213,7 @@ def upstream(kind: str, obj: dict | None) -> tuple[str, str, str] | None:
     return ref["kind"], str(ref.get("namespace") or namespace), ref["name"]
 
 
-def upstream_waits(kind: str, obj: dict | None, source_kind: str, source: dict | None) -> tuple[str, str] | None:
+def upstream_waits(kind: str, obj: dict | None, source_kind: str, source: dict | None) -> NewContent | None:
     """``(waits, serves)`` when the source a Kustomization or HelmRelease applies serves
     content it has not applied yet (None when they agree, or we cannot tell)."""
     found = artifact(source)
@@ -239,22 +223,22 @@ def upstream_waits(kind: str, obj: dict | None, source_kind: str, source: dict |
     if kind == "Kustomization":
         applied = _revision(obj, names.LAST_APPLIED_REVISION_FIELD)
         if isinstance(revision, str) and revision and revision != applied:
-            return _text(revision), _text(applied) or NOTHING
+            return NewContent(_text(revision), _text(applied) or NOTHING)
         return None
     if kind != "HelmRelease" or not isinstance(revision, str) or not revision:
         return None
     applied = applied_release(obj)
     if source_kind == "HelmChart":  # the artifact's revision is the chart version
         if applied is None or revision != applied[0]:
-            return _text(revision), release_text(applied)
+            return NewContent(_text(revision), release_text(applied))
     elif source_kind == "OCIRepository":  # "<tag>@sha256:<digest>": history keeps the digest
         digest = revision.rpartition("@")[2]
         if applied is None or (digest and digest != applied[1]):
-            return _text(revision), release_text(applied)
+            return NewContent(_text(revision), release_text(applied))
     return None
 
 
-def upstream_of(kind: str, obj: dict | None, get: Get) -> tuple[str, str] | None:
+def upstream_of(kind: str, obj: dict | None, get: Get) -> NewContent | None:
     """``upstream_waits`` for the source ``obj`` applies, looked up with ``get`` (a cache)."""
     ref = upstream(kind, obj)
     if ref is None:
@@ -271,7 +255,7 @@ def generated_chart_namespace(release: dict) -> str:
     return str(ref.get("namespace") or metadata(release).get("namespace") or "default")
 
 
-def _generator(chart: dict) -> tuple[str, str] | None:
+def _generator(chart: dict) -> NewContent | None:
     """(namespace, name) of the HelmRelease that generated ``chart``: helm-controller labels the
     chart it generates with its release (names.HELM_NAME_LABEL/NAMESPACE_LABEL, fluxcd/pkg/ssa
     SetOwnerLabels) and names it ``<namespace>-<name>``. A chart with the labels under another
@@ -304,88 +288,19 @@ def inherits_from(obj: dict, get: Get) -> tuple[dict, ...]:
     return generating_releases(obj, get) if obj.get("kind") == "HelmChart" else ()
 
 
-# ---- messages -----------------------------------------------------------------------------
-
-_GATE = re.compile(r"gate '([^']+)' is closed")
-_TAIL = re.compile(r"^(?P<head>.*)[:.] (?P<waits>(?:(?![:.] ).)+?) waits, serving (?P<serves>.*)$", re.S)
-_BLOCKED_PREFIX = "Reconciliation is blocked as "
-_APPROVAL_PREFIX = "Reconciliation is waiting approval, "
-
-
-def gate_clause(key: str) -> str:
-    return f"gate '{key}' is closed"
-
-
-def blocked_message(clauses: tuple[str, ...], waits: str, serves: str) -> str:
-    """The Blocked condition's message on a held source or ImagePolicy."""
-    return f"{_BLOCKED_PREFIX}{', '.join(clauses)}: {waits} waits, serving {serves}"
-
-
-def approval_message(clauses: tuple[str, ...], waits: str, serves: str) -> str:
-    """The Approved=False condition's message on a held Kustomization or HelmRelease."""
-    return f"{_APPROVAL_PREFIX}{', '.join(clauses)}. {waits} waits, serving {serves}"
-
-
-def parse_message(message: str) -> tuple[tuple[str, ...], str, str] | None:
-    """``(gates, waits, serves)`` from a message made by ``blocked_message`` or
-    ``approval_message``; None for any other text."""
-    if not isinstance(message, str) or not message.startswith((_BLOCKED_PREFIX, _APPROVAL_PREFIX)):
-        return None
-    match = _TAIL.match(message)
-    if match is None:
-        return None
-    return tuple(_GATE.findall(match["head"])), match["waits"], match["serves"]
-
-
-def holding_condition(obj: dict | None, kind: str) -> dict | None:
-    """Our Blocked (True) or Approved (False) condition with reason GateClosed, if present."""
-    row = kinds.BY_KIND.get(kind)
-    if row is None or row.hold_condition is None:
-        return None
-    found = condition(obj, row.hold_condition)
-    want = "True" if row.hold_condition == names.BLOCKED_CONDITION else "False"
-    if found is None or found.get("status") != want or found.get("reason") != names.GATE_CLOSED_REASON:
-        return None
-    return found
-
+# ---- what a held object shows ----------------------------------------------------------
 
 def waiting(obj: dict | None) -> Waiting | None:
     """What waits for a held object, from the Blocked (sources, ImagePolicy) or Approved
     (Kustomization, HelmRelease) condition the webhook wrote; None when nothing waits."""
     kind = obj.get("kind") if isinstance(obj, dict) else None
-    if not isinstance(kind, str):
+    if not isinstance(kind, str) or kind not in kinds.BY_KIND:
         return None
     found = holding_condition(obj, kind)
     if found is None:
         return None
     message = found.get("message") if isinstance(found.get("message"), str) else ""
-    parsed = parse_message(message)
-    if parsed is None:
+    hold = holdmessage.parse(message)
+    if hold is None:
         return Waiting(kind, "", served_revision(kind, obj), (), message)
-    gates, waits, serves = parsed
-    return Waiting(kind, waits, serves, gates, message)
-
-
-# ---- conditions ---------------------------------------------------------------------------
-
-def with_condition(conditions: list[dict], kind: str, status: str, reason: str, message: str,
-                   now: datetime, generation: object = None) -> list[dict]:
-    """``conditions`` with the one of type ``kind`` set; lastTransitionTime moves only when its
-    status does, and an identical condition is kept as it is (idempotent)."""
-    previous = next((c for c in conditions if c.get("type") == kind), None)
-    since = previous.get("lastTransitionTime") if previous and previous.get("status") == status else None
-    wanted = {"type": kind, "status": status, "reason": reason, "message": message,
-              "lastTransitionTime": since or format_time(now)}
-    if generation is not None:
-        wanted["observedGeneration"] = generation
-    elif previous and "observedGeneration" in previous:
-        wanted["observedGeneration"] = previous["observedGeneration"]
-    if previous is None:
-        return [*conditions, wanted]
-    return [wanted if c is previous else c for c in conditions]
-
-
-def without_condition(conditions: list[dict], kind: str) -> list[dict]:
-    """``conditions`` without our condition of type ``kind`` (reason GateClosed): a condition
-    of that type someone else wrote is theirs."""
-    return [c for c in conditions if c.get("type") != kind or c.get("reason") != names.GATE_CLOSED_REASON]
+    return Waiting(kind, hold.content.waits, hold.content.serves, hold.gates, message)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Callable
+from typing import Callable, Literal
 
+from admission.core import content
 from admission.core import gates
 from admission.core import kinds
 from admission.core import names
@@ -13,11 +14,11 @@ from admission.core.changes import OWNERS_CHANGE, changed_paths, describe_paths,
 from admission.core.gates import GateState
 from admission.core.objects import metadata
 from admission.core.references import Policy, may_be_held, policy_of, suspension_of
+from admission.core.review import AdmissionRequest, subject
 from admission.core.timefmt import format_time
 
 Lookup = Callable[[str, str, datetime], GateState]
-# The objects whose gates an object inherits (a generated HelmChart: its HelmRelease).
-Parents = Callable[[dict], tuple[dict, ...]]
+Mode = Literal["enforce", "audit"]
 
 EDIT = "edit"  # a held change of the object itself (spec, gates, creation, deletion)
 CONTENT = "content"  # held new content: an artifact, an image, an attempt at a new revision
@@ -30,6 +31,21 @@ class Settings:
     mode: str = "enforce"
     exempt_users: frozenset[str] = frozenset()
     exempt_groups: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a judgement reads besides the request: gate states, the time, the server's policy,
+    and the Flux objects known (what sources serve, HelmReleases; ``get`` None: none)."""
+
+    lookup: Lookup
+    now: datetime
+    settings: Settings = Settings()
+    get: content.Get | None = None
+
+    def parents(self, obj: dict) -> tuple[dict, ...]:
+        """The objects whose gates ``obj`` inherits (a generated HelmChart: its HelmRelease)."""
+        return content.inherits_from(obj, self.get) if self.get is not None else ()
 
 
 @dataclass(frozen=True)
@@ -108,28 +124,52 @@ def mode_of(holds: list[Hold], settings: Settings) -> str:
     return "enforce" if "enforce" in modes else "audit"
 
 
-def holds_of(obj: dict, lookup: Lookup, now: datetime, parents: Parents | None = None) -> list[Hold]:
+def holds_of(obj: dict, context: Context) -> list[Hold]:
     """The holds on ``obj`` now: its own, and those of the objects it inherits gates from."""
-    objects = (obj, *(parents(obj) if parents else ()))
-    judged = [hold_of(o, lookup, now) for o in objects if may_be_held(o)]
+    objects = (obj, *context.parents(obj))
+    judged = [hold_of(o, context.lookup, context.now) for o in objects if may_be_held(o)]
     return [h for h in judged if h.held]
 
 
-def _unknown_deletion(request: dict, settings: Settings) -> Decision:
+@dataclass(frozen=True)
+class Standing:
+    """How an object stands now, whatever a request would change: held or not, in which mode, and why."""
+
+    holds: tuple[Hold, ...]
+    mode: str
+    message: str  # names the object, every closed gate, the require mode and the next opening
+
+    @property
+    def held(self) -> bool:
+        return bool(self.holds)
+
+
+def standing(obj: dict, context: Context) -> Standing:
+    """The holds on the stored ``obj`` now (its own and inherited): ``kubectl gate get``, the
+    denial Events and the shown attempts all say what this says."""
+    holds = holds_of(obj, context)
+    if not holds:
+        return Standing((), context.settings.mode, "")
+    meta = metadata(obj)
+    return Standing(tuple(holds), mode_of(holds, context.settings),
+                    describe(str(obj.get("kind") or ""), meta.get("namespace") or "", meta.get("name") or "", holds))
+
+
+def _unknown_deletion(request: AdmissionRequest, settings: Settings) -> Decision:
     """A DELETE without ``oldObject``: API servers since 1.15 send the object being deleted, and
     without it its gates cannot be read, so it may be gated: held (fail closed) in the server's
     mode, as when the gate cache cannot be trusted."""
-    name = f"{request.get('namespace') or ''}/{request.get('name') or ''}"
-    message = (f"{request['kind']['kind']} {name} is held: the request carries no oldObject (the object being "
-               "deleted), so whether its gates allow deleting it is unknown")
+    about = subject(request)
+    message = (f"{about.kind} {about.namespace}/{about.name} is held: the request carries no oldObject (the object "
+               "being deleted), so whether its gates allow deleting it is unknown")
     return Decision(allowed=settings.mode == "audit", gated=True, held=True, mode=settings.mode, change="deletion",
                     message=message, held_what=EDIT)
 
 
-def decide(request: dict, lookup: Lookup, now: datetime, settings: Settings,
-           parents: Parents | None = None) -> Decision:
-    """Judge a well-formed AdmissionRequest at ``now``; gate states come from ``lookup``,
-    inherited gates (status writes of generated HelmCharts) from ``parents``."""
+def decide(request: AdmissionRequest, context: Context) -> Decision:
+    """Judge a well-formed AdmissionRequest: the webhook and ``kubectl gate check`` both ask this.
+    Inherited gates count on status writes (a generated HelmChart's: its HelmRelease's)."""
+    lookup, now, settings = context.lookup, context.now, context.settings
     kind = request["kind"]
     if not kinds.is_gated_kind(kind.get("group", ""), kind.get("kind", "")):
         return Decision(allowed=True)
@@ -164,21 +204,19 @@ def decide(request: dict, lookup: Lookup, now: datetime, settings: Settings,
     judged = [(o, p) for o, p in zip(objects, policies()) if isinstance(o, dict)]
     judgements = [hold_of(obj, lookup, now, policy) for obj, policy in judged]
     sub_resource = request.get("subResource") or ""
-    if sub_resource and parents is not None and isinstance(new, dict):
-        judgements += [hold_of(parent, lookup, now) for parent in parents(new)]
+    if sub_resource and isinstance(new, dict):
+        judgements += [hold_of(parent, lookup, now) for parent in context.parents(new)]
     holds = [h for h in judgements if h.held]
     if not holds:
         return Decision(allowed=True, gated=True, change=change, hold=judgements[-1] if judgements else None)
 
     mode = mode_of(holds, settings)
-    obj = judged[-1][0]
-    meta = metadata(obj)
-    namespace = request.get("namespace") or meta.get("namespace") or ""
-    name = request.get("name") or meta.get("name") or meta.get("generateName") or ""
-    message = describe(kind["kind"], namespace, name, holds)
+    about = subject(request)
+    message = describe(kind["kind"], about.namespace, about.shown_name, holds)
     what = CONTENT if sub_resource else EDIT
-    if what == CONTENT:
-        message += "; " + change.removeprefix("new content: ")
+    carried = content.new_content(kind["kind"], old, new) if what == CONTENT else None
+    if carried is not None:
+        message = carried.after(message)
     elif change == "spec change":  # say what changed: a label-only apply can also drop a null
         message += "; changed: " + describe_paths(*changed_paths(desired_spec(old), desired_spec(new)))
     elif change == OWNERS_CHANGE:  # a metadata write held: say which, or it looks like a label edit

@@ -15,11 +15,12 @@ than that window goes unannounced; ``kubectl gate get`` and the object's conditi
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from admission.core import holdmessage
 from admission.core import names
+from admission.core.conditions import holding_condition
 from admission.core.decision import Lookup, hold_of
 from admission.core.gates import GateState
 from admission.core.objects import metadata
@@ -28,8 +29,6 @@ from admission.core.timefmt import format_time, parse_time
 HELD, RELEASED = "held", "released"
 FIRST_SIGHT_WINDOW = timedelta(minutes=5)  # a controller restart or leader handover is shorter
 RELEASED_REASON = "HoldReleased"
-# "<revision> waits, serving <revision>" in the webhook's condition message.
-_WAITS = re.compile(r"(?P<waiting>\S+) waits(?:, serving (?P<serving>\S+?)(?=[.;,]?(?:\s|$)))?")
 
 
 @dataclass(frozen=True)
@@ -42,19 +41,6 @@ class Notice:
     metadata: dict[str, str] = field(default_factory=dict)  # keys without the API group prefix
 
 
-def gate_condition(obj: dict | None) -> dict | None:
-    """The ``GateClosed`` condition that says ``obj`` is held now, or None."""
-    status = (obj or {}).get("status")
-    conditions = status.get("conditions") if isinstance(status, dict) else None
-    for condition in conditions if isinstance(conditions, list) else ():
-        if not isinstance(condition, dict) or condition.get("reason") != names.GATE_CLOSED_REASON:
-            continue
-        if (condition.get("type"), condition.get("status")) in (
-                (names.BLOCKED_CONDITION, "True"), (names.APPROVED_CONDITION, "False")):
-            return condition
-    return None
-
-
 def _announced_before(condition: dict, now: datetime) -> bool:
     """Whether a hold first seen now is old enough to have been announced already."""
     try:
@@ -65,10 +51,10 @@ def _announced_before(condition: dict, now: datetime) -> bool:
 
 
 def _revisions(message: str) -> dict[str, str]:
-    match = _WAITS.search(message or "")
-    if match is None:
+    hold = holdmessage.parse(message)
+    if hold is None:
         return {}
-    return {k: v for k, v in match.groupdict().items() if v}
+    return {k: v for k, v in (("waiting", hold.content.waits), ("serving", hold.content.serves)) if v}
 
 
 def expected_opening(closed: tuple[GateState, ...], require: str) -> datetime | None:
@@ -94,7 +80,7 @@ def _opened_clause(state: GateState) -> str:
 def notice(old: dict | None, new: dict | None, lookup: Lookup, now: datetime) -> Notice | None:
     """The notification that the change from ``old`` to ``new`` deserves, if any: a new hold (or a
     hold whose message changed: another revision waits), or a release; None for anything else."""
-    before, after = gate_condition(old), gate_condition(new)
+    before, after = holding_condition(old), holding_condition(new)
     obj = new if new is not None else old
     meta = metadata(obj)
     label = f"{(obj or {}).get('kind', 'object')} {meta.get('namespace')}/{meta.get('name')}"

@@ -5,15 +5,14 @@ from __future__ import annotations
 from datetime import datetime
 
 from admission.core import names
+from admission.core.conditions import find, transition_time
 from admission.core.gates import GateState
 from admission.core.objects import metadata
 from admission.core.timefmt import format_time
 
+
 def _previous_condition(status: dict | None) -> dict | None:
-    for condition in (status or {}).get("conditions") or []:
-        if isinstance(condition, dict) and condition.get("type") == names.OPENED_CONDITION:
-            return condition
-    return None
+    return find({"status": status}, names.OPENED_CONDITION)
 
 
 def was_open(status: dict | None) -> bool | None:
@@ -33,7 +32,6 @@ def gate_status(gate: dict, state: GateState, now: datetime, previous: dict | No
     if previous is None:
         previous = gate.get("status") if isinstance(gate.get("status"), dict) else None
     condition = _previous_condition(previous)
-    flipped = was_open(previous) != state.open
     generation = metadata(gate).get("generation")
     message = state.message
     if state.problems:
@@ -49,8 +47,7 @@ def gate_status(gate: dict, state: GateState, now: datetime, previous: dict | No
             "type": names.OPENED_CONDITION,
             "status": "True" if state.open else "False",
             "observedGeneration": generation,
-            "lastTransitionTime": format_time(now) if flipped or condition is None
-            else condition.get("lastTransitionTime", format_time(now)),
+            "lastTransitionTime": transition_time(condition, "True" if state.open else "False", now),
             "reason": state.reason,
             "message": message,
         }],

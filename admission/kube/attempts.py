@@ -41,9 +41,10 @@ from admission.core import content
 from admission.core import holdpoints
 from admission.core import kinds
 from admission.core import names
-from admission.core.decision import Lookup, Settings, holds_of
+from admission.core.decision import Context, Lookup, Settings, standing
 from admission.core.objects import metadata
 from admission.core.references import is_namespace, is_object_name
+from admission.core.review import AdmissionRequest, subject
 from admission.kube.client import CALL_ERRORS, describe_error
 from admission.kube.fluxobjects import read_stored
 from admission.kube.limits import WindowCounts
@@ -96,25 +97,24 @@ class DeniedAttempts:
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def record(self, request: dict) -> None:
+    def record(self, request: AdmissionRequest) -> None:
         """Note a denied status write that recorded new content; never blocks, never raises."""
         kind = request.get("kind") or {}
         row = kinds.lookup(kind.get("group", ""), kind.get("kind", ""))
         obj = request.get("object")
         if request.get("dryRun") or row is None or not row.shows_denied_attempts or not isinstance(obj, dict):
             return
-        namespace, name = request.get("namespace"), request.get("name") or metadata(obj).get("name")
-        uid = metadata(request.get("oldObject") or obj).get("uid")
-        if not (is_namespace(namespace) and is_object_name(name) and isinstance(uid, str) and 0 < len(uid) <= 128):
+        about = subject(request)
+        if not (is_namespace(about.namespace) and is_object_name(about.name) and 0 < len(about.uid) <= 128):
             return  # no API server sends this: nothing to look up
-        key = (row.kind, namespace, name)
+        key = (row.kind, about.namespace, about.name)
         # Only what is compared (a review can be megabytes), and only when the review is trusted.
         attempt = content.attempt_of(row.kind, obj) if self.trust_reviews else None
         with self._cond:
             if key not in self.pending and len(self.pending) >= self.max_pending:
                 ATTEMPTS_SHOWN.labels("dropped").inc()
                 return
-            self.pending[key] = (uid, attempt)
+            self.pending[key] = (about.uid, attempt)
             self._cond.notify()
 
     def _next(self) -> tuple[Key, Denied] | None:
@@ -130,11 +130,9 @@ class DeniedAttempts:
         """The object as stored (through ``<plural>/status``), at the first version served."""
         return read_stored(self.custom.get_namespaced_custom_object_status, row, namespace, name, self.versions)
 
-    def _held(self, kind: str, stored: dict, now: datetime) -> holdpoints.Held | None:
+    def _held(self, stored: dict, now: datetime) -> holdpoints.Held | None:
         """The hold now, as the mutating webhook will judge our write on its way in."""
-        meta = metadata(stored)
-        return holdpoints.enforced(kind, meta.get("namespace") or "", meta.get("name") or "",
-                                   holds_of(stored, self.lookup, now), self.settings)
+        return holdpoints.enforced(standing(stored, Context(self.lookup, now, self.settings)))
 
     def show(self, key: Key, denied: Denied) -> str:
         """Write the conditions that show what the stored object's hold keeps waiting; the outcome."""
@@ -153,7 +151,7 @@ class DeniedAttempts:
                 return "unverified"  # not the object the review named (or a forged review)
             now = self.clock()
             upstream = content.upstream_of(kind, stored, self.sources.get)
-            changes = holdpoints.show_denied_attempt(kind, stored, attempt, self._held(kind, stored, now), now, upstream)
+            changes = holdpoints.show_denied_attempt(kind, stored, attempt, self._held(stored, now), now, upstream)
             if not changes:
                 return "current"  # shown already, released, or nothing waits any more
             body = {"metadata": {"resourceVersion": metadata(stored).get("resourceVersion")},

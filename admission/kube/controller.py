@@ -21,10 +21,11 @@ from kubernetes.client.rest import ApiException
 from admission.clock import utcnow
 from admission.core import content
 from admission.core import names
-from admission.core.decision import holds_of
+from admission.core.decision import Context, holds_of
 from admission.core.gates import GateState
 from admission.core.kinds import BY_KIND, FLUX_KINDS
-from admission.core.notices import Notice, gate_condition, notice
+from admission.core.conditions import holding_condition
+from admission.core.notices import Notice, notice
 from admission.core.objects import annotations, metadata, object_key
 from admission.core.references import policy_of, suspension_of
 from admission.core.schedule import ScheduleError, parse_cron
@@ -107,10 +108,6 @@ class Controller:
         with self._lock:
             self._suspendable.add(_object_key(kind, new or old))
         self.poke()  # a suspension was added, changed or removed: look now
-
-    def _parents(self, obj: dict) -> tuple[dict, ...]:
-        """The objects whose gates ``obj`` inherits: a generated HelmChart's HelmRelease."""
-        return content.inherits_from(obj, self.flux.get)
 
     def readiness(self) -> tuple[bool, dict]:
         ready, detail = self.store.readiness()
@@ -221,7 +218,7 @@ class Controller:
         found = []
         for kind in self.flux.kinds():
             for obj in self.flux.objects(kind):
-                if gate_condition(obj) is not None and (notice := self.flux_object_changed(None, obj, now)):
+                if holding_condition(obj) is not None and (notice := self.flux_object_changed(None, obj, now)):
                     found.append(notice)
         return found
 
@@ -240,7 +237,7 @@ class Controller:
     def _held_by_gate(self, obj: dict, gate_key: str) -> bool:
         """Whether ``gate_key`` held ``obj``: its own or inherited gates name it, or what
         waits for it (the Blocked/Approved condition the webhook wrote) says so."""
-        for source in (obj, *self._parents(obj)):
+        for source in (obj, *content.inherits_from(obj, self.flux.get)):
             if gate_key in {ref.key for ref in policy_of(source).refs}:
                 return True
         waiting = content.waiting(obj)
@@ -253,7 +250,7 @@ class Controller:
         done: list[str] = []
         parents: set[tuple[str, str]] = set()
         for kind, obj in objects:
-            if holds_of(obj, self.store.index.lookup, now, self._parents):
+            if holds_of(obj, Context(self.store.index.lookup, now, get=self.flux.get)):
                 continue  # another gate (or a suspension) still holds it
             _, namespace, name = _object_key(kind, obj)
             if self._annotate(kind, namespace, name, value):

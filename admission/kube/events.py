@@ -28,13 +28,13 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from admission.clock import utcnow
-from admission.core import content
 from admission.core import holdpoints
 from admission.core import kinds
 from admission.core import names
-from admission.core.decision import Lookup, Settings, holds_of
+from admission.core.decision import Context, Lookup, Settings, standing
 from admission.core.objects import metadata
 from admission.core.references import is_namespace, is_object_name
+from admission.core.review import AdmissionRequest, subject
 from admission.core.timefmt import format_time
 from admission.kube.client import CALL_ERRORS, describe_error
 from admission.kube.fluxobjects import read_stored
@@ -106,7 +106,7 @@ class DenialEvents:
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def record(self, request: dict) -> None:
+    def record(self, request: AdmissionRequest) -> None:
         """Note a denial: only which object it names (kind, namespace, name, uid), never its text.
         Never blocks, never raises (a full queue drops it, counted)."""
         try:
@@ -125,22 +125,20 @@ class DenialEvents:
             self._cond.notify()
 
     @staticmethod
-    def _key(request: dict) -> Key | None:
+    def _key(request: AdmissionRequest) -> Key | None:
         """The object a denial names, if it could name one; None for dry runs and shapes no
         API server sends (a kind we do not gate, a name that is not an object's)."""
         if request.get("dryRun"):
             return None
         kind = request.get("kind") or {}
         row = kinds.lookup(kind.get("group", ""), kind.get("kind", ""))
-        # The stored object's uid: the old object's (UPDATE, DELETE); a CREATE's is a new one
-        # that no stored object has, so a denied CREATE makes no Event.
-        meta = metadata(request.get("oldObject") or request.get("object"))
-        namespace, name, uid = request.get("namespace"), request.get("name") or meta.get("name"), meta.get("uid")
-        if row is None or not is_namespace(namespace) or not is_object_name(name):
+        # A CREATE's uid is a new one that no stored object has, so a denied CREATE makes no Event.
+        about = subject(request)
+        if row is None or not is_namespace(about.namespace) or not is_object_name(about.name):
             return None
-        if not isinstance(uid, str) or not 0 < len(uid) <= 128:
+        if not 0 < len(about.uid) <= 128:
             return None
-        return row.kind, namespace, name, uid
+        return row.kind, about.namespace, about.name, about.uid
 
     # -- the background thread ------------------------------------------------------------
     def _next(self, timeout: float) -> tuple[Key, int] | None:
@@ -180,10 +178,8 @@ class DenialEvents:
     def _message(self, kind: str, stored: dict, now: datetime) -> str | None:
         """The hold the stored object shows now, in the words a denial uses; None when it is
         not held (or only in audit mode, which denies nothing)."""
-        meta = metadata(stored)
-        parents = (lambda obj: content.generating_releases(obj, self.sources.get)) if kind == "HelmChart" else None
-        held = holdpoints.enforced(kind, meta.get("namespace") or "", meta.get("name") or "",
-                                   holds_of({**stored, "kind": kind}, self.lookup, now, parents), self.settings)
+        context = Context(self.lookup, now, self.settings, self.sources.get)
+        held = holdpoints.enforced(standing({**stored, "kind": kind}, context))
         return held.message if held is not None else None
 
     def _body(self, name: str, kind: str, stored: dict, message: str, now: datetime) -> dict:

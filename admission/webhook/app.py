@@ -7,7 +7,7 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Callable
+from typing import Callable, Protocol
 
 import orjson
 from flask import Blueprint, Flask, Response, request
@@ -17,12 +17,14 @@ from admission.webhook import handlers
 from admission.observability import logs
 from admission.observability import metrics
 from admission.core import kinds
-from admission.core.decision import CONTENT, Decision, Settings
+from admission.core.decision import CONTENT, Context, Decision, Settings
 from admission.core.objects import object_key
 from admission.core.references import is_name, is_namespace
+from admission.core.review import AdmissionRequest, AdmissionReview
 from admission.webhook.handlers import Handler, Outcome
 from admission.webhook.feeds import DEFAULT_QUERY, FIRST_WAIT, RETRY_AFTER, CalendarFeeds, FeedUnavailable
-from admission.webhook.review import AdmissionReview, ReviewError, allowed, complete, errored, parse_review
+from admission.webhook.receiver import TokenFile
+from admission.webhook.review import ReviewError, allowed, complete, errored, parse_review
 from admission.clock import utcnow
 from admission.store import GateStore, Sources
 from admission.store.calendar import DEFAULT_DAYS, MAX_DAYS, to_ics
@@ -121,14 +123,20 @@ VALIDATE = Route("validate", handlers.validate, fail_open=False, logged=True)
 MUTATE = Route("mutate", handlers.mutate, fail_open=True, logged=False)
 
 
+class Recorder(Protocol):
+    """Takes note of a denied request, to act on it off the admission path (Events, shown attempts)."""
+
+    def record(self, request: AdmissionRequest) -> None: ...
+
+
 class Reviews:
     """Decode a review, call a handler, encode the answer: one place for both endpoints."""
 
-    def __init__(self, store: GateStore, settings: Settings, clock: Callable[[], datetime], events=None,
-                 sources: Sources | None = None, attempts=None):
+    def __init__(self, store: GateStore, settings: Settings, clock: Callable[[], datetime],
+                 events: Recorder | None = None, sources: Sources | None = None, attempts: Recorder | None = None):
         self.store, self.settings, self.clock, self.events = store, settings, clock, events
         self.attempts = attempts
-        self.sources = sources if sources is not None else handlers.NO_SOURCES
+        self.get = sources.get if sources is not None else None
 
     def answer(self, route: Route, body: bytes) -> tuple[int, bytes]:
         """The HTTP status and JSON body for a review ``body`` sent to ``route``."""
@@ -139,7 +147,7 @@ class Reviews:
             return 400, orjson.dumps({"error": str(err)})
         now = self.clock()
         try:
-            outcome = route.handler(review["request"], self.store.lookup, now, self.settings, self.sources)
+            outcome = route.handler(review["request"], Context(self.store.lookup, now, self.settings, self.get))
         except RecursionError:
             # orjson decodes 1024 levels; comparing or printing ~1000 exceeds Python's limit.
             return 400, orjson.dumps({"error": "request nests values too deeply to be judged"})
@@ -208,11 +216,11 @@ def _read_body(environ: dict) -> bytes | None:
     return None if len(body) > MAX_BODY else body
 
 
-def create_app(store: GateStore, settings: Settings | None = None,
+def create_app(store: GateStore, settings: Settings | None = None, *,
                clock: Callable[[], datetime] = utcnow, receiver: Blueprint | None = None,
-               events=None, calendar: bool = True, sources: Sources | None = None, attempts=None,
-               calendar_feeds: CalendarFeeds | None = None, calendar_wait: float = FIRST_WAIT,
-               calendar_token=None) -> Flask:
+               events: Recorder | None = None, calendar: bool = True, sources: Sources | None = None,
+               attempts: Recorder | None = None, calendar_feeds: CalendarFeeds | None = None,
+               calendar_wait: float = FIRST_WAIT, calendar_token: TokenFile | None = None) -> Flask:
     """Build the app around a gate store; ``clock`` is the one place time is read.
     ``receiver`` adds the open/close hooks (admission.receiver); ``events`` records denials
     as Kubernetes Events (admission.events); ``sources`` are the Flux objects the hold points

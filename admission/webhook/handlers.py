@@ -1,23 +1,22 @@
-"""The two admission handlers: validate (enforce or audit) and mutate (patches)."""
+"""The two admission handlers, validate (enforce or audit) and mutate (patches): HTTP-shaped answers to the core's verdicts."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any, Protocol
 
 import orjson
 
-from admission.core import content
 from admission.core import holdpoints
 from admission.core import kinds
 from admission.core import matching
 from admission.core import names
-from admission.core.decision import CONTENT, Decision, Lookup, Parents, Settings, decide, holds_of
-from admission.core.references import metadata, suspension_of
-from admission.store import Sources, StaticSources
-from admission.webhook.review import AdmissionRequest, AdmissionResponse, allowed, denied, patched
+from admission.core.decision import Context, Decision, decide
+from admission.core.references import suspension_of
+from admission.core.review import AdmissionRequest, AdmissionResponse
 from admission.core.timefmt import format_time
+from admission.webhook.review import allowed, denied, patched
 
 
 @dataclass(frozen=True)
@@ -30,15 +29,10 @@ class Outcome:
     error: str | None = None  # the handler failed: why (the response is then fail-open or fail-closed)
 
 
-Handler = Callable[..., Outcome]  # (request, lookup, now, settings, sources) -> Outcome
-NO_SOURCES = StaticSources()
+class Handler(Protocol):
+    """One shape for both endpoints: a well-formed request and what to judge it with, in; an answer out."""
 
-
-def _parents(sources: Sources) -> Parents:
-    """A generated HelmChart inherits its HelmRelease's gates, found in the Flux object cache."""
-    def parents(obj: dict) -> tuple[dict, ...]:
-        return content.inherits_from(obj, sources.get)
-    return parents
+    def __call__(self, request: AdmissionRequest, context: Context, /) -> Outcome: ...
 
 
 def _unconcerned() -> Outcome:
@@ -55,18 +49,16 @@ def _audit_annotations(decision: Decision) -> dict[str, str]:
     return {}
 
 
-def validate(request: AdmissionRequest, lookup: Lookup, now: datetime, settings: Settings,
-             sources: Sources = NO_SOURCES) -> Outcome:
+def validate(request: AdmissionRequest, context: Context) -> Outcome:
     """Deny a held change (enforce), or allow it with a warning and an audit record (audit)."""
     if not matching.concerns(matching.VALIDATE, request):
         return _unconcerned()
-    return judge_validation(request, lookup, now, settings, sources)
+    return judge_validation(request, context)
 
 
-def judge_validation(request: AdmissionRequest, lookup: Lookup, now: datetime, settings: Settings,
-                     sources: Sources = NO_SOURCES) -> Outcome:
+def judge_validation(request: AdmissionRequest, context: Context) -> Outcome:
     """``validate`` for a request that concerns us (what any request would get, exemptions aside)."""
-    decision = decide(request, lookup, now, settings, _parents(sources))
+    decision = decide(request, context)
     if not decision.allowed:
         return Outcome(denied(decision.message or "held by a closed gate"), decision)
     warnings = [f"gate audit: change would be denied in enforce mode: {decision.message}"] if decision.held else None
@@ -123,41 +115,16 @@ def _field_ops(changes: dict[str, object], status: object) -> list[dict[str, Any
     return ops
 
 
-def _content_status(request: AdmissionRequest, row: kinds.FluxKind, lookup: Lookup, now: datetime,
-                    settings: Settings, sources: Sources) -> tuple[dict[str, object], Decision]:
-    """The status fields a status write must change at the hold points, and the decision: held
-    (content rewritten back) only in enforce mode; audit mode holds nothing (the validating
-    webhook records the would-be hold of the same write)."""
-    old, new = request.get("oldObject"), request["object"]
-    holds = holds_of(new, lookup, now, _parents(sources))
-    meta = metadata(new) if holds else {}
-    held = holdpoints.enforced(row.kind, request.get("namespace") or meta.get("namespace") or "",
-                               request.get("name") or meta.get("name") or "", holds, settings) if holds else None
-    if held is None:
-        return holdpoints.rewrite_status(row.kind, old, new, None, now), Decision(allowed=True)
-    message = held.message
-    upstream = content.upstream_of(row.kind, new, sources.get) if row.records_attempts else None
-    changes = holdpoints.rewrite_status(row.kind, old, new, held, now, upstream)
-    carried = content.new_content(row.kind, old, new) if row.keeps_content else None
-    if carried is None:  # no content rewritten: nothing to log or count
-        return changes, Decision(allowed=True)
-    return changes, Decision(allowed=True, gated=True, held=True, mode="enforce", hold=holds[-1], held_what=CONTENT,
-                             change=f"new content: {carried[0]} waits, serving {carried[1]}",
-                             message=f"{message}; {carried[0]} waits, serving {carried[1]}")
-
-
-def mutate(request: AdmissionRequest, lookup: Lookup, now: datetime, settings: Settings,
-           sources: Sources = NO_SOURCES) -> Outcome:
+def mutate(request: AdmissionRequest, context: Context) -> Outcome:
     """On status writes: status.suspended, and the hold points (a held source or ImagePolicy
     keeps what it serves; Blocked, Approved and Ready say what waits). On main-resource writes:
     the audit record of an audited hold. Mutation never blocks: validation enforces."""
     if not matching.concerns(matching.MUTATE, request):
         return _unconcerned()
-    return judge_mutation(request, lookup, now, settings, sources)
+    return judge_mutation(request, context)
 
 
-def judge_mutation(request: AdmissionRequest, lookup: Lookup, now: datetime, settings: Settings,
-                   sources: Sources = NO_SOURCES) -> Outcome:
+def judge_mutation(request: AdmissionRequest, context: Context) -> Outcome:
     """``mutate`` for a request that concerns us (what any request would get)."""
     kind = request["kind"]
     obj = request.get("object")
@@ -167,9 +134,10 @@ def judge_mutation(request: AdmissionRequest, lookup: Lookup, now: datetime, set
     sub_resource = request.get("subResource") or ""
     if sub_resource == "status" and request["operation"] == "UPDATE":
         decision = Decision(allowed=True)
-        ops = _status_patch(obj, now)
+        ops = _status_patch(obj, context.now)
         if row.content is not None:
-            changes, decision = _content_status(request, row, lookup, now, settings, sources)
+            verdict = holdpoints.judge_status_write(request, context)
+            changes, decision = verdict.changes, verdict.decision
             if changes:
                 suspended = [op for op in ops if op["path"] == "/status/suspended"]
                 status = obj.get("status")
@@ -178,6 +146,6 @@ def judge_mutation(request: AdmissionRequest, lookup: Lookup, now: datetime, set
         return Outcome(patched(ops), decision, ops)
     if sub_resource or request["operation"] not in ("CREATE", "UPDATE"):
         return Outcome(allowed(), Decision(allowed=True))
-    decision = decide(request, lookup, now, settings)
-    ops = _audit_patch(obj, audit_record(request, decision, now)) if decision.held and decision.allowed else []
+    decision = decide(request, context)
+    ops = _audit_patch(obj, audit_record(request, decision, context.now)) if decision.held and decision.allowed else []
     return Outcome(patched(ops), decision, ops)

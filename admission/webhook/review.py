@@ -1,4 +1,4 @@
-"""AdmissionReview v1/v1beta1: typed shapes, decoding, and response constructors.
+"""AdmissionReview v1/v1beta1: decoding, and response constructors (the shapes: admission.core.review).
 
 Two error families, as in kopf: a bad *operation* is an ordinary response with
 ``allowed: false``; a bad *review* (not JSON, wrong kind, missing fields) raises
@@ -8,12 +8,13 @@ ReviewError, which the HTTP layer answers with 400 and the reason.
 from __future__ import annotations
 
 import base64
-from typing import Any, TypedDict
+from typing import Any, cast
 
 import orjson
 
+from admission.core.review import OPERATIONS, AdmissionResponse, AdmissionReview
+
 API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
-OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
 MAX_MESSAGE = 4000  # the API server shows messages whole; keep them bounded
 MAX_UID = 256  # the API server's uids are 36
 # Arrays and objects in one review. Decoding holds the worker's GIL (orjson) for about 0.3 us
@@ -22,56 +23,6 @@ MAX_UID = 256  # the API server's uids are 36
 # ~90 bytes, so two 3 MiB objects have about 70,000; this leaves room for 3.5 times that.
 MAX_CONTAINERS = 256 * 1024
 _COUNTED_FROM = 64 * 1024  # a smaller body cannot hold more; counting costs 0.7 ms per MiB
-
-
-class GroupVersionKind(TypedDict):
-    group: str
-    version: str
-    kind: str
-
-
-class UserInfo(TypedDict, total=False):
-    username: str
-    uid: str
-    groups: list[str]
-    extra: dict[str, list[str]]
-
-
-class AdmissionRequest(TypedDict, total=False):
-    uid: str
-    kind: GroupVersionKind
-    resource: dict[str, str]
-    subResource: str
-    name: str
-    namespace: str
-    operation: str
-    userInfo: UserInfo
-    object: dict[str, Any] | None
-    oldObject: dict[str, Any] | None
-    dryRun: bool
-    options: dict[str, Any] | None
-
-
-class AdmissionReview(TypedDict):
-    apiVersion: str
-    kind: str
-    request: AdmissionRequest
-
-
-class Status(TypedDict, total=False):
-    code: int
-    reason: str
-    message: str
-
-
-class AdmissionResponse(TypedDict, total=False):
-    uid: str
-    allowed: bool
-    status: Status
-    patch: str
-    patchType: str
-    warnings: list[str]
-    auditAnnotations: dict[str, str]
 
 
 class ReviewError(ValueError):
@@ -127,7 +78,7 @@ def parse_review(body: bytes) -> AdmissionReview:
     _require(operation != "UPDATE" or (isinstance(request.get("object"), dict)
                                        and isinstance(request.get("oldObject"), dict)),
              "an UPDATE needs request.object and request.oldObject")
-    return doc
+    return cast(AdmissionReview, doc)
 
 
 def _bounded(message: str) -> str:

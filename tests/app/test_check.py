@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from admission.cli import kubectl_gate
 from admission.cli.kubectl_gate import ALLOWED, AUDITED, DENIED, judge
 from admission.core.applied import user_info
-from admission.core.decision import Settings
+from admission.core.decision import Context, Settings
 from admission.core.names import LAST_APPLIED_ANNOTATION
 from admission.store.files import FileStore
 from admission.webhook.app import create_app
@@ -59,7 +59,7 @@ class Webhook:
         self.settings = settings
 
     def both(self, manifest: dict, live: dict | None, user: dict) -> tuple[tuple, tuple]:
-        checked = judge(copy.deepcopy(manifest), live, user, self.store.index.lookup, FIXED_NOW, self.settings)
+        checked = judge(copy.deepcopy(manifest), live, user, Context(self.store.index.lookup, FIXED_NOW, self.settings))
         if live is None:
             req = request("CREATE", copy.deepcopy(manifest), user=user)
         else:

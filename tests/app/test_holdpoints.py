@@ -10,6 +10,7 @@ import jsonpatch
 import orjson
 import pytest
 
+from admission.core import conditions
 from admission.core import content
 from admission.core.decision import Settings
 from admission.store import StaticSources
@@ -122,10 +123,10 @@ def test_a_kustomization_attempt_is_denied_and_ready_approved_show_it(client_wit
                                          "message": "Reconciliation in progress"}]
     stored, verdict = stored_after(client, applied, progress)
     assert verdict["allowed"] is True
-    ready = content.condition(stored, "Ready")
+    ready = conditions.find(stored, "Ready")
     assert (ready["status"], ready["reason"]) == ("False", "GateClosed")
     assert content.waiting(stored) == content.Waiting("Kustomization", GIT_B, GIT_A, (HELD,),
-                                                      content.condition(stored, "Approved")["message"])
+                                                      conditions.find(stored, "Approved")["message"])
     # 2. the write that records the new revision: denied
     attempt = copy.deepcopy(stored)
     attempt["status"]["lastAttemptedRevision"] = GIT_B
@@ -192,7 +193,7 @@ def test_audit_mode_holds_nothing_and_records_every_would_be_hold(client_with, c
     new = flux("GitRepository", gates=HELD, status={"artifact": art(GIT_B)})
     capfd.readouterr()
     stored, verdict = stored_after(client, old, new)
-    assert stored["status"]["artifact"] == art(GIT_B) and content.condition(stored, "Blocked") is None
+    assert stored["status"]["artifact"] == art(GIT_B) and conditions.find(stored, "Blocked") is None
     assert verdict["allowed"] is True and "would be denied" in verdict["warnings"][0]
     assert verdict["auditAnnotations"]["mode"] == "audit" and f"{GIT_B} waits" in verdict["auditAnnotations"]["held"]
     (line,) = decisions(capfd)

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from admission.core import kinds, matching, names
-from admission.core.decision import Settings
+from admission.core.decision import Context, Settings
 from admission.store import StaticSources
 from admission.webhook import handlers
 from tests.builders import at, flux, lookup_from, request
@@ -70,11 +70,11 @@ def requests(draw) -> dict:
 def test_what_the_api_server_would_not_send_is_allowed_unchanged_when_judged_in_full(req, mode):
     policy = Settings(mode=mode)
     if not matching.concerns(matching.VALIDATE, req):
-        assert handlers.judge_validation(req, CLOSED, NOW, policy, SOURCES).response == {"allowed": True}
-        assert handlers.validate(req, CLOSED, NOW, policy, SOURCES).response == {"allowed": True}
+        assert handlers.judge_validation(req, Context(CLOSED, NOW, policy, SOURCES.get)).response == {"allowed": True}
+        assert handlers.validate(req, Context(CLOSED, NOW, policy, SOURCES.get)).response == {"allowed": True}
     if not matching.concerns(matching.MUTATE, req):
-        assert handlers.judge_mutation(req, CLOSED, NOW, policy, SOURCES).response == {"allowed": True}
-        assert handlers.mutate(req, CLOSED, NOW, policy, SOURCES).response == {"allowed": True}
+        assert handlers.judge_mutation(req, Context(CLOSED, NOW, policy, SOURCES.get)).response == {"allowed": True}
+        assert handlers.mutate(req, Context(CLOSED, NOW, policy, SOURCES.get)).response == {"allowed": True}
 
 
 def test_the_generated_requests_include_both_kinds():
@@ -83,10 +83,10 @@ def test_the_generated_requests_include_both_kinds():
     moved = flux("GitRepository", gates="flux-system/closed", status={"artifact": artifact("main@sha1:b")})
     req = request("UPDATE", moved, gated, sub_resource="status")
     assert matching.concerns(matching.VALIDATE, req)
-    assert handlers.validate(req, CLOSED, NOW, Settings(), SOURCES).response["allowed"] is False
+    assert handlers.validate(req, Context(CLOSED, NOW, Settings(), SOURCES.get)).response["allowed"] is False
     chart = flux("HelmChart", name="apps-podinfo", namespace="flux-system", labels=OWNER,
                  status={"artifact": artifact("6.5.0")})
     newer = flux("HelmChart", name="apps-podinfo", namespace="flux-system", labels=OWNER,
                  status={"artifact": artifact("6.5.1")})
     req = request("UPDATE", newer, chart, sub_resource="status")
-    assert handlers.validate(req, CLOSED, NOW, Settings(), SOURCES).response["allowed"] is False  # inherited
+    assert handlers.validate(req, Context(CLOSED, NOW, Settings(), SOURCES.get)).response["allowed"] is False  # inherited

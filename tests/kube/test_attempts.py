@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from admission.core import conditions
 from admission.core import content
 from admission.core.decision import Settings
 from admission.kube.attempts import DeniedAttempts
@@ -75,8 +76,8 @@ def writes(kube) -> int:
 def test_a_denied_values_attempt_shows_on_the_helmrelease(kube, attempts):
     kube.add("helmreleases", release())
     attempts.record(denial(stored(kube)))
-    obj = until(lambda: stored(kube), lambda o: content.condition(o, "Approved"), timeout=10)
-    approved, ready = content.condition(obj, "Approved"), content.condition(obj, "Ready")
+    obj = until(lambda: stored(kube), lambda o: conditions.find(o, "Approved"), timeout=10)
+    approved, ready = conditions.find(obj, "Approved"), conditions.find(obj, "Ready")
     assert (approved["status"], approved["reason"]) == ("False", "GateClosed")
     assert approved["message"] == f"Reconciliation is waiting approval, gate '{HELD}' is closed. {WAITS}"
     assert (ready["status"], ready["reason"]) == ("False", "GateClosed") and ready["message"].endswith(WAITS)
@@ -92,7 +93,7 @@ def test_one_denied_reconcile_makes_one_write_across_workers(kube):
         shower.record(denial(stored(kube)))
     for shower in (first, second):
         assert shower.show(*shower._next()) in ("written", "current")
-    assert writes(kube) == 1 and content.condition(stored(kube), "Approved")
+    assert writes(kube) == 1 and conditions.find(stored(kube), "Approved")
     assert first.show(("HelmRelease", "apps", "podinfo"), shown(denial(stored(kube))["object"])) == "current"
     assert writes(kube) == 1
 
@@ -158,7 +159,7 @@ def test_an_unauthenticated_review_never_puts_its_text_in_the_conditions(kube):
     for attempted in (FORGED, ("6.5.0", "", V2)):
         shower.record(denial(stored(kube), attempted=attempted))
         assert shower.show(*shower._next()) == "current"
-    assert writes(kube) == 0 and not content.condition(stored(kube), "Approved")
+    assert writes(kube) == 0 and not conditions.find(stored(kube), "Approved")
 
 
 def test_an_unauthenticated_review_shows_what_the_stored_object_records(kube):
@@ -167,7 +168,7 @@ def test_an_unauthenticated_review_shows_what_the_stored_object_records(kube):
     shower = writer(kube, trust_reviews=False)
     shower.record(denial(stored(kube), attempted=FORGED))
     assert shower.show(*shower._next()) == "written"
-    approved = content.condition(stored(kube), "Approved")
+    approved = conditions.find(stored(kube), "Approved")
     assert approved["message"] == f"Reconciliation is waiting approval, gate '{HELD}' is closed. {WAITS}"
     assert "555" not in str(stored(kube))
 

@@ -6,7 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from admission.core import content, names
+from admission.core import content, holdmessage, names
+from admission.core.holdmessage import HoldMessage, NewContent
+from admission.core.names import APPROVED_CONDITION as APPROVED, BLOCKED_CONDITION as BLOCKED
 from tests.builders import flux
 
 GIT_A, GIT_B = "main@sha1:41ab", "main@sha1:9f2c"
@@ -139,7 +141,7 @@ def test_the_owner_labels_helm_controller_sets_say_which_helmrelease_generated_a
 # ---- messages round-trip ------------------------------------------------------------------
 
 def test_the_issue_example_message_and_waiting():
-    message = content.blocked_message(("gate 'flux-system/change-freeze' is closed",), GIT_B, GIT_A)
+    message = HoldMessage.of(BLOCKED, ("gate 'flux-system/change-freeze' is closed",), NewContent(GIT_B, GIT_A)).format()
     assert message == ("Reconciliation is blocked as gate 'flux-system/change-freeze' is closed: "
                        "main@sha1:9f2c waits, serving main@sha1:41ab")
     obj = flux("GitRepository", status={"conditions": [
@@ -149,7 +151,7 @@ def test_the_issue_example_message_and_waiting():
 
 
 def test_approved_false_says_what_waits_on_kustomizations_and_nothing_else_does():
-    message = content.approval_message(("gate 'flux-system/sre-approval' is closed",), GIT_B, GIT_A)
+    message = HoldMessage.of(APPROVED, ("gate 'flux-system/sre-approval' is closed",), NewContent(GIT_B, GIT_A)).format()
     assert message.startswith("Reconciliation is waiting approval, gate 'flux-system/sre-approval' is closed.")
     ks = flux(status={"conditions": [{"type": "Approved", "status": "False", "reason": "GateClosed",
                                       "message": message}]})
@@ -172,20 +174,21 @@ _serves = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40).filt
 @settings(max_examples=300, deadline=None)
 @given(st.lists(_GATE_KEYS, min_size=1, max_size=4, unique=True), _revisions, _serves, st.booleans())
 def test_messages_round_trip(gates, waits, serves, blocked):
-    clauses = tuple(content.gate_clause(g) for g in gates)
-    make = content.blocked_message if blocked else content.approval_message
-    assert content.parse_message(make(clauses, waits, serves)) == (tuple(gates), waits, serves)
+    clauses = tuple(holdmessage.gate_clause(g) for g in gates)
+    hold = holdmessage.parse(HoldMessage.of(BLOCKED if blocked else APPROVED, clauses, NewContent(waits, serves)).format())
+    assert (hold.gates, hold.content.waits, hold.content.serves) == (tuple(gates), waits, serves)
 
 
 def test_messages_with_suspensions_round_trip_naming_only_gates():
     clauses = ("suspended by reconcile.fluxcd.io/suspended ('db migration: step 2. wait')",
-               content.gate_clause("flux-system/a"))
-    assert content.parse_message(content.blocked_message(clauses, GIT_B, GIT_A)) == (("flux-system/a",), GIT_B, GIT_A)
+               holdmessage.gate_clause("flux-system/a"))
+    hold = holdmessage.parse(HoldMessage.of(BLOCKED, clauses, NewContent(GIT_B, GIT_A)).format())
+    assert (hold.gates, hold.content.waits, hold.content.serves) == (("flux-system/a",), GIT_B, GIT_A)
 
 
 def test_other_messages_do_not_parse():
     for text in ("stored artifact for revision 'main@sha1:1'", "", "Reconciliation is blocked as x", None):
-        assert content.parse_message(text) is None
+        assert holdmessage.parse(text) is None
 
 
 def test_served_revisions_for_every_kind_with_content():

@@ -4,7 +4,7 @@ import copy
 
 import pytest
 
-from admission.core.decision import Settings, decide
+from admission.core.decision import Context, Settings, decide
 from admission.core.names import OPEN_ANNOTATION
 from tests.builders import FLUX_USER, at, changed, flux, gate, keeper, lookup_from, request
 
@@ -16,7 +16,7 @@ OPEN = gate("qa-approval")
 
 
 def judge(req, gates=(CLOSED, OPEN), keepers=(), settings=ENFORCE, now=NOW):
-    return decide(req, lookup_from(list(gates), list(keepers)), now, settings)
+    return decide(req, Context(lookup_from(list(gates), list(keepers)), now, settings))
 
 
 def spec_update(obj, user=None):

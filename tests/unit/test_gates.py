@@ -321,7 +321,7 @@ def test_when_nothing_changes_within_the_horizon_the_state_is_looked_at_again_a_
 
 
 def test_an_unknown_next_transition_never_changes_the_state_or_claims_an_opening():
-    from admission.core.decision import Settings, decide
+    from admission.core.decision import Context, Settings, decide
     from tests.builders import changed, flux, lookup_from, request
 
     windows = [{"cron": f"{m} 0 L * {d}#5", "duration": "9600h"} for m, d in zip(range(16), [1, 2, 3, 4, 5, 6, 0] * 3)]
@@ -330,8 +330,8 @@ def test_an_unknown_next_transition_never_changes_the_state_or_claims_an_opening
     s = evaluate(cg, at("2026-11-22T02:13:30"))
     assert (s.open, s.reason, s.next_transition) == (False, names.REASON_SCHEDULED, None)
     obj = flux(gates="flux-system/g")
-    denied = decide(request("UPDATE", changed(obj, path="./v2"), obj), lookup_from([gate("g")], [hostile]),
-                    at("2026-11-22T02:13:30"), Settings())
+    denied = decide(request("UPDATE", changed(obj, path="./v2"), obj),
+                    Context(lookup_from([gate("g")], [hostile]), at("2026-11-22T02:13:30"), Settings()))
     assert not denied.allowed and "opens at" not in denied.message
 
 

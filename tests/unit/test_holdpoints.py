@@ -10,9 +10,10 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from admission.core import conditions
 from admission.core import content
 from admission.core import holdpoints
-from admission.core.decision import Settings, holds_of
+from admission.core.decision import Context, Settings, standing
 from admission.store import StaticSources
 from admission.webhook import handlers
 from tests.builders import FLUX_USER, flux, gate, lookup_from, request
@@ -27,9 +28,9 @@ LOOKUP = lookup_from([FREEZE, OPEN, AUDITED])
 HELD = "flux-system/change-freeze"
 
 
-def run(handler, old, new, sources=handlers.NO_SOURCES, mode="enforce"):
+def run(handler, old, new, sources=None, mode="enforce"):
     req = request("UPDATE", new, old, sub_resource="status", user=FLUX_USER)
-    return handler(req, LOOKUP, FIXED_NOW, Settings(mode=mode), sources)
+    return handler(req, Context(LOOKUP, FIXED_NOW, Settings(mode=mode), sources.get if sources else None))
 
 
 def mutated(old, new, **kwargs) -> dict:
@@ -43,7 +44,7 @@ def mutated(old, new, **kwargs) -> dict:
 
 
 def cond(obj, kind):
-    return content.condition(obj, kind)
+    return conditions.find(obj, kind)
 
 
 def ready(message, status="True", reason="Succeeded"):
@@ -228,9 +229,7 @@ def hr(status, gates=HELD):
 
 def held_now(obj) -> holdpoints.Held | None:
     """The hold as admission.kube.attempts judges it when it writes."""
-    meta = obj["metadata"]
-    return holdpoints.enforced("HelmRelease", meta["namespace"], meta["name"], holds_of(obj, LOOKUP, FIXED_NOW),
-                               Settings())
+    return holdpoints.enforced(standing(obj, Context(LOOKUP, FIXED_NOW, Settings())))
 
 
 def shown(stored, attempted):
@@ -319,7 +318,7 @@ def test_a_helmrelease_whose_source_serves_a_new_chart_shows_the_chart_not_the_v
     chart = flux("HelmChart", name="apps-podinfo", namespace="flux-system", status={"artifact": art("6.5.1")})
     upstream_ = content.upstream_of("HelmRelease", release, StaticSources([chart]).get)
     changes = holdpoints.show_denied_attempt("HelmRelease", release, DENIED, held_now(release), FIXED_NOW, upstream_)
-    approved = content.condition({"status": changes}, "Approved")
+    approved = conditions.find({"status": changes}, "Approved")
     assert approved["message"].endswith("6.5.1 waits, serving 6.5.0 (values sha256:v1)")
 
 
@@ -336,7 +335,7 @@ def test_a_shown_attempt_stays_exactly_while_held_waiting_and_not_reported_ready
         write["status"]["conditions"] = [c for c in write["status"]["conditions"] if c["type"] != "Approved"]
     after = mutated(out, write)
     expected = gates == HELD and applied != V2 and ready_status != "True"
-    assert (content.holding_condition(after, "HelmRelease") is not None) == expected
+    assert (conditions.holding_condition(after, "HelmRelease") is not None) == expected
     assert mutated(out, after) == after
 
 

@@ -3,7 +3,8 @@
 import copy
 
 from admission.core import names
-from admission.core.notices import HELD, RELEASED, RELEASED_REASON, expected_opening, gate_condition, notice
+from admission.core.conditions import holding_condition
+from admission.core.notices import HELD, RELEASED, RELEASED_REASON, expected_opening, notice
 from admission.core.gates import GateState, Lazy
 from tests.builders import at, flux, gate, keeper, lookup_from
 
@@ -78,7 +79,7 @@ def test_a_kustomization_waiting_for_approval_is_held_and_released():
 def test_other_conditions_and_deletions_send_nothing():
     lookup = lookup_from([FREEZE], [FREEZE_KEEPER])
     not_ours = {"type": names.BLOCKED_CONDITION, "status": "True", "reason": "SomethingElse", "message": "x"}
-    assert gate_condition(source(not_ours)) is None
+    assert holding_condition(source(not_ours)) is None
     assert notice(source(READY), source(READY, not_ours), lookup, NOW) is None
     assert notice(source(blocked()), None, lookup, NOW) is None  # deleted while held
     assert notice(None, source(READY), lookup, NOW) is None
@@ -95,10 +96,16 @@ def test_expected_opening_is_the_last_under_all_and_the_first_under_one_of():
     assert expected_opening((), "all") is None
 
 
-def test_revisions_with_dots_and_ellipses_are_read_whole():
-    chart = BLOCKED.replace("main@sha1:9f2c", "6.1.0@sha256:ab12…").replace("main@sha1:41ab", "6.0.2@sha256:cd34…") + "."
+def test_revisions_with_dots_ellipses_and_spaces_are_read_whole():
+    chart = BLOCKED.replace("main@sha1:9f2c", "6.1.0@sha256:ab12…").replace("main@sha1:41ab", "6.0.2@sha256:cd34…")
     found = notice(source(READY), source(READY, blocked(chart)), lookup_from([FREEZE], [FREEZE_KEEPER]), NOW)
     assert (found.metadata["waiting"], found.metadata["serving"]) == ("6.1.0@sha256:ab12…", "6.0.2@sha256:cd34…")
+    # A HelmRelease's values: what waits has spaces in it, and is read as the webhook wrote it.
+    values = BLOCKED.replace("main@sha1:9f2c", "6.5.0 (values sha256:v2)").replace("main@sha1:41ab",
+                                                                                   "6.5.0 (values sha256:v1)")
+    found = notice(source(READY), source(READY, blocked(values)), lookup_from([FREEZE], [FREEZE_KEEPER]), NOW)
+    assert (found.metadata["waiting"], found.metadata["serving"]) == ("6.5.0 (values sha256:v2)",
+                                                                      "6.5.0 (values sha256:v1)")
 
 
 def test_a_hold_first_seen_is_announced_only_if_it_began_recently():

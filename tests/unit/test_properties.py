@@ -6,7 +6,7 @@ from datetime import timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from admission.core.decision import Settings, decide
+from admission.core.decision import Context, Settings, decide
 from admission.core.gates import compile_gate, evaluate
 from admission.core.names import CLOSE_ANNOTATION, OPEN_ANNOTATION
 from admission.core.timefmt import format_time
@@ -93,9 +93,9 @@ def test_closing_one_more_gate_never_turns_a_denial_into_an_allow_under_all(worl
     gates, keepers = world
     obj = flux(gates=", ".join(f"flux-system/{r}" for r in refs))
     req = request("UPDATE", changed(obj, path="./v2"), obj)
-    before = decide(req, lookup_from(gates, keepers), now, Settings())
+    before = decide(req, Context(lookup_from(gates, keepers), now, Settings()))
     closed_one_more = [g for g in gates if g["metadata"]["name"] != extra] + [gate(extra, closed=True)]
-    after = decide(req, lookup_from(closed_one_more, [k for k in keepers if k["spec"]["gate"] != extra]), now, Settings())
+    after = decide(req, Context(lookup_from(closed_one_more, [k for k in keepers if k["spec"]["gate"] != extra]), now, Settings()))
     if not before.allowed:
         assert not after.allowed
 
@@ -107,9 +107,9 @@ def test_opening_one_more_gate_never_turns_an_allow_into_a_denial_under_one_of(w
     gates, keepers = world
     obj = flux(gates=", ".join(f"flux-system/{r}" for r in refs), require="oneOf")
     req = request("UPDATE", changed(obj, path="./v2"), obj)
-    before = decide(req, lookup_from(gates, keepers), now, Settings())
+    before = decide(req, Context(lookup_from(gates, keepers), now, Settings()))
     opened = [g for g in gates if g["metadata"]["name"] != extra] + [gate(extra)]
-    after = decide(req, lookup_from(opened, [k for k in keepers if k["spec"]["gate"] != extra]), now, Settings())
+    after = decide(req, Context(lookup_from(opened, [k for k in keepers if k["spec"]["gate"] != extra]), now, Settings()))
     if before.allowed:
         assert after.allowed
 
@@ -134,7 +134,7 @@ def test_metadata_only_updates_are_never_gated(world, now, edits, kind, mode):
     extra = edits.pop("annotations_extra", {})
     new["metadata"].update(edits)
     new["metadata"]["annotations"].update(extra)
-    decision = decide(request("UPDATE", new, old), lookup_from(gates, keepers), now, Settings(mode=mode))
+    decision = decide(request("UPDATE", new, old), Context(lookup_from(gates, keepers), now, Settings(mode=mode)))
     assert decision.allowed and not decision.held and not decision.gated
 
 
