@@ -2,7 +2,7 @@
 namespaces from the API server with a short timeout, or from ``--gates-dir``. They never raise:
 completion shows nothing rather than a traceback.
 
-May import what ``admission.cli.kubectl_gate`` imports.
+May import what ``admission.cli.kubectl_gate`` imports, and how it reaches the cluster (admission.cli.cluster).
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ def gate_names(prefix: str, parsed_args: argparse.Namespace, **_) -> list[str]:
             namespace = namespace or "default"
             store = FileStore(parsed_args.gates_dir, inotify=False)  # one read: no watch to set up
             return sorted(n for ns, n in map(object_key, store.index.gates()) if ns == namespace)
-        from admission.cli.kubectl_gate import _connect
-        cluster = _connect(parsed_args)
+        from admission.cli.cluster import connect
+        cluster = connect(parsed_args)
         listed = cluster.custom.list_namespaced_custom_object(names.GATING_GROUP, names.GATING_VERSION,
                                                               namespace or cluster.namespace, names.GATE_PLURAL,
                                                               _request_timeout=COMPLETION_TIMEOUT)
@@ -44,8 +44,8 @@ def gate_names(prefix: str, parsed_args: argparse.Namespace, **_) -> list[str]:
 def namespaces(prefix: str, parsed_args: argparse.Namespace, **_) -> list[str]:
     try:
         from kubernetes import client
-        from admission.cli.kubectl_gate import _connect
-        cluster = _connect(parsed_args)
+        from admission.cli.cluster import connect
+        cluster = connect(parsed_args)
         try:
             listed = client.CoreV1Api(cluster.api).list_namespace(_request_timeout=COMPLETION_TIMEOUT)
             return sorted(ns.metadata.name for ns in listed.items)

@@ -22,7 +22,9 @@ import sys
 from pathlib import Path
 from typing import Mapping
 
+from admission.cli import cluster
 from admission.cli import kubectl_gate
+from admission.cli import shellcomplete
 from admission.core import names
 from admission.core.references import is_namespace
 
@@ -42,7 +44,7 @@ def default_namespace(args: argparse.Namespace) -> str:
     $FLUX_SYSTEM_NAMESPACE when it is a namespace's name, else flux-system."""
     if getattr(args, "ns_follows_kube_context", False) or os.environ.get(FOLLOW_CONTEXT_ENV):
         try:
-            namespace = (kubectl_gate.kubeconfig_context(args).get("context") or {}).get("namespace")
+            namespace = (cluster.kubeconfig_context(args).get("context") or {}).get("namespace")
         except Exception:  # no kubeconfig: flux falls back to its default as well
             namespace = None
         if namespace:
@@ -66,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] in ([COMPLETE], [COMPLETE_NO_DESC]):
-        return kubectl_gate.print_completions(argv[1:], build_parser(), descriptions=argv[0] == COMPLETE,
+        return shellcomplete.print_completions(argv[1:], build_parser(), descriptions=argv[0] == COMPLETE,
                                               offered=FLUX_OFFERS)
     return kubectl_gate.main(argv, build_parser())
 

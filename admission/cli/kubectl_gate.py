@@ -26,6 +26,9 @@ import orjson
 import yaml
 
 from admission.cli import completion
+from admission.cli.cluster import (EXIT_BAD_GATES_DIR, EXIT_DENIED, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, Cluster,
+                                    GateError, api_errors, connect)
+from admission.cli.shellcomplete import hoist, print_completions
 from admission.cli.settings import add_policy_flags, env, policy_settings
 from admission.clock import utcnow
 from admission.core import content
@@ -43,88 +46,11 @@ from admission.core.toggles import toggle_patch
 from admission.store.yamldocs import objects
 from admission.webhook import handlers
 
-EXIT_OK, EXIT_DENIED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_FORBIDDEN, EXIT_NO_CLUSTER, EXIT_BAD_GATES_DIR = range(7)
 # What `check` says of each object: the webhook's answer to the request applying it would make.
 # check's verdicts: a stable token for scripts (-o json|yaml "verdict") and the sentence people
 # read (the table's VERDICT column, "verdictText" beside the token).
 DENIED, AUDITED, ALLOWED = "denied", "audited", "allowed"
 VERDICT_TEXT = {DENIED: "would be denied", AUDITED: "would be allowed with an audit warning", ALLOWED: "allowed"}
-
-
-class GateError(Exception):
-    """A failure to report in one line, with the exit code that classifies it."""
-
-    def __init__(self, message: str, code: int):
-        super().__init__(message)
-        self.code = code
-
-
-@dataclass
-class Cluster:
-    """The API clients and default namespace that kubeconfig (and flags) select."""
-
-    api: object
-    namespace: str
-    user: str | None
-
-    @property
-    def custom(self):
-        from kubernetes import client
-        return client.CustomObjectsApi(self.api)
-
-
-def kubeconfig_context(args: argparse.Namespace) -> dict:
-    """The kubeconfig context that --context (else the current one) selects: its ``context``
-    entry holds ``cluster``, ``user`` and ``namespace``. Raises ConfigException without one."""
-    from kubernetes import config
-    contexts, current = config.list_kube_config_contexts(config_file=args.kubeconfig)
-    context = next((c for c in contexts if c["name"] == args.context), None) if args.context else current
-    if args.context and context is None:
-        raise GateError(f"context {args.context!r} not found in kubeconfig", EXIT_USAGE)
-    return context or {}
-
-
-def _connect(args: argparse.Namespace) -> Cluster:
-    from kubernetes import client, config
-    try:
-        context = kubeconfig_context(args)
-        configuration = client.Configuration()
-        config.load_kube_config(config_file=args.kubeconfig, context=args.context, client_configuration=configuration)
-        from admission.kube.client import quiet_insecure_warnings
-        quiet_insecure_warnings(configuration)
-    except config.ConfigException as err:
-        raise GateError(f"no cluster: {err}", EXIT_NO_CLUSTER) from None
-    details = (context or {}).get("context") or {}
-    return Cluster(client.ApiClient(configuration), args.namespace or details.get("namespace") or "default",
-                   details.get("user"))
-
-
-def _api_errors(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """Turn API and connection failures into one line and an exit code."""
-
-    def wrapped(args: argparse.Namespace) -> int:
-        from kubernetes.client.rest import ApiException
-        from urllib3.exceptions import HTTPError
-        try:
-            return fn(args)
-        except ApiException as err:
-            detail = _api_message(err)
-            if err.status == 404:
-                raise GateError(detail, EXIT_NOT_FOUND) from None
-            if err.status in (401, 403):
-                raise GateError(f"forbidden: {detail}", EXIT_FORBIDDEN) from None
-            raise GateError(f"API error {err.status}: {detail}", EXIT_NO_CLUSTER) from None
-        except HTTPError as err:
-            raise GateError(f"no cluster: {err}", EXIT_NO_CLUSTER) from None
-
-    return wrapped
-
-
-def _api_message(err) -> str:
-    try:
-        return orjson.loads(err.body).get("message") or err.reason
-    except (TypeError, ValueError, AttributeError):
-        return str(err.reason)
 
 
 # -- where gates come from --------------------------------------------------------------
@@ -177,7 +103,7 @@ def _name(obj: dict) -> str:
 
 def _gates(args: argparse.Namespace) -> tuple[Cluster | None, GateIndex, datetime, str | None]:
     """The cluster (None offline), its gates, now, and the namespace to look in."""
-    cluster = None if args.gates_dir else _connect(args)
+    cluster = None if args.gates_dir else connect(args)
     namespace = args.namespace or (cluster.namespace if cluster else None)
     return cluster, _index(args, cluster), utcnow(), namespace
 
@@ -208,7 +134,7 @@ def _state_row(state: GateState) -> dict:
 
 # -- commands ---------------------------------------------------------------------------
 
-@_api_errors
+@api_errors
 def cmd_list(args: argparse.Namespace) -> int:
     cluster, index, now, namespace = _gates(args)
     objects = _flux_objects(cluster)
@@ -235,7 +161,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-@_api_errors
+@api_errors
 def cmd_get(args: argparse.Namespace) -> int:
     cluster, index, now, namespace = _gates(args)
     namespace = namespace or "default"
@@ -292,12 +218,12 @@ def _requester(args: argparse.Namespace, cluster: Cluster) -> str:
     return args.requested_by or cluster.user or getpass.getuser()
 
 
-@_api_errors
+@api_errors
 def cmd_toggle(args: argparse.Namespace) -> int:
     if args.gates_dir:
         raise GateError("open and close write to the cluster; --gates-dir is read-only", EXIT_USAGE)
     message = _message(args)
-    cluster = _connect(args)
+    cluster = connect(args)
     try:
         patch = toggle_patch(args.action, utcnow(), message, _requester(args, cluster), getattr(args, "for_", None))
     except ValueError as err:
@@ -374,7 +300,7 @@ def judge(manifest: dict, live: dict | None, user: dict, context: Context) -> di
             "message": message}
 
 
-@_api_errors
+@api_errors
 def cmd_check(args: argparse.Namespace) -> int:
     cluster, index, now, default_ns = _gates(args)
     default_ns = default_ns or "default"
@@ -408,7 +334,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     return EXIT_DENIED if any(r["verdict"] == DENIED for r in rows) else EXIT_OK
 
 
-@_api_errors
+@api_errors
 def cmd_calendar(args: argparse.Namespace) -> int:
     from admission.store import calendar
     _, index, now, namespace = _gates(args)
@@ -420,90 +346,6 @@ def cmd_calendar(args: argparse.Namespace) -> int:
         sys.stdout.flush()
         return EXIT_OK
     _emit(args, calendar.to_rows(cals, now), lambda: calendar.to_text(cals, now, args.days))
-    return EXIT_OK
-
-
-# -- completion ---------------------------------------------------------------------------
-# One set of candidates for every shell path: argcomplete completes `kubectl-gate ...` in bash and
-# zsh (scripts: `gate-admission completion`); kubectl_complete-gate answers kubectl's plugin
-# completion (kubectl 1.26+) and `flux-gate __complete` the flux CLI's (admission.cli.flux_gate),
-# both with complete() below over the same parser and completers. Completers ask the API server
-# with a short timeout and never raise.
-
-# Cobra's ShellCompDirective bits, which kubectl and flux read from a plugin's last line ":N".
-NO_FILE_COMPLETION, FILTER_DIRS, DEFAULT_COMPLETION = 4, 16, 0
-# Values the shell completes better than we can: file names (-f, --kubeconfig), directories.
-FILE_FLAGS = {"-f", "--filename", "--kubeconfig"}
-DIR_FLAGS = {"--gates-dir"}
-# Flags every subcommand takes, which may come before it: `flux -n NS gate list` runs
-# `flux-gate -n NS list` (flux passes everything after its own command name verbatim).
-COMMON_VALUED = {"-n", "--namespace", "--context", "--kubeconfig", "-o", "--output"}
-COMMON_SWITCHES = {"--ns-follows-kube-context"}  # flux's, accepted by `flux gate` (admission.cli.flux_gate)
-
-
-def split_leading(words: list[str]) -> tuple[list[str], list[str]]:
-    """The common flags before the subcommand, and the rest (from the subcommand on). A flag
-    still waiting for its value ends the leading part."""
-    i = 0
-    while i < len(words):
-        word = words[i]
-        name = word.split("=", 1)[0]
-        if name in COMMON_VALUED and "=" not in word:
-            i += 2
-        elif name in COMMON_VALUED or name in COMMON_SWITCHES or (word[:2] in ("-n", "-o") and len(word) > 2):
-            i += 1
-        else:
-            break
-    return words[:min(i, len(words))], words[min(i, len(words)):]
-
-
-def hoist(words: list[str]) -> list[str]:
-    """Common flags given before the subcommand, moved after it (argparse reads them there)."""
-    leading, rest = split_leading(words)
-    return [rest[0], *leading, *rest[1:]] if leading and rest and not rest[0].startswith("-") else words
-
-
-def _finder(parser: argparse.ArgumentParser):
-    import argcomplete
-    # Flags only once a "-" is typed, as kubectl does.
-    return argcomplete.CompletionFinder(parser, always_complete_options=False)
-
-
-def complete(words: list[str], parser: argparse.ArgumentParser) -> tuple[list[tuple[str, str]], int]:
-    """Candidates (value, help) for the last of ``words`` (partial, maybe empty) after the
-    others, and the Cobra directive for the shell."""
-    import shlex
-    words = list(words) or [""]
-    head, partial = words[:-1], words[-1]
-    if head and head[-1] in FILE_FLAGS | DIR_FLAGS:
-        return [], FILTER_DIRS if head[-1] in DIR_FLAGS else DEFAULT_COMPLETION  # the shell's own
-    leading, rest = split_leading(head)
-    if leading and not rest:  # only common flags so far: their values and names as any subcommand's
-        head = ["list", *leading] if partial.startswith("-") or leading[-1] in COMMON_VALUED else []
-    else:
-        head = hoist(head)
-    text = " ".join([shlex.quote(w) for w in head] + [partial])
-    finder = _finder(parser)
-    matches, state = [], 0
-    while (match := finder.rl_complete(text, state)) is not None:
-        matches.append(partial + match[len(text):].rstrip(" "))
-        state += 1
-    helps = finder.get_display_completions()
-    return [(value, " ".join((helps.get(value) or "").split())) for value in matches], NO_FILE_COMPLETION
-
-
-def print_completions(words: list[str], parser: argparse.ArgumentParser, descriptions: bool = True,
-                      offered: frozenset[str] = frozenset()) -> int:
-    """The plugin completion protocol kubectl and flux (Cobra's ``__complete``) share: one
-    candidate a line (``value<TAB>help``), then ``:<directive>``. Always exits 0: either CLI
-    drops every candidate of a plugin that fails. Flag names in ``offered`` are left out: the
-    calling CLI offers them itself."""
-    candidates, directive = complete(words, parser)
-    for value, help_text in candidates:
-        if value in offered:
-            continue
-        print(f"{value}\t{help_text}" if help_text and descriptions else value)
-    print(f":{directive}")
     return EXIT_OK
 
 

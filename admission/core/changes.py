@@ -6,7 +6,7 @@ from typing import Callable
 
 from admission.core import content
 from admission.core.jsonvalues import same
-from admission.core.objects import metadata
+from admission.core.objects import Object, metadata
 from admission.core.references import Policy, loosens, policy_of
 
 # Fields of spec that are not desired state: suspending is always allowed, and gate
@@ -14,7 +14,7 @@ from admission.core.references import Policy, loosens, policy_of
 _NOT_DESIRED_STATE = ("suspend", "gates")
 
 
-def desired_spec(obj: dict | None) -> dict:
+def desired_spec(obj: Object | None) -> Object:
     """``spec`` without the fields that are not desired state."""
     spec = obj.get("spec") if isinstance(obj, dict) else None
     if not isinstance(spec, dict):
@@ -77,11 +77,11 @@ def describe_paths(paths: list[str], count: int) -> str:
 OWNERS_CHANGE = "owner references change"
 
 
-def _owners(obj: dict | None) -> object:
+def _owners(obj: Object | None) -> object:
     return metadata(obj).get("ownerReferences")
 
 
-def owners_change(old: dict | None, new: dict | None) -> bool:
+def owners_change(old: Object | None, new: Object | None) -> bool:
     """Whether an UPDATE changes ``metadata.ownerReferences`` in a way that can get the object
     deleted by the garbage collector: one added or changed (a dangling owner deletes it at
     once), or some removed while others stay (those left may name owners that are gone).
@@ -90,7 +90,7 @@ def owners_change(old: dict | None, new: dict | None) -> bool:
     return bool(after) and not same(_owners(old), after)
 
 
-def gated_change(kind: str, operation: str, sub_resource: str, old: dict | None, new: dict | None,
+def gated_change(kind: str, operation: str, sub_resource: str, old: Object | None, new: Object | None,
                  policies: Callable[[], tuple[Policy, Policy]] | None = None, *, by_kubernetes: bool = False) -> str | None:
     """Describe the change a held object may not make, or None when it is never gated.
     ``policies()`` gives those of ``old`` and ``new`` when the caller keeps them;

@@ -7,24 +7,25 @@ from typing import Any
 
 from admission.core import kinds
 from admission.core import names
+from admission.core.objects import Object
 from admission.core.timefmt import format_time
 
 Condition = dict[str, Any]
 
 
-def status_of(obj: dict | None) -> dict:
+def status_of(obj: Object | None) -> Object:
     """``obj.status`` when it is a mapping, else an empty one."""
     status = obj.get("status") if isinstance(obj, dict) else None
     return status if isinstance(status, dict) else {}
 
 
-def conditions_of(obj: dict | None) -> list[Condition]:
+def conditions_of(obj: Object | None) -> list[Condition]:
     """The conditions in the object's status (those that are mappings)."""
     found = status_of(obj).get("conditions")
     return [c for c in found if isinstance(c, dict)] if isinstance(found, list) else []
 
 
-def find(obj: dict | None, kind: str) -> Condition | None:
+def find(obj: Object | None, kind: str) -> Condition | None:
     """The condition of type ``kind`` in the object's status, or None."""
     return next((c for c in conditions_of(obj) if c.get("type") == kind), None)
 
@@ -60,7 +61,7 @@ def without_condition(conditions: list[Condition], kind: str) -> list[Condition]
 _HOLDING = {names.BLOCKED_CONDITION: "True", names.APPROVED_CONDITION: "False"}
 
 
-def holding_condition(obj: dict | None, kind: str | None = None) -> Condition | None:
+def holding_condition(obj: Object | None, kind: str | None = None) -> Condition | None:
     """Our Blocked (True) or Approved (False) condition with reason GateClosed: the object is held
     now. ``kind`` (else the object's own) says which of the two its kind carries; an object of
     no kind we know is looked at for either."""
@@ -69,6 +70,6 @@ def holding_condition(obj: dict | None, kind: str | None = None) -> Condition | 
     types = (row.hold_condition,) if row is not None else tuple(_HOLDING)
     for condition in conditions_of(obj):
         if condition.get("type") in types and condition.get("reason") == names.GATE_CLOSED_REASON \
-                and condition.get("status") == _HOLDING.get(condition.get("type")):
+                and condition.get("status") == _HOLDING.get(str(condition.get("type"))):
             return condition
     return None

@@ -15,9 +15,9 @@ from admission.core import names
 from admission.core.conditions import holding_condition, status_of
 from admission.core.holdmessage import NewContent
 from admission.core.jsonvalues import same
-from admission.core.objects import metadata
+from admission.core.objects import Object, metadata
 
-Get = Callable[[str, str, str], "dict | None"]  # (kind, namespace, name) -> the stored object
+Get = Callable[[str, str, str], "Object | None"]  # (kind, namespace, name) -> the stored object
 NOTHING = "nothing"  # what a source serves before its first artifact
 MAX_TEXT = 200  # a revision longer than this is cut in messages (a message must stay readable)
 
@@ -33,6 +33,10 @@ class Waiting:
     message: str
 
 
+def _mapping(value: object) -> Object:
+    return value if isinstance(value, dict) else {}
+
+
 # ---- what a status says it serves ---------------------------------------------------------
 
 def _text(value: object) -> str:
@@ -40,30 +44,30 @@ def _text(value: object) -> str:
     return text if len(text) <= MAX_TEXT else text[:MAX_TEXT - 1] + "…"
 
 
-def artifact(obj: dict | None) -> dict | None:
+def artifact(obj: Object | None) -> Object | None:
     found = status_of(obj).get(names.ARTIFACT_FIELD)
     return found if isinstance(found, dict) else None
 
 
-def artifact_identity(obj: dict | None) -> tuple[object, object]:
+def artifact_identity(obj: Object | None) -> tuple[object, object]:
     """What makes an artifact new: its revision and digest (url, size and times follow them)."""
     found = artifact(obj)
     return (found.get("revision"), found.get("digest")) if found else (None, None)
 
 
-def artifact_text(found: dict | None) -> str:
+def artifact_text(found: Object | None) -> str:
     if not found:
         return NOTHING
     return _text(found.get("revision") or found.get("digest")) or NOTHING
 
 
-def image_fields(obj: dict | None) -> dict[str, object]:
+def image_fields(obj: Object | None) -> dict[str, object]:
     """An ImagePolicy's chosen image: ``latestRef`` (v1) and ``latestImage`` (older), as stored."""
     status = status_of(obj)
     return {f: status.get(f) for f in (names.LATEST_REF_FIELD, names.LATEST_IMAGE_FIELD) if f in status}
 
 
-def image_text(obj: dict | None) -> str:
+def image_text(obj: Object | None) -> str:
     fields = image_fields(obj)
     ref = fields.get(names.LATEST_REF_FIELD)
     if isinstance(ref, dict) and (ref.get("name") or ref.get("tag")):
@@ -77,14 +81,14 @@ def image_text(obj: dict | None) -> str:
 Release = tuple[str, str, str]
 
 
-def attempted_release(obj: dict | None) -> Release:
+def attempted_release(obj: Object | None) -> Release:
     status = status_of(obj)
     return tuple(str(status.get(f) or "") for f in (  # type: ignore[return-value]
         names.LAST_ATTEMPTED_REVISION_FIELD, names.LAST_ATTEMPTED_REVISION_DIGEST_FIELD,
         names.LAST_ATTEMPTED_CONFIG_DIGEST_FIELD))
 
 
-def applied_release(obj: dict | None) -> Release | None:
+def applied_release(obj: Object | None) -> Release | None:
     """``status.history[0]``: what the HelmRelease applied last (None before its first release)."""
     history = status_of(obj).get(names.HISTORY_FIELD)
     last = history[0] if isinstance(history, list) and history and isinstance(history[0], dict) else None
@@ -105,12 +109,12 @@ def release_text(release: Release | None) -> str:
     return _text(text)
 
 
-def _revision(obj: dict | None, field: str) -> str:
+def _revision(obj: Object | None, field: str) -> str:
     value = status_of(obj).get(field)
     return value if isinstance(value, str) else ""
 
 
-def served_revision(kind: str, obj: dict | None) -> str:
+def served_revision(kind: str, obj: Object | None) -> str:
     """What the object serves (sources, ImagePolicy) or last applied (Kustomization, HelmRelease)."""
     row = kinds.BY_KIND.get(kind)
     content = row.content if row else None
@@ -127,7 +131,7 @@ def served_revision(kind: str, obj: dict | None) -> str:
 
 # ---- new content --------------------------------------------------------------------------
 
-def new_content(kind: str, old: dict | None, new: dict | None) -> NewContent | None:
+def new_content(kind: str, old: Object | None, new: Object | None) -> NewContent | None:
     """``(waits, serves)`` when this status write carries new content, the change a closed gate
     holds: a source's artifact (revision or digest), an ImagePolicy's image, a Kustomization's
     ``lastAttemptedRevision`` moving to a revision other than its ``lastAppliedRevision``, a
@@ -147,13 +151,13 @@ def new_content(kind: str, old: dict | None, new: dict | None) -> NewContent | N
         if attempted != _revision(old, field) and attempted and attempted != applied:
             return NewContent(_text(attempted), _text(applied) or NOTHING)
     elif content == kinds.ATTEMPTED_RELEASE:
-        attempted, applied = attempted_release(new), applied_release(new)
-        if attempted != attempted_release(old) and any(attempted) and attempted != applied:
-            return NewContent(release_text(attempted), release_text(applied))
+        release, history = attempted_release(new), applied_release(new)
+        if release != attempted_release(old) and any(release) and release != history:
+            return NewContent(release_text(release), release_text(history))
     return None
 
 
-def recorded_attempt(kind: str, obj: dict | None) -> NewContent | None:
+def recorded_attempt(kind: str, obj: Object | None) -> NewContent | None:
     """``(waits, serves)`` when the object's own status shows an attempt it has not applied."""
     if kind == "Kustomization":
         attempted = _revision(obj, names.LAST_ATTEMPTED_REVISION_FIELD)
@@ -161,9 +165,9 @@ def recorded_attempt(kind: str, obj: dict | None) -> NewContent | None:
         if attempted and attempted != applied:
             return NewContent(_text(attempted), _text(applied) or NOTHING)
     elif kind == "HelmRelease":
-        attempted, applied = attempted_release(obj), applied_release(obj)
-        if any(attempted) and attempted != applied:
-            return NewContent(release_text(attempted), release_text(applied))
+        release, history = attempted_release(obj), applied_release(obj)
+        if any(release) and release != history:
+            return NewContent(release_text(release), release_text(history))
     return None
 
 
@@ -176,16 +180,16 @@ _ATTEMPT_FIELDS = {
 
 def _attempt_fields(kind: str) -> tuple[str, ...]:
     row = kinds.BY_KIND.get(kind)
-    return _ATTEMPT_FIELDS.get(row.content, ()) if row else ()
+    return _ATTEMPT_FIELDS.get(row.content, ()) if row and row.content else ()
 
 
-def attempt_of(kind: str, obj: dict | None) -> dict:
+def attempt_of(kind: str, obj: Object | None) -> Object:
     """Only the attempt an object's status records (``{"status": {field: value}}``)."""
     recorded = status_of(obj)
     return {"status": {f: recorded.get(f) for f in _attempt_fields(kind)}}
 
 
-def held_attempt(kind: str, attempted: dict | None, stored: dict | None) -> NewContent | None:
+def held_attempt(kind: str, attempted: Object | None, stored: Object | None) -> NewContent | None:
     """``(waits, serves)`` for the attempt a denied status write (``attempted``) recorded,
     against what the object as stored now has applied: None once that is what it applied."""
     if not _attempt_fields(kind):
@@ -193,10 +197,10 @@ def held_attempt(kind: str, attempted: dict | None, stored: dict | None) -> NewC
     return recorded_attempt(kind, {"status": {**status_of(stored), **status_of(attempt_of(kind, attempted))}})
 
 
-def upstream(kind: str, obj: dict | None) -> tuple[str, str, str] | None:
+def upstream(kind: str, obj: Object | None) -> tuple[str, str, str] | None:
     """The source a Kustomization or HelmRelease applies: ``(kind, namespace, name)``."""
     spec = obj.get("spec") if isinstance(obj, dict) else None
-    if not isinstance(spec, dict):
+    if obj is None or not isinstance(spec, dict):
         return None
     namespace = str(metadata(obj).get("namespace") or "default")
     if kind == "Kustomization":
@@ -213,7 +217,7 @@ def upstream(kind: str, obj: dict | None) -> tuple[str, str, str] | None:
     return ref["kind"], str(ref.get("namespace") or namespace), ref["name"]
 
 
-def upstream_waits(kind: str, obj: dict | None, source_kind: str, source: dict | None) -> NewContent | None:
+def upstream_waits(kind: str, obj: Object | None, source_kind: str, source: Object | None) -> NewContent | None:
     """``(waits, serves)`` when the source a Kustomization or HelmRelease applies serves
     content it has not applied yet (None when they agree, or we cannot tell)."""
     found = artifact(source)
@@ -227,18 +231,18 @@ def upstream_waits(kind: str, obj: dict | None, source_kind: str, source: dict |
         return None
     if kind != "HelmRelease" or not isinstance(revision, str) or not revision:
         return None
-    applied = applied_release(obj)
+    history = applied_release(obj)
     if source_kind == "HelmChart":  # the artifact's revision is the chart version
-        if applied is None or revision != applied[0]:
-            return NewContent(_text(revision), release_text(applied))
+        if history is None or revision != history[0]:
+            return NewContent(_text(revision), release_text(history))
     elif source_kind == "OCIRepository":  # "<tag>@sha256:<digest>": history keeps the digest
         digest = revision.rpartition("@")[2]
-        if applied is None or (digest and digest != applied[1]):
-            return NewContent(_text(revision), release_text(applied))
+        if history is None or (digest and digest != history[1]):
+            return NewContent(_text(revision), release_text(history))
     return None
 
 
-def upstream_of(kind: str, obj: dict | None, get: Get) -> NewContent | None:
+def upstream_of(kind: str, obj: Object | None, get: Get) -> NewContent | None:
     """``upstream_waits`` for the source ``obj`` applies, looked up with ``get`` (a cache)."""
     ref = upstream(kind, obj)
     if ref is None:
@@ -246,16 +250,13 @@ def upstream_of(kind: str, obj: dict | None, get: Get) -> NewContent | None:
     return upstream_waits(kind, obj, ref[0], get(*ref))
 
 
-def generated_chart_namespace(release: dict) -> str:
+def generated_chart_namespace(release: Object) -> str:
     """Where helm-controller creates a HelmRelease's HelmChart: its sourceRef's namespace."""
-    spec = release.get("spec") if isinstance(release.get("spec"), dict) else {}
-    chart = spec.get("chart") if isinstance(spec.get("chart"), dict) else {}
-    chart_spec = chart.get("spec") if isinstance(chart.get("spec"), dict) else {}
-    ref = chart_spec.get("sourceRef") if isinstance(chart_spec.get("sourceRef"), dict) else {}
+    ref = _mapping(_mapping(_mapping(_mapping(release.get("spec")).get("chart")).get("spec")).get("sourceRef"))
     return str(ref.get("namespace") or metadata(release).get("namespace") or "default")
 
 
-def _generator(chart: dict) -> NewContent | None:
+def _generator(chart: Object) -> tuple[str, str] | None:
     """(namespace, name) of the HelmRelease that generated ``chart``: helm-controller labels the
     chart it generates with its release (names.HELM_NAME_LABEL/NAMESPACE_LABEL, fluxcd/pkg/ssa
     SetOwnerLabels) and names it ``<namespace>-<name>``. A chart with the labels under another
@@ -263,34 +264,36 @@ def _generator(chart: dict) -> NewContent | None:
     namespace ends (both may hold dashes), and the webhooks' matchConditions read the same
     (admission.core.matching)."""
     meta = metadata(chart)
-    labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+    labels = _mapping(meta.get("labels"))
     namespace, name = labels.get(names.HELM_NAMESPACE_LABEL), labels.get(names.HELM_NAME_LABEL)
     if isinstance(namespace, str) and isinstance(name, str) and meta.get("name") == f"{namespace}-{name}":
         return namespace, name
     return None
 
 
-def generating_releases(chart: dict, get: Get) -> tuple[dict, ...]:
+def generating_releases(chart: Object, get: Get) -> tuple[Object, ...]:
     """The HelmRelease whose generated HelmChart is ``chart`` (FLUX-WRITES.md: one per
     HelmRelease, in its sourceRef's namespace), checked against the HelmRelease found; a
     dictionary lookup."""
     owner = _generator(chart)
     release = get("HelmRelease", *owner) if owner else None
-    spec = release.get("spec") if isinstance(release, dict) else None
-    if isinstance(spec, dict) and isinstance(spec.get("chart"), dict) and not spec.get("chartRef") \
+    if release is None:
+        return ()
+    spec = _mapping(release.get("spec"))
+    if isinstance(spec.get("chart"), dict) and not spec.get("chartRef") \
             and generated_chart_namespace(release) == str(metadata(chart).get("namespace") or "default"):
         return (release,)
     return ()
 
 
-def inherits_from(obj: dict, get: Get) -> tuple[dict, ...]:
+def inherits_from(obj: Object, get: Get) -> tuple[Object, ...]:
     """The objects whose gates ``obj`` inherits: a generated HelmChart's HelmRelease."""
     return generating_releases(obj, get) if obj.get("kind") == "HelmChart" else ()
 
 
 # ---- what a held object shows ----------------------------------------------------------
 
-def waiting(obj: dict | None) -> Waiting | None:
+def waiting(obj: Object | None) -> Waiting | None:
     """What waits for a held object, from the Blocked (sources, ImagePolicy) or Approved
     (Kustomization, HelmRelease) condition the webhook wrote; None when nothing waits."""
     kind = obj.get("kind") if isinstance(obj, dict) else None
@@ -299,7 +302,8 @@ def waiting(obj: dict | None) -> Waiting | None:
     found = holding_condition(obj, kind)
     if found is None:
         return None
-    message = found.get("message") if isinstance(found.get("message"), str) else ""
+    message = found.get("message")
+    message = message if isinstance(message, str) else ""
     hold = holdmessage.parse(message)
     if hold is None:
         return Waiting(kind, "", served_revision(kind, obj), (), message)

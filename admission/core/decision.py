@@ -12,7 +12,7 @@ from admission.core import kinds
 from admission.core import names
 from admission.core.changes import OWNERS_CHANGE, changed_paths, describe_paths, desired_spec, gated_change
 from admission.core.gates import GateState
-from admission.core.objects import metadata
+from admission.core.objects import Object, metadata
 from admission.core.references import Policy, may_be_held, policy_of, suspension_of
 from admission.core.review import AdmissionRequest, subject
 from admission.core.timefmt import format_time
@@ -43,7 +43,7 @@ class Context:
     settings: Settings = Settings()
     get: content.Get | None = None
 
-    def parents(self, obj: dict) -> tuple[dict, ...]:
+    def parents(self, obj: Object) -> tuple[Object, ...]:
         """The objects whose gates ``obj`` inherits (a generated HelmChart: its HelmRelease)."""
         return content.inherits_from(obj, self.get) if self.get is not None else ()
 
@@ -74,7 +74,7 @@ class Decision:
     held_what: str | None = None  # EDIT or CONTENT, for logs and metrics
 
 
-def hold_of(obj: dict | None, lookup: Lookup, now: datetime, policy: Policy | None = None) -> Hold:
+def hold_of(obj: Object | None, lookup: Lookup, now: datetime, policy: Policy | None = None) -> Hold:
     """How the object's own policy (``policy``, when the caller has it) judges it at ``now``."""
     policy = policy or policy_of(obj)
     states = tuple(
@@ -124,7 +124,7 @@ def mode_of(holds: list[Hold], settings: Settings) -> str:
     return "enforce" if "enforce" in modes else "audit"
 
 
-def holds_of(obj: dict, context: Context) -> list[Hold]:
+def holds_of(obj: Object, context: Context) -> list[Hold]:
     """The holds on ``obj`` now: its own, and those of the objects it inherits gates from."""
     objects = (obj, *context.parents(obj))
     judged = [hold_of(o, context.lookup, context.now) for o in objects if may_be_held(o)]
@@ -144,7 +144,7 @@ class Standing:
         return bool(self.holds)
 
 
-def standing(obj: dict, context: Context) -> Standing:
+def standing(obj: Object, context: Context) -> Standing:
     """The holds on the stored ``obj`` now (its own and inherited): ``kubectl gate get``, the
     denial Events and the shown attempts all say what this says."""
     holds = holds_of(obj, context)

@@ -17,6 +17,7 @@ from admission.core import content
 from admission.core import holdmessage
 from admission.core import kinds
 from admission.core import names
+from admission.core.objects import Object
 from admission.core.conditions import conditions_of, find, holding_condition, status_of, with_condition, without_condition
 from admission.core.decision import CONTENT, Context, Decision, Hold, Standing, standing
 from admission.core.holdmessage import HoldMessage, NewContent
@@ -60,7 +61,7 @@ def _content_fields(row: kinds.FluxKind) -> tuple[str, ...]:
     return (names.LATEST_REF_FIELD, names.LATEST_IMAGE_FIELD)
 
 
-def _keep_content(row: kinds.FluxKind, old: dict | None, new: dict, held: Held | None,
+def _keep_content(row: kinds.FluxKind, old: Object | None, new: Object, held: Held | None,
                   now: datetime) -> dict[str, object]:
     status, stored = status_of(new), status_of(old)
     conditions = conditions_of(new)
@@ -77,7 +78,7 @@ def _keep_content(row: kinds.FluxKind, old: dict | None, new: dict, held: Held |
             previous = holding_condition(new, row.kind) or holding_condition(old, row.kind)
             parsed = holdmessage.parse(previous.get("message", "")) if previous else None
             waits = parsed.content.waits if parsed else None
-    if waits is not None:
+    if held is not None and waits is not None:
         serves = content.served_revision(row.kind, old if changes else new)
         message = HoldMessage.of(names.BLOCKED_CONDITION, held.clauses, NewContent(waits, serves)).format()
         conditions = with_condition(conditions, names.BLOCKED_CONDITION, "True", names.GATE_CLOSED_REASON, message, now)
@@ -93,14 +94,14 @@ def _keep_content(row: kinds.FluxKind, old: dict | None, new: dict, held: Held |
     return changes
 
 
-def _approval_conditions(conditions: list[dict], held: Held, pending: NewContent, now: datetime) -> list[dict]:
+def _approval_conditions(conditions: list[Object], held: Held, pending: NewContent, now: datetime) -> list[Object]:
     conditions = with_condition(conditions, names.READY_CONDITION, "False", names.GATE_CLOSED_REASON,
                                 pending.after(held.message), now)
     return with_condition(conditions, names.APPROVED_CONDITION, "False", names.GATE_CLOSED_REASON,
                           HoldMessage.of(names.APPROVED_CONDITION, held.clauses, pending).format(), now)
 
 
-def _denied_attempt(kind: str, old: dict | None, new: dict, denied: NewContent | None) -> NewContent | None:
+def _denied_attempt(kind: str, old: Object | None, new: Object, denied: NewContent | None) -> NewContent | None:
     """``(waits, serves)`` of an attempt the validating webhook denied: the one just denied
     (``denied``), else the one a stored Approved condition shows (the webhook wrote it after the
     denial: admission.kube.attempts). It goes once what waits is what the object applied, or
@@ -118,21 +119,21 @@ def _denied_attempt(kind: str, old: dict | None, new: dict, denied: NewContent |
     return None if waits == serves else NewContent(waits, serves)
 
 
-def _show_approval(row: kinds.FluxKind, old: dict | None, new: dict, held: Held | None, now: datetime,
+def _show_approval(row: kinds.FluxKind, old: Object | None, new: Object, held: Held | None, now: datetime,
                    upstream: NewContent | None) -> dict[str, object]:
     conditions = conditions_of(new)
     pending = None
     if held is not None:
         pending = (content.new_content(row.kind, old, new) or content.recorded_attempt(row.kind, new) or upstream
                    or _denied_attempt(row.kind, old, new, None))
-    if pending is not None:
+    if held is not None and pending is not None:
         conditions = _approval_conditions(conditions, held, pending, now)
     else:
         conditions = without_condition(conditions, names.APPROVED_CONDITION)
     return {"conditions": conditions} if not same(conditions, conditions_of(new)) else {}
 
 
-def show_denied_attempt(kind: str, stored: dict | None, attempted: dict | None, held: Held | None, now: datetime,
+def show_denied_attempt(kind: str, stored: Object | None, attempted: Object | None, held: Held | None, now: datetime,
                         upstream: NewContent | None = None) -> dict[str, object]:
     """The status changes that show, on ``stored`` (the object as it is now), the attempt a
     denied status write (``attempted``) recorded: Approved=False and Ready=False, GateClosed, the
@@ -150,7 +151,7 @@ def show_denied_attempt(kind: str, stored: dict | None, attempted: dict | None, 
     return {"conditions": conditions} if not same(conditions, conditions_of(stored)) else {}
 
 
-def rewrite_status(kind: str, old: dict | None, new: dict, held: Held | None, now: datetime,
+def rewrite_status(kind: str, old: Object | None, new: Object, held: Held | None, now: datetime,
                    upstream: NewContent | None = None) -> dict[str, object]:
     """The status fields a status UPDATE must change (``REMOVE`` to drop one): none when the
     object is not held and carries none of our conditions. ``upstream`` is ``(waits, serves)``

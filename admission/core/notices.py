@@ -23,7 +23,7 @@ from admission.core import names
 from admission.core.conditions import holding_condition
 from admission.core.decision import Lookup, hold_of
 from admission.core.gates import GateState
-from admission.core.objects import metadata
+from admission.core.objects import Object, metadata
 from admission.core.timefmt import format_time, parse_time
 
 HELD, RELEASED = "held", "released"
@@ -41,11 +41,14 @@ class Notice:
     metadata: dict[str, str] = field(default_factory=dict)  # keys without the API group prefix
 
 
-def _announced_before(condition: dict, now: datetime) -> bool:
+def _announced_before(condition: Object, now: datetime) -> bool:
     """Whether a hold first seen now is old enough to have been announced already."""
+    stamp = condition.get("lastTransitionTime")
     try:
-        since = parse_time(condition.get("lastTransitionTime"))
-    except (TypeError, ValueError):
+        since = parse_time(stamp) if isinstance(stamp, str) else None
+    except ValueError:
+        since = None
+    if since is None:
         return False  # unknown: say it rather than stay silent
     return now - since > FIRST_SIGHT_WINDOW
 
@@ -66,7 +69,8 @@ def expected_opening(closed: tuple[GateState, ...], require: str) -> datetime | 
     if require == names.REQUIRE_ONE_OF:
         known = [t for t in times if t is not None]
         return min(known) if known else None
-    return None if any(t is None for t in times) else max(times)
+    known = [t for t in times if t is not None]
+    return None if len(known) < len(times) else max(known)
 
 
 def _opened_clause(state: GateState) -> str:
@@ -77,7 +81,7 @@ def _opened_clause(state: GateState) -> str:
     return f"gate '{state.key}' is open ({detail})"
 
 
-def notice(old: dict | None, new: dict | None, lookup: Lookup, now: datetime) -> Notice | None:
+def notice(old: Object | None, new: Object | None, lookup: Lookup, now: datetime) -> Notice | None:
     """The notification that the change from ``old`` to ``new`` deserves, if any: a new hold (or a
     hold whose message changed: another revision waits), or a release; None for anything else."""
     before, after = holding_condition(old), holding_condition(new)

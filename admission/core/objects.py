@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 Key = tuple[str, str]
+Object = dict[str, Any]  # a Kubernetes object, or any JSON object, as decoded
 
 
 def metadata(obj: dict | None) -> dict:

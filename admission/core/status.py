@@ -5,25 +5,25 @@ from __future__ import annotations
 from datetime import datetime
 
 from admission.core import names
-from admission.core.conditions import find, transition_time
+from admission.core.conditions import find, status_of, transition_time
 from admission.core.gates import GateState
-from admission.core.objects import metadata
+from admission.core.objects import Object, metadata
 from admission.core.timefmt import format_time
 
 
-def _previous_condition(status: dict | None) -> dict | None:
+def _previous_condition(status: Object | None) -> Object | None:
     return find({"status": status}, names.OPENED_CONDITION)
 
 
-def was_open(status: dict | None) -> bool | None:
+def was_open(status: Object | None) -> bool | None:
     """The state the stored status shows: True, False, or None when there is none yet."""
     condition = _previous_condition(status)
     if condition is None or condition.get("status") not in ("True", "False"):
         return None
-    return condition["status"] == "True"
+    return bool(condition["status"] == "True")
 
 
-def gate_status(gate: dict, state: GateState, now: datetime, previous: dict | None = None) -> dict:
+def gate_status(gate: Object, state: GateState, now: datetime, previous: Object | None = None) -> Object:
     """The full status for ``gate`` in ``state``; lastTransitionTime moves only on a flip.
 
     ``previous`` is the last status written, when the caller knows one fresher than the
@@ -54,9 +54,9 @@ def gate_status(gate: dict, state: GateState, now: datetime, previous: dict | No
     }
 
 
-def status_differs(gate: dict, desired: dict) -> bool:
+def status_differs(gate: Object, desired: Object) -> bool:
     """Whether writing ``desired`` would change the stored status."""
-    current = gate.get("status") if isinstance(gate.get("status"), dict) else {}
+    current = status_of(gate)
     return any(current.get(key) != value for key, value in desired.items())
 
 

@@ -1,0 +1,87 @@
+"""Reaching the cluster kubeconfig selects, and API failures as one line and an exit code a script can rely on."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import orjson
+
+EXIT_OK, EXIT_DENIED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_FORBIDDEN, EXIT_NO_CLUSTER, EXIT_BAD_GATES_DIR = range(7)
+
+
+class GateError(Exception):
+    """A failure to report in one line, with the exit code that classifies it."""
+
+    def __init__(self, message: str, code: int):
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class Cluster:
+    """The API clients and default namespace that kubeconfig (and flags) select."""
+
+    api: Any  # a kubernetes.client.ApiClient, imported only when a command needs the cluster
+    namespace: str
+    user: str | None
+
+    @property
+    def custom(self) -> Any:
+        from kubernetes import client
+        return client.CustomObjectsApi(self.api)
+
+
+def kubeconfig_context(args: argparse.Namespace) -> dict[str, Any]:
+    """The kubeconfig context that --context (else the current one) selects: its ``context``
+    entry holds ``cluster``, ``user`` and ``namespace``. Raises ConfigException without one."""
+    from kubernetes import config
+    contexts, current = config.list_kube_config_contexts(config_file=args.kubeconfig)
+    context = next((c for c in contexts if c["name"] == args.context), None) if args.context else current
+    if args.context and context is None:
+        raise GateError(f"context {args.context!r} not found in kubeconfig", EXIT_USAGE)
+    return context or {}
+
+
+def connect(args: argparse.Namespace) -> Cluster:
+    from kubernetes import client, config
+    try:
+        context = kubeconfig_context(args)
+        configuration = client.Configuration()
+        config.load_kube_config(config_file=args.kubeconfig, context=args.context, client_configuration=configuration)
+        from admission.kube.client import quiet_insecure_warnings
+        quiet_insecure_warnings(configuration)
+    except config.ConfigException as err:
+        raise GateError(f"no cluster: {err}", EXIT_NO_CLUSTER) from None
+    details = (context or {}).get("context") or {}
+    return Cluster(client.ApiClient(configuration), args.namespace or details.get("namespace") or "default",
+                   details.get("user"))
+
+
+def api_errors(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Turn API and connection failures into one line and an exit code."""
+
+    def wrapped(args: argparse.Namespace) -> int:
+        from kubernetes.client.rest import ApiException
+        from urllib3.exceptions import HTTPError
+        try:
+            return fn(args)
+        except ApiException as err:
+            detail = api_message(err)
+            if err.status == 404:
+                raise GateError(detail, EXIT_NOT_FOUND) from None
+            if err.status in (401, 403):
+                raise GateError(f"forbidden: {detail}", EXIT_FORBIDDEN) from None
+            raise GateError(f"API error {err.status}: {detail}", EXIT_NO_CLUSTER) from None
+        except HTTPError as err:
+            raise GateError(f"no cluster: {err}", EXIT_NO_CLUSTER) from None
+
+    return wrapped
+
+
+def api_message(err: Any) -> str:
+    try:
+        return orjson.loads(err.body).get("message") or err.reason
+    except (TypeError, ValueError, AttributeError):
+        return str(err.reason)
