@@ -1,48 +1,12 @@
-"""A gunicorn worker whose threads only ever run requests that have fully arrived.
+"""A gunicorn gthread worker whose threads only ever run requests that have fully arrived."""
 
-gunicorn's gthread worker hands a new connection to a thread, which then does the TLS
-handshake and reads the request, blocking: a client that connects and sends nothing (or a
-header byte a second) holds that thread, and a dozen such clients hold every thread of a pod.
-Here the worker's event loop does the handshake and reads the whole request (headers and
-body, whatever its size) without blocking, under one deadline for the whole request, and only
-then gives it to a thread. Kept-alive connections wait in the same loop between requests, so
-an idle or slow client costs a file descriptor and the bytes it sent, never a thread.
-
-The loop frames each request itself, strictly: one ``Content-Length`` of plain digits, no
-``Transfer-Encoding``, header names gunicorn reads the same way. Anything else is refused
-before a thread sees it, because a request the loop and gunicorn framed differently would send
-a thread reading, blocking, the body the loop did not wait for. ``Expect: 100-continue`` is
-answered here, when the body is about to be read (gunicorn would answer it only once a thread
-reads the body, and the loop waits for the body first).
-
-Bodies over ``LARGE_BODY`` are read like any other, as they arrive; once whole, they are
-judged ``LARGE_AT_ONCE`` at a time per worker, smallest first, which bounds the memory and the
-GIL time big reviews take from small ones. A stalled or trickling upload holds nothing but its
-connection until its deadline. The bytes held for requests being read or waiting to be judged
-are bounded per worker (``BUFFERED_AT_MOST``): beyond it, the request holding the most is
-refused (503).
-
-Connections: a worker takes no more than its file descriptor limit allows (``RLIMIT_NOFILE``,
-less those in use and ``FD_HEADROOM``), no more than ``max_client_connections`` from one client
-address, and when ``accept`` fails for want of descriptors it stops accepting for
-``ACCEPT_PAUSE`` instead of failing.
-
-On SIGTERM the worker keeps accepting and serving for ``shutdown_delay`` seconds (a Pod's
-endpoint is removed while it is already terminating), answering every request with
-``Connection: close`` so that clients move to another replica; then it stops accepting, takes
-what is still in the listen backlog, and finishes the requests in flight.
-
-A small review (``POST /validate`` or ``/mutate``, body up to ``LARGE_BODY``) is answered in
-the loop itself: its judgement costs well under a millisecond and never waits on I/O (the
-whole request is in memory), while handing it to a thread and back costs two thread wake-ups,
-about a third of a millisecond per call (bench/status_overhead.py). Its response is collected
-and written without blocking: what the socket does not take at once is written when the
-client reads, under a deadline, so a client that never reads costs its own connection only.
-Everything else (other paths, large bodies) runs in the threads, as in gthread.
-
-This module is the only one that touches gunicorn's gthread internals (``TConn``, the poller,
-the method queue, the accept switch and connection counts).
-"""
+# gthread gives a new connection to a thread, which does the TLS handshake and reads the request
+# blocking: a client that sends nothing (or a byte a second) holds the thread, and a dozen hold a
+# pod. Here the loop does the handshake and reads the whole request, non-blocking, under one
+# deadline; an idle or slow client costs a descriptor and its bytes, never a thread. Small reviews
+# are even answered in the loop: their judgement is far cheaper than the two thread wake-ups a
+# round trip through a thread costs (bench/status_overhead.py). gunicorn's internals are reached
+# only through admission.webhook.gthread_seam.
 
 from __future__ import annotations
 
@@ -55,28 +19,26 @@ import socket
 import ssl
 import struct
 import time
-from concurrent.futures import Future
 from functools import partial
 
 import orjson
-from gunicorn import http
-from gunicorn.workers.gthread import TConn, ThreadWorker
+
+from admission.webhook.bounded_socket import IO_SECONDS, BoundedSSLSocket
+from admission.webhook.framing import Refused, framing, public_target
+from admission.webhook.gthread_seam import GthreadSeam, SeamConn
 
 REQUEST_SECONDS = 10.0  # handshake + headers + body of a request, one deadline; a new connection's clock starts at accept
 MAX_HEAD = 64 * 1024  # request line and headers; gunicorn's own limits (414/431) apply within this
-MAX_LENGTH_DIGITS = 10  # a Content-Length of more digits is padded or absurd (the body limit has 7)
 LARGE_BODY = 64 * 1024  # whole bodies above this are judged LARGE_AT_ONCE at a time per worker, smallest first
 LARGE_AT_ONCE = 1  # decoding a multi-MiB review holds the GIL (orjson): one at a time per worker
 BUFFERED_AT_MOST = 64 * 1024 * 1024  # bytes of requests being read or waiting to be judged, per worker
 READ_PER_TURN = 64 * 1024  # bytes read from one connection before the loop turns to the others
 LINGER_SECONDS = 2.0  # after refusing a request, read and drop what the client still sends, then close
-IO_SECONDS = 10.0  # a thread writes a whole answer within this (a client that stops reading loses it)
 FD_HEADROOM = 64  # descriptors kept for what a worker opens besides connections: files, pipes, its watches
 ACCEPT_PAUSE = 0.5  # after accept() fails for want of descriptors (EMFILE, ENFILE), accept nothing this long
 CLIENT_CONNECTIONS = 256  # default connections per client address per worker (--max-client-connections)
 WARN_EVERY = 60.0  # seconds between two warnings of a kind (an attacker must not fill the log)
 
-_FRAMING = (b"content-length", b"transfer-encoding")
 _REVIEW = re.compile(rb"POST /(?:validate|mutate)[ ?]")  # the API server adds ?timeout=...
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _REASONS = {400: "Bad Request", 403: "Forbidden", 408: "Request Timeout", 411: "Length Required",
@@ -84,124 +46,11 @@ _REASONS = {400: "Bad Request", 403: "Forbidden", 408: "Request Timeout", 411: "
 _NO_DESCRIPTORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
-# What a client without a certificate may still ask for when client certificates are required
-# (``client_auth``): the kubelet's probes, Prometheus, calendar apps, and the receiver (which has
-# its own bearer token). Matched on the raw request target: anything encoded, relative or
-# absolute-form is not public, so it needs a certificate (the safe side of any doubt).
-PUBLIC_PATHS = (b"/healthz", b"/readyz", b"/metrics", b"/calendar.ics")
-PUBLIC_PREFIXES = (b"/hooks/gates/",)
+class _Conn(SeamConn):
+    """A connection, and what the loop knows of the request being read on it."""
 
-
-def public_target(head: bytes) -> bool:
-    """Whether the request line in ``head`` asks for a path any client may use."""
-    parts = head.split(b"\r\n", 1)[0].split(b" ")
-    if len(parts) != 3:
-        return False
-    path = parts[1].split(b"?", 1)[0]
-    if b"%" in path or b"/." in path or b"//" in path or b"#" in path:
-        return False
-    return path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES)
-
-
-class _Refused(Exception):
-    def __init__(self, status: int, why: str):
-        super().__init__(why)
-        self.status, self.why = status, why
-
-
-def framing(head: bytes) -> tuple[int, bytes | None]:
-    """The body length of the request whose request line and headers are ``head`` (without the
-    blank line), read exactly as gunicorn will read it; and, when the request asks for
-    ``100-continue``, ``head`` without that header (the loop answers it; gunicorn must not again).
-    A request the two could frame differently is refused (``_Refused``). Other malformed header
-    lines are left to gunicorn, which refuses them (400) before reading any body."""
-    lines = head.split(b"\r\n")
-    length, expect = None, []
-    for number in range(1, len(lines)):
-        name, _, value = lines[number].partition(b":")
-        name = name.lower()
-        if name == b"content-length":
-            value = value.strip(b" \t")
-            if length is not None:
-                raise _Refused(400, "more than one Content-Length")
-            if not (0 < len(value) <= MAX_LENGTH_DIGITS and value.isdigit()):
-                raise _Refused(400, f"Content-Length must be 1 to {MAX_LENGTH_DIGITS} digits")
-            length = int(value)
-        elif name == b"transfer-encoding":
-            raise _Refused(411, "send a Content-Length; Transfer-Encoding is not accepted")
-        elif name == b"expect":
-            if value.strip(b" \t").lower() == b"100-continue" and lines[0].endswith(b" HTTP/1.1"):
-                expect.append(number)
-        elif name.strip(b" \t") in _FRAMING:  # gunicorn refuses it, but the loop must not read a body for it either
-            raise _Refused(400, f"whitespace around the header name {name.strip().decode('latin-1')!r}")
-    if not expect:
-        return length or 0, None
-    return length or 0, b"\r\n".join(line for number, line in enumerate(lines) if number not in expect)
-
-
-class _TooSlow(ConnectionResetError):
-    """A client that did not keep up with its deadline is dropped like one that reset: gunicorn
-    logs a traceback for other socket errors, and no client may write those into our log at will."""
-
-    def __init__(self):
-        super().__init__(errno.ECONNRESET, "deadline passed")
-
-
-class BoundedSSLSocket(ssl.SSLSocket):
-    """An SSL socket whose blocking mode, the one gunicorn's threads use, has deadlines for the
-    whole of a request and of an answer, not a timeout per call that every byte restarts: reads
-    end at the request's deadline (``bound``), and an answer is written within ``IO_SECONDS``
-    of its first write."""
-
-    collected: bytearray | None = None  # while set, sendall appends here (a review answered in the loop)
-    _blocking = False
-    _read_by: float | None = None
-    _write_by: float | None = None
-
-    def setblocking(self, flag: bool) -> None:
-        self._blocking = flag
-        self.settimeout(IO_SECONDS if flag else 0.0)
-
-    def bound(self, read_by: float) -> None:
-        """The request on this socket must be read by ``read_by`` (monotonic); its answer's
-        writes start their clock at the first."""
-        self._read_by, self._write_by = read_by, None
-
-    def read(self, len: int = 1024, buffer=None):  # noqa: A002 - ssl.SSLSocket's signature
-        if not self._blocking or self._read_by is None:
-            return super().read(len, buffer)
-        return self._by(self._read_by, super().read, len, buffer)
-
-    def send(self, data, flags: int = 0) -> int:
-        if not self._blocking:
-            return super().send(data, flags)
-        if self._write_by is None:
-            self._write_by = time.monotonic() + IO_SECONDS
-        return self._by(self._write_by, super().send, data, flags)
-
-    def sendall(self, data, flags: int = 0) -> None:
-        if self.collected is None:
-            return super().sendall(data, flags)  # one send() after another: each bounded above
-        self.collected += data
-        return None
-
-    def _by(self, deadline: float, call, *args):
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise _TooSlow()
-        self.settimeout(left)
-        try:
-            return call(*args)
-        except TimeoutError:
-            raise _TooSlow() from None
-
-
-class _Conn(TConn):
-    """gthread's connection, and what the loop knows of the request being read on it."""
-
-    def __init__(self, cfg, sock, client, server, gone):
-        super().__init__(cfg, sock, client, server)
-        self.gone = gone  # called once, when the connection closes (by whichever path)
+    def __init__(self, worker, sock, address, listener, gone):
+        super().__init__(worker, sock, address, listener, gone)
         self.watching = 0
         self.handshaken = False
         self.buf: bytearray | None = None
@@ -211,14 +60,8 @@ class _Conn(TConn):
         self.wants_large = self.large = False
         self.deadline = 0.0
 
-    def close(self, graceful: bool = False) -> None:
-        gone, self.gone = self.gone, None
-        if gone is not None:
-            gone()
-        super().close(graceful)
 
-
-class PreReadWorker(ThreadWorker):
+class PreReadWorker(GthreadSeam):
     """gthread, but TLS handshakes and request reads happen in the event loop, with deadlines."""
 
     max_body = 6 * 1024 * 1024  # set by admission.webhook.server.options
@@ -247,14 +90,14 @@ class PreReadWorker(ThreadWorker):
         self.warned: dict = {}  # kind of warning -> when it may be logged again
         self.drain_at: float | None = None
 
-    def run(self) -> None:
+    def starting(self) -> None:
         self._fit_connections_to_descriptors()
-        super().run()
 
     def _fit_connections_to_descriptors(self) -> None:
         """At most as many connections as descriptors are left (RLIMIT_NOFILE), keeping
         ``FD_HEADROOM``, and at most half of those for one client address."""
-        cap = self.cfg.worker_connections
+        # With ulimit -n 256, a cap of 1000 made accept() fail with EMFILE, which killed the worker.
+        cap = self.configured_connections
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
         if soft != resource.RLIM_INFINITY:
             try:
@@ -266,12 +109,11 @@ class PreReadWorker(ThreadWorker):
                 self.log.warning("at most %d connections per worker: the file descriptor limit is %d, %d are in use "
                                  "and %d are kept for files and sockets", room, soft, in_use, FD_HEADROOM)
                 cap = room
-        self.worker_connections = cap
-        self.max_keepalived = max(1, cap - self.cfg.threads)
+        self.cap_connections(cap)
         self.client_limit = max(1, min(self.max_client_connections, cap // 2))
 
     # -- connections ------------------------------------------------------------------
-    def accept(self, listener) -> bool:
+    def take_connection(self, listener) -> bool:
         """Take a connection from ``listener``'s backlog; whether there was one."""
         try:
             client, address = listener.accept()
@@ -292,7 +134,7 @@ class PreReadWorker(ThreadWorker):
             self._warn("client", "closing new connections from %s: it has %d open, the most one client address may "
                        "have (--max-client-connections)", peer, self.client_limit)
             return True
-        self.nr_conns += 1
+        self.count_connection(+1)
         if peer is not None:
             self.clients[peer] = self.clients.get(peer, 0) + 1
         client.setblocking(False)
@@ -302,9 +144,9 @@ class PreReadWorker(ThreadWorker):
                 context.sslsocket_class = BoundedSSLSocket
                 client = context.wrap_socket(client, server_side=True, do_handshake_on_connect=False,
                                              suppress_ragged_eofs=True)
-            conn = _Conn(self.cfg, client, address, listener.getsockname(), partial(self._gone, peer))
+            conn = _Conn(self, client, address, listener, partial(self._gone, peer))
         except (OSError, ValueError):
-            self.nr_conns -= 1
+            self.count_connection(-1)
             self._gone(peer)
             client.close()
             return True
@@ -323,16 +165,13 @@ class PreReadWorker(ThreadWorker):
 
     def _pause_accepting(self, err: OSError) -> None:
         self.accept_paused_until = time.monotonic() + ACCEPT_PAUSE
-        self.set_accept_enabled(False)
+        self.accept_connections(False)
         self._warn("descriptors", "out of file descriptors (%s) with %d connections open: not accepting "
-                   "for %.1fs", os.strerror(err.errno), self.nr_conns, ACCEPT_PAUSE)
+                   "for %.1fs", os.strerror(err.errno), self.open_connections, ACCEPT_PAUSE)
 
-    def set_accept_enabled(self, enabled: bool) -> None:
-        # gthread's loop enables accepting whenever it is under its connection count; not
-        # while paused for want of descriptors (the loop turns at least once a second).
-        if enabled and time.monotonic() < self.accept_paused_until:
-            return
-        super().set_accept_enabled(enabled)
+    def may_accept(self) -> bool:
+        # Not while paused for want of descriptors (the loop asks at least once a second).
+        return time.monotonic() >= self.accept_paused_until
 
     def _warn(self, kind: str, message: str, *args) -> None:
         now = time.monotonic()
@@ -340,23 +179,20 @@ class PreReadWorker(ThreadWorker):
             self.warned[kind] = now + WARN_EVERY
             self.log.warning(message + f" (logged at most every {WARN_EVERY:.0f}s)", *args)
 
-    def enqueue_req(self, conn) -> None:
-        # gthread calls this for a kept-alive connection that already holds the start of its
-        # next request (pipelining): read the rest in the loop, like any other request, on the
-        # loop's next turn (answering it now, from inside the last answer, would nest one call
-        # per pipelined request and let one client keep the loop).
-        self.method_queue.defer(self._arrive, conn)
+    def buffered_request(self, conn) -> None:
+        # A kept-alive connection that already holds the start of its next request (pipelining):
+        # read the rest in the loop, like any other request, on the loop's next turn (answering
+        # it now, from inside the last answer, would nest one call per pipelined request and let
+        # one client keep the loop).
+        self.defer(self._arrive, conn)
 
-    def on_client_socket_readable(self, conn, client) -> None:
-        self.poller.unregister(client)
-        self.keepalived_conns.remove(conn)
+    def readable_again(self, conn) -> None:
         conn.watching = 0
         self._arrive(conn)
 
     def _arrive(self, conn) -> None:
         """Start reading a request on ``conn`` (new, or kept alive after the last one)."""
-        held = conn.parser.unreader.take_buffered() if conn.parser is not None else b""
-        conn.buf = bytearray(held)
+        conn.buf = bytearray(conn.leftover())
         conn.held = conn.scanned = 0
         conn.need = None
         conn.wants_large = False
@@ -376,7 +212,7 @@ class PreReadWorker(ThreadWorker):
             while not self._complete(conn):
                 if budget <= 0:  # the others' turn; this connection's on the next (its bytes may be in the TLS buffer)
                     self._watch(conn, selectors.EVENT_READ)
-                    self.method_queue.defer(self._progress, conn)
+                    self.defer(self._progress, conn)
                     return
                 data = conn.sock.recv(65536)
                 if not data:
@@ -394,7 +230,7 @@ class PreReadWorker(ThreadWorker):
         except BlockingIOError:
             self._watch(conn, selectors.EVENT_READ)
             return
-        except _Refused as refused:
+        except Refused as refused:
             self._refuse(conn, refused.status, refused.why)
             return
         except (OSError, ValueError):  # handshake failures, resets
@@ -408,15 +244,15 @@ class PreReadWorker(ThreadWorker):
             end = conn.buf.find(b"\r\n\r\n", max(0, conn.scanned - 3))
             if end < 0 or end > MAX_HEAD:
                 if len(conn.buf) > MAX_HEAD:
-                    raise _Refused(431, f"request line and headers larger than {MAX_HEAD} bytes")
+                    raise Refused(431, f"request line and headers larger than {MAX_HEAD} bytes")
                 conn.scanned = len(conn.buf)
                 return False
             head = bytes(conn.buf[:end])
             if self.client_auth and not conn.sock.getpeercert() and not public_target(head):
-                raise _Refused(403, "this path needs a client certificate signed by the server's --client-ca-file")
+                raise Refused(403, "this path needs a client certificate signed by the server's --client-ca-file")
             length, without_expect = framing(head)
             if length > self.max_body:
-                raise _Refused(413, f"body larger than {self.max_body} bytes")
+                raise Refused(413, f"body larger than {self.max_body} bytes")
             if without_expect is not None:
                 conn.buf[:end] = without_expect
                 end = len(without_expect)
@@ -444,7 +280,7 @@ class PreReadWorker(ThreadWorker):
             largest = max((*self.arriving, *self.waiting), key=lambda c: c.held)
             why = f"the server holds {BUFFERED_AT_MOST} bytes of requests at most; this one was the largest"
             if largest is conn:
-                raise _Refused(503, why)
+                raise Refused(503, why)
             self._refuse(largest, 503, why)
 
     def _release_bytes(self, conn) -> None:
@@ -462,23 +298,20 @@ class PreReadWorker(ThreadWorker):
             conn.large = True
         self._release_bytes(conn)
         here = not conn.wants_large and isinstance(conn.sock, BoundedSSLSocket) and _REVIEW.match(conn.buf)
-        if conn.parser is None:
-            conn.parser = http.get_parser(self.cfg, conn.sock, conn.client)
-        conn.parser.unreader.unread(bytes(conn.buf))
+        conn.hand_over(bytes(conn.buf))
         conn.buf = None
-        conn.initialized = conn.data_ready = True  # gthread must not wrap, wait or handshake again
         if isinstance(conn.sock, BoundedSSLSocket):
             conn.sock.bound(read_by=conn.deadline)  # a thread never needs to read: if it did, not past this
         if here:
             self._answer_here(conn)
         else:
-            ThreadWorker.enqueue_req(self, conn)
+            self.to_thread(conn)
 
     def _answer_here(self, conn) -> None:
         """Judge a small review in the loop; collect its answer, then write it without blocking."""
         conn.sock.collected = bytearray()
         try:
-            conn.keep = self.handle(conn)  # reads only what is buffered: the whole request is
+            conn.keep = self.answer(conn)  # reads only what is buffered: the whole request is
         except Exception:  # gthread's handle answers its own errors; anything else ends the connection, not the loop
             self.log.exception("answering a review in the loop")
             conn.keep = False
@@ -503,19 +336,17 @@ class PreReadWorker(ThreadWorker):
             return
         self.flushing.pop(conn, None)
         self._unwatch(conn)
-        done: Future = Future()
-        done.set_result(conn.keep)
-        self.finish_request(conn, done)
+        self.finished(conn, conn.keep)
 
-    def finish_request(self, conn, fs) -> None:
+    def answered(self, conn, closing: bool) -> bool:
         if getattr(conn, "large", False):
             self._release_large(conn)
-        if not fs.cancelled() and fs.exception() is None and fs.result() is False:
+        if closing:
             # Not kept alive: gthread would close gracefully here, waiting in the loop for up
             # to 2 s until the client closes too; linger without blocking instead.
             self._linger(conn)
-            return
-        super().finish_request(conn, fs)
+            return True
+        return False
 
     def _release_large(self, conn) -> None:
         conn.large = False
@@ -531,15 +362,15 @@ class PreReadWorker(ThreadWorker):
             return
         callback = partial(then or self._progress, conn)
         if conn.watching:
-            self.poller.modify(conn.sock, events, callback)
+            self.rewatch(conn.sock, events, callback)
         else:
-            self.poller.register(conn.sock, events, callback)
+            self.watch(conn.sock, events, callback)
         conn.watching = events
 
     def _unwatch(self, conn) -> None:
         if conn.watching:
             try:
-                self.poller.unregister(conn.sock)
+                self.unwatch(conn.sock)
             except (KeyError, ValueError, OSError):
                 pass
             conn.watching = 0
@@ -557,7 +388,7 @@ class PreReadWorker(ThreadWorker):
         self._forget(conn)
         self.lingering.pop(conn, None)
         self.flushing.pop(conn, None)
-        self.nr_conns -= 1
+        self.count_connection(-1)
         conn.close()
 
     def _refuse(self, conn, status: int, why: str) -> None:
@@ -586,7 +417,7 @@ class PreReadWorker(ThreadWorker):
         self.lingering[conn] = None
         self._unwatch(conn)
         conn.watching = selectors.EVENT_READ
-        self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._drop_input, conn))
+        self.watch(conn.sock, selectors.EVENT_READ, partial(self._drop_input, conn))
 
     def _drop_input(self, conn, _fileobj=None) -> None:
         try:
@@ -598,9 +429,8 @@ class PreReadWorker(ThreadWorker):
             pass
         self._close(conn)
 
-    def murder_pending(self) -> None:
-        """Also close connections whose request did not arrive in time, and refused ones."""
-        super().murder_pending()
+    def tick(self) -> None:
+        """Close connections whose request did not arrive in time, and refused ones."""
         now = time.monotonic()
         for conn in [c for c in self.arriving if c.deadline <= now]:
             if conn.handshaken and conn.buf:
@@ -612,32 +442,32 @@ class PreReadWorker(ThreadWorker):
         for group in (self.lingering, self.flushing):
             for conn in [c for c in group if c.deadline <= now]:
                 self._close(conn)
-        if self.drain_at is not None and self.alive and now >= self.drain_at:
+        if self.drain_at is not None and self.serving and now >= self.drain_at:
             self._stop_accepting()
 
     # -- shutdown -----------------------------------------------------------------------
-    def handle_exit(self, sig, frame) -> None:
+    def terminating(self) -> bool:
         """SIGTERM: keep serving for ``shutdown_delay`` with keep-alive off, then drain."""
-        if self.drain_at is None and self.alive:
+        # A Pod's endpoint is removed while it is already terminating: "Connection: close" on
+        # every answer meanwhile moves clients to another replica.
+        if self.drain_at is None and self.serving:
             self.drain_at = time.monotonic() + self.shutdown_delay
-            # gthread closes the connection after a response when it keeps this many alive:
-            # from now on every response says "Connection: close".
-            self.max_keepalived = 0
-            self.method_queue.defer(lambda: None)  # wake the loop
-            return
-        super().handle_exit(sig, frame)
+            self.close_after_each_response()
+            self.defer(lambda: None)  # wake the loop
+            return True
+        return False
 
     def _stop_accepting(self) -> None:
         # Take what already waits in the backlog (those clients connected while we served),
         # then stop; gthread's loop then finishes the requests in flight.
         self.accept_paused_until = 0.0
-        self.set_accept_enabled(False)
-        for listener in self.sockets:
-            for _ in range(self.worker_connections):
+        self.accept_connections(False)
+        for listener in self.listeners():
+            for _ in range(self.connection_cap):
                 try:
-                    if not self.accept(listener):
+                    if not self.take_connection(listener):
                         break
                 except OSError:
                     break
             listener.close()  # new connections go to the other replicas (or are refused), not into a dead backlog
-        self.alive = False
+        self.stop_serving()
