@@ -39,12 +39,12 @@ def window(cron: str, duration: str = "1m") -> dict:
     return {"cron": cron, "duration": duration}
 
 
-# The issue's GateKeeper, cut to the schema's bounds: two strings that together match every
+# The hostile GateKeeper, cut to the schema's bounds: two strings that together match every
 # minute (so the state never changes and the next transition is searched for ever), and
 # copies of a window that fires once every four years.
 ALTERNATING = ["*/2 * * * *", "1-59/2 * * * *"]
 CANDIDATES = {
-    "issue: alternating minutes + 30 copies of Feb 29 windows": [
+    "hostile: alternating minutes + 30 copies of Feb 29 windows": [
         keeper("a", ALTERNATING + [window("0 0 29 2 *")] * (PER_LIST - 2), [window("0 0 29 2 *")] * PER_LIST),
     ],
     "32 distinct Feb 29 windows (nothing shared)": [

@@ -99,7 +99,7 @@ ANONYMOUS_USER = "system:anonymous"
 SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
 SERVICE_ACCOUNTS_GROUP = "system:serviceaccounts"
 
-# Conditions the mutating webhook writes on held Flux objects (issue 13), and their reason.
+# Conditions the mutating webhook writes on held Flux objects (the hold points), and their reason.
 BLOCKED_CONDITION = "Blocked"  # sources and ImagePolicy: status "True" while held
 APPROVED_CONDITION = "Approved"  # Kustomization, HelmRelease: status "False" while held
 GATE_CLOSED_REASON = GATE_CLOSED_EVENT  # the same word on a held object's condition and its Event

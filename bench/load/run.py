@@ -72,7 +72,7 @@ GATING_API = "gating.toolkit.fluxcd.io/v1alpha1"
 NS = "flux-system"
 VARIANTS = ("ours", "floor", "ours-10k")
 
-# Targets from the issue, as ratios measured in the same run.
+# Targets, as ratios measured in the same run.
 TARGET_OURS_THROUGHPUT = 1.0   # x floor
 TARGET_OURS_P99 = 1.0          # x floor, at most
 TARGET_10K_THROUGHPUT = 0.9    # x floor (0.9 of ours' 1.0x target)

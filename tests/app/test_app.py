@@ -184,7 +184,7 @@ def test_dry_run_denials_make_no_event(tmp_path):
 
 
 def test_one_review_of_many_long_invalid_references_writes_a_bounded_log_line(make_client, capfd):
-    """Item 9: one review of 64 invalid references wrote an 18 MB line; lines are capped, and say so."""
+    """Log lines are bounded: one review of 64 invalid references wrote an 18 MB line; lines are capped, and say so."""
     import logging
 
     decisions = logging.getLogger("admission.decisions")

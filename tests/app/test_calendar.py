@@ -1,4 +1,4 @@
-"""The freeze calendar: `kubectl gate calendar` (text, json, ics) and GET /calendar.ics (issue 15)."""
+"""The freeze calendar: `kubectl gate calendar` (text, json, ics) and GET /calendar.ics."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Held and released Flux objects reach notification-controller as Flux's own events (issue 15).
+"""Held and released Flux objects reach notification-controller as Flux's own events.
 
 The controller runs in process over a gate index; the notifier POSTs to a real HTTP server
 that reads the JSON as notification-controller does (tests/notification_double.py).

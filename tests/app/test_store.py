@@ -119,7 +119,7 @@ def test_backoff_grows_to_its_cap_and_survives_a_long_outage():
     assert backoff.next() <= 0.2
 
 
-# -- hostile and half-written files (issue 14, item 5) ----------------------------------------
+# -- hostile and half-written files -------------------------------------------------------------
 def _closed_gate_file(gates_dir):
     return write_gates(gates_dir, [gate("bypass-signoff", default="closed"), gate("other")], "team.yaml")
 

@@ -1,4 +1,4 @@
-"""`kubectl apply` through a real kube-apiserver that calls our real server (issue 3)."""
+"""`kubectl apply` through a real kube-apiserver that calls our real server."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Gates as cluster objects: the watch cache on the hot path, and the gate controller (issue 4).
+"""Gates as cluster objects: the watch cache on the hot path, and the gate controller.
 
 These tests run their own etcd + kube-apiserver, because one of them restarts the API server.
 """

@@ -1,4 +1,4 @@
-"""Gates hold what Flux deploys (issue 13): new revisions, charts, values and image tags wait
+"""Gates hold what Flux deploys (the hold points): new revisions, charts, values and image tags wait
 while the approved state keeps reconciling, and opening the gate releases them at once.
 
 Driven by the Flux controller doubles (tests/e2e/doubles), through our own etcd +

@@ -1,4 +1,4 @@
-"""Faults on a real API server, each counting the writes that failed (issue 8)."""
+"""Faults on a real API server, each counting the writes that failed."""
 
 from __future__ import annotations
 
@@ -185,7 +185,7 @@ def test_a_gate_deleted_while_referenced_closes_with_a_reason(plane, tmp_path):
 def test_reviews_fail_safe_within_stale_after_of_losing_the_api_server(plane, tmp_path):
     """Every review after --stale-after + 1 s without the API server is denied "gate state
     unknown", and /readyz stays 503, until the API server is back; reconnect attempts do not
-    restart the clock (issue 14, item 2)."""
+    restart the clock (staleness counts from the last proof)."""
     stale_after = 3.0
     plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(gate("stale-open")))
     server = cluster_server(plane, tmp_path, "--stale-after", str(stale_after))

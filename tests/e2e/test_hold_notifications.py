@@ -1,4 +1,4 @@
-"""Holds and releases reach Flux's notification-controller once each (issue 15), end to end.
+"""Holds and releases reach Flux's notification-controller once each, end to end.
 
 The Flux doubles (tests/e2e/doubles) write to our own etcd + kube-apiserver, our server holds
 the new revision, and our controller process (``--notify``) POSTs to a double of

@@ -1,4 +1,4 @@
-"""Installing into a real cluster: manifests, least privilege, certificates (issue 5)."""
+"""Installing into a real cluster: manifests, least privilege, certificates."""
 
 from __future__ import annotations
 
@@ -226,7 +226,7 @@ def test_certificate_rotation_under_load_loses_no_write(plane, installed, local_
     assert writes[0] >= 150 and failures == [], f"{len(failures)} failed writes of {writes[0]}: {failures[:3]}"
 
 
-# -- cert-manager variant (issue 15): runs last in this module, as it re-applies the webhooks --
+# -- cert-manager variant: runs last in this module, as it re-applies the webhooks --
 
 CERT_MANAGER_CRDS = Path(__file__).parent / "crds" / "minimal-cert-manager-crds.yaml"
 

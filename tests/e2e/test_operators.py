@@ -1,5 +1,5 @@
-"""What operators use, against a real API server: `kubectl gate`, the HTTP receiver (issue 6),
-Events, metrics and logs (issue 7)."""
+"""What operators use, against a real API server: `kubectl gate`, the HTTP receiver,
+Events, metrics and logs."""
 
 from __future__ import annotations
 
@@ -325,7 +325,7 @@ def insecure_kubeconfig(plane, user, name: str) -> Path:
 
 
 def test_insecure_kubeconfigs_keep_logs_json_and_kubectl_gate_quiet(plane, tmp_path):
-    """urllib3's InsecureRequestWarning on every API request: one JSON line instead (item 9)."""
+    """urllib3's InsecureRequestWarning on every API request: one JSON line instead (bounded logs)."""
     listed = kubectl_gate(plane, "list", "-A", kubeconfig=insecure_kubeconfig(plane, ADMIN, "kubeconfig-insecure-admin"))
     assert listed.returncode == 0, listed.stderr
     assert "Warning" not in listed.stderr, listed.stderr

@@ -1,5 +1,5 @@
 """Shell completion of `kubectl gate` in real bash and zsh: subcommands, flags, gate names,
-namespaces (issue 15). Gate names come from --gates-dir here and from the API server in
+namespaces. Gate names come from --gates-dir here and from the API server in
 tests/e2e/test_operators.py."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Idle and slow clients against the real server (gunicorn, TLS): they must never hold the
-threads that answer other clients' reviews (issue 14, item 1), and SIGTERM drains (item 9)."""
+threads that answer other clients' reviews (pre-read in the loop), and SIGTERM drains."""
 
 from __future__ import annotations
 
@@ -139,7 +139,7 @@ def test_sigterm_keeps_serving_for_the_shutdown_delay_then_drains(tmp_path):
 
 def test_a_review_larger_than_two_api_server_objects_is_refused(server):
     """The API server sends at most two 3 MiB objects and an envelope: anything larger is not
-    from it, and decoding it would hold a worker (item 4)."""
+    from it, and decoding it would hold a worker (review size limits)."""
     sock = tls_connect(server)
     sock.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (6 * 1024 * 1024 + 300 * 1024))
     answer = sock.recv(4096)
@@ -170,13 +170,13 @@ def test_stalled_large_uploads_do_not_delay_small_reviews(server):
 
 def test_stalled_bodies_do_not_hold_the_loop_whatever_the_header_order(server):
     """Go's net/http and Python's http.client send Content-Length before other headers; a body
-    that stops short must wait in the loop however its headers are ordered (item 1)."""
+    that stops short must wait in the loop however its headers are ordered (strict framing)."""
     small_reviews_answered_while_stalled(server, b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n"
                                          b"Content-Type: application/json\r\n\r\n" % len(BODY) + BODY[:50])
 
 
 def test_small_reviews_are_answered_while_the_largest_reviews_are_judged(server):
-    """Eight clients posting the largest reviews back to back (item 4): large bodies take one slot
+    """Eight clients posting the largest reviews back to back (review size limits): large bodies take one slot
     per worker and a bounded time to decode, so small reviews keep being answered; and whole large
     bodies are judged smallest first, so a 132 KB status review does not queue behind 6 MiB ones."""
     large = padded_to_the_limit(review(request("UPDATE", changed(KS, path="./b"), KS)))
@@ -210,7 +210,7 @@ def test_small_reviews_are_answered_while_the_largest_reviews_are_judged(server)
 
 
 def test_a_worker_replaced_while_the_certificate_files_are_missing_serves_the_last_good_one(tmp_path):
-    """Item 7: the master must not exit; the new worker serves with the certificate in memory."""
+    """The master must not exit; the new worker serves with the certificate in memory."""
     with serving_gates_dir(tmp_path, [gate("sre-approval", default="closed")], "--workers", "1") as srv:
         keep = tmp_path / "kept"
         keep.mkdir()

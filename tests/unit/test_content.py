@@ -27,7 +27,7 @@ def hr_status(attempted=("6.5.0", "", "sha256:v1"), applied=("6.5.0", "", "sha25
     return status
 
 
-# ---- new content: the field rules of the issue -------------------------------------------
+# ---- new content: the field rules (FLUX-WRITES.md) ---------------------------------------
 
 def test_a_new_artifact_revision_or_digest_is_new_content_other_fields_are_not():
     old = flux("GitRepository", status={"artifact": art(GIT_A)})

@@ -250,7 +250,7 @@ def test_not_found_and_unknown_are_closed():
     assert (u.open, u.reason, u.message) == (False, names.REASON_UNKNOWN, "gate state unknown: gate cache not synced")
 
 
-# -- bounded evaluation cost (issue 14, item 3) ----------------------------------------------
+# -- bounded evaluation cost -----------------------------------------------------------------
 ALTERNATING = ["*/2 * * * *", "1-59/2 * * * *"]  # together: every minute, so the gate never opens
 
 
@@ -266,7 +266,7 @@ def test_more_schedule_entries_than_the_bounds_make_the_gate_invalid_and_closed(
 
 
 def test_a_hostile_gatekeeper_costs_a_bounded_number_of_cron_searches(monkeypatch):
-    """The issue's GateKeeper, cut to the schema's bounds, evaluated once a minute for an hour:
+    """The hostile GateKeeper, cut to the schema's bounds, evaluated once a minute for an hour:
     it stays closed, its next transition is unknown (never "open"), and cron is searched a
     bounded number of times, not thousands of times per evaluation."""
     from admission.core import schedule
@@ -285,7 +285,7 @@ def test_a_hostile_gatekeeper_costs_a_bounded_number_of_cron_searches(monkeypatc
     assert len(searches) <= 3 * g.MAX_ENTRIES, f"{len(searches)} cron searches"
 
 
-# -- deciding needs no look-ahead; the next transition is searched for when asked (issue 14) --
+# -- deciding needs no look-ahead; the next transition is searched for when asked ----------
 
 def test_deciding_searches_no_further_than_the_next_change_and_the_next_transition_waits_until_asked(monkeypatch):
     from admission.core import schedule
