@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from admission.core import gates, names, schedule  # noqa: E402
+from admission.core import cron, gates, localtime, names, schedule  # noqa: E402
 
 NOW = datetime(2026, 11, 22, 2, 13, 30, tzinfo=timezone.utc)
 PER_LIST = gates.MAX_ENTRIES_PER_LIST
@@ -95,10 +95,10 @@ GATES = {"32 never-ending chains of overlapping windows in 8 zones + an open req
 
 def clear_caches() -> None:
     schedule._entry.cache_clear()
-    schedule._parse_cron.cache_clear()
-    schedule._day_table.cache_clear()
-    schedule._steady_offset.cache_clear()
-    schedule._unsteady_days.cache_clear()
+    cron._parse_cron.cache_clear()
+    cron._day_table.cache_clear()
+    localtime.steady_offset.cache_clear()
+    localtime.unsteady_days.cache_clear()
 
 
 def measure(keepers: list[dict], gate: dict = GATE) -> tuple[float, float, float, gates.GateState]:

@@ -8,8 +8,9 @@ from datetime import datetime, timedelta
 from typing import Callable, Iterable
 
 from admission.core import names
+from admission.core.cron import HORIZON, ScheduleError, zone
 from admission.core.objects import metadata
-from admission.core.schedule import HORIZON, Entry, ScheduleError, parse_entry, zone
+from admission.core.schedule import Entry, parse_entry
 from admission.core.subscriptions import CalendarEntry, CalendarGuard, keeper_calendars
 from admission.core.timefmt import format_duration, format_time, parse_duration, parse_time
 

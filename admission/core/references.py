@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from admission.core import names
+from admission.core.cron import ScheduleError, parse_cron
 from admission.core.objects import annotations, metadata
-from admission.core.schedule import ScheduleError, parse_cron
 from admission.core.timefmt import format_time
 
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")

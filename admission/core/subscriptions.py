@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 from typing import NamedTuple
 from urllib.parse import urlsplit
 
-from admission.core.schedule import ScheduleError, zone
+from admission.core.cron import ScheduleError, zone
 from admission.core.timefmt import format_duration, format_time, parse_duration, parse_time
 
 ACTIONS = ("closed", "opened")

@@ -8,7 +8,8 @@ from datetime import datetime, tzinfo
 
 from admission.core import names
 from admission.core.gates import CompiledGate, _cause, _change_points
-from admission.core.schedule import UTC, Entry
+from admission.core.localtime import UTC
+from admission.core.schedule import Entry
 
 
 MAX_INTERVAL_STEPS = 5000  # bound on change points examined for one calendar

@@ -26,8 +26,8 @@ from kubernetes.client.rest import ApiException
 
 from admission.clock import utcnow
 from admission.core import names
+from admission.core.cron import ScheduleError
 from admission.core.objects import metadata, object_key
-from admission.core.schedule import ScheduleError
 from admission.core.subscriptions import HORIZON, CalendarSpec, clean, find_status, parse_calendars, status_entry
 from admission.core.timefmt import format_time, parse_time
 from admission.ical.fetch import Auth, FetchError, Policy, fetch

@@ -21,6 +21,7 @@ from kubernetes.client.rest import ApiException
 from admission.clock import utcnow
 from admission.core import content
 from admission.core import names
+from admission.core.cron import ScheduleError, parse_cron
 from admission.core.decision import Context, holds_of
 from admission.core.gates import GateState
 from admission.core.kinds import BY_KIND, FLUX_KINDS
@@ -28,7 +29,6 @@ from admission.core.conditions import holding_condition
 from admission.core.notices import Notice, notice
 from admission.core.objects import annotations, metadata, object_key
 from admission.core.references import policy_of, suspension_of
-from admission.core.schedule import ScheduleError, parse_cron
 from admission.kube.calendarsync import CalendarSync
 from admission.kube.notifications import FluxNotifier
 from admission.core.status import gate_status, status_differs, transition_message, was_open

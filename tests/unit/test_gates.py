@@ -8,8 +8,8 @@ import yaml
 
 from admission.core import gates as g
 from admission.core import names
+from admission.core.cron import MAX_CRON_LENGTH
 from admission.core.gates import compile_gate, evaluate, evaluate_gate, next_transition
-from admission.core.schedule import MAX_CRON_LENGTH
 from admission.core.names import CLOSE_ANNOTATION, MESSAGE_ANNOTATION, OPEN_ANNOTATION, REQUESTED_BY_ANNOTATION
 from tests.builders import at, gate, keeper
 
@@ -269,13 +269,13 @@ def test_a_hostile_gatekeeper_costs_a_bounded_number_of_cron_searches(monkeypatc
     """The hostile GateKeeper, cut to the schema's bounds, evaluated once a minute for an hour:
     it stays closed, its next transition is unknown (never "open"), and cron is searched a
     bounded number of times, not thousands of times per evaluation."""
-    from admission.core import schedule
+    from admission.core import cron, schedule
 
     searches = []
-    real = schedule.CronSpec._sim
-    monkeypatch.setattr(schedule.CronSpec, "_sim", lambda spec, *args: searches.append(spec.expr) or real(spec, *args))
+    real = cron.CronSpec._sim
+    monkeypatch.setattr(cron.CronSpec, "_sim", lambda spec, *args: searches.append(spec.expr) or real(spec, *args))
     schedule._entry.cache_clear()
-    schedule._parse_cron.cache_clear()
+    cron._parse_cron.cache_clear()
     windows = [{"cron": f"{m} 0 29 2 *", "duration": "1m"} for m in range(g.MAX_ENTRIES_PER_LIST - 2)]
     hostile = keeper("k", "g", closed=ALTERNATING + windows, opened=[{"cron": "0 0 29 2 *", "duration": "1m"}] * 16)
     compiled = compile_gate(gate("g"), [hostile])
