@@ -74,6 +74,14 @@ class Decision:
     held_what: str | None = None  # EDIT or CONTENT, for logs and metrics
 
 
+ALLOWED = Decision(allowed=True)  # nothing to judge, or nothing holds it
+
+
+def not_judged(fail_open: bool) -> Decision:
+    """The decision when judging failed: what the endpoint's failure policy answers."""
+    return Decision(allowed=fail_open)
+
+
 def hold_of(obj: Object | None, lookup: Lookup, now: datetime, policy: Policy | None = None) -> Hold:
     """How the object's own policy (``policy``, when the caller has it) judges it at ``now``."""
     policy = policy or policy_of(obj)

@@ -17,7 +17,7 @@ from admission.webhook import handlers
 from admission.observability import logs
 from admission.observability import metrics
 from admission.core import kinds
-from admission.core.decision import CONTENT, Context, Decision, Settings
+from admission.core.decision import CONTENT, Context, Settings, not_judged
 from admission.core.objects import object_key
 from admission.core.references import is_name, is_namespace
 from admission.core.review import AdmissionRequest, AdmissionReview
@@ -155,7 +155,7 @@ class Reviews:
             log.exception("handler failed", extra={"uid": review["request"]["uid"]})
             why = f"gate-admission could not evaluate this request: {err}"
             response = allowed(warnings=[why]) if route.fail_open else errored(why)
-            outcome = Outcome(response, Decision(allowed=route.fail_open), error=why)
+            outcome = Outcome(response, not_judged(route.fail_open), error=why)
         if route.logged or _verdict(route.name, outcome) == "rewritten":  # a rewrite is decided in /mutate
             _log_decision(route.name, review, outcome, bool(review["request"].get("dryRun")))
         if route.logged:

@@ -12,7 +12,7 @@ from admission.core import holdpoints
 from admission.core import kinds
 from admission.core import matching
 from admission.core import names
-from admission.core.decision import Context, Decision, decide
+from admission.core.decision import ALLOWED, Context, Decision, decide
 from admission.core.references import suspension_of
 from admission.core.review import AdmissionRequest, AdmissionResponse
 from admission.core.timefmt import format_time
@@ -38,7 +38,7 @@ class Handler(Protocol):
 def _unconcerned() -> Outcome:
     """The answer to a request the API server would not send us (matching.concerns): on an
     API server without matchConditions it comes anyway, and must be answered as if judged."""
-    return Outcome(allowed(), Decision(allowed=True))
+    return Outcome(allowed(), ALLOWED)
 
 
 def _audit_annotations(decision: Decision) -> dict[str, str]:
@@ -130,10 +130,10 @@ def judge_mutation(request: AdmissionRequest, context: Context) -> Outcome:
     obj = request.get("object")
     row = kinds.lookup(kind["group"], kind["kind"])
     if row is None or not isinstance(obj, dict):
-        return Outcome(allowed(), Decision(allowed=True))
+        return Outcome(allowed(), ALLOWED)
     sub_resource = request.get("subResource") or ""
     if sub_resource == "status" and request["operation"] == "UPDATE":
-        decision = Decision(allowed=True)
+        decision = ALLOWED
         ops = _status_patch(obj, context.now)
         if row.content is not None:
             verdict = holdpoints.judge_status_write(request, context)
@@ -145,7 +145,7 @@ def judge_mutation(request: AdmissionRequest, context: Context) -> Outcome:
                     else _field_ops({**changes, **(ops[0]["value"] if ops else {})}, status)
         return Outcome(patched(ops), decision, ops)
     if sub_resource or request["operation"] not in ("CREATE", "UPDATE"):
-        return Outcome(allowed(), Decision(allowed=True))
+        return Outcome(allowed(), ALLOWED)
     decision = decide(request, context)
     ops = _audit_patch(obj, audit_record(request, decision, context.now)) if decision.held and decision.allowed else []
     return Outcome(patched(ops), decision, ops)

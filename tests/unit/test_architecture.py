@@ -72,3 +72,32 @@ def test_every_benchmark_still_starts():
         if proc.returncode != 0 or "usage:" not in out:
             failed[str(path.relative_to(ROOT))] = (err or out)[-300:]
     assert scripts and not failed, failed
+
+
+def _modules():
+    return sorted((ROOT / "admission").rglob("*.py"))
+
+
+def test_no_module_is_over_500_lines():
+    # A module a reader takes in one sitting: past this, it holds more than one idea.
+    long = {str(p.relative_to(ROOT)): n for p in _modules() if (n := len(p.read_text().splitlines())) > 500}
+    assert not long, long
+
+
+def test_verdicts_are_built_in_the_core_only():
+    """The webhook adapts HTTP to the core's verdicts: no Decision is made outside admission.core."""
+    built = []
+    for path in _modules():
+        if path.parent.name == "core":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "Decision":
+                built.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not built, built
+
+
+def test_the_hold_message_has_one_writer_and_one_reader():
+    """kubectl gate, the notifications and the Events read the held objects' conditions back:
+    the words that join what waits to what is served are written down in one module only."""
+    where = [str(p.relative_to(ROOT)) for p in _modules() if "waits, serving" in p.read_text()]
+    assert where == ["admission/core/holdmessage.py"], where
