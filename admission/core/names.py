@@ -68,9 +68,9 @@ IMAGE_GROUP = "image.toolkit.fluxcd.io"
 
 # Conditions on Flux objects (the gating RFC's Blocked and Approved, Flux's own Ready).
 READY_CONDITION = "Ready"
-BLOCKED_CONDITION = "Blocked"  # on a held source or ImagePolicy: new content waits, the old is served
+BLOCKED_CONDITION = "Blocked"  # True on a held source or ImagePolicy: new content waits, the old is served
 APPROVED_CONDITION = "Approved"  # False on a held Kustomization or HelmRelease while new content waits
-GATE_CLOSED_REASON = "GateClosed"
+GATE_CLOSED_REASON = GATE_CLOSED_EVENT  # the same word on a held object's condition and its Event
 
 # Flux status fields that carry content (FLUX-WRITES.md).
 ARTIFACT_FIELD = "artifact"  # sources: status.artifact {revision, digest, url, path, size, lastUpdateTime}
@@ -99,10 +99,6 @@ ANONYMOUS_USER = "system:anonymous"
 SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
 SERVICE_ACCOUNTS_GROUP = "system:serviceaccounts"
 
-# Conditions the mutating webhook writes on held Flux objects (the hold points), and their reason.
-BLOCKED_CONDITION = "Blocked"  # sources and ImagePolicy: status "True" while held
-APPROVED_CONDITION = "Approved"  # Kustomization, HelmRelease: status "False" while held
-GATE_CLOSED_REASON = GATE_CLOSED_EVENT  # the same word on a held object's condition and its Event
 
 # GateKeeper calendars: the condition on a GateKeeper, its reasons and Events, and the
 # properties a gate-admission hub's /calendar.ics carries for the spokes that follow it.

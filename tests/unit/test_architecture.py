@@ -101,3 +101,9 @@ def test_the_hold_message_has_one_writer_and_one_reader():
     the words that join what waits to what is served are written down in one module only."""
     where = [str(p.relative_to(ROOT)) for p in _modules() if "waits, serving" in p.read_text()]
     assert where == ["admission/core/holdmessage.py"], where
+
+
+def test_each_name_in_core_names_is_written_once():
+    tree = ast.parse((ROOT / "admission" / "core" / "names.py").read_text())
+    assigned = [t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets if isinstance(t, ast.Name)]
+    assert sorted(n for n in set(assigned) if assigned.count(n) > 1) == []
