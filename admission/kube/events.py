@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import threading
 import time
 from collections import OrderedDict
 from datetime import datetime
@@ -27,6 +26,7 @@ from typing import Callable
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from admission.background import BackgroundThread
 from admission.clock import utcnow
 from admission.core import content
 from admission.core import holdpoints
@@ -102,9 +102,8 @@ class DenialEvents:
         self.versions: dict[str, str] = {}  # kind -> the API version that answered last
         self.counts: dict[tuple[str, str], int] = {}  # (namespace, Event name) -> repeats not yet counted
         self.known: dict[tuple[str, str], int] = {}  # Events we know exist -> their period
-        self._cond = threading.Condition()
-        self._stopped = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._background = BackgroundThread("denial-events")
+        self._cond = self._background.wakeup  # guards ``pending`` too: a queued denial wakes the thread
 
     def record(self, request: dict) -> None:
         """Note a denial: only which object it names (kind, namespace, name, uid), never its text.
@@ -145,9 +144,9 @@ class DenialEvents:
     # -- the background thread ------------------------------------------------------------
     def _next(self, timeout: float) -> tuple[Key, int] | None:
         with self._cond:
-            if not self.pending and not self._stopped.is_set():
+            if not self.pending and not self._background.stopped.is_set():
                 self._cond.wait(timeout)
-            if not self.pending or self._stopped.is_set():
+            if not self.pending or self._background.stopped.is_set():
                 return None
             key = next(iter(self.pending))
             return key, self.pending.pop(key)
@@ -251,7 +250,7 @@ class DenialEvents:
 
     def run(self) -> None:
         last_flush = time.monotonic()
-        while not self._stopped.is_set():
+        while not self._background.stopped.is_set():
             item = self._next(timeout=min(1.0, self.flush_every))
             if item is not None:
                 key, repeats = item
@@ -273,10 +272,7 @@ class DenialEvents:
                     log.exception("updating denial event counts failed")
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self.run, name="denial-events", daemon=True)
-        self._thread.start()
+        self._background.start(self.run)
 
     def stop(self) -> None:
-        self._stopped.set()
-        with self._cond:
-            self._cond.notify_all()
+        self._background.stop()

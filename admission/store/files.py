@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 import stat
-import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import yaml
 
+from admission.background import BackgroundThread
 from admission.core import names
 from admission.core.gates import GateState
 from admission.core.objects import Key, object_key
@@ -226,8 +226,7 @@ class FileStore:
         self._unsettled: set[str] = set()  # files to look at again at the next poll
         self._dirty = True  # the index does not reflect _files yet
         self._next_full_scan = 0.0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._watcher = BackgroundThread("gates-dir-watch")
         self._inotify = inotify
         self._writes: OpenWrites | None = None
         self.checked_at = time.monotonic()
@@ -488,7 +487,7 @@ class FileStore:
     # -- the watcher thread ------------------------------------------------------------------
 
     def _run(self) -> None:
-        while not self._stop.wait(self.poll_interval):
+        while not self._watcher.wait(self.poll_interval):
             try:
                 self.check()
             except Exception:  # a reload must never kill the watcher thread
@@ -497,11 +496,9 @@ class FileStore:
             self._writes.close()
 
     def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="gates-dir-watch", daemon=True)
-            self._thread.start()
+        self._watcher.start(self._run)
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is None and self._writes is not None:
+        self._watcher.stop()
+        if not self._watcher.started and self._writes is not None:
             self._writes.close()  # else the watcher thread closes it, never while it reads
