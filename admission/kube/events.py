@@ -51,6 +51,8 @@ EVENTS_PER_OBJECT = 3  # new Events per object per period (its hold's message ma
 EVENTS_PER_NAMESPACE = 50  # new Events per namespace per period
 MAX_PENDING = 1000  # objects waiting to be read; more are dropped (counted), never blocking a review
 MAX_REMEMBERED = MAX_KEYS  # reads kept
+COMPONENT = "gate-admission"  # the source of denial Events: the webhook server
+MAX_EVENT_MESSAGE = 1024  # an Event is a note: the whole text is in the denial, or the Gate's status
 
 Key = tuple[str, str, str, str]  # kind, namespace, name, uid
 
@@ -63,6 +65,26 @@ def event_name(obj_name: str, identity: str, message: str, bucket: int) -> str:
     """Same object (kind/namespace/name), same message, same period: same Event."""
     digest = hashlib.sha256(f"{identity}\n{message}\n{bucket}".encode()).hexdigest()[:16]
     return f"{obj_name[:200]}.gateclosed.{digest}"
+
+
+def core_event(involved: dict[str, object], reason: str, message: str, now: datetime, *, component: str,
+               event_type: str, name: str | None = None, reporting_component: str | None = None) -> dict[str, object]:
+    """A core/v1 Event about the object ``involved`` refers to (in its namespace), seen once at
+    ``now``, from ``component``: named ``name``, else a name the API server makes from the object's."""
+    namespace = involved.get("namespace")
+    stamp = format_time(now)
+    body = {
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": name, "namespace": namespace} if name else
+                    {"generateName": f"{involved.get('name')}.", "namespace": namespace},
+        "involvedObject": involved,
+        "reason": reason, "type": event_type, "message": message[:MAX_EVENT_MESSAGE],
+        "source": {"component": component},
+        "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
+    }
+    if reporting_component:
+        body["reportingComponent"] = reporting_component
+    return body
 
 
 def _judged_part(stored: dict | None) -> dict | None:
@@ -188,16 +210,10 @@ class DenialEvents:
     def _body(self, name: str, kind: str, stored: dict, message: str, now: datetime) -> dict:
         meta = metadata(stored)
         row = kinds.BY_KIND[kind]
-        return {
-            "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": name, "namespace": meta.get("namespace")},
-            "involvedObject": {"apiVersion": stored.get("apiVersion") or f"{row.group}/{self.versions[kind]}",
-                               "kind": kind, "namespace": meta.get("namespace"), "name": meta.get("name"),
-                               "uid": meta.get("uid")},
-            "reason": names.GATE_CLOSED_EVENT, "type": "Warning", "message": message[:1024],
-            "source": {"component": "gate-admission"}, "reportingComponent": "gate-admission",
-            "firstTimestamp": format_time(now), "lastTimestamp": format_time(now), "count": 1,
-        }
+        involved = {"apiVersion": stored.get("apiVersion") or f"{row.group}/{self.versions[kind]}",
+                    "kind": kind, "namespace": meta.get("namespace"), "name": meta.get("name"), "uid": meta.get("uid")}
+        return core_event(involved, names.GATE_CLOSED_EVENT, message, now, name=name, event_type="Warning",
+                          component=COMPONENT, reporting_component=COMPONENT)
 
     def show(self, key: Key, repeats: int = 1) -> str:
         """Look at the object a denial named and write (or count) its Event; the outcome."""
