@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
 import time
 from datetime import datetime
 from typing import Callable
@@ -36,6 +35,7 @@ from typing import Callable
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from admission.background import BackgroundThread
 from admission.clock import utcnow
 from admission.core import content
 from admission.core import holdpoints
@@ -93,9 +93,8 @@ class DeniedAttempts:
         self.reads = WindowCounts(reads_per_namespace)
         self.pending: dict[Key, Denied] = {}  # the latest denial of each object, oldest object first
         self.versions: dict[str, str] = {}  # kind -> the API version that answered last
-        self._cond = threading.Condition()
-        self._stopped = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._background = BackgroundThread("denied-attempts")
+        self._cond = self._background.wakeup  # guards ``pending`` too: a queued denial wakes the thread
 
     def record(self, request: AdmissionRequest) -> None:
         """Note a denied status write that recorded new content; never blocks, never raises."""
@@ -119,9 +118,9 @@ class DeniedAttempts:
 
     def _next(self) -> tuple[Key, Denied] | None:
         with self._cond:
-            while not self.pending and not self._stopped.is_set():
+            while not self.pending and not self._background.stopped.is_set():
                 self._cond.wait(1.0)
-            if self._stopped.is_set():
+            if self._background.stopped.is_set():
                 return None
             key = next(iter(self.pending))
             return key, self.pending.pop(key)
@@ -182,10 +181,7 @@ class DeniedAttempts:
             ATTEMPTS_SHOWN.labels(result).inc()
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self.run, name="denied-attempts", daemon=True)
-        self._thread.start()
+        self._background.start(self.run)
 
     def stop(self) -> None:
-        self._stopped.set()
-        with self._cond:
-            self._cond.notify_all()
+        self._background.stop()

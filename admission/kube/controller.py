@@ -30,6 +30,7 @@ from admission.core.notices import Notice, notice
 from admission.core.objects import annotations, metadata, object_key
 from admission.core.references import policy_of, suspension_of
 from admission.kube.calendarsync import CalendarSync
+from admission.kube.events import core_event
 from admission.kube.notifications import FluxNotifier
 from admission.core.status import gate_status, status_differs, transition_message, was_open
 from admission.kube.fluxcache import FluxCache
@@ -37,6 +38,7 @@ from admission.kube.reflector import ClusterStore
 from admission.core.timefmt import format_distinct_time, format_time, parse_duration
 
 log = logging.getLogger("admission.controller")
+COMPONENT = "gate-admission-controller"  # the source of transition Events
 DEFAULT_INTERVAL = timedelta(minutes=1)
 SUSPENSION_ANNOTATIONS = (names.SUSPENDED_ANNOTATION, names.SUSPEND_DURING_ANNOTATION,
                           names.SUSPENDED_DURING_ANNOTATION)
@@ -179,17 +181,10 @@ class Controller:
 
     def _event(self, obj: dict, reason: str, message: str, now: datetime, kind: str = "Normal") -> None:
         meta = metadata(obj)
-        stamp = format_time(now)
-        body = {
-            "apiVersion": "v1", "kind": "Event",
-            "metadata": {"generateName": f"{meta.get('name')}.", "namespace": meta.get("namespace")},
-            "involvedObject": {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
-                               "name": meta.get("name"), "namespace": meta.get("namespace"),
-                               "uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion")},
-            "reason": reason, "message": message[:1024], "type": kind,
-            "source": {"component": "gate-admission-controller"},
-            "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
-        }
+        involved = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "name": meta.get("name"),
+                    "namespace": meta.get("namespace"), "uid": meta.get("uid"),
+                    "resourceVersion": meta.get("resourceVersion")}
+        body = core_event(involved, reason, message, now, event_type=kind, component=COMPONENT)
         try:
             self.core.create_namespaced_event(meta.get("namespace"), body)
         except ApiException as err:

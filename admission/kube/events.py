@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import threading
 import time
 from collections import OrderedDict
 from datetime import datetime
@@ -27,6 +26,7 @@ from typing import Callable
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from admission.background import BackgroundThread
 from admission.clock import utcnow
 from admission.core import holdpoints
 from admission.core import kinds
@@ -51,6 +51,8 @@ EVENTS_PER_OBJECT = 3  # new Events per object per period (its hold's message ma
 EVENTS_PER_NAMESPACE = 50  # new Events per namespace per period
 MAX_PENDING = 1000  # objects waiting to be read; more are dropped (counted), never blocking a review
 MAX_REMEMBERED = MAX_KEYS  # reads kept
+COMPONENT = "gate-admission"  # the source of denial Events: the webhook server
+MAX_EVENT_MESSAGE = 1024  # an Event is a note: the whole text is in the denial, or the Gate's status
 
 Key = tuple[str, str, str, str]  # kind, namespace, name, uid
 
@@ -63,6 +65,26 @@ def event_name(obj_name: str, identity: str, message: str, bucket: int) -> str:
     """Same object (kind/namespace/name), same message, same period: same Event."""
     digest = hashlib.sha256(f"{identity}\n{message}\n{bucket}".encode()).hexdigest()[:16]
     return f"{obj_name[:200]}.gateclosed.{digest}"
+
+
+def core_event(involved: dict[str, object], reason: str, message: str, now: datetime, *, component: str,
+               event_type: str, name: str | None = None, reporting_component: str | None = None) -> dict[str, object]:
+    """A core/v1 Event about the object ``involved`` refers to (in its namespace), seen once at
+    ``now``, from ``component``: named ``name``, else a name the API server makes from the object's."""
+    namespace = involved.get("namespace")
+    stamp = format_time(now)
+    body = {
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": name, "namespace": namespace} if name else
+                    {"generateName": f"{involved.get('name')}.", "namespace": namespace},
+        "involvedObject": involved,
+        "reason": reason, "type": event_type, "message": message[:MAX_EVENT_MESSAGE],
+        "source": {"component": component},
+        "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
+    }
+    if reporting_component:
+        body["reportingComponent"] = reporting_component
+    return body
 
 
 def _judged_part(stored: dict | None) -> dict | None:
@@ -102,9 +124,8 @@ class DenialEvents:
         self.versions: dict[str, str] = {}  # kind -> the API version that answered last
         self.counts: dict[tuple[str, str], int] = {}  # (namespace, Event name) -> repeats not yet counted
         self.known: dict[tuple[str, str], int] = {}  # Events we know exist -> their period
-        self._cond = threading.Condition()
-        self._stopped = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._background = BackgroundThread("denial-events")
+        self._cond = self._background.wakeup  # guards ``pending`` too: a queued denial wakes the thread
 
     def record(self, request: AdmissionRequest) -> None:
         """Note a denial: only which object it names (kind, namespace, name, uid), never its text.
@@ -143,9 +164,9 @@ class DenialEvents:
     # -- the background thread ------------------------------------------------------------
     def _next(self, timeout: float) -> tuple[Key, int] | None:
         with self._cond:
-            if not self.pending and not self._stopped.is_set():
+            if not self.pending and not self._background.stopped.is_set():
                 self._cond.wait(timeout)
-            if not self.pending or self._stopped.is_set():
+            if not self.pending or self._background.stopped.is_set():
                 return None
             key = next(iter(self.pending))
             return key, self.pending.pop(key)
@@ -185,16 +206,10 @@ class DenialEvents:
     def _body(self, name: str, kind: str, stored: dict, message: str, now: datetime) -> dict:
         meta = metadata(stored)
         row = kinds.BY_KIND[kind]
-        return {
-            "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": name, "namespace": meta.get("namespace")},
-            "involvedObject": {"apiVersion": stored.get("apiVersion") or f"{row.group}/{self.versions[kind]}",
-                               "kind": kind, "namespace": meta.get("namespace"), "name": meta.get("name"),
-                               "uid": meta.get("uid")},
-            "reason": names.GATE_CLOSED_EVENT, "type": "Warning", "message": message[:1024],
-            "source": {"component": "gate-admission"}, "reportingComponent": "gate-admission",
-            "firstTimestamp": format_time(now), "lastTimestamp": format_time(now), "count": 1,
-        }
+        involved = {"apiVersion": stored.get("apiVersion") or f"{row.group}/{self.versions[kind]}",
+                    "kind": kind, "namespace": meta.get("namespace"), "name": meta.get("name"), "uid": meta.get("uid")}
+        return core_event(involved, names.GATE_CLOSED_EVENT, message, now, name=name, event_type="Warning",
+                          component=COMPONENT, reporting_component=COMPONENT)
 
     def show(self, key: Key, repeats: int = 1) -> str:
         """Look at the object a denial named and write (or count) its Event; the outcome."""
@@ -247,7 +262,7 @@ class DenialEvents:
 
     def run(self) -> None:
         last_flush = time.monotonic()
-        while not self._stopped.is_set():
+        while not self._background.stopped.is_set():
             item = self._next(timeout=min(1.0, self.flush_every))
             if item is not None:
                 key, repeats = item
@@ -269,10 +284,7 @@ class DenialEvents:
                     log.exception("updating denial event counts failed")
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self.run, name="denial-events", daemon=True)
-        self._thread.start()
+        self._background.start(self.run)
 
     def stop(self) -> None:
-        self._stopped.set()
-        with self._cond:
-            self._cond.notify_all()
+        self._background.stop()

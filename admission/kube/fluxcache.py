@@ -17,6 +17,7 @@ from kubernetes.client.rest import ApiException
 
 from admission.core.kinds import BY_KIND, FluxKind
 from admission.core.objects import metadata
+from admission.kube.fluxobjects import first_served
 from admission.kube.reflector import STALE_AFTER, Reflecting, _Reflector, _trim, untrusted_reason
 
 log = logging.getLogger(__name__)
@@ -52,22 +53,19 @@ class _KindReflector(_Reflector):
         self.absent = False
 
     def _list(self) -> None:
-        known = [self.version] if self.version else []
-        for version in known + [v for v in self.row.versions if v not in known]:
-            self.version = version
-            try:
-                super()._list()
-                self.absent = False
-                return
-            except ApiException as err:
-                if err.status != 404:
-                    raise
+        if first_served(self.row, self._list_at, self.version) is not None:
+            self.absent = False
+            return
         # No CRD (or none of the versions we know): nothing of this kind exists, and that is
         # a known answer, not an unknown one.
         if not self.absent:
             log.info("kind not served", extra={"resource": self.plural, "versions": list(self.row.versions)})
         self.version, self.absent, self.synced = None, True, True
         self._replace([])
+
+    def _list_at(self, version: str) -> None:
+        self.version = version  # what the gate reflector's list, and the watch after it, ask for
+        super()._list()
 
     def _watch(self) -> None:
         if self.absent:

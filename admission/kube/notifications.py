@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import logging
 import queue
-import threading
 import urllib.error
 import urllib.request
 from datetime import datetime
 
 import orjson
 
+from admission.background import BackgroundThread
 from admission.core import names
 from admission.core.objects import metadata
 from admission.core.timefmt import format_time
@@ -73,8 +73,7 @@ class FluxNotifier:
         self.queue: queue.Queue = queue.Queue(max_queue)
         self.sent: dict[tuple, datetime] = {}  # (object, message) -> when last sent
         self.results = {"sent": 0, "aggregated": 0, "dropped": 0, "failed": 0}
-        self._stopped = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._background = BackgroundThread("flux-notifications")
 
     def notify(self, obj: dict, reason: str, message: str, details: dict[str, str], now: datetime,
                address: str | None = None) -> bool:
@@ -111,7 +110,7 @@ class FluxNotifier:
             return err.code
 
     def run(self) -> None:
-        while not self._stopped.is_set():
+        while not self._background.stopped.is_set():
             try:
                 address, body = self.queue.get(timeout=0.5)
             except queue.Empty:
@@ -130,8 +129,7 @@ class FluxNotifier:
                               f"{body['involvedObject'].get('name')}"})
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self.run, name="flux-notifications", daemon=True)
-        self._thread.start()
+        self._background.start(self.run)
 
     def stop(self) -> None:
-        self._stopped.set()
+        self._background.stop()

@@ -11,20 +11,17 @@ from __future__ import annotations
 import logging
 import os
 import stat
-import threading
 import time
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-import yaml
-
+from admission.background import BackgroundThread
 from admission.core import names
 from admission.core.gates import GateState
 from admission.core.objects import Key, object_key
+from admission.store.gatesfile import Scope, gates_of, parse
 from admission.store.index import GateIndex, Unknowns
 from admission.store.writers import BeingWritten, OpenWrites, Version, read_whole, version
-from admission.store.yamldocs import describe_error, documents, is_list
 
 log = logging.getLogger(__name__)
 SUFFIXES = (".yaml", ".yml", ".json")
@@ -66,130 +63,6 @@ def _scan(top: str) -> dict[str, Version]:
     return found
 
 
-# -- what a file holds, and what it may define ------------------------------------------------
-
-@dataclass
-class Scope:
-    """The gates a file that cannot be used may define or schedule: every gate, the gates of
-    some namespaces, some gates. Derived from what it holds, widened where a part is unreadable."""
-
-    everything: bool = False
-    namespaces: set[str] = field(default_factory=set)
-    gates: set[Key] = field(default_factory=set)
-
-    def text(self, text: str) -> None:
-        """A part that was not read as objects: it may hold any Gate or GateKeeper, unless it
-        cannot spell one (a kind is ``Gate``/``GateKeeper``; escapes could spell it otherwise)."""
-        if "gate" in text.lower() or "\\" in text:
-            self.everything = True
-
-    def object(self, doc: dict) -> None:
-        """A Gate or GateKeeper document, as far as its fields can be read."""
-        meta = doc.get("metadata")
-        namespace = meta.get("namespace") if isinstance(meta, dict) else None
-        if not isinstance(meta, dict) or not (namespace is None or isinstance(namespace, str)):
-            self.everything = True  # no telling which namespace
-            return
-        namespace = namespace or "default"
-        if doc.get("kind") == names.GATE_KIND:
-            name = meta.get("name")
-        else:
-            spec = doc.get("spec")
-            name = spec.get("gate") if isinstance(spec, dict) else None
-        if isinstance(name, str) and name:
-            self.gates.add((namespace, name))
-        else:
-            self.namespaces.add(namespace)
-
-
-def _check(doc: dict) -> str | None:
-    """Why a Gate or GateKeeper document cannot be used (None: it can). Values inside ``spec``
-    are the gate's to judge (a gate that cannot be evaluated is Invalid), but a GateKeeper must
-    say which gate it schedules, or it would be dropped and that gate left open."""
-    kind = doc["kind"]
-    api = doc.get("apiVersion")
-    if api is not None and api != names.GATING_API_VERSION:
-        return f"{kind} has apiVersion {api!r}, want {names.GATING_API_VERSION}"
-    meta = doc.get("metadata")
-    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
-        return f"a {kind} has no metadata.name"
-    what = f"{kind} {meta['name']!r}"
-    namespace = meta.get("namespace")
-    if namespace is not None and not (isinstance(namespace, str) and namespace):
-        return f"{what} has a metadata.namespace that is not a name"
-    for part in ("labels", "annotations"):
-        values = meta.get(part)
-        if values is not None and not (isinstance(values, dict) and
-                                       all(isinstance(k, str) and isinstance(v, str) for k, v in values.items())):
-            return f"{what} has metadata.{part} that are not a mapping of strings"
-    spec = doc.get("spec")
-    if spec is not None and not isinstance(spec, dict):
-        return f"{what} has a spec that is not a mapping"
-    if kind == names.GATEKEEPER_KIND and not (isinstance(spec, dict) and isinstance(spec.get("gate"), str)
-                                              and spec["gate"]):
-        return f"{what} names no gate (spec.gate)"
-    return None
-
-
-@dataclass
-class Parsed:
-    docs: list[dict]  # the Gates and GateKeepers; used only when there is no problem
-    problem: str | None
-    scope: Scope  # what the file may define or schedule, for when it cannot be used
-
-
-def _describe(err: BaseException) -> str:
-    if isinstance(err, yaml.YAMLError):
-        return describe_error(err)
-    if isinstance(err, RecursionError):
-        return "nested too deeply"
-    return " ".join(str(err).split()) or type(err).__name__
-
-
-def parse(text: str) -> Parsed:
-    """The Gates and GateKeepers of a gates file, the first reason it cannot be used, and what
-    it may define. Any shape of YAML is an answer, never an exception."""
-    found: list[dict] = []
-    problems: list[str] = []
-    scope = Scope()
-    start = 0
-    try:
-        for number, (doc, end) in enumerate(documents(text), 1):
-            span, start = text[start:end], end
-            items = [doc]
-            if is_list(doc):
-                items = doc.get("items") or []
-                if not isinstance(items, list):
-                    problems.append(f"document {number} is a {doc['kind']} whose items are not a list")
-                    scope.text(span)
-                    continue
-            for item in items:
-                if item is None:
-                    continue
-                if not isinstance(item, dict):
-                    problems.append(f"document {number} is a {type(item).__name__}, not a mapping")
-                    scope.text(span)
-                    continue
-                if item.get("kind") not in (names.GATE_KIND, names.GATEKEEPER_KIND):
-                    continue  # other objects may share the directory
-                scope.object(item)
-                why = _check(item)
-                if why is not None:
-                    problems.append(why)
-                found.append(item)
-    except (yaml.YAMLError, RecursionError, ValueError, TypeError) as err:
-        problems.append(_describe(err))
-        scope.text(text[start:])  # from the end of the last document read
-    return Parsed(found, problems[0] if problems else None, scope)
-
-
-def _gates_of(doc: dict) -> Key | None:
-    """The gate a Gate document defines or a GateKeeper document schedules."""
-    if doc["kind"] == names.GATE_KIND:
-        return object_key(doc)
-    return object_key(doc)[0], doc["spec"]["gate"]
-
-
 # -- the store ---------------------------------------------------------------------------------
 
 class _File:
@@ -226,8 +99,7 @@ class FileStore:
         self._unsettled: set[str] = set()  # files to look at again at the next poll
         self._dirty = True  # the index does not reflect _files yet
         self._next_full_scan = 0.0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._watcher = BackgroundThread("gates-dir-watch")
         self._inotify = inotify
         self._writes: OpenWrites | None = None
         self.checked_at = time.monotonic()
@@ -450,7 +322,7 @@ class FileStore:
                 if entry.problem is not None:
                     # The gates it defined or scheduled when it last parsed stay, closed, with the reason.
                     for doc in entry.docs:
-                        broken[_gates_of(doc)] = entry.problem
+                        broken[gates_of(doc)] = entry.problem
             elif entry.problem is not None and entry.scope is not None:
                 why = f"{entry.problem}; never read whole, it may define or schedule this gate"
                 if entry.scope.everything:
@@ -475,7 +347,7 @@ class FileStore:
                 why = f"{doc['kind'].lower()} {key[0]}/{key[1]} is defined {where}"
                 problems[f"{key[0]}/{key[1]}" if seen is gates else f"gatekeeper {key[0]}/{key[1]}"] = why
                 for dup in (seen[key][1], doc):
-                    broken[_gates_of(dup)] = why
+                    broken[gates_of(dup)] = why
             seen[key] = (path, doc)
         self.index.replace_all([doc for _, doc in gates.values()], [doc for _, doc in keepers.values()], broken,
                                Unknowns(everything, unknown_ns, unknown_gates))
@@ -488,7 +360,7 @@ class FileStore:
     # -- the watcher thread ------------------------------------------------------------------
 
     def _run(self) -> None:
-        while not self._stop.wait(self.poll_interval):
+        while not self._watcher.wait(self.poll_interval):
             try:
                 self.check()
             except Exception:  # a reload must never kill the watcher thread
@@ -497,11 +369,9 @@ class FileStore:
             self._writes.close()
 
     def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="gates-dir-watch", daemon=True)
-            self._thread.start()
+        self._watcher.start(self._run)
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is None and self._writes is not None:
+        self._watcher.stop()
+        if not self._watcher.started and self._writes is not None:
             self._writes.close()  # else the watcher thread closes it, never while it reads
