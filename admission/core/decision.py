@@ -12,6 +12,7 @@ from admission.core import kinds
 from admission.core import names
 from admission.core.changes import OWNERS_CHANGE, changed_paths, describe_paths, desired_spec, gated_change
 from admission.core.gates import GateState
+from admission.core.holdmessage import gate_clause
 from admission.core.objects import Object, metadata
 from admission.core.references import Policy, may_be_held, policy_of, suspension_of
 from admission.core.review import AdmissionRequest, subject
@@ -102,7 +103,7 @@ def _gate_clause(state: GateState) -> str:
     detail = state.message
     if state.next_transition is not None:
         detail += f"; opens at {format_time(state.next_transition)}"
-    return f"gate '{state.key}' is closed ({detail})"
+    return f"{gate_clause(state.key)} ({detail})"
 
 
 def describe(kind: str, namespace: str, name: str, holds: list[Hold]) -> str:

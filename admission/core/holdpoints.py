@@ -17,11 +17,11 @@ from admission.core import content
 from admission.core import holdmessage
 from admission.core import kinds
 from admission.core import names
-from admission.core.objects import Object
 from admission.core.conditions import conditions_of, find, holding_condition, status_of, with_condition, without_condition
 from admission.core.decision import CONTENT, Context, Decision, Hold, Standing, standing
 from admission.core.holdmessage import HoldMessage, NewContent
 from admission.core.jsonvalues import same
+from admission.core.objects import Object
 from admission.core.review import AdmissionRequest
 
 REMOVE = object()  # a status field the rewrite removes
