@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import copy
 import json
+from typing import Any
 
 from admission.core import kinds
 from admission.core import names
-from admission.core.objects import annotations, metadata
+from admission.core.objects import annotations as annotations_of, metadata
 
 CHECK_UID = "kubectl-gate-check"
 
@@ -20,7 +21,12 @@ def _merge_patch(target: object, patch: object) -> object:
     """RFC 7386 JSON merge patch: objects merge key by key, null deletes, the rest replaces."""
     if not isinstance(patch, dict):
         return copy.deepcopy(patch)
-    result = dict(target) if isinstance(target, dict) else {}
+    return _merge_object(target, patch)
+
+
+def _merge_object(target: object, patch: dict[str, Any]) -> dict[str, Any]:
+    """``_merge_patch`` with an object for a patch, which always gives an object."""
+    result: dict[str, Any] = dict(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
         if value is None:
             result.pop(key, None)
@@ -29,9 +35,9 @@ def _merge_patch(target: object, patch: object) -> object:
     return result
 
 
-def _deletions(original: dict, modified: dict) -> dict:
+def _deletions(original: dict[str, Any], modified: dict[str, Any]) -> dict[str, Any]:
     """Nulls for what the last apply set and this manifest no longer has."""
-    out: dict = {}
+    out: dict[str, Any] = {}
     for key, value in original.items():
         if key not in modified:
             out[key] = None
@@ -42,15 +48,15 @@ def _deletions(original: dict, modified: dict) -> dict:
     return out
 
 
-def _last_applied(live: dict) -> dict:
+def _last_applied(live: dict[str, Any]) -> dict[str, Any]:
     try:
-        value = json.loads(annotations(live).get(names.LAST_APPLIED_ANNOTATION) or "{}")
+        value = json.loads(annotations_of(live).get(names.LAST_APPLIED_ANNOTATION) or "{}")
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
 
 
-def applied(live: dict, manifest: dict) -> dict:
+def applied(live: dict[str, Any], manifest: dict[str, Any]) -> dict[str, Any]:
     """The object after a client-side `kubectl apply` of ``manifest`` over ``live``.
 
     Custom resources take kubectl's three-way JSON merge patch (last-applied, manifest, live):
@@ -62,20 +68,20 @@ def applied(live: dict, manifest: dict) -> dict:
     given_meta = metadata(given)
     if isinstance(given_meta.get("annotations"), dict):
         given_meta["annotations"].pop(names.LAST_APPLIED_ANNOTATION, None)
-    patch = _merge_patch(_deletions(_last_applied(live), given), given)
+    patch = _merge_object(_deletions(_last_applied(live), given), given)
     patch.pop("status", None)
-    new = _merge_patch(live, patch)
+    new = _merge_object(live, patch)
     new.pop("status", None)
     if "status" in live:
         new["status"] = copy.deepcopy(live["status"])
     if not isinstance(new.get("metadata"), dict):
         new["metadata"] = {}
-    new["metadata"]["annotations"] = {**annotations(new), names.LAST_APPLIED_ANNOTATION:
+    new["metadata"]["annotations"] = {**annotations_of(new), names.LAST_APPLIED_ANNOTATION:
                                       json.dumps(given, sort_keys=True, separators=(",", ":"))}
     return new
 
 
-def user_info(username: str, groups: tuple[str, ...] | list[str] = ()) -> dict:
+def user_info(username: str, groups: tuple[str, ...] | list[str] = ()) -> dict[str, Any]:
     """userInfo as the API server fills it in: every authenticated user is in
     system:authenticated, and a service account without groups given is in its own."""
     groups = list(dict.fromkeys(groups))
@@ -87,7 +93,7 @@ def user_info(username: str, groups: tuple[str, ...] | list[str] = ()) -> dict:
     return {"username": username, "groups": groups}
 
 
-def apply_request(manifest: dict, live: dict | None, user: dict) -> dict:
+def apply_request(manifest: dict[str, Any], live: dict[str, Any] | None, user: dict[str, Any]) -> dict[str, Any]:
     """The AdmissionRequest for applying ``manifest``: a CREATE, or an UPDATE of ``live``.
     ``manifest`` has a namespace (the caller fills in the default one)."""
     group, _, version = str(manifest.get("apiVersion", "")).rpartition("/")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Callable, Iterable
+from typing import Any, Callable, Generic, Iterable, TypeAlias, TypeVar, cast
 
 from admission.core import names
 from admission.core.cron import HORIZON, ScheduleError, zone
@@ -27,29 +27,37 @@ MAX_ENTRIES = 32  # schedule entries of one gate, over all its GateKeepers
 MAX_GATE_DURATION = timedelta(days=100 * 365)  # spec.window, spec.interval
 MAX_ENTRIES_PER_LIST = 16  # the CRD's maxItems for cronjob.closed and cronjob.opened
 
+# What a gate's schedule is made of: cron entries, and its GateKeepers' calendars with their guards.
+GateEntry: TypeAlias = "Entry | CalendarEntry | CalendarGuard"
 
-class Lazy:
+T = TypeVar("T")
+
+
+class Lazy(Generic[T]):
     """A value computed on first use, then kept; equal when the values are.
 
     Threads that race both compute it: the computations are pure, so they agree."""
 
     __slots__ = ("_compute", "_value", "_known")
 
-    def __init__(self, compute: Callable[[], object]):
-        self._compute, self._value, self._known = compute, None, False
+    def __init__(self, compute: Callable[[], T]):
+        self._compute = compute
+        self._value: T | None = None
+        self._known = False
 
     @classmethod
-    def of(cls, value: object) -> "Lazy":
+    def of(cls, value: T) -> "Lazy[T]":
         """A value known already."""
         known = cls(lambda: value)
         known._value, known._known = value, True
         return known
 
     @property
-    def value(self) -> object:
+    def value(self) -> T:
         if not self._known:
             self._value, self._known = self._compute(), True
-        return self._value
+        # Set above when it was not known: None only when the value is None.
+        return cast(T, self._value)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Lazy) and self.value == other.value
@@ -61,7 +69,7 @@ class Lazy:
         return repr(self.value)
 
 
-_NO_TRANSITION = Lazy.of(None)
+_NO_TRANSITION: Lazy[datetime | None] = Lazy.of(None)
 
 
 @dataclass(frozen=True)
@@ -82,7 +90,7 @@ class GateState:
     valid_until: datetime | None = None  # nothing can change before this (None: never)
     # When it next opens (closed) or closes (open): searched for on first use, since deciding
     # does not need it; a denial's message, the status and the notifications do.
-    transition: Lazy = _NO_TRANSITION
+    transition: Lazy[datetime | None] = _NO_TRANSITION
 
     @property
     def key(self) -> str:
@@ -125,8 +133,8 @@ class CompiledGate:
     window: timedelta | None = None
     mode: str | None = None
     toggles: tuple[_Toggle, ...] = ()
-    closed_entries: tuple[tuple[str, Entry], ...] = ()
-    opened_entries: tuple[tuple[str, Entry], ...] = ()
+    closed_entries: tuple[tuple[str, GateEntry], ...] = ()
+    opened_entries: tuple[tuple[str, GateEntry], ...] = ()
     errors: tuple[str, ...] = ()
     problems: tuple[str, ...] = ()
     requested_by: str | None = None
@@ -142,12 +150,12 @@ class CompiledGate:
         return bool(self.errors) or self.unknown is not None
 
 
-def _spec(obj: dict) -> dict | None:
+def _spec(obj: object) -> dict[str, Any] | None:
     spec = obj.get("spec", {}) if isinstance(obj, dict) else None
     return {} if spec is None else spec if isinstance(spec, dict) else None
 
 
-def _go_duration(spec: dict, key: str, errors: list[str]) -> timedelta | None:
+def _go_duration(spec: dict[str, Any], key: str, errors: list[str]) -> timedelta | None:
     raw = spec.get(key)
     if raw is None:
         return None
@@ -165,7 +173,7 @@ def _go_duration(spec: dict, key: str, errors: list[str]) -> timedelta | None:
     return value
 
 
-def compile_gate(gate: dict, keepers: Iterable[dict] = ()) -> CompiledGate:
+def compile_gate(gate: dict[str, Any], keepers: Iterable[dict[str, Any]] = ()) -> CompiledGate:
     """Parse a Gate and the GateKeepers that name it; errors make it Invalid, never raise."""
     meta = metadata(gate)
     namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
@@ -191,8 +199,9 @@ def compile_gate(gate: dict, keepers: Iterable[dict] = ()) -> CompiledGate:
         errors.append(f"spec.mode {mode!r} must be 'enforce' or 'audit'")
         mode = None
 
-    annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
-    toggles = []
+    annotations = meta.get("annotations")
+    annotations = annotations if isinstance(annotations, dict) else {}
+    toggles: list[_Toggle] = []
     for key, is_open in ((names.OPEN_ANNOTATION, True), (names.CLOSE_ANNOTATION, False)):
         raw = annotations.get(key)
         if raw is None:
@@ -202,9 +211,9 @@ def compile_gate(gate: dict, keepers: Iterable[dict] = ()) -> CompiledGate:
         except ValueError as err:
             problems.append(f"ignoring {key}: {err}")
 
-    closed_entries: list[tuple[str, Entry]] = []
-    opened_entries: list[tuple[str, Entry]] = []
-    keeper_names = []
+    closed_entries: list[tuple[str, GateEntry]] = []
+    opened_entries: list[tuple[str, GateEntry]] = []
+    keeper_names: list[str] = []
     counted = 0
     for keeper in keepers:
         kmeta = metadata(keeper)
@@ -220,8 +229,10 @@ def compile_gate(gate: dict, keepers: Iterable[dict] = ()) -> CompiledGate:
             errors.append(f"GateKeeper '{kname}' cannot be evaluated: {err}")
             continue
         # A calendar that cannot be read closes the gate: its guard comes first, so it says why.
-        closed_entries += [(kname, e) for e in (*feeds.guards, *closed_part, *feeds.closed)]
-        opened_entries += [(kname, e) for e in (*opened_part, *feeds.opened)]
+        closing: list[GateEntry] = [*feeds.guards, *closed_part, *feeds.closed]
+        opening: list[GateEntry] = [*opened_part, *feeds.opened]
+        closed_entries += [(kname, e) for e in closing]
+        opened_entries += [(kname, e) for e in opening]
         counted += len(closed_part) + len(opened_part) + len(feeds.guards)
     if counted > MAX_ENTRIES:
         errors.append(f"GateKeepers {', '.join(sorted(set(keeper_names)))} have "
@@ -241,7 +252,7 @@ def _str_or_none(value: object) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def _keeper_entries(spec: dict) -> tuple[list[Entry], list[Entry]]:
+def _keeper_entries(spec: dict[str, Any]) -> tuple[list[Entry], list[Entry]]:
     kind = spec.get("type", "cronexpression")
     if kind != "cronexpression":
         raise ScheduleError(f"type {kind!r} is not supported: use 'cronexpression'")
@@ -252,7 +263,7 @@ def _keeper_entries(spec: dict) -> tuple[list[Entry], list[Entry]]:
     cronjob = spec.get("cronjob") or {}
     if not isinstance(cronjob, dict):
         raise ScheduleError("cronjob must be an object with 'closed' and 'opened' lists")
-    parts = []
+    parts: list[list[Entry]] = []
     for key in ("closed", "opened"):
         items = cronjob.get(key) or []
         if not isinstance(items, list):
@@ -275,7 +286,7 @@ def _applied_toggle(cg: CompiledGate, now: datetime) -> _Toggle | None:
     return latest
 
 
-def _scheduled(cg: CompiledGate, now: datetime) -> tuple[bool, str, Entry] | None:
+def _scheduled(cg: CompiledGate, now: datetime) -> tuple[bool, str, GateEntry] | None:
     for keeper, entry in cg.closed_entries:
         if entry.active(now):
             return False, keeper, entry
@@ -327,7 +338,7 @@ def _toggle_points(cg: CompiledGate, now: datetime) -> list[datetime]:
     return points
 
 
-def _entries(cg: CompiledGate) -> list[Entry]:
+def _entries(cg: CompiledGate) -> list[GateEntry]:
     """The gate's distinct schedule entries (copies are one shared object)."""
     return list(dict.fromkeys(entry for _, entry in cg.closed_entries + cg.opened_entries))
 
@@ -370,31 +381,32 @@ def next_transition(cg: CompiledGate, now: datetime, horizon: timedelta = HORIZO
     closing = [i for i, entry in enumerate(entries) if any(entry is e for _, e in cg.closed_entries)]
     opening = [i for i, entry in enumerate(entries) if any(entry is e for _, e in cg.opened_entries)]
     # Calendars as the search sees them: fetched again before they go stale (subscriptions._Searched).
-    entries = [entry.searched_from(now) if isinstance(entry, (CalendarEntry, CalendarGuard)) else entry
-               for entry in entries]
+    searched = [entry.searched_from(now) if isinstance(entry, (CalendarEntry, CalendarGuard)) else entry
+                for entry in entries]
     active: list[bool] = [False] * len(entries)
     changes: list[datetime | None] = [None] * len(entries)
     spent = 0
-    for i, entry in enumerate(entries):
+    for i, search in enumerate(searched):
         if spent >= EVALUATION_BUDGET:
             return None
-        active[i], changes[i], cost = entry.state_and_next_change(now)
+        active[i], changes[i], cost = search.state_and_next_change(now)
         spent += cost
     fixed = sorted(_toggle_points(cg, now), reverse=True)  # popped from the end, earliest first
     was_open = _open_by(cg, now, active, closing, opening)
     deadline = now + horizon
     cur = now
     for _ in range(_MAX_STEPS):
-        cur = _earliest_flip(cg, cur, active, changes, closing, opening, fixed[-1] if fixed else None)
-        if cur is None:
+        flip = _earliest_flip(cg, cur, active, changes, closing, opening, fixed[-1] if fixed else None)
+        if flip is None:
             return None
+        cur = flip
         while fixed and fixed[-1] <= cur:
             fixed.pop()
         for i, change in enumerate(changes):
             if change is not None and change <= cur:
                 if spent >= EVALUATION_BUDGET:
                     return None
-                active[i], changes[i], cost = entries[i].state_and_next_change(cur)
+                active[i], changes[i], cost = searched[i].state_and_next_change(cur)
                 spent += cost
         if _open_by(cg, cur, active, closing, opening) != was_open:
             return cur  # change points are exact, even beyond the horizon (a toggle in 2030)
@@ -422,21 +434,32 @@ def _earliest_flip(cg: CompiledGate, cur: datetime, active: list[bool], changes:
         closers = [i for i in closing if active[i]]
         openers = [i for i in opening if active[i]]
         if closers:  # closed until every active closing entry has ended
-            ends = [changes[i] for i in closers]
-            if None not in ends:
+            ends = _all_changes(changes, closers)
+            if ends is not None:
                 candidates.append(max(ends))
         else:  # open or closed until a closing entry starts, or the open ones end
-            starts = [changes[i] for i in closing if changes[i] is not None]
+            starts = [change for i in closing if (change := changes[i]) is not None]
             if starts and (openers or cg.default_open):
                 candidates.append(min(starts))
             if openers and not cg.default_open:
-                ends = [changes[i] for i in openers]
-                if None not in ends:
+                ends = _all_changes(changes, openers)
+                if ends is not None:
                     candidates.append(max(ends))
             if not openers and not cg.default_open:
-                candidates += [changes[i] for i in opening if changes[i] is not None]
+                candidates += [change for i in opening if (change := changes[i]) is not None]
     candidates = [c for c in candidates if c > cur]
     return min(candidates) if candidates else None
+
+
+def _all_changes(changes: list[datetime | None], indices: list[int]) -> list[datetime] | None:
+    """The next changes of these entries, or None when one of them has none."""
+    found = []
+    for i in indices:
+        change = changes[i]
+        if change is None:
+            return None
+        found.append(change)
+    return found
 
 
 def evaluate(cg: CompiledGate, now: datetime) -> GateState:
@@ -444,20 +467,22 @@ def evaluate(cg: CompiledGate, now: datetime) -> GateState:
     cause = _cause(cg, now)
     if cg.fixed:
         return GateState(cg.namespace, cg.name, False, cause.reason, cause.message, mode=cg.mode, problems=cg.problems)
-    common = dict(mode=cg.mode, problems=cg.problems, valid_until=_valid_until(cg, now),
-                  transition=Lazy(functools.partial(next_transition, cg, now)))
+    valid_until = _valid_until(cg, now)
+    transition = Lazy(functools.partial(next_transition, cg, now))
     toggle = cause.toggle
     if toggle is None:
-        return GateState(cg.namespace, cg.name, cause.open, cause.reason, cause.message, **common)
+        return GateState(cg.namespace, cg.name, cause.open, cause.reason, cause.message, mode=cg.mode,
+                         problems=cg.problems, valid_until=valid_until, transition=transition)
     ends = toggle.at + cg.window if cg.window is not None else None
     message = cause.message
     if ends is not None and _is_open(cg, ends) != toggle.open:
         message = f"Gate scheduled for {'closing' if toggle.open else 'opening'} at {format_time(ends)}"
     return GateState(cg.namespace, cg.name, toggle.open, cause.reason, message,
                      requested_at=toggle.at, reset_to_default_at=ends,
-                     requested_by=cg.requested_by, request_message=cg.request_message, **common)
+                     requested_by=cg.requested_by, request_message=cg.request_message, mode=cg.mode,
+                     problems=cg.problems, valid_until=valid_until, transition=transition)
 
 
-def evaluate_gate(gate: dict, keepers: Iterable[dict], now: datetime) -> GateState:
+def evaluate_gate(gate: dict[str, Any], keepers: Iterable[dict[str, Any]], now: datetime) -> GateState:
     """The state of ``gate`` at ``now`` under the GateKeepers that name it."""
     return evaluate(compile_gate(gate, keepers), now)

@@ -9,6 +9,11 @@ from __future__ import annotations
 
 import marshal
 import math
+from collections.abc import Sequence
+from typing import TypeAlias, cast
+
+# A value as json.loads gives it (and the API server sends it).
+Json: TypeAlias = "None | bool | int | float | str | list[Json] | dict[str, Json]"
 
 # The walk below looks at this many values at most; a pair it cannot settle within that
 # counts as different (a change, held by a closed gate): bounded work for any input.
@@ -27,7 +32,8 @@ def same(a: object, b: object) -> bool:
     try:
         # marshal (version 2: no back-references) writes each type apart and floats bit for bit,
         # so equal bytes are the same value; unequal bytes may only mean keys in another order.
-        if marshal.dumps(a, 2) == marshal.dumps(b, 2):
+        # Any value is tried: marshal refuses one it cannot write with ValueError.
+        if marshal.dumps(cast(Json, a), 2) == marshal.dumps(cast(Json, b), 2):
             return True
     except ValueError:  # a value marshal cannot write
         pass
@@ -35,8 +41,10 @@ def same(a: object, b: object) -> bool:
 
 
 def _walk(a: object, b: object) -> bool:
-    stack = [(a, b)]
+    stack: list[tuple[object, object]] = [(a, b)]
     steps = 0
+    xs: Sequence[object]
+    ys: Sequence[object]
     while stack:
         steps += 1
         if steps > MAX_STEPS:
@@ -45,16 +53,18 @@ def _walk(a: object, b: object) -> bool:
         kind = type(x)
         if kind is not type(y):
             return False
+        # x and y are of the same type here, which `kind` tells (casts: the checker cannot follow it).
         if kind is dict:
-            if x.keys() != y.keys():
+            dx, dy = cast("dict[object, object]", x), cast("dict[object, object]", y)
+            if dx.keys() != dy.keys():
                 return False
-            xs, ys = list(x.values()), [y[key] for key in x]
+            xs, ys = list(dx.values()), [dy[key] for key in dx]
         elif kind in _SEQUENCES:
-            if len(x) != len(y):
+            xs, ys = cast("Sequence[object]", x), cast("Sequence[object]", y)
+            if len(xs) != len(ys):
                 return False
-            xs, ys = x, y
         elif kind is float:
-            if x != y or math.copysign(1.0, x) != math.copysign(1.0, y):
+            if x != y or math.copysign(1.0, cast(float, x)) != math.copysign(1.0, cast(float, y)):
                 return False
             continue
         else:

@@ -27,11 +27,11 @@ API server to the Python predicate.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from admission.core import kinds
 from admission.core import names
-from admission.core.objects import annotations, metadata
+from admission.core.objects import annotations as annotations_of, metadata
 
 VALIDATE = "validate"
 MUTATE = "mutate"
@@ -46,7 +46,7 @@ HOLDING_ANNOTATIONS = (names.GATES_ANNOTATION, names.REQUIRE_ANNOTATION, names.S
 HOLD_CONDITIONS = (names.BLOCKED_CONDITION, names.APPROVED_CONDITION)
 GENERATED_KIND = "HelmChart"
 
-Request = dict  # an AdmissionRequest
+Request = dict[str, Any]  # an AdmissionRequest
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ def _list(values: tuple[str, ...]) -> str:
     return "[" + ", ".join(f"'{v}'" for v in values) + "]"
 
 
-def _section(obj: object, key: str) -> dict | None:
+def _section(obj: object, key: str) -> dict[str, Any] | None:
     value = obj.get(key) if isinstance(obj, dict) else None
     return value if isinstance(value, dict) else None
 
@@ -81,7 +81,7 @@ def _references(var: str) -> Part:
         obj = request.get(var)
         if not isinstance(obj, dict):
             return False
-        if any(key in annotations(obj) for key in HOLDING_ANNOTATIONS):
+        if any(key in annotations_of(obj) for key in HOLDING_ANNOTATIONS):
             return True
         spec = _section(obj, "spec")
         return spec is not None and "gates" in spec  # has(): present, whatever its value
@@ -95,7 +95,8 @@ def _generated_chart(request: Request) -> bool:
     if (request.get("kind") or {}).get("kind") != GENERATED_KIND:
         return False
     meta = metadata(request.get("object"))
-    labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+    labels = meta.get("labels")
+    labels = labels if isinstance(labels, dict) else {}
     name, namespace = labels.get(names.HELM_NAME_LABEL), labels.get(names.HELM_NAMESPACE_LABEL)
     return isinstance(name, str) and isinstance(namespace, str) and meta.get("name") == f"{namespace}-{name}"
 

@@ -7,10 +7,12 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from admission.core import names
 from admission.core.cron import ScheduleError, parse_cron
-from admission.core.objects import annotations, metadata
+from admission.core.objects import annotations as annotations_of
+from admission.core.objects import metadata as metadata  # re-exported: callers read it from here too
 from admission.core.timefmt import format_time
 
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
@@ -90,7 +92,7 @@ def is_object_name(text: object) -> bool:
     return isinstance(text, str) and len(text) <= 253 and bool(_SUBDOMAIN.fullmatch(text))
 
 
-def _spec_gates(spec_gates: object, namespace: str) -> tuple[list, object]:
+def _spec_gates(spec_gates: object, namespace: str) -> tuple[list[object], object]:
     """The entries of both seed shapes: a list of ``{name, namespace?}`` (RFC) or
     ``{require, refs}``; another shape is one unusable reference."""
     if spec_gates is None:
@@ -113,7 +115,7 @@ def _form(entry: object) -> object:
     return None
 
 
-def _add(unique: dict[str, GateRef], entries: Iterable, namespace: str) -> bool:
+def _add(unique: dict[str, GateRef], entries: Iterable[object], namespace: str) -> bool:
     """Add each distinct reference among ``entries`` to ``unique``, repeats dropped first;
     False as soon as there are more than MAX_REFS (the rest is not read)."""
     seen: set[object] = set()
@@ -147,7 +149,7 @@ def _annotation_refs(raw: str, namespace: str) -> tuple[GateRef, ...]:
     return _parse_annotation(raw, namespace) if len(raw) <= 1024 else _parse_annotation.__wrapped__(raw, namespace)
 
 
-def _too_long(raw: object, entries: list) -> str | None:
+def _too_long(raw: object, entries: list[object]) -> str | None:
     if isinstance(raw, str) and len(raw) > MAX_ANNOTATION_LENGTH:
         return (f"the {names.GATES_ANNOTATION} annotation is {len(raw)} characters long, "
                 f"more than the {MAX_ANNOTATION_LENGTH} allowed")
@@ -156,14 +158,15 @@ def _too_long(raw: object, entries: list) -> str | None:
     return None
 
 
-def policy_of(obj: dict | None) -> Policy:
+def policy_of(obj: dict[str, Any] | None) -> Policy:
     """The gate policy of a Flux object: union of the annotation and ``spec.gates``."""
     if not isinstance(obj, dict):
         return Policy((), names.REQUIRE_ALL)
-    ann = annotations(obj)
+    ann = annotations_of(obj)
     namespace = str(metadata(obj).get("namespace") or "default")
     raw = ann.get(names.GATES_ANNOTATION)
-    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    spec = obj.get("spec")
+    spec = spec if isinstance(spec, dict) else {}
     entries, spec_require = _spec_gates(spec.get("gates"), namespace)
     # Repeats go first, then the distinct references are counted: naming a gate many times
     # never pushes another out. Too many is held, not cut: judged closed, and says why.
@@ -200,23 +203,25 @@ _HOLDING_ANNOTATIONS = (names.GATES_ANNOTATION, names.SUSPENDED_ANNOTATION, name
                         names.SUSPENDED_DURING_ANNOTATION)
 
 
-def may_be_held(obj: dict | None) -> bool:
+def may_be_held(obj: dict[str, Any] | None) -> bool:
     """Whether the object names a gate or a suspension at all: most Flux objects do not, and
     their status writes (every reconcile) need no further look."""
-    ann = annotations(obj)
+    ann = annotations_of(obj)
     if any(key in ann for key in _HOLDING_ANNOTATIONS):
         return True
     spec = obj.get("spec") if isinstance(obj, dict) else None
     return isinstance(spec, dict) and spec.get("gates") is not None
 
 
-def suspension_of(obj: dict | None, now: datetime) -> Suspension:
+def suspension_of(obj: dict[str, Any] | None, now: datetime) -> Suspension:
     """``spec.suspend`` OR the suspended annotation OR an active suspendDuring cron."""
     if not isinstance(obj, dict):
         return Suspension(False)
-    ann = annotations(obj)
-    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
-    holds, until = [], None
+    ann = annotations_of(obj)
+    spec = obj.get("spec")
+    spec = spec if isinstance(spec, dict) else {}
+    holds: list[str] = []
+    until: datetime | None = None
     if names.SUSPENDED_ANNOTATION in ann:
         reason = ann.get(names.SUSPENDED_ANNOTATION)
         holds.append(f"suspended by {names.SUSPENDED_ANNOTATION}" + (f" ({reason!r})" if reason else ""))

@@ -18,7 +18,7 @@ import json
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import NamedTuple
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 from admission.core.cron import ScheduleError, zone
@@ -71,8 +71,8 @@ class CalendarSpec:
     time_zone: str | None = None  # the GateKeeper's: all-day and floating events are read in it
 
     @property
-    def filter(self) -> dict:
-        found: dict = {}
+    def filter(self) -> dict[str, Any]:
+        found: dict[str, Any] = {}
         if self.summary is not None:
             found["summary"] = self.summary
         if self.categories:
@@ -91,7 +91,7 @@ class CalendarSpec:
         return f"calendar '{self.name}'"
 
 
-def _string(item: dict, key: str, limit: int, where: str) -> str | None:
+def _string(item: dict[str, Any], key: str, limit: int, where: str) -> str | None:
     value = item.get(key)
     if value is None:
         return None
@@ -102,7 +102,7 @@ def _string(item: dict, key: str, limit: int, where: str) -> str | None:
     return value
 
 
-def _ref(item: dict, key: str, where: str) -> dict | None:
+def _ref(item: dict[str, Any], key: str, where: str) -> dict[str, Any] | None:
     ref = item.get(key)
     if ref is None:
         return None
@@ -111,7 +111,7 @@ def _ref(item: dict, key: str, where: str) -> dict | None:
     return ref
 
 
-def _duration(item: dict, key: str, default: timedelta, low: timedelta, high: timedelta, where: str) -> timedelta:
+def _duration(item: dict[str, Any], key: str, default: timedelta, low: timedelta, high: timedelta, where: str) -> timedelta:
     raw = item.get(key)
     if raw is None:
         return default
@@ -173,8 +173,8 @@ def parse_calendar(item: object, where: str = "calendars[0]", time_zone: str | N
     secret = _ref(item, "secretRef", where)
     ca_ref = _ref(item, "caSecretRef", where)
     ca_bundle = None
-    if item.get("caBundle") is not None:
-        raw = _string(item, "caBundle", MAX_CA_BUNDLE, where)
+    raw = _string(item, "caBundle", MAX_CA_BUNDLE, where)  # None when absent
+    if raw is not None:
         try:
             ca_bundle = base64.b64decode(raw, validate=True)
         except (binascii.Error, ValueError):
@@ -192,7 +192,7 @@ def parse_calendar(item: object, where: str = "calendars[0]", time_zone: str | N
                         (ca_ref["name"], ca_key) if ca_ref else None, interval, stale_after, allow_http, time_zone)
 
 
-def parse_calendars(spec: dict) -> list[CalendarSpec]:
+def parse_calendars(spec: dict[str, Any]) -> list[CalendarSpec]:
     """A GateKeeper's ``spec.calendars``, checked; raise ScheduleError."""
     items = spec.get("calendars") or []
     if not isinstance(items, list):
@@ -224,13 +224,13 @@ def _instant(text: object) -> datetime:
     return parse_time(text)
 
 
-def status_entry(cal: CalendarSpec, previous: dict | None, now: datetime, *, events: list[FeedEvent] | None = None,
+def status_entry(cal: CalendarSpec, previous: dict[str, Any] | None, now: datetime, *, events: list[FeedEvent] | None = None,
                  complete_until: datetime | None = None, etag: str | None = None, last_modified: str | None = None,
-                 error: str | None = None) -> dict:
+                 error: str | None = None) -> dict[str, Any]:
     """The ``status.calendars`` entry after a fetch at ``now``: with ``events`` (and how far they
     are complete) after a successful parse; with neither after a 304 (the last intervals stay);
     with ``error`` after a failure (the last good intervals stay, for evaluation to judge)."""
-    entry = dict(previous) if previous and previous.get("specDigest") == cal.digest else {}
+    entry: dict[str, Any] = dict(previous) if previous and previous.get("specDigest") == cal.digest else {}
     entry.update(url=cal.url, specDigest=cal.digest, lastFetchTime=format_time(now))
     if error is not None:
         entry["error"] = clean(error, MAX_ERROR)
@@ -252,7 +252,7 @@ def status_entry(cal: CalendarSpec, previous: dict | None, now: datetime, *, eve
     return entry
 
 
-def find_status(status: object, cal: CalendarSpec) -> dict | None:
+def find_status(status: object, cal: CalendarSpec) -> dict[str, Any] | None:
     """The ``status.calendars`` entry fetched for ``cal``, if any."""
     entries = status.get("calendars") if isinstance(status, dict) else None
     for entry in entries if isinstance(entries, list) else ():
@@ -266,12 +266,16 @@ class CalendarEntry:
     during its events, changing at their boundaries, and unknown (see ``unknown``) when its
     status cannot say. Compared by identity: each compiled gate has its own."""
 
-    def __init__(self, keeper: str, cal: CalendarSpec, status: dict | None):
+    def __init__(self, keeper: str, cal: CalendarSpec, status: dict[str, Any] | None):
         self.keeper, self.cal = keeper, cal
         self.events: tuple[FeedEvent, ...] = ()
         self.starts: list[datetime] = []  # the events' union as disjoint spans, sorted
         self.ends: list[datetime] = []
-        self.last_success = self.last_fetch = self.known_until = self.complete = None
+        # Set when the status is read; always, once `broken` is None.
+        self.last_success: datetime | None = None
+        self.last_fetch: datetime | None = None
+        self.known_until: datetime | None = None
+        self.complete: datetime | None = None
         self.error: str | None = None
         self.broken: str | None = None  # why nothing is known whatever the time
         try:
@@ -279,7 +283,7 @@ class CalendarEntry:
         except (ValueError, TypeError, AttributeError, KeyError) as err:
             self.broken = f"{cal} has a malformed status: {clean(err, MAX_ERROR)}"
 
-    def _read(self, status: dict | None) -> None:
+    def _read(self, status: dict[str, Any] | None) -> None:
         if status is not None:
             self.error = clean(status["error"], MAX_ERROR) if status.get("error") else None
             self.last_fetch = _instant(status["lastFetchTime"]) if status.get("lastFetchTime") else None
@@ -314,6 +318,7 @@ class CalendarEntry:
         """Why the calendar's state at ``now`` is not known, or None."""
         if self.broken is not None:
             return self.broken
+        assert self.known_until is not None and self.last_success is not None  # see __init__
         if now < self.known_until:
             return None
         if now >= self.last_success + self.cal.stale_after:
@@ -335,12 +340,15 @@ class CalendarEntry:
         unknown now, and so until its status changes)."""
         if self.unknown(now) is not None:
             return None
+        known_until = self.known_until
+        assert known_until is not None  # known at now: the status was read
         i = self._span(now)
+        boundary: datetime | None
         if i >= 0 and now < self.ends[i]:
             boundary = self.ends[i]
         else:
             boundary = self.starts[i + 1] if i + 1 < len(self.starts) else None
-        return self.known_until if boundary is None else min(boundary, self.known_until)
+        return known_until if boundary is None else min(boundary, known_until)
 
     stable_until = next_change
 
@@ -400,7 +408,8 @@ class _Searched:
 
     def __init__(self, entry: CalendarEntry, origin: datetime, guard: bool):
         self.entry, self.guard = entry, guard
-        unreadable = entry.broken is not None or origin >= entry.last_success + entry.cal.stale_after
+        unreadable = (entry.broken is not None or entry.last_success is None  # None only when broken
+                      or origin >= entry.last_success + entry.cal.stale_after)
         self.until = None if unreadable else entry.complete  # unknown from here on (None: from the start)
 
     def state_and_next_change(self, now: datetime) -> tuple[bool, datetime | None, int]:
@@ -425,7 +434,7 @@ class KeeperCalendars:
     opened: tuple[CalendarEntry, ...] = ()
 
 
-def keeper_calendars(keeper: str, spec: dict, status: object) -> KeeperCalendars:
+def keeper_calendars(keeper: str, spec: dict[str, Any], status: object) -> KeeperCalendars:
     """The entries of a GateKeeper's ``spec.calendars`` with what its ``status`` says of them;
     raise ScheduleError for a spec that cannot be evaluated."""
     cals = parse_calendars(spec)

@@ -13,7 +13,7 @@ _UNIT_SECONDS = {
 }
 
 
-def parse_duration(text: str) -> timedelta:
+def parse_duration(text: object) -> timedelta:
     """Parse a Go duration such as ``1h``, ``62h`` or ``1h30m5.5s``; raise ValueError."""
     if not isinstance(text, str):
         raise ValueError(f"duration must be a string like '1h30m', got {type(text).__name__}")
@@ -52,7 +52,7 @@ def format_duration(delta: timedelta) -> str:
     return f"{sign}{out}{secs}s"
 
 
-def parse_time(text: str) -> datetime:
+def parse_time(text: object) -> datetime:
     """Parse an RFC 3339 timestamp into an aware UTC datetime; raise ValueError."""
     if not isinstance(text, str) or not text.strip():
         raise ValueError("timestamp must be an RFC 3339 string such as 2021-03-26T10:00:00Z")

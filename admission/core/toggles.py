@@ -11,7 +11,7 @@ ACTIONS = ("open", "close")
 
 
 def toggle_patch(action: str, now: datetime, message: str | None = None, requested_by: str | None = None,
-                 duration: str | None = None) -> dict:
+                 duration: str | None = None) -> dict[str, dict[str, dict[str, str | None]]]:
     """A merge patch for a Gate's annotations that opens or closes it at ``now``.
 
     ``duration`` (open only) also plans the close: a close toggle dated ``now + duration``,

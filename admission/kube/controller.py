@@ -27,7 +27,7 @@ from admission.core.gates import GateState
 from admission.core.kinds import BY_KIND, FLUX_KINDS
 from admission.core.conditions import holding_condition
 from admission.core.notices import Notice, notice
-from admission.core.objects import annotations, metadata, object_key
+from admission.core.objects import annotations as annotations_of, metadata, object_key
 from admission.core.references import policy_of, suspension_of
 from admission.kube.calendarsync import CalendarSync
 from admission.kube.events import core_event
@@ -47,7 +47,7 @@ Key = tuple[str, str, str]  # kind, namespace, name
 
 
 def _suspension_annotations(obj: dict | None) -> dict:
-    found = annotations(obj)
+    found = annotations_of(obj)
     return {key: found[key] for key in SUSPENSION_ANNOTATIONS if key in found}
 
 

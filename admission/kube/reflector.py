@@ -16,7 +16,7 @@ from urllib3.exceptions import ProtocolError
 
 from admission.core import names
 from admission.core.gates import GateState, unknown
-from admission.core.objects import annotations, metadata, object_key
+from admission.core.objects import annotations as annotations_of, metadata, object_key
 from admission.store.index import GateIndex
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ def _trim(obj: dict) -> dict:
     last-applied copy of the object (most of a small object's size)."""
     metadata(obj).pop("managedFields", None)
     for key in _UNUSED_ANNOTATIONS:
-        annotations(obj).pop(key, None)
+        annotations_of(obj).pop(key, None)
     return obj
 
 
