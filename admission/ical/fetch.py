@@ -186,9 +186,10 @@ def _check(url: str, allow_http: bool, auth: Auth) -> SplitResult:
     return parts
 
 
-def _get(parts: SplitResult, auth: Auth, validators: dict, policy: Policy, deadline: float
+def _get(parts: SplitResult, auth: Auth, validators: dict[str, str], policy: Policy, deadline: float
          ) -> tuple[int, str, http.client.HTTPMessage, bytes]:
     host, https = parts.hostname, parts.scheme == "https"
+    assert host is not None  # _check refuses a URL without one
     port = parts.port or (443 if https else 80)
     sock = _connect(host, port, policy, deadline)
     # The watchdog shuts the connection down through a descriptor of its own: http.client closes
@@ -217,8 +218,9 @@ def _get(parts: SplitResult, auth: Auth, validators: dict, policy: Policy, deadl
                         skip_accept_encoding=True)
         headers = {"User-Agent": USER_AGENT, "Accept": "text/calendar, */*;q=0.5", "Connection": "close",
                    **validators}
-        if auth.header() is not None:
-            headers["Authorization"] = auth.header()
+        authorization = auth.header()
+        if authorization is not None:
+            headers["Authorization"] = authorization
         for key, value in headers.items():
             conn.putheader(key, value)
         conn.endheaders()
@@ -261,7 +263,7 @@ def fetch(url: str, *, auth: Auth = Auth(), allow_http: bool = False, etag: str 
           last_modified: str | None = None, policy: Policy = Policy()) -> Fetched:
     """GET the feed at ``url``; raise FetchError saying why it could not be had."""
     deadline = time.monotonic() + policy.total_timeout
-    validators = {}
+    validators: dict[str, str] = {}
     if etag:
         validators["If-None-Match"] = etag
     if last_modified:
@@ -269,6 +271,8 @@ def fetch(url: str, *, auth: Auth = Auth(), allow_http: bool = False, etag: str 
     current = url
     for _ in range(policy.max_redirects + 1):
         parts = _check(current, allow_http, auth)
+        host = parts.hostname
+        assert host is not None  # _check refuses a URL without one
         try:
             status, reason, headers, body = _get(parts, auth, validators, policy, deadline)
         except _Expired:
@@ -278,7 +282,7 @@ def fetch(url: str, *, auth: Auth = Auth(), allow_http: bool = False, etag: str 
             if not location:
                 raise FetchError(f"HTTP {status} without a Location")
             target = urlsplit(urljoin(current, location.strip()))
-            same = (target.hostname or "").lower() == parts.hostname.lower() and \
+            same = (target.hostname or "").lower() == host.lower() and \
                 (target.port or (443 if target.scheme == "https" else 80)) == (parts.port or (443 if parts.scheme == "https" else 80))
             if not same:
                 raise FetchError(f"redirected to another host ({target.hostname}): not followed")

@@ -6,6 +6,7 @@ import logging
 import os
 import sys
 from datetime import datetime, timezone
+from typing import Any
 
 import orjson
 
@@ -20,7 +21,7 @@ class JSONFormatter(logging.Formatter):
     """Formats a record as one JSON object: level, ts, logger, msg, then extras."""
 
     def format(self, record: logging.LogRecord) -> str:
-        entry = {
+        entry: dict[str, object] = {
             "level": record.levelname.lower(),
             "ts": format_log_time(datetime.fromtimestamp(record.created, timezone.utc)),
             "logger": record.name,
@@ -45,7 +46,7 @@ def cap(value: object, limit: int = MAX_STRING) -> object:
     return value
 
 
-def emit(logger: logging.Logger, msg: str, fields: dict) -> None:
+def emit(logger: logging.Logger, msg: str, fields: dict[str, Any]) -> None:
     """An info line in JSONFormatter's shape, written in one syscall, for the hot path.
 
     A decision is logged for every gated review; the logging module's record, lock and

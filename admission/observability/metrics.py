@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any, Callable, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
+
+from admission.core.gates import GateState
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -33,13 +37,28 @@ ATTEMPTS_SHOWN = Counter("gate_admission_denied_attempts_shown_total",
                          "Denied attempts the webhook showed on their object (Approved=False).", ["result"])
 
 
+class _States(Protocol):
+    def states(self, now: datetime) -> list[GateState]: ...
+
+
+class Scraped(Protocol):
+    """What a scrape reads of a gate store (admission.store.GateStore, a layer above this one)."""
+
+    @property
+    def index(self) -> _States: ...
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]: ...
+
+    def cache_age(self, now_monotonic: float) -> float: ...
+
+
 class GateCollector:
     """Gate state and cache freshness of this worker's store, computed when scraped."""
 
-    def __init__(self, store, clock: Callable):
+    def __init__(self, store: Scraped, clock: Callable[[], datetime]):
         self.store, self.clock = store, clock
 
-    def collect(self):
+    def collect(self) -> Iterator[GaugeMetricFamily]:
         now = self.clock()
         gates = GaugeMetricFamily("gate_admission_gate_open", "1 when the gate is open, 0 when closed.",
                                   labels=["namespace", "name", "reason"])
@@ -54,7 +73,7 @@ class GateCollector:
                                 value=self.store.cache_age(time.monotonic()))
 
 
-def exposition(store, clock: Callable) -> tuple[bytes, str]:
+def exposition(store: Scraped, clock: Callable[[], datetime]) -> tuple[bytes, str]:
     """The text exposition for a scrape: shared counters plus this worker's gate gauges."""
     if os.environ.get(MULTIPROC_ENV):
         from prometheus_client import multiprocess

@@ -12,10 +12,12 @@ import os
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import cast
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.types import CertificateIssuerPrivateKeyTypes
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from admission.core.timefmt import format_time
@@ -89,7 +91,7 @@ def make_ca(now: datetime, common_name: str = "gate-admission-ca") -> tuple[ec.E
     return key, cert
 
 
-def _leaf_cert(ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Certificate, common_name: str,
+def _leaf_cert(ca_key: CertificateIssuerPrivateKeyTypes, ca_cert: x509.Certificate, common_name: str,
                usage: x509.ObjectIdentifier, now: datetime, days: int,
                names: list[str] | None = None) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     """A certificate for one ``usage`` (server or client authentication), signed by the CA."""
@@ -115,17 +117,22 @@ def _leaf_cert(ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Certificate, co
     return key, cert
 
 
-def make_serving_cert(ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Certificate, names: list[str],
+def make_serving_cert(ca_key: CertificateIssuerPrivateKeyTypes, ca_cert: x509.Certificate, names: list[str],
                       now: datetime, days: int = SERVING_DAYS) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     """A TLS server certificate for ``names`` (DNS names or IPs), signed by the CA."""
     return _leaf_cert(ca_key, ca_cert, names[0], ExtendedKeyUsageOID.SERVER_AUTH, now, days, names)
 
 
-def make_client_cert(ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Certificate, common_name: str,
+def make_client_cert(ca_key: CertificateIssuerPrivateKeyTypes, ca_cert: x509.Certificate, common_name: str,
                      now: datetime, days: int = SERVING_DAYS) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     """A TLS client certificate (``clientAuth`` only) for ``common_name``, signed by the CA: what
     the API server presents to ``serve --client-ca-file`` (docs/operations.md)."""
     return _leaf_cert(ca_key, ca_cert, common_name, ExtendedKeyUsageOID.CLIENT_AUTH, now, days)
+
+
+def _ca_key(pem: bytes) -> CertificateIssuerPrivateKeyTypes:
+    # A CA key of a kind that cannot sign (X25519, DH) fails where it signs, with TypeError.
+    return cast(CertificateIssuerPrivateKeyTypes, serialization.load_pem_private_key(pem, password=None))
 
 
 def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
@@ -180,7 +187,7 @@ def ensure(directory: str | os.PathLike, names: list[str], now: datetime,
     ca_usable = files.ca_cert.exists() and files.ca_key.exists()
     if ca_usable:
         ca_cert = x509.load_pem_x509_certificate(files.ca_cert.read_bytes())
-        ca_key = serialization.load_pem_private_key(files.ca_key.read_bytes(), password=None)
+        ca_key = _ca_key(files.ca_key.read_bytes())
         ca_usable = ca_cert.not_valid_after_utc - timedelta(days=SERVING_DAYS) > now
     if not ca_usable:
         ca_key, ca_cert = make_ca(now)
@@ -197,7 +204,7 @@ def issue_client(directory: str | os.PathLike, common_name: str, now: datetime) 
     ``ca.key``), written as ``client.crt`` and ``client.key`` there; their paths."""
     files = CertFiles(Path(directory))
     ca_cert = x509.load_pem_x509_certificate(files.ca_cert.read_bytes())
-    ca_key = serialization.load_pem_private_key(files.ca_key.read_bytes(), password=None)
+    ca_key = _ca_key(files.ca_key.read_bytes())
     key, cert = make_client_cert(ca_key, ca_cert, common_name, now)
     key_path, cert_path = files.directory / "client.key", files.directory / "client.crt"
     _write(key_path, _pem_key(key), 0o600)

@@ -6,11 +6,13 @@ May import core, observability, pki and clock; never webhook, kube or cli.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from admission.core.gates import GateState
 from admission.core.objects import object_key
+from admission.store.index import GateIndex
 
 
 class GateStore(Protocol):
@@ -19,7 +21,11 @@ class GateStore(Protocol):
     def lookup(self, namespace: str, name: str, now: datetime) -> GateState:
         """The state of a gate at ``now``, never touching the network."""
 
-    def readiness(self) -> tuple[bool, dict]:
+    @property
+    def index(self) -> GateIndex:
+        """The gates and GateKeepers held: listings, metrics, and the calendar's builder."""
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
         """Whether decisions can be trusted, with details for /readyz."""
 
     def cache_age(self, now_monotonic: float) -> float:
@@ -37,7 +43,7 @@ class Sources(Protocol):
     what each source serves, and HelmReleases (whose gates their generated HelmCharts inherit).
     In a cluster a watch cache (admission.kube.fluxcache.FluxCache); never an API call per review."""
 
-    def get(self, kind: str, namespace: str, name: str) -> dict | None:
+    def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         """The stored object, or None when it is not known."""
 
     def untrusted(self) -> str | None:
@@ -47,12 +53,12 @@ class Sources(Protocol):
 class StaticSources:
     """Sources from a fixed set of objects: tests, and none at all with ``--gates-dir``."""
 
-    def __init__(self, objects=()):
-        self._objects = {}
+    def __init__(self, objects: Iterable[dict[str, Any]] = ()):
+        self._objects: dict[tuple[object, str, str], dict[str, Any]] = {}
         for obj in objects:
             self._objects[(obj.get("kind"), *object_key(obj))] = obj
 
-    def get(self, kind: str, namespace: str, name: str) -> dict | None:
+    def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         return self._objects.get((kind, namespace, name))
 
     def untrusted(self) -> str | None:

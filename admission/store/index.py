@@ -6,7 +6,7 @@ import logging
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from admission.core.gates import CompiledGate, GateState, compile_gate, evaluate, not_found, unknown
 from admission.core.objects import Key, object_key
@@ -54,8 +54,8 @@ class GateIndex:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._gates: dict[Key, dict] = {}
-        self._keepers: dict[Key, dict] = {}
+        self._gates: dict[Key, dict[str, Any]] = {}
+        self._keepers: dict[Key, dict[str, Any]] = {}
         self._broken: dict[Key, str] = {}
         self._unknowns = NOTHING_UNKNOWN
         self._slots: dict[Key, _Slot] = {}
@@ -71,7 +71,8 @@ class GateIndex:
             why = self._unknowns.why((namespace, name)) if self._unknowns else None
             return not_found(namespace, name) if why is None else unknown(namespace, name, why)
         state, since = slot.state, slot.computed_at
-        if state is not None and since <= now and (state.valid_until is None or now < state.valid_until):
+        # computed_at is set right after state: a reader in between computes the state again.
+        if state is not None and since is not None and since <= now and (state.valid_until is None or now < state.valid_until):
             return state
         state = evaluate(slot.compiled, now)
         slot.state, slot.computed_at = state, now
@@ -81,16 +82,16 @@ class GateIndex:
         """Every gate's state at ``now``, for metrics and listings."""
         return [self.lookup(namespace, name, now) for namespace, name in list(self._slots)]
 
-    def gates(self) -> list[dict]:
+    def gates(self) -> list[dict[str, Any]]:
         """Every gate object, for status and listings."""
         return list(self._gates.values())
 
-    def keepers(self) -> list[dict]:
+    def keepers(self) -> list[dict[str, Any]]:
         """Every GateKeeper object (the controller fetches their calendars)."""
         return list(self._keepers.values())
 
-    def snapshot(self, namespace: str | None = None) -> tuple[list[dict], list[dict], list[tuple[str, str, str]],
-                                                              list[tuple[str, str, str]]]:
+    def snapshot(self, namespace: str | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
+                                                              list[tuple[str, str, str]], list[tuple[str, str, str]]]:
         """The gates, keepers, broken gates and gates of unknown state (of ``namespace`` only,
         when given) as plain data, from which ``replace_all`` rebuilds an index that answers the
         same for every gate it holds elsewhere (the calendar's builder)."""
@@ -107,7 +108,7 @@ class GateIndex:
         slot = self._slots.get((namespace, name))
         return slot.compiled if slot else None
 
-    def _keepers_of(self, key: Key) -> list[dict]:
+    def _keepers_of(self, key: Key) -> list[dict[str, Any]]:
         namespace, name = key
         return [k for (ns, _), k in self._keepers.items()
                 if ns == namespace and isinstance(k.get("spec"), dict) and k["spec"].get("gate") == name]
@@ -121,7 +122,8 @@ class GateIndex:
         self._slots[key] = _Slot(self._compile(key, gate, self._keepers_of(key), self._broken, self._unknowns))
 
     @staticmethod
-    def _compile(key: Key, gate: dict, keepers, broken: dict[Key, str], unknowns: Unknowns) -> CompiledGate:
+    def _compile(key: Key, gate: dict[str, Any], keepers: Iterable[dict[str, Any]], broken: dict[Key, str],
+                 unknowns: Unknowns) -> CompiledGate:
         if key in broken:
             return CompiledGate(key[0], key[1], errors=(broken[key],))
         why = unknowns.why(key) if unknowns else None
@@ -133,7 +135,7 @@ class GateIndex:
             log.exception("compiling a gate failed", extra={"gate": f"{key[0]}/{key[1]}"})
             return CompiledGate(key[0], key[1], errors=(f"cannot be evaluated ({type(err).__name__})",))
 
-    def put_gate(self, gate: dict) -> None:
+    def put_gate(self, gate: dict[str, Any]) -> None:
         with self._lock:
             key = object_key(gate)
             self._gates[key] = gate
@@ -144,17 +146,17 @@ class GateIndex:
             self._gates.pop((namespace, name), None)
             self._publish((namespace, name))
 
-    def _gate_of(self, keeper: dict | None) -> Key | None:
+    def _gate_of(self, keeper: dict[str, Any] | None) -> Key | None:
         if keeper is None or not isinstance(keeper.get("spec"), dict):
             return None
         return object_key(keeper)[0], str(keeper["spec"].get("gate") or "")
 
-    def put_keeper(self, keeper: dict) -> None:
+    def put_keeper(self, keeper: dict[str, Any]) -> None:
         with self._lock:
             key = object_key(keeper)
             before = self._gate_of(self._keepers.get(key))
             self._keepers[key] = keeper
-            for gate_key in {before, self._gate_of(keeper)} - {None}:
+            for gate_key in {key for key in (before, self._gate_of(keeper)) if key is not None}:
                 self._publish(gate_key)
 
     def delete_keeper(self, namespace: str, name: str) -> None:
@@ -163,7 +165,7 @@ class GateIndex:
             if before is not None:
                 self._publish(before)
 
-    def replace_all(self, gates: Iterable[dict] | None, keepers: Iterable[dict] | None,
+    def replace_all(self, gates: Iterable[dict[str, Any]] | None, keepers: Iterable[dict[str, Any]] | None,
                     broken: dict[Key, str] | None = None, unknowns: Unknowns | None = None) -> None:
         """Swap in a complete new set of gates, of keepers, or both (None keeps the current
         set): a relist, or a reload of the gates directory. ``broken`` gates are Invalid and
@@ -173,7 +175,7 @@ class GateIndex:
             gate_map = self._gates if gates is None else {object_key(g): g for g in gates}
             keeper_map = self._keepers if keepers is None else {object_key(k): k for k in keepers}
             broken = dict(broken or {})
-            by_gate: dict[Key, list[dict]] = {}
+            by_gate: dict[Key, list[dict[str, Any]]] = {}
             for keeper in keeper_map.values():
                 gate_key = self._gate_of(keeper)
                 if gate_key is not None:

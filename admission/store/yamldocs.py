@@ -6,16 +6,17 @@ Aliases (``*name``) are refused: a few hundred bytes of nested aliases expand to
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Any, Iterator, TypeGuard
 
 import yaml
 from yaml.composer import ComposerError
+from yaml.nodes import Node
 
 
 class _NoAliasLoader(yaml.SafeLoader):
     """yaml.SafeLoader that refuses aliases before expanding any, and reads timestamps as strings."""
 
-    def compose_node(self, parent, index):
+    def compose_node(self, parent: Node | None, index: int) -> Node | None:
         if self.check_event(yaml.AliasEvent):
             raise ComposerError(None, None, "aliases (*name) are not accepted", self.peek_event().start_mark)
         return super().compose_node(parent, index)
@@ -37,12 +38,13 @@ def documents(text: str) -> Iterator[tuple[object, int]]:
     try:
         while loader.check_node():
             node = loader.get_node()
+            assert node is not None  # check_node() said there is one
             yield loader.construct_document(node), node.end_mark.index
     finally:
         loader.dispose()
 
 
-def is_list(doc: object) -> bool:
+def is_list(doc: object) -> TypeGuard[dict[str, Any]]:
     """Whether ``doc`` is a ``kind: List`` (or ``*List``) document, as kubectl reads them."""
     return isinstance(doc, dict) and isinstance(doc.get("kind"), str) and doc["kind"].endswith("List")
 

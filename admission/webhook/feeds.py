@@ -37,7 +37,7 @@ import threading
 import time
 from collections import OrderedDict
 from datetime import datetime
-from typing import Callable
+from typing import IO, Callable
 
 import orjson
 
@@ -63,6 +63,13 @@ _BUILT, _FAILED = b"\x00", b"\x01"
 log = logging.getLogger(__name__)
 
 Query = tuple[str, int, str]  # (namespace or "" for every namespace, days, gate name or "" for every gate)
+
+
+def _pipes(child: subprocess.Popen[bytes]) -> tuple[IO[bytes], IO[bytes]]:
+    """The builder child's stdin and stdout: it is always started with both piped."""
+    stdin, stdout = child.stdin, child.stdout
+    assert stdin is not None and stdout is not None
+    return stdin, stdout
 
 
 def default_query(query: Query) -> bool:
@@ -97,7 +104,7 @@ class CalendarFeeds:
         self._waiting: OrderedDict[Query, None] = OrderedDict()
         self._failures: dict[Query, tuple[float, str]] = {}  # query -> (failed at, why)
         self._builder: threading.Thread | None = None
-        self._child: subprocess.Popen | None = None
+        self._child: subprocess.Popen[bytes] | None = None
         self._closed = False
 
     def prebuild(self, query: Query, ready: Callable[[], bool]) -> None:
@@ -202,29 +209,30 @@ class CalendarFeeds:
                 query = self._next_query()
                 if query is None:
                     return
+            built: tuple[bytes, int] | None
             try:
-                (body, version), failure = self._build(query), None
+                built, failure = self._build(query), None
             except Exception as err:  # the child failed or timed out: say so, keep serving the rest
-                body, version, failure = None, None, str(err)
+                built, failure = None, str(err)
                 if self._closed:
                     return  # close() ended this build
                 log.warning("calendar feed not built", extra={"namespace": query[0], "days": query[1],
                                                                 "reason": failure})
             try:
-                self._record("failed" if body is None else "built")
+                self._record("failed" if built is None else "built")
             except Exception:  # a metric must not stop the builder
                 log.exception("calendar build not counted")
             with self._lock:
                 self._waiting.pop(query, None)
                 self._built.notify_all()
-                if body is None:
+                if built is None:
                     self._failures.pop(query, None)
                     self._failures[query] = (time.monotonic(), failure or "unknown error")
                     while len(self._failures) > self._max_feeds:
                         self._failures.pop(next(iter(self._failures)))  # the oldest failure
                     continue
                 self._failures.pop(query, None)
-                self._feeds[query] = (time.monotonic(), body, version)
+                self._feeds[query] = (time.monotonic(), *built)
                 self._feeds.move_to_end(query)
                 kept = sum(len(feed) for _, feed, _ in self._feeds.values())
                 while len(self._feeds) > self._max_feeds or (kept > MAX_FEED_BYTES and len(self._feeds) > 1):
@@ -247,8 +255,9 @@ class CalendarFeeds:
         child = self._running_child()
         deadline = time.monotonic() + self._build_seconds
         try:
-            _write_message(child.stdin.fileno(), request, deadline)
-            answer = _read_message(child.stdout.fileno(), deadline)
+            stdin, stdout = _pipes(child)
+            _write_message(stdin.fileno(), request, deadline)
+            answer = _read_message(stdout.fileno(), deadline)
         except TimeoutError:
             self._stop_child()
             raise TimeoutError(f"no calendar from the builder process within {self._build_seconds:g}s") from None
@@ -262,7 +271,7 @@ class CalendarFeeds:
             raise RuntimeError(answer[1:].decode(errors="replace"))
         return answer[1:], version
 
-    def _running_child(self) -> subprocess.Popen:
+    def _running_child(self) -> subprocess.Popen[bytes]:
         if self._closed:
             raise EOFError("the calendar feeds are closed")
         if self._child is None or self._child.poll() is not None:
@@ -271,7 +280,7 @@ class CalendarFeeds:
             env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
             self._child = subprocess.Popen(self._command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                            stderr=subprocess.DEVNULL, close_fds=True, env=env)
-            os.set_blocking(self._child.stdin.fileno(), False)  # writes wait on poll, with a deadline
+            os.set_blocking(_pipes(self._child)[0].fileno(), False)  # writes wait on poll, with a deadline
             if self._closed:  # close() ran while this child was being spawned, and could not kill it
                 self._stop_child()
                 raise EOFError("the calendar feeds are closed")
@@ -282,7 +291,7 @@ class CalendarFeeds:
         if child is not None:
             child.kill()
             child.wait()
-            for pipe in (child.stdin, child.stdout):
+            for pipe in _pipes(child):
                 pipe.close()
 
     def close(self) -> None:

@@ -25,9 +25,10 @@ import struct
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Mapping
 from pathlib import Path
 from datetime import datetime
-from typing import Callable
+from typing import Any, Callable
 
 import orjson
 from flask import Blueprint, Response, request
@@ -171,6 +172,7 @@ class SharedCallerLimits:
             self._fd = os.open(self.path, os.O_RDWR)  # would share the lock with the parent
             self._map = mmap.mmap(self._fd, self._SLOT.size * self.slots)
             self._pid = os.getpid()
+        assert self._map is not None  # mapped when _pid was set
         return self._map
 
     def allow(self, caller: str) -> bool:
@@ -193,11 +195,12 @@ class SharedCallerLimits:
         return allowed
 
 
-def _json(payload: dict, status: int, **headers: str) -> Response:
+def _json(payload: Mapping[str, object], status: int, **headers: str) -> Response:
     return Response(orjson.dumps(payload), status=status, mimetype="application/json", headers=headers)
 
 
-def _body() -> tuple[dict | None, str | None]:
+def _body() -> tuple[dict[str, str], None] | tuple[None, str]:
+    """The call's fields, or what is wrong with its body."""
     raw = request.get_data(cache=False)
     if not raw.strip():
         return {}, None
@@ -216,7 +219,7 @@ def _body() -> tuple[dict | None, str | None]:
     return body, None
 
 
-def blueprint(tokens: TokenFile, patch_gate: Callable[[str, str, dict], None], clock: Callable[[], datetime],
+def blueprint(tokens: TokenFile, patch_gate: Callable[[str, str, dict[str, Any]], None], clock: Callable[[], datetime],
               limit: RateLimit | None = None, record: Callable[[str], None] = lambda result: None,
               limits_dir: str | os.PathLike | None = None) -> Blueprint:
     """The receiver's routes; ``patch_gate(namespace, name, patch)`` writes the annotations and
@@ -224,6 +227,8 @@ def blueprint(tokens: TokenFile, patch_gate: Callable[[str, str, dict], None], c
     ``limits_dir`` (a directory every worker shares) the rate limits hold across processes."""
     hooks = Blueprint("receiver", __name__)
     limit = limit or RateLimit()
+    callers: CallerLimits | SharedCallerLimits
+    failures: CallerLimits | SharedCallerLimits
     if limits_dir is not None:
         callers = SharedCallerLimits(Path(limits_dir) / "receiver-callers", limit)
         failures = SharedCallerLimits(Path(limits_dir) / "receiver-failures", limit)
@@ -232,7 +237,7 @@ def blueprint(tokens: TokenFile, patch_gate: Callable[[str, str, dict], None], c
 
     @hooks.post("/hooks/gates/<namespace>/<name>/<action>")
     def toggle(namespace: str, name: str, action: str) -> Response:
-        def answer(result: str, payload: dict, status: int, **headers: str) -> Response:
+        def answer(result: str, payload: Mapping[str, object], status: int, **headers: str) -> Response:
             record(result)
             return _json(payload, status, **headers)
 
@@ -251,7 +256,7 @@ def blueprint(tokens: TokenFile, patch_gate: Callable[[str, str, dict], None], c
         if not callers.allow(caller):
             return answer("rate_limited", {"error": "too many requests; try again shortly"}, 429, **{"Retry-After": "1"})
         body, problem = _body()
-        if problem:
+        if body is None:
             return answer("bad_request", {"error": problem}, 400)
         said = body.get("requestedBy")
         requested_by = f"{IDENTITY} for {said!r} (unverified)" if said else IDENTITY

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Callable
+from typing import Any, Callable, cast
 
 from flask import Flask
 from gunicorn import glogging
 from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
+from gunicorn.config import Config
+from gunicorn.workers.base import Worker
 
 from admission.webhook.tls import ReloadingContext
 from admission.webhook.worker import CLIENT_CONNECTIONS, PreReadWorker
@@ -27,22 +29,23 @@ class GunicornLogger(glogging.Logger):
     def _compute_access_log_enabled(self) -> bool:
         return False
 
-    def setup(self, cfg) -> None:
+    def setup(self, cfg: Config) -> None:
         super().setup(cfg)
         for log in (self.error_log, self.access_log):
             log.handlers[:] = []
             log.propagate = True  # to the root logger, which logs.configure makes JSON
 
 
-def _child_exit(server: object, worker: object) -> None:
+def _child_exit(server: Arbiter, worker: Worker) -> None:
     from admission.observability.metrics import worker_exited
-    worker_exited(worker.pid)
+    # An int once forked (the stubs know only the "[booting]" placeholder before that).
+    worker_exited(cast(int, worker.pid))
 
 
 class Server(BaseApplication):
     """gunicorn, configured in code; each worker builds its own app (and gate store)."""
 
-    def __init__(self, app_factory: Callable[[], Flask], options: dict):
+    def __init__(self, app_factory: Callable[[], Flask], options: dict[str, Any]):
         self.app_factory = app_factory
         self.options = options
         super().__init__()
@@ -51,7 +54,8 @@ class Server(BaseApplication):
         for key, value in self.options.items():
             self.cfg.set(key, value)
 
-    def load(self) -> Flask:
+    # A WSGI app all the same: werkzeug types start_response more strictly than gunicorn's stubs.
+    def load(self) -> Flask:  # type: ignore[override]
         return self.app_factory()
 
     # gunicorn prints its own start-up failures as plain text; ours are JSON lines like the rest.
@@ -73,7 +77,7 @@ class Server(BaseApplication):
 
 
 def worker_class(max_body: int, shutdown_delay: float, tls: ReloadingContext,
-                 max_client_connections: int = CLIENT_CONNECTIONS) -> type:
+                 max_client_connections: int = CLIENT_CONNECTIONS) -> type[PreReadWorker]:
     """Our gthread worker (admission.webhook.worker) with this server's limits and certificate."""
     return type("GateAdmissionWorker", (PreReadWorker,),
                 {"max_body": max_body, "shutdown_delay": shutdown_delay, "tls": tls,
@@ -82,7 +86,7 @@ def worker_class(max_body: int, shutdown_delay: float, tls: ReloadingContext,
 
 def options(*, address: str, port: int, certfile: str, keyfile: str, workers: int, threads: int,
             log_level: str = "info", shutdown_delay: float = 5.0, client_ca: str | None = None,
-            max_client_connections: int | None = None) -> dict:
+            max_client_connections: int | None = None) -> dict[str, Any]:
     """gunicorn settings for a webhook: gthread, long keep-alive, TLS from reloadable files."""
     from admission.webhook.app import MAX_BODY
 

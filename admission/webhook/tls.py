@@ -42,7 +42,7 @@ class ReloadingContext:
         self._context = server_context(certfile, keyfile, client_ca)
         self._checked = time.monotonic()
 
-    def _file_stamp(self) -> tuple:
+    def _file_stamp(self) -> tuple[tuple[int, int], ...]:
         paths = (self.certfile, self.keyfile) + ((self.client_ca,) if self.client_ca else ())
         try:
             return tuple((os.stat(p).st_mtime_ns, os.stat(p).st_size) for p in paths)
