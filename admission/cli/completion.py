@@ -48,7 +48,7 @@ def namespaces(prefix: str, parsed_args: argparse.Namespace, **_) -> list[str]:
         cluster = connect(parsed_args)
         try:
             listed = client.CoreV1Api(cluster.api).list_namespace(_request_timeout=COMPLETION_TIMEOUT)
-            return sorted(ns.metadata.name for ns in listed.items)
+            return sorted(ns.metadata.name for ns in listed.items if ns.metadata and ns.metadata.name)
         except Exception:  # may not list namespaces: offer those that hold gates
             gates = cluster.custom.list_cluster_custom_object(names.GATING_GROUP, names.GATING_VERSION, names.GATE_PLURAL,
                                                               _request_timeout=COMPLETION_TIMEOUT)

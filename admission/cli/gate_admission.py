@@ -305,7 +305,11 @@ def serve(args: argparse.Namespace) -> int:
         import tempfile
         args.limits_dir = tempfile.mkdtemp(prefix="gate-admission-limits-")
         master = os.getpid()  # workers exit through atexit too: only the master removes it
-        atexit.register(lambda: os.getpid() == master and shutil.rmtree(args.limits_dir, ignore_errors=True))
+        def remove_limits() -> None:
+            if os.getpid() == master:
+                shutil.rmtree(args.limits_dir, ignore_errors=True)
+
+        atexit.register(remove_limits)
     factory = _app_factory(args)
     options = server.options(address=args.address, port=args.port, certfile=str(files.cert), keyfile=str(files.key),
                              workers=args.workers, threads=args.threads, log_level=args.log_level,

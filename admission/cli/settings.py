@@ -5,10 +5,19 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import TypeVar, overload
 
 from admission.core.decision import Settings
 
 ENV_PREFIX = "GATE_ADMISSION_"
+
+T = TypeVar("T")
+
+
+@overload
+def env(flag: str) -> str | None: ...
+@overload
+def env(flag: str, default: T) -> str | T: ...
 
 
 def env(flag: str, default: object = None) -> object:

@@ -20,7 +20,7 @@ import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
-from typing import Callable
+from typing import Any, Callable
 
 from kubernetes.client.rest import ApiException
 
@@ -118,25 +118,28 @@ class CalendarSync:
     def _interval(self, cal: CalendarSpec) -> timedelta:
         return max(cal.interval, self.min_interval)
 
-    def _due_from_status(self, cal: CalendarSpec, previous: dict | None) -> datetime:
+    def _due_from_status(self, cal: CalendarSpec, previous: dict[str, Any] | None) -> datetime:
         """After a restart or a change of leader: the interval after the last fetch status
         records (now, when it records none)."""
+        if previous is None:
+            return EPOCH
         try:
             return parse_time(previous["lastFetchTime"]) + self._interval(cal)
         except (KeyError, TypeError, ValueError):
             return EPOCH
 
     # -- one calendar ---------------------------------------------------------------------
-    def _fetch(self, keeper: dict, cal: CalendarSpec, previous: dict | None) -> dict:
+    def _fetch(self, keeper: dict[str, Any], cal: CalendarSpec, previous: dict[str, Any] | None) -> dict[str, Any]:
         """The calendar's status entry after fetching (and, when it changed, parsing) it now."""
         namespace = object_key(keeper)[0]
         try:
             auth = self._auth(namespace, cal)
-            fresh = previous is not None and previous.get("lastParseTime") and \
-                self.clock() - parse_time(previous["lastParseTime"]) < REPARSE_AFTER
+            etag = last_modified = None
+            if previous is not None and previous.get("lastParseTime") and \
+                    self.clock() - parse_time(previous["lastParseTime"]) < REPARSE_AFTER:  # fresh
+                etag, last_modified = previous.get("etag"), previous.get("lastModified")
             fetched = self.fetcher(cal.url, auth=auth, allow_http=cal.allow_http, policy=self.policy,
-                                   etag=previous.get("etag") if fresh else None,
-                                   last_modified=previous.get("lastModified") if fresh else None)
+                                   etag=etag, last_modified=last_modified)
             if fetched.body is None:  # not modified: the intervals in status stay, and are fresh
                 return status_entry(cal, previous, self.clock(), etag=fetched.etag, last_modified=fetched.last_modified)
             with self._parsing:
@@ -190,15 +193,15 @@ class CalendarSync:
         return Auth(token, username, password, ca)
 
     # -- status, condition, Events ------------------------------------------------------------
-    def _write(self, keeper: dict, entries: dict[str, dict], now: datetime) -> None:
+    def _write(self, keeper: dict[str, Any], entries: dict[str, dict[str, Any]], now: datetime) -> None:
         namespace, name = object_key(keeper)
         try:
             cals = parse_calendars(keeper.get("spec") or {})
         except ScheduleError:
             return
         base = self.written.get((namespace, name)) or keeper.get("status") or {}
-        calendars = [entries.get(cal.digest) or find_status(base, cal) for cal in cals]
-        calendars = [entry for entry in calendars if entry is not None]
+        calendars = [entry for entry in (entries.get(cal.digest) or find_status(base, cal) for cal in cals)
+                     if entry is not None]
         failed = [(cal, entry) for cal, entry in zip(cals, calendars) if entry.get("error")]
         if failed:
             condition = {"type": names.CALENDARS_READY_CONDITION, "status": "False", "reason": names.REASON_FETCH_FAILED,

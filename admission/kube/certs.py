@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import base64
 import tempfile
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
+from typing import Any, Callable
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -16,23 +18,27 @@ from admission.kube.webhookconfig import ca_bundle
 WEBHOOK_CONFIGURATION = "gate-admission"
 
 
-def inject(api_client: client.ApiClient, pem: bytes, name: str = WEBHOOK_CONFIGURATION) -> list[str]:
+def inject(api_client: client.ApiClient | None, pem: bytes, name: str = WEBHOOK_CONFIGURATION) -> list[str]:
     """Set caBundle on every webhook of both configurations called ``name``; return what changed."""
     api = client.AdmissionregistrationV1Api(api_client)
     bundle = ca_bundle(pem)
-    changed = []
-    for kind, read, patch in (
+    changed: list[str] = []
+    configurations: tuple[tuple[str, Callable[[str], client.V1ValidatingWebhookConfiguration
+                                                   | client.V1MutatingWebhookConfiguration],
+                                Callable[[str, list[dict[str, Any]]], object]], ...] = (
         ("ValidatingWebhookConfiguration", api.read_validating_webhook_configuration,
          api.patch_validating_webhook_configuration),
         ("MutatingWebhookConfiguration", api.read_mutating_webhook_configuration,
          api.patch_mutating_webhook_configuration),
-    ):
+    )
+    for kind, read, patch in configurations:
         config = read(name)
-        ops = [{"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": bundle}
-               for i, hook in enumerate(config.webhooks or []) if hook.client_config.ca_bundle != bundle]
+        hooks: Sequence[client.V1ValidatingWebhook | client.V1MutatingWebhook] = config.webhooks or []
+        ops: list[dict[str, Any]] = [{"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": bundle}
+                                     for i, hook in enumerate(hooks) if hook.client_config.ca_bundle != bundle]
         if ops:
             patch(name, ops)  # a list body is sent as a JSON patch
-            changed += [f"{kind}/{name}/{hook.name}" for hook in config.webhooks]
+            changed += [f"{kind}/{name}/{hook.name}" for hook in hooks]
     return changed
 
 
@@ -52,14 +58,15 @@ def _write_secret(core: client.CoreV1Api, namespace: str, name: str, kind: str, 
                          "labels": {"app.kubernetes.io/name": "gate-admission"}},
             "data": {k: base64.b64encode(v).decode() for k, v in data.items()}}
     try:
-        core.replace_namespaced_secret(name, namespace, body)
+        # The client validates a dict body into the model, as the API server reads it.
+        core.replace_namespaced_secret(name, namespace, body)  # type: ignore[arg-type]
     except ApiException as err:
         if err.status != 404:
             raise
-        core.create_namespaced_secret(namespace, body)
+        core.create_namespaced_secret(namespace, body)  # type: ignore[arg-type]
 
 
-def sync_secrets(api_client: client.ApiClient, namespace: str, secret: str, names: list[str], now: datetime,
+def sync_secrets(api_client: client.ApiClient | None, namespace: str, secret: str, names: list[str], now: datetime,
                  force: bool = False) -> tuple[bytes, str | None]:
     """Keep the serving pair in Secret ``secret`` (type kubernetes.io/tls, with ca.crt) and
     the CA in ``secret``-ca; issue or renew as ``certs.ensure`` would. Return the CA PEM and

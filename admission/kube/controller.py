@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 from datetime import datetime, timedelta
+from typing import Any
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -51,7 +52,7 @@ def _suspension_annotations(obj: dict | None) -> dict:
     return {key: found[key] for key in SUSPENSION_ANNOTATIONS if key in found}
 
 
-def _object_key(kind: str, obj: dict) -> Key:
+def _object_key(kind: str, obj: dict[str, Any] | None) -> Key:
     meta = metadata(obj)
     return kind, str(meta.get("namespace") or ""), str(meta.get("name") or "")
 
@@ -201,8 +202,9 @@ class Controller:
             return None
         now = now or self.clock()
         found = notice(old, new, self.store.index.lookup, now)
-        if found is not None:
-            self.notifier.notify(new if new is not None else old, found.reason, found.message, found.metadata, now)
+        obj = new if new is not None else old
+        if found is not None and obj is not None:  # a notice is about one of them
+            self.notifier.notify(obj, found.reason, found.message, found.metadata, now)
         return found
 
     def announce_holds_seen_as_follower(self, now: datetime | None = None) -> list[Notice]:
@@ -251,9 +253,9 @@ class Controller:
             if self._annotate(kind, namespace, name, value):
                 done.append(f"{kind}/{namespace}/{name}")
             labels = metadata(obj).get("labels") or {}
-            parent = labels.get(names.KUSTOMIZE_NAME_LABEL), labels.get(names.KUSTOMIZE_NAMESPACE_LABEL)
-            if all(parent):
-                parents.add(parent)
+            parent_name, parent_namespace = labels.get(names.KUSTOMIZE_NAME_LABEL), labels.get(names.KUSTOMIZE_NAMESPACE_LABEL)
+            if parent_name and parent_namespace:
+                parents.add((parent_name, parent_namespace))
         for parent_name, parent_namespace in sorted(parents):
             if f"Kustomization/{parent_namespace}/{parent_name}" in done:
                 continue

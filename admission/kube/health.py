@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable
+from typing import Any, Callable
 
 import orjson
 
 
-def serve_health(port: int, readiness: Callable[[], tuple[bool, dict]], address: str = "0.0.0.0") -> ThreadingHTTPServer:
+def serve_health(port: int, readiness: Callable[[], tuple[bool, dict[str, Any]]], address: str = "0.0.0.0") -> ThreadingHTTPServer:
     """Answer probes on ``port`` in a daemon thread; /readyz is 503 until ``readiness`` says ready."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - the http.server naming
+            body: dict[str, object]
             if self.path == "/healthz":
                 code, body = 200, {"status": "ok"}
             elif self.path == "/readyz":

@@ -43,21 +43,25 @@ class LeaderElector:
             body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                     "metadata": {"name": self.name, "namespace": self.namespace},
                     "spec": {**spec, "acquireTime": format_distinct_time(now), "leaseTransitions": 0}}
-            self.api.create_namespaced_lease(self.namespace, body)
+            # The client validates a dict body into the model, as the API server reads it.
+            self.api.create_namespaced_lease(self.namespace, body)  # type: ignore[arg-type]
             return True
-        held_by = lease.spec.holder_identity
-        renewed = lease.spec.renew_time
-        duration = lease.spec.lease_duration_seconds or self.lease_seconds
+        lease_spec, lease_meta = lease.spec, lease.metadata
+        assert lease_spec is not None and lease_meta is not None  # a stored Lease has both
+        held_by = lease_spec.holder_identity
+        renewed = lease_spec.renew_time
+        duration = lease_spec.lease_duration_seconds or self.lease_seconds
         expired = renewed is None or renewed + timedelta(seconds=duration) < now
         if held_by != self.identity and not expired:
             return False
         body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                 "metadata": {"name": self.name, "namespace": self.namespace,
-                             "resourceVersion": lease.metadata.resource_version},
+                             "resourceVersion": lease_meta.resource_version},
                 "spec": {**spec,
-                         "acquireTime": format_distinct_time(lease.spec.acquire_time) if held_by == self.identity and lease.spec.acquire_time else format_distinct_time(now),
-                         "leaseTransitions": (lease.spec.lease_transitions or 0) + (held_by != self.identity)}}
-        self.api.replace_namespaced_lease(self.name, self.namespace, body)  # 409 if someone else won
+                         "acquireTime": format_distinct_time(lease_spec.acquire_time) if held_by == self.identity and lease_spec.acquire_time else format_distinct_time(now),
+                         "leaseTransitions": (lease_spec.lease_transitions or 0) + (held_by != self.identity)}}
+        # 409 if someone else won. A dict body, validated into the model by the client.
+        self.api.replace_namespaced_lease(self.name, self.namespace, body)  # type: ignore[arg-type]
         return True
 
     def run(self) -> None:
@@ -97,7 +101,7 @@ class LeaderElector:
             self.is_leader.clear()
             try:  # hand over at once instead of making the next leader wait out the lease
                 lease = self.api.read_namespaced_lease(self.name, self.namespace)
-                if lease.spec.holder_identity == self.identity:
+                if lease.spec is not None and lease.spec.holder_identity == self.identity:
                     self.api.patch_namespaced_lease(self.name, self.namespace,
                                                     {"spec": {"holderIdentity": None, "renewTime": None}})
             except Exception:

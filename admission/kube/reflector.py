@@ -8,7 +8,7 @@ import random
 import threading
 import time
 from datetime import datetime
-from typing import Callable
+from typing import Any, Callable, cast
 
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
@@ -83,8 +83,9 @@ class _Reflector:
         self.store.on_change()
 
     def _list(self) -> None:
-        listed = self.store.api.list_cluster_custom_object(self.group, self.version, self.plural,
-                                                          _request_timeout=(5, 30))
+        listed = cast(dict[str, Any],  # a custom resource's list, decoded from JSON
+                      self.store.api.list_cluster_custom_object(self.group, self.version, self.plural,
+                                                                _request_timeout=(5, 30)))
         items = [_trim(item) for item in listed.get("items") or []]
         self._replace(items)
         self.resource_version = listed["metadata"]["resourceVersion"]
@@ -205,7 +206,7 @@ class Reflecting:
 class ClusterStore(Reflecting):
     """Gates and GateKeepers of the whole cluster, kept by list+watch in background threads."""
 
-    def __init__(self, api_client: client.ApiClient, stale_after: float = STALE_AFTER):
+    def __init__(self, api_client: client.ApiClient | None, stale_after: float = STALE_AFTER):
         self.api = client.CustomObjectsApi(api_client)
         self.index = GateIndex()
         self.stale_after = stale_after
