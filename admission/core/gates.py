@@ -56,7 +56,7 @@ class Lazy(Generic[T]):
     def value(self) -> T:
         if not self._known:
             self._value, self._known = self._compute(), True
-        # Set above when it was not known: None only when the value is None.
+        # Once known, _value is the value: a None there is the value itself.
         return cast(T, self._value)
 
     def __eq__(self, other: object) -> bool:
