@@ -26,6 +26,7 @@ API server to the Python predicate.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -46,7 +47,8 @@ HOLDING_ANNOTATIONS = (names.GATES_ANNOTATION, names.REQUIRE_ANNOTATION, names.S
 HOLD_CONDITIONS = (names.BLOCKED_CONDITION, names.APPROVED_CONDITION)
 GENERATED_KIND = "HelmChart"
 
-Request = dict[str, Any]  # an AdmissionRequest
+# An AdmissionRequest (admission.core.review's), or any mapping: the predicate reads whatever shape comes.
+Request = Mapping[str, Any]
 
 
 @dataclass(frozen=True)
