@@ -4,25 +4,23 @@
 # this module defines as a function (3.11 evaluates these annotations as they are).
 from typing import Any
 
-from typing import Any
-
 Key = tuple[str, str]
 Object = dict[str, Any]  # a Kubernetes object, or any JSON object, as decoded
 
 
-def metadata(obj: dict[str, Any] | None) -> dict[str, Any]:
+def metadata(obj: Object | None) -> Object:
     """``obj.metadata`` when it is a mapping (the object's own dict), else an empty one."""
     meta = obj.get("metadata") if isinstance(obj, dict) else None
     return meta if isinstance(meta, dict) else {}
 
 
-def annotations(obj: dict[str, Any] | None) -> dict[str, Any]:
+def annotations(obj: Object | None) -> Object:
     """``obj.metadata.annotations`` when it is a mapping (the object's own dict), else an empty one."""
     value = metadata(obj).get("annotations")
     return value if isinstance(value, dict) else {}
 
 
-def object_key(obj: dict[str, Any] | None) -> Key:
+def object_key(obj: Object | None) -> Key:
     """(namespace, name); a namespaced object without a namespace is in ``default``."""
     meta = metadata(obj)
     return str(meta.get("namespace") or "default"), str(meta.get("name") or "")
