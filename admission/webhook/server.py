@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any, Callable, cast
+from typing import Any, Callable, Protocol
 
 from flask import Flask
 from gunicorn import glogging
 from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
 from gunicorn.config import Config
-from gunicorn.workers.base import Worker
 
 from admission.webhook.tls import ReloadingContext
 from admission.webhook.worker import CLIENT_CONNECTIONS, PreReadWorker
@@ -36,10 +35,15 @@ class GunicornLogger(glogging.Logger):
             log.propagate = True  # to the root logger, which logs.configure makes JSON
 
 
-def _child_exit(server: Arbiter, worker: Worker) -> None:
+class _ForkedWorker(Protocol):
+    @property
+    def pid(self) -> int:
+        """The child's, set when the arbiter forked it (a placeholder string before that)."""
+
+
+def _child_exit(server: Arbiter, worker: _ForkedWorker) -> None:
     from admission.observability.metrics import worker_exited
-    # An int once forked (the stubs know only the "[booting]" placeholder before that).
-    worker_exited(cast(int, worker.pid))
+    worker_exited(worker.pid)
 
 
 class Server(BaseApplication):
