@@ -39,6 +39,7 @@ from admission.core.decision import Context, Settings, standing
 from admission.core.gates import GateState
 from admission.core.objects import metadata, object_key
 from admission.core.references import policy_of
+from admission.core.review import UserInfo
 from admission.store.calendar import feed_rows, feeds_of, feeds_text
 from admission.store.index import GateIndex
 from admission.core.timefmt import format_time
@@ -67,6 +68,7 @@ def _index(args: argparse.Namespace, cluster: Cluster | None) -> GateIndex:
             print(f"error: --gates-dir: {why}", file=sys.stderr)
         return store.index
     index = GateIndex()
+    assert cluster is not None  # without --gates-dir, the command connected first
     custom = cluster.custom
     gates = custom.list_cluster_custom_object(names.GATING_GROUP, names.GATING_VERSION, names.GATE_PLURAL)
     keepers = custom.list_cluster_custom_object(names.GATING_GROUP, names.GATING_VERSION, names.GATEKEEPER_PLURAL)
@@ -255,7 +257,7 @@ def _manifest(path: str) -> list[dict]:
     return [doc for doc in docs if isinstance(doc, dict)]
 
 
-def _identity(args: argparse.Namespace, cluster: Cluster | None) -> dict:
+def _identity(args: argparse.Namespace, cluster: Cluster | None) -> UserInfo:
     """userInfo the API server would see: --as/--as-group, else what the kubeconfig tells."""
     if args.as_groups and not args.as_user:
         raise GateError("--as-group needs --as (as with kubectl)", EXIT_USAGE)
@@ -283,12 +285,13 @@ def _kubeconfig_user(cluster: Cluster) -> tuple[str, list[str]]:
     return cluster.user or getpass.getuser(), []
 
 
-def judge(manifest: dict, live: dict | None, user: dict, context: Context) -> dict:
+def judge(manifest: dict, live: dict | None, user: UserInfo, context: Context) -> dict:
     """What the webhook would answer to applying ``manifest`` (over ``live``, when it exists):
     the request the API server would send, judged by the webhook's own validate handler."""
     request = apply_request(manifest, live, user)
     outcome = handlers.validate(request, context)
     response = outcome.response
+    message: str | None
     if not response["allowed"]:
         verdict, message = DENIED, response["status"]["message"]
     elif response.get("warnings"):
@@ -370,11 +373,16 @@ class Flavor:
 KUBECTL = Flavor()
 
 
+def _completes(action: argparse.Action, completer: Callable[..., list[str]]) -> None:
+    """Have argcomplete offer what ``completer`` returns for ``action``'s values."""
+    action.completer = completer  # type: ignore[attr-defined]  # argcomplete's attribute, read by name
+
+
 def build_parser(flavor: Flavor = KUBECTL) -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
     common.add_argument("--context", help="kubeconfig context")
-    common.add_argument("-n", "--namespace", help=flavor.namespace_help).completer = completion.namespaces
+    _completes(common.add_argument("-n", "--namespace", help=flavor.namespace_help), completion.namespaces)
     common.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
     for switch, help_text in flavor.switches:
         common.add_argument(switch, action="store_true", help=help_text)
@@ -391,14 +399,15 @@ def build_parser(flavor: Flavor = KUBECTL) -> argparse.ArgumentParser:
 
     p = sub.add_parser("get", parents=[common],
                        help="one gate: state, why, until when, what it holds, what waits and what is served")
-    p.add_argument("name").completer = completion.gate_names
+    _completes(p.add_argument("name"), completion.gate_names)
     p.add_argument("--gates-dir", help="read gates from YAML files instead of the cluster")
     p.set_defaults(func=cmd_get)
 
     for action in ("open", "close"):
         p = sub.add_parser(action, parents=[common], help=f"{action} a gate now (writes the toggle annotation)")
-        p.add_argument("name").completer = completion.gate_names
-        p.add_argument("text", nargs="?", metavar="MESSAGE", help="why, as -m gives it").completer = completion.no_candidates
+        _completes(p.add_argument("name"), completion.gate_names)
+        _completes(p.add_argument("text", nargs="?", metavar="MESSAGE", help="why, as -m gives it"),
+                   completion.no_candidates)
         p.add_argument("-m", "--message", help="why: shown in Events, logs and `get`")
         p.add_argument("--requested-by", help="who asks (default: the kubeconfig user)")
         if action == "open":

@@ -13,6 +13,7 @@ from typing import Any
 from admission.core import kinds
 from admission.core import names
 from admission.core.objects import annotations as annotations_of, metadata
+from admission.core.review import AdmissionRequest, UserInfo
 
 CHECK_UID = "kubectl-gate-check"
 
@@ -81,7 +82,7 @@ def applied(live: dict[str, Any], manifest: dict[str, Any]) -> dict[str, Any]:
     return new
 
 
-def user_info(username: str, groups: tuple[str, ...] | list[str] = ()) -> dict[str, Any]:
+def user_info(username: str, groups: tuple[str, ...] | list[str] = ()) -> UserInfo:
     """userInfo as the API server fills it in: every authenticated user is in
     system:authenticated, and a service account without groups given is in its own."""
     groups = list(dict.fromkeys(groups))
@@ -93,7 +94,7 @@ def user_info(username: str, groups: tuple[str, ...] | list[str] = ()) -> dict[s
     return {"username": username, "groups": groups}
 
 
-def apply_request(manifest: dict[str, Any], live: dict[str, Any] | None, user: dict[str, Any]) -> dict[str, Any]:
+def apply_request(manifest: dict[str, Any], live: dict[str, Any] | None, user: UserInfo) -> AdmissionRequest:
     """The AdmissionRequest for applying ``manifest``: a CREATE, or an UPDATE of ``live``.
     ``manifest`` has a namespace (the caller fills in the default one)."""
     group, _, version = str(manifest.get("apiVersion", "")).rpartition("/")

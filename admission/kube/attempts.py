@@ -98,8 +98,8 @@ class DeniedAttempts:
 
     def record(self, request: AdmissionRequest) -> None:
         """Note a denied status write that recorded new content; never blocks, never raises."""
-        kind = request.get("kind") or {}
-        row = kinds.lookup(kind.get("group", ""), kind.get("kind", ""))
+        kind = request.get("kind")
+        row = kinds.lookup(kind.get("group", ""), kind.get("kind", "")) if kind else None
         obj = request.get("object")
         if request.get("dryRun") or row is None or not row.shows_denied_attempts or not isinstance(obj, dict):
             return

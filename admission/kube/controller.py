@@ -31,7 +31,7 @@ from admission.core.notices import Notice, notice
 from admission.core.objects import annotations as annotations_of, metadata, object_key
 from admission.core.references import policy_of, suspension_of
 from admission.kube.calendarsync import CalendarSync
-from admission.kube.events import core_event
+from admission.kube.events import core_event, post_event
 from admission.kube.notifications import FluxNotifier
 from admission.core.status import gate_status, status_differs, transition_message, was_open
 from admission.kube.fluxcache import FluxCache
@@ -187,7 +187,7 @@ class Controller:
                     "resourceVersion": meta.get("resourceVersion")}
         body = core_event(involved, reason, message, now, event_type=kind, component=COMPONENT)
         try:
-            self.core.create_namespaced_event(meta.get("namespace"), body)
+            post_event(self.core, body)
         except ApiException as err:
             log.warning("event not recorded", extra={"reason": reason, "error": err.reason})
 

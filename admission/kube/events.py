@@ -21,7 +21,7 @@ import logging
 import time
 from collections import OrderedDict
 from datetime import datetime
-from typing import Callable
+from typing import Any, Callable, cast
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -32,7 +32,7 @@ from admission.core import holdpoints
 from admission.core import kinds
 from admission.core import names
 from admission.core.decision import Context, Lookup, Settings, standing
-from admission.core.objects import metadata
+from admission.core.objects import annotations as annotations_of, metadata
 from admission.core.references import is_namespace, is_object_name
 from admission.core.review import AdmissionRequest, subject
 from admission.core.timefmt import format_time
@@ -67,13 +67,13 @@ def event_name(obj_name: str, identity: str, message: str, bucket: int) -> str:
     return f"{obj_name[:200]}.gateclosed.{digest}"
 
 
-def core_event(involved: dict[str, object], reason: str, message: str, now: datetime, *, component: str,
-               event_type: str, name: str | None = None, reporting_component: str | None = None) -> dict[str, object]:
+def core_event(involved: dict[str, Any], reason: str, message: str, now: datetime, *, component: str,
+               event_type: str, name: str | None = None, reporting_component: str | None = None) -> dict[str, Any]:
     """A core/v1 Event about the object ``involved`` refers to (in its namespace), seen once at
     ``now``, from ``component``: named ``name``, else a name the API server makes from the object's."""
     namespace = involved.get("namespace")
     stamp = format_time(now)
-    body = {
+    body: dict[str, Any] = {
         "apiVersion": "v1", "kind": "Event",
         "metadata": {"name": name, "namespace": namespace} if name else
                     {"generateName": f"{involved.get('name')}.", "namespace": namespace},
@@ -87,14 +87,20 @@ def core_event(involved: dict[str, object], reason: str, message: str, now: date
     return body
 
 
+def post_event(core: client.CoreV1Api, body: dict[str, Any]) -> None:
+    """Create ``body`` (made by ``core_event``) in its namespace."""
+    # The client's signature names its model; a dict is serialised the same way.
+    core.create_namespaced_event(body["metadata"]["namespace"], cast(Any, body))
+
+
 def _judged_part(stored: dict | None) -> dict | None:
     """What a hold is judged on (names, uid, annotations, spec.gates and spec.suspend): a
     remembered read is a few hundred bytes, whatever the object's values."""
     if not isinstance(stored, dict):
         return None
     meta = metadata(stored)
-    annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
-    spec = stored.get("spec") if isinstance(stored.get("spec"), dict) else {}
+    annotations = annotations_of(stored)
+    spec = stored["spec"] if isinstance(stored.get("spec"), dict) else {}
     return {"apiVersion": stored.get("apiVersion"), "kind": stored.get("kind"),
             "metadata": {key: meta.get(key) for key in ("name", "namespace", "uid")}
             | {"annotations": {k: v for k, v in annotations.items() if k != names.LAST_APPLIED_ANNOTATION}},
@@ -151,8 +157,8 @@ class DenialEvents:
         API server sends (a kind we do not gate, a name that is not an object's)."""
         if request.get("dryRun"):
             return None
-        kind = request.get("kind") or {}
-        row = kinds.lookup(kind.get("group", ""), kind.get("kind", ""))
+        kind = request.get("kind")
+        row = kinds.lookup(kind.get("group", ""), kind.get("kind", "")) if kind else None
         # A CREATE's uid is a new one that no stored object has, so a denied CREATE makes no Event.
         about = subject(request)
         if row is None or not is_namespace(about.namespace) or not is_object_name(about.name):
@@ -231,7 +237,7 @@ class DenialEvents:
         if not self.per_object.charge(key[:3], bucket) or not self.per_namespace.charge(namespace, bucket):
             return "limited"
         try:
-            self.core.create_namespaced_event(namespace, self._body(event[1], kind, stored, message, now))
+            post_event(self.core, self._body(event[1], kind, stored, message, now))
             result = "created"
             repeats -= 1
         except ApiException as err:

@@ -46,6 +46,8 @@ def _key(obj: dict) -> Key:
 class _KindReflector(_Reflector):
     """One Flux kind: the gate reflector's loop, at the first version the API server serves."""
 
+    store: "FluxCache"
+
     def __init__(self, cache: "FluxCache", row: FluxKind):
         super().__init__(cache, row.plural)
         self.row = row
@@ -96,7 +98,7 @@ class FluxCache(Reflecting):
     Objects handed out are the cache's own: read them, never change them.
     """
 
-    def __init__(self, api_client: client.ApiClient, kinds: Iterable[str | FluxKind], stale_after: float = STALE_AFTER):
+    def __init__(self, api_client: client.ApiClient | None, kinds: Iterable[str | FluxKind], stale_after: float = STALE_AFTER):
         self.api = client.CustomObjectsApi(api_client)
         self.stale_after = stale_after
         rows = [BY_KIND[k] if isinstance(k, str) else k for k in kinds]
@@ -105,7 +107,7 @@ class FluxCache(Reflecting):
         self._stopped = threading.Event()
         self._streams: set[watch.Watch] = set()
         self._threads: list[threading.Thread] = []
-        self.reflectors = [_KindReflector(self, row) for row in rows]
+        self.reflectors: list[_KindReflector] = [_KindReflector(self, row) for row in rows]
         # Called after every change, outside the lock: (kind, old, new); new None = deleted.
         self.on_change: OnChange = lambda kind, old, new: None
 

@@ -61,12 +61,12 @@ class FluxObjects:
     def patch(self, kind: str, namespace: str, name: str, body: dict) -> dict:
         row = BY_KIND[kind]
         version = self.versions.get(kind) or row.versions[0]
-        return self.custom.patch_namespaced_custom_object(row.group, version, namespace, row.plural, name, body)
+        return cast(dict, self.custom.patch_namespaced_custom_object(row.group, version, namespace, row.plural, name, body))
 
     def get(self, kind: str, namespace: str, name: str, version: str) -> dict | None:
         row = BY_KIND[kind]
         try:
-            return self.custom.get_namespaced_custom_object(row.group, version, namespace, row.plural, name)
+            return cast(dict, self.custom.get_namespaced_custom_object(row.group, version, namespace, row.plural, name))
         except ApiException as err:
             if err.status == 404:
                 return None

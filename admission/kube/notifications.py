@@ -118,13 +118,13 @@ class FluxNotifier:
             try:
                 status = self.post(address, body)
                 # 429: notification-controller already has this event from its own rate limit window.
-                ok = status < 300 or status == 429
+                ok, failure = status < 300 or status == 429, str(status)
             except (OSError, ValueError) as err:
-                status, ok = str(err), False
+                ok, failure = False, str(err)
             self.results["sent" if ok else "failed"] += 1
             if not ok:
                 log.warning("notification not delivered", extra={
-                    "address": address, "error": str(status), "reason": body["reason"],
+                    "address": address, "error": failure, "reason": body["reason"],
                     "object": f"{body['involvedObject'].get('kind')}/{body['involvedObject'].get('namespace')}/"
                               f"{body['involvedObject'].get('name')}"})
 

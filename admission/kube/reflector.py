@@ -8,7 +8,7 @@ import random
 import threading
 import time
 from datetime import datetime
-from typing import Any, Callable, cast
+from typing import Any, Callable, Sequence, cast
 
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
@@ -53,14 +53,14 @@ def _trim(obj: dict) -> dict:
 
 
 class _Reflector:
-    """Keeps one kind (gates or gatekeepers) current in the index: list, then watch from the
-    list's resourceVersion; resume after each watch; relist on 410 Gone; back off on errors.
-    A subclass keeps another kind elsewhere by overriding ``group``/``version``, ``_apply``
-    and ``_replace`` (kube/fluxcache.py)."""
+    """Keeps one kind current in its store: list, then watch from the list's resourceVersion;
+    resume after each watch; relist on 410 Gone; back off on errors. A subclass says where the
+    objects go (``_apply``, ``_replace``): the gate index here, Flux objects in kube/fluxcache.py."""
 
-    group, version = names.GATING_GROUP, names.GATING_VERSION
+    group: str = names.GATING_GROUP
+    version: str | None = names.GATING_VERSION
 
-    def __init__(self, store: "ClusterStore", plural: str):
+    def __init__(self, store: "Reflecting", plural: str):
         self.store, self.plural = store, plural
         self.synced = False
         self.connected_since: float | None = None
@@ -74,17 +74,19 @@ class _Reflector:
         self.relists = 0
 
     def _apply(self, kind: str, obj: dict) -> None:
-        index = self.store.index
-        namespace, name = object_key(obj)
-        if self.plural == names.GATE_PLURAL:
-            index.delete_gate(namespace, name) if kind == "DELETED" else index.put_gate(obj)
-        else:
-            index.delete_keeper(namespace, name) if kind == "DELETED" else index.put_keeper(obj)
-        self.store.on_change()
+        raise NotImplementedError
+
+    def _replace(self, items: list[dict]) -> None:
+        raise NotImplementedError
+
+    def _served_version(self) -> str:
+        # None only on a Flux kind no version of which is served, which never lists or watches.
+        assert self.version is not None, self.plural
+        return self.version
 
     def _list(self) -> None:
         listed = cast(dict[str, Any],  # a custom resource's list, decoded from JSON
-                      self.store.api.list_cluster_custom_object(self.group, self.version, self.plural,
+                      self.store.api.list_cluster_custom_object(self.group, self._served_version(), self.plural,
                                                                 _request_timeout=(5, 30)))
         items = [_trim(item) for item in listed.get("items") or []]
         self._replace(items)
@@ -93,13 +95,6 @@ class _Reflector:
         self.synced = True
         self._connected()
         log.info("listed", extra={"resource": self.plural, "count": len(items), "resourceVersion": self.resource_version})
-
-    def _replace(self, items: list[dict]) -> None:
-        if self.plural == names.GATE_PLURAL:
-            self.store.index.replace_all(items, None)
-        else:
-            self.store.index.replace_all(None, items)
-        self.store.on_change()
 
     def _watch(self) -> None:
         stream = watch.Watch()
@@ -118,7 +113,7 @@ class _Reflector:
         seconds = max(1, min(WATCH_SECONDS, int(self.store.stale_after / 2)))
         try:
             for event in stream.stream(started, self.group,
-                                       self.version, self.plural, resource_version=self.resource_version,
+                                       self._served_version(), self.plural, resource_version=self.resource_version,
                                        allow_watch_bookmarks=True, timeout_seconds=seconds,
                                        _request_timeout=(5, seconds + 5)):
                 self._connected()
@@ -167,7 +162,7 @@ class _Reflector:
         self.store._stopped.wait(backoff.next())
 
 
-def untrusted_reason(what: str, reflectors: list["_Reflector"], stale_after: float) -> str | None:
+def untrusted_reason(what: str, reflectors: Sequence["_Reflector"], stale_after: float) -> str | None:
     """Why a cache kept by ``reflectors`` cannot be trusted now (not listed yet, or no proof
     for ``stale_after`` seconds that its watch works), or None. One rule for every cache."""
     now = time.monotonic()
@@ -183,10 +178,34 @@ def untrusted_reason(what: str, reflectors: list["_Reflector"], stale_after: flo
     return None
 
 
+class _GateReflector(_Reflector):
+    """Gates or GateKeepers, into the cluster store's index."""
+
+    store: "ClusterStore"
+
+    def _apply(self, kind: str, obj: dict) -> None:
+        index = self.store.index
+        namespace, name = object_key(obj)
+        if self.plural == names.GATE_PLURAL:
+            index.delete_gate(namespace, name) if kind == "DELETED" else index.put_gate(obj)
+        else:
+            index.delete_keeper(namespace, name) if kind == "DELETED" else index.put_keeper(obj)
+        self.store.on_change()
+
+    def _replace(self, items: list[dict]) -> None:
+        if self.plural == names.GATE_PLURAL:
+            self.store.index.replace_all(items, None)
+        else:
+            self.store.index.replace_all(None, items)
+        self.store.on_change()
+
+
 class Reflecting:
     """A cache kept by ``self.reflectors``: runs each in a daemon thread and stops their watches."""
 
-    reflectors: list["_Reflector"]
+    reflectors: Sequence["_Reflector"]
+    api: client.CustomObjectsApi
+    stale_after: float
     _threads: list[threading.Thread]
     _stopped: threading.Event
     _streams: set
@@ -212,7 +231,8 @@ class ClusterStore(Reflecting):
         self.stale_after = stale_after
         self._stopped = threading.Event()
         self._streams: set[watch.Watch] = set()
-        self.reflectors = [_Reflector(self, names.GATE_PLURAL), _Reflector(self, names.GATEKEEPER_PLURAL)]
+        self.reflectors: list[_Reflector] = [_GateReflector(self, names.GATE_PLURAL),
+                                             _GateReflector(self, names.GATEKEEPER_PLURAL)]
         self._threads: list[threading.Thread] = []
         self.on_change: Callable[[], None] = lambda: None  # called after every change to the index
 

@@ -232,7 +232,7 @@ class FileStore:
                 continue
             candidates.append((path, entry, seen))
         sequence = writes.sequence if writes is not None else 0
-        reads = []
+        reads: list[tuple[str, _File, Version, bytes | None, str | None]] = []
         for path, entry, seen in candidates:
             try:
                 got = read_whole(path, MAX_FILE)
@@ -277,10 +277,10 @@ class FileStore:
     def _use(self, path: str, entry: _File, seen: Version, data: bytes | None, failure: str | None) -> None:
         """Take a whole read of a file: its documents, or why it cannot be used."""
         name = self._name(path)
-        if failure is None and len(data) > MAX_FILE:
-            failure = f"file is larger than {MAX_FILE} bytes"
+        if failure is None and (data is None or len(data) > MAX_FILE):
+            failure = "nothing was read" if data is None else f"file is larger than {MAX_FILE} bytes"
         parsed = None
-        if failure is None:
+        if failure is None and data is not None:
             try:
                 parsed = parse(data.decode("utf-8"))
             except UnicodeDecodeError:
@@ -291,7 +291,7 @@ class FileStore:
         if parsed is not None and parsed.problem is None:
             entry.docs, entry.problem, entry.scope = parsed.docs, None, None
         else:
-            why = f"gates file {name} is broken: {failure or parsed.problem}"
+            why = f"gates file {name} is broken: {failure or (parsed.problem if parsed is not None else '')}"
             entry.problem, entry.scope = why, parsed.scope if parsed is not None else Scope(everything=True)
             log.error("gates file is broken", extra={"file": path, "error": why})
         entry.read, entry.writing, self._dirty = seen, False, True
@@ -322,7 +322,8 @@ class FileStore:
                 if entry.problem is not None:
                     # The gates it defined or scheduled when it last parsed stay, closed, with the reason.
                     for doc in entry.docs:
-                        broken[gates_of(doc)] = entry.problem
+                        if (gate := gates_of(doc)) is not None:
+                            broken[gate] = entry.problem
             elif entry.problem is not None and entry.scope is not None:
                 why = f"{entry.problem}; never read whole, it may define or schedule this gate"
                 if entry.scope.everything:
@@ -347,7 +348,8 @@ class FileStore:
                 why = f"{doc['kind'].lower()} {key[0]}/{key[1]} is defined {where}"
                 problems[f"{key[0]}/{key[1]}" if seen is gates else f"gatekeeper {key[0]}/{key[1]}"] = why
                 for dup in (seen[key][1], doc):
-                    broken[gates_of(dup)] = why
+                    if (gate := gates_of(dup)) is not None:
+                        broken[gate] = why
             seen[key] = (path, doc)
         self.index.replace_all([doc for _, doc in gates.values()], [doc for _, doc in keepers.values()], broken,
                                Unknowns(everything, unknown_ns, unknown_gates))

@@ -63,13 +63,14 @@ def _log_decision(endpoint: str, review: AdmissionReview, outcome: Outcome, dry_
     if hold is not None:
         # Bounded: a review can reference many gates with long (invalid) names.
         states = hold.states[:MAX_LOGGED_GATES]
-        fields["gates"] = {
+        logged: dict[str, object] = {
             "require": hold.policy.require,
             "status": [{"gate": logs.cap(s.key, 300), "closed": str(not s.open).lower(), "reason": s.reason}
                        for s in states],
         }
         if len(hold.states) > len(states):
-            fields["gates"]["truncated"] = len(hold.states) - len(states)
+            logged["truncated"] = len(hold.states) - len(states)
+        fields["gates"] = logged
     if decision.exempt:
         fields["exempt"] = logs.cap(decision.exempt)
     if decision.message:
@@ -240,7 +241,9 @@ def create_app(store: GateStore, settings: Settings | None = None, *,
 
     app.extensions["gate_sources"] = sources
     trusted_once: list[bool] = []  # set once the Flux object cache has been trusted
-    app.wsgi_app = ReviewRoutes(app.wsgi_app, Reviews(store, settings, clock, events, sources, attempts))
+    # Flask's documented way to put WSGI middleware in front of the app.
+    app.wsgi_app = ReviewRoutes(  # type: ignore[method-assign]
+        app.wsgi_app, Reviews(store, settings, clock, events, sources, attempts))
 
     @app.get("/healthz")
     def healthz() -> Response:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from concurrent.futures import Future
+from typing import Any
 
 from gunicorn import http
 from gunicorn.workers.gthread import TConn, ThreadWorker
@@ -79,16 +80,22 @@ class SeamConn(TConn):
 
     def leftover(self) -> bytes:
         """Bytes of the next request a thread's parser read past the last one (pipelining)."""
-        return self.parser.unreader.take_buffered() if self.parser is not None else b""
+        return _unreader(self.parser).take_buffered() if self.parser is not None else b""
 
     def hand_over(self, request: bytes) -> None:
         """Give a thread ``request``, read whole by the loop, to parse from memory."""
         if self.parser is None:
             self.parser = http.get_parser(self.cfg, self.sock, self.client)
-        self.parser.unreader.unread(request)
+        _unreader(self.parser).unread(request)
         # The loop did the handshake and holds every byte: left unset, a thread would wrap the
         # socket in TLS again (initialized) and wait for it to turn readable (data_ready).
         self.initialized = self.data_ready = True
+
+
+def _unreader(parser: object) -> Any:
+    """The HTTP/1 parser's unreader (the stubs' parser type also covers HTTP/2, which has none;
+    gthread over TLS without h2 makes HTTP/1 parsers only)."""
+    return getattr(parser, "unreader")
 
 
 class GthreadSeam(ThreadWorker):
@@ -130,10 +137,10 @@ class GthreadSeam(ThreadWorker):
         self.starting()
         super().run()
 
-    def accept(self, listener) -> bool:  # the listener's poller callback
-        return self.take_connection(listener)
+    def accept(self, listener) -> None:  # the listener's poller callback
+        self.take_connection(listener)
 
-    def set_accept_enabled(self, enabled: bool) -> None:
+    def set_accept_enabled(self, enabled: bool | None) -> None:
         # gthread's loop enables accepting on each turn it is under its connection count.
         if enabled and not self.may_accept():
             return

@@ -167,7 +167,7 @@ class PreReadWorker(GthreadSeam):
         self.accept_paused_until = time.monotonic() + ACCEPT_PAUSE
         self.accept_connections(False)
         self._warn("descriptors", "out of file descriptors (%s) with %d connections open: not accepting "
-                   "for %.1fs", os.strerror(err.errno), self.open_connections, ACCEPT_PAUSE)
+                   "for %.1fs", os.strerror(err.errno or 0), self.open_connections, ACCEPT_PAUSE)
 
     def may_accept(self) -> bool:
         # Not while paused for want of descriptors (the loop asks at least once a second).
