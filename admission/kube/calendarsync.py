@@ -26,10 +26,11 @@ from kubernetes.client.rest import ApiException
 
 from admission.clock import utcnow
 from admission.core import names
+from admission.core.conditions import find, transition_time
 from admission.core.cron import ScheduleError
 from admission.core.objects import metadata, object_key
 from admission.core.subscriptions import HORIZON, CalendarSpec, clean, find_status, parse_calendars, status_entry
-from admission.core.timefmt import format_time, parse_time
+from admission.core.timefmt import parse_time
 from admission.ical.fetch import Auth, FetchError, Policy, fetch
 from admission.ical.parse import ParseError, parse_in_child
 
@@ -210,10 +211,8 @@ class CalendarSync:
             count = sum(len(entry.get("intervals") or []) for entry in calendars)
             condition = {"type": names.CALENDARS_READY_CONDITION, "status": "True", "reason": names.REASON_FETCHED,
                          "message": f"{len(calendars)} calendar(s) fetched, {count} coming event(s) listed"}
-        before = next((c for c in base.get("conditions") or [] if isinstance(c, dict)
-                       and c.get("type") == names.CALENDARS_READY_CONDITION), None)
-        condition["lastTransitionTime"] = before["lastTransitionTime"] if before and before.get("status") == \
-            condition["status"] and before.get("lastTransitionTime") else format_time(now)
+        before = find({"status": base}, names.CALENDARS_READY_CONDITION)
+        condition["lastTransitionTime"] = transition_time(before, condition["status"], now)
         generation = metadata(keeper).get("generation")
         status = {"calendars": calendars, "conditions": [condition],
                   **({"observedGeneration": generation} if generation is not None else {})}
