@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Callable, Literal
+from typing import Callable
 
 from admission.core import content
 from admission.core import gates
@@ -19,7 +19,6 @@ from admission.core.review import AdmissionRequest, subject
 from admission.core.timefmt import format_time
 
 Lookup = Callable[[str, str, datetime], GateState]
-Mode = Literal["enforce", "audit"]
 
 EDIT = "edit"  # a held change of the object itself (spec, gates, creation, deletion)
 CONTENT = "content"  # held new content: an artifact, an image, an attempt at a new revision
