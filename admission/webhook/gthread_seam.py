@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, cast
 
 from gunicorn import http
 from gunicorn.workers.gthread import TConn, ThreadWorker
@@ -95,7 +95,7 @@ class SeamConn(TConn):
 def _unreader(parser: object) -> Any:
     """The HTTP/1 parser's unreader (the stubs' parser type also covers HTTP/2, which has none;
     gthread over TLS without h2 makes HTTP/1 parsers only)."""
-    return getattr(parser, "unreader")
+    return cast(Any, parser).unreader
 
 
 class GthreadSeam(ThreadWorker):
