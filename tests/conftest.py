@@ -48,11 +48,18 @@ def gates_dir(tmp_path: Path) -> Path:
 def make_client(gates_dir: Path):
     """Build a test client over ``objects`` written to the gates directory."""
 
+    made = []
+
     def make(objects: list[dict] = (), settings: Settings | None = None, now=FIXED_NOW):
         write_gates(gates_dir, list(objects))
         store = FileStore(gates_dir)
         app = create_app(store, settings or Settings(), clock=lambda: now)
         app.testing = True
+        made.append(app)
         return app.test_client()
 
-    return make
+    yield make
+    # The calendar builder thread holds its app, and so the store and its inotify instance (of a
+    # per-user 128): closed, they go with the test.
+    for app in made:
+        app.extensions["calendar_feeds"].close()

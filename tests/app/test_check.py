@@ -53,7 +53,9 @@ class Webhook:
     def __init__(self, directory: Path, gates: list[dict], settings: Settings):
         write_gates(directory, gates)
         self.store = FileStore(directory)
-        app = create_app(self.store, settings, clock=lambda: FIXED_NOW)
+        # No /calendar.ics: its builder thread would keep each example's store (and its inotify
+        # instance, of a per-user 128) alive for the whole session.
+        app = create_app(self.store, settings, clock=lambda: FIXED_NOW, calendar=False)
         app.testing = True
         self.client = app.test_client()
         self.settings = settings
