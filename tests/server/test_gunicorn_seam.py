@@ -220,3 +220,21 @@ def test_only_the_seam_imports_gunicorns_worker_and_parser_modules():
                     for module, name in gunicorn_imports(path)}
         inner = {module for module in imported if module.startswith(("gunicorn.workers", "gunicorn.http"))}
         assert not inner, f"{path.relative_to(WEBHOOK.parent.parent)} imports {sorted(inner)}: only gthread_seam may"
+
+
+def test_the_logger_hook_the_server_overrides_is_still_called():
+    """admission.webhook.server.GunicornLogger turns gunicorn's access log off through a private
+    hook of gunicorn's Logger: renamed, the access log (and its cost on every review) would come
+    back without any test noticing its absence."""
+    from gunicorn import glogging
+    from gunicorn.config import Config
+
+    from admission.webhook.server import GunicornLogger
+
+    assert callable(getattr(glogging.Logger, "_compute_access_log_enabled", None)), \
+        "gunicorn: glogging.Logger._compute_access_log_enabled is gone"
+    assert "self._compute_access_log_enabled()" in inspect.getsource(glogging.Logger.setup), \
+        "gunicorn: glogging.Logger.setup no longer calls _compute_access_log_enabled"
+    assert GunicornLogger._compute_access_log_enabled is not glogging.Logger._compute_access_log_enabled
+    assert {"error_log", "access_log"} <= set(vars(glogging.Logger(Config()))), \
+        "gunicorn: glogging.Logger no longer has error_log and access_log"
