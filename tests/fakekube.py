@@ -37,6 +37,22 @@ def _error(status: int, reason: str) -> ApiException:
     return ApiException(status=status, reason=reason)
 
 
+class QuietStore:
+    """A stand-in store's lifecycle: always trusted and synced, nothing to start or stop."""
+
+    def untrusted(self) -> str | None:
+        return None
+
+    def wait_synced(self, timeout: float) -> bool:
+        return True
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
 class FakeKube:
     """Objects by (resource, namespace, name) as the API server would store them (plain dicts)."""
 

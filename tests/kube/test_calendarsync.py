@@ -19,7 +19,7 @@ from admission.kube.calendarsync import CalendarSync
 from admission.kube.controller import Controller
 from admission.store.index import GateIndex
 from tests.builders import at, gate
-from tests.fakekube import FakeFluxCache, FakeKube
+from tests.fakekube import FakeFluxCache, FakeKube, QuietStore
 from tests.feedserver import FeedServer
 from tests.polling import wait_for
 
@@ -255,7 +255,7 @@ def test_removing_a_keepers_calendars_removes_what_status_said_of_them(server):
     assert len(kube.calls) == writes and gate_at(kube, NOW).open
 
 
-class LiveCache:
+class LiveCache(QuietStore):
     """The controller's store over FakeKube, read afresh on each use (the list+watch is proven in e2e)."""
 
     def __init__(self, kube: FakeKube):
@@ -266,18 +266,6 @@ class LiveCache:
         index = GateIndex()
         index.replace_all(self.kube.of(names.GATE_PLURAL), self.kube.of(names.GATEKEEPER_PLURAL))
         return index
-
-    def untrusted(self):
-        return None
-
-    def wait_synced(self, timeout: float) -> bool:
-        return True
-
-    def start(self) -> None:
-        pass
-
-    def stop(self) -> None:
-        pass
 
 
 def test_the_controller_runs_the_loop_and_the_gate_status_follows_the_feed(server):

@@ -12,13 +12,13 @@ from admission.core.timefmt import format_time
 from admission.kube.controller import Controller
 from admission.store.index import GateIndex
 from tests.builders import at, flux, gate
-from tests.fakekube import FakeFluxCache, FakeKube
+from tests.fakekube import FakeFluxCache, FakeKube, QuietStore
 from tests.polling import wait_for
 
 NOW = at("2026-06-10T12:00")
 
 
-class GateCache:
+class GateCache(QuietStore):
     """Stands in for the cluster store (its list+watch is proven in e2e): the index of the
     Gates in FakeKube, refreshed when a test calls ``sync``."""
 
@@ -30,18 +30,6 @@ class GateCache:
         self.index.replace_all(self.kube.of(names.GATE_PLURAL), [])
         if self.on_change:
             self.on_change()
-
-    def untrusted(self):
-        return None
-
-    def wait_synced(self, timeout: float) -> bool:
-        return True
-
-    def start(self) -> None:
-        pass
-
-    def stop(self) -> None:
-        pass
 
 
 def controller(kube: FakeKube, **kwargs) -> tuple[Controller, GateCache]:

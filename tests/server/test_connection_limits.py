@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import resource
 import socket
+from contextlib import contextmanager
+from typing import Iterator
 
 import orjson
 
@@ -34,17 +36,35 @@ def judged_on(sock) -> bool:
     return head.startswith(b"HTTP/1.1 200 ") and orjson.loads(answer)["response"]["allowed"] is False
 
 
-def flood(server: GateServer, count: int, sources: list[str]) -> list[socket.socket]:
-    """``count`` connections that never start TLS, spread over ``sources``: those the server did
-    not reset at once (over a cap it resets them at accept, which can reach a connect still in
-    progress)."""
+@contextmanager
+def flooding(server: GateServer, count: int, sources: list[str]) -> Iterator[list[socket.socket]]:
+    """``count`` connections that never start TLS, spread over ``sources``, held for the block:
+    those the server did not reset at once (over a cap it resets them at accept, which can reach
+    a connect still in progress)."""
     held = []
-    for i in range(count):
-        try:
-            held.append(raw_connect(server, sources[i % len(sources)]))
-        except ConnectionResetError:
-            pass  # refused by the cap: what the tests count is what stays open
-    return held
+    try:
+        for i in range(count):
+            try:
+                held.append(raw_connect(server, sources[i % len(sources)]))
+            except ConnectionResetError:
+                pass  # refused by the cap: what the tests count is what stays open
+        yield held
+    finally:
+        for sock in held:
+            sock.close()
+
+
+@contextmanager
+def kept_connection(server: GateServer) -> Iterator[socket.socket]:
+    """The API server's connection, judged on, kept alive through the block; after it, a review
+    on a new connection is judged too."""
+    kept = tls_connect(server)
+    try:
+        assert judged_on(kept)
+        yield kept
+        assert wait_for(lambda: judged(server), 30, "a review on a new connection")
+    finally:
+        kept.close()
 
 
 def settled(pid: int) -> int | None:
@@ -62,34 +82,23 @@ def settled(pid: int) -> int | None:
     return until(count, lambda s: s[-1] is None or (len(s) >= 5 and len(set(s[-5:])) == 1), timeout=30)[-1]
 
 
-def closed(socks: list[socket.socket]) -> None:
-    for sock in socks:
-        sock.close()
-
-
 def test_one_client_with_a_thousand_connections_does_not_take_them_all(tmp_path):
     """A worker serves 1,000 connections; one address held all of them, and the API server's
     reviews waited in the listen backlog."""
     with serving_gates_dir(tmp_path, GATES, "--workers", "1") as srv:
-        held = flood(srv, 1000, ["127.0.0.2"])
-        try:
+        with flooding(srv, 1000, ["127.0.0.2"]) as held:
             assert judged(srv, "127.0.0.1")
             # ...while that client still holds as many connections as it may, and no more.
             still = sum(still_waiting(sock) for sock in held)
             assert 0 < still <= DEFAULT_PER_CLIENT, still
-        finally:
-            closed(held)
 
 
 def test_the_connections_per_client_are_a_setting(tmp_path):
     with serving_gates_dir(tmp_path, GATES, "--workers", "1", "--max-client-connections", "10") as srv:
-        held = flood(srv, 40, ["127.0.0.2"])
-        try:
+        with flooding(srv, 40, ["127.0.0.2"]) as held:
             assert judged(srv, "127.0.0.3")
             still = sum(still_waiting(sock) for sock in held)
             assert 0 < still <= 10, still
-        finally:
-            closed(held)
         # The client is served again once it has closed them.
         assert wait_for(lambda: judged(srv, "127.0.0.2"), 15, "a review from the client again")
 
@@ -99,18 +108,9 @@ def test_a_descriptor_limit_below_the_connection_limit_does_not_stop_the_worker(
     died on it, again and again. Now the worker takes no more connections than its descriptors allow."""
     with serving_gates_dir(tmp_path, GATES, "--workers", "1", nofile=256) as srv:
         workers = srv.children()
-        kept = tls_connect(srv)  # the API server's connection, kept alive
-        try:
+        with kept_connection(srv) as kept, flooding(srv, 400, [f"127.0.0.{n}" for n in range(2, 10)]):
+            assert settled(workers[0]) is not None, srv.log()[-3000:]  # it took what it could, and lives
             assert judged_on(kept)
-            held = flood(srv, 400, [f"127.0.0.{n}" for n in range(2, 10)])
-            try:
-                assert settled(workers[0]) is not None, srv.log()[-3000:]  # it took what it could, and lives
-                assert judged_on(kept)
-            finally:
-                closed(held)
-            assert wait_for(lambda: judged(srv), 30, "a review on a new connection")
-        finally:
-            kept.close()
         assert srv.children() == workers, srv.log()[-3000:]
         assert "out of file descriptors" not in srv.log()  # accept() never even failed: the cap kept below the limit
 
@@ -120,21 +120,13 @@ def test_a_worker_out_of_descriptors_backs_off_and_keeps_serving(tmp_path):
     accept() fails with EMFILE, and the worker pauses accepting instead of exiting."""
     with serving_gates_dir(tmp_path, GATES, "--workers", "1") as srv:
         (worker,) = srv.children()
-        kept = tls_connect(srv)
-        try:
-            assert judged_on(kept)
+        with kept_connection(srv) as kept:
             in_use = len(os.listdir(f"/proc/{worker}/fd"))
             _, hard = resource.prlimit(worker, resource.RLIMIT_NOFILE)
             resource.prlimit(worker, resource.RLIMIT_NOFILE, (in_use + 16, hard))
-            held = flood(srv, 64, [f"127.0.0.{n}" for n in range(2, 6)])
-            try:
+            with flooding(srv, 64, [f"127.0.0.{n}" for n in range(2, 6)]):
                 assert judged_on(kept)  # the worker that held it is alive...
                 # ...and ran out of descriptors accepting the others.
                 assert "out of file descriptors" in until(srv.log, lambda log: "out of file descriptors" in log)
                 assert judged_on(kept)
-            finally:
-                closed(held)
-            assert wait_for(lambda: judged(srv), 30, "a review on a new connection")
-        finally:
-            kept.close()
         assert srv.children() == [worker], srv.log()[-3000:]
