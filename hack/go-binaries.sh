@@ -60,9 +60,12 @@ fetch_dependencies() {
 # Sets FORKS_REPLACED when it changed something: the upstream release has dependencies of its
 # own, which `go mod tidy` then records (with their checksums).
 upstream_for_unserved_forks() {
-  local upstream
+  local upstream found
   FORKS_REPLACED=""
-  for upstream in $(go mod edit -json | python3 "$HACK/nearest-served.py" --forks); do
+  # Captured first: inside the for list, the script's failure ("neither is served") would be
+  # lost, and the build would fail later on a confusing go error.
+  found=$(go mod edit -json | python3 "$HACK/nearest-served.py" --forks) || return 1
+  for upstream in $found; do
     go mod edit -dropreplace="${upstream%@*}" -require="$upstream"
     FORKS_REPLACED=1
   done
@@ -139,7 +142,7 @@ build_flux() {
       # Each controller replaces its ./api with the local directory, which `go install` refuses:
       # take the published api module of the same version instead.
       go mod edit -dropreplace="$mod/api"
-      upstream_for_unserved_forks
+      upstream_for_unserved_forks || exit 1
       go get "$mod/api@$ver" >&2
       [[ -z "$FORKS_REPLACED" ]] || go mod tidy -e >&2
       fetch_dependencies

@@ -50,8 +50,11 @@ def connect(args: argparse.Namespace) -> Cluster:
         context = kubeconfig_context(args)
         configuration = client.Configuration()
         config.load_kube_config(config_file=args.kubeconfig, context=args.context, client_configuration=configuration)
-        from admission.kube.client import quiet_insecure_warnings
+        from admission.kube.client import NO_RETRIES, quiet_insecure_warnings
         quiet_insecure_warnings(configuration)
+        # As the server's client: a call fails once, at once. urllib3's default three retries
+        # would make a completer against an unreachable cluster hang its shell for seconds.
+        configuration.retries = NO_RETRIES
     except config.ConfigException as err:
         raise GateError(f"no cluster: {err}", EXIT_NO_CLUSTER) from None
     details = (context or {}).get("context") or {}

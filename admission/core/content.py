@@ -256,7 +256,7 @@ def generated_chart_namespace(release: Object) -> str:
     return str(ref.get("namespace") or metadata(release).get("namespace") or "default")
 
 
-def _generator(chart: Object) -> tuple[str, str] | None:
+def generator(chart: Object) -> tuple[str, str] | None:
     """(namespace, name) of the HelmRelease that generated ``chart``: helm-controller labels the
     chart it generates with its release (names.HELM_NAME_LABEL/NAMESPACE_LABEL, fluxcd/pkg/ssa
     SetOwnerLabels) and names it ``<namespace>-<name>``. A chart with the labels under another
@@ -275,7 +275,7 @@ def generating_releases(chart: Object, get: Get) -> tuple[Object, ...]:
     """The HelmRelease whose generated HelmChart is ``chart`` (FLUX-WRITES.md: one per
     HelmRelease, in its sourceRef's namespace), checked against the HelmRelease found; a
     dictionary lookup."""
-    owner = _generator(chart)
+    owner = generator(chart)
     release = get("HelmRelease", *owner) if owner else None
     if release is None:
         return ()

@@ -180,7 +180,7 @@ def decide(request: AdmissionRequest, context: Context) -> Decision:
     lookup, now, settings = context.lookup, context.now, context.settings
     kind = request["kind"]
     if not kinds.is_gated_kind(kind.get("group", ""), kind.get("kind", "")):
-        return Decision(allowed=True)
+        return ALLOWED
     user = request["userInfo"]
     username = user.get("username", "")
     if username in settings.exempt_users:
@@ -192,7 +192,7 @@ def decide(request: AdmissionRequest, context: Context) -> Decision:
     operation = request["operation"]
     old, new = request.get("oldObject"), request.get("object")
     if operation == "DELETE" and username in names.SYSTEM_DELETERS:
-        return Decision(allowed=True)
+        return ALLOWED
     if operation == "DELETE" and not request.get("subResource") and not isinstance(old, dict):
         return _unknown_deletion(request, settings)
     read: list[tuple[Policy, Policy]] = []
@@ -205,7 +205,7 @@ def decide(request: AdmissionRequest, context: Context) -> Decision:
     change = gated_change(kind["kind"], operation, request.get("subResource") or "", old, new, policies,
                           by_kubernetes=username in names.SYSTEM_DELETERS)
     if change is None:
-        return Decision(allowed=True)
+        return ALLOWED
 
     # An UPDATE must satisfy both the policy it leaves and the one it enters.
     objects = (old,) if operation == "DELETE" else (old, new)  # zip pairs each with its policy

@@ -18,7 +18,7 @@ from admission.core import holdmessage
 from admission.core import kinds
 from admission.core import names
 from admission.core.conditions import conditions_of, find, holding_condition, status_of, with_condition, without_condition
-from admission.core.decision import CONTENT, Context, Decision, Hold, Standing, standing
+from admission.core.decision import ALLOWED, CONTENT, Context, Decision, Hold, Standing, standing
 from admission.core.holdmessage import HoldMessage, NewContent
 from admission.core.jsonvalues import same
 from admission.core.objects import Object
@@ -186,16 +186,16 @@ def judge_status_write(request: AdmissionRequest, context: Context) -> StatusVer
     old, new = request.get("oldObject"), request.get("object")
     row = kinds.BY_KIND.get(kind)
     if row is None or not isinstance(new, dict):
-        return StatusVerdict({}, Decision(allowed=True))
+        return StatusVerdict({}, ALLOWED)
     now = standing(new, context)
     held = enforced(now)
     if held is None:
-        return StatusVerdict(rewrite_status(kind, old, new, None, context.now), Decision(allowed=True))
+        return StatusVerdict(rewrite_status(kind, old, new, None, context.now), ALLOWED)
     upstream = content.upstream_of(kind, new, context.get) if row.records_attempts and context.get else None
     changes = rewrite_status(kind, old, new, held, context.now, upstream)
     carried = content.new_content(kind, old, new) if row.keeps_content else None
     if carried is None:  # no content rewritten: nothing to log or count
-        return StatusVerdict(changes, Decision(allowed=True))
+        return StatusVerdict(changes, ALLOWED)
     return StatusVerdict(changes, Decision(allowed=True, gated=True, held=True, mode="enforce", hold=now.holds[-1],
                                            held_what=CONTENT, change=carried.as_change(),
                                            message=carried.after(held.message)))

@@ -30,9 +30,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from admission.core import content
 from admission.core import kinds
 from admission.core import names
-from admission.core.objects import annotations as annotations_of, metadata
+from admission.core.objects import annotations as annotations_of
 
 VALIDATE = "validate"
 MUTATE = "mutate"
@@ -94,13 +95,9 @@ def _references(var: str) -> Part:
 
 
 def _generated_chart(request: Request) -> bool:
-    if (request.get("kind") or {}).get("kind") != GENERATED_KIND:
-        return False
-    meta = metadata(request.get("object"))
-    labels = meta.get("labels")
-    labels = labels if isinstance(labels, dict) else {}
-    name, namespace = labels.get(names.HELM_NAME_LABEL), labels.get(names.HELM_NAMESPACE_LABEL)
-    return isinstance(name, str) and isinstance(namespace, str) and meta.get("name") == f"{namespace}-{name}"
+    obj = request.get("object")
+    return ((request.get("kind") or {}).get("kind") == GENERATED_KIND and isinstance(obj, dict)
+            and content.generator(obj) is not None)
 
 
 _LABELS = "object.metadata.labels"

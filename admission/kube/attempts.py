@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import logging
 import re
-import time
 from datetime import datetime
 from typing import Callable
 
@@ -47,7 +46,7 @@ from admission.core.references import is_namespace, is_object_name
 from admission.core.review import AdmissionRequest, subject
 from admission.kube.client import CALL_ERRORS, describe_error
 from admission.kube.fluxobjects import read_stored
-from admission.kube.limits import WindowCounts
+from admission.kube.limits import READS_PER_NAMESPACE, WindowCounts, read_window
 from admission.observability.metrics import ATTEMPTS_SHOWN
 from admission.store import Sources
 
@@ -56,8 +55,6 @@ MERGE = "application/merge-patch+json"
 CONFLICT_STEPS = 5  # as Flux's own patch helper: only Conflict is retried
 MAX_PENDING = 256  # objects waiting to be written; more are dropped (counted), never blocking a review
 
-READ_WINDOW = 10.0  # seconds of the per-namespace read limit's window
-READS_PER_NAMESPACE = 20  # GETs per namespace per READ_WINDOW; further denials there are dropped
 
 Key = tuple[str, str, str]  # kind, namespace, name
 Denied = tuple[str, "dict | None"]  # the stored object's uid, and the attempt when reviews are trusted
@@ -140,7 +137,7 @@ class DeniedAttempts:
         if attempt is not None and not _attempt_shape_ok(attempt):
             attempt = None
         row = kinds.BY_KIND[kind]
-        if not self.reads.charge(namespace, int(time.monotonic() // READ_WINDOW)):
+        if not self.reads.charge(namespace, read_window()):
             return "limited"
         for _ in range(CONFLICT_STEPS):
             stored = self._read(row, namespace, name)

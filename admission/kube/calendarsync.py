@@ -22,7 +22,6 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
 
-from kubernetes.client.rest import ApiException
 
 from admission.clock import utcnow
 from admission.core import names
@@ -31,6 +30,7 @@ from admission.core.cron import ScheduleError
 from admission.core.objects import metadata, object_key
 from admission.core.subscriptions import HORIZON, CalendarSpec, clean, find_status, parse_calendars, status_entry
 from admission.core.timefmt import parse_time
+from admission.kube.client import CALL_ERRORS, describe_error
 from admission.ical.fetch import Auth, FetchError, Policy, fetch
 from admission.ical.parse import ParseError, parse_in_child
 
@@ -161,8 +161,8 @@ class CalendarSync:
     def _secret(self, namespace: str, name: str) -> dict[str, bytes]:
         try:
             secret = self.core.read_namespaced_secret(name, namespace)
-        except ApiException as err:
-            raise SecretError(f"Secret {namespace}/{name}: {err.status} {err.reason}") from None
+        except CALL_ERRORS as err:
+            raise SecretError(f"Secret {namespace}/{name}: {describe_error(err)}") from None
         data = getattr(secret, "data", None) or {}
         try:
             return {key: base64.b64decode(value) for key, value in data.items()}
@@ -219,9 +219,9 @@ class CalendarSync:
         try:
             self.custom.patch_namespaced_custom_object_status(names.GATING_GROUP, names.GATING_VERSION, namespace,
                                                               names.GATEKEEPER_PLURAL, name, {"status": status})
-        except ApiException as err:
+        except CALL_ERRORS as err:
             log.warning("calendar status not written", extra={"GateKeeper": {"namespace": namespace, "name": name},
-                                                              "error": f"{err.status} {err.reason}"})
+                                                              "error": describe_error(err)})
             return
         self.written[(namespace, name)] = status
         for cal, entry in zip(cals, calendars):
@@ -240,9 +240,9 @@ class CalendarSync:
             self.custom.patch_namespaced_custom_object_status(names.GATING_GROUP, names.GATING_VERSION, namespace,
                                                               names.GATEKEEPER_PLURAL, name, body)
             self.written[(namespace, name)] = {"calendars": None}
-        except ApiException as err:
+        except CALL_ERRORS as err:
             log.warning("calendar status not cleared", extra={"GateKeeper": {"namespace": namespace, "name": name},
-                                                              "error": f"{err.status} {err.reason}"})
+                                                              "error": describe_error(err)})
 
     # -- loop -------------------------------------------------------------------------------
     def run(self, stopped: threading.Event, wake: threading.Event, active: Callable[[], bool]) -> None:

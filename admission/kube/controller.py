@@ -17,7 +17,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client.rest import ApiException
 
 from admission.clock import utcnow
 from admission.core import content
@@ -31,6 +30,7 @@ from admission.core.notices import Notice, notice
 from admission.core.objects import annotations as annotations_of, metadata, object_key
 from admission.core.references import policy_of, suspension_of
 from admission.kube.calendarsync import CalendarSync
+from admission.kube.client import CALL_ERRORS, describe_error
 from admission.kube.events import core_event, post_event
 from admission.kube.notifications import FluxNotifier
 from admission.core.status import gate_status, status_differs, transition_message, was_open
@@ -188,8 +188,8 @@ class Controller:
         body = core_event(involved, reason, message, now, event_type=kind, component=COMPONENT)
         try:
             post_event(self.core, body)
-        except ApiException as err:
-            log.warning("event not recorded", extra={"reason": reason, "error": err.reason})
+        except CALL_ERRORS as err:
+            log.warning("event not recorded", extra={"reason": reason, "error": describe_error(err)})
 
     # -- Flux notifications for held and released objects ------------------------------
     def flux_object_changed(self, old: dict | None, new: dict | None, now: datetime | None = None) -> Notice | None:
@@ -227,8 +227,9 @@ class Controller:
             self.custom.patch_namespaced_custom_object(row.group, self.flux.version(kind) or row.versions[0],
                                                        namespace, row.plural, name, body)
             return True
-        except ApiException as err:
-            log.warning("reconcile not requested", extra={"object": f"{kind}/{namespace}/{name}", "error": err.reason})
+        except CALL_ERRORS as err:
+            log.warning("reconcile not requested", extra={"object": f"{kind}/{namespace}/{name}",
+                                                          "error": describe_error(err)})
             return False
 
     def _held_by_gate(self, obj: dict, gate_key: str) -> bool:

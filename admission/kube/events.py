@@ -38,15 +38,13 @@ from admission.core.review import AdmissionRequest, subject
 from admission.core.timefmt import format_time
 from admission.kube.client import CALL_ERRORS, describe_error
 from admission.kube.fluxobjects import read_stored
-from admission.kube.limits import MAX_KEYS, WindowCounts
+from admission.kube.limits import MAX_KEYS, READS_PER_NAMESPACE, WindowCounts, read_window
 from admission.observability.metrics import EVENTS
 from admission.store import Sources, StaticSources
 
 log = logging.getLogger("admission.events")
 FLUSH_EVERY = 10.0  # seconds between count updates of aggregated Events
 REREAD_AFTER = 10.0  # seconds a read of an object stands for it (repeats within it cost no GET)
-READ_WINDOW = 10.0  # seconds of the per-namespace read limit's window
-READS_PER_NAMESPACE = 20  # GETs per namespace per READ_WINDOW; further denials there are dropped
 EVENTS_PER_OBJECT = 3  # new Events per object per period (its hold's message may change)
 EVENTS_PER_NAMESPACE = 50  # new Events per namespace per period
 MAX_PENDING = 1000  # objects waiting to be read; more are dropped (counted), never blocking a review
@@ -185,7 +183,7 @@ class DenialEvents:
         if remembered is not None and time.monotonic() - remembered[0] < self.reread_after:
             return True, remembered[1]
         def get(*args):  # every call counts: a missing object is asked at each version known
-            if not self.reads.charge(namespace, int(time.monotonic() // READ_WINDOW)):
+            if not self.reads.charge(namespace, read_window()):
                 raise _ReadsSpent
             return self.custom.get_namespaced_custom_object(*args)
 

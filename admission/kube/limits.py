@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+import time
+
 MAX_KEYS = 4096  # keys counted per window; a new key beyond them is refused
+# The GETs a denial may cost: per namespace per window, whatever reviews say; more are dropped.
+READ_WINDOW = 10.0  # seconds
+READS_PER_NAMESPACE = 20
+
+
+def read_window() -> int:
+    """The number of the read limit's current window."""
+    return int(time.monotonic() // READ_WINDOW)
 
 
 class WindowCounts:

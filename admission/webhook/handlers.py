@@ -69,16 +69,14 @@ def _pointer(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
-def _status_patch(obj: dict, now: datetime) -> list[dict[str, Any]]:
+def _suspended_field(obj: dict, now: datetime) -> dict[str, object]:
+    """``status.suspended`` when it must change: spec.suspend OR an active suspension."""
     want = suspension_of(obj, now).suspended
     status = obj.get("status")
-    if not isinstance(status, dict):
-        return [{"op": "add", "path": "/status", "value": {"suspended": True}}] if want else []
     # Absent says "not suspended" as false does (the CRD patch defaults it to false): the API
     # server does not call us for an unsuspended object without it (admission.core.matching).
-    if status.get("suspended", False) is want:
-        return []
-    return [{"op": "add", "path": "/status/suspended", "value": want}]
+    current = status.get("suspended", False) if isinstance(status, dict) else False
+    return {} if current is want else {"suspended": want}
 
 
 def audit_record(request: AdmissionRequest, decision: Decision, now: datetime) -> str:
@@ -133,17 +131,10 @@ def judge_mutation(request: AdmissionRequest, context: Context) -> Outcome:
         return Outcome(allowed(), ALLOWED)
     sub_resource = request.get("subResource") or ""
     if sub_resource == "status" and request["operation"] == "UPDATE":
-        decision = ALLOWED
-        ops = _status_patch(obj, context.now)
-        if row.content is not None:
-            verdict = holdpoints.judge_status_write(request, context)
-            changes, decision = verdict.changes, verdict.decision
-            if changes:
-                suspended = [op for op in ops if op["path"] == "/status/suspended"]
-                status = obj.get("status")
-                ops = (_field_ops(changes, status) + suspended) if isinstance(status, dict) \
-                    else _field_ops({**changes, **(ops[0]["value"] if ops else {})}, status)
-        return Outcome(patched(ops), decision, ops)
+        verdict = holdpoints.judge_status_write(request, context) if row.content is not None else None
+        changes = verdict.changes if verdict is not None else {}
+        ops = _field_ops({**changes, **_suspended_field(obj, context.now)}, obj.get("status"))
+        return Outcome(patched(ops), verdict.decision if verdict is not None else ALLOWED, ops)
     if sub_resource or request["operation"] not in ("CREATE", "UPDATE"):
         return Outcome(allowed(), ALLOWED)
     decision = decide(request, context)
