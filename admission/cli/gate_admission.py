@@ -31,9 +31,24 @@ def _positive(text: str) -> int:
     return value
 
 
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        # Kubernetes sets GATE_ADMISSION_PORT=tcp://IP:443 in Pods of a namespace that has a
+        # Service named gate-admission, unless the Pod sets enableServiceLinks: false.
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a port number (from GATE_ADMISSION_PORT? a Service named gate-admission sets it "
+            "to tcp://...: set enableServiceLinks: false on the Pod, or pass --port)") from None
+    if not 0 < value < 65536:
+        raise argparse.ArgumentTypeError(f"{value} is not a port number (1-65535)")
+    return value
+
+
 def _add_serve(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="run the admission webhook server (TLS only)")
-    p.add_argument("--port", type=int, default=int(_env("port", 9443)))
+    # A string default goes through `type` too, so a bad GATE_ADMISSION_PORT is a usage error.
+    p.add_argument("--port", type=_port, default=str(_env("port", 9443)))
     p.add_argument("--address", default=_env("address", "0.0.0.0"), help="listen address (default 0.0.0.0)")
     p.add_argument("--cert-dir", default=_env("cert-dir", "certs"), help="holds tls.crt and tls.key")
     p.add_argument("--generate-certs", action="store_true", default=_bool_env("generate-certs"),
@@ -178,6 +193,19 @@ def _cert_names(args: argparse.Namespace) -> list[str]:
 
 
 def make_certs(args: argparse.Namespace) -> int:
+    if not (args.secret or args.inject):
+        return _make_certs(args)
+    from admission.kube.client import CALL_ERRORS, describe_error
+    try:
+        return _make_certs(args)
+    except CALL_ERRORS as err:
+        # A Job's log line, not a traceback: the Job retries (backoffLimit), and whoever reads
+        # `kubectl logs` sees why each try failed.
+        print(f"gate-admission certs: the API server call failed: {describe_error(err)}", file=sys.stderr)
+        return 1
+
+
+def _make_certs(args: argparse.Namespace) -> int:
     now = utcnow()
     api = None
     if args.secret or args.inject:

@@ -106,6 +106,41 @@ def test_serve_refuses_to_start_without_certificates(tmp_path):
     assert [orjson.loads(line)["level"] for line in result.stderr.splitlines()] == ["error"]
 
 
+def test_a_service_link_in_the_port_variable_is_a_usage_error_not_a_crash(tmp_path):
+    """Kubernetes sets GATE_ADMISSION_PORT=tcp://IP:443 in every Pod of a namespace with a Service
+    named gate-admission (unless enableServiceLinks is false): the certificate Job and the
+    controller must still start, and `serve` must say what is wrong."""
+    env = {"PATH": str(BIN), "GATE_ADMISSION_PORT": "tcp://10.96.90.173:443"}
+    other = subprocess.run([str(BIN / "gate-admission"), "certs", "--help"], capture_output=True, text=True,
+                           timeout=30, env=env)
+    assert other.returncode == 0, other.stderr
+    served = subprocess.run([str(BIN / "gate-admission"), "serve", "--gates-dir", str(tmp_path)],
+                            capture_output=True, text=True, timeout=30, env=env)
+    assert served.returncode == 2 and "Traceback" not in served.stderr
+    assert "'tcp://10.96.90.173:443' is not a port number" in served.stderr
+    assert "enableServiceLinks: false" in served.stderr
+
+
+def test_certs_says_why_the_api_server_could_not_be_reached(tmp_path):
+    """The certificate Job's log, when the API server is not reachable yet (a Pod network not
+    ready): one line that says so, not a traceback; the Job retries."""
+    from tests.processes import free_port
+
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(f"""apiVersion: v1
+kind: Config
+current-context: c
+clusters: [{{name: c, cluster: {{server: "https://127.0.0.1:{free_port()}", insecure-skip-tls-verify: true}}}}]
+users: [{{name: u, user: {{token: t}}}}]
+contexts: [{{name: c, context: {{cluster: c, user: u}}}}]
+""")
+    result = subprocess.run([str(BIN / "gate-admission"), "certs", "--secret", "gate-admission-tls", "--inject",
+                             "--kubeconfig", str(kubeconfig)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "gate-admission certs: the API server call failed: " in result.stderr
+    assert "Connection refused" in result.stderr or "ConnectionRefused" in result.stderr, result.stderr
+
+
 def test_every_line_the_server_writes_is_json_from_the_first(tmp_path):
     # --generate-certs writes new certificates: the first line says so, as JSON too.
     with serving_gates_dir(tmp_path, [gate("g")], "--workers", "1") as srv:
