@@ -5,7 +5,8 @@
 #   hack/go-binaries.sh control-plane   kube-apiserver, kubectl (same version), etcd
 #   hack/go-binaries.sh flux            the Flux controllers, the flux CLI, their CRDs (crds/)
 #   hack/go-binaries.sh tools           an OCI registry for the real-Flux tests
-#   hack/go-binaries.sh all             the three above
+#   hack/go-binaries.sh node            kubelet, kube-proxy, kube-controller-manager, kube-scheduler, pause
+#   hack/go-binaries.sh all             all of the above
 #
 # Each prints the directory that holds its binaries on stdout (one line per argument); progress,
 # one line per binary with its build time, goes to stderr. Nothing is rebuilt once cached.
@@ -84,12 +85,11 @@ module_copy() {
   echo "$dest"
 }
 
-build_control_plane() {
-  local out="$ROOT/control-plane/$K8S_VERSION-etcd$ETCD_VERSION"
-  if [[ -x "$out/kube-apiserver" && -x "$out/kubectl" && -x "$out/etcd" ]]; then echo "$out"; return; fi
-  mkdir -p "$out.partial"
-  local src="$WORK/kube" minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
-  mkdir -p "$src"; cd "$src"
+# In a fresh module under $WORK/kube: k8s.io/kubernetes at $K8S_VERSION with its staging modules
+# at their published versions, the given commands required. Sets KUBE_LDFLAGS (version stamps).
+kube_module() {
+  local src="$WORK/kube" minor=${K8S_VERSION#v1.} cmd; minor=${minor%%.*}
+  rm -rf "$src"; mkdir -p "$src"; cd "$src"
   go mod init fga.local/kube >&2
   go mod edit -require="k8s.io/kubernetes@$K8S_VERSION"
   # k8s.io/kubernetes requires its staging modules at v0.0.0 (replaced by ./staging in its own
@@ -99,16 +99,27 @@ build_control_plane() {
   for staging in $(awk '$1 ~ /^k8s\.io\// && $2 == "v0.0.0" {print $1}' "$gomod" | sort -u); do
     go mod edit -replace="$staging=$staging@v0.$minor.${K8S_VERSION##*.}"
   done
-  go get "k8s.io/kubernetes/cmd/kube-apiserver@$K8S_VERSION" "k8s.io/kubernetes/cmd/kubectl@$K8S_VERSION" >&2
-  # Without the version stamps /version says v0.0.0, kubectl warns about skew and Helm's
-  # kubeVersion checks fail.
-  local ldflags="-s -w" pkg
+  local pkgs=()
+  for cmd in "$@"; do pkgs+=("k8s.io/kubernetes/cmd/$cmd@$K8S_VERSION"); done
+  go get "${pkgs[@]}" >&2
+  # Without the version stamps /version says v0.0.0, kubectl warns about skew, Helm's
+  # kubeVersion checks fail and the kubelet reports a node version the API server rejects.
+  KUBE_LDFLAGS="-s -w"
+  local pkg
   for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    ldflags="$ldflags -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+    KUBE_LDFLAGS="$KUBE_LDFLAGS -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
   done
-  timed "kube-apiserver $K8S_VERSION" go build -trimpath -ldflags "$ldflags" -o "$out.partial/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
-  timed "kubectl $K8S_VERSION" go build -trimpath -ldflags "$ldflags" -o "$out.partial/kubectl" k8s.io/kubernetes/cmd/kubectl
+}
 
+build_control_plane() {
+  local out="$ROOT/control-plane/$K8S_VERSION-etcd$ETCD_VERSION"
+  if [[ -x "$out/kube-apiserver" && -x "$out/kubectl" && -x "$out/etcd" ]]; then echo "$out"; return; fi
+  mkdir -p "$out.partial"
+  kube_module kube-apiserver kubectl
+  timed "kube-apiserver $K8S_VERSION" go build -trimpath -ldflags "$KUBE_LDFLAGS" -o "$out.partial/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
+  timed "kubectl $K8S_VERSION" go build -trimpath -ldflags "$KUBE_LDFLAGS" -o "$out.partial/kubectl" k8s.io/kubernetes/cmd/kubectl
+
+  local src
   src="$WORK/etcd"; mkdir -p "$src"; cd "$src"
   go mod init fga.local/etcd >&2
   cat > main.go <<'GO'
@@ -204,13 +215,61 @@ GO
   echo "$out"
 }
 
+# A node's and a cluster's other parts, for the real-cluster tier (tests/cluster): the kubelet,
+# kube-proxy, kube-controller-manager and kube-scheduler of the same Kubernetes, and a pause
+# binary (the Pod sandbox's process: it holds the namespaces and exits on SIGTERM/SIGINT).
+NODE_COMMANDS=(kubelet kube-proxy kube-controller-manager kube-scheduler)
+build_node() {
+  local out="$ROOT/node/$K8S_VERSION" cmd
+  if [[ -f "$out/.complete" ]]; then echo "$out"; return; fi
+  mkdir -p "$out"
+  kube_module "${NODE_COMMANDS[@]}"
+  for cmd in "${NODE_COMMANDS[@]}"; do
+    [[ -x "$out/$cmd" ]] && continue
+    timed "$cmd $K8S_VERSION" go build -trimpath -ldflags "$KUBE_LDFLAGS" -o "$out/$cmd.partial" "k8s.io/kubernetes/cmd/$cmd"
+    mv "$out/$cmd.partial" "$out/$cmd"
+  done
+  local src="$WORK/pause"; mkdir -p "$src"; cd "$src"
+  go mod init fga.local/pause >&2
+  cat > main.go <<'GO'
+// A Pod sandbox's process: holds the Pod's namespaces until told to stop, reaping orphans.
+package main
+
+import (
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	signals := make(chan os.Signal, 4)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM, syscall.SIGCHLD)
+	for sig := range signals {
+		if sig != syscall.SIGCHLD {
+			os.Exit(0)
+		}
+		for {
+			var status syscall.WaitStatus
+			if pid, _ := syscall.Wait4(-1, &status, syscall.WNOHANG, nil); pid <= 0 {
+				break
+			}
+		}
+	}
+}
+GO
+  timed "pause" go build -trimpath -ldflags "-s -w" -o "$out/pause" .
+  touch "$out/.complete"
+  echo "$out"
+}
+
 [[ $# -gt 0 ]] || set -- all
 for what in "$@"; do
   case "$what" in
     control-plane) build_control_plane ;;
     flux) build_flux ;;
     tools) build_tools ;;
-    all) build_control_plane; build_flux; build_tools ;;
-    *) log "unknown: $what (control-plane|flux|tools|all)"; exit 2 ;;
+    node) build_node ;;
+    all) build_control_plane; build_flux; build_tools; build_node ;;
+    *) log "unknown: $what (control-plane|flux|tools|node|all)"; exit 2 ;;
   esac
 done

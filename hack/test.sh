@@ -4,6 +4,10 @@
 #     CRDs) for the end-to-end tiers, built once from their Go modules and cached in
 #     ~/.cache/flux-gate-admission (hack/go-binaries.sh; $KUBEBUILDER_ASSETS wins for the
 #     control plane)
+#   - for the real-cluster tier (tests/cluster): a Docker engine (started here when none runs,
+#     stopped at the end), the project image built from the Dockerfile (hack/image.sh), and a
+#     node's parts (kubelet, kube-proxy, controller-manager, scheduler; hack/go-binaries.sh node)
+#     with Debian's containerd, runc, CNI plugins and iptables
 #   - .venv with the project and its test extras
 # Arguments go to pytest, e.g. hack/test.sh tests/unit -x
 set -euo pipefail
@@ -16,6 +20,12 @@ command -v openssl >/dev/null || missing+=(openssl)
 command -v zsh >/dev/null || missing+=(zsh)
 [[ -e /usr/share/bash-completion/bash_completion ]] || missing+=(bash-completion)
 [[ -e /usr/lib/$(uname -m)-linux-gnu/faketime/libfaketimeMT.so.1 ]] || missing+=(faketime)
+# The real-cluster tier's node and image (tests/cluster/node.py, hack/image.sh).
+for pair in dockerd:docker.io debootstrap:debootstrap containerd:containerd runc:runc iptables:iptables \
+            conntrack:conntrack ip:iproute2; do
+  command -v "${pair%%:*}" >/dev/null || [[ -x "/usr/sbin/${pair%%:*}" ]] || missing+=("${pair#*:}")
+done
+[[ -x /usr/lib/cni/bridge ]] || missing+=(containernetworking-plugins)
 if (( ${#missing[@]} )); then
   SUDO=""; [[ $(id -u) -eq 0 ]] || SUDO="sudo"
   $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
@@ -23,8 +33,19 @@ fi
 KUBEBUILDER_ASSETS="$(hack/control-plane-binaries.sh)"
 FLUX_BINARIES="$(hack/go-binaries.sh flux)"
 TEST_TOOLS="$(hack/go-binaries.sh tools)"
-export KUBEBUILDER_ASSETS FLUX_BINARIES TEST_TOOLS
-echo "control plane: $KUBEBUILDER_ASSETS; Flux: $FLUX_BINARIES; tools: $TEST_TOOLS ($(( $(date +%s) - started ))s)"
+FGA_NODE_BINARIES="$(hack/go-binaries.sh node)"
+export KUBEBUILDER_ASSETS FLUX_BINARIES TEST_TOOLS FGA_NODE_BINARIES
+echo "control plane: $KUBEBUILDER_ASSETS; Flux: $FLUX_BINARIES; tools: $TEST_TOOLS; node: $FGA_NODE_BINARIES ($(( $(date +%s) - started ))s)"
+# The real-cluster tier needs root (the kubelet) and a Docker engine; as root with Docker up, a
+# missing part fails it rather than skipping it.
+dockerd_pid=""
+if [[ $(id -u) -eq 0 ]]; then
+  dockerd_pid="$(hack/dockerd.sh)"
+  trap 'hack/dockerd.sh stop "$dockerd_pid"' EXIT
+  GATE_IMAGE="$(hack/image.sh)"
+  export GATE_IMAGE FGA_CLUSTER=required
+  echo "image: $GATE_IMAGE ($(( $(date +%s) - started ))s)"
+fi
 [[ -x .venv/bin/python ]] || python3 -m venv .venv
 .venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
-exec .venv/bin/python -m pytest "$@"
+.venv/bin/python -m pytest "$@"

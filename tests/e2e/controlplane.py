@@ -196,7 +196,11 @@ class ControlPlane:
         wait_for(lambda: self._get(f"http://127.0.0.1:{self.etcd_port}/health", tls=False), 30, "etcd")
 
     def start_apiserver(self) -> None:
-        self.apiserver = Process([
+        self.apiserver = Process(self.apiserver_args(), self.workdir / "kube-apiserver.log")
+        wait_for(self.ready, 60, "kube-apiserver /readyz", interval=0.2)
+
+    def apiserver_args(self) -> list[str]:
+        return [
             str(self.assets / "kube-apiserver"),
             f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
             "--bind-address=127.0.0.1", f"--secure-port={self.port}", "--advertise-address=127.0.0.1",
@@ -213,8 +217,7 @@ class ControlPlane:
             # Every request, who made it: tests count what our server asks of the API server.
             f"--audit-policy-file={self.workdir / 'audit-policy.yaml'}",
             f"--audit-log-path={self.audit_log}",
-        ], self.workdir / "kube-apiserver.log")
-        wait_for(self.ready, 60, "kube-apiserver /readyz", interval=0.2)
+        ]
 
     @property
     def audit_log(self) -> Path:
