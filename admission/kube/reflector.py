@@ -26,9 +26,14 @@ STALE_AFTER = 10.0  # seconds without a working watch before decisions stop trus
 
 
 class Backoff:
-    """Exponential backoff with jitter (half to all of the step), reset after a success."""
+    """Exponential backoff with jitter (half to all of the step), reset after a success.
 
-    def __init__(self, first: float = 0.2, cap: float = 30.0):
+    The cap is short: while the watch is down referenced gates count as closed, so each second
+    between the API server's return and our next try holds writes for nothing (a real cluster's
+    API server restart measured up to 30 s of that with a 30 s cap; docs/operations.md). A list
+    of Gates every 5 s per worker costs the API server little."""
+
+    def __init__(self, first: float = 0.2, cap: float = 5.0):
         self.first, self.cap, self.attempt = first, cap, 0
 
     def next(self) -> float:

@@ -115,6 +115,9 @@ def test_backoff_grows_to_its_cap_and_survives_a_long_outage():
     backoff = Backoff(first=0.2, cap=30.0)
     delays = [backoff.next() for _ in range(5000)]
     assert 0.1 <= delays[0] <= 0.2 and all(15.0 <= d <= 30.0 for d in delays[10:])
+    # The default retries within 5 s once the API server is back, however long it was away.
+    default = Backoff()
+    assert max(default.next() for _ in range(5000)) <= 5.0
     backoff.reset()
     assert backoff.next() <= 0.2
 
