@@ -19,6 +19,8 @@ import yaml
 KUSTOMIZATIONS = "/apis/kustomize.toolkit.fluxcd.io/v1/namespaces/{namespace}/kustomizations/{name}"
 # What the API server says when it could not get an answer from a webhook (failurePolicy Fail).
 WEBHOOK_FAILURE = "failed calling webhook"
+# Our reason when a pod's gate cache cannot be trusted (no working watch): the gate counts as closed.
+GATE_STATE_UNKNOWN = "gate state unknown"
 
 
 @dataclass(frozen=True)
@@ -40,14 +42,17 @@ class Outcome:
 
     @property
     def kind(self) -> str:
-        """ok, wrong (a verdict we should not have given), webhook (the API server could not
-        get an answer from the webhook), apiserver (the API server itself did not answer)."""
+        """ok, wrong (a verdict we should not have given), unknown (refused because the webhook
+        could not know the gate's state: failed closed), webhook (the API server could not get
+        an answer from the webhook), apiserver (the API server itself did not answer)."""
         if self.status == 0 or self.status in (502, 503, 504) and WEBHOOK_FAILURE not in self.message:
             return "apiserver"
         if WEBHOOK_FAILURE in self.message:
             return "webhook"
         if self.status == 403 and " cannot patch resource " in self.message:
             return "apiserver"  # its authorizer's caches are still filling after a start
+        if self.status == 403 and GATE_STATE_UNKNOWN in self.message and not self.target.held:
+            return "unknown"  # failed closed: the webhook could not know the gate's state
         if self.target.held:
             return "ok" if self.status == 403 and " is held: " in self.message else "wrong"
         return "ok" if self.status == 200 else "wrong"
@@ -80,7 +85,8 @@ class Window:
         counts = self.counts()
         return (f"{self.name}: {len(self.outcomes)} writes in {self.ended - self.started:.0f}s "
                 f"({self.rate():.1f}/s); webhook failures {counts['webhook']}, wrong verdicts {counts['wrong']}, "
-                f"API server unavailable {counts['apiserver']}; recovered {self.recovery():.1f}s after the start")
+                f"failed closed (gate state unknown) {counts['unknown']}, API server unavailable "
+                f"{counts['apiserver']}; recovered {self.recovery():.1f}s after the start")
 
 
 class Writer(threading.Thread):
