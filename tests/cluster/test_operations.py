@@ -104,9 +104,14 @@ def test_an_image_change_fails_no_admission(cluster, load):
 
 def test_deleting_a_webhook_pod_fails_no_admission(cluster, load):
     victim = pods(cluster)[0]
+    def replaced() -> None:
+        gone = until(lambda: cluster.kubectl("get", "pod", "-n", NS, victim, check=False).returncode, bool,
+                     timeout=120, interval=1)
+        assert gone, f"{victim} still exists"
+        wait_webhook_ready(cluster)
+
     window = measured(load, "delete one webhook Pod",
-                      lambda: cluster.kubectl("delete", "pod", "-n", NS, victim, "--wait=false"),
-                      lambda: wait_webhook_ready(cluster))
+                      lambda: cluster.kubectl("delete", "pod", "-n", NS, victim, "--wait=false"), replaced)
     assert victim not in pods(cluster)
     assert not window.failed(), describe(window)
 
