@@ -158,10 +158,10 @@ def _when(value: datetime, zone: tzinfo) -> str:
     return format_label(value.astimezone(zone), "minute")
 
 
-def to_text(cals: list[GateCalendar], now: datetime, days: int) -> str:
-    """A compact timeline per gate, at most 100 columns wide."""
+def to_lines(cals: list[GateCalendar], now: datetime, days: int) -> list[str]:
+    """A compact timeline per gate, at most 100 columns wide (before its printer escapes controls)."""
     if not cals:
-        return "no gates found"
+        return ["no gates found"]
     hours = _hours_per_char(days)
     lines = [f"{days} days from today, in each gate's time zone. One character: {hours}h; "
              f"# closed . open + both ? unknown"]
@@ -189,7 +189,7 @@ def to_text(cals: list[GateCalendar], now: datetime, days: int) -> str:
             if row["next"] and not row["unknown"]:
                 said.append(f"    next {_when(parse_time(row['next'][0]['start']), cal.zone)}  {row['next'][0]['summary']}")
             lines += [text if len(text) <= 100 else text[:99] + "…" for text in said]
-    return "\n".join(lines)
+    return lines
 
 
 def _duration(delta: timedelta) -> str:

@@ -95,6 +95,10 @@ def test_a_rotated_token_file_takes_effect(receiver):
     ({"message": "x" * 2000}, "at most 1024"),
     ({"for": "soon"}, "invalid duration"),
     ({"reason": "x"}, "unknown fields"),
+    ({"message": "ok\r\x1b[2KFAKE: gate freeze is OPEN"}, "control characters"),
+    ({"message": "two\nlines"}, "control characters"),
+    ({"message": "rtl \u202e override"}, "control characters"),
+    ({"requestedBy": "bob\x1b]0;title\x07"}, "control characters"),
 ])
 def test_bad_bodies_get_400(receiver, body, why):
     client, gates, _, _ = receiver
