@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, tzinfo
 
 from admission.core import names
+from admission.core.controls import escaped
 from admission.core.gates import evaluate
 from admission.core.subscriptions import CalendarEntry
 from admission.core.timeline import Interval, intervals, time_zone
@@ -264,14 +265,16 @@ def to_ics(cals: list[GateCalendar], now: datetime, name: str = "Flux gates") ->
             event.add("dtstamp", now)
             event.add("dtstart", interval.start.astimezone(gate.zone))
             event.add("dtend", interval.end.astimezone(gate.zone))
-            event.add("summary", f"Gate {gate.key} closed")
-            description = f"{interval.message}\nReason: {interval.reason}"
+            # RFC 5545 allows no control characters in text, and a feed may be read on a terminal.
+            key = escaped(gate.key)
+            event.add("summary", f"Gate {key} closed")
+            description = f"{escaped(interval.message)}\nReason: {escaped(interval.reason)}"
             if number == MAX_EVENTS_PER_GATE < len(closed):
                 description += f"\n{len(closed) - number} later closed intervals of this gate are not listed"
             event.add("description", description)
-            event.add("categories", ["gate", gate.namespace, gate.key])
-            event.add(names.FEED_GATE_PROPERTY, gate.key)
-            event.add(names.FEED_REASON_PROPERTY, interval.reason)
+            event.add("categories", ["gate", escaped(gate.namespace), key])
+            event.add(names.FEED_GATE_PROPERTY, key)
+            event.add(names.FEED_REASON_PROPERTY, escaped(interval.reason))
             event.add("transp", "OPAQUE")
             cal.add_component(event)
     cal.add_missing_timezones()

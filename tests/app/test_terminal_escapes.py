@@ -90,3 +90,11 @@ def test_completion_offers_no_name_a_gate_cannot_have(capsys, gates_dir):
     code = flux_gate.main(["__complete", "get", "--gates-dir", str(gates_dir), "-n", "flux-system", ""])
     out = capsys.readouterr().out
     assert code == 0 and out.splitlines() == ["freeze", ":4"]
+
+
+def test_the_ics_feed_carries_no_control_characters(capsysbinary, forged_gates):
+    # RFC 5545 allows none in a text value; printed to a terminal, they would act on it.
+    code = kubectl_gate.main(["calendar", "-A", "--gates-dir", forged_gates, "-o", "ics"])
+    ics = capsysbinary.readouterr().out.decode()
+    assert code == 0 and "BEGIN:VEVENT" in ics
+    shows_no_controls(ics.replace("\r\n", "\n"))
