@@ -129,8 +129,8 @@ def _table(rows: list[dict], columns: list[str]) -> list[str]:
 
 
 def _emit(args: argparse.Namespace, payload: object, table: Callable[[], list[str]]) -> None:
-    # JSON and YAML escape controls themselves except C1, DEL and direction marks in JSON, which
-    # show() writes as JSON's own \uXXXX escapes: the output still reads back as the same data.
+    # orjson escapes C0 controls, PyYAML everything outside ASCII; what orjson leaves (C1, DEL,
+    # direction marks) show() writes as JSON's own \uXXXX escapes, so it reads back as the same data.
     if args.output == "json":
         show(orjson.dumps(payload, option=orjson.OPT_INDENT_2).decode().split("\n"))
     elif args.output == "yaml":

@@ -25,7 +25,7 @@ from admission.webhook.handlers import Handler, Outcome
 from admission.webhook.feeds import DEFAULT_QUERY, FIRST_WAIT, RETRY_AFTER, CalendarFeeds, FeedUnavailable
 from admission.webhook.receiver import TokenFile
 from admission.webhook.review import ReviewError, allowed, complete, errored, parse_review
-from admission.webhook.target import request_path
+from admission.webhook.target import NOT_ONE_SPELLING, request_path
 from admission.clock import utcnow
 from admission.store import GateStore, Sources
 from admission.store.calendar import DEFAULT_DAYS, MAX_DAYS, to_ics
@@ -194,7 +194,7 @@ class ReviewRoutes:
         route = self.routes.get(path or "")
         headers: list[tuple[str, str]] = []
         if path is None:
-            status, payload = 400, orjson.dumps({"error": "the request path must be absolute and in its one spelling"})
+            status, payload = 400, orjson.dumps({"error": NOT_ONE_SPELLING})
         elif route is None:
             environ["PATH_INFO"], environ["SCRIPT_NAME"] = path, ""
             return self.fallback(environ, start_response)

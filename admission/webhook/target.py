@@ -19,6 +19,8 @@ _QUERY = re.compile(r"[\x21-\x7e]*")  # what gunicorn accepts; the query never r
 # its own bearer token).
 PUBLIC_PATHS = ("/healthz", "/readyz", "/metrics", "/calendar.ics")
 PUBLIC_PREFIXES = ("/hooks/gates/",)
+NOT_ONE_SPELLING = ("the request path must be absolute, without percent-encoding, '.', '..' or empty segments, "
+                    "and use only letters, digits and '-._~'")
 
 
 def request_path(target: str) -> str | None:
@@ -45,8 +47,7 @@ def admit(head: bytes, certified: bool) -> str:
     if not certified and (path is None or not is_public(path)):
         raise Refused(403, "this path needs a client certificate signed by the server's --client-ca-file")
     if path is None:
-        raise Refused(400, "the request path must be absolute, without percent-encoding, '.', '..' or empty "
-                           "segments, and use only letters, digits and '-._~'")
+        raise Refused(400, NOT_ONE_SPELLING)
     for field in fields:
         name = field.partition(b":")[0]
         if b"_" in name:
