@@ -299,17 +299,18 @@ class CalendarSync:
         while one was never fetched, else True."""
         failed = [(cal, entry) for cal, entry in known if entry.get("error")]
         count = sum(len(entry.get("intervals") or []) for _, entry in known)
+        condition = {"type": names.CALENDARS_READY_CONDITION}
         if failed:
-            condition = {"type": names.CALENDARS_READY_CONDITION, "status": "False", "reason": names.REASON_FETCH_FAILED,
-                         "message": clean("; ".join(f"{cal}: {entry['error']}" for cal, entry in failed), 1024)}
+            condition.update(status="False", reason=names.REASON_FETCH_FAILED,
+                             message=clean("; ".join(f"{cal}: {entry['error']}" for cal, entry in failed), 1024))
         elif pending:
-            condition = {"type": names.CALENDARS_READY_CONDITION, "status": names.CONDITION_UNKNOWN, "reason": names.REASON_FETCHING,
-                         "message": clean(f"{len(known)} of {len(known) + len(pending)} calendar(s) fetched, {count} "
-                                          f"coming event(s) listed; not fetched yet: "
-                                          + ", ".join(str(cal) for cal in pending), 1024)}
+            condition.update(status=names.CONDITION_UNKNOWN, reason=names.REASON_FETCHING,
+                             message=clean(f"{len(known)} of {len(known) + len(pending)} calendar(s) fetched, {count} "
+                                           "coming event(s) listed; not fetched yet: "
+                                           + ", ".join(str(cal) for cal in pending), 1024))
         else:
-            condition = {"type": names.CALENDARS_READY_CONDITION, "status": "True", "reason": names.REASON_FETCHED,
-                         "message": f"{len(known)} calendar(s) fetched, {count} coming event(s) listed"}
+            condition.update(status="True", reason=names.REASON_FETCHED,
+                             message=f"{len(known)} calendar(s) fetched, {count} coming event(s) listed")
         before = find({"status": base}, names.CALENDARS_READY_CONDITION)
         condition["lastTransitionTime"] = transition_time(before, condition["status"], now)
         generation = metadata(keeper).get("generation")
