@@ -219,8 +219,10 @@ def decide(request: AdmissionRequest, context: Context) -> Decision:
     # An UPDATE of the object that changes nothing but its gate policy (or nothing at all).
     policy_only = operation == "UPDATE" and not sub_resource and change not in (SPEC_CHANGE, OWNERS_CHANGE)
     if change is None:
-        before, after = policies()
-        if not policy_only or (before.refs, before.require) == (after.refs, after.require):
+        if not policy_only:  # (status writes: their policies are not read)
+            return ALLOWED
+        before, after = policies()  # read already, for the change
+        if (before.refs, before.require) == (after.refs, after.require):
             return ALLOWED
         leaving, entering = hold_of(old, lookup, now, before), hold_of(new, lookup, now, after)
         change = releases(leaving, entering)
