@@ -74,7 +74,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    help="serve GET /calendar.ics, every gate's closed intervals (default on)")
     p.add_argument("--calendar-wait", type=float, default=float(_env("calendar-wait", 5)),
                    help="seconds a calendar query with no feed yet waits for its first build before 503 "
-                        "(one request per worker at a time; 0: answer 503 at once)")
+                        "(one request per worker at a time, every request for the default feed; 0: answer 503 at once)")
     p.add_argument("--calendar-token-file", default=_env("calendar-token-file"),
                    help="GET /calendar.ics requires this token (bearer, or basic auth's password; checked in "
                         "constant time): for spoke clusters that follow this one's gates. Default: no token")

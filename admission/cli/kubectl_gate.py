@@ -142,7 +142,13 @@ def _emit(args: argparse.Namespace, payload: object, table: Callable[[], list[st
 def _state_row(state: GateState) -> dict:
     return {"namespace": state.namespace, "name": state.name, "state": names.STATE_OPENED if state.open else names.STATE_CLOSED,
             "reason": state.reason, "message": state.message,
-            "until": format_time(state.next_transition) if state.next_transition else None}
+            "until": format_time(state.next_transition) if state.next_transition else None,
+            # The search for it gave up here: a change may come after, unlike "until": null alone.
+            "unknownAfter": format_time(after) if (after := state.transition_unknown_after) else None}
+
+
+def _until(row: dict) -> str | None:
+    return row["until"] or (f"unknown after {row['unknownAfter']}" if row["unknownAfter"] else None)
 
 
 # -- commands ---------------------------------------------------------------------------
@@ -166,7 +172,7 @@ def cmd_list(args: argparse.Namespace) -> int:
                                                                  "held"]
 
     def table() -> list[str]:
-        shown = [{**r, "referenced by": len(r["referencedBy"]) if cluster else None,
+        shown = [{**r, "until": _until(r), "referenced by": len(r["referencedBy"]) if cluster else None,
                   "held": len(r["holding"]) if cluster else None} for r in rows]
         return _table(shown, columns) if rows else [f"no gates found{f' in {namespace}' if namespace else ''}"]
 
@@ -207,7 +213,7 @@ def cmd_get(args: argparse.Namespace) -> int:
     def table() -> list[str]:
         lines = [f"{label + ':':<15}{value}" for label, value in (
             ("Name", info["name"]), ("Namespace", info["namespace"]), ("State", info["state"]),
-            ("Reason", info["reason"]), ("Message", info["message"]), ("Until", info["until"] or "-"))]
+            ("Reason", info["reason"]), ("Message", info["message"]), ("Until", _until(info) or "-"))]
         if state.requested_by or state.request_message:
             lines.append(f"{'Requested:':<15}by {state.requested_by or '?'}: {state.request_message or ''}".rstrip(": "))
         lines += [f"{'Problem:':<15}{p}" for p in state.problems]
