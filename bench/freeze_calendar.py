@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from admission.store.calendar import calendars, to_ics, to_text  # noqa: E402
+from admission.store.calendar import calendars, to_ics, to_lines  # noqa: E402
 from admission.store.index import GateIndex  # noqa: E402
 
 NOW = datetime(2026, 12, 20, 10, 0, tzinfo=timezone.utc)
@@ -48,7 +48,7 @@ def main() -> None:
     started = time.perf_counter()
     cals = calendars(index, NOW, args.days)
     computed = time.perf_counter()
-    text = to_text(cals, NOW, args.days)
+    text = "\n".join(to_lines(cals, NOW, args.days))
     texted = time.perf_counter()
     ics = to_ics(cals, NOW)
     done = time.perf_counter()

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import settings as hypothesis_settings
 
 from admission.webhook.app import create_app
 from admission.core.decision import Settings
@@ -18,6 +19,16 @@ from tests.builders import at
 SHARED = Path(os.environ.get("GATE_ADMISSION_SHARED") or Path(__file__).resolve().parents[1].parent / "shared")
 FIXTURES = SHARED / "fixtures" / "admission-reviews-k8s-1.20"
 FIXED_NOW = at("2026-06-10T12:00")
+
+
+# Hypothesis profiles (docs/decisions/0055-deterministic-property-tests-in-ci.md). CI (CI set,
+# as .ci/run is run) draws the same examples on every run, so a fresh clone cannot fail by
+# chance; a local run draws new ones, to find what CI would not. An example a run finds is
+# pinned with @example at the test, so CI checks it from then on; print_blob says how to
+# reproduce it. HYPOTHESIS_PROFILE picks one by name.
+hypothesis_settings.register_profile("ci", derandomize=True, print_blob=True, database=None)
+hypothesis_settings.register_profile("random", print_blob=True)
+hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "random"))
 
 
 # Figures tests measure and CI should show (fault tests: writes attempted and failed).

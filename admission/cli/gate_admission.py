@@ -14,6 +14,7 @@ from admission import __version__
 from admission.cli.settings import add_policy_flags, policy_settings
 from admission.cli.settings import csv as _csv, env as _env
 from admission.clock import utcnow
+from admission.kube.health import LOOPBACK
 from admission.kube.notifications import DEFAULT_ADDRESS as NOTIFY_ADDRESS
 from admission.pki import certs
 from admission.observability import logs
@@ -73,7 +74,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    help="serve GET /calendar.ics, every gate's closed intervals (default on)")
     p.add_argument("--calendar-wait", type=float, default=float(_env("calendar-wait", 5)),
                    help="seconds a calendar query with no feed yet waits for its first build before 503 "
-                        "(one request per worker at a time; 0: answer 503 at once)")
+                        "(one request per worker at a time, every request for the default feed; 0: answer 503 at once)")
     p.add_argument("--calendar-token-file", default=_env("calendar-token-file"),
                    help="GET /calendar.ics requires this token (bearer, or basic auth's password; checked in "
                         "constant time): for spoke clusters that follow this one's gates. Default: no token")
@@ -119,6 +120,9 @@ def _add_controller(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--identity", default=_env("identity", os.environ.get("POD_NAME") or socket.gethostname()))
     p.add_argument("--health-port", type=int, default=int(_env("health-port", 8081)),
                    help="plain-HTTP /healthz and /readyz for probes (0: off)")
+    p.add_argument("--health-address", default=_env("health-address", LOOPBACK),
+                   help=f"address --health-port listens on (default {LOOPBACK}: this host only; the Deployment "
+                        "passes the Pod IP, where the kubelet probes)")
     p.add_argument("--notify", action=argparse.BooleanOptionalAction, default=_bool_env("notify"),
                    help="send gate transitions and held/released Flux objects to Flux's notification-controller (default off)")
     p.add_argument("--notify-address", default=_env("notify-address", NOTIFY_ADDRESS),
@@ -389,11 +393,17 @@ def run_controller(args: argparse.Namespace) -> int:
         from admission.kube.notifications import FluxNotifier
         notifier = FluxNotifier(args.notify_address, args.notify_gates_address, instance=args.identity,
                                 period=args.notify_period)
-        notifier.start()
     controller = Controller(api, is_leader=elector.is_leader if elector else None, notifier=notifier,
                             calendars=calendars)
     if args.health_port:
-        serve_health(args.health_port, controller.readiness)
+        try:
+            serve_health(args.health_port, controller.readiness, args.health_address)
+        except OSError as err:  # before anything is started: nothing to stop
+            print(f"gate-admission controller: cannot listen on --health-address {args.health_address} "
+                  f"port {args.health_port}: {err}", file=sys.stderr)
+            return 2
+    if notifier:
+        notifier.start()
     if elector:
         elector.start()
     for sig in (signal.SIGTERM, signal.SIGINT):

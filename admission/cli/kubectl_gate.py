@@ -20,7 +20,7 @@ import getpass
 import sys
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Callable
+from typing import Callable, Iterable, TextIO
 
 import orjson
 import yaml
@@ -34,6 +34,7 @@ from admission.clock import utcnow
 from admission.core import content
 from admission.core import kinds
 from admission.core import names
+from admission.core.controls import escaped
 from admission.core.applied import apply_request, user_info
 from admission.core.decision import Context, Settings, standing
 from admission.core.gates import GateState
@@ -43,7 +44,7 @@ from admission.core.review import UserInfo
 from admission.store.calendar import feed_rows, feeds_of, feeds_text
 from admission.store.index import GateIndex
 from admission.core.timefmt import format_time
-from admission.core.toggles import toggle_patch
+from admission.core.toggles import refuse_controls, toggle_patch
 from admission.store.yamldocs import objects
 from admission.webhook import handlers
 
@@ -65,7 +66,7 @@ def _index(args: argparse.Namespace, cluster: Cluster | None) -> GateIndex:
         # Reported, not fatal: the answer is still the server's with this directory.
         args.gates_dir_problems = dict(store.problems)
         for why in store.problems.values():
-            print(f"error: --gates-dir: {why}", file=sys.stderr)
+            show([f"error: --gates-dir: {why}"], sys.stderr)
         return store.index
     index = GateIndex()
     assert cluster is not None  # without --gates-dir, the command connected first
@@ -112,26 +113,42 @@ def _gates(args: argparse.Namespace) -> tuple[Cluster | None, GateIndex, datetim
 
 # -- output -----------------------------------------------------------------------------
 
-def _table(rows: list[dict], columns: list[str]) -> str:
-    cells = [[c.upper() for c in columns]] + [[str(row.get(c, "") if row.get(c) is not None else "-")
-                                               for c in columns] for row in rows]
+def show(lines: Iterable[str], file: TextIO | None = None) -> None:
+    """Print ``lines``, control characters escaped: every line this command prints comes here."""
+    # A gate's message, an object's name or a calendar's summary is anyone's text: written to the
+    # Gate directly, it reaches here unchecked, and a terminal would act on its escape sequences.
+    # Escaped line by line, so that a line break in a value cannot start a line of its own.
+    print("\n".join(escaped(line) for line in lines), file=file or sys.stdout)
+
+
+def _table(rows: list[dict], columns: list[str]) -> list[str]:
+    cells = [[c.upper() for c in columns]] + [[escaped(str(row.get(c, "") if row.get(c) is not None else "-"))
+                                               for c in columns] for row in rows]  # escaped first: widths as shown
     widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
-    return "\n".join("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in cells)
+    return ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in cells]
 
 
-def _emit(args: argparse.Namespace, payload: object, table: Callable[[], str]) -> None:
+def _emit(args: argparse.Namespace, payload: object, table: Callable[[], list[str]]) -> None:
+    # orjson escapes C0 controls, PyYAML everything outside ASCII; what orjson leaves (C1, DEL,
+    # direction marks) show() writes as JSON's own \uXXXX escapes, so it reads back as the same data.
     if args.output == "json":
-        print(orjson.dumps(payload, option=orjson.OPT_INDENT_2).decode())
+        show(orjson.dumps(payload, option=orjson.OPT_INDENT_2).decode().split("\n"))
     elif args.output == "yaml":
-        print(yaml.safe_dump(payload, sort_keys=False).rstrip())
+        show(yaml.safe_dump(payload, sort_keys=False).rstrip().split("\n"))
     else:
-        print(table())
+        show(table())
 
 
 def _state_row(state: GateState) -> dict:
     return {"namespace": state.namespace, "name": state.name, "state": names.STATE_OPENED if state.open else names.STATE_CLOSED,
             "reason": state.reason, "message": state.message,
-            "until": format_time(state.next_transition) if state.next_transition else None}
+            "until": format_time(state.next_transition) if state.next_transition else None,
+            # The search for it gave up here: a change may come after, unlike "until": null alone.
+            "unknownAfter": format_time(after) if (after := state.transition_unknown_after) else None}
+
+
+def _until(row: dict) -> str | None:
+    return row["until"] or (f"unknown after {row['unknownAfter']}" if row["unknownAfter"] else None)
 
 
 # -- commands ---------------------------------------------------------------------------
@@ -154,10 +171,10 @@ def cmd_list(args: argparse.Namespace) -> int:
     columns = (["namespace"] if args.all_namespaces else []) + ["name", "state", "reason", "until", "referenced by",
                                                                  "held"]
 
-    def table() -> str:
-        shown = [{**r, "referenced by": len(r["referencedBy"]) if cluster else None,
+    def table() -> list[str]:
+        shown = [{**r, "until": _until(r), "referenced by": len(r["referencedBy"]) if cluster else None,
                   "held": len(r["holding"]) if cluster else None} for r in rows]
-        return _table(shown, columns) if rows else f"no gates found{f' in {namespace}' if namespace else ''}"
+        return _table(shown, columns) if rows else [f"no gates found{f' in {namespace}' if namespace else ''}"]
 
     _emit(args, rows, table)
     return EXIT_OK
@@ -193,10 +210,10 @@ def cmd_get(args: argparse.Namespace) -> int:
                         "waits": waiting.waits or None, "serves": waiting.serves or None, "message": waiting.message}
                        for obj, waiting in _waiting_on(objects, f"{namespace}/{args.name}")]
 
-    def table() -> str:
+    def table() -> list[str]:
         lines = [f"{label + ':':<15}{value}" for label, value in (
             ("Name", info["name"]), ("Namespace", info["namespace"]), ("State", info["state"]),
-            ("Reason", info["reason"]), ("Message", info["message"]), ("Until", info["until"] or "-"))]
+            ("Reason", info["reason"]), ("Message", info["message"]), ("Until", _until(info) or "-"))]
         if state.requested_by or state.request_message:
             lines.append(f"{'Requested:':<15}by {state.requested_by or '?'}: {state.request_message or ''}".rstrip(": "))
         lines += [f"{'Problem:':<15}{p}" for p in state.problems]
@@ -204,13 +221,12 @@ def cmd_get(args: argparse.Namespace) -> int:
                  "held": "yes" if o["held"] else "audit only" if o["mode"] == "audit" else "no"} for o in held_by]
         lines.append("Referenced by:" + ("" if rows else " none"))
         if rows:
-            lines += ["  " + line for line in _table(rows, ["kind", "namespace", "name", "held"]).splitlines()]
+            lines += ["  " + line for line in _table(rows, ["kind", "namespace", "name", "held"])]
         lines += feeds_text(info["calendars"])
         lines.append("Waiting:" + ("" if info["waiting"] else " nothing"))
         if info["waiting"]:
-            lines += ["  " + line for line in
-                      _table(info["waiting"], ["kind", "namespace", "name", "waits", "serves"]).splitlines()]
-        return "\n".join(lines)
+            lines += ["  " + line for line in _table(info["waiting"], ["kind", "namespace", "name", "waits", "serves"])]
+        return lines
 
     _emit(args, info, table)
     return EXIT_OK
@@ -225,6 +241,10 @@ def cmd_toggle(args: argparse.Namespace) -> int:
     if args.gates_dir:
         raise GateError("open and close write to the cluster; --gates-dir is read-only", EXIT_USAGE)
     message = _message(args)
+    try:
+        refuse_controls(message=message, requestedBy=args.requested_by)  # said before asking for a cluster
+    except ValueError as err:
+        raise GateError(str(err), EXIT_USAGE) from None
     cluster = connect(args)
     try:
         patch = toggle_patch(args.action, utcnow(), message, _requester(args, cluster), getattr(args, "for_", None))
@@ -234,8 +254,8 @@ def cmd_toggle(args: argparse.Namespace) -> int:
     cluster.custom.patch_namespaced_custom_object(names.GATING_GROUP, names.GATING_VERSION, namespace,
                                                   names.GATE_PLURAL, args.name, patch)
     until = patch["metadata"]["annotations"].get(names.CLOSE_ANNOTATION) if args.action == "open" else None
-    print(f"gate {namespace}/{args.name} {'opened' if args.action == 'open' else 'closed'}"
-          + (f" until {until}" if until else "") + (f": {message}" if message else ""))
+    show([f"gate {namespace}/{args.name} {'opened' if args.action == 'open' else 'closed'}"
+          + (f" until {until}" if until else "") + (f": {message}" if message else "")])
     return EXIT_OK
 
 
@@ -329,9 +349,9 @@ def cmd_check(args: argparse.Namespace) -> int:
         except RecursionError:  # as the webhook answers it: such an object cannot be judged
             raise GateError(f"{kind} {meta['namespace']}/{name}: nests values too deeply to be judged", EXIT_USAGE) from None
 
-    def table() -> str:
+    def table() -> list[str]:
         shown = [{**row, "verdict": row["verdictText"]} for row in rows]  # the sentence, as before
-        return _table(shown, ["kind", "namespace", "name", "verdict", "message"]) if rows else "no Flux objects in the manifest"
+        return _table(shown, ["kind", "namespace", "name", "verdict", "message"]) if rows else ["no Flux objects in the manifest"]
 
     _emit(args, rows, table)
     return EXIT_DENIED if any(r["verdict"] == DENIED for r in rows) else EXIT_OK
@@ -348,7 +368,7 @@ def cmd_calendar(args: argparse.Namespace) -> int:
         sys.stdout.buffer.write(calendar.to_ics(cals, now))
         sys.stdout.flush()
         return EXIT_OK
-    _emit(args, calendar.to_rows(cals, now), lambda: calendar.to_text(cals, now, args.days))
+    _emit(args, calendar.to_rows(cals, now), lambda: calendar.to_lines(cals, now, args.days))
     return EXIT_OK
 
 
@@ -448,7 +468,7 @@ def main(argv: list[str] | None = None, parser: argparse.ArgumentParser | None =
         args.namespace = completion.namespace_of(args)
         code = args.func(args)
     except GateError as err:
-        print(f"error: {err}", file=sys.stderr)
+        show([f"error: {err}"], sys.stderr)
         return err.code
     return EXIT_BAD_GATES_DIR if code == EXIT_OK and getattr(args, "gates_dir_problems", None) else code
 

@@ -74,6 +74,7 @@ def describe_paths(paths: list[str], count: int) -> str:
     return text + (f" and {count - len(paths)} more" if count > len(paths) else "")
 
 
+SPEC_CHANGE = "spec change"
 OWNERS_CHANGE = "owner references change"
 
 
@@ -108,7 +109,7 @@ def gated_change(kind: str, operation: str, sub_resource: str, old: Object | Non
     if sub_resource:
         return None
     if not same(desired_spec(old), desired_spec(new)):
-        return "spec change"
+        return SPEC_CHANGE
     if not by_kubernetes and owners_change(old, new):
         return OWNERS_CHANGE
     return loosens(*(policies() if policies else (policy_of(old), policy_of(new))))

@@ -10,7 +10,7 @@ from admission.core import content
 from admission.core import gates
 from admission.core import kinds
 from admission.core import names
-from admission.core.changes import OWNERS_CHANGE, changed_paths, describe_paths, desired_spec, gated_change
+from admission.core.changes import OWNERS_CHANGE, SPEC_CHANGE, changed_paths, describe_paths, desired_spec, gated_change
 from admission.core.gates import GateState
 from admission.core.holdmessage import gate_clause
 from admission.core.objects import Object, metadata
@@ -96,6 +96,17 @@ def hold_of(obj: Object | None, lookup: Lookup, now: datetime, policy: Policy | 
         gates_hold = bool(closed)
     suspension = suspension_of(obj, now).hold
     return Hold(policy, states, closed if gates_hold else (), suspension, gates_hold or suspension is not None)
+
+
+def releases(leaving: Hold, entering: Hold) -> str | None:
+    """Why an UPDATE from the policy judged as ``leaving`` to the one judged as ``entering``
+    (against the same gate states) would release an object its gates hold, or None. Whatever
+    the references and require modes, as written or however spelt, a change of policy may not
+    do what opening a gate does."""
+    if not leaving.closed or entering.closed:
+        return None
+    opened = [f"gate '{s.key}' is open" for s in entering.states if s.open]
+    return "the new gate policy would release it" + (": " + ", ".join(opened) if opened else "")
 
 
 def _gate_clause(state: GateState) -> str:
@@ -202,16 +213,27 @@ def decide(request: AdmissionRequest, context: Context) -> Decision:
             read.append((policy_of(old), policy_of(new)))
         return read[0]
 
-    change = gated_change(kind["kind"], operation, request.get("subResource") or "", old, new, policies,
-                          by_kubernetes=username in names.SYSTEM_DELETERS)
-    if change is None:
-        return ALLOWED
-
-    # An UPDATE must satisfy both the policy it leaves and the one it enters.
-    objects = (old,) if operation == "DELETE" else (old, new)  # zip pairs each with its policy
-    judged = [(o, p) for o, p in zip(objects, policies()) if isinstance(o, dict)]
-    judgements = [hold_of(obj, lookup, now, policy) for obj, policy in judged]
     sub_resource = request.get("subResource") or ""
+    change = gated_change(kind["kind"], operation, sub_resource, old, new, policies,
+                          by_kubernetes=username in names.SYSTEM_DELETERS)
+    # An UPDATE of the object that changes nothing but its gate policy (or nothing at all).
+    policy_only = operation == "UPDATE" and not sub_resource and change not in (SPEC_CHANGE, OWNERS_CHANGE)
+    if change is None:
+        if not policy_only:  # (status writes: their policies are not read)
+            return ALLOWED
+        before, after = policies()  # read already, for the change
+        if (before.refs, before.require) == (after.refs, after.require):
+            return ALLOWED
+        leaving, entering = hold_of(old, lookup, now, before), hold_of(new, lookup, now, after)
+        change = releases(leaving, entering)
+        if change is None:
+            return ALLOWED
+        judgements = [leaving]
+    else:
+        # An UPDATE must satisfy both the policy it leaves and the one it enters.
+        objects = (old,) if operation == "DELETE" else (old, new)  # zip pairs each with its policy
+        judged = [(o, p) for o, p in zip(objects, policies()) if isinstance(o, dict)]
+        judgements = [hold_of(obj, lookup, now, policy) for obj, policy in judged]
     if sub_resource and isinstance(new, dict):
         judgements += [hold_of(parent, lookup, now) for parent in context.parents(new)]
     holds = [h for h in judgements if h.held]
@@ -225,10 +247,12 @@ def decide(request: AdmissionRequest, context: Context) -> Decision:
     carried = content.new_content(kind["kind"], old, new) if what == CONTENT else None
     if carried is not None:
         message = carried.after(message)
-    elif change == "spec change":  # say what changed: a label-only apply can also drop a null
+    elif change == SPEC_CHANGE:  # say what changed: a label-only apply can also drop a null
         message += "; changed: " + describe_paths(*changed_paths(desired_spec(old), desired_spec(new)))
     elif change == OWNERS_CHANGE:  # a metadata write held: say which, or it looks like a label edit
         message += "; changed: metadata.ownerReferences"
+    elif policy_only:  # a metadata write held: say how the policy loosens, or it looks like a label edit
+        message += f"; {change}"
     return Decision(allowed=mode == "audit", gated=True, held=True, mode=mode, change=change,
                     message=message, hold=holds[-1], held_what=what)
 

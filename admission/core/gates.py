@@ -5,10 +5,11 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Callable, Generic, Iterable, TypeAlias, TypeVar, cast
+from typing import Any, Iterable, NamedTuple, TypeAlias
 
 from admission.core import names
 from admission.core.cron import HORIZON, ScheduleError, zone
+from admission.core.lazy import Lazy
 from admission.core.objects import metadata
 from admission.core.schedule import Entry, parse_entry
 from admission.core.subscriptions import CalendarEntry, CalendarGuard, keeper_calendars
@@ -30,46 +31,16 @@ MAX_ENTRIES_PER_LIST = 16  # the CRD's maxItems for cronjob.closed and cronjob.o
 # What a gate's schedule is made of: cron entries, and its GateKeepers' calendars with their guards.
 GateEntry: TypeAlias = "Entry | CalendarEntry | CalendarGuard"
 
-T = TypeVar("T")
+class Transition(NamedTuple):
+    """What the search for a gate's next transition found: when it flips (``at``), or, when it
+    gave up (its budget spent), the instant it reached (``unknown_after``): no flip before it,
+    and after it none is known. Neither: none within the horizon, or none ever."""
+
+    at: datetime | None = None
+    unknown_after: datetime | None = None
 
 
-class Lazy(Generic[T]):
-    """A value computed on first use, then kept; equal when the values are.
-
-    Threads that race both compute it: the computations are pure, so they agree."""
-
-    __slots__ = ("_compute", "_value", "_known")
-
-    def __init__(self, compute: Callable[[], T]):
-        self._compute = compute
-        self._value: T | None = None
-        self._known = False
-
-    @classmethod
-    def of(cls, value: T) -> "Lazy[T]":
-        """A value known already."""
-        known = cls(lambda: value)
-        known._value, known._known = value, True
-        return known
-
-    @property
-    def value(self) -> T:
-        if not self._known:
-            self._value, self._known = self._compute(), True
-        # Once known, _value is the value: a None there is the value itself.
-        return cast(T, self._value)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Lazy) and self.value == other.value
-
-    def __hash__(self) -> int:
-        return hash(self.value)
-
-    def __repr__(self) -> str:
-        return repr(self.value)
-
-
-_NO_TRANSITION: Lazy[datetime | None] = Lazy.of(None)
+_NO_TRANSITION: Lazy[Transition] = Lazy.of(Transition())
 
 
 @dataclass(frozen=True)
@@ -90,7 +61,7 @@ class GateState:
     valid_until: datetime | None = None  # nothing can change before this (None: never)
     # When it next opens (closed) or closes (open): searched for on first use, since deciding
     # does not need it; a denial's message, the status and the notifications do.
-    transition: Lazy[datetime | None] = _NO_TRANSITION
+    transition: Lazy[Transition] = _NO_TRANSITION
 
     @property
     def key(self) -> str:
@@ -99,7 +70,13 @@ class GateState:
     @property
     def next_transition(self) -> datetime | None:
         """When it next opens (closed) or closes (open), if known."""
-        return self.transition.value
+        return self.transition.value.at
+
+    @property
+    def transition_unknown_after(self) -> datetime | None:
+        """When no next transition is known because the search gave up: the instant it reached.
+        Nothing changes before it; after it, something may (None: the search did not give up)."""
+        return self.transition.value.unknown_after
 
 
 def not_found(namespace: str, name: str) -> GateState:
@@ -365,21 +342,31 @@ def _valid_until(cg: CompiledGate, now: datetime) -> datetime | None:
 
 
 def next_transition(cg: CompiledGate, now: datetime, horizon: timedelta = HORIZON) -> datetime | None:
-    """When the gate next opens (if closed) or closes (if open), if known within ``horizon``.
+    """When the gate next opens (if closed) or closes (if open), if known within ``horizon``."""
+    return search_transition(cg, now, horizon).at
+
+
+def search_transition(cg: CompiledGate, now: datetime, horizon: timedelta = HORIZON) -> Transition:
+    """When the gate next opens (if closed) or closes (if open), if found within ``horizon``;
+    or the instant the search reached when it gave up.
 
     Each entry is asked for its state and the time of its next change; neither can change
     before that time. From them, the earliest instant the gate could flip is known (a gate
     closed by active windows opens no earlier than the last of them ends; one a toggle holds,
     not before the toggle ends), so the search goes there at once and asks again only the
     entries that may have changed by then. It gives up (unknown, never "open") after
-    EVALUATION_BUDGET worth of asks, whatever the entries are."""
+    EVALUATION_BUDGET worth of asks, whatever the entries are; then it says how far it got,
+    which is not "no transition": readers ask again from there."""
     if cg.fixed:
-        return None
+        return Transition()
     # Opening entries cannot change whether a gate that is open by default is open.
     entries = [entry for entry in _entries(cg)
                if any(entry is e for _, e in cg.closed_entries) or not cg.default_open]
     closing = [i for i, entry in enumerate(entries) if any(entry is e for _, e in cg.closed_entries)]
-    opening = [i for i, entry in enumerate(entries) if any(entry is e for _, e in cg.opened_entries)]
+    # An entry that also closes never opens the gate (closing wins while it is active): as an
+    # opener it would only make the search step through each of its changes.
+    opening = [i for i, entry in enumerate(entries)
+               if i not in closing and any(entry is e for _, e in cg.opened_entries)]
     # Calendars as the search sees them: fetched again before they go stale (subscriptions._Searched).
     searched = [entry.searched_from(now) if isinstance(entry, (CalendarEntry, CalendarGuard)) else entry
                 for entry in entries]
@@ -388,7 +375,7 @@ def next_transition(cg: CompiledGate, now: datetime, horizon: timedelta = HORIZO
     spent = 0
     for i, search in enumerate(searched):
         if spent >= EVALUATION_BUDGET:
-            return None
+            return Transition(unknown_after=now)
         active[i], changes[i], cost = search.state_and_next_change(now)
         spent += cost
     fixed = sorted(_toggle_points(cg, now), reverse=True)  # popped from the end, earliest first
@@ -398,21 +385,21 @@ def next_transition(cg: CompiledGate, now: datetime, horizon: timedelta = HORIZO
     for _ in range(_MAX_STEPS):
         flip = _earliest_flip(cg, cur, active, changes, closing, opening, fixed[-1] if fixed else None)
         if flip is None:
-            return None
-        cur = flip
+            return Transition()
+        cur = flip  # no flip before it: the state at it is what is not known yet
         while fixed and fixed[-1] <= cur:
             fixed.pop()
         for i, change in enumerate(changes):
             if change is not None and change <= cur:
                 if spent >= EVALUATION_BUDGET:
-                    return None
+                    return Transition(unknown_after=cur)
                 active[i], changes[i], cost = searched[i].state_and_next_change(cur)
                 spent += cost
         if _open_by(cg, cur, active, closing, opening) != was_open:
-            return cur  # change points are exact, even beyond the horizon (a toggle in 2030)
+            return Transition(at=cur)  # change points are exact, even beyond the horizon (a toggle in 2030)
         if cur > deadline:
-            return None
-    return None
+            return Transition()
+    return Transition(unknown_after=cur)
 
 
 def _open_by(cg: CompiledGate, at: datetime, active: list[bool], closing: list[int], opening: list[int]) -> bool:
@@ -468,7 +455,7 @@ def evaluate(cg: CompiledGate, now: datetime) -> GateState:
     if cg.fixed:
         return GateState(cg.namespace, cg.name, False, cause.reason, cause.message, mode=cg.mode, problems=cg.problems)
     valid_until = _valid_until(cg, now)
-    transition = Lazy(functools.partial(next_transition, cg, now))
+    transition = Lazy(functools.partial(search_transition, cg, now))
     toggle = cause.toggle
     if toggle is None:
         return GateState(cg.namespace, cg.name, cause.open, cause.reason, cause.message, mode=cg.mode,

@@ -105,6 +105,8 @@ SERVICE_ACCOUNTS_GROUP = "system:serviceaccounts"
 CALENDARS_READY_CONDITION = "CalendarsReady"
 REASON_FETCHED = "Fetched"
 REASON_FETCH_FAILED = "FetchFailed"
+REASON_FETCHING = "Fetching"  # CalendarsReady=Unknown: another of its calendars was never fetched yet
+CONDITION_UNKNOWN = REASON_UNKNOWN  # a condition status: cannot say yet
 CALENDAR_FAILED_EVENT = "CalendarFetchFailed"
 CALENDAR_RECOVERED_EVENT = "CalendarFetched"
 FEED_COMPLETE_UNTIL_PROPERTY = "X-FLUX-GATE-COMPLETE-UNTIL"  # the feed lists every closed interval up to here

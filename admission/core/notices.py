@@ -68,9 +68,23 @@ def expected_opening(closed: tuple[GateState, ...], require: str) -> datetime | 
         return None
     if require == names.REQUIRE_ONE_OF:
         known = [t for t in times if t is not None]
-        return min(known) if known else None
+        # A gate whose search gave up may open first: then the first opening is not known.
+        if known and all(min(known) <= after for s in closed if (after := s.transition_unknown_after)):
+            return min(known)
+        return None
     known = [t for t in times if t is not None]
     return None if len(known) < len(times) else max(known)
+
+
+def opening_not_before(closed: tuple[GateState, ...], require: str) -> datetime | None:
+    """When the opening is not known because a search gave up (not because none is scheduled):
+    the instant before which the object is not let through. None otherwise."""
+    bounds = [s.next_transition or s.transition_unknown_after for s in closed]
+    if not any(s.transition_unknown_after for s in closed):
+        return None
+    if require == names.REQUIRE_ONE_OF:
+        return min(b for b in bounds if b is not None)
+    return None if None in bounds else max(b for b in bounds if b is not None)  # one never opens: none scheduled
 
 
 def _opened_clause(state: GateState) -> str:
@@ -96,9 +110,13 @@ def notice(old: Object | None, new: Object | None, lookup: Lookup, now: datetime
         details = {"gates": ", ".join(s.key for s in hold.closed), **_revisions(text)}
         clauses = [f"gate '{s.key}': {s.message}" for s in hold.closed]
         opening = expected_opening(hold.closed, hold.policy.require)
+        not_before = opening_not_before(hold.closed, hold.policy.require) if opening is None else None
         if opening is not None:
             details["opensAt"] = format_time(opening)
             clauses.append(f"expected to open at {format_time(opening)}")
+        elif not_before is not None:
+            details["opensNotBefore"] = format_time(not_before)
+            clauses.append(f"when it opens is not known, not before {format_time(not_before)}")
         elif hold.closed:
             clauses.append("no opening is scheduled")
         message = f"{label} is held: {text}" + (f" ({'; '.join(clauses)})" if clauses else "")

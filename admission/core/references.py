@@ -189,13 +189,25 @@ def policy_of(obj: dict[str, Any] | None) -> Policy:
     return Policy(tuple(unique.values()), names.REQUIRE_ONE_OF if one_of else names.REQUIRE_ALL, tuple(notes))
 
 
+def _quoted(keys: list[str]) -> str:
+    return ", ".join(f"'{key}'" for key in keys)
+
+
 def loosens(old: Policy, new: Policy) -> str | None:
-    """Why going from ``old`` to ``new`` asks less of the gates, or None."""
-    removed = [ref.key for ref in old.refs if ref.key not in {r.key for r in new.refs}]
+    """Why going from ``old`` to ``new`` asks less of the gates, as written, or None. (Whether
+    it would release a held object, however written, is ``decision.releases()``.)"""
+    old_keys, new_keys = {r.key for r in old.refs}, {r.key for r in new.refs}
+    removed = [ref.key for ref in old.refs if ref.key not in new_keys]
     if removed:
-        return "removes gate references " + ", ".join(f"'{key}'" for key in removed)
+        return "removes gate references " + _quoted(removed)
+    if not old.refs:
+        return None  # nothing held it: gating an object anew asks more, whatever the mode
     if old.require == names.REQUIRE_ALL and new.require == names.REQUIRE_ONE_OF and len(new.refs) > 1:
         return "loosens require from all to oneOf"
+    # Under oneOf each reference is one more gate whose opening alone releases the object.
+    added = [ref.key for ref in new.refs if ref.key not in old_keys]
+    if new.require == names.REQUIRE_ONE_OF and added:
+        return f"adds gate references {_quoted(added)} under require oneOf"
     return None
 
 

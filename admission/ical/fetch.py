@@ -3,7 +3,8 @@
 - **Where**: https only (plain http only when the entry allows it, and never with credentials);
   no credentials in the URL; the host is resolved once and every address is checked: loopback,
   private, link-local, shared, multicast and reserved addresses are refused unless the operator
-  lists their network (the controller's ``--calendar-allow-networks``). The connection goes to
+  lists their network (the controller's ``--calendar-allow-networks``), and so are IPv6 addresses
+  that carry such an IPv4 address (NAT64, 6to4, Teredo: ``embedded_ipv4``). The connection goes to
   the checked address (no second resolution an attacker could answer differently), with the
   URL's host name for SNI and certificate checking.
 - **Redirects**: followed to the same host and port only, at most ``MAX_REDIRECTS``, never from
@@ -92,14 +93,36 @@ def parse_networks(text: str) -> tuple[Network, ...]:
     return tuple(ipaddress.ip_network(part.strip(), strict=False) for part in text.split(",") if part.strip())
 
 
+# IPv6 forms whose last 32 bits are an IPv4 address a translator delivers to: IPv4-compatible
+# (::a.b.c.d), IPv4-translated (::ffff:0:a.b.c.d, SIIT) and NAT64's well-known and local-use
+# prefixes. (IPv4-mapped, 6to4 and Teredo: ipaddress reads those itself.)
+_CARRIES_LAST_32 = tuple(ipaddress.IPv6Network(net) for net in ("::/96", "::ffff:0:0:0/96", "64:ff9b::/96", "64:ff9b:1::/48"))
+# Not globally reachable (RFC 8215), though Python's ipaddress says so only from 3.12.4 on.
+_NOT_GLOBAL = (ipaddress.IPv6Network("64:ff9b:1::/48"),)
+
+
+def embedded_ipv4(ip: ipaddress.IPv6Address) -> tuple[ipaddress.IPv4Address, ...]:
+    """Every IPv4 address an IPv6 address carries, where NAT64, a 6to4 relay or Teredo would deliver."""
+    found = [*(ip.teredo or ()), *((ip.sixtofour,) if ip.sixtofour else ())]
+    if any(ip in net for net in _CARRIES_LAST_32):
+        found.append(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
+    return tuple(found)
+
+
 def allowed_address(address: str, policy: Policy) -> bool:
-    """Whether a resolved address may be fetched from: public, or in a network the operator allows."""
+    """Whether a resolved address may be fetched from: public, or in a network the operator allows;
+    and so is every IPv4 address it carries (NAT64 and 6to4 clusters route to those)."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])
     if ip.version == 6 and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+        ip = ip.ipv4_mapped  # the socket connects to the IPv4 address itself
+    carried = embedded_ipv4(ip) if isinstance(ip, ipaddress.IPv6Address) else ()
+    return _allowed(ip, policy) and all(_allowed(v4, policy) for v4 in carried)
+
+
+def _allowed(ip: ipaddress.IPv4Address | ipaddress.IPv6Address, policy: Policy) -> bool:
     if any(ip.version == net.version and ip in net for net in policy.allowed_networks):
         return True
-    return ip.is_global and not ip.is_multicast
+    return ip.is_global and not ip.is_multicast and not any(ip in net for net in _NOT_GLOBAL)
 
 
 class _Expired(FetchError):

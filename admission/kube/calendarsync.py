@@ -8,8 +8,13 @@ evaluation makes the gate Unknown (closed) once they are older than the entry's 
 Failures set ``CalendarsReady=False`` on the GateKeeper and record a Warning Event (once per
 distinct error); a calendar that is fetched again after failing records a Normal Event.
 
-Only the leader fetches. Fetches run on a few threads (each bounded by admission.ical.fetch's
-deadline), off the loop that keeps Gate status; feeds that changed are parsed one at a time,
+Only the leader fetches. Each calendar has its own due time (admission.core.feedschedule: its
+interval after its last fetch; after failures a minute, doubling, up to the interval; at once
+when never fetched). A few fetch threads (each fetch bounded by admission.ical.fetch's
+deadline), off the loop that keeps Gate status, take due calendars as they free up: one
+namespace holds at most half of them, and a free one goes to the namespace with the fewest
+running, then the least recently served. A GateKeeper's status is written as soon as one of its
+calendars is fetched, never held for the others. Feeds that changed are parsed one at a time,
 each in a child process with its own CPU and memory limits (admission.ical.parse).
 """
 
@@ -18,8 +23,9 @@ from __future__ import annotations
 import base64
 import logging
 import threading
-from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timedelta, timezone
+from collections import Counter
+from concurrent.futures import Executor, ThreadPoolExecutor
+from datetime import datetime, timedelta
 from typing import Any, Callable
 
 
@@ -27,6 +33,7 @@ from admission.clock import utcnow
 from admission.core import names
 from admission.core.conditions import find, transition_time
 from admission.core.cron import ScheduleError
+from admission.core.feedschedule import Feed, due_from_status, namespace_cap, next_due, next_wake, start_order
 from admission.core.objects import metadata, object_key
 from admission.core.subscriptions import HORIZON, CalendarSpec, clean, find_status, parse_calendars, status_entry
 from admission.core.timefmt import parse_time
@@ -36,12 +43,11 @@ from admission.ical.parse import ParseError, parse_in_child
 
 log = logging.getLogger("admission.calendars")
 MIN_INTERVAL = timedelta(seconds=30)  # the shortest interval the controller fetches a feed at (--calendar-min-interval)
-RETRY_AFTER = timedelta(minutes=1)  # after a failure, the next attempt comes this soon, or at the interval if sooner
 REPARSE_AFTER = timedelta(hours=12)  # a feed is fetched without validators (and parsed again) this often,
 # so its intervals keep reaching HORIZON ahead although it has not changed
-WORKERS = 4
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+WORKERS = 4  # fetches at once; one namespace holds at most namespace_cap(WORKERS) of them
 Key = tuple[str, str, str]  # GateKeeper namespace, name, calendar digest
+Job = tuple[dict, CalendarSpec]  # a GateKeeper, one of its calendars
 
 
 class SecretError(Exception):
@@ -54,29 +60,46 @@ class CalendarSync:
     def __init__(self, custom, core, keepers: Callable[[], list[dict]], *, clock: Callable[[], datetime] = utcnow,
                  policy: Policy = Policy(), min_interval: timedelta = MIN_INTERVAL, horizon: timedelta = HORIZON,
                  event: Callable[[dict, str, str, datetime, str], None] | None = None,
-                 fetcher: Callable = fetch, parser: Callable = parse_in_child, workers: int = WORKERS):
+                 fetcher: Callable = fetch, parser: Callable = parse_in_child, workers: int = WORKERS,
+                 per_namespace: int | None = None):
         self.custom, self.core, self.keepers, self.clock = custom, core, keepers, clock
         self.policy, self.min_interval, self.horizon = policy, min_interval, horizon
         self.event = event or (lambda *_: None)
-        self.fetcher, self.parser, self.workers = fetcher, parser, workers
+        self.fetcher, self.parser, self.workers = fetcher, parser, max(1, workers)
+        self.per_namespace = per_namespace or namespace_cap(self.workers)
+        # Under _lock: what the fetch threads and the loop share.
         self.due: dict[Key, datetime] = {}  # when each calendar is next fetched
+        self.failures: dict[Key, int] = {}  # failed fetches in a row per calendar
+        self.fetched: dict[Key, dict] = {}  # each calendar's entry from its last fetch (this leader's)
+        self.running: dict[Key, str] = {}  # fetches in flight: their namespace
+        self.turns: dict[str, int] = {}  # per namespace, the number of its last start (fairness)
+        self.turn = 0
+        self.epoch = 0  # forget() starts a new one: fetches of an older one write nothing
+        self._lock = threading.Lock()
+        self._finished = threading.Condition(self._lock)  # a fetch ended
+        self._wake: Callable[[], None] = lambda: None  # wakes run()'s loop
+        # Under _writing: one status write at a time (a GateKeeper's calendars end on different threads).
         self.written: dict[tuple[str, str], dict] = {}  # the status last written per GateKeeper
         self.reported: dict[Key, str] = {}  # the error last recorded as an Event per calendar
+        self._writing = threading.Lock()
         self._parsing = threading.Lock()  # one parser child at a time: their memory limits add up
 
     def forget(self) -> None:
-        """Lost the lead: the next leader (maybe this one again) reads what status says."""
-        self.due.clear()
-        self.written.clear()
-        self.reported.clear()
+        """Lost the lead: the next leader (maybe this one again) reads what status says. Fetches
+        still in flight end without writing."""
+        with self._lock:
+            self.epoch += 1
+            for state in (self.due, self.failures, self.fetched, self.turns):
+                state.clear()
+        with self._writing:
+            self.written.clear()
+            self.reported.clear()
 
-    # -- one pass -------------------------------------------------------------------------
-    def sync(self, now: datetime) -> datetime | None:
-        """Fetch every calendar that is due, write the GateKeepers' statuses, and return when
-        the next calendar is due (None: no calendars)."""
-        jobs: list[tuple[dict, CalendarSpec, dict | None]] = []
-        wake: datetime | None = None
-        seen: set[Key] = set()
+    # -- scheduling -----------------------------------------------------------------------
+    def _plan(self) -> tuple[list[Feed], dict[Key, Job]]:
+        """Every calendar of every GateKeeper and when it is due; clears the status of
+        GateKeepers whose calendars were removed, and forgets calendars that are gone."""
+        found: list[tuple[Key, Job, dict[str, Any] | None]] = []
         for keeper in self.keepers():
             namespace, name = object_key(keeper)
             try:
@@ -88,46 +111,86 @@ class CalendarSync:
                 if isinstance(status, dict) and status.get("calendars") is not None:
                     self._clear(namespace, name)  # its calendars were removed: so is what status said of them
                 continue
-            for cal in cals:
-                key = (namespace, name, cal.digest)
-                seen.add(key)
-                previous = find_status(status, cal)
-                due = self.due.get(key) or self._due_from_status(cal, previous)
-                if due <= now:
-                    jobs.append((keeper, cal, previous))
-                elif wake is None or due < wake:
-                    wake = due
-        for key in set(self.due) - seen:
-            self.due.pop(key, None)
-            self.reported.pop(key, None)
-        if not jobs:
-            return wake
-        with ThreadPoolExecutor(max_workers=min(self.workers, len(jobs)), thread_name_prefix="calendar-fetch") as pool:
-            results = list(pool.map(lambda job: self._fetch(*job), jobs))
-        by_keeper: dict[tuple[str, str], tuple[dict, dict[str, dict]]] = {}
-        for (keeper, cal, _), entry in zip(jobs, results):
-            namespace, name = object_key(keeper)
-            by_keeper.setdefault((namespace, name), (keeper, {}))[1][cal.digest] = entry
-            retry = self._interval(cal) if "error" not in entry else min(self._interval(cal), max(RETRY_AFTER, self.min_interval))
-            due = parse_time(entry["lastFetchTime"]) + retry
-            self.due[(namespace, name, cal.digest)] = due
-            wake = due if wake is None or due < wake else wake
-        for keeper, entries in by_keeper.values():
-            self._write(keeper, entries, self.clock())
-        return wake
+            found.extend(((namespace, name, cal.digest), (keeper, cal), find_status(status, cal)) for cal in cals)
+        jobs = {key: job for key, job, _ in found}
+        feeds = []
+        with self._lock:
+            for key, (_, cal), previous in found:
+                due = self.due.get(key) or due_from_status(previous, self._interval(cal))
+                feeds.append(Feed(key[0], key[1], key[2], due))
+            for state in (self.due, self.failures, self.fetched):
+                for key in set(state) - set(jobs):
+                    state.pop(key, None)
+            for namespace in set(self.turns) - {key[0] for key in jobs}:
+                self.turns.pop(namespace)
+        with self._writing:
+            for key in set(self.reported) - set(jobs):
+                self.reported.pop(key, None)
+        return feeds, jobs
+
+    def _start(self, now: datetime, pool: Executor, skip: set[Key] | None = None) -> list[Feed]:
+        """Start the calendars due at ``now`` that the free slots and the namespace caps allow
+        (none of ``skip``, which gets those started); return the calendars not in flight."""
+        feeds, jobs = self._plan()
+        with self._lock:
+            waiting = [feed for feed in feeds if feed.key not in self.running]
+            candidates = [feed for feed in waiting if skip is None or feed.key not in skip]
+            chosen = start_order(candidates, now, Counter(self.running.values()), self.workers - len(self.running),
+                                 self.per_namespace, self.turns)
+            for feed in chosen:
+                keeper, cal = jobs[feed.key]
+                self.turn += 1
+                self.turns[feed.namespace] = self.turn
+                self.running[feed.key] = feed.namespace
+                status = self.written.get(feed.key[:2]) or keeper.get("status")
+                previous = self.fetched.get(feed.key) or find_status(status, cal)
+                pool.submit(self._job, keeper, cal, previous, self.epoch)
+                if skip is not None:
+                    skip.add(feed.key)
+        return [feed for feed in waiting if feed not in chosen]
+
+    def _job(self, keeper: dict[str, Any], cal: CalendarSpec, previous: dict[str, Any] | None, epoch: int) -> None:
+        """On a fetch thread: fetch one calendar, schedule its next fetch, write its GateKeeper's status."""
+        namespace, name = object_key(keeper)
+        key = (namespace, name, cal.digest)
+        try:
+            entry = self._fetch(keeper, cal, previous)
+            with self._lock:
+                if epoch != self.epoch:
+                    return
+                failures = self.failures.get(key, 0) + 1 if "error" in entry else 0
+                self.failures[key] = failures
+                self.fetched[key] = entry
+                self.due[key] = next_due(parse_time(entry["lastFetchTime"]), self._interval(cal), failures,
+                                         self.min_interval)
+            self._write(keeper, self.clock(), epoch)
+        except Exception:  # a bug must not take the slot with it
+            log.exception("calendar fetch failed", extra={"calendar": cal.name})
+        finally:
+            with self._lock:
+                self.running.pop(key, None)
+                self._finished.notify_all()
+            self._wake()
+
+    def sync(self, now: datetime) -> datetime | None:
+        """Fetch every calendar due at ``now`` (each at most once), writing each GateKeeper's
+        status as each of its calendars is fetched; return when the next calendar is due (None:
+        no calendars). Waits for its fetches; run() never does."""
+        started: set[Key] = set()
+        with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="calendar-fetch") as pool:
+            while True:
+                with self._lock:
+                    idle = not started & self.running.keys()  # before the look: its answer then has them all
+                count = len(started)
+                waiting = self._start(now, pool, started)
+                if idle and len(started) == count:
+                    return min((feed.due for feed in waiting), default=None)
+                with self._lock:
+                    if started & self.running.keys():
+                        self._finished.wait()  # one ended: its slot may start another
 
     def _interval(self, cal: CalendarSpec) -> timedelta:
         return max(cal.interval, self.min_interval)
-
-    def _due_from_status(self, cal: CalendarSpec, previous: dict[str, Any] | None) -> datetime:
-        """After a restart or a change of leader: the interval after the last fetch status
-        records (now, when it records none)."""
-        if previous is None:
-            return EPOCH
-        try:
-            return parse_time(previous["lastFetchTime"]) + self._interval(cal)
-        except (KeyError, TypeError, ValueError):
-            return EPOCH
 
     # -- one calendar ---------------------------------------------------------------------
     def _fetch(self, keeper: dict[str, Any], cal: CalendarSpec, previous: dict[str, Any] | None) -> dict[str, Any]:
@@ -194,72 +257,101 @@ class CalendarSync:
         return Auth(token, username, password, ca)
 
     # -- status, condition, Events ------------------------------------------------------------
-    def _write(self, keeper: dict[str, Any], entries: dict[str, dict[str, Any]], now: datetime) -> None:
+    def _write(self, keeper: dict[str, Any], now: datetime, epoch: int | None = None) -> None:
+        """Write the GateKeeper's status from the last fetch of each of its calendars (what status
+        says, for those not fetched since); nothing when ``epoch`` is over."""
         namespace, name = object_key(keeper)
         try:
             cals = parse_calendars(keeper.get("spec") or {})
         except ScheduleError:
             return
-        base = self.written.get((namespace, name)) or keeper.get("status") or {}
-        calendars = [entry for entry in (entries.get(cal.digest) or find_status(base, cal) for cal in cals)
-                     if entry is not None]
-        failed = [(cal, entry) for cal, entry in zip(cals, calendars) if entry.get("error")]
+        with self._writing:
+            with self._lock:
+                if epoch is not None and epoch != self.epoch:
+                    return
+                latest = {cal.digest: self.fetched.get((namespace, name, cal.digest)) for cal in cals}
+            base = self.written.get((namespace, name)) or keeper.get("status") or {}
+            entries = [(cal, latest[cal.digest] or find_status(base, cal)) for cal in cals]
+            known = [(cal, entry) for cal, entry in entries if entry is not None]
+            status = self._status(keeper, base, known, [cal for cal, entry in entries if entry is None], now)
+            try:
+                self.custom.patch_namespaced_custom_object_status(names.GATING_GROUP, names.GATING_VERSION, namespace,
+                                                                  names.GATEKEEPER_PLURAL, name, {"status": status})
+            except CALL_ERRORS as err:
+                log.warning("calendar status not written", extra={"GateKeeper": {"namespace": namespace, "name": name},
+                                                                  "error": describe_error(err)})
+                return
+            self.written[(namespace, name)] = status
+            for cal, entry in known:
+                key = (namespace, name, cal.digest)
+                error = entry.get("error")
+                if error and self.reported.get(key) != error:
+                    self.event(keeper, names.CALENDAR_FAILED_EVENT, f"{cal}: {error}", now, "Warning")
+                    self.reported[key] = error
+                elif not error and key in self.reported:
+                    self.event(keeper, names.CALENDAR_RECOVERED_EVENT, f"{cal} fetched again", now, "Normal")
+                    self.reported.pop(key)
+
+    @staticmethod
+    def _status(keeper: dict[str, Any], base: dict[str, Any], known: list[tuple[CalendarSpec, dict[str, Any]]],
+                pending: list[CalendarSpec], now: datetime) -> dict[str, Any]:
+        """The status: each calendar's entry, and CalendarsReady: False when one failed, Unknown
+        while one was never fetched, else True."""
+        failed = [(cal, entry) for cal, entry in known if entry.get("error")]
+        count = sum(len(entry.get("intervals") or []) for _, entry in known)
+        condition = {"type": names.CALENDARS_READY_CONDITION}
         if failed:
-            condition = {"type": names.CALENDARS_READY_CONDITION, "status": "False", "reason": names.REASON_FETCH_FAILED,
-                         "message": clean("; ".join(f"{cal}: {entry['error']}" for cal, entry in failed), 1024)}
+            condition.update(status="False", reason=names.REASON_FETCH_FAILED,
+                             message=clean("; ".join(f"{cal}: {entry['error']}" for cal, entry in failed), 1024))
+        elif pending:
+            condition.update(status=names.CONDITION_UNKNOWN, reason=names.REASON_FETCHING,
+                             message=clean(f"{len(known)} of {len(known) + len(pending)} calendar(s) fetched, {count} "
+                                           "coming event(s) listed; not fetched yet: "
+                                           + ", ".join(str(cal) for cal in pending), 1024))
         else:
-            count = sum(len(entry.get("intervals") or []) for entry in calendars)
-            condition = {"type": names.CALENDARS_READY_CONDITION, "status": "True", "reason": names.REASON_FETCHED,
-                         "message": f"{len(calendars)} calendar(s) fetched, {count} coming event(s) listed"}
+            condition.update(status="True", reason=names.REASON_FETCHED,
+                             message=f"{len(known)} calendar(s) fetched, {count} coming event(s) listed")
         before = find({"status": base}, names.CALENDARS_READY_CONDITION)
         condition["lastTransitionTime"] = transition_time(before, condition["status"], now)
         generation = metadata(keeper).get("generation")
-        status = {"calendars": calendars, "conditions": [condition],
-                  **({"observedGeneration": generation} if generation is not None else {})}
-        try:
-            self.custom.patch_namespaced_custom_object_status(names.GATING_GROUP, names.GATING_VERSION, namespace,
-                                                              names.GATEKEEPER_PLURAL, name, {"status": status})
-        except CALL_ERRORS as err:
-            log.warning("calendar status not written", extra={"GateKeeper": {"namespace": namespace, "name": name},
-                                                              "error": describe_error(err)})
-            return
-        self.written[(namespace, name)] = status
-        for cal, entry in zip(cals, calendars):
-            key = (namespace, name, cal.digest)
-            error = entry.get("error")
-            if error and self.reported.get(key) != error:
-                self.event(keeper, names.CALENDAR_FAILED_EVENT, f"{cal}: {error}", now, "Warning")
-                self.reported[key] = error
-            elif not error and key in self.reported:
-                self.event(keeper, names.CALENDAR_RECOVERED_EVENT, f"{cal} fetched again", now, "Normal")
-                self.reported.pop(key)
+        return {"calendars": [entry for _, entry in known], "conditions": [condition],
+                **({"observedGeneration": generation} if generation is not None else {})}
 
     def _clear(self, namespace: str, name: str) -> None:
         body = {"status": {"calendars": None, "conditions": None}}  # a merge patch: removes both
-        try:
-            self.custom.patch_namespaced_custom_object_status(names.GATING_GROUP, names.GATING_VERSION, namespace,
-                                                              names.GATEKEEPER_PLURAL, name, body)
-            self.written[(namespace, name)] = {"calendars": None}
-        except CALL_ERRORS as err:
-            log.warning("calendar status not cleared", extra={"GateKeeper": {"namespace": namespace, "name": name},
-                                                              "error": describe_error(err)})
+        with self._writing:
+            try:
+                self.custom.patch_namespaced_custom_object_status(names.GATING_GROUP, names.GATING_VERSION, namespace,
+                                                                  names.GATEKEEPER_PLURAL, name, body)
+                self.written[(namespace, name)] = {"calendars": None}
+            except CALL_ERRORS as err:
+                log.warning("calendar status not cleared", extra={"GateKeeper": {"namespace": namespace, "name": name},
+                                                                  "error": describe_error(err)})
 
     # -- loop -------------------------------------------------------------------------------
     def run(self, stopped: threading.Event, wake: threading.Event, active: Callable[[], bool]) -> None:
-        """Sync while ``active()`` (the leader, with a trusted cache), until ``stopped``."""
+        """Start due fetches while ``active()`` (the leader, with a trusted cache), until
+        ``stopped``; ``wake`` is set when a GateKeeper changes, and by each fetch that ends."""
         was_active = False
-        while not stopped.is_set():
-            wake.clear()
-            now = self.clock()
-            nxt = None
-            if active():
-                was_active = True
-                try:
-                    nxt = self.sync(now)
-                except Exception:  # never stop the loop: the next pass tries again
-                    log.exception("calendar pass failed")
-            elif was_active:
-                was_active = False
-                self.forget()
-            delay = 60.0 if nxt is None else (nxt - self.clock()).total_seconds()
-            wake.wait(max(0.05, min(delay, 60.0 if was_active else 1.0)))
+        pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="calendar-fetch")
+        self._wake = wake.set
+        try:
+            while not stopped.is_set():
+                wake.clear()
+                now = self.clock()
+                nxt = None
+                if active():
+                    was_active = True
+                    try:
+                        nxt = next_wake(self._start(now, pool), now)  # due but waiting for a slot: a fetch's end wakes
+                    except Exception:  # never stop the loop: the next pass tries again
+                        log.exception("calendar pass failed")
+                elif was_active:
+                    was_active = False
+                    self.forget()
+                delay = 60.0 if nxt is None else (nxt - self.clock()).total_seconds()
+                wake.wait(max(0.05, min(delay, 60.0 if was_active else 1.0)))
+        finally:
+            self._wake = lambda: None
+            self.forget()  # fetches still in flight end within their deadline, and write nothing
+            pool.shutdown(wait=False, cancel_futures=True)

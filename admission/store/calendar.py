@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, tzinfo
 
 from admission.core import names
+from admission.core.controls import escaped
 from admission.core.gates import evaluate
 from admission.core.subscriptions import CalendarEntry
 from admission.core.timeline import Interval, intervals, time_zone
@@ -158,10 +159,10 @@ def _when(value: datetime, zone: tzinfo) -> str:
     return format_label(value.astimezone(zone), "minute")
 
 
-def to_text(cals: list[GateCalendar], now: datetime, days: int) -> str:
-    """A compact timeline per gate, at most 100 columns wide."""
+def to_lines(cals: list[GateCalendar], now: datetime, days: int) -> list[str]:
+    """A compact timeline per gate, at most 100 columns wide (before its printer escapes controls)."""
     if not cals:
-        return "no gates found"
+        return ["no gates found"]
     hours = _hours_per_char(days)
     lines = [f"{days} days from today, in each gate's time zone. One character: {hours}h; "
              f"# closed . open + both ? unknown"]
@@ -189,7 +190,7 @@ def to_text(cals: list[GateCalendar], now: datetime, days: int) -> str:
             if row["next"] and not row["unknown"]:
                 said.append(f"    next {_when(parse_time(row['next'][0]['start']), cal.zone)}  {row['next'][0]['summary']}")
             lines += [text if len(text) <= 100 else text[:99] + "…" for text in said]
-    return "\n".join(lines)
+    return lines
 
 
 def _duration(delta: timedelta) -> str:
@@ -264,14 +265,16 @@ def to_ics(cals: list[GateCalendar], now: datetime, name: str = "Flux gates") ->
             event.add("dtstamp", now)
             event.add("dtstart", interval.start.astimezone(gate.zone))
             event.add("dtend", interval.end.astimezone(gate.zone))
-            event.add("summary", f"Gate {gate.key} closed")
-            description = f"{interval.message}\nReason: {interval.reason}"
+            # RFC 5545 allows no control characters in text, and a feed may be read on a terminal.
+            key = escaped(gate.key)
+            event.add("summary", f"Gate {key} closed")
+            description = f"{escaped(interval.message)}\nReason: {escaped(interval.reason)}"
             if number == MAX_EVENTS_PER_GATE < len(closed):
                 description += f"\n{len(closed) - number} later closed intervals of this gate are not listed"
             event.add("description", description)
-            event.add("categories", ["gate", gate.namespace, gate.key])
-            event.add(names.FEED_GATE_PROPERTY, gate.key)
-            event.add(names.FEED_REASON_PROPERTY, interval.reason)
+            event.add("categories", ["gate", escaped(gate.namespace), key])
+            event.add(names.FEED_GATE_PROPERTY, key)
+            event.add(names.FEED_REASON_PROPERTY, escaped(interval.reason))
             event.add("transp", "OPAQUE")
             cal.add_component(event)
     cal.add_missing_timezones()

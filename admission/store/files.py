@@ -8,10 +8,12 @@ whatever cannot be known (a file never read whole) closes the gates it may defin
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import stat
 import time
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
@@ -35,31 +37,56 @@ class ScanFailed(Exception):
     """The gates directory changed while it was listed; nothing it held is known for sure."""
 
 
-def _scan(top: str) -> dict[str, Version]:
+@dataclass
+class Listing:
+    """The gates directory as listed once."""
+
+    files: dict[str, Version] = field(default_factory=dict)  # every gates file, with its version
+    unstatable: dict[str, str] = field(default_factory=dict)  # gates files that cannot be looked at, and why
+    unlistable: dict[str, str] = field(default_factory=dict)  # directories that cannot be listed, and why
+
+
+def _why(err: OSError) -> str:
+    code = errno.errorcode.get(err.errno or 0, type(err).__name__)
+    return f"{code}: {err.strerror or err}"
+
+
+def _scan(top: str) -> Listing:
     """Every gates file under ``top`` (not in or under a dot-entry; symlinks to files followed,
-    to directories not), with its version; raise ScanFailed when the tree changed while listed."""
-    found: dict[str, Version] = {}
+    to directories not), with its version, and the entries that cannot be looked at.
+
+    An entry that cannot be looked at (ELOOP, EACCES, EIO) stays so until someone mends it: it
+    is one broken entry and the rest is listed. A directory gone mid-scan is another matter: it
+    would take the files in it out of the listing for a moment, and a GateKeeper that vanishes
+    can open a gate, so ScanFailed says that nothing listed is known for sure."""
+    found = Listing()
     stack = [top]
-    try:
-        while stack:
-            with os.scandir(stack.pop()) as entries:
+    while stack:
+        directory = stack.pop()
+        try:
+            with os.scandir(directory) as entries:
                 for entry in entries:
                     if entry.name.startswith("."):
                         continue
-                    if entry.is_dir(follow_symlinks=False):
-                        stack.append(entry.path)
-                        continue
-                    if not entry.name.endswith(SUFFIXES):
-                        continue
                     try:
+                        if entry.is_dir(follow_symlinks=False):
+                            stack.append(entry.path)
+                            continue
+                        if not entry.name.endswith(SUFFIXES):
+                            continue
                         st = entry.stat()
                     except FileNotFoundError:  # gone since listed, or a dangling symlink
                         continue
+                    except OSError as err:
+                        found.unstatable[entry.path] = _why(err)
+                        continue
                     if stat.S_ISREG(st.st_mode):
-                        found[entry.path] = version(st)
-    except OSError as err:  # a directory vanished (or cannot be read) while the tree was listed
-        raise ScanFailed(f"gates directory changed while it was read ({type(err).__name__}); "
-                         "the gates last read are kept until it reads whole") from None
+                        found.files[entry.path] = version(st)
+        except (FileNotFoundError, NotADirectoryError) as err:
+            raise ScanFailed(f"gates directory changed while it was read ({type(err).__name__}); "
+                             "the gates last read are kept until it reads whole") from None
+        except OSError as err:
+            found.unlistable[directory] = _why(err)
     return found
 
 
@@ -95,6 +122,8 @@ class FileStore:
         self.being_written: list[str] = []  # gate files a writer has open (or that changed as they were read)
         self._files: dict[str, _File] = {}
         self._listing: dict[str, Version] | None = None  # None: never listed whole
+        self._unstatable: dict[str, str] = {}  # of the latest listing
+        self._unlistable: dict[str, str] = {}  # of the latest listing
         self._scan_problem: str | None = None  # why the latest listing failed
         self._unsettled: set[str] = set()  # files to look at again at the next poll
         self._dirty = True  # the index does not reflect _files yet
@@ -128,7 +157,7 @@ class FileStore:
     def _watch(self) -> None:
         """Watch the directory when it exists; again at each full scan while inotify could not
         be set up (its per-user limit may have been reached for a while)."""
-        if not self._inotify or not self.directory.is_dir():
+        if not self._inotify or not os.path.isdir(self._top):
             return
         if self._writes is None or not self._writes.available and time.monotonic() >= self._next_full_scan:
             self._writes = OpenWrites(self._top)
@@ -151,8 +180,10 @@ class FileStore:
         (empty) event queue; the directory is listed when something changed in it."""
         self._watch()
         changed = self._writes.changed() if self._writes is not None else None
+        # An entry that cannot be looked at is looked at again at every poll: what mends it (a
+        # chmod, a symlink's target created elsewhere) need not be anything inotify reports here.
         full = changed is not False or self._listing is None or self._scan_problem is not None \
-            or time.monotonic() >= self._next_full_scan
+            or bool(self._unstatable or self._unlistable) or time.monotonic() >= self._next_full_scan
         if not (full or self._unsettled or self._dirty):
             self.checked_at = time.monotonic()
             return False
@@ -175,7 +206,7 @@ class FileStore:
                 if self._scan_problem is not None:
                     self._scan_problem, self._dirty = None, True
                 self._update(listing, settle and self._listing is not None)
-                self._listing = listing
+                self._listing = listing.files
             if self._dirty:
                 self._rebuild()
                 return True
@@ -186,9 +217,14 @@ class FileStore:
         finally:
             self.checked_at = time.monotonic()
 
-    def _list(self, full: bool) -> dict[str, Version]:
-        if not self.directory.is_dir():
-            return {}
+    def _list(self, full: bool) -> Listing:
+        try:
+            if not stat.S_ISDIR(os.stat(self._top).st_mode):
+                return Listing()
+        except FileNotFoundError:
+            return Listing()
+        except OSError:
+            pass  # (EACCES, ELOOP) listing it says why
         if not full and self._listing is not None:
             # inotify saw nothing since the last listing: only files that had not held still
             # are looked at again (has each held still since?)
@@ -202,19 +238,20 @@ class FileStore:
                     break
                 listing[path] = version(st)
             else:
-                return listing
+                return Listing(listing, dict(self._unstatable), dict(self._unlistable))
         self._next_full_scan = time.monotonic() + self.full_scan_interval
         return _scan(self._top)
 
-    def _update(self, listing: dict[str, Version], settle: bool) -> None:
+    def _update(self, listing: Listing, settle: bool) -> None:
         """Read the files of ``listing`` that changed since they were last read (and, when
-        ``settle``, have held still since the previous look) as whole versions."""
+        ``settle``, have held still since the previous look) as whole versions; a file that
+        cannot be looked at is broken, like one that cannot be read."""
         writes = self._writes
         pending = writes.pending() if writes is not None else None
         first = self._listing is None
         unsettled: set[str] = set()
         candidates = []
-        for path, seen in listing.items():
+        for path, seen in listing.files.items():
             entry = self._files.get(path)
             if entry is None:
                 entry = self._files[path] = _File(from_start=first)
@@ -269,9 +306,25 @@ class FileStore:
         for path, entry, seen, data, failure in reads:
             entry.read_at = sequence
             self._use(path, entry, seen, data, failure)
-        for path in [p for p in self._files if p not in listing]:
+        for path, why in listing.unstatable.items():
+            entry = self._files.get(path)
+            if entry is None:
+                entry = self._files[path] = _File(from_start=first)
+            problem = f"gates file {self._name(path)} cannot be looked at ({why})"
+            if entry.problem != problem:
+                log.error("gates file is broken", extra={"file": path, "error": problem})
+                entry.problem, entry.scope, self._dirty = problem, Scope(everything=True), True
+            # Its last good read (if any) stays, closed; once it can be looked at, it is read again.
+            entry.seen = entry.read = None
+            if entry.writing:
+                entry.writing, self._dirty = False, True
+        unlisted = tuple(os.path.join(directory, "") for directory in listing.unlistable)
+        for path in [p for p in self._files if p not in listing.files and p not in listing.unstatable
+                     and not p.startswith(unlisted)]:  # (a file in a directory that cannot be listed is not known gone)
             del self._files[path]
             self._dirty = True
+        if (listing.unstatable, listing.unlistable) != (self._unstatable, self._unlistable):
+            self._unstatable, self._unlistable, self._dirty = listing.unstatable, listing.unlistable, True
         self._unsettled = unsettled
 
     def _use(self, path: str, entry: _File, seen: Version, data: bytes | None, failure: str | None) -> None:
@@ -302,13 +355,17 @@ class FileStore:
     def _rebuild(self) -> None:
         """The index, from what is known of every file."""
         problems: dict[str, str] = {}
-        if not self.directory.is_dir():
+        if not os.path.isdir(self._top):
             problems[self._top] = "gates directory does not exist: every referenced gate is NotFound"
         if self._scan_problem is not None:
             problems[self._top] = self._scan_problem
         everything: str | None = None
         if self._listing is None and self._scan_problem is not None:
             everything = f"the gates directory was never listed whole: {self._scan_problem}"
+        for directory, why in sorted(self._unlistable.items()):
+            name = self._top if directory == self._top else self._name(directory)
+            problems[directory] = f"gates directory {name} cannot be listed ({why})"
+            everything = everything or f"{problems[directory]}; a file in it may define or schedule this gate"
         unknown_ns: dict[str, str] = {}
         unknown_gates: dict[Key, str] = {}
         objects: list[tuple[str, dict]] = []

@@ -25,6 +25,7 @@ from admission.webhook.handlers import Handler, Outcome
 from admission.webhook.feeds import DEFAULT_QUERY, FIRST_WAIT, RETRY_AFTER, CalendarFeeds, FeedUnavailable
 from admission.webhook.receiver import TokenFile
 from admission.webhook.review import ReviewError, allowed, complete, errored, parse_review
+from admission.webhook.target import NOT_ONE_SPELLING, request_path
 from admission.clock import utcnow
 from admission.store import GateStore, Sources
 from admission.store.calendar import DEFAULT_DAYS, MAX_DAYS, to_ics
@@ -173,7 +174,8 @@ _STATUS = {200: "200 OK", 400: "400 Bad Request", 405: "405 Method Not Allowed",
 
 
 class ReviewRoutes:
-    """WSGI middleware answering POST /validate and /mutate; every other path goes to Flask.
+    """WSGI middleware answering POST /validate and /mutate; every other path goes to Flask,
+    routed by the path admission.webhook.target reads from the request target.
 
     Flask's per-request machinery (request context, URL adapter, Request and Response
     objects) costs more than judging a review does, and these two endpoints use none of it:
@@ -186,10 +188,17 @@ class ReviewRoutes:
         self.reviews = reviews
 
     def __call__(self, environ: dict, start_response: Callable):
-        route = self.routes.get(environ.get("PATH_INFO", ""))
-        if route is None:
+        # Not the server's PATH_INFO: gunicorn strips a SCRIPT_NAME header's prefix from it and
+        # percent-decodes it, so it could name another route than the client-certificate check read.
+        path = request_path(environ.get("RAW_URI", ""))
+        route = self.routes.get(path or "")
+        headers: list[tuple[str, str]] = []
+        if path is None:
+            status, payload = 400, orjson.dumps({"error": NOT_ONE_SPELLING})
+        elif route is None:
+            environ["PATH_INFO"], environ["SCRIPT_NAME"] = path, ""
             return self.fallback(environ, start_response)
-        if environ.get("REQUEST_METHOD") != "POST":
+        elif environ.get("REQUEST_METHOD") != "POST":
             status, payload, headers = 405, orjson.dumps({"error": "use POST with an AdmissionReview"}), [("Allow", "POST")]
         else:
             body = _read_body(environ)
@@ -197,7 +206,6 @@ class ReviewRoutes:
                 status, payload = 413, orjson.dumps({"error": f"body larger than {MAX_BODY} bytes"})
             else:
                 status, payload = self.reviews.answer(route, body)
-            headers = []
         start_response(_STATUS[status], [("Content-Type", "application/json"),
                                          ("Content-Length", str(len(payload))), *headers])
         return [payload]

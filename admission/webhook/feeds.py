@@ -9,10 +9,11 @@ sends it a snapshot of the gates; the child answers with the iCalendar bytes. Th
 copies bytes and waits on a pipe.
 
 The default feed (``GET /calendar.ics`` without parameters, ``DEFAULT_QUERY``) is built as soon
-as the worker's gate cache is ready (``prebuild``), so a fresh server answers its first calendar
-request with the calendar. A query (namespace, days, gate) that has no feed yet waits up to
-``FIRST_WAIT`` seconds for its first build (one request per worker at a time: a waiting request
-holds a thread the API server's reviews need), then gets ``503`` with ``Retry-After``; after
+as the worker's gate cache is ready (``prebuild``), and every request for a pinned query that
+finds no feed yet waits for that build, so a fresh server answers the calendar to all its first
+fetches, however many arrive together. Another query (namespace, days, gate) that has no feed
+yet waits up to ``FIRST_WAIT`` seconds for its first build (one request per worker at a time: a
+waiting request holds a thread the API server's reviews need), then gets ``503`` with ``Retry-After``; after
 that its feed is served from memory and rebuilt in the background once it is ``FEED_TTL`` old,
 and never served when older than ``STALE_LIMIT`` (a build that keeps failing must not publish an
 old freeze as current). A feed built before the gates last changed (a toggle, a GateKeeper) is
@@ -129,8 +130,11 @@ class CalendarFeeds:
         version = self._index().version
         with self._lock:
             body, outdated = self._servable(query, version, want=True)
+            # Every request for a pinned feed that has none to serve waits: those are the
+            # subscribers, who arrive together after a rollout (a fleet of spokes, calendar apps
+            # that ignore Retry-After), and the build they wait for is the one in progress.
             if (body is None or outdated) and query in self._waiting and 0 < self._first_wait \
-                    and self._waiters < MAX_WAITERS:
+                    and (self._waiters < MAX_WAITERS or body is None and self._pinned(query)):
                 self._waiters += 1
                 try:
                     deadline = time.monotonic() + self._first_wait

@@ -6,24 +6,6 @@ MAX_LENGTH_DIGITS = 10  # a Content-Length of more digits is padded or absurd (t
 
 _FRAMING = (b"content-length", b"transfer-encoding")
 
-# What a client without a certificate may still ask for when client certificates are required
-# (``client_auth``): the kubelet's probes, Prometheus, calendar apps, and the receiver (which has
-# its own bearer token). Matched on the raw request target: anything encoded, relative or
-# absolute-form is not public, so it needs a certificate (the safe side of any doubt).
-PUBLIC_PATHS = (b"/healthz", b"/readyz", b"/metrics", b"/calendar.ics")
-PUBLIC_PREFIXES = (b"/hooks/gates/",)
-
-
-def public_target(head: bytes) -> bool:
-    """Whether the request line in ``head`` asks for a path any client may use."""
-    parts = head.split(b"\r\n", 1)[0].split(b" ")
-    if len(parts) != 3:
-        return False
-    path = parts[1].split(b"?", 1)[0]
-    if b"%" in path or b"/." in path or b"//" in path or b"#" in path:
-        return False
-    return path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES)
-
 
 class Refused(Exception):
     """A request the loop answers with ``status`` and closes, before any thread sees it."""

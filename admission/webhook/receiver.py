@@ -35,7 +35,7 @@ from flask import Blueprint, Response, request
 
 from admission.core import names
 from admission.core.references import is_namespace, is_object_name
-from admission.core.toggles import ACTIONS, toggle_patch
+from admission.core.toggles import ACTIONS, refuse_controls, toggle_patch
 
 log = logging.getLogger("admission.receiver")
 MAX_MESSAGE = 1024
@@ -213,9 +213,13 @@ def _body() -> tuple[dict[str, str], None] | tuple[None, str]:
     unknown = set(body) - FIELDS
     if unknown:
         return None, f"unknown fields {sorted(unknown)}: use message, for, requestedBy"
-    for key in FIELDS & set(body):
+    for key in sorted(FIELDS & set(body)):
         if not isinstance(body[key], str) or len(body[key]) > MAX_MESSAGE:
             return None, f"{key} must be a string of at most {MAX_MESSAGE} characters"
+    try:
+        refuse_controls(**{key: body[key] for key in sorted(FIELDS & set(body))})
+    except ValueError as err:
+        return None, str(err)
     return body, None
 
 

@@ -115,6 +115,11 @@ def options(*, address: str, port: int, certfile: str, keyfile: str, workers: in
         "graceful_timeout": int(shutdown_delay) + 16,
         # TLS is done by the worker with the context above, not from gunicorn's certfile and
         # keyfile (so gunicorn's environ says wsgi.url_scheme "http"; nothing here reads it).
+        # No peer is a trusted proxy, whatever FORWARDED_ALLOW_IPS says: a header must never
+        # choose the route (the loop refuses names with "_" already; admission.webhook.target).
+        "forwarded_allow_ips": "",
+        "forwarder_headers": "",
+        "header_map": "refuse",
         "accesslog": None,
         "logger_class": GunicornLogger,
         "loglevel": log_level,

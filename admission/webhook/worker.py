@@ -24,8 +24,9 @@ from functools import partial
 import orjson
 
 from admission.webhook.bounded_socket import IO_SECONDS, BoundedSSLSocket
-from admission.webhook.framing import Refused, framing, public_target
+from admission.webhook.framing import Refused, framing
 from admission.webhook.gthread_seam import GthreadSeam, SeamConn
+from admission.webhook.target import admit
 
 REQUEST_SECONDS = 10.0  # handshake + headers + body of a request, one deadline; a new connection's clock starts at accept
 MAX_HEAD = 64 * 1024  # request line and headers; gunicorn's own limits (414/431) apply within this
@@ -73,7 +74,8 @@ class PreReadWorker(GthreadSeam):
     # context in memory is the last good certificate, and serving with it is what we want.
     tls = None
     # With ``serve --client-ca-file``: a request from a client that did not present a certificate
-    # the TLS context verified is refused (403) before it is parsed, unless its path is public.
+    # the TLS context verified is refused (403) before it is parsed, unless its path is public
+    # (admission.webhook.target: the same reading of the path the routes use).
     client_auth = False
 
     def __init__(self, *args, **kwargs):
@@ -248,8 +250,7 @@ class PreReadWorker(GthreadSeam):
                 conn.scanned = len(conn.buf)
                 return False
             head = bytes(conn.buf[:end])
-            if self.client_auth and not conn.sock.getpeercert() and not public_target(head):
-                raise Refused(403, "this path needs a client certificate signed by the server's --client-ca-file")
+            admit(head, certified=not self.client_auth or bool(conn.sock.getpeercert()))
             length, without_expect = framing(head)
             if length > self.max_body:
                 raise Refused(413, f"body larger than {self.max_body} bytes")

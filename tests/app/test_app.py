@@ -209,3 +209,16 @@ def check_bounded_log_line(make_client, capfd):
     assert len(lines[0]) < 64 * 1024, len(lines[0])
     entry = orjson.loads(lines[0])
     assert entry["gates"]["truncated"] == 32 and "…[truncated" in entry["reason"]
+
+
+def test_routes_read_the_request_target_not_what_the_server_made_of_it(make_client):
+    # gunicorn hands PATH_INFO with a SCRIPT_NAME header's prefix stripped; the route is the target's.
+    client = make_client([CLOSED])
+    doc = review(request("UPDATE", changed(KS, path="./v2"), KS))
+    resp = client.post("/hooks/gates/validate", data=orjson.dumps(doc), content_type="application/json",
+                       environ_overrides={"SCRIPT_NAME": "/hooks/gates", "PATH_INFO": "/validate"})
+    assert resp.status_code == 404 and "response" not in resp.get_json()
+    resp = client.get("/elsewhere", environ_overrides={"PATH_INFO": "/healthz"})
+    assert resp.status_code == 404
+    resp = client.post("/x", data=orjson.dumps(doc), environ_overrides={"RAW_URI": "/%76alidate"})
+    assert resp.status_code == 400 and "path" in resp.get_json()["error"]

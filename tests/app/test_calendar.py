@@ -19,7 +19,7 @@ from admission.store.files import FileStore
 from admission.store.index import GateIndex
 from tests.builders import at, gate, keeper
 from tests.conftest import write_gates
-from tests.polling import until
+from tests.polling import until, wait_for
 from tests.processes import BIN
 
 NOW = at("2026-12-20T10:00")
@@ -168,6 +168,44 @@ def test_the_wait_for_a_first_build_is_bounded_and_one_request_waits_at_a_time()
         stuck.close()  # ends the wait too
         waiting.join(30)
     assert waited == ["the calendar is being built; retry shortly"]
+
+
+# A builder child that starts building once the test writes to the FIFO it names.
+HELD_BUILDER = ("import runpy, sys; open(sys.argv[1], 'rb').read(1); "
+                "runpy.run_module('admission.webhook.feeds', run_name='__main__')")
+
+
+def _open_for_writing(fifo) -> int:
+    import os
+
+    return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+
+
+def test_every_request_for_the_default_feed_waits_for_its_first_build(tmp_path):
+    import os
+
+    os.mkfifo(go := tmp_path / "go")
+    index = GateIndex()
+    index.replace_all([gate("nightly", "apps", default="closed")], [])
+    held = feeds.CalendarFeeds(lambda: index, lambda: NOW, command=[sys.executable, "-c", HELD_BUILDER, str(go)],
+                               first_wait=120)  # ample: the build is let go once all have arrived
+    answers: list = []
+    fetches = [threading.Thread(target=lambda: answers.append(feed_or_why(held, *feeds.DEFAULT_QUERY[:2])))
+               for _ in range(3)]
+    try:
+        for fetch_ in fetches:
+            fetch_.start()
+        until(lambda: held._waiters, lambda waiting: waiting == 3 or answers, timeout=30)
+        # Opened without blocking: ENXIO (no builder has it open yet) is "not yet", never a hang.
+        release = wait_for(lambda: _open_for_writing(go), 60, "the builder child to open its FIFO")
+        os.write(release, b"!")
+        os.close(release)
+        for fetch_ in fetches:
+            fetch_.join(60)
+    finally:
+        held.close()
+    assert len(answers) == 3 and all(isinstance(a, bytes) and b"Gate apps/nightly closed" in a for a in answers), \
+        [a if isinstance(a, str) else a[:40] for a in answers]
 
 
 def test_once_built_a_feed_is_rebuilt_behind_the_scenes_and_never_503_again(gates_dir, make_app):

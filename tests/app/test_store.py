@@ -690,3 +690,108 @@ def test_the_calendars_snapshot_carries_the_gates_of_unknown_state(gates_dir):
                       Unknowns(gates={(ns, n): why for ns, n, why in unknown}))
     state = index.lookup("flux-system", "release", NOW)
     assert (state.open, state.reason) == (False, "Unknown") and "keepers.yaml is broken" in state.message
+
+
+# -- an entry that cannot be looked at: one broken file, the rest is read ---------------------
+
+def _loop(path):
+    """Make ``path`` a symlink to itself: stat() fails with ELOOP, for real, even as root."""
+    import os
+
+    path.unlink(missing_ok=True)
+    os.symlink(path.name, path)
+
+
+def _closed(store, name, namespace="flux-system"):
+    return lambda: (store.check(), not store.lookup(namespace, name, NOW).open)[1]
+
+
+def test_a_file_that_cannot_be_stated_closes_its_gates_and_the_others_are_still_read(gates_dir):
+    release = write_gates(gates_dir, [gate("release")], "release.yaml")
+    other = write_gates(gates_dir, [gate("other")], "other.yaml")
+    store = FileStore(gates_dir)
+    assert store.lookup("flux-system", "other", NOW).open
+    _loop(other)
+    store.reload()
+    state = store.lookup("flux-system", "other", NOW)
+    assert (state.open, state.reason) == (False, "Invalid"), state
+    assert "other.yaml cannot be looked at" in state.message and "ELOOP" in state.message
+    assert store.lookup("flux-system", "release", NOW).open  # what it never defined stays as read
+    # Closing a gate by editing its own file is enforced while the broken entry stays.
+    release.write_text(yaml.safe_dump_all([gate("release", default="closed")]))
+    assert until(_closed(store, "release"), bool, timeout=10, interval=0)
+    ready, detail = store.readiness()
+    assert ready and "other.yaml cannot be looked at" in detail["problems"][str(other)]
+    assert str(gates_dir) not in detail["problems"]  # the directory itself was read
+    write_gates(gates_dir, [gate("other")], "other.yaml.new").rename(other)
+    assert until(lambda: (store.check(), store.lookup("flux-system", "other", NOW).open)[1], bool,
+                 timeout=10, interval=0)
+    assert str(other) not in store.problems
+
+
+def test_a_file_never_read_that_cannot_be_stated_may_define_any_gate(gates_dir):
+    release = write_gates(gates_dir, [gate("release")], "release.yaml")
+    store = FileStore(gates_dir)
+    assert store.lookup("flux-system", "release", NOW).open
+    _loop(gates_dir / "keepers.yaml")  # it may schedule any gate: no telling which
+    assert until(_closed(store, "release"), bool, timeout=10, interval=0)
+    state = store.lookup("flux-system", "release", NOW)
+    assert state.reason == "Unknown" and "keepers.yaml cannot be looked at" in state.message
+    # Edits made meanwhile are read: once the entry goes, the gates are what their files say now.
+    release.write_text(yaml.safe_dump_all([gate("release"), gate("late")]))
+    (gates_dir / "keepers.yaml").unlink()
+    assert until(lambda: (store.check(), store.lookup("flux-system", "late", NOW).open)[1], bool,
+                 timeout=10, interval=0)
+    assert store.lookup("flux-system", "release", NOW).open and not store.problems
+
+
+def _unlistable(monkeypatch, directory):
+    """Make listing ``directory`` fail as it does for a server not running as root when the
+    directory's mode forbids it (EACCES): as root (the tests) chmod cannot produce it, so it is
+    stood in for at the filesystem boundary."""
+    import os
+
+    real = os.scandir
+
+    def scandir(path="."):
+        if os.fspath(path) == str(directory):
+            raise PermissionError(13, "Permission denied", str(directory))
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+
+
+def test_a_subdirectory_that_cannot_be_listed_closes_what_it_may_define_and_the_rest_is_read(gates_dir, monkeypatch):
+    team = gates_dir / "team"
+    team.mkdir()
+    write_gates(team, [gate("release", "team")], "team.yaml")
+    mine = write_gates(gates_dir, [gate("mine")], "mine.yaml")
+    store = FileStore(gates_dir)
+    assert store.lookup("team", "release", NOW).open and store.lookup("flux-system", "mine", NOW).open
+    with monkeypatch.context() as denied:
+        _unlistable(denied, team)
+        store.reload()
+        for namespace, name in (("team", "release"), ("flux-system", "mine")):  # it may schedule either
+            state = store.lookup(namespace, name, NOW)
+            assert not state.open and "team cannot be listed" in state.message, state
+        assert "EACCES: Permission denied" in store.problems[str(team)]
+        mine.write_text(yaml.safe_dump_all([gate("mine", default="closed")]))
+        store.reload()
+        assert str(gates_dir) not in store.problems  # the rest of the directory was read
+    assert until(lambda: (store.check(), store.lookup("team", "release", NOW).open)[1], bool,
+                 timeout=10, interval=0)
+    assert not store.lookup("flux-system", "mine", NOW).open  # the edit made meanwhile holds
+    assert not store.problems
+
+
+def test_a_gates_directory_that_cannot_be_listed_any_more_closes_every_gate(gates_dir, monkeypatch):
+    write_gates(gates_dir, [gate("release")])
+    store = FileStore(gates_dir)
+    with monkeypatch.context() as denied:
+        _unlistable(denied, gates_dir)
+        store.reload()
+        state = store.lookup("flux-system", "release", NOW)
+        assert (state.open, state.reason) == (False, "Unknown") and "cannot be listed (EACCES" in state.message
+        assert store.readiness()[0]  # its gates are closed and say why (docs/decisions/0032)
+    assert until(lambda: (store.check(), store.lookup("flux-system", "release", NOW).open)[1], bool,
+                 timeout=10, interval=0)

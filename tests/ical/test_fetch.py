@@ -4,6 +4,8 @@ floods, encodings, redirects to other hosts, and addresses that must not be fetc
 
 from __future__ import annotations
 
+import ipaddress
+
 import base64
 
 import pytest
@@ -135,6 +137,57 @@ def test_loopback_private_and_link_local_targets_are_refused_unless_allowed(serv
     assert allowed_address("93.184.215.14", Policy()) and allowed_address("2606:2800:21f:cb07::1", Policy())
     assert allowed_address("10.1.2.3", Policy(allowed_networks=parse_networks("10.0.0.0/8")))
     assert not allowed_address("169.254.169.254", Policy(allowed_networks=parse_networks("10.0.0.0/8")))
+
+
+# IPv6 forms that carry an IPv4 address a translator, tunnel or relay delivers to: NAT64 and 6to4
+# clusters route them to that address, so it is judged as if it were the address resolved.
+EMBEDDING = {
+    "IPv4-mapped": "::ffff:{}",
+    "IPv4-compatible": "::{}",
+    "IPv4-translated": "::ffff:0:{}",
+    "NAT64 well-known": "64:ff9b::{}",
+    "NAT64 local-use": "64:ff9b:1::{}",
+}
+
+
+def _hex(v4: str) -> str:
+    a, b, c, d = (int(x) for x in v4.split("."))
+    return f"{a << 8 | b:x}:{c << 8 | d:x}"
+
+
+def _sixtofour(v4: str) -> str:
+    return f"2002:{_hex(v4)}::1"
+
+
+def _teredo(server: str, client: str) -> str:
+    hidden = ipaddress.IPv4Address(int(ipaddress.IPv4Address(client)) ^ 0xFFFFFFFF)
+    return f"2001:0:{_hex(server)}:8000:63bf:{_hex(str(hidden))}"  # flags, obfuscated port, obfuscated client
+
+
+INSIDE = ["127.0.0.1", "10.1.2.3", "169.254.169.254", "192.168.0.1", "100.64.0.1", "0.0.0.0"]
+FORMS = ([pytest.param(form.format(v4), id=f"{name} {v4}") for name, form in EMBEDDING.items() for v4 in INSIDE]
+         + [pytest.param(form.format(_hex(v4)), id=f"{name} {v4} in hex") for name, form in EMBEDDING.items()
+            for v4 in INSIDE[:2]]
+         + [pytest.param(_sixtofour(v4), id=f"6to4 {v4}") for v4 in INSIDE]
+         + [pytest.param(_teredo("65.54.227.120", v4), id=f"Teredo client {v4}") for v4 in INSIDE]
+         + [pytest.param(_teredo(v4, "93.184.215.14"), id=f"Teredo server {v4}") for v4 in INSIDE])
+
+
+@pytest.mark.parametrize("address", FORMS)
+def test_an_ipv6_form_carrying_a_non_public_ipv4_address_is_refused(address):
+    assert not allowed_address(address, Policy()), address
+
+
+@pytest.mark.parametrize("address", ["64:ff9b::93.184.215.14", _sixtofour("93.184.215.14"), "2606:2800:21f:cb07::1"])
+def test_public_ipv4_through_nat64_or_6to4_is_still_fetched(address):
+    # An IPv6-only cluster's DNS64 answers every public feed with a 64:ff9b:: address.
+    assert allowed_address(address, Policy()), address
+
+
+def test_an_allowed_ipv4_network_is_allowed_through_nat64_too():
+    policy = Policy(allowed_networks=parse_networks("10.0.0.0/8"))
+    assert allowed_address("64:ff9b::10.1.2.3", policy) and allowed_address("::ffff:10.1.2.3", policy)
+    assert not allowed_address("64:ff9b::127.0.0.1", policy) and not allowed_address(_sixtofour("192.168.0.1"), policy)
 
 
 def test_plain_http_only_when_allowed_and_never_with_credentials(tmp_path):

@@ -13,7 +13,7 @@ from datetime import timedelta
 import pytest
 
 from admission.core import names
-from admission.ical.fetch import Policy, parse_networks
+from admission.ical.fetch import Policy, fetch, parse_networks
 from admission.ical.parse import expand, parse_in_child
 from admission.kube.calendarsync import CalendarSync
 from admission.kube.controller import Controller
@@ -169,10 +169,14 @@ def test_a_feed_that_turns_hostile_never_opens_a_closed_gate(server):
         assert (state.open, state.reason) == (False, names.REASON_SCHEDULED), why  # Christmas: still closed
         assert events[-1][:2] == (names.CALENDAR_FAILED_EVENT, "Warning") and why in events[-1][2]
     assert len(events) == len(hostile(server))  # one Event per distinct error, not per attempt
-    # A failure retries sooner than the interval (1 minute), and the same error records no new Event.
-    clock.now += timedelta(minutes=1)
-    sync.sync(clock.now)
-    assert len(events) == len(hostile(server))
+    # Failures in a row back off: a minute after the first, doubling, never later than the interval
+    # (1h): after the sixth, 32 minutes; the same error again records no new Event.
+    last, fetched = clock.now, len(server.requests)
+    assert sync.sync(last + timedelta(minutes=31)) == last + timedelta(minutes=32)
+    assert len(server.requests) == fetched
+    clock.now = last + timedelta(minutes=32)
+    assert sync.sync(clock.now) == clock.now + timedelta(hours=1)  # the seventh: the interval
+    assert len(server.requests) == fetched + 1 and len(events) == len(hostile(server))
     # Past staleAfter the last good intervals no longer count: the gate is Unknown, still closed.
     stale = gate_at(kube, NOW + timedelta(hours=12))
     assert (stale.open, stale.reason) == (False, names.REASON_UNKNOWN)
@@ -180,7 +184,7 @@ def test_a_feed_that_turns_hostile_never_opens_a_closed_gate(server):
         in stale.message and "(the feed's events cannot be read" in stale.message
     # Fixed: fetched again, a Normal Event, the condition True again.
     server.routes["/freeze.ics"] = server.body(FEED)
-    clock.now += timedelta(minutes=1)
+    clock.now += timedelta(hours=1)
     sync.sync(clock.now)
     assert events[-1][:2] == (names.CALENDAR_RECOVERED_EVENT, "Normal")
     assert keeper_status(kube)["conditions"][0]["status"] == "True"
@@ -292,3 +296,125 @@ def test_the_controller_runs_the_loop_and_the_gate_status_follows_the_feed(serve
         ctl.stop()
         worker.join(10)
     assert not worker.is_alive()
+
+
+class Fetching:
+    """The real fetch, counting the calls in flight per path: what the loop is fetching at any moment."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.now: dict[str, int] = {}
+        self.most: dict[str, int] = {}  # the most ever in flight at once
+
+    def __call__(self, url, **kw):
+        path = url.split("//", 1)[1].split("/", 1)[1].split("?", 1)[0]
+        with self.lock:
+            self.now[path] = self.now.get(path, 0) + 1
+            self.most[path] = max(self.most.get(path, 0), self.now[path])
+        try:
+            return fetch(url, **kw)
+        finally:
+            with self.lock:
+                self.now[path] -= 1
+
+    def count(self, path: str) -> int:
+        with self.lock:
+            return self.now.get(path, 0)
+
+
+def keeper_status_of(kube: FakeKube, namespace: str, name: str) -> dict:
+    return kube.get(names.GATEKEEPER_PLURAL, namespace, name).get("status") or {}
+
+
+def keeper(server: FeedServer, namespace: str, name: str, *paths: str) -> dict:
+    cals = [{"url": server.url(f"{path}?n={i}"), "name": f"{name}-{i}", "interval": "15m",
+             "caBundle": base64.b64encode(server.ca_pem).decode()} for i, path in enumerate(paths)]
+    return {"apiVersion": names.GATING_API_VERSION, "kind": names.GATEKEEPER_KIND,
+            "metadata": {"name": name, "namespace": namespace}, "spec": {"gate": "freeze", "calendars": cals}}
+
+
+def test_a_fast_feed_is_written_while_another_namespaces_slow_feeds_are_still_being_fetched(server):
+    """One tenant's trickling feeds (each holds its fetch to the deadline) take at most half the
+    fetch slots, and a GateKeeper's status is written when its own feed is fetched: a new
+    GateKeeper elsewhere is written while those fetches are still in flight, not after them."""
+    server.routes["/slow.ics"] = server.trickle
+    kube, fetching, present = FakeKube(), Fetching(), [("tenant-a", "trickling")]
+    kube.add(names.GATEKEEPER_PLURAL, keeper(server, "tenant-a", "trickling", *["/slow.ics"] * 4))
+    landed: list[int] = []  # slow fetches in flight each time the fast GateKeeper's status was written
+    patch = kube.patch_namespaced_custom_object_status
+
+    def recording(group, version, namespace, plural, name, body, **kw):
+        if (namespace, name) == ("flux-system", "fast"):
+            landed.append(fetching.count("slow.ics"))
+        return patch(group, version, namespace, plural, name, body, **kw)
+
+    kube.patch_namespaced_custom_object_status = recording
+    slow = Policy(total_timeout=4.0, connect_timeout=1.0, allowed_networks=parse_networks("127.0.0.0/8"))
+    sync = CalendarSync(kube, kube, lambda: [kube.get(names.GATEKEEPER_PLURAL, *key) for key in list(present)],
+                        clock=Clock(), policy=slow, parser=in_process, fetcher=fetching, workers=4)
+    stopped, wake = threading.Event(), threading.Event()
+    loop = threading.Thread(target=sync.run, args=(stopped, wake, lambda: True), daemon=True)
+    loop.start()
+    try:
+        wait_for(lambda: fetching.count("slow.ics") >= 2, 15, "the trickling feeds being fetched")
+        kube.add(names.GATEKEEPER_PLURAL, keeper(server, "flux-system", "fast", "/freeze.ics"))
+        present.append(("flux-system", "fast"))
+        wake.set()  # as the controller's poke on the GateKeeper's watch event
+        wait_for(lambda: landed, 30, "the fast GateKeeper's status")
+        assert landed[0] > 0, "the fast feed's status waited for every slow fetch to end"
+        status = kube.get(names.GATEKEEPER_PLURAL, "flux-system", "fast")["status"]
+        assert status["conditions"][0]["reason"] == names.REASON_FETCHED
+        assert status["calendars"][0]["intervals"]
+        # The trickling GateKeeper's status shows each of its calendars as its fetch ends (the
+        # deadline), while the others are still fetched: never more than 2 of the 4 slots at once.
+        wait_for(lambda: (keeper_status_of(kube, "tenant-a", "trickling").get("calendars") or [])[-1:],
+                 30, "the first trickling feeds' errors")
+        slow_status = keeper_status_of(kube, "tenant-a", "trickling")
+        assert "no complete answer within 4s" in slow_status["calendars"][0]["error"]
+        assert slow_status["conditions"][0]["reason"] == names.REASON_FETCH_FAILED
+        assert len(slow_status["calendars"]) < 4 and fetching.most["slow.ics"] == 2
+    finally:
+        stopped.set()
+        wake.set()
+        loop.join(10)
+    assert not loop.is_alive()
+
+
+def test_a_gatekeepers_status_is_written_as_each_of_its_calendars_is_fetched(server):
+    """Two calendars of one GateKeeper: the one fetched is in status at once, the other said to be
+    pending (CalendarsReady=Unknown), and its gate closed as not fetched yet, until it is."""
+    release, fetching = threading.Event(), Fetching()
+
+    def held(url, **kw):  # the second calendar's server answers when the test says
+        if "n=1" in url:
+            release.wait(30)
+        return fetching(url, **kw)
+
+    kube, present = FakeKube(), [("flux-system", "feeds")]
+    kube.add(names.GATE_PLURAL, gate("freeze", default="opened"))
+    kube.add(names.GATEKEEPER_PLURAL, keeper(server, "flux-system", "feeds", "/freeze.ics", "/freeze.ics"))
+    sync = CalendarSync(kube, kube, lambda: [kube.get(names.GATEKEEPER_PLURAL, *key) for key in present],
+                        clock=Clock(), policy=POLICY, parser=in_process, fetcher=held)
+    stopped, wake = threading.Event(), threading.Event()
+    loop = threading.Thread(target=sync.run, args=(stopped, wake, lambda: True), daemon=True)
+    loop.start()
+    try:
+        status = wait_for(lambda: keeper_status_of(kube, "flux-system", "feeds"), 15, "the first calendar's status")
+        condition = status["conditions"][0]
+        assert (condition["status"], condition["reason"]) == ("Unknown", names.REASON_FETCHING)
+        assert condition["message"] == ("1 of 2 calendar(s) fetched, 6 coming event(s) listed; "
+                                        "not fetched yet: calendar 'feeds-1'")
+        assert [cal["url"] for cal in status["calendars"]] == [server.url("/freeze.ics?n=0")]
+        state = gate_at(kube, NOW)
+        assert state.reason == names.REASON_UNKNOWN and "calendar 'feeds-1' has not been fetched yet" in state.message
+        release.set()
+        wait_for(lambda: len(keeper_status_of(kube, "flux-system", "feeds")["calendars"]) == 2, 15, "both calendars")
+        status = keeper_status_of(kube, "flux-system", "feeds")
+        assert (status["conditions"][0]["status"], status["conditions"][0]["reason"]) == ("True", names.REASON_FETCHED)
+        assert gate_at(kube, NOW).reason == names.REASON_SCHEDULED  # Christmas, from both
+    finally:
+        release.set()
+        stopped.set()
+        wake.set()
+        loop.join(10)
+    assert not loop.is_alive()

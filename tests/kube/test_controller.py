@@ -11,7 +11,7 @@ from admission.core import names
 from admission.core.timefmt import format_time
 from admission.kube.controller import Controller
 from admission.store.index import GateIndex
-from tests.builders import at, flux, gate
+from tests.builders import at, flux, gate, keeper
 from tests.fakekube import FakeFluxCache, FakeKube, QuietStore
 from tests.polling import wait_for
 
@@ -140,3 +140,28 @@ def test_only_the_leader_writes_and_a_new_leader_starts_at_once():
         ctl.stop()
         worker.join(5)
     assert not worker.is_alive()
+
+
+def test_an_opening_the_search_gave_up_on_is_acted_on_when_it_comes():
+    # Closed every quarter hour, open at night in Berlin: its next transition is not
+    # known at 05:00 Berlin, yet the controller never relies on it. It looks again at the
+    # state's valid_until and every spec.interval (1m), so at 00:01 Berlin it records the
+    # opening and releases what was held.
+    kube = FakeKube()
+    kube.add(names.GATE_PLURAL, gate("d", default="closed"))
+    kube.add(names.GATEKEEPER_PLURAL, keeper("k0", "d", closed=["*/15 * * * *"],
+                                             opened=["* 0-4 * * *", "0,15,30,45 * * * *"], timeZone="Europe/Berlin"))
+    kube.add("kustomizations", flux(name="shop", gates="flux-system/d"))
+    ctl, cache = controller(kube)
+    cache.index.replace_all(kube.of(names.GATE_PLURAL), kube.of(names.GATEKEEPER_PLURAL))
+    assert cache.index.lookup("flux-system", "d", at("2026-11-15T04:00")).next_transition is None
+    woke, t = [], at("2026-11-15T04:00")
+    while t <= at("2026-11-15T23:01"):
+        woke.append(t)
+        t = ctl.reconcile(t)
+    assert at("2026-11-15T23:01") in woke
+    [opened] = [e for e in kube.of("events") if e["reason"] == names.GATE_OPENED_EVENT]
+    assert opened["firstTimestamp"] == "2026-11-15T23:01:00Z"
+    assert status_of(kube, "d")["state"] == names.STATE_OPENED
+    requested = [k for m, k in kube.calls if m == "patch_namespaced_custom_object" and k[2] == "shop"]
+    assert requested, "what the gate held was not asked to reconcile"

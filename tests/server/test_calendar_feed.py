@@ -5,6 +5,8 @@ gate cache is ready, so a fresh server's first calendar request gets the calenda
 from __future__ import annotations
 
 import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import orjson
@@ -62,6 +64,23 @@ def test_a_fresh_servers_first_calendar_request_gets_the_calendar(tmp_path):
     assert status == 200 and headers["Content-Type"] == "text/calendar; charset=utf-8"
     summaries = [str(e["SUMMARY"]) for e in Calendar.from_ical(body).walk("VEVENT")]
     assert summaries == ["Gate flux-system/change-freeze closed"] * 14  # nightly, for the default 14 days
+
+
+def test_every_first_fetch_of_a_fresh_server_gets_the_calendar_however_many_arrive_together(tmp_path):
+    # A fleet of spokes, or calendar apps that ignore Retry-After, arrive together after a
+    # rollout: each waits (--calendar-wait, 5 s by default) for the one build in progress.
+    with serving_gates_dir(tmp_path, GATES, "--workers", "2", "--threads", "4") as fresh:
+        start = threading.Barrier(8)
+
+        def first_fetch(_):
+            start.wait(timeout=30)
+            status, _, body = get(fresh, "/calendar.ics")
+            return status, body
+
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(first_fetch, range(8)))
+    assert [status for status, _ in answers] == [200] * 8, [body[:80] for _, body in answers]
+    assert all(b"Gate flux-system/change-freeze closed" in body for _, body in answers)
 
 
 def test_the_feed_is_built_by_a_niced_child_process_while_reviews_go_on(server):

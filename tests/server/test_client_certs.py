@@ -16,6 +16,7 @@ from admission.clock import utcnow
 from admission.pki import certs
 from tests.builders import changed, flux, gate, request, review
 from tests.processes import serving_gates_dir
+from tests.server.wire import raw_connect, read_answer
 
 HELD = flux(gates="flux-system/sre-approval")
 BODY = orjson.dumps(review(request("UPDATE", changed(HELD, path="./b"), HELD)))
@@ -76,3 +77,46 @@ def test_probes_metrics_and_the_calendar_need_no_certificate(server):
     for path in ("/healthz", "/readyz", "/metrics"):
         assert post(server, path, method="GET")[0] == 200, path
     assert post(server, "/calendar.ics", method="GET")[0] in (200, 503)  # its first build may still run
+
+
+def raw(server, target: str, headers: dict[str, str], cert_dir: Path | None = None) -> tuple[int, dict]:
+    """POST the review to ``target`` spelled exactly so (http.client would tidy it), with ``headers``."""
+    context = server.tls()
+    if cert_dir is not None:
+        context.load_cert_chain(str(cert_dir / "client.crt"), str(cert_dir / "client.key"))
+    sock = context.wrap_socket(raw_connect(server), server_hostname="localhost")
+    try:
+        fields = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+        sock.sendall(f"POST {target} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n{fields}"
+                     f"Content-Length: {len(BODY)}\r\n\r\n".encode() + BODY)
+        head, body = read_answer(sock)
+        return int(head.split(b" ")[1]), orjson.loads(body)
+    finally:
+        sock.close()
+
+
+# A public path that becomes /validate or /mutate once the WSGI server strips a SCRIPT_NAME header.
+SCRIPT_NAMES = [(f"/hooks/gates/{route}", {spelling: "/hooks/gates"})
+                for route in ("validate", "mutate") for spelling in ("SCRIPT_NAME", "Script_Name", "script_name")]
+# Other spellings of a review path: each must be refused, never routed to a review.
+OTHER_FORMS = ["//validate", "/./validate", "/hooks/gates/../../validate", "/hooks/gates/%2e%2e/%2e%2e/validate",
+               "/hooks/gates/x/..%2F..%2F..%2Fvalidate", "/%76alidate", "/validate/", "https://localhost/validate",
+               "http://localhost/hooks/gates/../../mutate", "/hooks//gates/x/y/open", "/hooks/gates/./x/y/open"]
+
+
+@pytest.mark.parametrize("target, headers", SCRIPT_NAMES + [(form, {}) for form in OTHER_FORMS])
+def test_no_spelling_of_a_review_path_or_routing_header_passes_without_a_certificate(server, target, headers):
+    status, answer = raw(server, target, headers)
+    assert status in (400, 403) and "response" not in answer and answer["error"], (status, answer)
+
+
+@pytest.mark.parametrize("target, headers", SCRIPT_NAMES + [(form, {}) for form in OTHER_FORMS])
+def test_a_certified_client_is_told_its_target_or_header_is_refused(server, target, headers):
+    status, answer = raw(server, target, headers, server.trusted)
+    assert status == 400 and "response" not in answer, (status, answer)
+    assert ("header" in answer["error"]) if headers else ("path" in answer["error"]), answer
+
+
+def test_the_public_receiver_path_still_needs_no_certificate(server):
+    status, answer = raw(server, "/hooks/gates/flux-system/sre-approval/open", {})
+    assert status != 403 and "client certificate" not in answer.get("error", ""), (status, answer)

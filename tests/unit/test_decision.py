@@ -158,6 +158,31 @@ def test_an_update_must_satisfy_the_policy_it_leaves():
     assert "gate 'flux-system/sre-approval' is closed" in d.message
 
 
+def test_under_one_of_a_reference_added_to_an_open_gate_is_held_while_held():
+    # Two closed gates under oneOf; the update only names a third, open, in another namespace.
+    old = flux(gates="flux-system/sre-approval, flux-system/qa-approval", require="oneOf")
+    new = flux(gates="flux-system/sre-approval, flux-system/qa-approval, team/open", require="oneOf")
+    both_closed = [CLOSED, gate("qa-approval", closed=True), gate("open", "team")]
+    d = judge(request("UPDATE", new, old), gates=both_closed)
+    assert not d.allowed and d.change == "adds gate references 'team/open' under require oneOf"
+    assert d.message == ("Kustomization apps/podinfo is held: gate 'flux-system/sre-approval' is closed (Gate closed "
+                         "by default), gate 'flux-system/qa-approval' is closed (Gate closed by default); "
+                         "require=oneOf; adds gate references 'team/open' under require oneOf")
+    # Not held, the same update passes: nothing is released that was held.
+    assert judge(request("UPDATE", new, old), gates=[CLOSED, gate("qa-approval"), gate("open", "team")]).allowed
+
+
+def test_a_policy_change_that_would_release_a_held_object_is_held_however_it_is_spelt():
+    # The same reference key, unusable before (a namespace that is a number) and usable after:
+    # nothing is removed or loosened as written, yet the gate it now names is open.
+    old = flux(spec={"interval": "1m", "gates": [{"name": "approval", "namespace": 5}]})
+    new = flux(spec={"interval": "1m", "gates": [{"name": "approval", "namespace": "5"}]})
+    d = judge(request("UPDATE", new, old), gates=[gate("approval", "5")])
+    assert not d.allowed and d.held
+    assert d.message.startswith("Kustomization apps/podinfo is held: gate '5/approval' is closed (Gate is invalid: gate reference")
+    assert d.message.endswith("; require=all; the new gate policy would release it: gate '5/approval' is open")
+
+
 def test_an_update_must_satisfy_the_policy_it_enters():
     # A spec change that also adds a closed gate is held by the new policy.
     old = flux(gates="flux-system/qa-approval")

@@ -335,6 +335,39 @@ def test_an_unknown_next_transition_never_changes_the_state_or_claims_an_opening
     assert not denied.allowed and "opens at" not in denied.message
 
 
+# A gate closed every quarter hour, opened from midnight to five in Berlin, found by hypothesis:
+# at 05:00 Berlin it opens at 00:01 the next night, 19 hours away.
+QUARTERS = "*/15 * * * *"
+NIGHTS = "* 0-4 * * *"
+
+
+def quarterly(*opened: str):
+    k = keeper("k0", "d", closed=[QUARTERS], opened=[NIGHTS, *opened], timeZone="Europe/Berlin")
+    return compile_gate(gate("d", default="closed"), [k])
+
+
+def test_an_opening_19_hours_away_behind_quarter_hourly_closings_is_found():
+    # The same entry closes and opens: it can never open the gate, so it is no reason to step.
+    s = evaluate(quarterly(QUARTERS), at("2026-11-15T04:00"))
+    assert (s.open, s.valid_until, s.next_transition) == (False, at("2026-11-15T04:01"), at("2026-11-15T23:01"))
+    assert s.transition_unknown_after is None
+
+
+def test_a_search_that_gives_up_says_until_when_nothing_changes_never_that_nothing_does():
+    # Spelt differently, the opening entry is stepped through quarter by quarter, past the budget.
+    cg = quarterly("0,15,30,45 * * * *")
+    now = at("2026-11-15T04:00")
+    s = evaluate(cg, now)
+    assert s.next_transition is None
+    after = s.transition_unknown_after
+    assert after is not None and now + timedelta(hours=1) < after <= at("2026-11-15T23:01")
+    minute = now
+    while minute < after:  # what it claims holds: closed until then
+        assert not g._is_open(cg, minute)
+        minute += timedelta(minutes=1)
+    assert state(gate("g", closed=True)).transition_unknown_after is None  # nothing changes: known
+
+
 @pytest.mark.parametrize("spec, why", [
     ({"window": "99999999h"}, "spec.window '99999999h' is longer than 876000h"),
     ({"interval": "9" * 31 + "h"}, "is too long"),

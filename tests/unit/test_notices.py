@@ -5,7 +5,7 @@ import copy
 from admission.core import names
 from admission.core.conditions import holding_condition
 from admission.core.notices import HELD, RELEASED, RELEASED_REASON, expected_opening, notice
-from admission.core.gates import GateState, Lazy
+from admission.core.gates import GateState, Lazy, Transition
 from tests.builders import at, flux, gate, keeper, lookup_from
 
 NOW = at("2026-12-21T10:00")
@@ -87,13 +87,27 @@ def test_other_conditions_and_deletions_send_nothing():
 
 
 def test_expected_opening_is_the_last_under_all_and_the_first_under_one_of():
-    a = GateState("ns", "a", False, "Default", "", transition=Lazy.of(at("2026-12-22T00:00")))
-    b = GateState("ns", "b", False, "Default", "", transition=Lazy.of(at("2026-12-24T00:00")))
+    a = GateState("ns", "a", False, "Default", "", transition=Lazy.of(Transition(at("2026-12-22T00:00"))))
+    b = GateState("ns", "b", False, "Default", "", transition=Lazy.of(Transition(at("2026-12-24T00:00"))))
     never = GateState("ns", "c", False, "Default", "")
     assert expected_opening((a, b), "all") == at("2026-12-24T00:00")
     assert expected_opening((a, b, never), "all") is None
     assert expected_opening((b, a, never), "oneOf") == at("2026-12-22T00:00")
     assert expected_opening((), "all") is None
+
+
+def test_a_hold_whose_opening_was_not_found_in_time_never_says_no_opening_is_scheduled():
+    # Closed every quarter hour, open at night: the search gives up long before 00:01 Berlin.
+    approval = gate("sre-approval", default="closed")
+    nights = keeper("nights", "sre-approval", closed=["*/15 * * * *"], opened=["* 0-4 * * *", "0,15,30,45 * * * *"],
+                    timeZone="Europe/Berlin")
+    waiting = {"type": names.APPROVED_CONDITION, "status": "False", "reason": names.GATE_CLOSED_REASON,
+               "message": "Reconciliation is waiting approval, gate 'flux-system/sre-approval' is closed."}
+    found = notice(flux(gates="flux-system/sre-approval", status={"conditions": [READY]}),
+                   flux(gates="flux-system/sre-approval", status={"conditions": [waiting]}),
+                   lookup_from([approval], [nights]), NOW)
+    assert "no opening is scheduled" not in found.message and "opensAt" not in found.metadata
+    assert found.message.endswith(f"when it opens is not known, not before {found.metadata['opensNotBefore']})")
 
 
 def test_revisions_with_dots_ellipses_and_spaces_are_read_whole():

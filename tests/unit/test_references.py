@@ -77,6 +77,15 @@ def test_loosening_removes_references_or_relaxes_require():
     assert loosens(policy_of(flux(gates="a, b", require="oneOf")), before) is None
 
 
+def test_under_one_of_adding_a_reference_loosens():
+    # One more gate that can release it: its opening alone would be enough.
+    one_of = policy_of(flux(gates="a, b", require="oneOf"))
+    assert loosens(one_of, policy_of(flux(gates="a, b, team/c", require="oneOf"))) \
+        == "adds gate references 'team/c' under require oneOf"
+    assert loosens(one_of, policy_of(flux(gates="a, b, c"))) is None  # and require all: tighter
+    assert loosens(policy_of(flux()), policy_of(flux(gates="a, b", require="oneOf"))) is None  # gated anew
+
+
 NIGHT = at("2026-11-21T02:00")
 DAY = at("2026-11-21T12:00")
 

@@ -1,7 +1,9 @@
 """The annotations written to open or close a gate, and how the core reads them back."""
 
+import orjson
 import pytest
 
+from admission.core.controls import escaped, has_controls
 from admission.core.gates import evaluate_gate
 from admission.core.names import CLOSE_ANNOTATION, MESSAGE_ANNOTATION, OPEN_ANNOTATION, REQUESTED_BY_ANNOTATION
 from admission.core.toggles import toggle_patch
@@ -53,3 +55,18 @@ def test_without_a_message_the_old_one_is_removed():
 def test_bad_toggles_say_why(args, why):
     with pytest.raises(ValueError, match=why):
         toggle_patch(*args)
+
+
+@pytest.mark.parametrize("text", ["a\x1b[2Kb", "carriage\rreturn", "two\nlines", "c1 \x9b csi", "del\x7f",
+                                  "rtl \u202e", "isolate \u2066", "separator \u2028"])
+def test_a_message_or_requester_with_control_characters_is_refused(text):
+    for fields in ({"message": text}, {"requested_by": text}):
+        with pytest.raises(ValueError, match="control characters"):
+            toggle_patch("close", NOW, **fields)
+
+
+def test_printed_controls_are_json_escapes_of_the_same_text():
+    text = "\x1b]0;t\x07\r\u202e\x9b\x7f ünïcode \\ ok"
+    shown = escaped(orjson.dumps(text).decode())
+    assert not has_controls(shown) and orjson.loads(shown) == text
+    assert escaped("plain text, ünïcode, emoji \U0001f600") == "plain text, ünïcode, emoji \U0001f600"

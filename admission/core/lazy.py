@@ -1,0 +1,43 @@
+"""A value computed on first use, then kept: what deciding does not need is not computed."""
+
+from __future__ import annotations
+
+from typing import Callable, Generic, TypeVar, cast
+
+T = TypeVar("T")
+
+
+class Lazy(Generic[T]):
+    """A value computed on first use, then kept; equal when the values are.
+
+    Threads that race both compute it: the computations are pure, so they agree."""
+
+    __slots__ = ("_compute", "_value", "_known")
+
+    def __init__(self, compute: Callable[[], T]):
+        self._compute = compute
+        self._value: T | None = None
+        self._known = False
+
+    @classmethod
+    def of(cls, value: T) -> "Lazy[T]":
+        """A value known already."""
+        known = cls(lambda: value)
+        known._value, known._known = value, True
+        return known
+
+    @property
+    def value(self) -> T:
+        if not self._known:
+            self._value, self._known = self._compute(), True
+        # Once known, _value is the value: a None there is the value itself.
+        return cast(T, self._value)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Lazy) and self.value == other.value
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+    def __repr__(self) -> str:
+        return repr(self.value)
