@@ -21,7 +21,8 @@ command -v zsh >/dev/null || missing+=(zsh)
 [[ -e /usr/share/bash-completion/bash_completion ]] || missing+=(bash-completion)
 [[ -e /usr/lib/$(uname -m)-linux-gnu/faketime/libfaketimeMT.so.1 ]] || missing+=(faketime)
 # The real-cluster tier's node and image (tests/cluster/node.py, hack/image.sh).
-for pair in dockerd:docker.io debootstrap:debootstrap containerd:containerd runc:runc iptables:iptables \
+# command:Debian package
+for pair in dockerd:docker.io `# the Docker engine's package` debootstrap:debootstrap containerd:containerd runc:runc iptables:iptables \
             conntrack:conntrack ip:iproute2; do
   command -v "${pair%%:*}" >/dev/null || [[ -x "/usr/sbin/${pair%%:*}" ]] || missing+=("${pair#*:}")
 done

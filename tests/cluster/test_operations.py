@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import yaml
 from admission.core.names import OPEN_ANNOTATION
 from tests.builders import gate
 from tests.cluster.conftest import FIGURES, NS, no_webhook_pod, pod_objects, pods, wait_installed, wait_webhook_ready
-from tests.cluster.load import Target, WriteLoad
+from tests.cluster.load import Target, Window, WriteLoad
 from tests.e2e.controlplane import ADMIN, ALICE
 from tests.e2e.manifests import kustomization
 from tests.polling import until
@@ -54,7 +55,7 @@ def window_of(load: WriteLoad):
     return load.windows[-1]
 
 
-def measured(load: WriteLoad, name: str, operation, settle) -> "Window":  # noqa: F821
+def measured(load: WriteLoad, name: str, operation, settle) -> Window:
     """Run ``operation`` under load, wait for ``settle``, keep writing a few more seconds of
     steady state, and record the figures."""
     with load.window(name) as window:
@@ -90,8 +91,10 @@ def test_a_rollout_restart_fails_no_admission(cluster, load):
 
 
 def test_an_image_change_fails_no_admission(cluster, load):
-    cluster.ctr("images", "tag", "--force", "docker.io/library/gate-admission:0.1.0",
-                "docker.io/library/gate-admission:0.1.1")
+    # The same image under a new tag, loaded as a user loads a new build (kind load).
+    subprocess.run(["docker", "tag", os.environ.get("GATE_IMAGE", "gate-admission:0.1.0"), "gate-admission:0.1.1"],
+                   check=True, capture_output=True)
+    cluster.load_docker_image("gate-admission:0.1.1")
 
     def change() -> None:
         cluster.kubectl("set", "image", "-n", NS, "deployment/gate-admission", "webhook=gate-admission:0.1.1")

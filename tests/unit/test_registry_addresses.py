@@ -35,6 +35,12 @@ HOSTS = sorted({".".join(parts) for parts in _HOSTS}, key=len, reverse=True)
 _PATTERN = re.compile(r"(?<![\w.-])(" + "|".join(re.escape(h) for h in HOSTS) + r")(?![\w-])", re.I)
 
 
+# Debian's package of the Docker engine is named like Docker's registry host: the name is allowed
+# where the line says it is a package.
+_PACKAGE_NAMES = {".".join(("docker", "io"))}
+_PACKAGE_CONTEXT = re.compile(r"\b(apt-get|Debian|package)\b", re.I)
+
+
 def tracked_files() -> list[Path]:
     if shutil.which("git") is None or not (REPO / ".git").exists():
         pytest.skip("not a git work tree: the tracked files are unknown")
@@ -50,8 +56,7 @@ def offenders(files: list[Path]) -> list[str]:
         except (IsADirectoryError, FileNotFoundError):  # a submodule, or deleted but not yet staged
             continue
         for number, line in enumerate(text.splitlines(), 1):
-            for match in _PATTERN.finditer(line):
-                found.append(f"{path.relative_to(REPO)}:{number}: {match.group(1)}")
+            found += [f"{path.relative_to(REPO)}:{number}: {host}" for host in offenders_in(line)]
     return found
 
 
@@ -62,6 +67,17 @@ def test_the_pattern_finds_each_host_and_only_as_a_host():
     for innocent in ("registry.example/a/b", "example.org", "flux-gate-admission", "my-crates.iox",
                      "notdocker.io.example.com", "dockerfile", "quay"):
         assert not _PATTERN.search(innocent), innocent
+
+
+def test_a_debian_package_named_like_a_host_is_allowed_only_as_a_package():
+    package = ".".join(("docker", "io"))
+    assert not offenders_in(f"apt-get install -y {package}") and not offenders_in(f"# Debian's {package}")
+    assert offenders_in(f"image: {package}/library/app:1")
+
+
+def offenders_in(line: str) -> list[str]:
+    return [m.group(1) for m in _PATTERN.finditer(line)
+            if not (m.group(1).lower() in _PACKAGE_NAMES and _PACKAGE_CONTEXT.search(line))]
 
 
 def test_no_tracked_file_names_a_registry_host():
