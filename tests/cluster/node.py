@@ -5,8 +5,8 @@ kube-proxy, as host processes, the way Kubernetes' own local-up-cluster runs the
 Why not kind: kind starts its node as a `--privileged` container, and these machines cannot grant
 one (their capability bounding set lacks CAP_SYS_RESOURCE). A host node needs no privilege the
 machine lacks: the kubelet runs as root here, Pods as whatever their securityContext says.
-Where kind runs (a laptop), point KUBECONFIG at it instead (docs/operations.md, "A cluster for
-the tests").
+Where kind runs (a laptop), the README's install commands are kind's, and KUBECONFIG pointing at
+it runs the e2e tiers against it.
 
 Networking: a bridge of our own (``fga0``, 10.244.0.1/24) made before anything starts; the
 CNI bridge plugin puts each Pod on it, kube-proxy (iptables) makes Service IPs work, and the
@@ -26,10 +26,13 @@ import signal
 import subprocess
 import sys
 import tempfile
+from datetime import datetime, timezone
 from pathlib import Path
 
 import yaml
+from cryptography.hazmat.primitives import serialization
 
+from admission.pki.certs import make_ca, make_client_cert, make_serving_cert
 from tests.e2e.controlplane import ADMIN, ROOT, ControlPlane, assets_dir
 from tests.polling import wait_for
 from tests.processes import Process, free_port
@@ -100,12 +103,6 @@ class HostCluster(ControlPlane):
     def _write_apiserver_cert(self) -> None:
         """A serving certificate for every name the API server is reached by, and its CA, which
         the controller-manager publishes to Pods (kube-root-ca.crt)."""
-        from datetime import datetime, timezone
-
-        from cryptography.hazmat.primitives import serialization
-
-        from admission.pki.certs import make_ca, make_client_cert, make_serving_cert
-
         now = datetime.now(timezone.utc)
         ca_key, ca_cert = make_ca(now, "fga-node-ca")
         names = ["localhost", "127.0.0.1", GATEWAY, "10.96.0.1", "kubernetes", "kubernetes.default",
