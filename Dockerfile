@@ -1,7 +1,8 @@
 # gate-admission: the webhook (`serve`, the default), the certificate job (`certs`) and the gate
-# controller (`controller`) in one image. tests/server/test_dockerfile.py replays the builder's
-# RUN steps in a virtualenv and starts the entrypoint from it (Docker cannot run on our
-# machines), so keep those steps to `python -m venv` and `pip`.
+# controller (`controller`) in one image. tests/cluster builds it with docker (hack/image.sh) and
+# runs it as Pods; tests/server/test_dockerfile.py also replays the builder's RUN steps in a
+# virtualenv, without Docker, so keep those steps to `python -m venv`, `pip` and `rm -rf` inside
+# the venv.
 
 # Pinned by tag; append @sha256:<digest> to pin the exact bytes. Both stages use it: the venv's
 # python is a symlink into the base's /usr/local, so the runtime stage must be the same image.

@@ -1,4 +1,5 @@
-"""The Dockerfile, without Docker (it cannot run on our machines).
+"""The Dockerfile, without Docker (tests/cluster builds the image with Docker and runs it as Pods;
+this tier needs neither, and says which step broke).
 
 The static checks read the Dockerfile, .dockerignore and requirements.lock. The rest replays the
 builder stage for real: its COPY steps into a scratch tree (filtered by .dockerignore), its RUN
