@@ -7,9 +7,8 @@ from __future__ import annotations
 import pytest
 
 from tests.cluster.conftest import FIGURES
-from tests.realflux.conftest import Cluster, condition, ready
+from tests.realflux.conftest import Cluster, condition, git, ready  # noqa: F401 (git: the fixture)
 from tests.realflux.flux import FluxControllers, flux_dir
-from tests.realflux.servers import GitServer
 from tests.realflux.test_kustomization import gate, git_repository, kustomization, manifests
 
 
@@ -20,13 +19,6 @@ def flux(cluster, installed, tmp_path_factory):
         yield controllers.start("source-controller", "kustomize-controller")
     finally:
         controllers.stop()
-
-
-@pytest.fixture(scope="module")
-def git(tmp_path_factory):
-    server = GitServer(tmp_path_factory.mktemp("git"))
-    yield server
-    server.stop()
 
 
 def test_a_commit_waits_behind_the_in_cluster_webhook_and_lands_when_the_gate_opens(cluster, flux, git):
