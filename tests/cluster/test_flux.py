@@ -7,9 +7,13 @@ from __future__ import annotations
 import pytest
 
 from tests.cluster.conftest import FIGURES
-from tests.realflux.conftest import Cluster, condition, git, ready  # noqa: F401 (git: the fixture)
+from tests.realflux import conftest as realflux
+from tests.realflux.conftest import Cluster, condition, ready
 from tests.realflux.flux import FluxControllers, flux_dir
 from tests.realflux.test_kustomization import gate, git_repository, kustomization, manifests
+
+
+git = realflux.git  # the real-Flux tier's Git server fixture
 
 
 @pytest.fixture(scope="module")
