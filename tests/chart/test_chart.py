@@ -24,9 +24,10 @@ MANIFESTS = ROOT / "manifests"
 NS = "gate-admission-system"
 HELM_VERSION = "v4.3.1"  # hack/go-binaries.sh's HELM_VERSION
 
-# What the chart adds that the manifests cannot say: Helm keeps the CRDs on `helm uninstall`
-# (docs/decisions/0056-the-helm-chart.md). Asserted present where it belongs, ignored elsewhere.
-HELM_ONLY_ANNOTATIONS = {"helm.sh/resource-policy"}
+# What the chart adds that the manifests cannot say (docs/decisions/0056-the-helm-chart.md), each
+# asserted where it belongs by test_what_only_helm_is_told: Helm keeps the CRDs on `helm
+# uninstall`, and runs the certificate Job as a hook after each install and upgrade.
+HELM_ONLY_ANNOTATIONS = {"helm.sh/resource-policy", "helm.sh/hook", "helm.sh/hook-delete-policy"}
 
 
 @pytest.fixture(scope="module")
@@ -151,11 +152,15 @@ def test_default_values_render_the_manifests_in_the_release_namespace(chart, kus
     assert_same_objects(chart("namespace.create=true"), manifests)
 
 
-def test_the_crds_are_templates_kept_on_uninstall(chart, kustomize):
-    crds = [d for d in chart() if d["kind"] == "CustomResourceDefinition"]
-    assert sorted(d["metadata"]["name"] for d in crds) == ["gatekeepers.gating.toolkit.fluxcd.io",
-                                                          "gates.gating.toolkit.fluxcd.io"]
-    assert all(d["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"} for d in crds)
+def test_what_only_helm_is_told(chart):
+    docs = chart()
+    told = {f"{d['kind']}/{d['metadata']['name']}": d["metadata"]["annotations"] for d in docs
+            if HELM_ONLY_ANNOTATIONS & set(d["metadata"].get("annotations", {}))}
+    keep = {"helm.sh/resource-policy": "keep"}
+    assert told == {"CustomResourceDefinition/gates.gating.toolkit.fluxcd.io": keep,
+                    "CustomResourceDefinition/gatekeepers.gating.toolkit.fluxcd.io": keep,
+                    "Job/gate-admission-certs-init": {"helm.sh/hook": "post-install,post-upgrade",
+                                                      "helm.sh/hook-delete-policy": "before-hook-creation"}}
     assert not (CHART / "crds").exists()  # Helm would install those once and never upgrade them
 
 
