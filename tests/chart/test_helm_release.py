@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 import pytest
 import yaml
 
-from tests.chart.test_chart import CHART, NS, helm_binary  # noqa: F401  (a fixture)
+from tests.chart.test_chart import CHART, NS
 from tests.e2e.controlplane import CERTS, ControlPlane, assets_dir
 from tests.polling import until
 from tests.processes import BIN
@@ -42,7 +42,7 @@ def plane(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def helm(plane, helm_binary, tmp_path_factory):  # noqa: F811
+def helm(plane, helm_binary, tmp_path_factory):
     home = tmp_path_factory.mktemp("helm-home")
     env = {**os.environ, **{f"HELM_{kind}_HOME": str(home / kind.lower()) for kind in ("CONFIG", "CACHE", "DATA")}}
 
@@ -123,7 +123,7 @@ def test_install_creates_what_helm_template_renders(plane, helm, installed):
 def test_upgrade_and_rollback_change_the_webhooks_and_keep_the_ca_bundle(plane, helm, installed):
     before = timeouts(plane)
     assert before["validate.gating.toolkit.fluxcd.io"] == 5
-    helm("upgrade", "gate-admission", str(CHART), "-n", NS, "--set", "webhook.timeoutSeconds=7",
+    helm("upgrade", "gate-admission", str(CHART), "-n", NS, "--set", "webhooks.timeoutSeconds=7",
          hook_image="gate-admission:0.1.0")
     assert timeouts(plane)["validate.gating.toolkit.fluxcd.io"] == 7
     assert ca_bundles(plane) == {installed}  # written by the certificate Job, not by Helm: kept

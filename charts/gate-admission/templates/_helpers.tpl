@@ -24,9 +24,9 @@ gate-admission-tls
 
 {{/* Whether the webhooks are the variant without matchConditions (before Kubernetes 1.30). */}}
 {{- define "gate-admission.pre130" -}}
-{{- if eq .Values.webhook.variant "pre-1.30" -}}
+{{- if eq .Values.webhooks.variant "pre-1.30" -}}
 true
-{{- else if and (eq .Values.webhook.variant "auto") (semverCompare "<1.30-0" .Capabilities.KubeVersion.Version) -}}
+{{- else if and (eq .Values.webhooks.variant "auto") (semverCompare "<1.30-0" .Capabilities.KubeVersion.Version) -}}
 true
 {{- end -}}
 {{- end }}
@@ -48,5 +48,5 @@ namespaceSelector:
   matchExpressions:
     - key: kubernetes.io/metadata.name
       operator: NotIn
-      values: {{ concat .Values.webhook.namespacesNeverJudged (list .Release.Namespace) | uniq | toJson }}
+      values: {{ concat .Values.webhooks.namespacesNeverJudged (list .Release.Namespace) | uniq | toJson }}
 {{- end }}
