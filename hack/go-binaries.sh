@@ -6,6 +6,7 @@
 #   hack/go-binaries.sh flux            the Flux controllers, the flux CLI, their CRDs (crds/)
 #   hack/go-binaries.sh tools           an OCI registry for the real-Flux tests
 #   hack/go-binaries.sh node            kubelet, kube-proxy, kube-controller-manager, kube-scheduler, pause
+#   hack/go-binaries.sh helm            the helm CLI, for the chart's tests (charts/gate-admission)
 #   hack/go-binaries.sh all             all of the above
 #
 # Each prints the directory that holds its binaries on stdout (one line per argument); progress,
@@ -25,6 +26,7 @@ FLUX_MODULES=(
   "image-automation-controller github.com/fluxcd/image-automation-controller v1.2.4"
 )
 GGCR_VERSION=v0.21.9  # go-containerregistry, for its in-memory OCI registry
+HELM_VERSION=v4.3.1   # the helm CLI (helm.sh/helm/v4)
 
 ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/flux-gate-admission"
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
@@ -215,6 +217,24 @@ GO
   echo "$out"
 }
 
+# The helm CLI, built in its own module (so `helm version` can read the client-go it was built
+# with from the build info, as Helm's own builds do).
+build_helm() {
+  local out="$ROOT/helm/$HELM_VERSION" src
+  if [[ -x "$out/helm" ]]; then echo "$out"; return; fi
+  mkdir -p "$out"
+  src=$(module_copy helm.sh/helm/v4 "$HELM_VERSION"); cd "$src"
+  fetch_dependencies
+  # Helm's Makefile stamps these; without them `helm version` says v4.3 with "unreleased".
+  local pkg=helm.sh/helm/v4/internal/version
+  timed "helm $HELM_VERSION" go build -trimpath \
+    -ldflags "-s -w -X $pkg.version=$HELM_VERSION -X $pkg.metadata= -X $pkg.gitTreeState=clean" \
+    -o "$out/helm.partial" ./cmd/helm
+  mv "$out/helm.partial" "$out/helm"
+  "$out/helm" version >&2
+  echo "$out"
+}
+
 # A node's and a cluster's other parts, for the real-cluster tier (tests/cluster): the kubelet,
 # kube-proxy, kube-controller-manager and kube-scheduler of the same Kubernetes, and a pause
 # binary (the Pod sandbox's process: it holds the namespaces and exits on SIGTERM/SIGINT).
@@ -269,7 +289,8 @@ for what in "$@"; do
     flux) build_flux ;;
     tools) build_tools ;;
     node) build_node ;;
-    all) build_control_plane; build_flux; build_tools; build_node ;;
-    *) log "unknown: $what (control-plane|flux|tools|node|all)"; exit 2 ;;
+    helm) build_helm ;;
+    all) build_control_plane; build_flux; build_tools; build_node; build_helm ;;
+    *) log "unknown: $what (control-plane|flux|tools|node|helm|all)"; exit 2 ;;
   esac
 done

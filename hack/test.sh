@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Install everything the tests need on a fresh machine, then run them all.
 #   - the real Kubernetes (kube-apiserver, etcd, kubectl) and the real Flux (controllers, CLI,
-#     CRDs) for the end-to-end tiers, built once from their Go modules and cached in
-#     ~/.cache/flux-gate-admission (hack/go-binaries.sh; $KUBEBUILDER_ASSETS wins for the
-#     control plane)
+#     CRDs) for the end-to-end tiers, and the helm CLI for the chart's tests (tests/chart),
+#     built once from their Go modules and cached in ~/.cache/flux-gate-admission
+#     (hack/go-binaries.sh; $KUBEBUILDER_ASSETS wins for the control plane)
 #   - for the real-cluster tier (tests/cluster): a Docker engine (started here when none runs,
 #     stopped at the end), the project image built from the Dockerfile (hack/image.sh), and a
 #     node's parts (kubelet, kube-proxy, controller-manager, scheduler; hack/go-binaries.sh node)
@@ -35,8 +35,9 @@ KUBEBUILDER_ASSETS="$(hack/control-plane-binaries.sh)"
 FLUX_BINARIES="$(hack/go-binaries.sh flux)"
 TEST_TOOLS="$(hack/go-binaries.sh tools)"
 FGA_NODE_BINARIES="$(hack/go-binaries.sh node)"
-export KUBEBUILDER_ASSETS FLUX_BINARIES TEST_TOOLS FGA_NODE_BINARIES
-echo "control plane: $KUBEBUILDER_ASSETS; Flux: $FLUX_BINARIES; tools: $TEST_TOOLS; node: $FGA_NODE_BINARIES ($(( $(date +%s) - started ))s)"
+HELM_BINARIES="$(hack/go-binaries.sh helm)"
+export KUBEBUILDER_ASSETS FLUX_BINARIES TEST_TOOLS FGA_NODE_BINARIES HELM_BINARIES
+echo "control plane: $KUBEBUILDER_ASSETS; Flux: $FLUX_BINARIES; tools: $TEST_TOOLS; node: $FGA_NODE_BINARIES; helm: $HELM_BINARIES ($(( $(date +%s) - started ))s)"
 # The real-cluster tier needs root (the kubelet) and a Docker engine; as root with Docker up, a
 # missing part fails it rather than skipping it.
 dockerd_pid=""

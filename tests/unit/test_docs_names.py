@@ -12,8 +12,8 @@ resolve (docs/design.md, "Conventions", says the same to writers):
   of ``admission`` (by its own name, in any package) or a class defined there, and has ``name``.
   A library's call written this way must be listed in ``FOREIGN``.
 - ``admission/pkg/module.py`` anywhere, and ``pkg/module.py`` in backticks: the file exists.
-  Paths under ``tests/``, ``bench/``, ``hack/``, ``manifests/``, ``examples/`` and ``docs/``
-  exist too, and so do the repository files that Markdown links point to.
+  Paths under ``tests/``, ``bench/``, ``hack/``, ``manifests/``, ``charts/``, ``examples/`` and
+  ``docs/`` exist too, and so do the repository files that Markdown links point to.
 
 Bare names (``decide``), fields (``status.artifact``) and other projects' names are prose.
 
@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "admission"
 PACKAGES = ("core", "clock", "observability", "pki", "store", "ical", "kube", "webhook", "cli")
-TOP_DIRS = ("admission", "tests", "bench", "hack", "manifests", "examples", "docs")
+TOP_DIRS = ("admission", "tests", "bench", "hack", "manifests", "charts", "examples", "docs")
 # Other libraries' calls the docs write as ``module.name()``.
 FOREIGN = frozenset({"os", "sys", "syscall", "hmac", "gc", "bytes", "request", "json", "orjson", "yaml", "ssl",
                      "socket", "select", "fcntl", "signal", "time", "datetime", "zoneinfo", "cronsim", "icalendar",
