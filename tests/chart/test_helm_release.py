@@ -3,8 +3,8 @@ kube-apiserver (no nodes: nothing runs; what is checked is what Helm does to the
 
 Without nodes no Job runs: the certificate Job's work is done by running its command as its
 service account (`gate-admission certs --inject`), so the webhook configurations carry a caBundle
-that Helm did not write, as in a cluster; and the Job, a hook Helm waits for, is marked complete
-as the Job controller would mark it.
+that Helm did not write, as in a cluster; and the Job (one per revision) is marked complete as
+the Job controller would mark it.
 """
 
 from __future__ import annotations
@@ -46,13 +46,13 @@ def helm(plane, helm_binary, tmp_path_factory):
     home = tmp_path_factory.mktemp("helm-home")
     env = {**os.environ, **{f"HELM_{kind}_HOME": str(home / kind.lower()) for kind in ("CONFIG", "CACHE", "DATA")}}
 
-    def run(*args: str, check: bool = True, hook_image: str | None = None) -> subprocess.CompletedProcess:
-        """helm; with ``hook_image``, the certificate Job of that image is run (as above) while Helm waits for it."""
+    def run(*args: str, check: bool = True, certs_job: tuple[str, str] | None = None) -> subprocess.CompletedProcess:
+        """helm; with ``certs_job`` (a Job's name and image), that certificate Job is run as above."""
         proc = subprocess.Popen([str(helm_binary), f"--kubeconfig={plane.kubeconfig()}", *args],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         try:
-            if hook_image:
-                run_the_certs_job(plane, hook_image)
+            if certs_job:
+                run_the_certs_job(plane, *certs_job)
             out, err = proc.communicate(timeout=120)
         finally:
             if proc.poll() is None:
@@ -64,15 +64,16 @@ def helm(plane, helm_binary, tmp_path_factory):
     return run
 
 
-def job_image(plane) -> str | None:
-    found = plane.kubectl("get", "job", "gate-admission-certs-init", "-n", NS, "-o",
-                          "jsonpath={.spec.template.spec.containers[0].image}", check=False)
-    return found.stdout if found.returncode == 0 else None
+def jobs(plane) -> dict[str, str]:
+    """The certificate Jobs there are, and the image of each."""
+    found = get(plane, "jobs", "-n", NS)["items"]
+    return {job["metadata"]["name"]: job["spec"]["template"]["spec"]["containers"][0]["image"] for job in found}
 
 
-def run_the_certs_job(plane, image: str) -> None:
-    """Wait for Helm to create the hook Job of ``image``, do its work, and mark it complete."""
-    assert until(lambda: job_image(plane), lambda seen: seen == image, timeout=60) == image
+def run_the_certs_job(plane, name: str, image: str) -> None:
+    """Wait for Helm to create the Job ``name`` of ``image``, do its work, and mark it complete."""
+    seen = until(lambda: jobs(plane), lambda found: found.get(name) == image, timeout=60)
+    assert seen.get(name) == image, seen
     certs = subprocess.run([str(BIN / "gate-admission"), "certs", "--secret", "gate-admission-tls", "--namespace", NS,
                             "--inject", "--kubeconfig", str(plane.kubeconfig(CERTS))],
                            capture_output=True, text=True, timeout=60)
@@ -81,7 +82,7 @@ def run_the_certs_job(plane, image: str) -> None:
     done = [{"type": kind, "status": "True", "lastProbeTime": now, "lastTransitionTime": now,
              "reason": "CompletionsReached", "message": "Reached expected number of succeeded pods"}
             for kind in ("SuccessCriteriaMet", "Complete")]
-    plane.kubectl("patch", "job", "gate-admission-certs-init", "-n", NS, "--subresource=status", "--type=merge", "-p",
+    plane.kubectl("patch", "job", name, "-n", NS, "--subresource=status", "--type=merge", "-p",
                   json.dumps({"status": {"startTime": now, "completionTime": now, "succeeded": 1, "ready": 0,
                                          "terminating": 0, "conditions": done}}))
 
@@ -100,7 +101,8 @@ def timeouts(plane) -> dict[str, int]:
 
 @pytest.fixture(scope="module")
 def installed(plane, helm):
-    helm("install", "gate-admission", str(CHART), "-n", NS, "--create-namespace", hook_image="gate-admission:0.1.0")
+    helm("install", "gate-admission", str(CHART), "-n", NS, "--create-namespace",
+         certs_job=("gate-admission-certs-init-1", "gate-admission:0.1.0"))
     [bundle] = ca_bundles(plane)
     assert base64.b64decode(bundle).startswith(b"-----BEGIN CERTIFICATE-----")
     return bundle
@@ -109,10 +111,9 @@ def installed(plane, helm):
 def test_install_creates_what_helm_template_renders(plane, helm, installed):
     rendered = [d for d in yaml.safe_load_all(helm("template", "gate-admission", str(CHART), "-n", NS).stdout) if d]
     release = [d for d in yaml.safe_load_all(helm("get", "manifest", "gate-admission", "-n", NS).stdout) if d]
-    [hook] = [d for d in yaml.safe_load_all(helm("get", "hooks", "gate-admission", "-n", NS).stdout) if d]
-    assert (hook["kind"], hook["metadata"]["name"]) == ("Job", "gate-admission-certs-init")
-    release.append(hook)
+    assert not [d for d in yaml.safe_load_all(helm("get", "hooks", "gate-admission", "-n", NS).stdout) if d]
     assert len(release) == len(rendered) == 26  # manifests/ less its Namespace
+    assert ("Job", "gate-admission-certs-init-1") in [(d["kind"], d["metadata"]["name"]) for d in release]
     for doc in release:
         namespace = ["-n", doc["metadata"]["namespace"]] if "namespace" in doc["metadata"] else []
         plane.kubectl("get", doc["kind"], doc["metadata"]["name"], *namespace)
@@ -124,7 +125,7 @@ def test_upgrade_and_rollback_change_the_webhooks_and_keep_the_ca_bundle(plane, 
     before = timeouts(plane)
     assert before["validate.gating.toolkit.fluxcd.io"] == 5
     helm("upgrade", "gate-admission", str(CHART), "-n", NS, "--set", "webhooks.timeoutSeconds=7",
-         hook_image="gate-admission:0.1.0")
+         certs_job=("gate-admission-certs-init-2", "gate-admission:0.1.0"))
     assert timeouts(plane)["validate.gating.toolkit.fluxcd.io"] == 7
     assert ca_bundles(plane) == {installed}  # written by the certificate Job, not by Helm: kept
     helm("rollback", "gate-admission", "1", "-n", NS)
@@ -136,13 +137,16 @@ def test_upgrade_and_rollback_change_the_webhooks_and_keep_the_ca_bundle(plane, 
 
 
 def test_an_upgrade_to_a_new_image_replaces_the_certificate_job(plane, helm, installed):
-    # A Job's Pod template cannot change: as a plain resource this upgrade fails ("field is
-    # immutable") while the install's Job exists. As a hook, Helm replaces it.
-    helm("upgrade", "gate-admission", str(CHART), "-n", NS, "--set", "image.tag=0.2.0", hook_image="gate-admission:0.2.0")
+    # A Job's Pod template cannot change: under one name this upgrade would fail ("field is
+    # immutable") while the install's Job exists. Named after the revision, it is a new Job.
+    helm("upgrade", "gate-admission", str(CHART), "-n", NS, "--set", "image.tag=0.2.0",
+         certs_job=("gate-admission-certs-init-4", "gate-admission:0.2.0"))
     images = plane.kubectl("get", "deployments,cronjobs", "-n", NS, "-o",
                            "jsonpath={range .items[*]}{..containers[0].image} {end}").stdout.split()
     assert images == ["gate-admission:0.2.0"] * 3
-    helm("rollback", "gate-admission", "-n", NS)  # no hook: the Job of 0.2.0 stays until its TTL
+    left = until(lambda: jobs(plane), lambda found: list(found) == ["gate-admission-certs-init-4"], timeout=30)
+    assert left == {"gate-admission-certs-init-4": "gate-admission:0.2.0"}  # the previous revision's Job deleted
+    helm("rollback", "gate-admission", "-n", NS)
     assert ca_bundles(plane) == {installed}
 
 
@@ -158,7 +162,8 @@ def test_uninstall_keeps_the_crds_and_the_gates_and_a_reinstall_adopts_them(plan
     for crd in CRDS:
         plane.kubectl("get", "crd", crd)
     plane.kubectl("get", "gate", "freeze", "-n", "apps")
-    helm("install", "gate-admission", str(CHART), "-n", NS, hook_image="gate-admission:0.1.0")
+    helm("install", "gate-admission", str(CHART), "-n", NS,
+         certs_job=("gate-admission-certs-init-1", "gate-admission:0.1.0"))
     assert get(plane, "crd", CRDS[0])["metadata"]["annotations"]["meta.helm.sh/release-name"] == "gate-admission"
     plane.kubectl("get", "gate", "freeze", "-n", "apps")
 
