@@ -44,7 +44,9 @@ def image() -> str:
                           text=True).stdout.strip()
 
 
-@pytest.fixture(scope="session")
+# Package scope: the node (kubelet, containerd, its Pods) stops after the last test here, not at
+# the end of the whole run, so it neither costs the other tiers CPU nor outlives them.
+@pytest.fixture(scope="package")
 def cluster(tmp_path_factory):
     missing = missing_prerequisites()
     if os.environ.get("KUBECONFIG") or missing:
@@ -62,7 +64,7 @@ def cluster(tmp_path_factory):
         node.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def installed(cluster):
     """`kubectl apply -k manifests/`, as the README says, then everything Ready."""
     cluster.kubectl("apply", "-f", "-", input=BASE_OBJECTS)

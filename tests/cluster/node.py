@@ -19,6 +19,7 @@ Run it by hand:  python -m tests.cluster.node   (prints a KUBECONFIG; Ctrl-C sto
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -303,9 +304,26 @@ def remove_pods() -> None:
         run(*ctr, "containers", "delete", container, check=False)
 
 
+def kill_leftovers() -> None:
+    """Processes a killed run left: its Pods' (in the kubelet's cgroups) and containerd's shims."""
+    for procs in Path("/sys/fs/cgroup/pids/kubepods").rglob("cgroup.procs"):
+        for pid in procs.read_text().split():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            cmdline = (proc / "cmdline").read_bytes()
+            if b"containerd-shim" in cmdline and str(RUN).encode() in cmdline:
+                os.kill(int(proc.name), signal.SIGKILL)
+
+
 def clean_node(node: Path) -> None:
-    """What a node leaves behind on the machine: mounts, network namespaces, iptables chains, the
-    bridge, IP reservations. Run before a start (a previous run may have been killed) and after a stop."""
+    """What a node leaves behind on the machine: processes, mounts, network namespaces, iptables
+    chains, the bridge, IP reservations. Run before a start (a previous run may have been killed)
+    and after a stop."""
+    kill_leftovers()
     mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
     for mount in sorted((m for m in mounts if m.startswith((str(STATE), str(RUN)))), key=len, reverse=True):
         run("umount", "-l", mount, check=False)
