@@ -16,6 +16,12 @@ from typing import Iterator
 
 import yaml
 
+from admission.core.names import CLOSE_ANNOTATION, OPEN_ANNOTATION
+from tests.builders import gate
+from tests.e2e.controlplane import ADMIN, ALICE
+from tests.e2e.manifests import kustomization
+from tests.polling import until
+
 KUSTOMIZATIONS = "/apis/kustomize.toolkit.fluxcd.io/v1/namespaces/{namespace}/kustomizations/{name}"
 # What the API server says when it could not get an answer from a webhook (failurePolicy Fail).
 WEBHOOK_FAILURE = "failed calling webhook"
@@ -172,3 +178,36 @@ class WriteLoad:
             with self.lock:
                 self.windows.remove(window)
             window.ended = time.monotonic()
+
+
+def targets(prefix: str) -> tuple[Target, Target, Target]:
+    """Kustomizations in `apps` behind an open gate, behind a closed gate, and behind none."""
+    return (Target("apps", f"{prefix}-open", held=False, gated=True),
+            Target("apps", f"{prefix}-closed", held=True, gated=True),
+            Target("apps", f"{prefix}-free", held=False, gated=False))
+
+
+@contextmanager
+def steady_load(cluster, prefix: str, rate: float) -> Iterator[WriteLoad]:
+    """The gates and Kustomizations of ``targets(prefix)`` made (the closed gate closed last), then
+    writes to them from two identities at ``rate``/s, once every write gets its verdict."""
+    opened, closed, free = targets(prefix)
+    gates = [gate(t.name, annotations={OPEN_ANNOTATION: "2026-01-01T00:00:00Z"}) for t in (opened, closed)]
+    made = until(lambda: cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(gates), check=False),
+                 lambda r: r.returncode == 0, timeout=60)
+    assert made.returncode == 0, made.stderr
+    for target in (opened, closed, free):
+        manifest = kustomization(target.name, target.namespace,
+                                 gates=f"flux-system/{target.name}" if target.gated else None)
+        applied = until(lambda: cluster.kubectl("apply", "-f", "-", input=manifest, check=False),
+                        lambda r: r.returncode == 0, timeout=60)
+        assert applied.returncode == 0, applied.stderr
+    cluster.kubectl("annotate", "gate", closed.name, "-n", "flux-system", "--overwrite",
+                    f"{OPEN_ANNOTATION}-", f"{CLOSE_ANNOTATION}=2026-06-01T00:00:00Z")
+    writers = [(cluster.kubeconfig(ADMIN), [opened, closed, free]), (cluster.kubeconfig(ALICE), [closed, free, opened])]
+    with WriteLoad(writers, rate) as running:
+        with running.window("warm-up") as warm:
+            settled = until(lambda: warm.outcomes[-30:], lambda last: len(last) == 30 and all(
+                o.kind == "ok" for o in last), timeout=90, interval=0.5)
+            assert all(o.kind == "ok" for o in settled), [(o.target.name, o.status, o.message) for o in settled]
+        yield running

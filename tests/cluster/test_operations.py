@@ -14,39 +14,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from admission.core.names import OPEN_ANNOTATION
-from tests.builders import gate
 from tests.cluster.conftest import FIGURES, NS, no_webhook_pod, pod_objects, pods, wait_installed, wait_webhook_ready
-from tests.cluster.load import Target, Window, WriteLoad
-from tests.e2e.controlplane import ADMIN, ALICE
-from tests.e2e.manifests import kustomization
+from tests.cluster.load import Window, WriteLoad, steady_load
 from tests.polling import until
 
 RATE = 24  # writes per second, both identities together
-OPEN = Target("apps", "load-open", held=False, gated=True)
-CLOSED = Target("apps", "load-closed", held=True, gated=True)
-FREE = Target("apps", "load-free", held=False, gated=False)
 
 
 @pytest.fixture(scope="module")
 def load(cluster, installed):
-    objects = [gate("load-open", annotations={OPEN_ANNOTATION: "2026-01-01T00:00:00Z"}),
-               gate("load-closed", annotations={OPEN_ANNOTATION: "2026-01-01T00:00:00Z"})]
-    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(objects))
-    for target in (OPEN, CLOSED, FREE):
-        gates = None if target is FREE else f"flux-system/{target.name}"
-        manifest = kustomization(target.name, target.namespace, gates=gates)
-        made = until(lambda: cluster.kubectl("apply", "-f", "-", input=manifest, check=False),
-                     lambda r: r.returncode == 0, timeout=30)
-        assert made.returncode == 0, made.stderr
-    cluster.kubectl("annotate", "gate", "load-closed", "-n", "flux-system", "--overwrite",
-                    f"{OPEN_ANNOTATION}-", "close.gate.fluxcd.io/requestedAt=2026-06-01T00:00:00Z")
-    writers = [(cluster.kubeconfig(ADMIN), [OPEN, CLOSED, FREE]), (cluster.kubeconfig(ALICE), [CLOSED, FREE, OPEN])]
-    with WriteLoad(writers, RATE) as running:
-        with running.window("warm-up") as warm:
-            settled = until(lambda: warm.outcomes[-30:], lambda last: len(last) == 30 and all(
-                o.kind == "ok" for o in last), timeout=60, interval=0.5)
-            assert all(o.kind == "ok" for o in settled), [(o.target.name, o.status, o.message) for o in settled]
+    with steady_load(cluster, "load", RATE) as running:
         yield running
 
 

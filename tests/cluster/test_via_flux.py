@@ -16,12 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from admission.core.names import CLOSE_ANNOTATION, OPEN_ANNOTATION
-from tests.builders import gate
 from tests.cluster.conftest import FIGURES, NS, no_webhook_pod, wait_webhook_ready
-from tests.cluster.load import Target, WriteLoad
-from tests.e2e.controlplane import ADMIN, ALICE, ROOT
-from tests.e2e.manifests import kustomization
+from tests.cluster.load import steady_load
+from tests.e2e.controlplane import ROOT
 from tests.polling import until
 from tests.realflux.conftest import condition, ready
 from tests.realflux.flux import FluxControllers, flux_dir, tools_dir
@@ -29,9 +26,6 @@ from tests.realflux.servers import Registry
 
 CHART = ROOT / "charts" / "gate-admission"
 RATE = 24
-OPEN = Target("apps", "flux-open", held=False, gated=True)
-CLOSED = Target("apps", "flux-closed", held=True, gated=True)
-FREE = Target("apps", "flux-free", held=False, gated=False)
 
 
 def helm_binary() -> Path:
@@ -118,24 +112,7 @@ def flux_installed(cluster, installed, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def load(cluster, flux_installed):
-    """Kustomizations behind an open gate, a closed one and none, written 24 times a second."""
-    objects = [gate(name, annotations={OPEN_ANNOTATION: "2026-01-01T00:00:00Z"}) for name in ("flux-open", "flux-closed")]
-    made = until(lambda: cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(objects), check=False),
-                 lambda r: r.returncode == 0, timeout=60)
-    assert made.returncode == 0, made.stderr
-    for target in (OPEN, CLOSED, FREE):
-        manifest = kustomization(target.name, target.namespace, gates=None if target is FREE else f"flux-system/{target.name}")
-        applied = until(lambda: cluster.kubectl("apply", "-f", "-", input=manifest, check=False),
-                        lambda r: r.returncode == 0, timeout=60)
-        assert applied.returncode == 0, applied.stderr
-    cluster.kubectl("annotate", "gate", "flux-closed", "-n", "flux-system", "--overwrite",
-                    f"{OPEN_ANNOTATION}-", f"{CLOSE_ANNOTATION}=2026-07-01T00:00:00Z")
-    writers = [(cluster.kubeconfig(ADMIN), [OPEN, CLOSED, FREE]), (cluster.kubeconfig(ALICE), [CLOSED, FREE, OPEN])]
-    with WriteLoad(writers, RATE) as running:
-        with running.window("warm-up") as warm:
-            settled = until(lambda: warm.outcomes[-30:], lambda last: len(last) == 30 and all(
-                o.kind == "ok" for o in last), timeout=90, interval=0.5)
-            assert all(o.kind == "ok" for o in settled), [(o.target.name, o.status, o.message) for o in settled]
+    with steady_load(cluster, "flux", RATE) as running:
         yield running
 
 
