@@ -100,9 +100,12 @@ def new_id(content: str, target: str, nonce: str) -> str:
     return hashlib.sha256("\0".join((content, target, nonce)).encode()).hexdigest()[:ID_LENGTH]
 
 
-def value(content: str, target: str, message: str, expires: datetime | None) -> str:
-    """What a client writes: the webhook adds ``by`` and ``at``."""
+def value(content: str, target: str, message: str, expires: datetime | None, caller: str | None = None) -> str:
+    """What a client writes: the webhook adds ``by`` and ``at`` (a relay's ``caller`` is kept
+    beside its own name, anyone else's is replaced)."""
     fields: dict[str, str] = {CONTENT: content, FOR: target, MESSAGE: message}
+    if caller:
+        fields[BY] = caller
     if expires is not None:
         fields[EXPIRES] = format_time(expires)
     return _dump(fields)
