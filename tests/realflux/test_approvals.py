@@ -166,13 +166,13 @@ def test_a_chart_version_approved_for_a_helm_release(cluster, charts):
     charts.publish(chart, "1.0.0")
     cluster.apply(closed_gate("freeze", ns, default="opened"), helm_repository("charts", charts.url),
                   helm_release("app", chart, "charts", {"greeting": "hello"}))
-    approved = {"chartVersion": "1.0.0", "greeting": "hello"}
+    approved = {"chartVersion": "1.0.0", "greeting": "hello", "mode": "none"}
     assert wait_data(cluster, "app", approved) == approved
     assert cluster.gate("close", "freeze", "-n", ns).returncode == 0
     charts.publish(chart, "1.1.0")
     cluster.wait(lambda: blocked_waits(cluster, "helmchart", f"{ns}-app"), lambda m: "1.1.0" in m)
     done = cluster.gate("approve", "freeze", "-n", ns, "--content", "1.1.0", "-m", "CHG-77")
     assert done.returncode == 0, done.stderr
-    expected = {"chartVersion": "1.1.0", "greeting": "hello"}
+    expected = {"chartVersion": "1.1.0", "greeting": "hello", "mode": "none"}
     assert wait_data(cluster, "app", expected) == expected, cluster.get("helmrelease", "app").get("status")
     assert cluster.wait(lambda: approvals_on(cluster), lambda a: not a, timeout=60) == {}
