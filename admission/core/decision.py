@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Callable
 
+from admission.core import approvals
 from admission.core import content
 from admission.core import gates
 from admission.core import kinds
@@ -31,6 +32,9 @@ class Settings:
     mode: str = "enforce"
     exempt_users: frozenset[str] = frozenset()
     exempt_groups: frozenset[str] = frozenset()
+    # Who may write an approval for a caller it authenticated (the receiver's identity): its
+    # approvals record "<caller> via <relay>" (admission.core.approvals.stamp).
+    approval_relays: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,7 @@ class Decision:
     exempt: str | None = None
     hold: Hold | None = None
     held_what: str | None = None  # EDIT or CONTENT, for logs and metrics
+    approved: str | None = None  # the approvals that let this content through closed gates
 
 
 ALLOWED = Decision(allowed=True)  # nothing to judge, or nothing holds it
@@ -174,6 +179,38 @@ def standing(obj: Object, context: Context) -> Standing:
                     describe(str(obj.get("kind") or ""), meta.get("namespace") or "", meta.get("name") or "", holds))
 
 
+def target_of(obj: Object) -> str:
+    """How an approval's ``for`` names an object: Kind/namespace/name."""
+    meta = metadata(obj)
+    return f"{obj.get('kind') or ''}/{meta.get('namespace') or ''}/{meta.get('name') or ''}"
+
+
+def approved_for(kind: str, old: Object | None, new: Object | None,
+                 context: Context) -> tuple[Context, list[approvals.Approval]]:
+    """The context in which a closed gate counts as open for this status write because it
+    approves the exact content the write carries (for the object, what it inherits its gates
+    from, or ``*``), and the approvals that do. Any other write, and every other gate, as before."""
+    carried = content.new_content(kind, old, new)
+    if carried is None or not isinstance(new, dict):
+        return context, []
+    identities = content.approvable(kind, new, carried)
+    targets = tuple(target_of(o) for o in (new, *context.parents(new)))
+    used: list[approvals.Approval] = []
+    closed_lookup = context.lookup
+
+    def lookup(namespace: str, name: str, now: datetime) -> GateState:
+        state = closed_lookup(namespace, name, now)
+        if state.open or not state.approvals:
+            return state
+        found = approvals.admitting(state.approvals, state.required_approvals, identities, targets, now)
+        if not found:
+            return state
+        used.extend(a for a in found if a not in used)
+        return replace(state, open=True, reason=names.REASON_APPROVED, message=approvals.describe(found))
+
+    return replace(context, lookup=lookup), used
+
+
 def _unknown_deletion(request: AdmissionRequest, settings: Settings) -> Decision:
     """A DELETE without ``oldObject``: API servers since 1.15 send the object being deleted, and
     without it its gates cannot be read, so it may be gated: held (fail closed) in the server's
@@ -207,6 +244,10 @@ def decide(request: AdmissionRequest, context: Context) -> Decision:
     if operation == "DELETE" and not request.get("subResource") and not isinstance(old, dict):
         return _unknown_deletion(request, settings)
     read: list[tuple[Policy, Policy]] = []
+    used: list[approvals.Approval] = []
+    if request.get("subResource") == "status":  # new content: approved content passes its gates
+        context, used = approved_for(kind["kind"], old, new, context)
+        lookup = context.lookup
 
     def policies() -> tuple[Policy, Policy]:  # read once, if at all, for the change and the hold
         if not read:
@@ -238,7 +279,8 @@ def decide(request: AdmissionRequest, context: Context) -> Decision:
         judgements += [hold_of(parent, lookup, now) for parent in context.parents(new)]
     holds = [h for h in judgements if h.held]
     if not holds:
-        return Decision(allowed=True, gated=True, change=change, hold=judgements[-1] if judgements else None)
+        return Decision(allowed=True, gated=True, change=change, hold=judgements[-1] if judgements else None,
+                        approved=approvals.describe(used) or None)
 
     mode = mode_of(holds, settings)
     about = subject(request)

@@ -13,12 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from admission.core import approvals
 from admission.core import content
 from admission.core import holdmessage
 from admission.core import kinds
 from admission.core import names
 from admission.core.conditions import conditions_of, find, holding_condition, status_of, with_condition, without_condition
-from admission.core.decision import ALLOWED, CONTENT, Context, Decision, Hold, Standing, standing
+from admission.core.decision import ALLOWED, CONTENT, Context, Decision, Hold, Standing, approved_for, standing
 from admission.core.holdmessage import HoldMessage, NewContent
 from admission.core.jsonvalues import same
 from admission.core.objects import Object
@@ -187,10 +188,13 @@ def judge_status_write(request: AdmissionRequest, context: Context) -> StatusVer
     row = kinds.BY_KIND.get(kind)
     if row is None or not isinstance(new, dict):
         return StatusVerdict({}, ALLOWED)
+    context, used = approved_for(kind, old, new, context)
     now = standing(new, context)
     held = enforced(now)
     if held is None:
-        return StatusVerdict(rewrite_status(kind, old, new, None, context.now), ALLOWED)
+        decision = ALLOWED if not used else Decision(allowed=True, gated=True, held_what=CONTENT,
+                                                     approved=approvals.describe(used))
+        return StatusVerdict(rewrite_status(kind, old, new, None, context.now), decision)
     upstream = content.upstream_of(kind, new, context.get) if row.records_attempts and context.get else None
     changes = rewrite_status(kind, old, new, held, context.now, upstream)
     carried = content.new_content(kind, old, new) if row.keeps_content else None
