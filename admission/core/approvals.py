@@ -32,6 +32,12 @@ MAX_TEXT = 512  # content and message: longer is refused (a revision is < 100 ch
 MAX_REQUIRED = 10  # spec.approvals.required
 ID_LENGTH = 16  # hex digits of an approval's id: its key stays well under 63 characters
 ANY = names.APPROVAL_ANY_TARGET
+# When the controller sees a new approval it asks Flux to reconcile what waits for it, then asks
+# again after each of these while that content still waits: the webhook pods' gate caches may
+# see the approval a moment after the controller did, and a held write they deny is otherwise
+# retried only at the source's next interval. Bounded: an approval Flux cannot use (its content
+# was superseded upstream) costs five requests, not one per pass until it expires.
+REQUEST_AGAIN_AFTER = (timedelta(seconds=3), timedelta(seconds=10), timedelta(seconds=30), timedelta(seconds=90))
 
 
 @dataclass(frozen=True)
@@ -246,6 +252,12 @@ def landed(approval: Approval, behind: Iterable[Behind]) -> bool:
     covered = [b for b in behind if approval.covers((b.target,))]
     return any(pins(approval.content, b.serves) for b in covered) and \
         not any(pins(approval.content, waits) for b in covered for waits in b.waits)
+
+
+def waiting_for(approval: Approval, behind: Iterable[Behind]) -> list[str]:
+    """The objects it covers where its content still waits: those a reconcile request can land it on."""
+    return [b.target for b in behind
+            if approval.covers((b.target,)) and any(pins(approval.content, waits) for waits in b.waits)]
 
 
 def half_release(obj: dict[str, Any], get: content.Get) -> list[str]:
