@@ -361,8 +361,10 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_calendar(args: argparse.Namespace) -> int:
     from admission.store import calendar
     _, index, now, namespace = _gates(args)
-    if not 1 <= args.days <= calendar.MAX_DAYS:
-        raise GateError(f"--days must be between 1 and {calendar.MAX_DAYS}", EXIT_USAGE)
+    try:
+        calendar.days_of(args.days)
+    except ValueError as err:
+        raise GateError(f"--{err}", EXIT_USAGE) from None
     cals = calendar.calendars(index, now, args.days, None if args.all_namespaces else namespace)
     if args.output == "ics":
         sys.stdout.buffer.write(calendar.to_ics(cals, now))

@@ -36,6 +36,7 @@ from flask import Blueprint, Response, request
 from admission.core import names
 from admission.core.references import is_namespace, is_object_name
 from admission.core.toggles import ACTIONS, refuse_controls, toggle_patch
+from admission.webhook.responses import json_response
 
 log = logging.getLogger("admission.receiver")
 MAX_MESSAGE = 1024
@@ -195,10 +196,6 @@ class SharedCallerLimits:
         return allowed
 
 
-def _json(payload: Mapping[str, object], status: int, **headers: str) -> Response:
-    return Response(orjson.dumps(payload), status=status, mimetype="application/json", headers=headers)
-
-
 def _body() -> tuple[dict[str, str], None] | tuple[None, str]:
     """The call's fields, or what is wrong with its body."""
     raw = request.get_data(cache=False)
@@ -243,7 +240,7 @@ def blueprint(tokens: TokenFile, patch_gate: Callable[[str, str, dict[str, Any]]
     def toggle(namespace: str, name: str, action: str) -> Response:
         def answer(result: str, payload: Mapping[str, object], status: int, **headers: str) -> Response:
             record(result)
-            return _json(payload, status, **headers)
+            return json_response(payload, status, **headers)
 
         if action not in ACTIONS:
             return answer("not_found", {"error": f"no hook {action!r}: use open or close"}, 404)
