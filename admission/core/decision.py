@@ -57,6 +57,7 @@ class Hold:
     closed: tuple[GateState, ...]  # the gates that keep it held (all of them under oneOf)
     suspension: str | None
     held: bool
+    suspended: bool = False  # status.suspended: spec.suspend, or the suspension above
 
 
 @dataclass(frozen=True)
@@ -94,8 +95,9 @@ def hold_of(obj: Object | None, lookup: Lookup, now: datetime, policy: Policy | 
         gates_hold = bool(states) and len(closed) == len(states)
     else:
         gates_hold = bool(closed)
-    suspension = suspension_of(obj, now).hold
-    return Hold(policy, states, closed if gates_hold else (), suspension, gates_hold or suspension is not None)
+    suspension = suspension_of(obj, now)
+    return Hold(policy, states, closed if gates_hold else (), suspension.hold,
+                gates_hold or suspension.hold is not None, suspension.suspended)
 
 
 def releases(leaving: Hold, entering: Hold) -> str | None:
@@ -145,9 +147,14 @@ def mode_of(holds: list[Hold], settings: Settings) -> str:
 
 def holds_of(obj: Object, context: Context) -> list[Hold]:
     """The holds on ``obj`` now: its own, and those of the objects it inherits gates from."""
-    objects = (obj, *context.parents(obj))
-    judged = [hold_of(o, context.lookup, context.now) for o in objects if may_be_held(o)]
-    return [h for h in judged if h.held]
+    return [h for h in _judged(obj, context) if h is not None and h.held]
+
+
+def _judged(obj: Object, context: Context) -> list[Hold | None]:
+    """How ``obj``'s own policy judges it now (None: it names no gate nor suspension), then
+    each object it inherits gates from that names any."""
+    own = hold_of(obj, context.lookup, context.now) if may_be_held(obj) else None
+    return [own, *(hold_of(p, context.lookup, context.now) for p in context.parents(obj) if may_be_held(p))]
 
 
 @dataclass(frozen=True)
@@ -157,6 +164,7 @@ class Standing:
     holds: tuple[Hold, ...]
     mode: str
     message: str  # names the object, every closed gate, the require mode and the next opening
+    suspended: bool = False  # the object's own status.suspended (spec.suspend, or a suspension now)
 
     @property
     def held(self) -> bool:
@@ -166,12 +174,17 @@ class Standing:
 def standing(obj: Object, context: Context) -> Standing:
     """The holds on the stored ``obj`` now (its own and inherited): ``kubectl gate get``, the
     denial Events and the shown attempts all say what this says."""
-    holds = holds_of(obj, context)
+    judged = _judged(obj, context)
+    own = judged[0]
+    # An object that names no suspension is suspended by spec.suspend alone: no cron to evaluate.
+    suspended = own.suspended if own is not None else suspension_of(obj, context.now).suspended
+    holds = [h for h in judged if h is not None and h.held]
     if not holds:
-        return Standing((), context.settings.mode, "")
+        return Standing((), context.settings.mode, "", suspended)
     meta = metadata(obj)
     return Standing(tuple(holds), mode_of(holds, context.settings),
-                    describe(str(obj.get("kind") or ""), meta.get("namespace") or "", meta.get("name") or "", holds))
+                    describe(str(obj.get("kind") or ""), meta.get("namespace") or "", meta.get("name") or "", holds),
+                    suspended)
 
 
 def _unknown_deletion(request: AdmissionRequest, settings: Settings) -> Decision:
