@@ -29,7 +29,7 @@ from admission.cli import completion
 from admission.cli.cluster import (EXIT_BAD_GATES_DIR, EXIT_DENIED, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, Cluster,
                                     GateError, api_errors, connect)
 from admission.cli.shellcomplete import hoist, print_completions
-from admission.cli.settings import add_policy_flags, env, policy_settings
+from admission.cli.settings import add_policy_flags, env_mode, policy_settings
 from admission.clock import utcnow
 from admission.core import content
 from admission.core import kinds
@@ -195,13 +195,13 @@ def cmd_get(args: argparse.Namespace) -> int:
     objects = _flux_objects(cluster)
     # The webhook's mode (a gate's spec.mode, else the server's): an audit-mode hold lets
     # changes through with a warning, and must not read as held.
-    server = Settings(mode=env("mode", "enforce"))
+    server = Settings(mode=env_mode())
     for obj in _referencing(objects, f"{namespace}/{args.name}"):
         meta = metadata(obj)
         now_ = standing(obj, Context(index.lookup, now, server))
         mode = now_.mode if now_.held else None
         held_by.append({"kind": obj["kind"], "namespace": meta["namespace"], "name": meta["name"],
-                        "held": mode == "enforce", "mode": mode, "why": now_.message or None})
+                        "held": mode == names.ENFORCE, "mode": mode, "why": now_.message or None})
     info["referencedBy"] = held_by
     # The GateKeeper calendars it follows: last fetch, errors, and what comes next.
     info["calendars"] = feed_rows(feeds_of(index.compiled(namespace, args.name)), now)
@@ -218,7 +218,7 @@ def cmd_get(args: argparse.Namespace) -> int:
             lines.append(f"{'Requested:':<15}by {state.requested_by or '?'}: {state.request_message or ''}".rstrip(": "))
         lines += [f"{'Problem:':<15}{p}" for p in state.problems]
         rows = [{"kind": o["kind"], "namespace": o["namespace"], "name": o["name"],
-                 "held": "yes" if o["held"] else "audit only" if o["mode"] == "audit" else "no"} for o in held_by]
+                 "held": "yes" if o["held"] else "audit only" if o["mode"] == names.AUDIT else "no"} for o in held_by]
         lines.append("Referenced by:" + ("" if rows else " none"))
         if rows:
             lines += ["  " + line for line in _table(rows, ["kind", "namespace", "name", "held"])]

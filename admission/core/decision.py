@@ -28,7 +28,7 @@ CONTENT = "content"  # held new content: an artifact, an image, an attempt at a 
 class Settings:
     """Server-wide policy: the default mode and who may always pass (break-glass)."""
 
-    mode: str = "enforce"
+    mode: names.Mode = names.ENFORCE
     exempt_users: frozenset[str] = frozenset()
     exempt_groups: frozenset[str] = frozenset()
 
@@ -67,7 +67,7 @@ class Decision:
     allowed: bool
     gated: bool = False  # a change that gates judge (CREATE, spec change, artifact, ...)
     held: bool = False  # would be denied in enforce mode
-    mode: str = "enforce"
+    mode: names.Mode = names.ENFORCE
     change: str | None = None
     message: str | None = None
     exempt: str | None = None
@@ -137,12 +137,12 @@ def describe(kind: str, namespace: str, name: str, holds: list[Hold]) -> str:
     return message
 
 
-def mode_of(holds: list[Hold], settings: Settings) -> str:
+def mode_of(holds: list[Hold], settings: Settings) -> names.Mode:
     """enforce when any closed gate (or a suspension, under the server's mode) enforces."""
-    modes = {s.mode or settings.mode for h in holds for s in h.closed}
+    modes: set[names.Mode] = {s.mode or settings.mode for h in holds for s in h.closed}
     if any(h.suspension for h in holds):
         modes.add(settings.mode)
-    return "enforce" if "enforce" in modes else "audit"
+    return names.ENFORCE if names.ENFORCE in modes else names.AUDIT
 
 
 def holds_of(obj: Object, context: Context) -> list[Hold]:
@@ -162,7 +162,7 @@ class Standing:
     """How an object stands now, whatever a request would change: held or not, in which mode, and why."""
 
     holds: tuple[Hold, ...]
-    mode: str
+    mode: names.Mode
     message: str  # names the object, every closed gate, the require mode and the next opening
     suspended: bool = False  # the object's own status.suspended (spec.suspend, or a suspension now)
 
@@ -194,7 +194,7 @@ def _unknown_deletion(request: AdmissionRequest, settings: Settings) -> Decision
     about = subject(request)
     message = (f"{about.kind} {about.namespace}/{about.name} is held: the request carries no oldObject (the object "
                "being deleted), so whether its gates allow deleting it is unknown")
-    return Decision(allowed=settings.mode == "audit", gated=True, held=True, mode=settings.mode, change="deletion",
+    return Decision(allowed=settings.mode == names.AUDIT, gated=True, held=True, mode=settings.mode, change="deletion",
                     message=message, held_what=EDIT)
 
 
@@ -266,6 +266,6 @@ def decide(request: AdmissionRequest, context: Context) -> Decision:
         message += "; changed: metadata.ownerReferences"
     elif policy_only:  # a metadata write held: say how the policy loosens, or it looks like a label edit
         message += f"; {change}"
-    return Decision(allowed=mode == "audit", gated=True, held=True, mode=mode, change=change,
+    return Decision(allowed=mode == names.AUDIT, gated=True, held=True, mode=mode, change=change,
                     message=message, hold=holds[-1], held_what=what)
 

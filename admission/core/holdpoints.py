@@ -50,7 +50,7 @@ def enforced(stands: Standing) -> Held | None:
     """How an object that stands so is held, in its conditions' words: None when nothing holds
     it, or only audit-mode gates do (audit mode holds nothing; the validating webhook records
     the would-be hold)."""
-    if not stands.held or stands.mode != "enforce":
+    if not stands.held or stands.mode != names.ENFORCE:
         return None
     return held_by(list(stands.holds), stands.message)
 
@@ -197,6 +197,6 @@ def judge_status_write(request: AdmissionRequest, context: Context) -> StatusVer
     changes = rewrite_status(kind, old, new, held, context.now, upstream, carried)
     if carried is None:  # no content rewritten: nothing to log or count
         return StatusVerdict(changes, ALLOWED, stands.suspended)
-    return StatusVerdict(changes, Decision(allowed=True, gated=True, held=True, mode="enforce", hold=stands.holds[-1],
+    return StatusVerdict(changes, Decision(allowed=True, gated=True, held=True, mode=names.ENFORCE, hold=stands.holds[-1],
                                            held_what=CONTENT, change=carried.as_change(),
                                            message=carried.after(held.message)), stands.suspended)

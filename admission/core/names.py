@@ -1,4 +1,7 @@
-"""The strings of the Flux and gating APIs, verbatim, in one place."""
+"""The strings of the Flux and gating APIs, verbatim, in one place; the closed sets among them
+typed (``Literal``), so a misspelt value fails mypy, not a review."""
+
+from typing import Final, Literal, get_args
 
 GATING_GROUP = "gating.toolkit.fluxcd.io"
 GATING_VERSION = "v1alpha1"
@@ -47,8 +50,17 @@ REASON_UNKNOWN = "Unknown"  # the gate cache cannot be trusted
 GATE_OPENED_EVENT = "GateOpened"
 GATE_CLOSED_EVENT = "GateClosed"  # also a denied change, on the held object
 
-REQUIRE_ALL = "all"
-REQUIRE_ONE_OF = "oneOf"
+# How a Flux object's gates combine (its require annotation).
+Require = Literal["all", "oneOf"]
+REQUIRE_ALL: Final = "all"
+REQUIRE_ONE_OF: Final = "oneOf"
+
+# What a held change meets: denied (enforce), or let through with a warning and a record
+# (audit); a Gate's spec.mode, and the server's --mode.
+Mode = Literal["enforce", "audit"]
+ENFORCE: Final = "enforce"
+AUDIT: Final = "audit"
+MODES: Final[tuple[Mode, ...]] = get_args(Mode)
 
 # Our webhook entries (manifests/webhooks; what each is asked: admission.core.matching).
 VALIDATE_WEBHOOK = f"validate.{GATING_GROUP}"
@@ -112,3 +124,14 @@ CALENDAR_RECOVERED_EVENT = "CalendarFetched"
 FEED_COMPLETE_UNTIL_PROPERTY = "X-FLUX-GATE-COMPLETE-UNTIL"  # the feed lists every closed interval up to here
 FEED_GATE_PROPERTY = "X-FLUX-GATE"  # on each event: the gate, namespace/name
 FEED_REASON_PROPERTY = "X-FLUX-GATE-REASON"  # on each event: why the gate is closed (Scheduled, CloseRequested, ...)
+
+
+# AdmissionReview, as the API server sends it and wants it back (admission.core.review).
+AdmissionApiVersion = Literal["admission.k8s.io/v1", "admission.k8s.io/v1beta1"]
+ADMISSION_API_VERSIONS: Final[tuple[AdmissionApiVersion, ...]] = get_args(AdmissionApiVersion)
+AdmissionReviewKind = Literal["AdmissionReview"]
+ADMISSION_REVIEW_KIND: Final = "AdmissionReview"
+Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
+OPERATIONS: Final[tuple[Operation, ...]] = get_args(Operation)
+PatchType = Literal["JSONPatch"]
+JSON_PATCH: Final = "JSONPatch"

@@ -6,7 +6,8 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Callable, Protocol
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Callable, Protocol
 
 import orjson
 from flask import Blueprint, Flask, Response, request
@@ -16,6 +17,7 @@ from admission.webhook import handlers
 from admission.observability import logs
 from admission.observability import metrics
 from admission.core import kinds
+from admission.core import names
 from admission.core.decision import CONTENT, Context, Settings, not_judged
 from admission.core.review import AdmissionRequest, AdmissionReview
 from admission.webhook.handlers import Handler, Outcome
@@ -27,6 +29,9 @@ from admission.webhook.review import ReviewError, allowed, complete, errored, pa
 from admission.webhook.target import NOT_ONE_SPELLING, request_path
 from admission.clock import utcnow
 from admission.store import GateStore, Sources
+
+if TYPE_CHECKING:  # the WSGI types of PEP 3333, as typeshed spells them
+    from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
 
 log = logging.getLogger("admission.decisions")
 # The API server refuses request bodies over 3 MiB, so an object it sends us is at most that,
@@ -84,7 +89,7 @@ def _verdict(endpoint: str, outcome: Outcome) -> str:
         return "exempt"
     if not response.get("allowed"):
         return "denied"
-    if decision.held and decision.mode == "enforce" and decision.allowed:
+    if decision.held and decision.mode == names.ENFORCE and decision.allowed:
         return "rewritten"  # the mutating webhook put the served content back
     if decision.held and endpoint == VALIDATE.name:
         return "audited"
@@ -176,12 +181,12 @@ class ReviewRoutes:
     on the write path of the cluster, that is worth a dozen lines of plain WSGI.
     """
 
-    def __init__(self, fallback: Callable, reviews: Reviews):
+    def __init__(self, fallback: WSGIApplication, reviews: Reviews):
         self.fallback = fallback
         self.routes = {f"/{route.name}": route for route in (VALIDATE, MUTATE)}
         self.reviews = reviews
 
-    def __call__(self, environ: dict, start_response: Callable):
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         # Not the server's PATH_INFO: gunicorn strips a SCRIPT_NAME header's prefix from it and
         # percent-decodes it, so it could name another route than the client-certificate check read.
         path = request_path(environ.get("RAW_URI", ""))
@@ -205,7 +210,7 @@ class ReviewRoutes:
         return [payload]
 
 
-def _read_body(environ: dict) -> bytes | None:
+def _read_body(environ: WSGIEnvironment) -> bytes | None:
     """The request body, or None when it is over the limit (decided from Content-Length
     before reading, when there is one)."""
     stream = environ["wsgi.input"]
