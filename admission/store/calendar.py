@@ -12,11 +12,11 @@ import bisect
 import hashlib
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, tzinfo
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from admission.core import names
 from admission.core.controls import escaped
-from admission.core.gates import evaluate
+from admission.core.gates import CompiledGate, evaluate
 from admission.core.references import is_name, is_namespace
 from admission.core.subscriptions import CalendarEntry
 from admission.core.timeline import Interval, intervals, time_zone
@@ -76,7 +76,7 @@ class GateCalendar:
     # What the first interval's event is named by, when it began before ``start``: the toggle
     # that closed the gate, or its default; so the event keeps its UID from one day to the next.
     since: str = ""
-    feeds: tuple = ()  # the GateKeeper calendars that decide it (subscriptions.CalendarEntry)
+    feeds: tuple[CalendarEntry, ...] = ()  # the GateKeeper calendars that decide it (subscriptions.CalendarEntry)
 
     @property
     def key(self) -> str:
@@ -111,7 +111,7 @@ def calendars(index: GateIndex, now: datetime, days: int = DEFAULT_DAYS, namespa
     return out
 
 
-def _since(compiled, first: Interval) -> str:
+def _since(compiled: CompiledGate, first: Interval) -> str:
     """What the first interval is named by when it began before the range: the toggle that
     closed the gate (its time), or its default."""
     if first.reason == names.REASON_DEFAULT:
@@ -122,13 +122,15 @@ def _since(compiled, first: Interval) -> str:
     return ""
 
 
-def feeds_of(compiled) -> tuple[CalendarEntry, ...]:
-    """The GateKeeper calendars of a compiled gate, each once."""
+def feeds_of(compiled: CompiledGate | None) -> tuple[CalendarEntry, ...]:
+    """The GateKeeper calendars of a compiled gate, each once (none of a gate not compiled)."""
+    if compiled is None:
+        return ()
     found = [entry for _, entry in compiled.closed_entries + compiled.opened_entries if isinstance(entry, CalendarEntry)]
     return tuple(dict.fromkeys(found))
 
 
-def feed_rows(feeds: tuple, now: datetime, coming: int = 5) -> list[dict]:
+def feed_rows(feeds: tuple[CalendarEntry, ...], now: datetime, coming: int = 5) -> list[dict[str, Any]]:
     """What each calendar a gate follows (``feeds_of``) says now: its URL (without the query,
     which may hold a secret), last fetch and success, error, whether it is unknown and why, and
     its next events."""
@@ -231,7 +233,7 @@ def _duration(delta: timedelta) -> str:
     return f"{hours // 24}d{hours % 24}h" if hours >= 24 else f"{hours}h"
 
 
-def feeds_text(rows: list[dict]) -> list[str]:
+def feeds_text(rows: list[dict[str, Any]]) -> list[str]:
     """``feed_rows`` for people: ``kubectl gate get``'s Calendars section."""
     lines = ["Calendars:"] if rows else []
     for feed in rows:
@@ -246,7 +248,7 @@ def feeds_text(rows: list[dict]) -> list[str]:
     return lines
 
 
-def to_rows(cals: list[GateCalendar], now: datetime | None = None) -> list[dict]:
+def to_rows(cals: list[GateCalendar], now: datetime | None = None) -> list[dict[str, Any]]:
     """The calendars as plain data, for ``-o json|yaml``."""
     return [{"namespace": c.namespace, "name": c.name, "timeZone": zone_name(c.zone),
              **({"calendars": feed_rows(c.feeds, now or c.start)} if c.feeds else {}),
@@ -311,4 +313,4 @@ def to_ics(cals: list[GateCalendar], now: datetime, name: str = "Flux gates") ->
             event.add("transp", "OPAQUE")
             cal.add_component(event)
     cal.add_missing_timezones()
-    return cal.to_ical()
+    return bytes(cal.to_ical())

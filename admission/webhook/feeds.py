@@ -39,7 +39,7 @@ import threading
 import time
 from collections import OrderedDict
 from datetime import datetime
-from typing import IO, Callable
+from typing import IO, Any, Callable
 
 import orjson
 
@@ -362,7 +362,7 @@ def _read_message(fd: int, deadline: float | None) -> bytes:
 
 # -- the child ----------------------------------------------------------------------------
 
-def build(request: dict) -> bytes:
+def build(request: dict[str, Any]) -> bytes:
     """The iCalendar body for one snapshot of gates: what the child computes."""
     from admission.store import calendar
 

@@ -89,7 +89,7 @@ def audit_record(request: AdmissionRequest, decision: Decision, now: datetime) -
     }).decode()
 
 
-def _audit_patch(obj: dict, record: str) -> list[dict[str, Any]]:
+def _audit_patch(obj: dict[str, Any], record: str) -> list[dict[str, Any]]:
     metadata = obj.get("metadata")
     if not isinstance(metadata, dict):
         return [{"op": "add", "path": "/metadata", "value": {"annotations": {names.AUDIT_ANNOTATION: record}}}]

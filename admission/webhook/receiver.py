@@ -50,7 +50,7 @@ class TokenFile:
 
     def __init__(self, path: str):
         self.path = path
-        self._stamp: tuple | None = None
+        self._stamp: tuple[int, int, int, int] | None = None
         self._why: str | None = None
         with open(path, "rb") as handle:  # a missing file is an error at start, not later
             self._token = handle.read().strip()
@@ -157,7 +157,7 @@ class SharedCallerLimits:
 
     _SLOT = struct.Struct("<Qdd")
 
-    def __init__(self, path: str | os.PathLike, template: RateLimit, slots: int = MAX_CALLERS):
+    def __init__(self, path: str | os.PathLike[str], template: RateLimit, slots: int = MAX_CALLERS):
         self.path, self.template, self.slots = Path(path), template, slots
         self._lock = threading.Lock()  # flock does not exclude threads of one process
         self._pid: int | None = None
@@ -193,7 +193,7 @@ class SharedCallerLimits:
                 self._SLOT.pack_into(table, offset, key, tokens - 1 if allowed else tokens, now)
             finally:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
-        return allowed
+        return bool(allowed)
 
 
 def _body() -> tuple[dict[str, str], None] | tuple[None, str]:
@@ -222,7 +222,7 @@ def _body() -> tuple[dict[str, str], None] | tuple[None, str]:
 
 def blueprint(tokens: TokenFile, patch_gate: Callable[[str, str, dict[str, Any]], None], clock: Callable[[], datetime],
               limit: RateLimit | None = None, record: Callable[[str], None] = lambda result: None,
-              limits_dir: str | os.PathLike | None = None) -> Blueprint:
+              limits_dir: str | os.PathLike[str] | None = None) -> Blueprint:
     """The receiver's routes; ``patch_gate(namespace, name, patch)`` writes the annotations and
     raises LookupError for a missing gate, PermissionError when we may not write it. With
     ``limits_dir`` (a directory every worker shares) the rate limits hold across processes."""
