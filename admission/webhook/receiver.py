@@ -39,7 +39,7 @@ from admission.core.toggles import ACTIONS, refuse_controls, toggle_patch
 from admission.webhook.responses import json_response
 
 log = logging.getLogger("admission.receiver")
-MAX_MESSAGE = 1024
+MAX_FIELD = 1024  # characters of each body field: message, for, requestedBy
 FIELDS = {"message", "for", "requestedBy"}
 IDENTITY = "gate-admission-receiver"  # who a toggle made with the receiver's token is recorded as
 MAX_CALLERS = 1024  # rate-limit buckets kept per worker (least recently used go first)
@@ -211,8 +211,8 @@ def _body() -> tuple[dict[str, str], None] | tuple[None, str]:
     if unknown:
         return None, f"unknown fields {sorted(unknown)}: use message, for, requestedBy"
     for key in sorted(FIELDS & set(body)):
-        if not isinstance(body[key], str) or len(body[key]) > MAX_MESSAGE:
-            return None, f"{key} must be a string of at most {MAX_MESSAGE} characters"
+        if not isinstance(body[key], str) or len(body[key]) > MAX_FIELD:
+            return None, f"{key} must be a string of at most {MAX_FIELD} characters"
     try:
         refuse_controls(**{key: body[key] for key in sorted(FIELDS & set(body))})
     except ValueError as err:
