@@ -38,7 +38,7 @@ from admission.core.controls import escaped
 from admission.core.applied import apply_request, user_info
 from admission.core.decision import Context, Settings, standing
 from admission.core.gates import GateState
-from admission.core.objects import metadata, object_key
+from admission.core.objects import label, metadata, object_key
 from admission.core.references import policy_of
 from admission.core.review import UserInfo
 from admission.store.calendar import feed_rows, feeds_of, feeds_text
@@ -101,7 +101,7 @@ def _waiting_on(objects: list[dict], key: str) -> list[tuple[dict, content.Waiti
 
 def _name(obj: dict) -> str:
     meta = metadata(obj)
-    return f"{obj['kind']}/{meta['namespace']}/{meta['name']}"
+    return label(obj["kind"], meta["namespace"], meta["name"])
 
 
 def _gates(args: argparse.Namespace) -> tuple[Cluster | None, GateIndex, datetime, str | None]:
@@ -198,10 +198,10 @@ def cmd_get(args: argparse.Namespace) -> int:
     server = Settings(mode=env_mode())
     for obj in _referencing(objects, f"{namespace}/{args.name}"):
         meta = metadata(obj)
-        now_ = standing(obj, Context(index.lookup, now, server))
-        mode = now_.mode if now_.held else None
+        stands = standing(obj, Context(index.lookup, now, server))
+        mode = stands.mode if stands.held else None
         held_by.append({"kind": obj["kind"], "namespace": meta["namespace"], "name": meta["name"],
-                        "held": mode == names.ENFORCE, "mode": mode, "why": now_.message or None})
+                        "held": mode == names.ENFORCE, "mode": mode, "why": stands.message or None})
     info["referencedBy"] = held_by
     # The GateKeeper calendars it follows: last fetch, errors, and what comes next.
     info["calendars"] = feed_rows(feeds_of(index.compiled(namespace, args.name)), now)

@@ -83,8 +83,9 @@ def not_judged(fail_open: bool) -> Decision:
     return Decision(allowed=fail_open)
 
 
-def hold_of(obj: Object | None, lookup: Lookup, now: datetime, policy: Policy | None = None) -> Hold:
-    """How the object's own policy (``policy``, when the caller has it) judges it at ``now``."""
+def own_hold(obj: Object | None, lookup: Lookup, now: datetime, policy: Policy | None = None) -> Hold:
+    """How the object's own gate policy (``policy``, when the caller has it) and suspension judge
+    it at ``now``: one Hold, held or not (``active_holds``: the ones that hold, inherited too)."""
     policy = policy or policy_of(obj)
     states = tuple(
         gates.invalid(ref.namespace, ref.name, ref.error) if ref.error else lookup(ref.namespace, ref.name, now)
@@ -145,16 +146,16 @@ def mode_of(holds: list[Hold], settings: Settings) -> names.Mode:
     return names.ENFORCE if names.ENFORCE in modes else names.AUDIT
 
 
-def holds_of(obj: Object, context: Context) -> list[Hold]:
-    """The holds on ``obj`` now: its own, and those of the objects it inherits gates from."""
+def active_holds(obj: Object, context: Context) -> list[Hold]:
+    """The holds that hold ``obj`` now: its own, and those of the objects it inherits gates from."""
     return [h for h in _judged(obj, context) if h is not None and h.held]
 
 
 def _judged(obj: Object, context: Context) -> list[Hold | None]:
     """How ``obj``'s own policy judges it now (None: it names no gate nor suspension), then
     each object it inherits gates from that names any."""
-    own = hold_of(obj, context.lookup, context.now) if may_be_held(obj) else None
-    return [own, *(hold_of(p, context.lookup, context.now) for p in context.parents(obj) if may_be_held(p))]
+    own = own_hold(obj, context.lookup, context.now) if may_be_held(obj) else None
+    return [own, *(own_hold(p, context.lookup, context.now) for p in context.parents(obj) if may_be_held(p))]
 
 
 @dataclass(frozen=True)
@@ -237,7 +238,7 @@ def decide(request: AdmissionRequest, context: Context) -> Decision:
         before, after = policies()  # read already, for the change
         if (before.refs, before.require) == (after.refs, after.require):
             return ALLOWED
-        leaving, entering = hold_of(old, lookup, now, before), hold_of(new, lookup, now, after)
+        leaving, entering = own_hold(old, lookup, now, before), own_hold(new, lookup, now, after)
         change = releases(leaving, entering)
         if change is None:
             return ALLOWED
@@ -246,9 +247,9 @@ def decide(request: AdmissionRequest, context: Context) -> Decision:
         # An UPDATE must satisfy both the policy it leaves and the one it enters.
         objects = (old,) if operation == "DELETE" else (old, new)  # zip pairs each with its policy
         judged = [(o, p) for o, p in zip(objects, policies()) if isinstance(o, dict)]
-        judgements = [hold_of(obj, lookup, now, policy) for obj, policy in judged]
+        judgements = [own_hold(obj, lookup, now, policy) for obj, policy in judged]
     if sub_resource and isinstance(new, dict):
-        judgements += [hold_of(parent, lookup, now) for parent in context.parents(new)]
+        judgements += [own_hold(parent, lookup, now) for parent in context.parents(new)]
     holds = [h for h in judgements if h.held]
     if not holds:
         return Decision(allowed=True, gated=True, change=change, hold=judgements[-1] if judgements else None)

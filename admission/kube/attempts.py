@@ -41,7 +41,7 @@ from admission.core import holdpoints
 from admission.core import kinds
 from admission.core import names
 from admission.core.decision import Context, Lookup, Settings, standing
-from admission.core.objects import metadata
+from admission.core.objects import label, metadata
 from admission.core.references import is_namespace, is_object_name
 from admission.core.review import AdmissionRequest, subject
 from admission.kube.client import CALL_ERRORS, describe_error
@@ -164,8 +164,8 @@ class DeniedAttempts(DenialQueue[Key, Denied]):
                 result = self.show(key, attempt)
             except CALL_ERRORS as err:  # one line per failure: no traceback, no retries (kube.client)
                 result = "failed"
-                log.warning("denied attempt not shown", extra={"object": "/".join(key), "error": describe_error(err)})
+                log.warning("denied attempt not shown", extra={"object": label(*key), "error": describe_error(err)})
             except Exception:  # a condition is never worth a dead thread
                 result = "failed"
-                log.exception("denied attempt not shown", extra={"object": "/".join(key)})
+                log.exception("denied attempt not shown", extra={"object": label(*key)})
             ATTEMPTS_SHOWN.labels(result).inc()

@@ -32,7 +32,7 @@ from admission.core import holdpoints
 from admission.core import kinds
 from admission.core import names
 from admission.core.decision import Context, Lookup, Settings, standing
-from admission.core.objects import annotations as annotations_of, metadata
+from admission.core.objects import annotations as annotations_of, label, metadata
 from admission.core.references import is_namespace, is_object_name
 from admission.core.review import AdmissionRequest, subject
 from admission.core.timefmt import format_time
@@ -217,7 +217,7 @@ class DenialEvents(DenialQueue[Key, int]):
         if message is None:
             return "unheld"
         bucket = int(now.timestamp() // self.period)
-        event = (namespace, event_name(name, f"{kind}/{namespace}/{name}", message, bucket))
+        event = (namespace, event_name(name, label(kind, namespace, name), message, bucket))
         if event in self.known:
             self.counts[event] = self.counts.get(event, 0) + repeats
             return "aggregated"
@@ -263,11 +263,11 @@ class DenialEvents(DenialQueue[Key, int]):
                     result = self.show(key, repeats)
                 except CALL_ERRORS as err:  # one line per failure: no traceback, no retries (kube.client)
                     result = "failed"
-                    log.warning("denial event not recorded", extra={"object": "/".join(key[:3]),
+                    log.warning("denial event not recorded", extra={"object": label(*key[:3]),
                                                                     "error": describe_error(err)})
                 except Exception:  # an Event is never worth a dead thread
                     result = "failed"
-                    log.exception("denial event failed", extra={"object": "/".join(key[:3])})
+                    log.exception("denial event failed", extra={"object": label(*key[:3])})
                 EVENTS.labels(result).inc()
             if time.monotonic() - last_flush >= self.flush_every:
                 last_flush = time.monotonic()

@@ -109,3 +109,14 @@ def test_modes_and_other_closed_sets_are_spelled_only_in_names():
                 if node.value in CLOSED_SETS or QUOTED.search(node.value):
                     found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: {node.value!r}")
     assert not found, "use admission.core.names (ENFORCE, AUDIT, MODES, REQUIRE_ALL, ...):\n" + "\n".join(found)
+
+
+# f"{kind}/{namespace}/{name}" by hand (a webhook entry, Kind/configuration/entry, is not an object's)
+OBJECT_LABEL = re.compile(r"""f["'][^"']*\{[^}]*kind[^}]*\}/\{[^}]*namespace""")
+
+
+def test_objects_are_labelled_kind_namespace_name_by_one_builder():
+    found = [f"{path.relative_to(PACKAGE.parent)}:{number}"
+             for path in modules() if path != OBJECTS
+             for number, line in enumerate(path.read_text().splitlines(), 1) if OBJECT_LABEL.search(line)]
+    assert not found, "use admission.core.objects.label:\n" + "\n".join(found)
