@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Callable
+from typing import Callable, Final
 
 from admission.core import content
 from admission.core import gates
@@ -20,8 +20,9 @@ from admission.core.timefmt import format_time
 
 Lookup = Callable[[str, str, datetime], GateState]
 
-EDIT = "edit"  # a held change of the object itself (spec, gates, creation, deletion)
-CONTENT = "content"  # held new content: an artifact, an image, an attempt at a new revision
+# What was held: names.EDIT or names.CONTENT (re-exported: the webhook and the hold points read them here).
+EDIT: Final = names.EDIT
+CONTENT: Final = names.CONTENT
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ class Decision:
     message: str | None = None
     exempt: str | None = None
     hold: Hold | None = None
-    held_what: str | None = None  # EDIT or CONTENT, for logs and metrics
+    held_what: names.HeldWhat | None = None  # EDIT or CONTENT, for logs and metrics
 
 
 ALLOWED = Decision(allowed=True)  # nothing to judge, or nothing holds it
@@ -257,7 +258,7 @@ def decide(request: AdmissionRequest, context: Context) -> Decision:
     mode = mode_of(holds, settings)
     about = subject(request)
     message = describe(kind["kind"], about.namespace, about.shown_name, holds)
-    what = CONTENT if sub_resource else EDIT
+    what: names.HeldWhat = CONTENT if sub_resource else EDIT
     carried = content.new_content(kind["kind"], old, new) if what == CONTENT else None
     if carried is not None:
         message = carried.after(message)

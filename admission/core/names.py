@@ -62,6 +62,12 @@ ENFORCE: Final = "enforce"
 AUDIT: Final = "audit"
 MODES: Final[tuple[Mode, ...]] = get_args(Mode)
 
+# What a held request would have changed (logs, metrics): the object itself (spec, gates,
+# creation, deletion), or the content its status records (an artifact, an image, an attempt).
+HeldWhat = Literal["edit", "content"]
+EDIT: Final = "edit"
+CONTENT: Final = "content"
+
 # Our webhook entries (manifests/webhooks; what each is asked: admission.core.matching).
 VALIDATE_WEBHOOK = f"validate.{GATING_GROUP}"
 VALIDATE_STATUS_WEBHOOK = f"validate-status.{GATING_GROUP}"
