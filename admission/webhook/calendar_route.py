@@ -12,7 +12,7 @@ from flask import Blueprint, Response, request
 from admission.core.objects import object_key
 from admission.observability import metrics
 from admission.store import GateStore
-from admission.store.calendar import CalendarQuery, calendar_query, to_ics
+from admission.store.calendar import DEFAULT_DAYS, CalendarQuery, calendar_query, to_ics
 from admission.webhook.feeds import DEFAULT_QUERY, FIRST_WAIT, RETRY_AFTER, CalendarFeeds, FeedUnavailable
 from admission.webhook.receiver import TokenFile
 from admission.webhook.responses import json_response
@@ -56,7 +56,7 @@ def blueprint(store: GateStore, feeds: CalendarFeeds, clock: Callable[[], dateti
         if not ready:
             return json_response({"error": "gate cache not ready; the calendar would be wrong", **detail}, 503)
         try:
-            query = calendar_query(request.args.get("days", str(CalendarQuery().days)),
+            query = calendar_query(request.args.get("days", str(DEFAULT_DAYS)),
                                    request.args.get("namespace") or "", request.args.get("gate") or "")
         except ValueError as why:
             return json_response({"error": str(why)}, 400)
