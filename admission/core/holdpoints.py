@@ -197,6 +197,6 @@ def judge_status_write(request: AdmissionRequest, context: Context) -> StatusVer
     changes = rewrite_status(kind, old, new, held, context.now, upstream, carried)
     if carried is None:  # no content rewritten: nothing to log or count
         return StatusVerdict(changes, ALLOWED, stands.suspended)
-    return StatusVerdict(changes, Decision(allowed=True, gated=True, held=True, mode=names.ENFORCE, hold=stands.holds[-1],
-                                           held_what=CONTENT, change=carried.as_change(),
-                                           message=carried.after(held.message)), stands.suspended)
+    decision = Decision(allowed=True, gated=True, held=True, mode=names.ENFORCE, hold=stands.holds[-1],
+                        held_what=CONTENT, change=carried.as_change(), message=carried.after(held.message))
+    return StatusVerdict(changes, decision, stands.suspended)
