@@ -1,3 +1,3 @@
 """flux-gate-admission: admission gates for Flux CD objects."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

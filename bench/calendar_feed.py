@@ -81,7 +81,7 @@ def busy_year() -> bytes:
 
 
 def serve(body: bytes, directory: Path) -> tuple[http.server.ThreadingHTTPServer, bytes]:
-    from tests.feedserver import pem_pair
+    from tests.doubles.feedserver import pem_pair
     ca, cert, key = pem_pair(directory, ["127.0.0.1"])
 
     class Answer(http.server.BaseHTTPRequestHandler):

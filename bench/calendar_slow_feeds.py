@@ -45,14 +45,14 @@ def main() -> None:
     args = parser.parse_args()
     logging.getLogger("admission.calendars").setLevel(logging.ERROR)  # a line per slow feed otherwise
     sys.path.insert(0, str(Path(args.source or ROOT).resolve()))
-    sys.path.insert(1, str(ROOT))  # tests.feedserver, tests.fakekube
+    sys.path.insert(1, str(ROOT))  # tests.doubles.feedserver, tests.doubles.fakekube
 
     from admission.core import names
     from admission.ical.fetch import Policy, fetch, parse_networks
     from admission.ical.parse import expand
     from admission.kube.calendarsync import CalendarSync
-    from tests.fakekube import FakeKube
-    from tests.feedserver import FeedServer
+    from tests.doubles.fakekube import FakeKube
+    from tests.doubles.feedserver import FeedServer
 
     import admission.kube.calendarsync as measured
     feed = (b"BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//bench//EN\r\nBEGIN:VEVENT\r\nUID:f@b\r\n"

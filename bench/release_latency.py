@@ -1,5 +1,5 @@
 """Time from a gate opening to the first apply of the revision that waited, through a real
-kube-apiserver, our server and controller, and the Flux controller doubles (tests/e2e/doubles).
+kube-apiserver, our server and controller, and the Flux controller doubles (tests/doubles/flux).
 
 Usage: python bench/release_latency.py [--cycles 10]
 Each cycle: close the gate, push a new commit to the GitRepository (source-controller double),
@@ -30,11 +30,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from admission.core.timefmt import format_time  # noqa: E402
 from admission.kube.client import api_client  # noqa: E402
 from tests.builders import gate  # noqa: E402
+from tests.doubles.flux.kustomize import KustomizeController  # noqa: E402
+from tests.doubles.flux.source import SourceController, Storage  # noqa: E402
 from tests.e2e.conftest import prepared, register_webhooks, wait_until_webhooks_answer  # noqa: E402
 from tests.e2e.controlplane import (ADMIN, CONTROLLER, FLUX, GATE_ADMISSION, SOURCE_CONTROLLER,  # noqa: E402
                                     ControlPlane, assets_dir)
-from tests.e2e.doubles.kustomize import KustomizeController  # noqa: E402
-from tests.e2e.doubles.source import SourceController, Storage  # noqa: E402
 from tests.e2e.test_content_holds import git_repository, kustomization, wait_server_sees  # noqa: E402
 from tests.polling import until, wait_for  # noqa: E402
 from tests.processes import BIN, GateServer, Process, free_port  # noqa: E402

@@ -11,6 +11,7 @@ from typing import Any
 
 from admission.core import names
 from tests.builders import FLUX_API, request
+from tests.doubles.mergepatch import merged
 
 OPEN_GATE = "flux-system/open"  # a gate that is open: every write in the table is allowed
 NS = "apps"
@@ -48,19 +49,6 @@ def obj(kind: str, name: str, *, namespace: str = NS, annotations: dict | None =
     out = {"apiVersion": FLUX_API[kind], "kind": kind, "metadata": meta, "spec": {**SPECS[kind], **(spec or {})}}
     if status is not None:
         out["status"] = status
-    return out
-
-
-def merged(base: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch: what the API server makes of ``base`` and a merge PATCH."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    out = copy.deepcopy(base) if isinstance(base, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = merged(out.get(key), value)
     return out
 
 

@@ -25,6 +25,7 @@ from typing import Callable, Iterable, TextIO
 import orjson
 import yaml
 
+from admission.cli import approve
 from admission.cli import completion
 from admission.cli.cluster import (EXIT_BAD_GATES_DIR, EXIT_DENIED, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, Cluster,
                                     GateError, api_errors, connect)
@@ -190,7 +191,8 @@ def cmd_get(args: argparse.Namespace) -> int:
     info = _state_row(state)
     info.update({"requestedAt": format_time(state.requested_at) if state.requested_at else None,
                  "requestedBy": state.requested_by, "requestMessage": state.request_message,
-                 "problems": list(state.problems)})
+                 "problems": list(state.problems),
+                 "approvals": [a.row() for a in state.approvals if a.live(now)]})
     held_by = []
     objects = _flux_objects(cluster)
     # The webhook's mode (a gate's spec.mode, else the server's): an audit-mode hold lets
@@ -217,6 +219,7 @@ def cmd_get(args: argparse.Namespace) -> int:
         if state.requested_by or state.request_message:
             lines.append(f"{'Requested:':<15}by {state.requested_by or '?'}: {state.request_message or ''}".rstrip(": "))
         lines += [f"{'Problem:':<15}{p}" for p in state.problems]
+        lines += [f"{'Approval:':<15}{a.describe()} (until {a.row()['expires']})" for a in state.approvals if a.live(now)]
         rows = [{"kind": o["kind"], "namespace": o["namespace"], "name": o["name"],
                  "held": "yes" if o["held"] else "audit only" if o["mode"] == names.AUDIT else "no"} for o in held_by]
         lines.append("Referenced by:" + ("" if rows else " none"))
@@ -446,6 +449,7 @@ def build_parser(flavor: Flavor = KUBECTL) -> argparse.ArgumentParser:
     add_policy_flags(p)  # the server's --mode and exempt lists, from the same GATE_ADMISSION_* variables
     p.set_defaults(func=cmd_check)
 
+    approve.add_parsers(sub, common, _completes)  # approve, pending (docs/decisions/0057)
     # Subcommands share their parents' actions: calendar's wider -o belongs to a copy.
     calendar_common = copy.deepcopy(common)
     next(a for a in calendar_common._actions if a.dest == "output").choices = ("table", "json", "yaml", "ics")

@@ -157,6 +157,20 @@ def new_content(kind: str, old: Object | None, new: Object | None) -> NewContent
     return None
 
 
+def approvable(kind: str, new: Object | None, carried: NewContent) -> tuple[str, ...]:
+    """The texts an approval may name to let this write's new content through: what waits, as
+    every message shows it; for a HelmRelease whose values stay those it applied, also the chart
+    version alone (and ``version@digest``), as its chart source shows it waiting."""
+    found = [carried.waits]
+    row = kinds.BY_KIND.get(kind)
+    if row is not None and row.content == kinds.ATTEMPTED_RELEASE:
+        version, oci_digest, config_digest = attempted_release(new)
+        history = applied_release(new)
+        if version and history is not None and config_digest == history[2]:
+            found += [version] + ([f"{version}@{oci_digest}"] if oci_digest else [])
+    return tuple(found)
+
+
 def recorded_attempt(kind: str, obj: Object | None) -> NewContent | None:
     """``(waits, serves)`` when the object's own status shows an attempt it has not applied."""
     if kind == "Kustomization":

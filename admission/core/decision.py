@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Callable, Final
 
+from admission.core import approvals
 from admission.core import content
 from admission.core import gates
 from admission.core import kinds
 from admission.core import names
 from admission.core.changes import OWNERS_CHANGE, SPEC_CHANGE, changed_paths, describe_paths, desired_spec, gated_change
 from admission.core.gates import GateState
-from admission.core.holdmessage import gate_clause
-from admission.core.objects import Object, metadata
+from admission.core.holdmessage import NewContent, gate_clause
+from admission.core.objects import Object, label, metadata
 from admission.core.references import Policy, may_be_held, policy_of, suspension_of
 from admission.core.review import AdmissionRequest, subject
 from admission.core.timefmt import format_time
@@ -32,6 +33,9 @@ class Settings:
     mode: names.Mode = names.ENFORCE
     exempt_users: frozenset[str] = frozenset()
     exempt_groups: frozenset[str] = frozenset()
+    # Who may write an approval for a caller it authenticated (the receiver's identity): its
+    # approvals record "<caller> via <relay>" (admission.core.approvals.stamp).
+    approval_relays: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,7 @@ class Decision:
     exempt: str | None = None
     hold: Hold | None = None
     held_what: names.HeldWhat | None = None  # EDIT or CONTENT, for logs and metrics
+    approved: str | None = None  # the approvals that let this content through closed gates
 
 
 ALLOWED = Decision(allowed=True)  # nothing to judge, or nothing holds it
@@ -189,6 +194,38 @@ def standing(obj: Object, context: Context) -> Standing:
                     suspended)
 
 
+def target_of(obj: Object) -> str:
+    """How an approval's ``for`` names an object: Kind/namespace/name."""
+    meta = metadata(obj)
+    return label(obj.get("kind") or "", meta.get("namespace") or "", meta.get("name") or "")
+
+
+def approved_for(kind: str, carried: NewContent | None, new: Object | None,
+                 context: Context) -> tuple[Context, list[approvals.Approval]]:
+    """The context in which a closed gate counts as open for this status write because it
+    approves the exact content the write carries (``carried``: content.new_content, read by the
+    caller), for the object, what it inherits its gates from, or ``*``, and the approvals that
+    do. Any other write, and every other gate, as before."""
+    if carried is None or not isinstance(new, dict):
+        return context, []
+    identities = content.approvable(kind, new, carried)
+    targets = tuple(target_of(o) for o in (new, *context.parents(new)))
+    used: list[approvals.Approval] = []
+    closed_lookup = context.lookup
+
+    def lookup(namespace: str, name: str, now: datetime) -> GateState:
+        state = closed_lookup(namespace, name, now)
+        if state.open or not state.approvals:
+            return state
+        found = approvals.admitting(state.approvals, state.required_approvals, identities, targets, now)
+        if not found:
+            return state
+        used.extend(a for a in found if a not in used)
+        return replace(state, open=True, reason=names.REASON_APPROVED, message=approvals.describe(found))
+
+    return replace(context, lookup=lookup), used
+
+
 def _unknown_deletion(request: AdmissionRequest, settings: Settings) -> Decision:
     """A DELETE without ``oldObject``: API servers since 1.15 send the object being deleted, and
     without it its gates cannot be read, so it may be gated: held (fail closed) in the server's
@@ -222,6 +259,10 @@ def decide(request: AdmissionRequest, context: Context) -> Decision:
     if operation == "DELETE" and not request.get("subResource") and not isinstance(old, dict):
         return _unknown_deletion(request, settings)
     read: list[tuple[Policy, Policy]] = []
+    used: list[approvals.Approval] = []
+    if request.get("subResource") == "status":  # new content: approved content passes its gates
+        context, used = approved_for(kind["kind"], content.new_content(kind["kind"], old, new), new, context)
+        lookup = context.lookup
 
     def policies() -> tuple[Policy, Policy]:  # read once, if at all, for the change and the hold
         if not read:
@@ -253,7 +294,8 @@ def decide(request: AdmissionRequest, context: Context) -> Decision:
         judgements += [own_hold(parent, lookup, now) for parent in context.parents(new)]
     holds = [h for h in judgements if h.held]
     if not holds:
-        return Decision(allowed=True, gated=True, change=change, hold=judgements[-1] if judgements else None)
+        return Decision(allowed=True, gated=True, change=change, hold=judgements[-1] if judgements else None,
+                        approved=approvals.describe(used) or None)
 
     mode = mode_of(holds, settings)
     about = subject(request)

@@ -7,7 +7,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Iterable, NamedTuple, TypeAlias
 
+from admission.core import approvals as approvals_
 from admission.core import names
+from admission.core.approvals import Approval
 from admission.core.cron import HORIZON, ScheduleError, zone
 from admission.core.lazy import Lazy
 from admission.core.objects import metadata
@@ -57,6 +59,8 @@ class GateState:
     requested_by: str | None = None
     request_message: str | None = None
     problems: tuple[str, ...] = ()  # ignored input, reported in status
+    approvals: tuple[Approval, ...] = ()  # stamped approvals of exact content (admission.core.approvals)
+    required_approvals: int = 1  # distinct approvers an approval needs (spec.approvals.required)
     valid_until: datetime | None = None  # nothing can change before this (None: never)
     # When it next opens (closed) or closes (open): searched for on first use, since deciding
     # does not need it; a denial's message, the status and the notifications do.
@@ -119,6 +123,8 @@ class CompiledGate:
     # Why the gate's definition cannot be known (a gates file that may define or schedule it
     # was never read whole): closed, reason Unknown, whatever else is known of it.
     unknown: str | None = None
+    approvals: tuple[Approval, ...] = ()
+    required_approvals: int = 1
 
     @property
     def fixed(self) -> bool:
@@ -170,6 +176,8 @@ def compile_gate(gate: dict[str, Any], keepers: Iterable[dict[str, Any]] = ()) -
     default_open = not (default == "closed" or closed is True)
     window = _go_duration(spec, "window", errors)
     _go_duration(spec, "interval", errors)
+    approval_policy, approval_errors = approvals_.parse_policy(spec)
+    errors += approval_errors
     mode = spec.get("mode")
     if mode is not None and mode not in names.MODES:
         errors.append(f"spec.mode {mode!r} must be " + " or ".join(map(repr, names.MODES)))
@@ -186,6 +194,8 @@ def compile_gate(gate: dict[str, Any], keepers: Iterable[dict[str, Any]] = ()) -
             toggles.append(_Toggle(parse_time(raw), is_open))
         except ValueError as err:
             problems.append(f"ignoring {key}: {err}")
+    approved, approval_problems = approvals_.parse_all(annotations)
+    problems += approval_problems
 
     closed_entries: list[tuple[str, GateEntry]] = []
     opened_entries: list[tuple[str, GateEntry]] = []
@@ -220,7 +230,7 @@ def compile_gate(gate: dict[str, Any], keepers: Iterable[dict[str, Any]] = ()) -
         tuple(closed_entries), tuple(opened_entries), tuple(errors), tuple(problems),
         _str_or_none(annotations.get(names.REQUESTED_BY_ANNOTATION)),
         _str_or_none(annotations.get(names.MESSAGE_ANNOTATION)),
-        tuple(sorted(keeper_names)),
+        tuple(sorted(keeper_names)), approvals=approved, required_approvals=approval_policy.required,
     )
 
 
@@ -458,7 +468,8 @@ def evaluate(cg: CompiledGate, now: datetime) -> GateState:
     toggle = cause.toggle
     if toggle is None:
         return GateState(cg.namespace, cg.name, cause.open, cause.reason, cause.message, mode=cg.mode,
-                         problems=cg.problems, valid_until=valid_until, transition=transition)
+                         problems=cg.problems, valid_until=valid_until, transition=transition,
+                         approvals=cg.approvals, required_approvals=cg.required_approvals)
     ends = toggle.at + cg.window if cg.window is not None else None
     message = cause.message
     if ends is not None and _is_open(cg, ends) != toggle.open:
@@ -466,7 +477,14 @@ def evaluate(cg: CompiledGate, now: datetime) -> GateState:
     return GateState(cg.namespace, cg.name, toggle.open, cause.reason, message,
                      requested_at=toggle.at, reset_to_default_at=ends,
                      requested_by=cg.requested_by, request_message=cg.request_message, mode=cg.mode,
-                     problems=cg.problems, valid_until=valid_until, transition=transition)
+                     problems=cg.problems, valid_until=valid_until, transition=transition,
+                         approvals=cg.approvals, required_approvals=cg.required_approvals)
+
+
+def approval_expiry(gate: dict[str, Any]) -> timedelta:
+    """How long an approval written without ``expires`` lasts: the gate's window, else a day."""
+    spec = _spec(gate) or {}
+    return _go_duration(spec, "window", []) or approvals_.DEFAULT_EXPIRY
 
 
 def evaluate_gate(gate: dict[str, Any], keepers: Iterable[dict[str, Any]], now: datetime) -> GateState:

@@ -13,12 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from admission.core import approvals
 from admission.core import content
 from admission.core import holdmessage
 from admission.core import kinds
 from admission.core import names
 from admission.core.conditions import conditions_of, find, holding_condition, status_of, with_condition, without_condition
-from admission.core.decision import ALLOWED, CONTENT, Context, Decision, Hold, Standing, standing
+from admission.core.decision import ALLOWED, CONTENT, Context, Decision, Hold, Standing, approved_for, standing
 from admission.core.holdmessage import HoldMessage, NewContent
 from admission.core.jsonvalues import same
 from admission.core.objects import Object
@@ -188,15 +189,19 @@ def judge_status_write(request: AdmissionRequest, context: Context) -> StatusVer
     row = kinds.BY_KIND.get(kind)
     if row is None or not isinstance(new, dict):
         return StatusVerdict({}, ALLOWED)
+    carried = content.new_content(kind, old, new)  # read once: for approvals, and for what is kept
+    context, used = approved_for(kind, carried, new, context)
     stands = standing(new, context)
     held = enforced(stands)
     if held is None:
-        return StatusVerdict(rewrite_status(kind, old, new, None, context.now), ALLOWED, stands.suspended)
+        decision = ALLOWED if not used else Decision(allowed=True, gated=True, held_what=CONTENT,
+                                                     approved=approvals.describe(used))
+        return StatusVerdict(rewrite_status(kind, old, new, None, context.now), decision, stands.suspended)
     upstream = content.upstream_of(kind, new, context.get) if row.records_attempts and context.get else None
-    carried = content.new_content(kind, old, new) if row.keeps_content else None
-    changes = rewrite_status(kind, old, new, held, context.now, upstream, carried)
-    if carried is None:  # no content rewritten: nothing to log or count
+    kept = carried if row.keeps_content else None  # what a source or an ImagePolicy keeps serving instead
+    changes = rewrite_status(kind, old, new, held, context.now, upstream, kept)
+    if kept is None:  # no content rewritten: nothing to log or count
         return StatusVerdict(changes, ALLOWED, stands.suspended)
     decision = Decision(allowed=True, gated=True, held=True, mode=names.ENFORCE, hold=stands.holds[-1],
-                        held_what=CONTENT, change=carried.as_change(), message=carried.after(held.message))
+                        held_what=CONTENT, change=kept.as_change(), message=kept.after(held.message))
     return StatusVerdict(changes, decision, stands.suspended)

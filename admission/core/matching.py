@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from admission.core import approvals
 from admission.core import content
 from admission.core import kinds
 from admission.core import names
@@ -156,6 +157,7 @@ class Entry:
     covers: Callable[[kinds.FluxKind], bool]  # the gated kinds it is registered for
     failure_policy: str
     condition: Part
+    gates: bool = False  # registered for Gates (their approvals), not for the Flux kinds
 
     def match_conditions(self) -> list[dict[str, str]]:
         """The entry's ``matchConditions``, as manifests/webhooks must carry them."""
@@ -163,6 +165,8 @@ class Entry:
 
     def resources(self) -> dict[str, list[str]]:
         """Its rules' resources per API group, in the order of the kinds table."""
+        if self.gates:
+            return {names.GATING_GROUP: [names.GATE_PLURAL]}
         out: dict[str, list[str]] = {}
         for row in kinds.FLUX_KINDS:
             if self.covers(row):
@@ -172,6 +176,9 @@ class Entry:
     def registered_for(self, request: Request) -> bool:
         """Whether the entry's rules send ``request`` (what matchConditions then judge)."""
         gvk = request.get("kind") or {}
+        if self.gates:
+            return (gvk.get("group"), gvk.get("kind")) == (names.GATING_GROUP, names.GATE_KIND) \
+                and request.get("operation") in self.operations and not request.get("subResource")
         row = kinds.lookup(gvk.get("group", ""), gvk.get("kind", ""))
         sub_resource = request.get("subResource") or ""
         return row is not None and self.covers(row) and request.get("operation") in self.operations \
@@ -194,6 +201,25 @@ def _generated_kind(row: kinds.FluxKind) -> bool:
     return row.kind == GENERATED_KIND
 
 
+def _approvals_change(request: Request) -> bool:
+    obj, old = request.get("object"), request.get("oldObject")
+    return isinstance(obj, dict) and bool(approvals.changed(annotations_of(old), annotations_of(obj)))
+
+
+_NEW = "object.metadata.annotations"
+_OLD = "oldObject.metadata.annotations"
+# A Gate write that adds an approval or changes one: only these need the approver stamped, so a
+# gate is opened and closed (and approvals withdrawn) without the webhook.
+APPROVALS_CHANGE = Part(
+    f"(object != null && has({_NEW}) && {_NEW}.exists(k, k.startsWith('{names.APPROVAL_ANNOTATION_PREFIX}') && "
+    f"(oldObject == null || !has({_OLD}) || !(k in {_OLD}) || {_OLD}[k] != {_NEW}[k])))",
+    _approvals_change)
+
+
+def _no_kind(row: kinds.FluxKind) -> bool:
+    return False
+
+
 _MAIN_OPERATIONS = ("CREATE", "UPDATE", "DELETE")
 ENTRIES: tuple[Entry, ...] = (
     # Edits, creations, deletions of objects that reference a gate: never unjudged.
@@ -204,10 +230,18 @@ ENTRIES: tuple[Entry, ...] = (
     # must not stop their charts; a gated release is still held at its own status write.
     Entry(names.VALIDATE_INHERITED_WEBHOOK, VALIDATE, True, ("UPDATE",), _generated_kind, IGNORE,
           GENERATED & ~REFERENCES),
+    # Approvals: the approver is who the API server says wrote it, never what the client wrote.
+    # Both entries fail closed: an approval nobody stamped must not be recorded
+    # (admission.core.approvalreview).
+    Entry(names.VALIDATE_APPROVALS_WEBHOOK, VALIDATE, False, ("CREATE", "UPDATE"), _no_kind, FAIL,
+          APPROVALS_CHANGE, gates=True),
     # Mutation never blocks (the validating entries are the backstop): it fails open.
     Entry(names.MUTATE_WEBHOOK, MUTATE, False, ("CREATE", "UPDATE"), _every_kind, IGNORE, REFERENCES),
     Entry(names.MUTATE_STATUS_WEBHOOK, MUTATE, True, ("UPDATE",), _every_kind, IGNORE,
           REFERENCES | GENERATED | SUSPENSION | HOLD_MARKS),
+    # The one mutating entry that fails closed (and may refuse): it stamps the approver.
+    Entry(names.MUTATE_APPROVALS_WEBHOOK, MUTATE, False, ("CREATE", "UPDATE"), _no_kind, FAIL,
+          APPROVALS_CHANGE, gates=True),
 )
 BY_NAME: dict[str, Entry] = {entry.name: entry for entry in ENTRIES}
 

@@ -16,6 +16,11 @@ OPEN_ANNOTATION = "open.gate.fluxcd.io/requestedAt"
 CLOSE_ANNOTATION = "close.gate.fluxcd.io/requestedAt"
 MESSAGE_ANNOTATION = f"{GATING_GROUP}/message"
 REQUESTED_BY_ANNOTATION = f"{GATING_GROUP}/requestedBy"
+# Approvals of exact content on a Gate: one annotation each, ``<prefix><id>`` (the id is the
+# approver's, so two approvers never write the same key), its value compact JSON
+# (admission.core.approvals). The webhook stamps who wrote it (docs/decisions/0057).
+APPROVAL_ANNOTATION_PREFIX = f"approval.{GATING_GROUP}/"
+APPROVAL_ANY_TARGET = "*"  # an approval "for" every object behind the gate
 
 # On Flux objects.
 GATES_ANNOTATION = f"{GATING_GROUP}/gates"
@@ -49,6 +54,10 @@ REASON_NOT_FOUND = "NotFound"
 REASON_UNKNOWN = "Unknown"  # the gate cache cannot be trusted
 GATE_OPENED_EVENT = "GateOpened"
 GATE_CLOSED_EVENT = "GateClosed"  # also a denied change, on the held object
+REASON_APPROVED = "ContentApproved"  # a closed gate counted open for one write of approved content
+APPROVAL_RECORDED_EVENT = "ApprovalRecorded"
+APPROVAL_USED_EVENT = "ApprovalUsed"  # its content landed: the controller removes it
+APPROVAL_EXPIRED_EVENT = "ApprovalExpired"
 
 # How a Flux object's gates combine (its require annotation).
 Require = Literal["all", "oneOf"]
@@ -75,6 +84,8 @@ VALIDATE_INHERITED_WEBHOOK = f"validate-status-inherited.{GATING_GROUP}"
 VALIDATE_FAIL_CLOSED_WEBHOOK = f"validate-status-fail-closed.{GATING_GROUP}"  # pre-1.30 only
 MUTATE_WEBHOOK = f"mutate.{GATING_GROUP}"
 MUTATE_STATUS_WEBHOOK = f"mutate-status.{GATING_GROUP}"
+VALIDATE_APPROVALS_WEBHOOK = f"validate-approvals.{GATING_GROUP}"  # Gates whose approvals change
+MUTATE_APPROVALS_WEBHOOK = f"mutate-approvals.{GATING_GROUP}"  # stamps the approver
 
 # Where Flux is installed by default, and where the flux CLI works without -n.
 FLUX_SYSTEM_NAMESPACE = "flux-system"

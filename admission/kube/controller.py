@@ -19,6 +19,7 @@ from typing import Any
 from kubernetes import client
 
 from admission.clock import utcnow
+from admission.core import approvals
 from admission.core import content
 from admission.core import names
 from admission.core.cron import ScheduleError, parse_cron
@@ -90,6 +91,8 @@ class Controller:
         self.pending: set[tuple[str, str]] = set()  # gates opened while the Flux cache was untrusted
         self.suspended: dict[Key, bool] = {}  # held by a suspension at the last pass
         self._suspendable: set[Key] = set()  # objects that carry (or carried) a suspension annotation
+        self.approvals_seen: dict[tuple[str, str], set[str]] = {}  # approval keys seen per gate
+        self.gone: set[str] = set()  # approvals removed (used or expired), until the watch shows it
         self._lock = threading.Lock()
         # GateKeeper calendars: fetched on a thread of their own, written into GateKeeper status.
         self.calendars = CalendarSync(self.custom, self.core, lambda: self.store.index.keepers(), clock=clock,
@@ -101,6 +104,8 @@ class Controller:
         self.calendar_wake.set()
 
     def _flux_changed(self, kind: str, old: dict | None, new: dict | None) -> None:
+        if any(self.approvals_seen.values()):
+            self.poke()  # approved content may have landed: look now
         try:
             self.flux_object_changed(old, new)
         except Exception:  # a notification must never stop the watch that feeds releases
@@ -134,7 +139,8 @@ class Controller:
             except Exception:  # one gate's failure must not stop the others
                 log.exception("reconciling gate failed", extra={"Gate": {"namespace": key[0], "name": key[1]}})
                 state = None
-            for candidate in (state.valid_until if state else None, now + _interval(gate)):
+            expiries = [a.expires for a in (state.approvals if state else ()) if a.live(now)]
+            for candidate in (state.valid_until if state else None, now + _interval(gate), min(expiries, default=None)):
                 if candidate is not None and candidate < wake_at:
                     wake_at = candidate
         for key in set(self.last_open) - seen:  # deleted gates
@@ -161,6 +167,78 @@ class Controller:
         self.last_open[key] = state.open
         if before is not None and before != state.open:
             self._transition(gate, state, now)
+        self._approvals(key, gate, state, now)
+
+    # -- approvals of exact content (docs/decisions/0057) -------------------------------
+    def _behind(self, gate_key: str) -> list[tuple[str, dict, approvals.Behind]]:
+        """The objects behind a gate, what each serves, and what waits for it (at its own hold
+        point, or served by its source and not applied yet)."""
+        found = []
+        for kind in self.flux.kinds():
+            for obj in self.flux.objects(kind):
+                if not self._held_by_gate(obj, gate_key):
+                    continue
+                waiting = content.waiting(obj)
+                upstream = content.upstream_of(kind, obj, self.flux.get)
+                waits = tuple(w for w in (waiting.waits if waiting else "", upstream.waits if upstream else "") if w)
+                target = "/".join(_object_key(kind, obj))
+                found.append((kind, obj, approvals.Behind(target, content.served_revision(kind, obj), waits)))
+        return found
+
+    def _approvals(self, key: tuple[str, str], gate: dict, state: GateState, now: datetime) -> None:
+        """Announce new approvals and have what they approve land at once; remove the used and
+        the expired ones, each with an Event."""
+        live = {a.key: a for a in state.approvals if a.key not in self.gone}
+        self.gone &= set(a.key for a in state.approvals)  # the watch has not shown the removal yet
+        seen = self.approvals_seen.setdefault(key, set())
+        fresh = [a for k, a in live.items() if k not in seen]
+        seen.intersection_update(live)
+        seen.update(k for k, a in live.items() if a.live(now))
+        if not live:
+            return
+        gate_key = f"{key[0]}/{key[1]}"
+        behind = self._behind(gate_key) if self.flux.untrusted() is None else None
+        for approval in fresh:
+            if approval.live(now):
+                self._event(gate, names.APPROVAL_RECORDED_EVENT, approval.describe(), now)
+                self._notify(gate, names.APPROVAL_RECORDED_EVENT, approval.describe(), approval, now)
+                log.info("approval recorded", extra={"Gate": {"namespace": key[0], "name": key[1]},
+                                                     "approval": approval.describe()})
+        if behind is not None and any(a.live(now) for a in fresh):
+            value = format_distinct_time(now)
+            wanted = [(kind, obj) for kind, obj, b in behind
+                      if any(a.covers((b.target,)) and any(approvals.pins(a.content, w) for w in b.waits)
+                             for a in fresh)]
+            done = [f"{kind}/{'/'.join(_object_key(kind, obj)[1:])}" for kind, obj in wanted
+                    if self._annotate(kind, *_object_key(kind, obj)[1:], value)]
+            if done:
+                log.info("reconcile requested", extra={"reason": "content approved", "objects": done})
+        for approval in live.values():
+            if not approval.live(now):
+                self._end_approval(key, gate, approval, names.APPROVAL_EXPIRED_EVENT, "approval expired unused", now)
+            elif behind is not None and approvals.landed(approval, [b for _, _, b in behind]):
+                self._end_approval(key, gate, approval, names.APPROVAL_USED_EVENT, "approval used", now)
+
+    def _end_approval(self, key: tuple[str, str], gate: dict, approval: approvals.Approval, reason: str,
+                      what: str, now: datetime) -> None:
+        body = {"metadata": {"annotations": {approval.key: None}}}
+        try:
+            self.custom.patch_namespaced_custom_object(names.GATING_GROUP, names.GATING_VERSION, key[0],
+                                                       names.GATE_PLURAL, key[1], body)
+        except CALL_ERRORS as err:
+            log.warning("approval not removed", extra={"approval": approval.key, "error": describe_error(err)})
+            return
+        self.gone.add(approval.key)
+        self.approvals_seen.get(key, set()).discard(approval.key)
+        message = f"{what}: {approval.describe()}"
+        log.info(message, extra={"Gate": {"namespace": key[0], "name": key[1]}})
+        self._event(gate, reason, message, now)
+        self._notify(gate, reason, message, approval, now)
+
+    def _notify(self, gate: dict, reason: str, message: str, approval: approvals.Approval, now: datetime) -> None:
+        if self.notifier is not None:
+            details = {"approvedBy": approval.by, "content": approval.content, "for": approval.target}
+            self.notifier.notify(gate, reason, message, details, now, self.notifier.gates_address)
 
     def _transition(self, gate: dict, state: GateState, now: datetime) -> None:
         message = transition_message(state)

@@ -73,6 +73,8 @@ def _log_decision(endpoint: str, review: AdmissionReview, outcome: Outcome, dry_
         fields["gates"] = logged
     if decision.exempt:
         fields["exempt"] = logs.cap(decision.exempt)
+    if decision.approved:  # who approved the content that passed, and why
+        fields["approved"] = logs.cap(decision.approved)
     if decision.message:
         fields["reason"] = logs.cap(decision.message)
     logs.emit(log, "admission decision", fields)

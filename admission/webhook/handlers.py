@@ -8,6 +8,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from admission.core import approvalreview
 from admission.core import holdpoints
 from admission.core import kinds
 from admission.core import matching
@@ -56,8 +57,16 @@ def validate(request: AdmissionRequest, context: Context) -> Outcome:
     return judge_validation(request, context)
 
 
+def _is_gate(request: AdmissionRequest) -> bool:
+    kind = request["kind"]
+    return (kind.get("group"), kind.get("kind")) == (names.GATING_GROUP, names.GATE_KIND)
+
+
 def judge_validation(request: AdmissionRequest, context: Context) -> Outcome:
     """``validate`` for a request that concerns us (what any request would get, exemptions aside)."""
+    if _is_gate(request):  # its approvals: refused when malformed or not stamped by the writer
+        decision, _ = approvalreview.judge(request, context, stamping=False)
+        return Outcome(allowed() if decision.allowed else denied(decision.message or "approval refused"), decision)
     decision = decide(request, context)
     if not decision.allowed:
         return Outcome(denied(decision.message or "held by a closed gate"), decision)
@@ -125,6 +134,13 @@ def judge_mutation(request: AdmissionRequest, context: Context) -> Outcome:
     """``mutate`` for a request that concerns us (what any request would get)."""
     kind = request["kind"]
     obj = request.get("object")
+    if _is_gate(request):  # new or changed approvals: the approver the API server authenticated
+        decision, stamped = approvalreview.judge(request, context, stamping=True)
+        if not decision.allowed:
+            return Outcome(denied(decision.message or "approval refused"), decision)
+        ops = [{"op": "add", "path": f"/metadata/annotations/{_pointer(key)}", "value": value}
+               for key, value in stamped.items()]
+        return Outcome(patched(ops), decision, ops)
     row = kinds.lookup(kind["group"], kind["kind"])
     if row is None or not isinstance(obj, dict):
         return Outcome(allowed(), ALLOWED)

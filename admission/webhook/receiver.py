@@ -33,14 +33,16 @@ from typing import Any, Callable
 import orjson
 from flask import Blueprint, Response, request
 
+from admission.core import approvals
 from admission.core import names
 from admission.core.references import is_namespace, is_object_name
 from admission.core.toggles import ACTIONS, refuse_controls, toggle_patch
 from admission.webhook.responses import json_response
 
 log = logging.getLogger("admission.receiver")
-MAX_FIELD = 1024  # characters of each body field: message, for, requestedBy
-FIELDS = {"message", "for", "requestedBy"}
+MAX_FIELD = 1024  # characters of each body field: message, for, requestedBy, content
+FIELDS = {"message", "for", "requestedBy", "content"}  # content: approve only
+APPROVE = "approve"  # approve the exact content that waits (docs/decisions/0057)
 IDENTITY = "gate-admission-receiver"  # who a toggle made with the receiver's token is recorded as
 MAX_CALLERS = 1024  # rate-limit buckets kept per worker (least recently used go first)
 
@@ -242,8 +244,8 @@ def blueprint(tokens: TokenFile, patch_gate: Callable[[str, str, dict[str, Any]]
             record(result)
             return json_response(payload, status, **headers)
 
-        if action not in ACTIONS:
-            return answer("not_found", {"error": f"no hook {action!r}: use open or close"}, 404)
+        if action not in ACTIONS and action != APPROVE:
+            return answer("not_found", {"error": f"no hook {action!r}: use open, close or approve"}, 404)
         caller = request.remote_addr or "unknown"
         if not tokens.matches(request.headers.get("Authorization")):
             if not failures.allow(caller):
@@ -260,6 +262,8 @@ def blueprint(tokens: TokenFile, patch_gate: Callable[[str, str, dict[str, Any]]
         if body is None:
             return answer("bad_request", {"error": problem}, 400)
         said = body.get("requestedBy")
+        if action == APPROVE:
+            return approve(namespace, name, body, answer)
         requested_by = f"{IDENTITY} for {said!r} (unverified)" if said else IDENTITY
         try:
             patch = toggle_patch(action, clock(), body.get("message"), requested_by, body.get("for"))
@@ -282,5 +286,27 @@ def blueprint(tokens: TokenFile, patch_gate: Callable[[str, str, dict[str, Any]]
         if action == "open" and body.get("for"):
             result["closesAt"] = annotations[names.CLOSE_ANNOTATION]
         return answer("ok", result, 200)
+
+    def approve(namespace: str, name: str, body: dict[str, str], answer: Callable[..., Response]) -> Response:
+        """An approval of ``content`` for ``for`` (Kind/namespace/name, default every object), as
+        the receiver: the webhook records "<requestedBy> via <the receiver's identity>" when the
+        server lists that identity in --approval-relays, else the receiver's identity alone."""
+        target, content_text = body.get("for") or approvals.ANY, body.get("content") or ""
+        said = body.get("requestedBy") or IDENTITY
+        value = approvals.value(content_text, target, body.get("message") or "", None, said)
+        why = approvals.refuse(value, approvals.Policy(message_required=False))  # the gate's own rule: the webhook
+        if why:
+            return answer("bad_request", {"error": why}, 400)
+        key = names.APPROVAL_ANNOTATION_PREFIX + approvals.new_id(content_text, target, f"{said}@{clock().timestamp()}")
+        try:
+            patch_gate(namespace, name, {"metadata": {"annotations": {key: value}}})
+        except LookupError:
+            return answer("not_found", {"error": f"gate {namespace}/{name} not found"}, 404)
+        except PermissionError as err:
+            return answer("error", {"error": f"approval of gate {namespace}/{name} not recorded: {err}"}, 502)
+        log.info("approval written", extra={"via": "receiver", "requestedBy": said, "content": content_text,
+                                            "Gate": {"namespace": namespace, "name": name}})
+        return answer("ok", {"gate": f"{namespace}/{name}", "action": APPROVE, "content": content_text,
+                             "for": target, "approval": key}, 200)
 
     return hooks

@@ -1,7 +1,7 @@
 """Held and released Flux objects reach notification-controller as Flux's own events.
 
 The controller runs in process over a gate index; the notifier POSTs to a real HTTP server
-that reads the JSON as notification-controller does (tests/notification_double.py).
+that reads the JSON as notification-controller does (tests/doubles/notification.py).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from admission.kube.controller import Controller
 from admission.kube.notifications import FluxNotifier
 from admission.kube.reflector import ClusterStore
 from tests.builders import at, flux, gate, keeper
-from tests.notification_double import NotificationControllerDouble
+from tests.doubles.notification import NotificationControllerDouble
 from tests.polling import until
 
 NOW = at("2026-12-21T10:00")

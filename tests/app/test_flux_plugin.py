@@ -14,14 +14,14 @@ import pytest
 
 from admission.cli import flux_gate, kubectl_gate
 from admission.core import names
-from tests.apiserver_double import ApiServerDouble
 from tests.builders import gate
 from tests.conftest import write_gates
+from tests.doubles.apiserver import ApiServerDouble
 from tests.processes import BIN
 
 GATES = [gate("bypass-signoff", default="closed"), gate("change-freeze", default="opened"),
          gate("nightly", "team-a", default="opened")]
-SUBCOMMANDS = ["list", "get", "open", "close", "check", "calendar"]
+SUBCOMMANDS = ["list", "get", "open", "close", "check", "approve", "pending", "calendar"]
 RFC_MESSAGE = "Patching a CVE: Signed off by Bob the builder"  # the gating RFC's example
 
 

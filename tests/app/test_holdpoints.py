@@ -19,8 +19,8 @@ from admission.store.files import FileStore
 from admission.webhook.app import create_app
 from tests.builders import FLUX_USER, changed, flux, gate, request, review
 from tests.conftest import FIXED_NOW, write_gates
+from tests.doubles.fakekube import FakeKube
 from tests.matching_cases import OWNER
-from tests.fakekube import FakeKube
 from tests.unit.test_content import GIT_A, GIT_B, art, hr_status
 
 HELD = "flux-system/change-freeze"

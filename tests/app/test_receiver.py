@@ -110,7 +110,7 @@ def test_unknown_gate_and_unknown_action(receiver):
     client, _, results, _ = receiver
     assert call(client, gate="flux-system/nope").status_code == 404
     resp = call(client, action="toggle")
-    assert resp.status_code == 404 and "use open or close" in resp.get_json()["error"]
+    assert resp.status_code == 404 and "use open, close or approve" in resp.get_json()["error"]
 
 
 def test_a_flood_of_bad_tokens_is_limited_without_locking_out_good_calls(receiver):

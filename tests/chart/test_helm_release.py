@@ -102,7 +102,7 @@ def timeouts(plane) -> dict[str, int]:
 @pytest.fixture(scope="module")
 def installed(plane, helm):
     helm("install", "gate-admission", str(CHART), "-n", NS, "--create-namespace",
-         certs_job=("gate-admission-certs-init-1", "gate-admission:0.1.0"))
+         certs_job=("gate-admission-certs-init-1", "gate-admission:0.2.0"))
     [bundle] = ca_bundles(plane)
     assert base64.b64decode(bundle).startswith(b"-----BEGIN CERTIFICATE-----")
     return bundle
@@ -125,7 +125,7 @@ def test_upgrade_and_rollback_change_the_webhooks_and_keep_the_ca_bundle(plane, 
     before = timeouts(plane)
     assert before["validate.gating.toolkit.fluxcd.io"] == 5
     helm("upgrade", "gate-admission", str(CHART), "-n", NS, "--set", "webhooks.timeoutSeconds=7",
-         certs_job=("gate-admission-certs-init-2", "gate-admission:0.1.0"))
+         certs_job=("gate-admission-certs-init-2", "gate-admission:0.2.0"))
     assert timeouts(plane)["validate.gating.toolkit.fluxcd.io"] == 7
     assert ca_bundles(plane) == {installed}  # written by the certificate Job, not by Helm: kept
     helm("rollback", "gate-admission", "1", "-n", NS)
@@ -139,13 +139,13 @@ def test_upgrade_and_rollback_change_the_webhooks_and_keep_the_ca_bundle(plane, 
 def test_an_upgrade_to_a_new_image_replaces_the_certificate_job(plane, helm, installed):
     # A Job's Pod template cannot change: under one name this upgrade would fail ("field is
     # immutable") while the install's Job exists. Named after the revision, it is a new Job.
-    helm("upgrade", "gate-admission", str(CHART), "-n", NS, "--set", "image.tag=0.2.0",
-         certs_job=("gate-admission-certs-init-4", "gate-admission:0.2.0"))
+    helm("upgrade", "gate-admission", str(CHART), "-n", NS, "--set", "image.tag=0.2.1",
+         certs_job=("gate-admission-certs-init-4", "gate-admission:0.2.1"))
     images = plane.kubectl("get", "deployments,cronjobs", "-n", NS, "-o",
                            "jsonpath={range .items[*]}{..containers[0].image} {end}").stdout.split()
-    assert images == ["gate-admission:0.2.0"] * 3
+    assert images == ["gate-admission:0.2.1"] * 3
     left = until(lambda: jobs(plane), lambda found: list(found) == ["gate-admission-certs-init-4"], timeout=30)
-    assert left == {"gate-admission-certs-init-4": "gate-admission:0.2.0"}  # the previous revision's Job deleted
+    assert left == {"gate-admission-certs-init-4": "gate-admission:0.2.1"}  # the previous revision's Job deleted
     helm("rollback", "gate-admission", "-n", NS)
     assert ca_bundles(plane) == {installed}
 
@@ -163,7 +163,7 @@ def test_uninstall_keeps_the_crds_and_the_gates_and_a_reinstall_adopts_them(plan
         plane.kubectl("get", "crd", crd)
     plane.kubectl("get", "gate", "freeze", "-n", "apps")
     helm("install", "gate-admission", str(CHART), "-n", NS,
-         certs_job=("gate-admission-certs-init-1", "gate-admission:0.1.0"))
+         certs_job=("gate-admission-certs-init-1", "gate-admission:0.2.0"))
     assert get(plane, "crd", CRDS[0])["metadata"]["annotations"]["meta.helm.sh/release-name"] == "gate-admission"
     plane.kubectl("get", "gate", "freeze", "-n", "apps")
 

@@ -27,7 +27,7 @@ def test_every_component_runs_from_the_image(cluster, installed):
     assert webhook["status"]["readyReplicas"] == 2
     running = json.loads(cluster.kubectl("get", "pods", "-n", NS, "-o", "json").stdout)["items"]
     images = {c["image"] for p in running for c in p["spec"]["containers"]}
-    assert images == {"gate-admission:0.1.0"}
+    assert images == {"gate-admission:0.2.0"}
     phases = sorted((p["metadata"]["labels"].get("app.kubernetes.io/component", "job"), p["status"]["phase"])
                     for p in running)
     assert phases.count(("webhook", "Running")) == 2

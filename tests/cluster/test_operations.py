@@ -69,17 +69,17 @@ def test_a_rollout_restart_fails_no_admission(cluster, load):
 
 def test_an_image_change_fails_no_admission(cluster, load):
     # The same image under a new tag, loaded as a user loads a new build (kind load).
-    subprocess.run(["docker", "tag", os.environ.get("GATE_IMAGE", "gate-admission:0.1.0"), "gate-admission:0.1.1"],
+    subprocess.run(["docker", "tag", os.environ.get("GATE_IMAGE", "gate-admission:0.2.0"), "gate-admission:0.2.1"],
                    check=True, capture_output=True)
-    cluster.load_docker_image("gate-admission:0.1.1")
+    cluster.load_docker_image("gate-admission:0.2.1")
 
     def change() -> None:
-        cluster.kubectl("set", "image", "-n", NS, "deployment/gate-admission", "webhook=gate-admission:0.1.1")
+        cluster.kubectl("set", "image", "-n", NS, "deployment/gate-admission", "webhook=gate-admission:0.2.1")
 
     window = measured(load, "image change (a new tag)", change, lambda: rollout(cluster))
     assert not window.failed(), describe(window)
     images = [pod["spec"]["containers"][0]["image"] for pod in pod_objects(cluster)]
-    assert images == ["gate-admission:0.1.1"] * 2
+    assert images == ["gate-admission:0.2.1"] * 2
 
 
 def test_deleting_a_webhook_pod_fails_no_admission(cluster, load):

@@ -1,22 +1,23 @@
-"""Installed by Flux, the way Flux users install add-ons: the chart packaged and pushed to an OCI
-registry with the real helm, a HelmRelease with `chartRef` to an OCIRepository, reconciled by the
-real source-controller and helm-controller into the real cluster; then upgraded to a new chart
-version under write load, healed by Flux when its Deployment is deleted, and uninstalled by
-deleting the HelmRelease. Runs after test_uninstall (which leaves the kubectl install in place:
-it is removed first)."""
+"""Installed by Flux, the way Flux users install add-ons: the README's OCIRepository and
+HelmRelease, the chart packaged and pushed with the real helm, reconciled by the real
+source-controller and helm-controller into the real cluster. The release installed first is the
+previous one, rebuilt from git history (its chart and its image); it is upgraded to this one
+under write load, healed by Flux when its Deployment is deleted, shown deadlocking when the
+release that installs the webhook is itself gated, and uninstalled by deleting the HelmRelease.
+Runs after test_uninstall (which leaves the kubectl install in place: it is removed first)."""
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-from pathlib import Path
 
 import pytest
 import yaml
 
+from admission.core.names import CLOSE_ANNOTATION, GATES_ANNOTATION, OPEN_ANNOTATION, RECONCILE_REQUEST_ANNOTATION
 from tests.cluster.conftest import FIGURES, NS, no_webhook_pod, wait_webhook_ready
+from tests.cluster.fluxinstall import (Helm, Release, current_release, previous_release, push_readme_chart,
+                                      readme_objects, release, released, running_version)
+from tests.builders import gate
 from tests.cluster.load import steady_load
 from tests.e2e.controlplane import ROOT
 from tests.polling import until
@@ -24,88 +25,53 @@ from tests.realflux.conftest import condition, ready
 from tests.realflux.flux import FluxControllers, flux_dir, tools_dir
 from tests.realflux.servers import Registry
 
-CHART = ROOT / "charts" / "gate-admission"
 RATE = 24
 
 
-def helm_binary() -> Path:
-    if os.environ.get("HELM_BINARIES"):
-        return Path(os.environ["HELM_BINARIES"]) / "helm"
-    out = subprocess.run([str(ROOT / "hack" / "go-binaries.sh"), "helm"], check=True, capture_output=True,
-                         text=True).stdout.strip()
-    return Path(out) / "helm"
-
-
-def publish(registry: Registry, workdir: Path, version: str) -> None:
-    """`helm package` the chart at ``version`` (its image tag the same) and `helm push` it."""
-    copy = workdir / f"chart-{version}" / "gate-admission"
-    shutil.copytree(CHART, copy)
-    meta = yaml.safe_load((copy / "Chart.yaml").read_text())
-    (copy / "Chart.yaml").write_text(yaml.safe_dump({**meta, "version": version, "appVersion": version}))
-    values = yaml.safe_load((copy / "values.yaml").read_text())
-    values["image"]["tag"] = version
-    (copy / "values.yaml").write_text(yaml.safe_dump(values, sort_keys=False))
-    helm = str(helm_binary())
-    env = {**os.environ, **{f"HELM_{k}_HOME": str(workdir / f"helm-{k.lower()}") for k in ("CONFIG", "CACHE", "DATA")}}
-    packaged = subprocess.run([helm, "package", str(copy), "-d", str(copy.parent)], capture_output=True, text=True,
-                              env=env, timeout=60)
-    assert packaged.returncode == 0, packaged.stderr
-    pushed = subprocess.run([helm, "push", str(copy.parent / f"gate-admission-{version}.tgz"),
-                             f"oci://{registry.address}/charts", "--plain-http"], capture_output=True, text=True,
-                            env=env, timeout=60)
-    assert pushed.returncode == 0, pushed.stderr
-
-
 def release_objects(registry: Registry, version: str) -> list[dict]:
-    return [
-        {"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "OCIRepository",
-         "metadata": {"name": "gate-admission", "namespace": "flux-system"},
-         "spec": {"interval": "5s", "url": f"oci://{registry.address}/charts/gate-admission", "insecure": True,
-                  "ref": {"tag": version},
-                  "layerSelector": {"mediaType": "application/vnd.cncf.helm.chart.content.v1.tar+gzip",
-                                    "operation": "copy"}}},
-        {"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
-         "metadata": {"name": "gate-admission", "namespace": "flux-system"},
-         "spec": {"interval": "10s", "releaseName": "gate-admission", "targetNamespace": NS,
-                  "chartRef": {"kind": "OCIRepository", "name": "gate-admission"},
-                  "install": {"createNamespace": True}, "driftDetection": {"mode": "enabled"},
-                  "timeout": "4m"}},
-    ]
-
-
-def release(cluster) -> dict:
-    out = cluster.kubectl("get", "helmrelease", "gate-admission", "-n", "flux-system", "-o", "json", check=False)
-    return json.loads(out.stdout) if out.returncode == 0 else {}
-
-
-def chart_version(hr: dict) -> str:
-    """The version the release runs (from an OCIRepository Flux appends the digest: 0.1.0+a6a6...)."""
-    return hr.get("status", {}).get("history", [{}])[0].get("chartVersion", "").split("+")[0]
-
-
-def released(cluster, version: str) -> dict:
-    seen = until(lambda: release(cluster), lambda hr: ready(hr) == "True" and chart_version(hr) == version,
-                 timeout=300, interval=1)
-    assert ready(seen) == "True", condition(seen, "Ready")
-    return seen
+    """The README's OCIRepository and HelmRelease, with the tests' registry (plain HTTP) and
+    intervals short enough for a test to see drift corrected."""
+    source, helm_release = readme_objects("OCIRepository", "HelmRelease")
+    source["spec"].update(url=source["spec"]["url"].replace("REGISTRY", registry.address), insecure=True,
+                          interval="5s", ref={"tag": version})
+    helm_release["spec"].update(interval="10s", timeout="4m")
+    return [source, helm_release]
 
 
 @pytest.fixture(scope="module")
-def flux_installed(cluster, installed, tmp_path_factory):
-    """The kubectl install removed, then the chart installed by Flux from an OCI registry."""
+def releases(cluster, tmp_path_factory) -> tuple[Release | None, Release]:
+    """The previous release (None in a clone without the history) and this one, their images
+    loaded into the node."""
+    previous = previous_release(tmp_path_factory.mktemp("previous"))
+    if previous is not None:
+        cluster.load_docker_image(previous.image)
+    return previous, current_release()
+
+
+@pytest.fixture(scope="module")
+def flux_installed(cluster, installed, releases, tmp_path_factory):
+    """The kubectl install removed, then the chart of the previous release (this one if the
+    clone has no history) installed by Flux from an OCI registry holding both."""
     removed = cluster.kubectl("delete", "-k", str(ROOT / "manifests"), "--timeout=180s", check=False, timeout=240)
     assert removed.returncode == 0, removed.stderr
     workdir = tmp_path_factory.mktemp("via-flux")
     registry = Registry(tools_dir() / "registry", workdir)
     controllers = FluxControllers(cluster, flux_dir(), workdir)
+    helm = Helm(workdir)
+    previous, current = releases
+    first = previous or current
     try:
         controllers.start("source-controller", "helm-controller")
-        publish(registry, workdir, "0.1.0")
-        cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(release_objects(registry, "0.1.0")))
-        released(cluster, "0.1.0")
+        push_readme_chart(cluster, helm, registry, workdir)  # this release, as the README pushes it
+        if previous is not None:
+            helm.push(helm.package(previous.chart, workdir / "previous"), registry)
+        cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(release_objects(registry, first.version)))
+        released(cluster, first.version)
         wait_webhook_ready(cluster)
-        yield registry, workdir
+        yield controllers
     finally:
+        cluster.kubectl("delete", "ocirepository", "gate-admission", "-n", "flux-system", "--ignore-not-found",
+                        check=False)
         controllers.stop()
         registry.stop()
 
@@ -116,23 +82,25 @@ def load(cluster, flux_installed):
         yield running
 
 
-def test_flux_installs_the_chart_and_its_webhook_holds_gated_objects(cluster, flux_installed, load):
+def test_flux_installs_the_chart_and_its_webhook_holds_gated_objects(cluster, releases, flux_installed, load):
     installed = release(cluster)
     history = installed["status"]["history"][0]
-    assert (history["chartName"], chart_version(installed), history["status"]) == ("gate-admission", "0.1.0", "deployed")
-    FIGURES.append("via Flux: HelmRelease (chartRef: OCIRepository, pushed with helm push) installed and Ready")
+    first = releases[0] or releases[1]
+    assert (history["chartName"], running_version(installed), history["status"]) == ("gate-admission", first.version,
+                                                                                   "deployed")
+    FIGURES.append(f"via Flux: HelmRelease (chartRef: OCIRepository, pushed with helm push) installed chart "
+                   f"{first.version} ({first.image}) and Ready")
 
 
-def test_a_chart_upgrade_by_flux_fails_no_admission(cluster, flux_installed, load):
-    registry, workdir = flux_installed
-    subprocess.run(["docker", "tag", os.environ.get("GATE_IMAGE", "gate-admission:0.1.0"), "gate-admission:0.1.2"],
-                   check=True, capture_output=True)
-    cluster.load_docker_image("gate-admission:0.1.2")
-    publish(registry, workdir, "0.1.2")
-    with load.window("upgrade by Flux (chart 0.1.0 -> 0.1.2, a new image)") as window:
+def test_a_chart_upgrade_by_flux_from_the_previous_release_fails_no_admission(cluster, releases, flux_installed, load):
+    previous, current = releases
+    if previous is None:
+        pytest.skip("this clone has no git history with an earlier chart version: nothing to upgrade from")
+    with load.window(f"upgrade by Flux (chart {previous.version} -> {current.version}, "
+                     f"{previous.image} -> {current.image})") as window:
         cluster.kubectl("patch", "ocirepository", "gate-admission", "-n", "flux-system", "--type=merge",
-                        "-p", '{"spec": {"ref": {"tag": "0.1.2"}}}')
-        released(cluster, "0.1.2")
+                        "-p", json.dumps({"spec": {"ref": {"tag": current.version}}}))
+        released(cluster, current.version)
         cluster.kubectl("rollout", "status", "-n", NS, "deployment/gate-admission", "--timeout=300s", timeout=320)
         wait_webhook_ready(cluster)
         tail = len(window.outcomes) + 3 * RATE
@@ -140,7 +108,7 @@ def test_a_chart_upgrade_by_flux_fails_no_admission(cluster, flux_installed, loa
     FIGURES.append(window.summary())
     images = cluster.kubectl("get", "deployment", "gate-admission", "-n", NS, "-o",
                              "jsonpath={.spec.template.spec.containers[0].image}").stdout
-    assert images == "gate-admission:0.1.2"
+    assert images == current.image
     assert not window.failed(), [(o.target.name, o.status, o.message[:200]) for o in window.failed()[:5]]
 
 
@@ -159,6 +127,56 @@ def test_flux_heals_a_deleted_webhook_deployment_and_gated_writes_fail_closed_me
     assert not [o for o in window.outcomes if o.kind == "wrong"]  # never a held write allowed
     assert all(o.kind == "ok" for o in window.outcomes if not o.target.gated)  # ungated writes never see us
     assert all(o.kind == "ok" for o in window.outcomes[-2 * RATE:])  # healed
+
+
+def test_a_gate_on_the_release_that_installs_the_webhook_stops_flux_from_healing_it(cluster, flux_installed, load,
+                                                                                    tmp_path):
+    """docs/operations.md, "Do not gate the gate": what happens when someone does, and the way out."""
+    controllers = flux_installed
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(
+        gate("self-freeze", annotations={CLOSE_ANNOTATION: "2026-06-01T00:00:00Z"})))
+    cluster.kubectl("annotate", "helmrelease", "gate-admission", "-n", "flux-system",
+                    f"{GATES_ANNOTATION}=flux-system/self-freeze")
+    with load.window("the installing HelmRelease gated, its webhook Deployment deleted") as window:
+        cluster.kubectl("delete", "deployment", "gate-admission", "-n", NS, "--wait=false")
+        assert until(lambda: no_webhook_pod(cluster), bool, timeout=120, interval=0.5)
+        # No replica answers, so the API server refuses helm-controller's writes of this
+        # HelmRelease (its status carries a gate reference: failurePolicy Fail) and the release
+        # is never repaired: the deadlock the rule prevents.
+        refused = until(lambda: controllers.log("helm-controller"),
+                        lambda log: "validate-status.gating.toolkit.fluxcd.io" in log, timeout=120, interval=1)
+        assert "validate-status.gating.toolkit.fluxcd.io" in refused
+        never = until(lambda: deployment_exists(cluster), bool, timeout=45, interval=1)
+        assert not never
+        # The way out that keeps the freeze: put back what the release runs, from its own record
+        # (helm-controller stores it in the HelmRelease's namespace). Our namespace is never
+        # judged, so this apply goes through; once a replica answers, helm-controller's writes
+        # are judged again, and allowed (drift correction brings nothing new).
+        manifest = Helm(tmp_path)("get", "manifest", "gate-admission", "-n", "flux-system",
+                                  f"--kubeconfig={cluster.kubeconfig()}")
+        cluster.kubectl("apply", "-f", "-", input=manifest)
+        wait_webhook_ready(cluster)
+        asked = "healed-" + str(len(window.outcomes))
+        cluster.kubectl("annotate", "helmrelease", "gate-admission", "-n", "flux-system", "--overwrite",
+                        f"{RECONCILE_REQUEST_ANNOTATION}={asked}")
+        handled = until(lambda: release(cluster), lambda hr: hr["status"].get("lastHandledReconcileAt") == asked,
+                        timeout=180, interval=1)
+        assert handled["status"].get("lastHandledReconcileAt") == asked, condition(handled, "Ready")
+        assert ready(handled) == "True", condition(handled, "Ready")
+        tail = len(window.outcomes) + 3 * RATE
+        until(lambda: len(window.outcomes), lambda n: n >= tail, timeout=60, interval=0.2)
+    FIGURES.append(window.summary())
+    assert not [o for o in window.outcomes if o.kind == "wrong"]  # the freeze held throughout
+    assert all(o.kind == "ok" for o in window.outcomes[-2 * RATE:])  # the webhook answering again
+    cluster.kubectl("annotate", "gate", "self-freeze", "-n", "flux-system", "--overwrite",
+                    f"{OPEN_ANNOTATION}=2026-12-01T00:00:00Z", f"{CLOSE_ANNOTATION}-")
+    ungated = until(lambda: cluster.kubectl("annotate", "helmrelease", "gate-admission", "-n", "flux-system",
+                                            f"{GATES_ANNOTATION}-", check=False), lambda r: r.returncode == 0, timeout=30)
+    assert ungated.returncode == 0, ungated.stderr
+
+
+def deployment_exists(cluster) -> bool:
+    return cluster.kubectl("get", "deployment", "gate-admission", "-n", NS, check=False).returncode == 0
 
 
 def test_deleting_the_helm_release_uninstalls_and_leaves_no_webhook(cluster, flux_installed, load):

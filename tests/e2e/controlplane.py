@@ -45,7 +45,7 @@ ADMIN = User("admin", ("system:masters",), "admin-token")
 ALICE = User("alice", ("developers",), "alice-token")
 FLUX = User("system:serviceaccount:flux-system:kustomize-controller",
             ("system:serviceaccounts", "system:serviceaccounts:flux-system"), "flux-token")
-# Flux's other controllers, for the test doubles (tests/e2e/doubles).
+# Flux's other controllers, for the test doubles (tests/doubles/flux).
 SOURCE_CONTROLLER = User("system:serviceaccount:flux-system:source-controller",
                          ("system:serviceaccounts", "system:serviceaccounts:flux-system"), "source-token")
 HELM_CONTROLLER = User("system:serviceaccount:flux-system:helm-controller",

@@ -16,10 +16,10 @@ import yaml
 from admission.core.kinds import FLUX_KINDS
 from admission.core.timefmt import format_time
 from tests.builders import changed, flux, gate, keeper, request, review
+from tests.doubles.notification import NotificationControllerDouble
 from tests.e2e.conftest import controller_running, own_plane, serving, start_server, until
 from tests.e2e.controlplane import ALICE, CONTROLLER, FLUX, GATE_ADMISSION
 from tests.e2e.manifests import kustomization, now_rfc3339
-from tests.notification_double import NotificationControllerDouble
 from tests.processes import BIN, Process
 
 pytestmark = pytest.mark.e2e

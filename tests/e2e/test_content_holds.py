@@ -1,7 +1,7 @@
 """Gates hold what Flux deploys (the hold points): new revisions, charts, values and image tags wait
 while the approved state keeps reconciling, and opening the gate releases them at once.
 
-Driven by the Flux controller doubles (tests/e2e/doubles), through our own etcd +
+Driven by the Flux controller doubles (tests/doubles/flux), through our own etcd +
 kube-apiserver with the Flux CRDs (real ones from ../shared/flux-crds when present, our
 minimal image.toolkit.fluxcd.io CRDs always: see the pytest header), our server (cluster
 store) registered from manifests/webhooks, and our controller. The doubles' retry backoff
@@ -23,14 +23,14 @@ from admission.core.timefmt import format_time
 from admission.kube.client import api_client
 from tests.builders import gate
 from tests.conftest import REPORT
+from tests.doubles.flux.helm import HelmController, values_digest
+from tests.doubles.flux.image import ImageReflectorController
+from tests.doubles.flux.kustomize import KustomizeController
+from tests.doubles.flux.patch import condition
+from tests.doubles.flux.source import SourceController, Storage
 from tests.e2e.conftest import controller_running, own_plane, serving, start_server
 from tests.e2e.controlplane import (FLUX, GATE_ADMISSION, HELM_CONTROLLER, IMAGE_REFLECTOR,
                                     SOURCE_CONTROLLER)
-from tests.e2e.doubles.helm import HelmController, values_digest
-from tests.e2e.doubles.image import ImageReflectorController
-from tests.e2e.doubles.kustomize import KustomizeController
-from tests.e2e.doubles.patch import condition
-from tests.e2e.doubles.source import SourceController, Storage
 from tests.e2e.manifests import now_rfc3339
 from tests.polling import until
 from tests.processes import BIN

@@ -16,7 +16,7 @@ from kubernetes import client
 from admission.kube.client import api_client
 from tests.builders import changed, flux, gate, request, review
 from tests.conftest import REPORT
-from tests.e2e.balancer import Balancer
+from tests.doubles.balancer import Balancer
 from tests.e2e.conftest import own_plane, register_webhooks, wait_until_webhooks_answer
 from tests.e2e.controlplane import ALICE, GATE_ADMISSION
 from tests.e2e.manifests import kustomization, now_rfc3339

@@ -1,8 +1,8 @@
 """Holds and releases reach Flux's notification-controller once each, end to end.
 
-The Flux doubles (tests/e2e/doubles) write to our own etcd + kube-apiserver, our server holds
+The Flux doubles (tests/doubles/flux) write to our own etcd + kube-apiserver, our server holds
 the new revision, and our controller process (``--notify``) POSTs to a double of
-notification-controller's event API (tests/notification_double.py) that reads the JSON as
+notification-controller's event API (tests/doubles/notification.py) that reads the JSON as
 Flux does. The controller runs with ``--notify-period 0``: its aggregation of repeated
 messages would otherwise hide a notice sent per status write instead of per change. It runs
 without leader election, so a restarted controller acts on its first list of the cluster:
@@ -20,11 +20,11 @@ import pytest
 
 from admission.core.timefmt import format_time
 from tests.builders import gate
+from tests.doubles.notification import NotificationControllerDouble
 from tests.e2e.conftest import controller_running, own_plane, serving, start_server
 from tests.e2e.controlplane import GATE_ADMISSION
 from tests.e2e.test_content_holds import (Flux, close_gate, cond, deployed, get, git_repository, kustomization,
                                           open_gate, put, status)
-from tests.notification_double import NotificationControllerDouble
 from tests.polling import until
 
 pytestmark = pytest.mark.e2e

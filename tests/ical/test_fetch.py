@@ -1,4 +1,4 @@
-"""admission.ical.fetch against a real HTTPS server on loopback (tests/feedserver.py): feeds,
+"""admission.ical.fetch against a real HTTPS server on loopback (tests/doubles/feedserver.py): feeds,
 conditional GETs, credentials and CA bundles, and hostile servers: hangs, trickles, errors,
 floods, encodings, redirects to other hosts, and addresses that must not be fetched."""
 
@@ -11,7 +11,7 @@ import base64
 import pytest
 
 from admission.ical.fetch import Auth, FetchError, Policy, allowed_address, fetch, parse_networks
-from tests.feedserver import FeedServer, SilentListener
+from tests.doubles.feedserver import FeedServer, SilentListener
 
 FEED = b"BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:t\r\nEND:VCALENDAR\r\n"
 LOOPBACK = parse_networks("127.0.0.0/8,::1/128")

@@ -14,7 +14,7 @@ from admission.kube.attempts import DeniedAttempts
 from admission.store import StaticSources
 from tests.builders import FLUX_USER, flux, gate, lookup_from, request
 from tests.conftest import FIXED_NOW
-from tests.fakekube import FakeKube
+from tests.doubles.fakekube import FakeKube
 from tests.polling import until
 from tests.unit.test_content import hr_status
 

@@ -19,8 +19,8 @@ from admission.kube.calendarsync import CalendarSync
 from admission.kube.controller import Controller
 from admission.store.index import GateIndex
 from tests.builders import at, gate
-from tests.fakekube import FakeFluxCache, FakeKube, QuietStore
-from tests.feedserver import FeedServer
+from tests.doubles.fakekube import FakeFluxCache, FakeKube, QuietStore
+from tests.doubles.feedserver import FeedServer
 from tests.polling import wait_for
 
 NOW = at("2026-12-20T10:00")

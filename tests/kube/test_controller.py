@@ -12,7 +12,7 @@ from admission.core.timefmt import format_time
 from admission.kube.controller import Controller
 from admission.store.index import GateIndex
 from tests.builders import at, flux, gate, keeper
-from tests.fakekube import FakeFluxCache, FakeKube, QuietStore
+from tests.doubles.fakekube import FakeFluxCache, FakeKube, QuietStore
 from tests.polling import wait_for
 
 NOW = at("2026-06-10T12:00")

@@ -18,7 +18,7 @@ from admission.store.files import FileStore
 from admission.webhook.app import create_app
 from tests.builders import at, changed, flux, gate, lookup_from, request, review
 from tests.conftest import write_gates
-from tests.fakekube import FakeKube
+from tests.doubles.fakekube import FakeKube
 from tests.polling import wait_for
 
 NOW = at("2026-06-10T12:00")

@@ -18,7 +18,7 @@ from admission.ical.fetch import Policy, parse_networks
 from admission.kube.controller import Controller
 from tests.builders import gate
 from tests.conftest import REPORT, write_gates
-from tests.fakekube import FakeFluxCache, FakeKube
+from tests.doubles.fakekube import FakeFluxCache, FakeKube
 from tests.kube.test_calendarsync import LiveCache
 from tests.polling import wait_for
 from tests.processes import serving_gates_dir

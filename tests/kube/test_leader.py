@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from admission.kube.leader import LeaderElector
 from tests.builders import at
-from tests.fakekube import FakeKube
+from tests.doubles.fakekube import FakeKube
 from tests.polling import wait_for
 
 START = at("2026-06-10T12:00")

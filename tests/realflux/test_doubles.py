@@ -1,4 +1,4 @@
-"""The doubles of source-controller, kustomize-controller and helm-controller (tests/e2e/doubles)
+"""The doubles of source-controller, kustomize-controller and helm-controller (tests/doubles/flux)
 write what the real controllers write, as admission sees it.
 
 One scenario runs twice: with the real Flux controllers (this tier's session cluster) and with
@@ -33,11 +33,11 @@ import pytest
 import yaml
 
 from admission.kube.client import api_client
+from tests.doubles.flux.helm import HelmController
+from tests.doubles.flux.kustomize import KustomizeController
+from tests.doubles.flux.source import SourceController, Storage
 from tests.e2e.conftest import controller_running, own_plane, serving, start_server
 from tests.e2e.controlplane import FLUX, GATE_ADMISSION, HELM_CONTROLLER, SOURCE_CONTROLLER
-from tests.e2e.doubles.helm import HelmController
-from tests.e2e.doubles.kustomize import KustomizeController
-from tests.e2e.doubles.source import SourceController, Storage
 from tests.polling import until
 from tests.realflux.conftest import Cluster, condition, ready
 from tests.realflux.servers import configmap

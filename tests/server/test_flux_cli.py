@@ -1,7 +1,7 @@
 """`flux gate` through the real flux CLI (2.8+ runs plugins): discovery of the flux-gate link in
 $FLUXCD_PLUGINS, arguments passed verbatim, exit codes, and Cobra's `__complete` delegated to
 the plugin. Gates come from --gates-dir, and open/close go to a loopback stand-in for the API
-server (tests/apiserver_double.py); the e2e suite has the real one. Skips without the binary
+server (tests/doubles/apiserver.py); the e2e suite has the real one. Skips without the binary
 (tests/fluxcli.py says where it looks)."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import pytest
 import yaml
 
 from admission.core import names
-from tests.apiserver_double import ApiServerDouble
 from tests.builders import flux as flux_object, gate
 from tests.conftest import write_gates
+from tests.doubles.apiserver import ApiServerDouble
 from tests.fluxcli import require_flux
 from tests.processes import BIN
 

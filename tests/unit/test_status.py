@@ -18,7 +18,7 @@ def test_rfc_story_1_status_after_an_open_request():
     assert status == {
         "state": "Opened", "observedGeneration": 2,
         "requestedAt": "2021-03-26T10:00:00Z", "resetToDefaultAt": "2021-03-26T11:00:00Z",
-        "nextTransitionAt": "2021-03-26T11:00:00Z", "problems": None,
+        "nextTransitionAt": "2021-03-26T11:00:00Z", "problems": None, "approvals": None,
         "conditions": [{"type": "Opened", "status": "True", "observedGeneration": 2,
                         "lastTransitionTime": "2021-03-26T10:00:00Z", "reason": "OpenRequested",
                         "message": "Gate scheduled for closing at 2021-03-26T11:00:00Z"}],

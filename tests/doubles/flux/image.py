@@ -6,13 +6,16 @@ newest tag its ``spec.policy.semver.range`` allows and saves it in the end-of-re
 patch as ``status.latestRef`` {name, tag} with ``observedPreviousRef`` (API version v1beta2:
 ``latestImage``/``observedPreviousImage`` strings). Ready=True "Latest image tag for 'IMAGE'
 resolved to TAG". ImageUpdateAutomation reads ``latestRef`` from there; it has no double.
+
+Not compared with the real controller write by write: tests/realflux/test_images.py runs the
+real image-reflector-controller and image-automation-controller through the same hold.
 """
 
 from __future__ import annotations
 
-from tests.e2e.doubles.patch import StatusPatcher, delete_condition, now_text, set_condition
-from tests.e2e.doubles.runner import Double, ReconcileError, requested_at
-from tests.e2e.doubles.source import _version_key, matches
+from tests.doubles.flux.patch import StatusPatcher, delete_condition, now_text, set_condition
+from tests.doubles.flux.runner import Double, ReconcileError, requested_at
+from tests.doubles.flux.source import _version_key, matches
 
 
 def _repo_ref(policy: dict) -> tuple[str, str]:

@@ -2,7 +2,11 @@
 
 Like kube-proxy, it spreads new connections over the backends round-robin, leaves
 established connections alone, and skips a backend that refuses connections (a
-terminating pod is removed from the endpoints). TLS passes through untouched.
+terminating pod is removed from the endpoints). TLS passes through untouched. Used by
+tests/e2e/test_faults.py, to drain two replicas in turn.
+
+Proven against the real one: tests/cluster/test_operations.py rolls the Deployment out, and
+deletes and kills its Pods, behind the real Service and kube-proxy, under a steady write load.
 """
 
 from __future__ import annotations

@@ -1,11 +1,20 @@
 """FakeKube: a tiny in-memory fake of the Kubernetes API methods admission.kube calls.
 
 It stands in for CustomObjectsApi, CoreV1Api and CoordinationV1Api at the boundary, for
-in-process tests of the controller (and its calendar loop), leader election and Event aggregation; the e2e suite
-proves the same code against a real API server. Like the real client, it answers typed
+in-process tests of the controller (and its calendar loop), leader election and Event aggregation
+(tests/kube, tests/app/test_holdpoints.py). Like the real client, it answers typed
 reads (Events, Leases) with the client's own models, raises ApiException with the API
 server's status codes (404 missing, 409 exists or stale resourceVersion), applies patches
-as JSON merge patches, and keeps a resourceVersion per object.
+as JSON merge patches (tests/doubles/mergepatch.py), and keeps a resourceVersion per object.
+``FakeFluxCache`` stands in for admission.kube.fluxcache.FluxCache, read straight from a
+FakeKube; ``QuietStore`` for a store's lifecycle.
+
+Proven against the real one: no test runs FakeKube and the real API server side by side; the
+e2e tier runs the same code against a real kube-apiserver: the controller, its leader election
+and transition Events in tests/e2e/test_cluster_gates.py, denial Events and a Lease that cannot
+be held in tests/e2e/test_operators.py, reconcile requests in tests/e2e/test_release.py, denied
+attempts in tests/e2e/test_content_holds.py, the calendar loop in tests/e2e/test_fleet.py, and
+the real FluxCache in tests/e2e/test_fluxcache.py.
 """
 
 from __future__ import annotations
@@ -18,19 +27,9 @@ import threading
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from tests.doubles.mergepatch import merged
+
 _SERDE = client.ApiClient()
-
-
-def _merge(target: object, patch: object) -> object:
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    out = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = _merge(out.get(key), value)
-    return out
 
 
 def _error(status: int, reason: str) -> ApiException:
@@ -113,7 +112,7 @@ class FakeKube:
             self._write("patch_namespaced_custom_object", (plural, namespace, name))
             current = self._get(plural, namespace, name)
             patch = {k: v for k, v in body.items() if k != "status"}  # the main resource leaves status alone
-            return self._put(plural, namespace, name, _merge(current, patch))
+            return self._put(plural, namespace, name, merged(current, patch))
 
     def get_namespaced_custom_object_status(self, group, version, namespace, plural, name) -> dict:
         return self.get_namespaced_custom_object(group, version, namespace, plural, name)
@@ -125,7 +124,7 @@ class FakeKube:
             precondition = (body.get("metadata") or {}).get("resourceVersion")
             if precondition is not None and precondition != current["metadata"]["resourceVersion"]:
                 raise _error(409, "Conflict")
-            return self._put(plural, namespace, name, {**current, "status": _merge(current.get("status"), body.get("status"))})
+            return self._put(plural, namespace, name, {**current, "status": merged(current.get("status"), body.get("status"))})
 
     # -- CoreV1Api: Events ----------------------------------------------------------------
     def create_namespaced_event(self, namespace: str, body: dict):
@@ -176,7 +175,7 @@ class FakeKube:
         with self._lock:
             self._write("patch_namespaced_lease", ("leases", namespace, name))
             current = self._get("leases", namespace, name)
-            return self._model(self._put("leases", namespace, name, _merge(current, body)), "V1Lease")
+            return self._model(self._put("leases", namespace, name, merged(current, body)), "V1Lease")
 
     # -- typed answers and optimistic concurrency --------------------------------------------
     def _replace(self, resource: str, namespace: str, name: str, body) -> dict:

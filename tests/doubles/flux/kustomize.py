@@ -25,10 +25,10 @@ import time
 
 from kubernetes.client.rest import ApiException
 
-from tests.e2e.doubles.patch import (PatchError, StatusPatcher, deferred_patch, condition, delete_condition, now_text,
+from tests.doubles.flux.patch import (PatchError, StatusPatcher, deferred_patch, condition, delete_condition, now_text,
                                      set_condition)
-from tests.e2e.doubles.runner import Applied, Double, ReconcileError, artifact_revision, requested_at
-from tests.e2e.doubles.source import SOURCE_KINDS, Storage
+from tests.doubles.flux.runner import Applied, Double, ReconcileError, artifact_revision, requested_at
+from tests.doubles.flux.source import SOURCE_KINDS, Storage
 
 TIMEOUT = "5m0s"
 DEPENDENCY_REQUEUE = "30s"  # --requeue-dependency's default

@@ -19,8 +19,8 @@ from __future__ import annotations
 import hashlib
 import threading
 
-from tests.e2e.doubles.patch import StatusPatcher, condition, delete_condition, now_text, set_condition
-from tests.e2e.doubles.runner import Double, requested_at
+from tests.doubles.flux.patch import StatusPatcher, condition, delete_condition, now_text, set_condition
+from tests.doubles.flux.runner import Double, requested_at
 
 SOURCE_KINDS = ("GitRepository", "OCIRepository", "Bucket", "HelmRepository", "HelmChart")
 STOPS_ON_EARLY_FAILURE = ("GitRepository", "HelmRepository")

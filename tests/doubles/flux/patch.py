@@ -20,6 +20,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from admission.core.kinds import BY_KIND
+from tests.doubles.mergepatch import merge_diff
 
 MERGE = "application/merge-patch+json"
 CONFLICT_STEPS = 5
@@ -75,21 +76,6 @@ class Api:
             if err.status != 404:
                 raise
             self.core.create_namespaced_config_map(namespace, body, field_manager=manager)
-
-
-def merge_diff(before: object, after: object) -> object:
-    """The JSON merge patch (RFC 7386) that turns ``before`` into ``after``."""
-    if not isinstance(before, dict) or not isinstance(after, dict):
-        return copy.deepcopy(after)
-    out: dict = {}
-    for key in before.keys() | after.keys():
-        if key not in after:
-            out[key] = None
-        elif key not in before:
-            out[key] = copy.deepcopy(after[key])
-        elif before[key] != after[key]:
-            out[key] = merge_diff(before[key], after[key])
-    return out
 
 
 def conditions(obj: dict) -> list[dict]:

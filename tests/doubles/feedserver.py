@@ -1,6 +1,14 @@
 """A real HTTPS server on loopback for calendar feeds, started by a test, with certificates from
 admission.pki: each path answers as the test says (a feed, an error, a hang, a flood, a
-redirect), and every request it got is recorded."""
+redirect), and every request it got is recorded.
+
+It stands in for the hosts a GateKeeper's calendars are fetched from (a calendar service's ICS
+export, a hub's /calendar.ics), for tests/ical/test_fetch.py, tests/kube/test_calendarsync.py
+and the benches. ``SilentListener`` stands in for a host that accepts and never answers.
+
+Proven against the real one: no test fetches from a third-party calendar host (tests make no
+outside connections); tests/e2e/test_fleet.py fetches from a real one of ours, a hub's
+`gate-admission serve`."""
 
 from __future__ import annotations
 

@@ -30,9 +30,9 @@ import yaml
 from kubernetes.client.rest import ApiException
 
 from admission.core import names
-from tests.e2e.doubles.patch import (PatchError, StatusPatcher, deferred_patch, condition, delete_condition, now_text,
+from tests.doubles.flux.patch import (PatchError, StatusPatcher, deferred_patch, condition, delete_condition, now_text,
                                      set_condition)
-from tests.e2e.doubles.runner import Applied, Double, ReconcileError, artifact_revision, requested_at
+from tests.doubles.flux.runner import Applied, Double, ReconcileError, artifact_revision, requested_at
 
 TIMEOUT = "5m0s"
 
@@ -51,6 +51,8 @@ def values_digest(values: dict) -> str:
 
 
 def _merge(base: dict, over: dict) -> dict:
+    """The double's merge of values: maps merge key by key, ``over`` wins elsewhere (a null is a
+    value here, not a deletion: this is no merge patch)."""
     out = dict(base)
     for key, value in over.items():
         out[key] = _merge(out[key], value) if isinstance(out.get(key), dict) and isinstance(value, dict) else value

@@ -4,7 +4,12 @@ It reads each POST the way notification-controller does (fluxcd/pkg ``apis/event
 then its Alert matching and metadata clean-up), but strictly: an unknown or misspelt field, a
 severity other than info/error/trace, a timestamp that is not RFC 3339, or a missing required
 field is a 400, so a test sees any drift from Flux's JSON. Alerts are plain dicts
-``{kind, name, namespace, eventSeverity}``.
+``{kind, name, namespace, eventSeverity}``. Used by tests/app/test_flux_notifications.py,
+tests/e2e/test_cluster_gates.py and tests/e2e/test_hold_notifications.py.
+
+Proven against the real one: tests/realflux/test_notifications.py sends our controller's events
+through the real notification-controller (an Alert and a generic Provider) to an endpoint of
+the test's.
 """
 
 from __future__ import annotations

@@ -6,6 +6,10 @@ predicates do: a new object, a ``metadata.generation`` change, a new
 revision change. A failed reconcile is retried with exponential backoff (750 ms doubling to
 15 min, the object's interval ignored meanwhile); a success waits for the interval. One worker
 reconciles one object at a time.
+
+Proven against the real one through the doubles built on it: tests/realflux/test_doubles.py
+compares what they write with what the real controllers write (a run of retries counts once
+there, so the backoff's timing is not compared).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from kubernetes.client.rest import ApiException
 
 from admission.core import names
 from admission.core.timefmt import parse_duration
-from tests.e2e.doubles.patch import Api, PatchError, api_message
+from tests.doubles.flux.patch import Api, PatchError, api_message
 
 log = logging.getLogger("tests.doubles")
 Key = tuple[str, str, str]  # kind, namespace, name

@@ -1,8 +1,11 @@
 """A loopback stand-in for the few API server calls `kubectl gate` / `flux gate` make: list
 namespaces, list a namespace's Gates, merge-patch a Gate. It answers over real HTTP, so the CLI
 runs unchanged in its own process (also when exec'd by the flux binary), and records each
-patch as the API server would receive it. The e2e suite proves the same commands against a
-real kube-apiserver; this one needs no cluster."""
+patch as the API server would receive it (applied as tests/doubles/mergepatch.py says). Used by
+tests/app/test_flux_plugin.py and tests/server/test_flux_cli.py; it needs no cluster.
+
+Proven against the real one: tests/e2e/test_operators.py runs the same commands
+(`kubectl gate open`, `get`, completion) against a real kube-apiserver."""
 
 from __future__ import annotations
 
@@ -15,22 +18,10 @@ from pathlib import Path
 import yaml
 
 from admission.core import names
+from tests.doubles.mergepatch import merged
 
 _GATES = re.compile(rf"^/apis/{re.escape(names.GATING_GROUP)}/{names.GATING_VERSION}/namespaces/([^/]+)/{names.GATE_PLURAL}(?:/([^/?]+))?(?:\?.*)?$")
 _NAMESPACES = re.compile(r"^/api/v1/namespaces(?:\?.*)?$")
-
-
-def _merge(target: object, patch: object) -> object:
-    """RFC 7386, as the API server applies application/merge-patch+json."""
-    if not isinstance(patch, dict):
-        return patch
-    out = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = _merge(out.get(key), value)
-    return out
 
 
 class ApiServerDouble:
@@ -75,7 +66,7 @@ class ApiServerDouble:
                 double.patches.append((*key, self.headers.get("Content-Type", ""), body))
                 if key not in double.gates:
                     return self._not_found()
-                double.gates[key] = _merge(double.gates[key], body)
+                double.gates[key] = merged(double.gates[key], body)
                 self._answer(200, double.gates[key])
 
             def log_message(self, *args):

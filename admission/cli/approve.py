@@ -1,0 +1,198 @@
+"""``kubectl gate approve`` and ``kubectl gate pending``: approve the exact content that waits
+behind a closed gate, and list what waits everywhere (docs/decisions/0057).
+
+``approve`` writes one annotation per approved content on the Gate; the webhook records who
+wrote it (the identity the API server authenticated), never a name this command sends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from datetime import datetime
+from typing import Any, Callable
+
+from admission.cli import completion
+from admission.cli.cluster import EXIT_DENIED, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, GateError, api_errors, connect
+from admission.clock import utcnow
+from admission.core import approvals
+from admission.core import content
+from admission.core import names
+from admission.core.conditions import holding_condition
+from admission.core.objects import annotations as annotations_of, label, metadata
+from admission.core.timefmt import parse_duration
+
+
+def _target(obj: dict) -> str:
+    meta = metadata(obj)
+    return label(obj.get("kind"), meta.get("namespace"), meta.get("name"))
+
+
+def _objects(cluster: Any) -> list[dict]:
+    from admission.kube.fluxobjects import FluxObjects
+    return FluxObjects(cluster.custom).list_all()
+
+
+def _gate(cluster: Any, namespace: str, name: str) -> dict:
+    from kubernetes.client.exceptions import ApiException
+    try:
+        return dict(cluster.custom.get_namespaced_custom_object(names.GATING_GROUP, names.GATING_VERSION, namespace,
+                                                                names.GATE_PLURAL, name))
+    except ApiException as err:
+        if err.status == 404:
+            raise GateError(f"gate {namespace}/{name} not found", EXIT_NOT_FOUND) from None
+        raise
+
+
+def approve_command(gate: str, target: str, waits: str) -> str:
+    """The exact command that approves ``waits`` for ``target`` behind ``gate`` (namespace/name)."""
+    namespace, name = gate.split("/", 1)
+    return (f"kubectl gate approve {name} -n {namespace} --for {target} "
+            f"--content {shlex.quote(waits)} -m MESSAGE")
+
+
+def pending_rows(objects: list[dict], gates: dict[str, dict], now: datetime, only: str | None = None,
+                 namespace: str | None = None) -> list[dict]:
+    """Every held object where new content waits (behind gate ``only``, in ``namespace``), with
+    what waits, since when, what it serves, its approvals so far and how to approve it."""
+    by_key = {(o.get("kind"), metadata(o).get("namespace"), metadata(o).get("name")): o for o in objects}
+
+    def get(kind: str, ns: str, name: str) -> dict | None:
+        return by_key.get((kind, ns, name))
+
+    rows = []
+    for obj in objects:
+        waiting = content.waiting(obj)
+        if waiting is None or not waiting.waits or (only and only not in waiting.gates):
+            continue
+        meta = metadata(obj)
+        gate_keys = [only] if only else list(waiting.gates)
+        if namespace and meta.get("namespace") != namespace and not only:
+            continue
+        target = _target(obj)
+        found = []
+        for key in gate_keys:
+            parsed, _ = approvals.parse_all(annotations_of(gates.get(key)))
+            found += [dict(a.row(), gate=key) for a in parsed
+                      if a.live(now) and a.covers((target,)) and approvals.pins(a.content, waiting.waits)]
+        condition = holding_condition(obj, str(obj.get("kind")))
+        rows.append({"kind": obj.get("kind"), "namespace": meta.get("namespace"), "name": meta.get("name"),
+                     "waits": waiting.waits, "serves": waiting.serves,
+                     "since": condition.get("lastTransitionTime") if condition else None,
+                     "gates": gate_keys, "approvals": found,
+                     "approve": [approve_command(key, target, waiting.waits) for key in gate_keys],
+                     "warnings": approvals.half_release(obj, get)})
+    return rows
+
+
+@api_errors
+def cmd_pending(args: argparse.Namespace) -> int:
+    from admission.cli import kubectl_gate as kg
+    cluster = connect(args)
+    namespace = None if args.all_namespaces else (args.namespace or cluster.namespace)
+    gates = {f"{metadata(g).get('namespace')}/{metadata(g).get('name')}": g for g in cluster.custom.list_cluster_custom_object(
+        names.GATING_GROUP, names.GATING_VERSION, names.GATE_PLURAL).get("items") or []}
+    only = f"{namespace or 'default'}/{args.name}" if args.name else None
+    if only and only not in gates:
+        raise GateError(f"gate {only} not found", EXIT_NOT_FOUND)
+    rows = pending_rows(_objects(cluster), gates, utcnow(), only, namespace)
+
+    def table() -> list[str]:
+        if not rows:
+            return ["nothing waits" + (f" behind gate {only}" if only else "")]
+        shown = [{**r, "gates": ", ".join(r["gates"]),
+                  "approvals": ", ".join(sorted({a["by"] for a in r["approvals"]})) or "none"} for r in rows]
+        lines = kg._table(shown, ["kind", "namespace", "name", "waits", "serves", "since", "gates", "approvals"])
+        for row in rows:
+            lines += [f"  {label(row['kind'], row['namespace'], row['name'])}: {command}" for command in row["approve"]]
+            lines += [f"  warning: {text}" for text in row["warnings"]]
+        return lines
+
+    kg._emit(args, rows, table)
+    return EXIT_OK
+
+
+def _waiting(objects: list[dict], key: str, target: str | None) -> list[tuple[str, str]]:
+    """(object, content) of each object where new content waits behind gate ``key``."""
+    found = []
+    for obj in objects:
+        waiting = content.waiting(obj)
+        if waiting is not None and waiting.waits and key in waiting.gates and target in (None, _target(obj)):
+            found.append((_target(obj), waiting.waits))
+    return found
+
+
+@api_errors
+def cmd_approve(args: argparse.Namespace) -> int:
+    from admission.cli import kubectl_gate as kg
+    if args.for_ is not None and not approvals.valid_target(args.for_):
+        raise GateError(f"--for {args.for_!r}: give Kind/namespace/name of a gated kind", EXIT_USAGE)
+    expires = None
+    if args.expires:
+        try:
+            expires = utcnow() + parse_duration(args.expires)
+        except ValueError as err:
+            raise GateError(f"--expires: {err}", EXIT_USAGE) from None
+    cluster = connect(args)
+    namespace = args.namespace or cluster.namespace
+    gate = _gate(cluster, namespace, args.name)
+    key = f"{namespace}/{args.name}"
+    if args.withdraw:
+        return _withdraw(args, cluster, namespace, gate)
+    policy, _ = approvals.parse_policy((gate.get("spec") or {}))
+    if policy.message_required and not (args.message or "").strip():
+        raise GateError("a message is required (-m: a ticket, a reason)", EXIT_USAGE)
+    waiting = _waiting(_objects(cluster), key, args.for_)
+    if args.content is not None:
+        if not any(approvals.pins(args.content, waits) for _, waits in waiting):
+            shown = "; ".join(f"{t} waits {w}" for t, w in waiting) or "nothing waits"
+            raise GateError(f"{args.content} does not wait behind gate {key} ({shown})", EXIT_DENIED)
+        contents = [args.content]
+    else:
+        contents = list(dict.fromkeys(waits for _, waits in waiting))
+        if not contents:
+            raise GateError(f"nothing waits behind gate {key}" + (f" for {args.for_}" if args.for_ else ""), EXIT_DENIED)
+    target = args.for_ or approvals.ANY
+    now = utcnow()
+    written = {}
+    for text in contents:
+        approval_id = approvals.new_id(text, target, f"{cluster.user or ''}@{now.timestamp()}")
+        written[names.APPROVAL_ANNOTATION_PREFIX + approval_id] = approvals.value(text, target, args.message or "", expires)
+    cluster.custom.patch_namespaced_custom_object(names.GATING_GROUP, names.GATING_VERSION, namespace,
+                                                  names.GATE_PLURAL, args.name, {"metadata": {"annotations": written}})
+    kg.show([f"approved {text} for {target} behind gate {key}" for text in contents])
+    return EXIT_OK
+
+
+def _withdraw(args: argparse.Namespace, cluster: Any, namespace: str, gate: dict) -> int:
+    from admission.cli import kubectl_gate as kg
+    found, _ = approvals.parse_all(annotations_of(gate))
+    gone = [a for a in found if args.content in (None, a.content) and args.for_ in (None, a.target)]
+    if not gone:
+        raise GateError(f"no approval to withdraw on gate {namespace}/{args.name}", EXIT_NOT_FOUND)
+    body = {"metadata": {"annotations": {a.key: None for a in gone}}}
+    cluster.custom.patch_namespaced_custom_object(names.GATING_GROUP, names.GATING_VERSION, namespace,
+                                                  names.GATE_PLURAL, args.name, body)
+    kg.show([f"withdrawn: {a.describe()}" for a in gone])
+    return EXIT_OK
+
+
+def add_parsers(sub: Any, common: argparse.ArgumentParser, completes: Callable[..., None]) -> None:
+    """The approve and pending subcommands, on ``kubectl gate`` and ``flux gate`` alike."""
+    p = sub.add_parser("approve", parents=[common],
+                       help="approve the exact content that waits behind a closed gate (it lands at once; nothing newer does)")
+    completes(p.add_argument("name"), completion.gate_names)
+    p.add_argument("--for", dest="for_", metavar="KIND/NAMESPACE/NAME",
+                   help="only for this held object (default: every object behind the gate)")
+    p.add_argument("--content", help="what to approve, as `pending` shows it waiting (default: what waits now); "
+                                     "refused when that is not what waits")
+    p.add_argument("-m", "--message", help="why: a ticket, a reason (required unless the gate says otherwise)")
+    p.add_argument("--expires", metavar="DURATION", help="unused approvals end after this long (default: the gate's window, else 24h)")
+    p.add_argument("--withdraw", action="store_true", help="remove approvals (those of --content/--for, else all)")
+    p.set_defaults(func=cmd_approve)
+
+    p = sub.add_parser("pending", parents=[common],
+                       help="every held object: what waits, since when, what it serves, its approvals and the approve command")
+    completes(p.add_argument("name", nargs="?"), completion.gate_names)
+    p.add_argument("-A", "--all-namespaces", action="store_true")
+    p.set_defaults(func=cmd_pending)

@@ -1,0 +1,67 @@
+"""What the webhooks answer to a write of a Gate whose approvals change (pure): refused when an
+approval is malformed, else the approver stamped (mutating) and checked (validating).
+
+The API server calls these entries only when an approval annotation is new or changed
+(admission.core.matching), so opening and closing a gate never depends on the webhook.
+"""
+
+from __future__ import annotations
+
+from admission.core import approvals
+from admission.core import gates
+from admission.core import names
+from admission.core.decision import ALLOWED, Context, Decision
+from admission.core.objects import Object, metadata
+from admission.core.objects import annotations as annotations_of
+from admission.core.review import AdmissionRequest
+
+
+def _refused(gate: Object, problems: list[str]) -> Decision:
+    meta = metadata(gate)
+    message = (f"{names.GATE_KIND} {meta.get('namespace') or ''}/{meta.get('name') or ''}: approval refused: "
+               + "; ".join(problems))
+    return Decision(allowed=False, gated=True, change="approval", message=message)
+
+
+def _recorded(gate: Object, keys: list[str], values: dict[str, str]) -> Decision:
+    found = []
+    for key in keys:
+        try:
+            found.append(approvals.parse(key, values[key]))
+        except ValueError:
+            continue
+    return Decision(allowed=True, gated=True, change="approval", approved=approvals.describe(found) or None)
+
+
+def judge(request: AdmissionRequest, context: Context, stamping: bool) -> tuple[Decision, dict[str, str]]:
+    """The decision on a Gate write, and (``stamping``: the mutating webhook) the values its new
+    or changed approvals must be recorded with: ``by`` the user the API server authenticated,
+    ``at`` now. The validating webhook (``stamping`` False) sees the stamped values, and refuses
+    any whose ``by`` is not the writer's: an approval nobody stamped is never recorded."""
+    new, old = request.get("object"), request.get("oldObject")
+    if request["operation"] not in ("CREATE", "UPDATE") or not isinstance(new, dict):
+        return ALLOWED, {}
+    written = annotations_of(new)
+    keys = approvals.changed(annotations_of(old), written)
+    if not keys:
+        return ALLOWED, {}
+    spec = new.get("spec")
+    policy, _ = approvals.parse_policy(spec if isinstance(spec, dict) else {})
+    problems = [f"{key}: {why}" for key in keys if (why := approvals.refuse(written[key], policy))]
+    if problems:
+        return _refused(new, problems), {}
+    user = request["userInfo"].get("username", "")
+    relays = context.settings.approval_relays
+    if stamping:
+        expiry = gates.approval_expiry(new)
+        stamped = {key: approvals.stamp(written[key], user, context.now, expiry, relays) for key in keys}
+        return _recorded(new, keys, stamped), stamped
+    for key in keys:
+        try:
+            by = approvals.parse(key, written[key]).by
+        except ValueError as err:
+            problems.append(f"{key}: {err}")
+            continue
+        if by != user and not (user in relays and by.endswith(f" via {user}")):
+            problems.append(f"{key}: by {by!r} is not who wrote it ({user!r})")
+    return (_refused(new, problems), {}) if problems else (_recorded(new, keys, written), {})

@@ -1,0 +1,274 @@
+"""Approvals of exact content on a Gate (pure): parse, check a write, stamp the approver, match
+a held write, and say when an approval has landed or expired (docs/decisions/0057).
+
+An approval is one annotation on the Gate, ``approval.gating.toolkit.fluxcd.io/<id>``, whose
+value is compact JSON: ``content`` (what waits, exactly as the hold message shows it), ``for``
+(``Kind/namespace/name`` or ``*``), ``message``, ``expires``, and ``by``/``at``, which only the
+webhook writes: whatever a client puts there is replaced with the identity the API server
+authenticated (``stamp``). A closed gate counts as open for a status write whose new content
+is approved (``admitting``), and for nothing else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Iterable, Mapping
+
+from admission.core import content
+from admission.core import kinds
+from admission.core import names
+from admission.core.controls import has_controls
+from admission.core.objects import metadata
+from admission.core.references import policy_of
+from admission.core.timefmt import format_time, parse_time
+
+CONTENT, FOR, MESSAGE, EXPIRES, BY, AT = "content", "for", "message", "expires", "by", "at"
+FIELDS = (CONTENT, FOR, MESSAGE, EXPIRES, BY, AT)
+DEFAULT_EXPIRY = timedelta(hours=24)  # a gate without spec.window: how long an unused approval lasts
+MAX_TEXT = 512  # content and message: longer is refused (a revision is < 100 characters)
+MAX_REQUIRED = 10  # spec.approvals.required
+ID_LENGTH = 16  # hex digits of an approval's id: its key stays well under 63 characters
+ANY = names.APPROVAL_ANY_TARGET
+
+
+@dataclass(frozen=True)
+class Approval:
+    """One stamped approval, as the Gate holds it."""
+
+    key: str  # the annotation's key
+    content: str
+    target: str  # "Kind/namespace/name" or "*"
+    message: str
+    by: str
+    at: datetime
+    expires: datetime
+
+    def live(self, now: datetime) -> bool:
+        return now < self.expires
+
+    def covers(self, targets: Iterable[str]) -> bool:
+        return self.target == ANY or self.target in targets
+
+    def describe(self) -> str:
+        """The one sentence Events, logs, notifications and ``kubectl gate`` print."""
+        text = f"approved by {self.by}: {self.content} for {self.target}"
+        return text + (f" — {self.message}" if self.message else "")
+
+    def row(self) -> dict[str, str]:
+        """Its stable JSON shape (Gate status, ``kubectl gate`` output)."""
+        return {"id": self.key.removeprefix(names.APPROVAL_ANNOTATION_PREFIX), CONTENT: self.content,
+                FOR: self.target, MESSAGE: self.message, BY: self.by, AT: format_time(self.at),
+                EXPIRES: format_time(self.expires)}
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A Gate's ``spec.approvals``: how many distinct approvers, and whether a message is required."""
+
+    required: int = 1
+    message_required: bool = True
+
+
+def parse_policy(spec: Mapping[str, object]) -> tuple[Policy, list[str]]:
+    """``spec.approvals``, and why it cannot be evaluated (the gate is then Invalid: closed)."""
+    raw = spec.get("approvals")
+    if raw is None:
+        return Policy(), []
+    if not isinstance(raw, dict):
+        return Policy(), ["spec.approvals must be an object"]
+    errors = [f"spec.approvals.{k} is not a known field" for k in sorted(raw) if k not in ("required", "messageRequired")]
+    required = raw.get("required", 1)
+    if isinstance(required, bool) or not isinstance(required, int) or not 1 <= required <= MAX_REQUIRED:
+        errors.append(f"spec.approvals.required {required!r} must be a whole number from 1 to {MAX_REQUIRED}")
+        required = 1
+    message_required = raw.get("messageRequired", True)
+    if not isinstance(message_required, bool):
+        errors.append(f"spec.approvals.messageRequired {message_required!r} must be true or false")
+        message_required = True
+    return Policy(required, message_required), errors
+
+
+def keys(annotations: Mapping[str, object]) -> list[str]:
+    return sorted(k for k in annotations if isinstance(k, str) and k.startswith(names.APPROVAL_ANNOTATION_PREFIX))
+
+
+def new_id(content: str, target: str, nonce: str) -> str:
+    """An approval's id: each approver's write gets its own key (``nonce``: the time and who asks)."""
+    return hashlib.sha256("\0".join((content, target, nonce)).encode()).hexdigest()[:ID_LENGTH]
+
+
+def value(content: str, target: str, message: str, expires: datetime | None, caller: str | None = None) -> str:
+    """What a client writes: the webhook adds ``by`` and ``at`` (a relay's ``caller`` is kept
+    beside its own name, anyone else's is replaced)."""
+    fields: dict[str, str] = {CONTENT: content, FOR: target, MESSAGE: message}
+    if caller:
+        fields[BY] = caller
+    if expires is not None:
+        fields[EXPIRES] = format_time(expires)
+    return _dump(fields)
+
+
+def _dump(fields: Mapping[str, str]) -> str:
+    return json.dumps(fields, separators=(",", ":"), ensure_ascii=False)
+
+
+def _fields(raw: object) -> dict[str, object]:
+    if not isinstance(raw, str):
+        raise ValueError("its value must be a JSON object in a string")
+    try:
+        found = json.loads(raw)
+    except ValueError:
+        raise ValueError("its value is not JSON") from None
+    if not isinstance(found, dict):
+        raise ValueError("its value must be a JSON object")
+    unknown = sorted(k for k in found if k not in FIELDS)
+    if unknown:
+        raise ValueError(f"unknown field(s) {', '.join(unknown)}; an approval has {', '.join(FIELDS)}")
+    return found
+
+
+def valid_target(target: object) -> bool:
+    if target == ANY:
+        return True
+    parts = target.split("/") if isinstance(target, str) else []
+    return len(parts) == 3 and parts[0] in kinds.BY_KIND and all(parts[1:])
+
+
+def refuse(raw: object, policy: Policy) -> str | None:
+    """Why a client's approval value cannot be recorded (None: it can); ``by`` and ``at`` are not
+    read: the webhook writes them."""
+    try:
+        found = _fields(raw)
+    except ValueError as err:
+        return str(err)
+    content, target, message = found.get(CONTENT), found.get(FOR, ANY), found.get(MESSAGE, "")
+    if not isinstance(content, str) or not content.strip():
+        return "content must name what waits, as `kubectl gate pending` shows it"
+    if not valid_target(target):
+        return f"for {target!r} must be Kind/namespace/name of a gated kind, or '*'"
+    if not isinstance(message, str):
+        return "message must be a string"
+    if policy.message_required and not message.strip():
+        return "a message is required (a ticket, a reason): the gate's spec.approvals.messageRequired"
+    for what, text in ((CONTENT, content), (MESSAGE, message)):
+        if len(text) > MAX_TEXT:
+            return f"{what} is longer than {MAX_TEXT} characters"
+        if has_controls(text):
+            return f"{what} holds control characters"
+    if EXPIRES in found:
+        try:
+            parse_time(found[EXPIRES])
+        except ValueError as err:
+            return f"expires: {err}"
+    return None
+
+
+def changed(old: Mapping[str, object], new: Mapping[str, object]) -> list[str]:
+    """The approval keys that are new, or whose value changed, in a write of a Gate."""
+    return [k for k in keys(new) if old.get(k) != new.get(k)]
+
+
+def stamp(raw: object, user: str, now: datetime, default_expiry: timedelta, relays: frozenset[str] = frozenset()) -> str:
+    """The value recorded for an approval ``user`` wrote at ``now``: ``by`` is ``user`` whatever
+    the client said, except that a relay (the receiver, writing for a caller it authenticated)
+    keeps its caller's name beside its own; ``at`` is now; ``expires`` defaults to the gate's."""
+    found = _fields(raw)
+    caller = found.get(BY)
+    by = f"{caller} via {user}" if user in relays and isinstance(caller, str) and caller.strip() else user
+    expires = found.get(EXPIRES)
+    fields = {CONTENT: str(found.get(CONTENT)), FOR: str(found.get(FOR, ANY)), MESSAGE: str(found.get(MESSAGE, "")),
+              EXPIRES: str(expires) if isinstance(expires, str) else format_time(now + default_expiry),
+              BY: by, AT: format_time(now)}
+    return _dump(fields)
+
+
+def parse(key: str, raw: object) -> Approval:
+    """A stamped approval; ValueError says why it is not one (it is then ignored, and reported)."""
+    found = _fields(raw)
+    content, target, message, by = (found.get(f) for f in (CONTENT, FOR, MESSAGE, BY))
+    if not isinstance(content, str) or not content or not valid_target(target) or not isinstance(message, str):
+        raise ValueError("content, for or message is missing or malformed")
+    if not isinstance(by, str) or not by or AT not in found:
+        raise ValueError("it was not recorded through the webhook (no by/at)")
+    return Approval(key, content, str(target), message, by, parse_time(found[AT]), parse_time(found.get(EXPIRES)))
+
+
+def parse_all(annotations: Mapping[str, object]) -> tuple[tuple[Approval, ...], list[str]]:
+    """Every stamped approval on a Gate, and the problems of those ignored."""
+    found, problems = [], []
+    for key in keys(annotations):
+        try:
+            found.append(parse(key, annotations[key]))
+        except ValueError as err:
+            problems.append(f"ignoring {key}: {err}")
+    return tuple(found), problems
+
+
+def admitting(approvals: Iterable[Approval], required: int, identities: Iterable[str], targets: Iterable[str],
+              now: datetime) -> tuple[Approval, ...]:
+    """The live approvals that let a write through: of one content among ``identities`` (what
+    the write carries), for one of ``targets`` (the object, or what it inherits gates from) or
+    ``*``, by at least ``required`` distinct approvers; () when none does."""
+    ids, targets = tuple(identities), tuple(targets)
+    fitting = [a for a in approvals if a.live(now) and a.content in ids and a.covers(targets)]
+    for approved in dict.fromkeys(a.content for a in fitting):
+        same = [a for a in fitting if a.content == approved]
+        if len({a.by for a in same}) >= required:
+            return tuple(same)
+    return ()
+
+
+def describe(approvals: Iterable[Approval]) -> str:
+    return "; ".join(a.describe() for a in approvals)
+
+
+def pins(content: str, served: str) -> bool:
+    """Whether an object serving (or having applied) ``served`` serves approved ``content``: the
+    same text, or a release of that chart version with the values it had (``1.1.0 (values ...)``)."""
+    return served == content or served.startswith(content + " (") or served.startswith(content + "@")
+
+
+@dataclass(frozen=True)
+class Behind:
+    """An object behind a gate, as the controller sees it: what it serves, and what waits for it
+    (at its own hold point, or at its source's, not yet applied)."""
+
+    target: str  # Kind/namespace/name
+    serves: str
+    waits: tuple[str, ...]
+
+
+def landed(approval: Approval, behind: Iterable[Behind]) -> bool:
+    """Its content has landed: an object it covers serves it, and none it covers still waits for it."""
+    covered = [b for b in behind if approval.covers((b.target,))]
+    return any(pins(approval.content, b.serves) for b in covered) and \
+        not any(pins(approval.content, waits) for b in covered for waits in b.waits)
+
+
+def half_release(obj: dict[str, Any], get: content.Get) -> list[str]:
+    """Warnings for a held object whose inputs (its source, what it dependsOn) are gated
+    differently from it: approving its content lands only what those other gates let through,
+    so half of a reviewed change can land (docs/decisions/0057, "Half a release")."""
+    kind, meta = str(obj.get("kind") or ""), metadata(obj)
+    namespace = str(meta.get("namespace") or "default")
+    own = sorted(r.key for r in policy_of(obj).refs)
+    inputs: list[tuple[str, tuple[str, str, str]]] = []
+    source = content.upstream(kind, obj)
+    if source is not None and not (source[0] == "HelmChart" and source[2] == f"{namespace}-{meta.get('name')}"):
+        inputs.append(("source", source))  # (a generated HelmChart inherits the release's gates)
+    spec = obj.get("spec")
+    for dep in (spec.get("dependsOn") if isinstance(spec, dict) else None) or []:
+        if isinstance(dep, dict) and isinstance(dep.get("name"), str):
+            inputs.append(("dependency", (kind, str(dep.get("namespace") or namespace), dep["name"])))
+    warnings = []
+    for what, (input_kind, input_ns, input_name) in inputs:
+        found = get(input_kind, input_ns, input_name)
+        theirs = sorted(r.key for r in policy_of(found).refs) if found is not None else []
+        if theirs != own:
+            warnings.append(f"its {what} {input_kind}/{input_ns}/{input_name} is gated by {', '.join(theirs) or 'no gate'}, "
+                            f"it by {', '.join(own) or 'no gate'}: an approval here lands only what those gates let "
+                            "through, part of a change can land without the rest")
+    return warnings

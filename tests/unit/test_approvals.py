@@ -1,0 +1,156 @@
+"""Approvals of exact content: parsing, the approver's stamp, the webhooks' answers, and the hold
+points letting exactly the approved content through (admission.core.approvals, approvalreview)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from datetime import timedelta
+
+import orjson
+
+from admission.core import approvals
+from admission.core import names
+from admission.core.decision import Context, Settings, decide
+from admission.core.gates import compile_gate, evaluate
+from admission.webhook import handlers
+from tests.builders import FLUX_USER, at, flux, gate, lookup_from, request
+from tests.conftest import FIXED_NOW
+from tests.unit.test_content import GIT_A, GIT_B, art, hr_status
+
+KEY = names.APPROVAL_ANNOTATION_PREFIX + "a1"
+KEY2 = names.APPROVAL_ANNOTATION_PREFIX + "b2"
+SOURCE = "GitRepository/apps/podinfo"
+
+
+def stamped(content: str = GIT_B, target: str = "*", by: str = "alice", expires: str = "2026-06-11T12:00:00Z",
+            message: str = "CHG-1") -> str:
+    return json.dumps({"content": content, "for": target, "message": message, "by": by,
+                       "at": "2026-06-10T11:00:00Z", "expires": expires})
+
+
+def freeze(**annotations_and_spec) -> dict:
+    spec = annotations_and_spec.pop("spec", {})
+    return gate("freeze", default="closed", annotations=annotations_and_spec.pop("annotations", None), **spec)
+
+
+def source_write(gates: list[dict], old_rev: str = GIT_A, new_rev: str = GIT_B):
+    old = flux("GitRepository", gates="flux-system/freeze", spec={"interval": "1m"}, status={"artifact": art(old_rev)})
+    new = flux("GitRepository", gates="flux-system/freeze", spec={"interval": "1m"}, status={"artifact": art(new_rev)})
+    req = request("UPDATE", new, old, sub_resource="status", user=FLUX_USER)
+    return decide(req, Context(lookup_from(gates), FIXED_NOW, Settings()))
+
+
+# -- parsing and policy ------------------------------------------------------------------
+
+def test_a_stamped_approval_parses_and_an_unstamped_one_is_ignored_and_reported():
+    state = evaluate(compile_gate(freeze(annotations={KEY: stamped(), KEY2: json.dumps({"content": "x", "for": "*"})})),
+                     FIXED_NOW)
+    assert [(a.content, a.target, a.by) for a in state.approvals] == [(GIT_B, "*", "alice")]
+    assert any(p.startswith(f"ignoring {KEY2}") for p in state.problems)
+    assert state.approvals[0].describe() == f"approved by alice: {GIT_B} for * — CHG-1"
+
+
+def test_spec_approvals_that_cannot_be_evaluated_make_the_gate_invalid():
+    for bad in ({"required": 0}, {"required": "2"}, {"messageRequired": "yes"}, {"other": 1}, []):
+        state = evaluate(compile_gate(freeze(spec={"approvals": bad})), FIXED_NOW)
+        assert state.reason == names.REASON_INVALID and not state.open, bad
+    assert evaluate(compile_gate(freeze(spec={"approvals": {"required": 2}})), FIXED_NOW).required_approvals == 2
+
+
+def test_refused_values_say_why():
+    policy = approvals.Policy()
+    assert approvals.refuse(json.dumps({"content": GIT_B, "for": "*", "message": "CHG-1"}), policy) is None
+    assert "message is required" in approvals.refuse(json.dumps({"content": GIT_B, "for": "*"}), policy)
+    assert approvals.refuse(json.dumps({"content": GIT_B, "for": "*"}), approvals.Policy(message_required=False)) is None
+    assert "unknown field" in approvals.refuse(json.dumps({"content": GIT_B, "message": "m", "x": 1}), policy)
+    assert "not JSON" in approvals.refuse("{", policy)
+    assert "for" in approvals.refuse(json.dumps({"content": GIT_B, "for": "Pod/a/b", "message": "m"}), policy)
+    assert "control" in approvals.refuse(json.dumps({"content": GIT_B, "message": "m\x1b[2J"}), policy)
+    assert "expires" in approvals.refuse(json.dumps({"content": GIT_B, "message": "m", "expires": "soon"}), policy)
+
+
+def test_the_stamp_replaces_whatever_the_client_said_and_relays_keep_their_caller():
+    raw = json.dumps({"content": GIT_B, "for": "*", "message": "m", "by": "mallory", "at": "1999-01-01T00:00:00Z"})
+    out = json.loads(approvals.stamp(raw, "alice", FIXED_NOW, timedelta(hours=1)))
+    assert (out["by"], out["at"], out["expires"]) == ("alice", "2026-06-10T12:00:00Z", "2026-06-10T13:00:00Z")
+    relay = "system:serviceaccount:gate-admission-system:gate-admission"
+    relayed = json.loads(approvals.stamp(raw, relay, FIXED_NOW, timedelta(hours=1), frozenset({relay})))
+    assert relayed["by"] == f"mallory via {relay}"
+
+
+# -- the hold points ---------------------------------------------------------------------
+
+def test_approved_content_passes_a_closed_gate_and_other_content_does_not():
+    assert source_write([freeze()]).held
+    passed = source_write([freeze(annotations={KEY: stamped()})])
+    assert passed.allowed and not passed.held and "approved by alice" in (passed.approved or "")
+    other = source_write([freeze(annotations={KEY: stamped(content=GIT_A)})], old_rev="main@sha1:0000")
+    assert other.held  # GIT_B waits only when it is approved itself
+    assert source_write([freeze(annotations={KEY: stamped(target="Kustomization/apps/podinfo")})]).held
+    assert not source_write([freeze(annotations={KEY: stamped(target=SOURCE)})]).held
+
+
+def test_an_expired_approval_lets_nothing_through():
+    assert source_write([freeze(annotations={KEY: stamped(expires="2026-06-10T11:59:59Z")})]).held
+
+
+def test_two_distinct_approvers_when_two_are_required():
+    spec = {"approvals": {"required": 2}}
+    assert source_write([freeze(spec=spec, annotations={KEY: stamped()})]).held
+    assert source_write([freeze(spec=spec, annotations={KEY: stamped(), KEY2: stamped()})]).held  # same person twice
+    assert not source_write([freeze(spec=spec, annotations={KEY: stamped(), KEY2: stamped(by="bob")})]).held
+
+
+def test_edits_stay_held_whatever_is_approved():
+    old = flux(gates="flux-system/freeze")
+    new = flux(gates="flux-system/freeze", spec={"interval": "10m", "path": "./other"})
+    lookup = lookup_from([freeze(annotations={KEY: stamped()})])
+    assert decide(request("UPDATE", new, old), Context(lookup, FIXED_NOW, Settings())).held
+
+
+def test_a_chart_version_approval_covers_a_release_whose_values_stay():
+    gates = [freeze(annotations={KEY: stamped(content="6.6.0")})]
+    old = flux("HelmRelease", gates="flux-system/freeze", spec={}, status=hr_status())
+    same_values = flux("HelmRelease", gates="flux-system/freeze", spec={}, status=hr_status(attempted=("6.6.0", "", "sha256:v1")))
+    new_values = flux("HelmRelease", gates="flux-system/freeze", spec={}, status=hr_status(attempted=("6.6.0", "", "sha256:v2")))
+    context = Context(lookup_from(gates), FIXED_NOW, Settings())
+    assert not decide(request("UPDATE", same_values, old, sub_resource="status", user=FLUX_USER), context).held
+    assert decide(request("UPDATE", new_values, old, sub_resource="status", user=FLUX_USER), context).held
+
+
+def test_landed_means_served_where_it_is_approved_and_waiting_nowhere():
+    approval = approvals.parse(KEY, stamped())
+    assert not approvals.landed(approval, [approvals.Behind(SOURCE, GIT_A, (GIT_B,))])
+    assert not approvals.landed(approval, [approvals.Behind(SOURCE, GIT_B, ()),
+                                           approvals.Behind("Kustomization/apps/podinfo", GIT_A, (GIT_B,))])
+    assert approvals.landed(approval, [approvals.Behind(SOURCE, GIT_B, ()),
+                                       approvals.Behind("Kustomization/apps/podinfo", GIT_B, ())])
+
+
+# -- the webhooks on Gate writes ---------------------------------------------------------
+
+def _gate_review(annotations: dict, old_annotations: dict | None = None, user: str = "alice"):
+    new, old = freeze(annotations=annotations), freeze(annotations=old_annotations) if old_annotations is not None else None
+    return request("UPDATE" if old else "CREATE", new, old, user={"username": user, "groups": []})
+
+
+def test_the_mutating_webhook_stamps_the_writer_and_the_validating_one_checks_it():
+    raw = json.dumps({"content": GIT_B, "for": "*", "message": "CHG-1", "by": "mallory"})
+    context = Context(lookup_from([]), FIXED_NOW, Settings())
+    outcome = handlers.mutate(_gate_review({KEY: raw}, {}), context)
+    ops = orjson.loads(base64.b64decode(outcome.response["patch"]))
+    assert json.loads(ops[0]["value"])["by"] == "alice"
+    assert handlers.validate(_gate_review({KEY: ops[0]["value"]}, {}), context).response["allowed"]
+    forged = handlers.validate(_gate_review({KEY: stamped(by="mallory")}, {}), context).response
+    assert not forged["allowed"] and "is not who wrote it" in forged["status"]["message"]
+    refused = handlers.mutate(_gate_review({KEY: json.dumps({"content": GIT_B})}, {}), context).response
+    assert not refused["allowed"] and "approval refused" in refused["status"]["message"]
+
+
+def test_unchanged_approvals_and_toggles_are_not_judged():
+    context = Context(lookup_from([]), FIXED_NOW, Settings())
+    same = handlers.validate(_gate_review({KEY: stamped(), names.OPEN_ANNOTATION: "2026-06-10T12:00:00Z"},
+                                          {KEY: stamped()}), context)
+    assert same.response["allowed"] and "patch" not in same.response
+    assert at("2026-06-10T12:00") == FIXED_NOW
