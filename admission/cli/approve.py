@@ -20,13 +20,13 @@ from admission.core import content
 from admission.core import halfrelease
 from admission.core import names
 from admission.core.conditions import holding_condition
-from admission.core.objects import annotations as annotations_of, metadata
+from admission.core.objects import annotations as annotations_of, label, metadata
 from admission.core.timefmt import parse_duration
 
 
 def _target(obj: dict) -> str:
     meta = metadata(obj)
-    return f"{obj.get('kind')}/{meta.get('namespace')}/{meta.get('name')}"
+    return label(obj.get("kind"), meta.get("namespace"), meta.get("name"))
 
 
 def _objects(cluster: Any) -> list[dict]:
@@ -124,7 +124,7 @@ def cmd_pending(args: argparse.Namespace) -> int:
                   "approvals": ", ".join(sorted({a["by"] for a in r["approvals"]})) or "none"} for r in rows]
         lines = kg._table(shown, ["kind", "namespace", "name", "waits", "serves", "since", "gates", "approvals"])
         for row in rows:
-            lines += [f"  {row['kind']}/{row['namespace']}/{row['name']}: {command}" for command in row["approve"]]
+            lines += [f"  {label(row['kind'], row['namespace'], row['name'])}: {command}" for command in row["approve"]]
             lines += [f"  warning: {text}" for text in row["warnings"]]
         return lines
 

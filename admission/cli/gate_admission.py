@@ -283,12 +283,15 @@ def _app_factory(args: argparse.Namespace):
                                            limits_dir=getattr(args, "limits_dir", None))
             if args.event_period > 0:
                 from admission.kube.events import DenialEvents
-                events = DenialEvents(api, store.lookup, settings, sources, period=args.event_period)
+                events = DenialEvents(api, store.lookup, settings, sources, period=args.event_period,
+                                      limits_dir=getattr(args, "limits_dir", None))
                 events.start()
             from admission.kube.attempts import DeniedAttempts
             # A HelmRelease held for new values shows it only if we write it (docs/design.md).
             # Its values are shown only when the API server authenticates (docs/operations.md).
-            attempts = DeniedAttempts(api, store.lookup, settings, sources, trust_reviews=bool(args.client_ca_file))
+            # Reads before either are limited for the pod, as the receiver's calls are.
+            attempts = DeniedAttempts(api, store.lookup, settings, sources, trust_reviews=bool(args.client_ca_file),
+                                      limits_dir=getattr(args, "limits_dir", None))
             attempts.start()
         store.start()
         sources.start()
@@ -331,7 +334,9 @@ def serve(args: argparse.Namespace) -> int:
         except (OSError, ssl.SSLError) as err:
             log.error(f"--client-ca-file {args.client_ca_file}: {err}")
             return 2
-    if args.receiver_token_file:  # the receiver's rate limits, shared by the workers forked below
+    if args.receiver_token_file or not args.gates_dir:
+        # Limits for the pod, in files the workers forked below share: the receiver's calls, and
+        # the reads before denial Events and shown attempts (the cluster store only).
         import atexit
         import shutil
         import tempfile

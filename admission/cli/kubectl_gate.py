@@ -30,7 +30,7 @@ from admission.cli import completion
 from admission.cli.cluster import (EXIT_BAD_GATES_DIR, EXIT_DENIED, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, Cluster,
                                     GateError, api_errors, connect)
 from admission.cli.shellcomplete import hoist, print_completions
-from admission.cli.settings import add_policy_flags, env, policy_settings
+from admission.cli.settings import add_policy_flags, env_mode, policy_settings
 from admission.clock import utcnow
 from admission.core import content
 from admission.core import halfrelease
@@ -40,7 +40,7 @@ from admission.core.controls import escaped
 from admission.core.applied import apply_request, user_info
 from admission.core.decision import Context, Settings, standing
 from admission.core.gates import GateState
-from admission.core.objects import metadata, object_key
+from admission.core.objects import label, metadata, object_key
 from admission.core.references import policy_of
 from admission.core.review import UserInfo
 from admission.store.calendar import feed_rows, feeds_of, feeds_text
@@ -103,7 +103,7 @@ def _waiting_on(objects: list[dict], key: str) -> list[tuple[dict, content.Waiti
 
 def _name(obj: dict) -> str:
     meta = metadata(obj)
-    return f"{obj['kind']}/{meta['namespace']}/{meta['name']}"
+    return label(obj["kind"], meta["namespace"], meta["name"])
 
 
 def _gates(args: argparse.Namespace) -> tuple[Cluster | None, GateIndex, datetime, str | None]:
@@ -198,13 +198,13 @@ def cmd_get(args: argparse.Namespace) -> int:
     objects = _flux_objects(cluster)
     # The webhook's mode (a gate's spec.mode, else the server's): an audit-mode hold lets
     # changes through with a warning, and must not read as held.
-    server = Settings(mode=env("mode", "enforce"))
+    server = Settings(mode=env_mode())
     for obj in _referencing(objects, f"{namespace}/{args.name}"):
         meta = metadata(obj)
-        now_ = standing(obj, Context(index.lookup, now, server))
-        mode = now_.mode if now_.held else None
+        stands = standing(obj, Context(index.lookup, now, server))
+        mode = stands.mode if stands.held else None
         held_by.append({"kind": obj["kind"], "namespace": meta["namespace"], "name": meta["name"],
-                        "held": mode == "enforce", "mode": mode, "why": now_.message or None})
+                        "held": mode == names.ENFORCE, "mode": mode, "why": stands.message or None})
     info["referencedBy"] = held_by
     # The GateKeeper calendars it follows: last fetch, errors, and what comes next.
     info["calendars"] = feed_rows(feeds_of(index.compiled(namespace, args.name)), now)
@@ -222,7 +222,7 @@ def cmd_get(args: argparse.Namespace) -> int:
         lines += [f"{'Problem:':<15}{p}" for p in state.problems]
         lines += [f"{'Approval:':<15}{a.describe()} (until {a.row()['expires']})" for a in state.approvals if a.live(now)]
         rows = [{"kind": o["kind"], "namespace": o["namespace"], "name": o["name"],
-                 "held": "yes" if o["held"] else "audit only" if o["mode"] == "audit" else "no"} for o in held_by]
+                 "held": "yes" if o["held"] else "audit only" if o["mode"] == names.AUDIT else "no"} for o in held_by]
         lines.append("Referenced by:" + ("" if rows else " none"))
         if rows:
             lines += ["  " + line for line in _table(rows, ["kind", "namespace", "name", "held"])]
@@ -369,8 +369,10 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_calendar(args: argparse.Namespace) -> int:
     from admission.store import calendar
     _, index, now, namespace = _gates(args)
-    if not 1 <= args.days <= calendar.MAX_DAYS:
-        raise GateError(f"--days must be between 1 and {calendar.MAX_DAYS}", EXIT_USAGE)
+    try:
+        calendar.days_of(args.days)
+    except ValueError as err:
+        raise GateError(f"--{err}", EXIT_USAGE) from None
     cals = calendar.calendars(index, now, args.days, None if args.all_namespaces else namespace)
     if args.output == "ics":
         sys.stdout.buffer.write(calendar.to_ics(cals, now))

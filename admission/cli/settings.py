@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import TypeVar, overload
+from typing import TypeVar, cast, overload
 
+from admission.core import names
 from admission.core.decision import Settings
 
 ENV_PREFIX = "GATE_ADMISSION_"
@@ -30,9 +31,15 @@ def csv(value: str | None) -> frozenset[str]:
     return frozenset(part.strip() for part in (value or "").split(",") if part.strip())
 
 
+def env_mode() -> names.Mode:
+    """The mode GATE_ADMISSION_MODE names, enforce without it: --mode's default. Taken as given,
+    as argparse takes a default, unchecked against its choices."""
+    return cast(names.Mode, env("mode", names.ENFORCE))
+
+
 def add_policy_flags(parser: argparse.ArgumentParser) -> None:
     """--mode, --exempt-users, --exempt-groups, defaulting to their GATE_ADMISSION_* variables."""
-    parser.add_argument("--mode", choices=("enforce", "audit"), default=env("mode", "enforce"))
+    parser.add_argument("--mode", choices=names.MODES, default=env_mode())
     parser.add_argument("--exempt-users", default=env("exempt-users", ""), help="comma-separated users never gated")
     parser.add_argument("--exempt-groups", default=env("exempt-groups", ""), help="comma-separated groups never gated")
     parser.add_argument("--approval-relays", default=env("approval-relays", ""),

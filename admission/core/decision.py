@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Callable
+from typing import Callable, Final
 
 from admission.core import approvals
 from admission.core import content
@@ -13,23 +13,24 @@ from admission.core import kinds
 from admission.core import names
 from admission.core.changes import OWNERS_CHANGE, SPEC_CHANGE, changed_paths, describe_paths, desired_spec, gated_change
 from admission.core.gates import GateState
-from admission.core.holdmessage import gate_clause
-from admission.core.objects import Object, metadata
+from admission.core.holdmessage import NewContent, gate_clause
+from admission.core.objects import Object, label, metadata
 from admission.core.references import Policy, may_be_held, policy_of, suspension_of
 from admission.core.review import AdmissionRequest, subject
 from admission.core.timefmt import format_time
 
 Lookup = Callable[[str, str, datetime], GateState]
 
-EDIT = "edit"  # a held change of the object itself (spec, gates, creation, deletion)
-CONTENT = "content"  # held new content: an artifact, an image, an attempt at a new revision
+# What was held: names.EDIT or names.CONTENT (re-exported: the webhook and the hold points read them here).
+EDIT: Final = names.EDIT
+CONTENT: Final = names.CONTENT
 
 
 @dataclass(frozen=True)
 class Settings:
     """Server-wide policy: the default mode and who may always pass (break-glass)."""
 
-    mode: str = "enforce"
+    mode: names.Mode = names.ENFORCE
     exempt_users: frozenset[str] = frozenset()
     exempt_groups: frozenset[str] = frozenset()
     # Who may write an approval for a caller it authenticated (the receiver's identity): its
@@ -61,6 +62,7 @@ class Hold:
     closed: tuple[GateState, ...]  # the gates that keep it held (all of them under oneOf)
     suspension: str | None
     held: bool
+    suspended: bool = False  # status.suspended: spec.suspend, or the suspension above
 
 
 @dataclass(frozen=True)
@@ -70,12 +72,12 @@ class Decision:
     allowed: bool
     gated: bool = False  # a change that gates judge (CREATE, spec change, artifact, ...)
     held: bool = False  # would be denied in enforce mode
-    mode: str = "enforce"
+    mode: names.Mode = names.ENFORCE
     change: str | None = None
     message: str | None = None
     exempt: str | None = None
     hold: Hold | None = None
-    held_what: str | None = None  # EDIT or CONTENT, for logs and metrics
+    held_what: names.HeldWhat | None = None  # EDIT or CONTENT, for logs and metrics
     approved: str | None = None  # the approvals that let this content through closed gates
 
 
@@ -87,8 +89,9 @@ def not_judged(fail_open: bool) -> Decision:
     return Decision(allowed=fail_open)
 
 
-def hold_of(obj: Object | None, lookup: Lookup, now: datetime, policy: Policy | None = None) -> Hold:
-    """How the object's own policy (``policy``, when the caller has it) judges it at ``now``."""
+def own_hold(obj: Object | None, lookup: Lookup, now: datetime, policy: Policy | None = None) -> Hold:
+    """How the object's own gate policy (``policy``, when the caller has it) and suspension judge
+    it at ``now``: one Hold, held or not (``active_holds``: the ones that hold, inherited too)."""
     policy = policy or policy_of(obj)
     states = tuple(
         gates.invalid(ref.namespace, ref.name, ref.error) if ref.error else lookup(ref.namespace, ref.name, now)
@@ -99,8 +102,9 @@ def hold_of(obj: Object | None, lookup: Lookup, now: datetime, policy: Policy | 
         gates_hold = bool(states) and len(closed) == len(states)
     else:
         gates_hold = bool(closed)
-    suspension = suspension_of(obj, now).hold
-    return Hold(policy, states, closed if gates_hold else (), suspension, gates_hold or suspension is not None)
+    suspension = suspension_of(obj, now)
+    return Hold(policy, states, closed if gates_hold else (), suspension.hold,
+                gates_hold or suspension.hold is not None, suspension.suspended)
 
 
 def releases(leaving: Hold, entering: Hold) -> str | None:
@@ -140,19 +144,24 @@ def describe(kind: str, namespace: str, name: str, holds: list[Hold]) -> str:
     return message
 
 
-def mode_of(holds: list[Hold], settings: Settings) -> str:
+def mode_of(holds: list[Hold], settings: Settings) -> names.Mode:
     """enforce when any closed gate (or a suspension, under the server's mode) enforces."""
-    modes = {s.mode or settings.mode for h in holds for s in h.closed}
+    modes: set[names.Mode] = {s.mode or settings.mode for h in holds for s in h.closed}
     if any(h.suspension for h in holds):
         modes.add(settings.mode)
-    return "enforce" if "enforce" in modes else "audit"
+    return names.ENFORCE if names.ENFORCE in modes else names.AUDIT
 
 
-def holds_of(obj: Object, context: Context) -> list[Hold]:
-    """The holds on ``obj`` now: its own, and those of the objects it inherits gates from."""
-    objects = (obj, *context.parents(obj))
-    judged = [hold_of(o, context.lookup, context.now) for o in objects if may_be_held(o)]
-    return [h for h in judged if h.held]
+def active_holds(obj: Object, context: Context) -> list[Hold]:
+    """The holds that hold ``obj`` now: its own, and those of the objects it inherits gates from."""
+    return [h for h in _judged(obj, context) if h is not None and h.held]
+
+
+def _judged(obj: Object, context: Context) -> list[Hold | None]:
+    """How ``obj``'s own policy judges it now (None: it names no gate nor suspension), then
+    each object it inherits gates from that names any."""
+    own = own_hold(obj, context.lookup, context.now) if may_be_held(obj) else None
+    return [own, *(own_hold(p, context.lookup, context.now) for p in context.parents(obj) if may_be_held(p))]
 
 
 @dataclass(frozen=True)
@@ -160,8 +169,9 @@ class Standing:
     """How an object stands now, whatever a request would change: held or not, in which mode, and why."""
 
     holds: tuple[Hold, ...]
-    mode: str
+    mode: names.Mode
     message: str  # names the object, every closed gate, the require mode and the next opening
+    suspended: bool = False  # the object's own status.suspended (spec.suspend, or a suspension now)
 
     @property
     def held(self) -> bool:
@@ -171,26 +181,31 @@ class Standing:
 def standing(obj: Object, context: Context) -> Standing:
     """The holds on the stored ``obj`` now (its own and inherited): ``kubectl gate get``, the
     denial Events and the shown attempts all say what this says."""
-    holds = holds_of(obj, context)
+    judged = _judged(obj, context)
+    own = judged[0]
+    # An object that names no suspension is suspended by spec.suspend alone: no cron to evaluate.
+    suspended = own.suspended if own is not None else suspension_of(obj, context.now).suspended
+    holds = [h for h in judged if h is not None and h.held]
     if not holds:
-        return Standing((), context.settings.mode, "")
+        return Standing((), context.settings.mode, "", suspended)
     meta = metadata(obj)
     return Standing(tuple(holds), mode_of(holds, context.settings),
-                    describe(str(obj.get("kind") or ""), meta.get("namespace") or "", meta.get("name") or "", holds))
+                    describe(str(obj.get("kind") or ""), meta.get("namespace") or "", meta.get("name") or "", holds),
+                    suspended)
 
 
 def target_of(obj: Object) -> str:
     """How an approval's ``for`` names an object: Kind/namespace/name."""
     meta = metadata(obj)
-    return f"{obj.get('kind') or ''}/{meta.get('namespace') or ''}/{meta.get('name') or ''}"
+    return label(obj.get("kind") or "", meta.get("namespace") or "", meta.get("name") or "")
 
 
-def approved_for(kind: str, old: Object | None, new: Object | None,
+def approved_for(kind: str, carried: NewContent | None, new: Object | None,
                  context: Context) -> tuple[Context, list[approvals.Approval]]:
     """The context in which a closed gate counts as open for this status write because it
-    approves the exact content the write carries (for the object, what it inherits its gates
-    from, or ``*``), and the approvals that do. Any other write, and every other gate, as before."""
-    carried = content.new_content(kind, old, new)
+    approves the exact content the write carries (``carried``: content.new_content, read by the
+    caller), for the object, what it inherits its gates from, or ``*``, and the approvals that
+    do. Any other write, and every other gate, as before."""
     if carried is None or not isinstance(new, dict):
         return context, []
     identities = content.approvable(kind, new, carried)
@@ -218,7 +233,7 @@ def _unknown_deletion(request: AdmissionRequest, settings: Settings) -> Decision
     about = subject(request)
     message = (f"{about.kind} {about.namespace}/{about.name} is held: the request carries no oldObject (the object "
                "being deleted), so whether its gates allow deleting it is unknown")
-    return Decision(allowed=settings.mode == "audit", gated=True, held=True, mode=settings.mode, change="deletion",
+    return Decision(allowed=settings.mode == names.AUDIT, gated=True, held=True, mode=settings.mode, change="deletion",
                     message=message, held_what=EDIT)
 
 
@@ -246,7 +261,7 @@ def decide(request: AdmissionRequest, context: Context) -> Decision:
     read: list[tuple[Policy, Policy]] = []
     used: list[approvals.Approval] = []
     if request.get("subResource") == "status":  # new content: approved content passes its gates
-        context, used = approved_for(kind["kind"], old, new, context)
+        context, used = approved_for(kind["kind"], content.new_content(kind["kind"], old, new), new, context)
         lookup = context.lookup
 
     def policies() -> tuple[Policy, Policy]:  # read once, if at all, for the change and the hold
@@ -265,7 +280,7 @@ def decide(request: AdmissionRequest, context: Context) -> Decision:
         before, after = policies()  # read already, for the change
         if (before.refs, before.require) == (after.refs, after.require):
             return ALLOWED
-        leaving, entering = hold_of(old, lookup, now, before), hold_of(new, lookup, now, after)
+        leaving, entering = own_hold(old, lookup, now, before), own_hold(new, lookup, now, after)
         change = releases(leaving, entering)
         if change is None:
             return ALLOWED
@@ -274,9 +289,9 @@ def decide(request: AdmissionRequest, context: Context) -> Decision:
         # An UPDATE must satisfy both the policy it leaves and the one it enters.
         objects = (old,) if operation == "DELETE" else (old, new)  # zip pairs each with its policy
         judged = [(o, p) for o, p in zip(objects, policies()) if isinstance(o, dict)]
-        judgements = [hold_of(obj, lookup, now, policy) for obj, policy in judged]
+        judgements = [own_hold(obj, lookup, now, policy) for obj, policy in judged]
     if sub_resource and isinstance(new, dict):
-        judgements += [hold_of(parent, lookup, now) for parent in context.parents(new)]
+        judgements += [own_hold(parent, lookup, now) for parent in context.parents(new)]
     holds = [h for h in judgements if h.held]
     if not holds:
         return Decision(allowed=True, gated=True, change=change, hold=judgements[-1] if judgements else None,
@@ -285,7 +300,7 @@ def decide(request: AdmissionRequest, context: Context) -> Decision:
     mode = mode_of(holds, settings)
     about = subject(request)
     message = describe(kind["kind"], about.namespace, about.shown_name, holds)
-    what = CONTENT if sub_resource else EDIT
+    what: names.HeldWhat = CONTENT if sub_resource else EDIT
     carried = content.new_content(kind["kind"], old, new) if what == CONTENT else None
     if carried is not None:
         message = carried.after(message)
@@ -295,6 +310,6 @@ def decide(request: AdmissionRequest, context: Context) -> Decision:
         message += "; changed: metadata.ownerReferences"
     elif policy_only:  # a metadata write held: say how the policy loosens, or it looks like a label edit
         message += f"; {change}"
-    return Decision(allowed=mode == "audit", gated=True, held=True, mode=mode, change=change,
+    return Decision(allowed=mode == names.AUDIT, gated=True, held=True, mode=mode, change=change,
                     message=message, hold=holds[-1], held_what=what)
 

@@ -22,7 +22,7 @@ from typing import Any, Iterable, Mapping
 from admission.core.timefmt import parse_time
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)  # when a calendar never fetched is due: at once, first
-RETRY_AFTER = timedelta(minutes=1)  # the first retry after a failure; doubled per further failure
+FIRST_BACKOFF = timedelta(minutes=1)  # the first retry after a failure; doubled per further failure
 _MAX_DOUBLINGS = 16
 
 
@@ -48,11 +48,11 @@ def namespace_cap(slots: int) -> int:
 def next_due(fetched_at: datetime, interval: timedelta, failures: int,
              least: timedelta = timedelta(0)) -> datetime:
     """When a calendar fetched at ``fetched_at`` is fetched again: after ``interval``, or after
-    ``failures`` failures in a row RETRY_AFTER doubled ``failures - 1`` times (at least
+    ``failures`` failures in a row FIRST_BACKOFF doubled ``failures - 1`` times (at least
     ``least``, at most ``interval``)."""
     if failures <= 0:
         return fetched_at + interval
-    backoff = RETRY_AFTER * (1 << min(failures - 1, _MAX_DOUBLINGS))
+    backoff = FIRST_BACKOFF * (1 << min(failures - 1, _MAX_DOUBLINGS))
     return fetched_at + min(interval, max(backoff, least))
 
 

@@ -17,7 +17,6 @@ from admission.core.schedule import Entry, parse_entry
 from admission.core.subscriptions import CalendarEntry, CalendarGuard, keeper_calendars
 from admission.core.timefmt import format_duration, format_time, parse_duration, parse_time
 
-MODES = ("enforce", "audit")
 _MAX_STEPS = 500  # bound on the search for the next transition
 # The search for the next transition asks entries for their next change, at the start and where
 # they may have changed; it gives up ("unknown", never "open") once the asks have cost this many
@@ -54,7 +53,7 @@ class GateState:
     open: bool
     reason: str
     message: str
-    mode: str | None = None  # the gate's own enforce/audit override
+    mode: names.Mode | None = None  # the gate's own enforce/audit override
     requested_at: datetime | None = None  # the toggle in effect
     reset_to_default_at: datetime | None = None
     requested_by: str | None = None
@@ -112,7 +111,7 @@ class CompiledGate:
     name: str
     default_open: bool = True
     window: timedelta | None = None
-    mode: str | None = None
+    mode: names.Mode | None = None
     toggles: tuple[_Toggle, ...] = ()
     closed_entries: tuple[tuple[str, GateEntry], ...] = ()
     opened_entries: tuple[tuple[str, GateEntry], ...] = ()
@@ -180,8 +179,8 @@ def compile_gate(gate: dict[str, Any], keepers: Iterable[dict[str, Any]] = ()) -
     approval_policy, approval_errors = approvals_.parse_policy(spec)
     errors += approval_errors
     mode = spec.get("mode")
-    if mode is not None and mode not in MODES:
-        errors.append(f"spec.mode {mode!r} must be 'enforce' or 'audit'")
+    if mode is not None and mode not in names.MODES:
+        errors.append(f"spec.mode {mode!r} must be " + " or ".join(map(repr, names.MODES)))
         mode = None
 
     annotations = meta.get("annotations")

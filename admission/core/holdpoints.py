@@ -47,13 +47,13 @@ def held_by(holds: list[Hold], message: str) -> Held:
     return Held(tuple(clauses), message)
 
 
-def enforced(now: Standing) -> Held | None:
+def enforced(stands: Standing) -> Held | None:
     """How an object that stands so is held, in its conditions' words: None when nothing holds
     it, or only audit-mode gates do (audit mode holds nothing; the validating webhook records
     the would-be hold)."""
-    if not now.held or now.mode != "enforce":
+    if not stands.held or stands.mode != names.ENFORCE:
         return None
-    return held_by(list(now.holds), now.message)
+    return held_by(list(stands.holds), stands.message)
 
 
 def _content_fields(row: kinds.FluxKind) -> tuple[str, ...]:
@@ -63,13 +63,12 @@ def _content_fields(row: kinds.FluxKind) -> tuple[str, ...]:
 
 
 def _keep_content(row: kinds.FluxKind, old: Object | None, new: Object, held: Held | None,
-                  now: datetime) -> dict[str, object]:
+                  now: datetime, carried: NewContent | None) -> dict[str, object]:
     status, stored = status_of(new), status_of(old)
     conditions = conditions_of(new)
     changes: dict[str, object] = {}
     waits = None
     if held is not None:
-        carried = content.new_content(row.kind, old, new)
         if carried is not None:
             waits = carried[0]
             for field in _content_fields(row):
@@ -153,10 +152,11 @@ def show_denied_attempt(kind: str, stored: Object | None, attempted: Object | No
 
 
 def rewrite_status(kind: str, old: Object | None, new: Object, held: Held | None, now: datetime,
-                   upstream: NewContent | None = None) -> dict[str, object]:
+                   upstream: NewContent | None = None, carried: NewContent | None = None) -> dict[str, object]:
     """The status fields a status UPDATE must change (``REMOVE`` to drop one): none when the
     object is not held and carries none of our conditions. ``upstream`` is ``(waits, serves)``
-    when the source a Kustomization or HelmRelease applies serves content it has not applied."""
+    when the source a Kustomization or HelmRelease applies serves content it has not applied;
+    ``carried``, the new content the write brings (``content.new_content``, read once by the caller)."""
     row = kinds.BY_KIND.get(kind)
     if row is None or row.hold_condition is None or not isinstance(new, dict):
         return {}
@@ -165,7 +165,7 @@ def rewrite_status(kind: str, old: Object | None, new: Object, held: Held | None
         kept = without_condition(conditions, row.hold_condition)
         return {"conditions": kept} if len(kept) != len(conditions) else {}
     if row.keeps_content:
-        return _keep_content(row, old, new, held, now)
+        return _keep_content(row, old, new, held, now, carried)
     if row.records_attempts:
         return _show_approval(row, old, new, held, now, upstream)
     return {}
@@ -177,6 +177,7 @@ class StatusVerdict:
 
     changes: dict[str, object]  # status fields to set (``REMOVE``: drop)
     decision: Decision
+    suspended: bool | None = None  # the object's status.suspended as judged (None: not judged)
 
 
 def judge_status_write(request: AdmissionRequest, context: Context) -> StatusVerdict:
@@ -188,18 +189,19 @@ def judge_status_write(request: AdmissionRequest, context: Context) -> StatusVer
     row = kinds.BY_KIND.get(kind)
     if row is None or not isinstance(new, dict):
         return StatusVerdict({}, ALLOWED)
-    context, used = approved_for(kind, old, new, context)
-    now = standing(new, context)
-    held = enforced(now)
+    carried = content.new_content(kind, old, new)  # read once: for approvals, and for what is kept
+    context, used = approved_for(kind, carried, new, context)
+    stands = standing(new, context)
+    held = enforced(stands)
     if held is None:
         decision = ALLOWED if not used else Decision(allowed=True, gated=True, held_what=CONTENT,
                                                      approved=approvals.describe(used))
-        return StatusVerdict(rewrite_status(kind, old, new, None, context.now), decision)
+        return StatusVerdict(rewrite_status(kind, old, new, None, context.now), decision, stands.suspended)
     upstream = content.upstream_of(kind, new, context.get) if row.records_attempts and context.get else None
-    changes = rewrite_status(kind, old, new, held, context.now, upstream)
-    carried = content.new_content(kind, old, new) if row.keeps_content else None
-    if carried is None:  # no content rewritten: nothing to log or count
-        return StatusVerdict(changes, ALLOWED)
-    return StatusVerdict(changes, Decision(allowed=True, gated=True, held=True, mode="enforce", hold=now.holds[-1],
-                                           held_what=CONTENT, change=carried.as_change(),
-                                           message=carried.after(held.message)))
+    kept = carried if row.keeps_content else None  # what a source or an ImagePolicy keeps serving instead
+    changes = rewrite_status(kind, old, new, held, context.now, upstream, kept)
+    if kept is None:  # no content rewritten: nothing to log or count
+        return StatusVerdict(changes, ALLOWED, stands.suspended)
+    decision = Decision(allowed=True, gated=True, held=True, mode=names.ENFORCE, hold=stands.holds[-1],
+                        held_what=CONTENT, change=kept.as_change(), message=kept.after(held.message))
+    return StatusVerdict(changes, decision, stands.suspended)

@@ -1,4 +1,7 @@
-"""The strings of the Flux and gating APIs, verbatim, in one place."""
+"""The strings of the Flux and gating APIs, verbatim, in one place; the closed sets among them
+typed (``Literal``), so a misspelt value fails mypy, not a review."""
+
+from typing import Final, Literal, get_args
 
 GATING_GROUP = "gating.toolkit.fluxcd.io"
 GATING_VERSION = "v1alpha1"
@@ -56,8 +59,23 @@ APPROVAL_RECORDED_EVENT = "ApprovalRecorded"
 APPROVAL_USED_EVENT = "ApprovalUsed"  # its content landed: the controller removes it
 APPROVAL_EXPIRED_EVENT = "ApprovalExpired"
 
-REQUIRE_ALL = "all"
-REQUIRE_ONE_OF = "oneOf"
+# How a Flux object's gates combine (its require annotation).
+Require = Literal["all", "oneOf"]
+REQUIRE_ALL: Final = "all"
+REQUIRE_ONE_OF: Final = "oneOf"
+
+# What a held change meets: denied (enforce), or let through with a warning and a record
+# (audit); a Gate's spec.mode, and the server's --mode.
+Mode = Literal["enforce", "audit"]
+ENFORCE: Final = "enforce"
+AUDIT: Final = "audit"
+MODES: Final[tuple[Mode, ...]] = get_args(Mode)
+
+# What a held request would have changed (logs, metrics): the object itself (spec, gates,
+# creation, deletion), or the content its status records (an artifact, an image, an attempt).
+HeldWhat = Literal["edit", "content"]
+EDIT: Final = "edit"
+CONTENT: Final = "content"
 
 # Our webhook entries (manifests/webhooks; what each is asked: admission.core.matching).
 VALIDATE_WEBHOOK = f"validate.{GATING_GROUP}"
@@ -123,3 +141,14 @@ CALENDAR_RECOVERED_EVENT = "CalendarFetched"
 FEED_COMPLETE_UNTIL_PROPERTY = "X-FLUX-GATE-COMPLETE-UNTIL"  # the feed lists every closed interval up to here
 FEED_GATE_PROPERTY = "X-FLUX-GATE"  # on each event: the gate, namespace/name
 FEED_REASON_PROPERTY = "X-FLUX-GATE-REASON"  # on each event: why the gate is closed (Scheduled, CloseRequested, ...)
+
+
+# AdmissionReview, as the API server sends it and wants it back (admission.core.review).
+AdmissionApiVersion = Literal["admission.k8s.io/v1", "admission.k8s.io/v1beta1"]
+ADMISSION_API_VERSIONS: Final[tuple[AdmissionApiVersion, ...]] = get_args(AdmissionApiVersion)
+AdmissionReviewKind = Literal["AdmissionReview"]
+ADMISSION_REVIEW_KIND: Final = "AdmissionReview"
+Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
+OPERATIONS: Final[tuple[Operation, ...]] = get_args(Operation)
+PatchType = Literal["JSONPatch"]
+JSON_PATCH: Final = "JSONPatch"

@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 from admission.core import holdmessage
 from admission.core import names
 from admission.core.conditions import holding_condition
-from admission.core.decision import Lookup, hold_of
+from admission.core.decision import Lookup, own_hold
 from admission.core.gates import GateState
 from admission.core.objects import Object, metadata
 from admission.core.timefmt import format_time, parse_time
@@ -105,7 +105,7 @@ def notice(old: Object | None, new: Object | None, lookup: Lookup, now: datetime
     if after is not None and (before is None or before.get("message") != after.get("message")):
         if old is None and _announced_before(after, now):
             return None
-        hold = hold_of(new, lookup, now)
+        hold = own_hold(new, lookup, now)
         text = str(after.get("message") or f"{label} is held")
         details = {"gates": ", ".join(s.key for s in hold.closed), **_revisions(text)}
         clauses = [f"gate '{s.key}': {s.message}" for s in hold.closed]
@@ -122,7 +122,7 @@ def notice(old: Object | None, new: Object | None, lookup: Lookup, now: datetime
         message = f"{label} is held: {text}" + (f" ({'; '.join(clauses)})" if clauses else "")
         return Notice(HELD, names.GATE_CLOSED_REASON, message, {k: v for k, v in details.items() if v})
     if before is not None and after is None and new is not None:
-        hold = hold_of(new, lookup, now)
+        hold = own_hold(new, lookup, now)
         opened = [s for s in hold.states if s.open]
         revisions = _revisions(str(before.get("message") or ""))
         what = f"{revisions['waiting']} proceeds" if "waiting" in revisions else "the held change proceeds"

@@ -20,6 +20,11 @@ def annotations(obj: Object | None) -> Object:
     return value if isinstance(value, dict) else {}
 
 
+def label(kind: object, namespace: object, name: object) -> str:
+    """``Kind/namespace/name``: how logs, Events and ``kubectl gate`` name one object."""
+    return f"{kind}/{namespace}/{name}"
+
+
 def object_key(obj: Object | None) -> Key:
     """(namespace, name); a namespaced object without a namespace is in ``default``."""
     meta = metadata(obj)

@@ -48,7 +48,7 @@ class Policy:
     """The gates an object references and how many must be open."""
 
     refs: tuple[GateRef, ...]
-    require: str
+    require: names.Require
     notes: tuple[str, ...] = ()
 
 
@@ -181,7 +181,7 @@ def policy_of(obj: dict[str, Any] | None) -> Policy:
 
     # When in doubt, the stricter mode: an unknown value or a disagreement means all.
     asked = [v for v in (ann.get(names.REQUIRE_ANNOTATION), spec_require) if v is not None]
-    notes = [f"require {v!r} is not 'all' or 'oneOf', using all"
+    notes = [f"require {v!r} is not {names.REQUIRE_ALL!r} or {names.REQUIRE_ONE_OF!r}, using {names.REQUIRE_ALL}"
              for v in asked if v not in (names.REQUIRE_ALL, names.REQUIRE_ONE_OF)]
     if names.REQUIRE_ALL in asked and names.REQUIRE_ONE_OF in asked:  # not set(): a value may be a list
         notes.append("the require annotation and spec.gates.require disagree, using all")

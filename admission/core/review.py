@@ -1,14 +1,16 @@
-"""AdmissionReview shapes as the API server sends them (TypedDicts over plain dicts), and the request's subject."""
+"""AdmissionReview shapes as the API server sends them (TypedDicts over plain dicts), and the request's subject.
+
+``Required`` marks what ``admission.webhook.review.parse_review`` checks before any handler
+sees a request: the rest may be absent (or null), and is read with ``.get``.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, TypedDict
+from typing import Any, Required, TypedDict
 
+from admission.core.names import AdmissionApiVersion, AdmissionReviewKind, Operation, PatchType
 from admission.core.objects import metadata
-
-Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
-OPERATIONS: tuple[Operation, ...] = ("CREATE", "UPDATE", "DELETE", "CONNECT")
 
 
 class GroupVersionKind(TypedDict):
@@ -25,14 +27,14 @@ class UserInfo(TypedDict, total=False):
 
 
 class AdmissionRequest(TypedDict, total=False):
-    uid: str
-    kind: GroupVersionKind
+    uid: Required[str]  # not empty, at most MAX_UID characters
+    kind: Required[GroupVersionKind]  # kind not empty
     resource: dict[str, str]
     subResource: str
     name: str
     namespace: str
-    operation: Operation
-    userInfo: UserInfo
+    operation: Required[Operation]  # a CREATE has object, an UPDATE object and oldObject
+    userInfo: Required[UserInfo]
     object: dict[str, Any] | None
     oldObject: dict[str, Any] | None
     dryRun: bool
@@ -40,8 +42,8 @@ class AdmissionRequest(TypedDict, total=False):
 
 
 class AdmissionReview(TypedDict):
-    apiVersion: str
-    kind: str
+    apiVersion: AdmissionApiVersion  # the answer is sent back in the same
+    kind: AdmissionReviewKind
     request: AdmissionRequest
 
 
@@ -55,8 +57,8 @@ class AdmissionResponse(TypedDict, total=False):
     uid: str
     allowed: bool
     status: Status
-    patch: str
-    patchType: str
+    patch: str  # base64 of the JSON patch
+    patchType: PatchType
     warnings: list[str]
     auditAnnotations: dict[str, str]
 

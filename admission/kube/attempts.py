@@ -27,6 +27,7 @@ more than once) makes one write, whichever worker or replica gets there first.
 from __future__ import annotations
 
 import logging
+import os
 import re
 from datetime import datetime
 from typing import Callable
@@ -34,19 +35,19 @@ from typing import Callable
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from admission.background import BackgroundThread
 from admission.clock import utcnow
 from admission.core import content
 from admission.core import holdpoints
 from admission.core import kinds
 from admission.core import names
 from admission.core.decision import Context, Lookup, Settings, standing
-from admission.core.objects import metadata
+from admission.core.objects import label, metadata
 from admission.core.references import is_namespace, is_object_name
 from admission.core.review import AdmissionRequest, subject
 from admission.kube.client import CALL_ERRORS, describe_error
 from admission.kube.fluxobjects import read_stored
-from admission.kube.limits import READS_PER_NAMESPACE, WindowCounts, read_window
+from admission.kube.denials import DenialQueue
+from admission.kube.limits import READS_PER_NAMESPACE
 from admission.observability.metrics import ATTEMPTS_SHOWN
 from admission.store import Sources
 
@@ -76,22 +77,19 @@ def _attempt_shape_ok(attempt: dict) -> bool:
     return True
 
 
-class DeniedAttempts:
-    """Queues denied attempts from request threads; a background thread shows them."""
+class DeniedAttempts(DenialQueue[Key, Denied]):
+    """Queues denied attempts from request threads (the latest denial of each object); a
+    background thread shows them."""
 
     def __init__(self, api_client: client.ApiClient | None, lookup: Lookup, settings: Settings, sources: Sources, *,
                  clock: Callable[[], datetime] = utcnow, custom: client.CustomObjectsApi | None = None,
                  max_pending: int = MAX_PENDING, trust_reviews: bool = False,
-                 reads_per_namespace: int = READS_PER_NAMESPACE):
+                 reads_per_namespace: int = READS_PER_NAMESPACE, limits_dir: str | os.PathLike[str] | None = None):
+        super().__init__("denied-attempts", max_pending, reads_per_namespace, limits_dir)
         # ``custom`` replaces the API group built from ``api_client`` (tests' fakes).
         self.custom = custom or client.CustomObjectsApi(api_client)
         self.lookup, self.settings, self.sources, self.clock = lookup, settings, sources, clock
-        self.max_pending, self.trust_reviews = max_pending, trust_reviews
-        self.reads = WindowCounts(reads_per_namespace)
-        self.pending: dict[Key, Denied] = {}  # the latest denial of each object, oldest object first
-        self.versions: dict[str, str] = {}  # kind -> the API version that answered last
-        self._background = BackgroundThread("denied-attempts")
-        self._cond = self._background.wakeup  # guards ``pending`` too: a queued denial wakes the thread
+        self.trust_reviews = trust_reviews
 
     def record(self, request: AdmissionRequest) -> None:
         """Note a denied status write that recorded new content; never blocks, never raises."""
@@ -106,21 +104,16 @@ class DeniedAttempts:
         key = (row.kind, about.namespace, about.name)
         # Only what is compared (a review can be megabytes), and only when the review is trusted.
         attempt = content.attempt_of(row.kind, obj) if self.trust_reviews else None
-        with self._cond:
-            if key not in self.pending and len(self.pending) >= self.max_pending:
-                ATTEMPTS_SHOWN.labels("dropped").inc()
-                return
-            self.pending[key] = (about.uid, attempt)
-            self._cond.notify()
+        if not self.put(key, lambda _: (about.uid, attempt)):
+            ATTEMPTS_SHOWN.labels("dropped").inc()
 
     def _next(self) -> tuple[Key, Denied] | None:
-        with self._cond:
-            while not self.pending and not self._background.stopped.is_set():
-                self._cond.wait(1.0)
-            if self._background.stopped.is_set():
-                return None
-            key = next(iter(self.pending))
-            return key, self.pending.pop(key)
+        """The next denial to show, waiting for one; None once stopped."""
+        while not self.stopped:
+            item = self.take(1.0)
+            if item is not None:
+                return item
+        return None
 
     def _read(self, row: kinds.FluxKind, namespace: str, name: str) -> dict | None:
         """The object as stored (through ``<plural>/status``), at the first version served."""
@@ -137,7 +130,7 @@ class DeniedAttempts:
         if attempt is not None and not _attempt_shape_ok(attempt):
             attempt = None
         row = kinds.BY_KIND[kind]
-        if not self.reads.charge(namespace, read_window()):
+        if not self.may_read(namespace):
             return "limited"
         for _ in range(CONFLICT_STEPS):
             stored = self._read(row, namespace, name)
@@ -171,14 +164,8 @@ class DeniedAttempts:
                 result = self.show(key, attempt)
             except CALL_ERRORS as err:  # one line per failure: no traceback, no retries (kube.client)
                 result = "failed"
-                log.warning("denied attempt not shown", extra={"object": "/".join(key), "error": describe_error(err)})
+                log.warning("denied attempt not shown", extra={"object": label(*key), "error": describe_error(err)})
             except Exception:  # a condition is never worth a dead thread
                 result = "failed"
-                log.exception("denied attempt not shown", extra={"object": "/".join(key)})
+                log.exception("denied attempt not shown", extra={"object": label(*key)})
             ATTEMPTS_SHOWN.labels(result).inc()
-
-    def start(self) -> None:
-        self._background.start(self.run)
-
-    def stop(self) -> None:
-        self._background.stop()

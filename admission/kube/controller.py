@@ -23,12 +23,12 @@ from admission.core import approvals
 from admission.core import content
 from admission.core import names
 from admission.core.cron import ScheduleError, parse_cron
-from admission.core.decision import Context, holds_of
+from admission.core.decision import Context, active_holds
 from admission.core.gates import GateState
 from admission.core.kinds import BY_KIND, FLUX_KINDS
 from admission.core.conditions import holding_condition
 from admission.core.notices import Notice, notice
-from admission.core.objects import annotations as annotations_of, metadata, object_key
+from admission.core.objects import annotations as annotations_of, label, metadata, object_key
 from admission.core.references import policy_of, suspension_of
 from admission.kube.calendarsync import CalendarSync
 from admission.kube.client import CALL_ERRORS, describe_error
@@ -339,7 +339,7 @@ class Controller:
                                                        namespace, row.plural, name, body)
             return True
         except CALL_ERRORS as err:
-            log.warning("reconcile not requested", extra={"object": f"{kind}/{namespace}/{name}",
+            log.warning("reconcile not requested", extra={"object": label(kind, namespace, name),
                                                           "error": describe_error(err)})
             return False
 
@@ -359,11 +359,11 @@ class Controller:
         done: list[str] = []
         parents: set[tuple[str, str]] = set()
         for kind, obj in objects:
-            if holds_of(obj, Context(self.store.index.lookup, now, get=self.flux.get)):
+            if active_holds(obj, Context(self.store.index.lookup, now, get=self.flux.get)):
                 continue  # another gate (or a suspension) still holds it
             _, namespace, name = _object_key(kind, obj)
             if self._annotate(kind, namespace, name, value):
-                done.append(f"{kind}/{namespace}/{name}")
+                done.append(label(kind, namespace, name))
             labels = metadata(obj).get("labels") or {}
             parent_name, parent_namespace = labels.get(names.KUSTOMIZE_NAME_LABEL), labels.get(names.KUSTOMIZE_NAMESPACE_LABEL)
             if parent_name and parent_namespace:

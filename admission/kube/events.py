@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import time
 from collections import OrderedDict
 from datetime import datetime
@@ -26,19 +27,19 @@ from typing import Any, Callable, cast
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from admission.background import BackgroundThread
 from admission.clock import utcnow
 from admission.core import holdpoints
 from admission.core import kinds
 from admission.core import names
 from admission.core.decision import Context, Lookup, Settings, standing
-from admission.core.objects import annotations as annotations_of, metadata
+from admission.core.objects import annotations as annotations_of, label, metadata
 from admission.core.references import is_namespace, is_object_name
 from admission.core.review import AdmissionRequest, subject
 from admission.core.timefmt import format_time
 from admission.kube.client import CALL_ERRORS, describe_error
 from admission.kube.fluxobjects import read_stored
-from admission.kube.limits import MAX_KEYS, READS_PER_NAMESPACE, WindowCounts, read_window
+from admission.kube.denials import DenialQueue
+from admission.kube.limits import MAX_KEYS, READS_PER_NAMESPACE, WindowCounts
 from admission.observability.metrics import EVENTS
 from admission.store import Sources, StaticSources
 
@@ -105,31 +106,29 @@ def _judged_part(stored: dict | None) -> dict | None:
             "spec": {key: spec[key] for key in ("gates", "suspend") if key in spec}}
 
 
-class DenialEvents:
-    """Queues denials from request threads; a background thread verifies them and writes Events."""
+class DenialEvents(DenialQueue[Key, int]):
+    """Queues denials from request threads (each object with the denials seen); a background
+    thread verifies them and writes Events."""
 
     def __init__(self, api_client: client.ApiClient | None, lookup: Lookup, settings: Settings,
                  sources: Sources | None = None, period: float = 300.0, max_pending: int = MAX_PENDING, *,
                  clock: Callable[[], datetime] = utcnow, flush_every: float = FLUSH_EVERY,
                  reread_after: float = REREAD_AFTER, reads_per_namespace: int = READS_PER_NAMESPACE,
                  events_per_object: int = EVENTS_PER_OBJECT, events_per_namespace: int = EVENTS_PER_NAMESPACE,
-                 core: client.CoreV1Api | None = None, custom: client.CustomObjectsApi | None = None):
+                 core: client.CoreV1Api | None = None, custom: client.CustomObjectsApi | None = None,
+                 limits_dir: str | os.PathLike[str] | None = None):
+        super().__init__("denial-events", max_pending, reads_per_namespace, limits_dir)
         # ``core`` and ``custom`` replace the API groups built from ``api_client`` (tests' fakes).
         self.core = core or client.CoreV1Api(api_client)
         self.custom = custom or client.CustomObjectsApi(api_client)
         self.lookup, self.settings = lookup, settings
         self.sources = sources if sources is not None else StaticSources()
         self.clock, self.flush_every, self.reread_after = clock, flush_every, reread_after
-        self.period, self.max_pending = period, max_pending
-        self.reads = WindowCounts(reads_per_namespace)
+        self.period = period
         self.per_object, self.per_namespace = WindowCounts(events_per_object), WindowCounts(events_per_namespace)
-        self.pending: OrderedDict[Key, int] = OrderedDict()  # objects to look at -> denials seen
         self.read: OrderedDict[Key, tuple[float, dict | None]] = OrderedDict()  # -> (read at, stored)
-        self.versions: dict[str, str] = {}  # kind -> the API version that answered last
         self.counts: dict[tuple[str, str], int] = {}  # (namespace, Event name) -> repeats not yet counted
         self.known: dict[tuple[str, str], int] = {}  # Events we know exist -> their period
-        self._background = BackgroundThread("denial-events")
-        self._cond = self._background.wakeup  # guards ``pending`` too: a queued denial wakes the thread
 
     def record(self, request: AdmissionRequest) -> None:
         """Note a denial: only which object it names (kind, namespace, name, uid), never its text.
@@ -142,12 +141,8 @@ class DenialEvents:
             if not request.get("dryRun"):
                 EVENTS.labels("unverified").inc()
             return
-        with self._cond:
-            if key not in self.pending and len(self.pending) >= self.max_pending:
-                EVENTS.labels("dropped").inc()
-                return
-            self.pending[key] = self.pending.get(key, 0) + 1
-            self._cond.notify()
+        if not self.put(key, lambda seen: (seen or 0) + 1):
+            EVENTS.labels("dropped").inc()
 
     @staticmethod
     def _key(request: AdmissionRequest) -> Key | None:
@@ -167,13 +162,7 @@ class DenialEvents:
 
     # -- the background thread ------------------------------------------------------------
     def _next(self, timeout: float) -> tuple[Key, int] | None:
-        with self._cond:
-            if not self.pending and not self._background.stopped.is_set():
-                self._cond.wait(timeout)
-            if not self.pending or self._background.stopped.is_set():
-                return None
-            key = next(iter(self.pending))
-            return key, self.pending.pop(key)
+        return self.take(timeout)
 
     def _stored(self, key: Key) -> tuple[bool, dict | None]:
         """``(read, object)``: the object as stored (None: no such object), from a read at most
@@ -183,7 +172,7 @@ class DenialEvents:
         if remembered is not None and time.monotonic() - remembered[0] < self.reread_after:
             return True, remembered[1]
         def get(*args):  # every call counts: a missing object is asked at each version known
-            if not self.reads.charge(namespace, read_window()):
+            if not self.may_read(namespace):
                 raise _ReadsSpent
             return self.custom.get_namespaced_custom_object(*args)
 
@@ -228,7 +217,7 @@ class DenialEvents:
         if message is None:
             return "unheld"
         bucket = int(now.timestamp() // self.period)
-        event = (namespace, event_name(name, f"{kind}/{namespace}/{name}", message, bucket))
+        event = (namespace, event_name(name, label(kind, namespace, name), message, bucket))
         if event in self.known:
             self.counts[event] = self.counts.get(event, 0) + repeats
             return "aggregated"
@@ -266,7 +255,7 @@ class DenialEvents:
 
     def run(self) -> None:
         last_flush = time.monotonic()
-        while not self._background.stopped.is_set():
+        while not self.stopped:
             item = self._next(timeout=min(1.0, self.flush_every))
             if item is not None:
                 key, repeats = item
@@ -274,11 +263,11 @@ class DenialEvents:
                     result = self.show(key, repeats)
                 except CALL_ERRORS as err:  # one line per failure: no traceback, no retries (kube.client)
                     result = "failed"
-                    log.warning("denial event not recorded", extra={"object": "/".join(key[:3]),
+                    log.warning("denial event not recorded", extra={"object": label(*key[:3]),
                                                                     "error": describe_error(err)})
                 except Exception:  # an Event is never worth a dead thread
                     result = "failed"
-                    log.exception("denial event failed", extra={"object": "/".join(key[:3])})
+                    log.exception("denial event failed", extra={"object": label(*key[:3])})
                 EVENTS.labels(result).inc()
             if time.monotonic() - last_flush >= self.flush_every:
                 last_flush = time.monotonic()
@@ -286,9 +275,3 @@ class DenialEvents:
                     self._flush(self.clock())
                 except Exception:
                     log.exception("updating denial event counts failed")
-
-    def start(self) -> None:
-        self._background.start(self.run)
-
-    def stop(self) -> None:
-        self._background.stop()

@@ -24,13 +24,13 @@ import orjson
 
 from admission.background import BackgroundThread
 from admission.core import names
-from admission.core.objects import metadata
+from admission.core.objects import label, metadata
 from admission.core.timefmt import format_time
 
 log = logging.getLogger("admission.notifications")
 DEFAULT_ADDRESS = "http://notification-controller.flux-system.svc.cluster.local./"
 CONTROLLER = "gate-admission-controller"
-MAX_MESSAGE = 39_000  # the event API's documented maximum
+MAX_NOTIFICATION_MESSAGE = 39_000  # notification-controller's event API: its documented maximum
 INFO = "info"
 
 
@@ -50,7 +50,7 @@ def event_body(obj: dict, reason: str, message: str, details: dict[str, str], no
         "involvedObject": {k: v for k, v in reference.items() if v},
         "severity": severity,
         "timestamp": format_time(now),
-        "message": message[:MAX_MESSAGE],
+        "message": message[:MAX_NOTIFICATION_MESSAGE],
         "reason": reason,
         "metadata": {f"{group}/{key}" if group else key: value for key, value in details.items()},
         "reportingController": CONTROLLER,
@@ -125,8 +125,7 @@ class FluxNotifier:
             if not ok:
                 log.warning("notification not delivered", extra={
                     "address": address, "error": failure, "reason": body["reason"],
-                    "object": f"{body['involvedObject'].get('kind')}/{body['involvedObject'].get('namespace')}/"
-                              f"{body['involvedObject'].get('name')}"})
+                    "object": label(*(body["involvedObject"].get(k) for k in ("kind", "namespace", "name")))})
 
     def start(self) -> None:
         self._background.start(self.run)

@@ -172,7 +172,7 @@ def _needs_renewal(files: CertFiles, names: list[str], now: datetime, renew_befo
     return None
 
 
-def ensure(directory: str | os.PathLike, names: list[str], now: datetime,
+def ensure(directory: str | os.PathLike[str], names: list[str], now: datetime,
            renew_before: timedelta = RENEW_BEFORE, force: bool = False) -> tuple[CertFiles, str | None]:
     """Create the CA and serving certificate if missing or due (or ``force``); return the
     files and why the serving certificate was issued, None when it was left alone.
@@ -199,7 +199,7 @@ def ensure(directory: str | os.PathLike, names: list[str], now: datetime,
     return files, why
 
 
-def issue_client(directory: str | os.PathLike, common_name: str, now: datetime) -> tuple[Path, Path]:
+def issue_client(directory: str | os.PathLike[str], common_name: str, now: datetime) -> tuple[Path, Path]:
     """A client certificate for ``common_name`` signed by the CA in ``directory`` (``ca.crt``,
     ``ca.key``), written as ``client.crt`` and ``client.key`` there; their paths."""
     files = CertFiles(Path(directory))

@@ -12,10 +12,12 @@ import bisect
 import hashlib
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, tzinfo
+from typing import Any, NamedTuple
 
 from admission.core import names
 from admission.core.controls import escaped
-from admission.core.gates import evaluate
+from admission.core.gates import CompiledGate, evaluate
+from admission.core.references import is_name, is_namespace
 from admission.core.subscriptions import CalendarEntry
 from admission.core.timeline import Interval, intervals, time_zone
 from admission.core.objects import object_key
@@ -27,6 +29,38 @@ DEFAULT_DAYS = 14  # GET /calendar.ics without ?days=, and kubectl gate calendar
 BAR_WIDTH = 84  # characters of timeline: with the indent, a calendar fits 100 columns
 LISTED = 8  # intervals listed under a gate's bar; more are counted
 MAX_EVENTS_PER_GATE = 500  # a feed stays small even for a gate whose schedule flips every few minutes
+DAYS_RANGE = f"days must be between 1 and {MAX_DAYS} (a whole number)"
+
+
+class CalendarQuery(NamedTuple):
+    """What a calendar shows: one namespace's gates or every namespace's (""), how many days,
+    one gate or every gate (""). A tuple: the feeds are kept per query."""
+
+    namespace: str = ""
+    days: int = DEFAULT_DAYS
+    gate: str = ""
+
+
+def days_of(value: str | int) -> int:
+    """A calendar's length in days, from ``?days=``, ``--days`` or a caller; ValueError(DAYS_RANGE)
+    when it is not a whole number from 1 to MAX_DAYS."""
+    try:
+        days = int(value) if isinstance(value, str) else value
+    except ValueError:
+        raise ValueError(DAYS_RANGE) from None
+    if not 1 <= days <= MAX_DAYS:
+        raise ValueError(DAYS_RANGE)
+    return days
+
+
+def calendar_query(days: str | int = DEFAULT_DAYS, namespace: str = "", gate: str = "") -> CalendarQuery:
+    """The query a caller asks for, checked; ValueError says which part is wrong."""
+    query = CalendarQuery(namespace, days_of(days), gate)
+    if namespace and not is_namespace(namespace):
+        raise ValueError("namespace must be a namespace's name (a DNS-1123 label)")
+    if gate and not is_name(gate):
+        raise ValueError("gate must be a gate's name (a DNS-1123 subdomain)")
+    return query
 
 
 @dataclass(frozen=True)
@@ -42,7 +76,7 @@ class GateCalendar:
     # What the first interval's event is named by, when it began before ``start``: the toggle
     # that closed the gate, or its default; so the event keeps its UID from one day to the next.
     since: str = ""
-    feeds: tuple = ()  # the GateKeeper calendars that decide it (subscriptions.CalendarEntry)
+    feeds: tuple[CalendarEntry, ...] = ()  # the GateKeeper calendars that decide it (subscriptions.CalendarEntry)
 
     @property
     def key(self) -> str:
@@ -57,12 +91,11 @@ def _local_midnight(day: date, zone: tzinfo) -> datetime:
     return datetime.combine(day, time(0), tzinfo=zone)
 
 
-def calendars(index: GateIndex, now: datetime, days: int = 14, namespace: str | None = None,
+def calendars(index: GateIndex, now: datetime, days: int = DEFAULT_DAYS, namespace: str | None = None,
               gate: str | None = None) -> list[GateCalendar]:
     """Every gate's calendar (of ``namespace`` only, and the gate called ``gate`` only, when
     given), sorted by namespace and name."""
-    if not 1 <= days <= MAX_DAYS:
-        raise ValueError(f"days must be between 1 and {MAX_DAYS}")
+    days = days_of(days)
     out = []
     for obj in sorted(index.gates(), key=object_key):
         ns, name = object_key(obj)
@@ -78,7 +111,7 @@ def calendars(index: GateIndex, now: datetime, days: int = 14, namespace: str | 
     return out
 
 
-def _since(compiled, first: Interval) -> str:
+def _since(compiled: CompiledGate, first: Interval) -> str:
     """What the first interval is named by when it began before the range: the toggle that
     closed the gate (its time), or its default."""
     if first.reason == names.REASON_DEFAULT:
@@ -89,13 +122,15 @@ def _since(compiled, first: Interval) -> str:
     return ""
 
 
-def feeds_of(compiled) -> tuple[CalendarEntry, ...]:
-    """The GateKeeper calendars of a compiled gate, each once."""
+def feeds_of(compiled: CompiledGate | None) -> tuple[CalendarEntry, ...]:
+    """The GateKeeper calendars of a compiled gate, each once (none of a gate not compiled)."""
+    if compiled is None:
+        return ()
     found = [entry for _, entry in compiled.closed_entries + compiled.opened_entries if isinstance(entry, CalendarEntry)]
     return tuple(dict.fromkeys(found))
 
 
-def feed_rows(feeds: tuple, now: datetime, coming: int = 5) -> list[dict]:
+def feed_rows(feeds: tuple[CalendarEntry, ...], now: datetime, coming: int = 5) -> list[dict[str, Any]]:
     """What each calendar a gate follows (``feeds_of``) says now: its URL (without the query,
     which may hold a secret), last fetch and success, error, whether it is unknown and why, and
     its next events."""
@@ -198,7 +233,7 @@ def _duration(delta: timedelta) -> str:
     return f"{hours // 24}d{hours % 24}h" if hours >= 24 else f"{hours}h"
 
 
-def feeds_text(rows: list[dict]) -> list[str]:
+def feeds_text(rows: list[dict[str, Any]]) -> list[str]:
     """``feed_rows`` for people: ``kubectl gate get``'s Calendars section."""
     lines = ["Calendars:"] if rows else []
     for feed in rows:
@@ -213,7 +248,7 @@ def feeds_text(rows: list[dict]) -> list[str]:
     return lines
 
 
-def to_rows(cals: list[GateCalendar], now: datetime | None = None) -> list[dict]:
+def to_rows(cals: list[GateCalendar], now: datetime | None = None) -> list[dict[str, Any]]:
     """The calendars as plain data, for ``-o json|yaml``."""
     return [{"namespace": c.namespace, "name": c.name, "timeZone": zone_name(c.zone),
              **({"calendars": feed_rows(c.feeds, now or c.start)} if c.feeds else {}),
@@ -278,4 +313,4 @@ def to_ics(cals: list[GateCalendar], now: datetime, name: str = "Flux gates") ->
             event.add("transp", "OPAQUE")
             cal.add_component(event)
     cal.add_missing_timezones()
-    return cal.to_ical()
+    return bytes(cal.to_ical())

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from admission.background import BackgroundThread
 from admission.core import names
@@ -101,7 +102,7 @@ class _File:
         self.seen: Version | None = None  # its version at the latest look
         self.read: Version | None = None  # the version last read whole (usable or not)
         self.read_at = 0  # inotify's sequence number before that read: a later event means read again
-        self.docs: list[dict] | None = None  # the Gates and GateKeepers of the last good read
+        self.docs: list[dict[str, Any]] | None = None  # the Gates and GateKeepers of the last good read
         self.problem: str | None = None  # why the version last read cannot be used
         self.scope: Scope | None = None  # what that version may define (while there is no good read)
         self.writing = False  # being written (or changing) when last looked at: not read
@@ -111,7 +112,7 @@ class _File:
 class FileStore:
     """Reads every YAML file under a directory, and each file again when it has changed."""
 
-    def __init__(self, directory: str | os.PathLike, poll_interval: float = 1.0, *,
+    def __init__(self, directory: str | os.PathLike[str], poll_interval: float = 1.0, *,
                  full_scan_interval: float = FULL_SCAN_INTERVAL, inotify: bool = True):
         self.directory = Path(directory)
         self._top = str(self.directory)
@@ -138,7 +139,7 @@ class FileStore:
     def lookup(self, namespace: str, name: str, now: datetime) -> GateState:
         return self.index.lookup(namespace, name, now)
 
-    def readiness(self) -> tuple[bool, dict]:
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
         # Broken files do not make us unready: their gates are closed, and an unready webhook
         # would stop every gated write instead of the few that need those gates (or, with
         # failurePolicy Ignore, let every one through).
@@ -368,7 +369,7 @@ class FileStore:
             everything = everything or f"{problems[directory]}; a file in it may define or schedule this gate"
         unknown_ns: dict[str, str] = {}
         unknown_gates: dict[Key, str] = {}
-        objects: list[tuple[str, dict]] = []
+        objects: list[tuple[str, dict[str, Any]]] = []
         broken: dict[Key, str] = {}
         for path in sorted(self._files):
             entry = self._files[path]
@@ -393,8 +394,8 @@ class FileStore:
                 everything = everything or (f"gates file {self._name(path)} was being written when the store "
                                             "started; until it is read whole, it may define or schedule any gate")
 
-        gates: dict[Key, tuple[str, dict]] = {}
-        keepers: dict[Key, tuple[str, dict]] = {}
+        gates: dict[Key, tuple[str, dict[str, Any]]] = {}
+        keepers: dict[Key, tuple[str, dict[str, Any]]] = {}
         for path, doc in objects:
             key = object_key(doc)
             seen = gates if doc["kind"] == names.GATE_KIND else keepers

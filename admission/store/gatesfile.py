@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import yaml
 
@@ -26,7 +27,7 @@ class Scope:
         if "gate" in text.lower() or "\\" in text:
             self.everything = True
 
-    def object(self, doc: dict) -> None:
+    def object(self, doc: dict[str, Any]) -> None:
         """A Gate or GateKeeper document, as far as its fields can be read."""
         meta = doc.get("metadata")
         namespace = meta.get("namespace") if isinstance(meta, dict) else None
@@ -45,7 +46,7 @@ class Scope:
             self.namespaces.add(namespace)
 
 
-def _check(doc: dict) -> str | None:
+def _check(doc: dict[str, Any]) -> str | None:
     """Why a Gate or GateKeeper document cannot be used (None: it can). Values inside ``spec``
     are the gate's to judge (a gate that cannot be evaluated is Invalid), but a GateKeeper must
     say which gate it schedules, or it would be dropped and that gate left open."""
@@ -76,7 +77,7 @@ def _check(doc: dict) -> str | None:
 
 @dataclass
 class Parsed:
-    docs: list[dict]  # the Gates and GateKeepers; used only when there is no problem
+    docs: list[dict[str, Any]]  # the Gates and GateKeepers; used only when there is no problem
     problem: str | None
     scope: Scope  # what the file may define or schedule, for when it cannot be used
 
@@ -92,7 +93,7 @@ def _describe(err: BaseException) -> str:
 def parse(text: str) -> Parsed:
     """The Gates and GateKeepers of a gates file, the first reason it cannot be used, and what
     it may define. Any shape of YAML is an answer, never an exception."""
-    found: list[dict] = []
+    found: list[dict[str, Any]] = []
     problems: list[str] = []
     scope = Scope()
     start = 0
@@ -126,7 +127,7 @@ def parse(text: str) -> Parsed:
     return Parsed(found, problems[0] if problems else None, scope)
 
 
-def gates_of(doc: dict) -> Key | None:
+def gates_of(doc: dict[str, Any]) -> Key | None:
     """The gate a Gate document defines or a GateKeeper document schedules."""
     if doc["kind"] == names.GATE_KIND:
         return object_key(doc)

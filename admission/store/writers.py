@@ -62,7 +62,7 @@ class OpenWrites:
     to one file while the caller looked at it. Paths are strings joined as ``os.scandir`` joins them.
     """
 
-    def __init__(self, directory: str | os.PathLike):
+    def __init__(self, directory: str | os.PathLike[str]):
         self.directory = os.fspath(directory)
         self.sequence = 0  # events seen so far
         self._last: dict[str, int] = {}  # path -> sequence number of the latest event naming it

@@ -18,7 +18,8 @@ class _NoAliasLoader(yaml.SafeLoader):
 
     def compose_node(self, parent: Node | None, index: int) -> Node | None:
         if self.check_event(yaml.AliasEvent):
-            raise ComposerError(None, None, "aliases (*name) are not accepted", self.peek_event().start_mark)
+            mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]  # untyped in the stubs
+            raise ComposerError(None, None, "aliases (*name) are not accepted", mark)
         return super().compose_node(parent, index)
 
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Callable, Protocol
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Callable, Protocol
 
 import orjson
 from flask import Blueprint, Flask, Response, request
@@ -17,18 +17,21 @@ from admission.webhook import handlers
 from admission.observability import logs
 from admission.observability import metrics
 from admission.core import kinds
+from admission.core import names
 from admission.core.decision import CONTENT, Context, Settings, not_judged
-from admission.core.objects import object_key
-from admission.core.references import is_name, is_namespace
 from admission.core.review import AdmissionRequest, AdmissionReview
 from admission.webhook.handlers import Handler, Outcome
-from admission.webhook.feeds import DEFAULT_QUERY, FIRST_WAIT, RETRY_AFTER, CalendarFeeds, FeedUnavailable
+from admission.webhook import calendar_route
+from admission.webhook.feeds import FIRST_WAIT, CalendarFeeds
 from admission.webhook.receiver import TokenFile
+from admission.webhook.responses import json_response
 from admission.webhook.review import ReviewError, allowed, complete, errored, parse_review
 from admission.webhook.target import NOT_ONE_SPELLING, request_path
 from admission.clock import utcnow
 from admission.store import GateStore, Sources
-from admission.store.calendar import DEFAULT_DAYS, MAX_DAYS, to_ics
+
+if TYPE_CHECKING:  # the WSGI types of PEP 3333, as typeshed spells them
+    from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
 
 log = logging.getLogger("admission.decisions")
 # The API server refuses request bodies over 3 MiB, so an object it sends us is at most that,
@@ -37,10 +40,6 @@ MAX_BODY = 2 * 3 * 1024 * 1024 + 256 * 1024
 
 
 MAX_LOGGED_GATES = 32  # gate states in one decision log line; the rest are counted
-
-
-def _json(payload: object, status: int = 200) -> Response:
-    return Response(orjson.dumps(payload), status=status, mimetype="application/json")
 
 
 def _log_decision(endpoint: str, review: AdmissionReview, outcome: Outcome, dry_run: bool) -> None:
@@ -92,7 +91,7 @@ def _verdict(endpoint: str, outcome: Outcome) -> str:
         return "exempt"
     if not response.get("allowed"):
         return "denied"
-    if decision.held and decision.mode == "enforce" and decision.allowed:
+    if decision.held and decision.mode == names.ENFORCE and decision.allowed:
         return "rewritten"  # the mutating webhook put the served content back
     if decision.held and endpoint == VALIDATE.name:
         return "audited"
@@ -184,12 +183,12 @@ class ReviewRoutes:
     on the write path of the cluster, that is worth a dozen lines of plain WSGI.
     """
 
-    def __init__(self, fallback: Callable, reviews: Reviews):
+    def __init__(self, fallback: WSGIApplication, reviews: Reviews):
         self.fallback = fallback
         self.routes = {f"/{route.name}": route for route in (VALIDATE, MUTATE)}
         self.reviews = reviews
 
-    def __call__(self, environ: dict, start_response: Callable):
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         # Not the server's PATH_INFO: gunicorn strips a SCRIPT_NAME header's prefix from it and
         # percent-decodes it, so it could name another route than the client-certificate check read.
         path = request_path(environ.get("RAW_URI", ""))
@@ -213,7 +212,7 @@ class ReviewRoutes:
         return [payload]
 
 
-def _read_body(environ: dict) -> bytes | None:
+def _read_body(environ: WSGIEnvironment) -> bytes | None:
     """The request body, or None when it is over the limit (decided from Content-Length
     before reading, when there is one)."""
     stream = environ["wsgi.input"]
@@ -227,39 +226,16 @@ def _read_body(environ: dict) -> bytes | None:
     return None if len(body) > MAX_BODY else body
 
 
-def create_app(store: GateStore, settings: Settings | None = None, *,
-               clock: Callable[[], datetime] = utcnow, receiver: Blueprint | None = None,
-               events: Recorder | None = None, calendar: bool = True, sources: Sources | None = None,
-               attempts: Recorder | None = None, calendar_feeds: CalendarFeeds | None = None,
-               calendar_wait: float = FIRST_WAIT, calendar_token: TokenFile | None = None) -> Flask:
-    """Build the app around a gate store; ``clock`` is the one place time is read.
-    ``receiver`` adds the open/close hooks (admission.receiver); ``events`` records denials
-    as Kubernetes Events (admission.events); ``sources`` are the Flux objects the hold points
-    look up (what each source serves, HelmReleases; none when not given); ``attempts`` shows
-    denied attempts on their objects (admission.kube.attempts); ``calendar_feeds`` serves
-    /calendar.ics (one of this worker's own when not given, where a query with no feed yet waits
-    up to ``calendar_wait`` seconds for its first build; either way the default feed is built
-    as soon as the store is ready), to callers with ``calendar_token`` only when given (a
-    receiver.TokenFile: bearer, or basic's password)."""
-    settings = settings or Settings()
-    app = Flask("admission")
-    if receiver is not None:
-        app.register_blueprint(receiver)
-    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
-    app.extensions["gate_store"] = store
-    app.extensions["gate_settings"] = settings
-
-    app.extensions["gate_sources"] = sources
+def _probes(store: GateStore, sources: Sources | None, clock: Callable[[], datetime]) -> Blueprint:
+    """``/healthz``, ``/readyz`` and ``/metrics``."""
+    probes = Blueprint("probes", __name__)
     trusted_once: list[bool] = []  # set once the Flux object cache has been trusted
-    # Flask's documented way to put WSGI middleware in front of the app.
-    app.wsgi_app = ReviewRoutes(  # type: ignore[method-assign]
-        app.wsgi_app, Reviews(store, settings, clock, events, sources, attempts))
 
-    @app.get("/healthz")
+    @probes.get("/healthz")
     def healthz() -> Response:
-        return _json({"status": "ok"})
+        return json_response({"status": "ok"})
 
-    @app.get("/readyz")
+    @probes.get("/readyz")
     def readyz() -> Response:
         ready, detail = store.readiness()
         if sources is not None:
@@ -274,70 +250,53 @@ def create_app(store: GateStore, settings: Settings | None = None, *,
             if untrusted is not None and not trusted_once:
                 ready = False
                 detail.setdefault("reason", untrusted)
-        return _json({"ready": ready, **detail}, 200 if ready else 503)
+        return json_response({"ready": ready, **detail}, 200 if ready else 503)
 
-    @app.get("/metrics")
+    @probes.get("/metrics")
     def prometheus() -> Response:
         payload, content_type = metrics.exposition(store, clock)
         return Response(payload, mimetype=None, content_type=content_type)
 
+    return probes
+
+
+def _http_error(err: HTTPException) -> Response:
+    return json_response({"error": err.description or err.name}, err.code or 400)
+
+
+def _unexpected(err: Exception) -> Response:
+    log.exception("unexpected error", extra={"path": request.path})
+    return json_response({"error": "internal error; see the server log"}, 500)
+
+
+def create_app(store: GateStore, settings: Settings | None = None, *,
+               clock: Callable[[], datetime] = utcnow, receiver: Blueprint | None = None,
+               events: Recorder | None = None, calendar: bool = True, sources: Sources | None = None,
+               attempts: Recorder | None = None, calendar_feeds: CalendarFeeds | None = None,
+               calendar_wait: float = FIRST_WAIT, calendar_token: TokenFile | None = None) -> Flask:
+    """Wire the app around a gate store; ``clock`` is the one place time is read.
+
+    ``receiver``: the open/close hooks (admission.webhook.receiver); ``events`` and ``attempts``
+    show denials as Events and on their objects (admission.kube.events, admission.kube.attempts);
+    ``sources``: the Flux objects the hold points look up (none when not given). Unless not
+    ``calendar``, /calendar.ics (admission.webhook.calendar_route) serves ``calendar_feeds``, or
+    this worker's own (a query with no feed yet waits up to ``calendar_wait`` seconds for its
+    first build), to callers with ``calendar_token`` only when given.
+    """
+    settings = settings or Settings()
+    app = Flask("admission")
+    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
+    app.extensions.update(gate_store=store, gate_settings=settings, gate_sources=sources)
+    # Flask's documented way to put WSGI middleware in front of the app.
+    app.wsgi_app = ReviewRoutes(  # type: ignore[method-assign]
+        app.wsgi_app, Reviews(store, settings, clock, events, sources, attempts))
+    app.register_blueprint(_probes(store, sources, clock))
+    if receiver is not None:
+        app.register_blueprint(receiver)
     if calendar:
-        # Built by a child process, never in this worker, whose loop answers the API server.
-        feeds = app.extensions["calendar_feeds"] = calendar_feeds or CalendarFeeds(
-            lambda: store.index, clock, first_wait=calendar_wait,
-            record=lambda result: metrics.CALENDAR_BUILDS.labels(result).inc())
-        feeds.prebuild(DEFAULT_QUERY, lambda: store.readiness()[0])  # a fresh server's first fetch gets it
-
-        @app.get("/calendar.ics")
-        def calendar_feed() -> Response:
-            """Every gate's closed intervals (``?namespace=``, ``?gate=``, ``?days=``), read-only, for
-            calendar apps and for spoke clusters' GateKeepers."""
-            if calendar_token is not None and not calendar_token.matches(request.headers.get("Authorization"), basic=True):
-                response = _json({"error": "a valid token is required (Authorization: Bearer, or basic auth)"}, 401)
-                response.headers["WWW-Authenticate"] = 'Bearer realm="gate calendar", Basic realm="gate calendar"'
-                return response
-            ready, detail = store.readiness()
-            if not ready:
-                return _json({"error": "gate cache not ready; the calendar would be wrong", **detail}, 503)
-            try:
-                days = int(request.args.get("days", str(DEFAULT_DAYS)))
-            except ValueError:
-                days = 0
-            if not 1 <= days <= MAX_DAYS:
-                return _json({"error": f"days must be a whole number from 1 to {MAX_DAYS}"}, 400)
-            namespace = request.args.get("namespace") or ""
-            if namespace and not is_namespace(namespace):
-                return _json({"error": "namespace must be a namespace's name (a DNS-1123 label)"}, 400)
-            gate = request.args.get("gate") or ""
-            if gate and not is_name(gate):
-                return _json({"error": "gate must be a gate's name (a DNS-1123 subdomain)"}, 400)
-            if gate and not any(name == gate and (not namespace or ns == namespace)
-                                for ns, name in map(object_key, store.index.gates())):
-                # Never an empty calendar: a spoke following a gate that is gone must not read "open".
-                return _json({"error": f"no gate {gate!r}" + (f" in namespace {namespace!r}" if namespace else "")}, 404)
-            if namespace and not gate and not any(object_key(g)[0] == namespace for g in store.index.gates()):
-                # No gates there: nothing to build, and no cache entry for whatever a client asks.
-                return Response(to_ics([], clock()), content_type="text/calendar; charset=utf-8",
-                                headers={"Cache-Control": "max-age=60"})
-            try:
-                body = feeds.feed(namespace, days, gate)
-            except FeedUnavailable as why:
-                response = _json({"error": str(why)}, 503)
-                response.headers["Retry-After"] = RETRY_AFTER
-                return response
-            etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
-            headers = {"Cache-Control": "no-cache", "ETag": etag}  # revalidated each time: a toggle shows at once
-            if etag in [tag.strip() for tag in (request.headers.get("If-None-Match") or "").split(",")]:
-                return Response(status=304, headers=headers)
-            return Response(body, content_type="text/calendar; charset=utf-8", headers=headers)
-
-    @app.errorhandler(HTTPException)
-    def http_error(err: HTTPException) -> Response:
-        return _json({"error": err.description or err.name}, err.code or 400)
-
-    @app.errorhandler(Exception)
-    def unexpected(err: Exception) -> Response:
-        log.exception("unexpected error", extra={"path": request.path})
-        return _json({"error": "internal error; see the server log"}, 500)
-
+        feeds = calendar_feeds or calendar_route.worker_feeds(store, clock, calendar_wait)
+        app.extensions["calendar_feeds"] = feeds
+        app.register_blueprint(calendar_route.blueprint(store, feeds, clock, calendar_token))
+    app.register_error_handler(HTTPException, _http_error)
+    app.register_error_handler(Exception, _unexpected)
     return app

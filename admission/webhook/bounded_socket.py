@@ -5,6 +5,12 @@ from __future__ import annotations
 import errno
 import ssl
 import time
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
+
+if TYPE_CHECKING:  # typeshed's names for what ssl.SSLSocket reads into and writes
+    from _typeshed import ReadableBuffer, WriteableBuffer
+
+T = TypeVar("T")
 
 IO_SECONDS = 10.0  # a thread writes a whole answer within this (a client that stops reading loses it)
 
@@ -13,7 +19,7 @@ class _TooSlow(ConnectionResetError):
     """A client that did not keep up with its deadline is dropped like one that reset: gunicorn
     logs a traceback for other socket errors, and no client may write those into our log at will."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__(errno.ECONNRESET, "deadline passed")
 
 
@@ -37,25 +43,26 @@ class BoundedSSLSocket(ssl.SSLSocket):
         writes start their clock at the first."""
         self._read_by, self._write_by = read_by, None
 
-    def read(self, len: int = 1024, buffer=None):  # noqa: A002 - ssl.SSLSocket's signature
+    def read(self, len: int = 1024, buffer: WriteableBuffer | None = None) -> Any:  # noqa: A002 - ssl.SSLSocket's
+        # bytes, or the count read into ``buffer``: ssl.SSLSocket.read's own two answers
         if not self._blocking or self._read_by is None:
             return super().read(len, buffer)
         return self._by(self._read_by, super().read, len, buffer)
 
-    def send(self, data, flags: int = 0) -> int:
+    def send(self, data: ReadableBuffer, flags: int = 0) -> int:
         if not self._blocking:
             return super().send(data, flags)
         if self._write_by is None:
             self._write_by = time.monotonic() + IO_SECONDS
         return self._by(self._write_by, super().send, data, flags)
 
-    def sendall(self, data, flags: int = 0) -> None:
+    def sendall(self, data: ReadableBuffer, flags: int = 0) -> None:
         if self.collected is None:
             return super().sendall(data, flags)  # one send() after another: each bounded above
         self.collected += data
         return None
 
-    def _by(self, deadline: float, call, *args):
+    def _by(self, deadline: float, call: Callable[..., T], *args: object) -> T:
         left = deadline - time.monotonic()
         if left <= 0:
             raise _TooSlow()

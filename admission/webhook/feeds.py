@@ -28,6 +28,7 @@ queries can put the real feed back to 503.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import select
@@ -38,12 +39,12 @@ import threading
 import time
 from collections import OrderedDict
 from datetime import datetime
-from typing import IO, Callable
+from typing import IO, Any, Callable
 
 import orjson
 
 from admission.core.timefmt import format_distinct_time, parse_time
-from admission.store.calendar import DEFAULT_DAYS
+from admission.store.calendar import CalendarQuery
 from admission.store.index import GateIndex, Unknowns
 
 FEED_TTL = 60.0  # seconds a built feed is served before it is rebuilt in the background
@@ -55,7 +56,7 @@ RETRY_AFTER = "10"  # seconds a calendar client is asked to wait for a first bui
 FIRST_WAIT = 5.0  # seconds a request waits for a feed it has not got yet, or for its rebuild after a change
 MAX_WAITERS = 1  # requests per worker that wait so (the others get the 503, or the older feed, at once)
 READY_POLL = 0.25  # seconds between looks at the gate cache until the default feed can be built
-DEFAULT_QUERY = ("", DEFAULT_DAYS, "")  # GET /calendar.ics: every namespace, two weeks, every gate
+DEFAULT_QUERY = CalendarQuery()  # GET /calendar.ics: every namespace, two weeks, every gate
 CHILD_NICENESS = 10  # the child yields the CPU to the workers that answer reviews
 
 _LENGTH = struct.Struct(">I")
@@ -63,7 +64,8 @@ _BUILT, _FAILED = b"\x00", b"\x01"
 
 log = logging.getLogger(__name__)
 
-Query = tuple[str, int, str]  # (namespace or "" for every namespace, days, gate name or "" for every gate)
+Query = CalendarQuery
+Feed = tuple[bytes, str]  # an iCalendar body and its ETag, hashed once per build
 
 
 def _pipes(child: subprocess.Popen[bytes]) -> tuple[IO[bytes], IO[bytes]]:
@@ -100,8 +102,8 @@ class CalendarFeeds:
         self._built = threading.Condition(self._lock)  # notified when a build ends, either way
         self._waiters = 0  # requests waiting for a build
         self._prebuild: tuple[Query, Callable[[], bool]] | None = None
-        # query -> (built at, body, the index's version it was built from)
-        self._feeds: OrderedDict[Query, tuple[float, bytes, int]] = OrderedDict()
+        # query -> (built at, (body, ETag), the index's version it was built from)
+        self._feeds: OrderedDict[Query, tuple[float, Feed, int]] = OrderedDict()
         self._waiting: OrderedDict[Query, None] = OrderedDict()
         self._failures: dict[Query, tuple[float, str]] = {}  # query -> (failed at, why)
         self._builder: threading.Thread | None = None
@@ -123,18 +125,22 @@ class CalendarFeeds:
             self._wanted.notify()
 
     def feed(self, namespace: str, days: int, gate: str = "") -> bytes:
-        """The iCalendar body for this query; raise FeedUnavailable while there is none to serve.
-        A query with no feed to serve, or whose feed the gates changed under, waits up to
-        ``first_wait`` seconds for the build it starts."""
-        query = (namespace, days, gate)
+        """The iCalendar body for this query (``tagged``'s, without its ETag)."""
+        return self.tagged(namespace, days, gate)[0]
+
+    def tagged(self, namespace: str, days: int, gate: str = "") -> Feed:
+        """The iCalendar body for this query and its ETag; raise FeedUnavailable while there is
+        none to serve. A query with no feed to serve, or whose feed the gates changed under,
+        waits up to ``first_wait`` seconds for the build it starts."""
+        query = CalendarQuery(namespace, days, gate)
         version = self._index().version
         with self._lock:
-            body, outdated = self._servable(query, version, want=True)
+            served, outdated = self._servable(query, version, want=True)
             # Every request for a pinned feed that has none to serve waits: those are the
             # subscribers, who arrive together after a rollout (a fleet of spokes, calendar apps
             # that ignore Retry-After), and the build they wait for is the one in progress.
-            if (body is None or outdated) and query in self._waiting and 0 < self._first_wait \
-                    and (self._waiters < MAX_WAITERS or body is None and self._pinned(query)):
+            if (served is None or outdated) and query in self._waiting and 0 < self._first_wait \
+                    and (self._waiters < MAX_WAITERS or served is None and self._pinned(query)):
                 self._waiters += 1
                 try:
                     deadline = time.monotonic() + self._first_wait
@@ -142,21 +148,21 @@ class CalendarFeeds:
                         self._built.wait(left)
                 finally:
                     self._waiters -= 1
-                body, _ = self._servable(query, version, want=False)
-            if body is not None:
+                served, _ = self._servable(query, version, want=False)
+            if served is not None:
                 self._feeds.move_to_end(query)  # the least recently served go first
-                return body
+                return served
             _, failure = self._failures.get(query, (None, ""))
         if failure:
             raise FeedUnavailable(f"the calendar could not be built: {failure}")
         raise FeedUnavailable("the calendar is being built; retry shortly")
 
-    def _servable(self, query: Query, version: int, want: bool) -> tuple[bytes | None, bool]:
+    def _servable(self, query: Query, version: int, want: bool) -> tuple[Feed | None, bool]:
         """The feed to serve for ``query`` now (or None), and whether it was built before the
         gates' ``version``; with ``want``, ask for a (re)build when it is due (raises
         FeedUnavailable when that cannot be queued and there is nothing to serve)."""
         now = time.monotonic()
-        built_at, body, built_from = self._feeds.get(query, (None, b"", None))
+        built_at, served, built_from = self._feeds.get(query, (None, (b"", ""), None))
         servable = built_at is not None and now - built_at < STALE_LIMIT
         outdated = built_from != version
         failed_at, _ = self._failures.get(query, (None, ""))
@@ -167,7 +173,7 @@ class CalendarFeeds:
             except FeedUnavailable:
                 if not servable:
                     raise
-        return (body if servable else None), outdated
+        return (served if servable else None), outdated
 
     def _want(self, query: Query) -> None:
         if query in self._waiting:
@@ -213,7 +219,7 @@ class CalendarFeeds:
                 query = self._next_query()
                 if query is None:
                     return
-            built: tuple[bytes, int] | None
+            built: tuple[Feed, int] | None
             try:
                 built, failure = self._build(query), None
             except Exception as err:  # the child failed or timed out: say so, keep serving the rest
@@ -238,14 +244,14 @@ class CalendarFeeds:
                 self._failures.pop(query, None)
                 self._feeds[query] = (time.monotonic(), *built)
                 self._feeds.move_to_end(query)
-                kept = sum(len(feed) for _, feed, _ in self._feeds.values())
+                kept = sum(len(body) for _, (body, _), _ in self._feeds.values())
                 while len(self._feeds) > self._max_feeds or (kept > MAX_FEED_BYTES and len(self._feeds) > 1):
                     victim = next((q for q in self._feeds if not self._pinned(q)), None)  # least recently served
                     if victim is None:
                         break
-                    kept -= len(self._feeds.pop(victim)[1])
+                    kept -= len(self._feeds.pop(victim)[1][0])
 
-    def _build(self, query: Query) -> tuple[bytes, int]:
+    def _build(self, query: Query) -> tuple[Feed, int]:
         """The feed for ``query`` and the version of the index it was built from."""
         namespace, days, gate = query
         index = self._index()
@@ -273,7 +279,8 @@ class CalendarFeeds:
             raise
         if answer[:1] != _BUILT:
             raise RuntimeError(answer[1:].decode(errors="replace"))
-        return answer[1:], version
+        body = answer[1:]
+        return (body, '"' + hashlib.sha256(body).hexdigest()[:32] + '"'), version
 
     def _running_child(self) -> subprocess.Popen[bytes]:
         if self._closed:
@@ -355,7 +362,7 @@ def _read_message(fd: int, deadline: float | None) -> bytes:
 
 # -- the child ----------------------------------------------------------------------------
 
-def build(request: dict) -> bytes:
+def build(request: dict[str, Any]) -> bytes:
     """The iCalendar body for one snapshot of gates: what the child computes."""
     from admission.store import calendar
 

@@ -78,9 +78,8 @@ def _pointer(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
-def _suspended_field(obj: dict, now: datetime) -> dict[str, object]:
-    """``status.suspended`` when it must change: spec.suspend OR an active suspension."""
-    want = suspension_of(obj, now).suspended
+def _suspended_field(obj: dict[str, Any], want: bool) -> dict[str, object]:
+    """``status.suspended`` when it must change to ``want``: spec.suspend OR an active suspension."""
     status = obj.get("status")
     # Absent says "not suspended" as false does (the CRD patch defaults it to false): the API
     # server does not call us for an unsuspended object without it (admission.core.matching).
@@ -99,7 +98,7 @@ def audit_record(request: AdmissionRequest, decision: Decision, now: datetime) -
     }).decode()
 
 
-def _audit_patch(obj: dict, record: str) -> list[dict[str, Any]]:
+def _audit_patch(obj: dict[str, Any], record: str) -> list[dict[str, Any]]:
     metadata = obj.get("metadata")
     if not isinstance(metadata, dict):
         return [{"op": "add", "path": "/metadata", "value": {"annotations": {names.AUDIT_ANNOTATION: record}}}]
@@ -149,7 +148,10 @@ def judge_mutation(request: AdmissionRequest, context: Context) -> Outcome:
     if sub_resource == "status" and request["operation"] == "UPDATE":
         verdict = holdpoints.judge_status_write(request, context) if row.content is not None else None
         changes = verdict.changes if verdict is not None else {}
-        ops = _field_ops({**changes, **_suspended_field(obj, context.now)}, obj.get("status"))
+        # The verdict judged the suspension already; kinds without content are judged here.
+        suspended = verdict.suspended if verdict is not None else None
+        want = suspension_of(obj, context.now).suspended if suspended is None else suspended
+        ops = _field_ops({**changes, **_suspended_field(obj, want)}, obj.get("status"))
         return Outcome(patched(ops), verdict.decision if verdict is not None else ALLOWED, ops)
     if sub_resource or request["operation"] not in ("CREATE", "UPDATE"):
         return Outcome(allowed(), ALLOWED)

@@ -37,9 +37,10 @@ from admission.core import approvals
 from admission.core import names
 from admission.core.references import is_namespace, is_object_name
 from admission.core.toggles import ACTIONS, refuse_controls, toggle_patch
+from admission.webhook.responses import json_response
 
 log = logging.getLogger("admission.receiver")
-MAX_MESSAGE = 1024
+MAX_FIELD = 1024  # characters of each body field: message, for, requestedBy, content
 FIELDS = {"message", "for", "requestedBy", "content"}  # content: approve only
 APPROVE = "approve"  # approve the exact content that waits (docs/decisions/0057)
 IDENTITY = "gate-admission-receiver"  # who a toggle made with the receiver's token is recorded as
@@ -51,7 +52,7 @@ class TokenFile:
 
     def __init__(self, path: str):
         self.path = path
-        self._stamp: tuple | None = None
+        self._stamp: tuple[int, int, int, int] | None = None
         self._why: str | None = None
         with open(path, "rb") as handle:  # a missing file is an error at start, not later
             self._token = handle.read().strip()
@@ -158,7 +159,7 @@ class SharedCallerLimits:
 
     _SLOT = struct.Struct("<Qdd")
 
-    def __init__(self, path: str | os.PathLike, template: RateLimit, slots: int = MAX_CALLERS):
+    def __init__(self, path: str | os.PathLike[str], template: RateLimit, slots: int = MAX_CALLERS):
         self.path, self.template, self.slots = Path(path), template, slots
         self._lock = threading.Lock()  # flock does not exclude threads of one process
         self._pid: int | None = None
@@ -194,11 +195,7 @@ class SharedCallerLimits:
                 self._SLOT.pack_into(table, offset, key, tokens - 1 if allowed else tokens, now)
             finally:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
-        return allowed
-
-
-def _json(payload: Mapping[str, object], status: int, **headers: str) -> Response:
-    return Response(orjson.dumps(payload), status=status, mimetype="application/json", headers=headers)
+        return bool(allowed)
 
 
 def _body() -> tuple[dict[str, str], None] | tuple[None, str]:
@@ -216,8 +213,8 @@ def _body() -> tuple[dict[str, str], None] | tuple[None, str]:
     if unknown:
         return None, f"unknown fields {sorted(unknown)}: use message, for, requestedBy"
     for key in sorted(FIELDS & set(body)):
-        if not isinstance(body[key], str) or len(body[key]) > MAX_MESSAGE:
-            return None, f"{key} must be a string of at most {MAX_MESSAGE} characters"
+        if not isinstance(body[key], str) or len(body[key]) > MAX_FIELD:
+            return None, f"{key} must be a string of at most {MAX_FIELD} characters"
     try:
         refuse_controls(**{key: body[key] for key in sorted(FIELDS & set(body))})
     except ValueError as err:
@@ -227,7 +224,7 @@ def _body() -> tuple[dict[str, str], None] | tuple[None, str]:
 
 def blueprint(tokens: TokenFile, patch_gate: Callable[[str, str, dict[str, Any]], None], clock: Callable[[], datetime],
               limit: RateLimit | None = None, record: Callable[[str], None] = lambda result: None,
-              limits_dir: str | os.PathLike | None = None) -> Blueprint:
+              limits_dir: str | os.PathLike[str] | None = None) -> Blueprint:
     """The receiver's routes; ``patch_gate(namespace, name, patch)`` writes the annotations and
     raises LookupError for a missing gate, PermissionError when we may not write it. With
     ``limits_dir`` (a directory every worker shares) the rate limits hold across processes."""
@@ -245,7 +242,7 @@ def blueprint(tokens: TokenFile, patch_gate: Callable[[str, str, dict[str, Any]]
     def toggle(namespace: str, name: str, action: str) -> Response:
         def answer(result: str, payload: Mapping[str, object], status: int, **headers: str) -> Response:
             record(result)
-            return _json(payload, status, **headers)
+            return json_response(payload, status, **headers)
 
         if action not in ACTIONS and action != APPROVE:
             return answer("not_found", {"error": f"no hook {action!r}: use open, close or approve"}, 404)

@@ -12,9 +12,11 @@ from typing import Any, cast
 
 import orjson
 
-from admission.core.review import OPERATIONS, AdmissionResponse, AdmissionReview
+from admission.core import names
+from admission.core.names import OPERATIONS
+from admission.core.review import AdmissionResponse, AdmissionReview
 
-API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
+API_VERSIONS = names.ADMISSION_API_VERSIONS
 MAX_MESSAGE = 4000  # the API server shows messages whole; keep them bounded
 MAX_UID = 256  # the API server's uids are 36
 # Arrays and objects in one review. Decoding holds the worker's GIL (orjson) for about 0.3 us
@@ -34,7 +36,7 @@ def _require(condition: bool, reason: str) -> None:
         raise ReviewError(reason)
 
 
-def _optional(request: dict, key: str, kind: type | tuple[type, ...], what: str) -> None:
+def _optional(request: dict[str, Any], key: str, kind: type | tuple[type, ...], what: str) -> None:
     value = request.get(key)
     _require(value is None or isinstance(value, kind), f"request.{key} must be {what}")
 
@@ -51,7 +53,7 @@ def parse_review(body: bytes) -> AdmissionReview:
     except orjson.JSONDecodeError as err:
         raise ReviewError(f"body is not valid JSON: {err}") from None
     _require(isinstance(doc, dict), "body must be a JSON object (an AdmissionReview)")
-    _require(doc.get("kind") == "AdmissionReview", "kind must be AdmissionReview")
+    _require(doc.get("kind") == names.ADMISSION_REVIEW_KIND, f"kind must be {names.ADMISSION_REVIEW_KIND}")
     _require(doc.get("apiVersion") in API_VERSIONS, f"apiVersion must be one of {', '.join(API_VERSIONS)}")
     request = doc.get("request")
     _require(isinstance(request, dict), "request must be an object")
@@ -104,7 +106,7 @@ def patched(operations: list[dict[str, Any]], **kwargs: Any) -> AdmissionRespons
     """Let the request through, changed by a JSONPatch."""
     response = allowed(**kwargs)
     if operations:
-        response["patchType"] = "JSONPatch"
+        response["patchType"] = names.JSON_PATCH
         response["patch"] = base64.b64encode(orjson.dumps(operations)).decode("ascii")
     return response
 
@@ -117,4 +119,4 @@ def errored(message: str, *, code: int = 500) -> AdmissionResponse:
 def complete(review: AdmissionReview, response: AdmissionResponse) -> dict[str, Any]:
     """The one place a response gets the request's uid and the review's apiVersion."""
     response["uid"] = review["request"]["uid"]
-    return {"apiVersion": review["apiVersion"], "kind": "AdmissionReview", "response": response}
+    return {"apiVersion": review["apiVersion"], "kind": names.ADMISSION_REVIEW_KIND, "response": response}

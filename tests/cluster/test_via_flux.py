@@ -159,8 +159,8 @@ def test_a_gate_on_the_release_that_installs_the_webhook_stops_flux_from_healing
         asked = "healed-" + str(len(window.outcomes))
         cluster.kubectl("annotate", "helmrelease", "gate-admission", "-n", "flux-system", "--overwrite",
                         f"{RECONCILE_REQUEST_ANNOTATION}={asked}")
-        handled = until(lambda: release(cluster), lambda hr: hr["status"].get("lastHandledReconcileAt") == asked,
-                        timeout=180, interval=1)
+        handled = until(lambda: release(cluster), lambda hr: hr["status"].get("lastHandledReconcileAt") == asked
+                        and ready(hr) == "True", timeout=240, interval=1)  # after it corrects the drift
         assert handled["status"].get("lastHandledReconcileAt") == asked, condition(handled, "Ready")
         assert ready(handled) == "True", condition(handled, "Ready")
         tail = len(window.outcomes) + 3 * RATE

@@ -23,7 +23,7 @@ from tests.processes import BIN
 GATES = [gate("bypass-signoff", default="closed"), gate("change-freeze", default="opened"),
          gate("nightly", "team-a", default="opened")]
 RFC_MESSAGE = "Patching a CVE: Signed off by Bob the builder"  # the gating RFC's `flux gate open` example
-SUBCOMMANDS = ["list", "get", "open", "close", "check", "calendar"]
+SUBCOMMANDS = ["list", "get", "open", "close", "check", "approve", "pending", "calendar"]
 
 
 @pytest.fixture(scope="module")

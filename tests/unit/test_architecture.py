@@ -107,3 +107,14 @@ def test_each_name_in_core_names_is_written_once():
     tree = ast.parse((ROOT / "admission" / "core" / "names.py").read_text())
     assigned = [t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets if isinstance(t, ast.Name)]
     assert sorted(n for n in set(assigned) if assigned.count(n) > 1) == []
+
+
+def test_create_app_only_wires():
+    """create_app builds the app from its parts; routes, parsers and answers live in their own modules."""
+    tree = ast.parse((ROOT / "admission" / "webhook" / "app.py").read_text())
+    create_app = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "create_app")
+    inner = [n.lineno for n in ast.walk(create_app)
+             if isinstance(n, (ast.FunctionDef, ast.Lambda)) and n is not create_app]
+    assert not inner, f"routes and callbacks belong in their own modules, not create_app (lines {inner})"
+    lines = create_app.end_lineno - create_app.lineno + 1
+    assert lines < 50, f"create_app is {lines} lines"

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from admission.core import conditions
 from admission.core import content
 from admission.core import holdpoints
+from admission.core import names
 from admission.core.decision import Context, Settings, standing
 from admission.store import StaticSources
 from admission.webhook import handlers
@@ -429,3 +430,27 @@ def test_an_external_artifacts_new_artifact_is_never_held(stored, following):
     out = mutated(old, new, sources=upstream)
     assert out["status"].get("artifact") == new["status"].get("artifact")
     assert run(handlers.validate, old, out, sources=upstream).response["allowed"] is True
+
+
+def test_a_held_content_write_of_a_suspended_source_is_judged_once(monkeypatch):
+    # suspension_of and new_content each ran twice on such a write: once in the verdict, once
+    # more for status.suspended and for the decision's change.
+    from admission.core import decision
+    calls = {"suspension_of": 0, "new_content": 0}
+
+    def counted(name, real):
+        def wrapper(*args, **kwargs):
+            calls[name] += 1
+            return real(*args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(decision, "suspension_of", counted("suspension_of", decision.suspension_of))
+    monkeypatch.setattr(handlers, "suspension_of", counted("suspension_of", handlers.suspension_of))
+    monkeypatch.setattr(content, "new_content", counted("new_content", content.new_content))
+    suspended = {names.SUSPENDED_ANNOTATION: "maintenance"}
+    old = source({"artifact": art(GIT_A)}, annotations=suspended)
+    new = source({"artifact": art(GIT_B)}, annotations=suspended)
+    outcome = run(handlers.mutate, old, new)
+    assert outcome.decision.held and outcome.decision.held_what == decision.CONTENT
+    assert {"op": "add", "path": "/status/suspended", "value": True} in outcome.patch
+    assert calls == {"suspension_of": 1, "new_content": 1}, calls

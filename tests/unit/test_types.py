@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import tomllib
 import sys
 from pathlib import Path
 
@@ -20,3 +21,16 @@ def test_the_package_type_checks():
     if result.returncode != 0:
         pytest.fail(f"mypy (pyproject.toml [tool.mypy]) finds the package not clean:\n{result.stdout}{result.stderr}",
                     pytrace=False)
+
+
+STRICT = ("core", "store", "observability", "pki", "webhook")  # the decisions and the layers that serve them
+LENIENT = ["admission.webhook.gthread_seam", "admission.webhook.worker"]  # gunicorn's untyped internals
+
+
+def test_strict_mypy_covers_the_core_and_the_serving_layers():
+    overrides = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]["overrides"]
+    strict = [o for o in overrides if o.get("disallow_untyped_defs") is True]
+    assert len(strict) == 1 and all(
+        {f"admission.{p}", f"admission.{p}.*"} <= set(strict[0]["module"]) for p in STRICT), strict
+    loosened = [m for o in overrides if o.get("disallow_untyped_defs") is False for m in o["module"]]
+    assert loosened == LENIENT, "only the gunicorn seam and the worker are checked leniently"

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
+from typing import get_args
 
 from admission.core import names
 
@@ -88,3 +90,34 @@ def test_the_time_is_read_only_through_the_one_clock():
                     and isinstance(node.value, ast.Name) and node.value.id in ("datetime", "date"):
                 found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: {node.value.id}.{node.attr}")
     assert not found, "use admission.clock.utcnow:\n" + "\n".join(found)
+
+
+# The closed sets names.py types (Literal): each value spelt there only, even quoted in a message.
+# (What a hold held, edit or content, is typed too; both are also plain words, a JSON field's name.)
+CLOSED_SETS = {value for closed in (names.Mode, names.Require) for value in get_args(closed)}
+QUOTED = re.compile("|".join(rf"['\"]{re.escape(value)}['\"]" for value in sorted(CLOSED_SETS)))
+
+
+def test_modes_and_other_closed_sets_are_spelled_only_in_names():
+    found = []
+    for path in modules():
+        if path == NAMES:
+            continue
+        tree = ast.parse(path.read_text())
+        skip = docstrings(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
+                if node.value in CLOSED_SETS or QUOTED.search(node.value):
+                    found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: {node.value!r}")
+    assert not found, "use admission.core.names (ENFORCE, AUDIT, MODES, REQUIRE_ALL, ...):\n" + "\n".join(found)
+
+
+# f"{kind}/{namespace}/{name}" by hand (a webhook entry, Kind/configuration/entry, is not an object's)
+OBJECT_LABEL = re.compile(r"""f["'][^"']*\{[^}]*kind[^}]*\}/\{[^}]*namespace""")
+
+
+def test_objects_are_labelled_kind_namespace_name_by_one_builder():
+    found = [f"{path.relative_to(PACKAGE.parent)}:{number}"
+             for path in modules() if path != OBJECTS
+             for number, line in enumerate(path.read_text().splitlines(), 1) if OBJECT_LABEL.search(line)]
+    assert not found, "use admission.core.objects.label:\n" + "\n".join(found)
