@@ -359,7 +359,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         if not rows:
             return ["no Flux objects in the manifest"]
         return _table(shown, ["kind", "namespace", "name", "verdict", "message"]) + [
-            f"  warning: {row['kind']}/{row['namespace']}/{row['name']}: {text}" for row in rows for text in row["warnings"]]
+            f"  warning: {label(row['kind'], row['namespace'], row['name'])}: {text}" for row in rows for text in row["warnings"]]
 
     _emit(args, rows, table)
     return EXIT_DENIED if any(r["verdict"] == DENIED for r in rows) else EXIT_OK

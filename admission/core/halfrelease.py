@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable
 
 from admission.core import content
-from admission.core.objects import metadata
+from admission.core.objects import label, metadata
 from admission.core.references import policy_of
 
 Listing = Callable[[str, str], Iterable[dict[str, Any]]]  # (kind, namespace) -> the objects of that kind there
@@ -60,14 +60,14 @@ def _inputs(kind: str, obj: dict[str, Any], namespace: str, own: list[str], get:
     for what, (input_kind, input_ns, input_name) in inputs:
         theirs = _gates(get(input_kind, input_ns, input_name))
         if theirs != own:
-            found.append(f"its {what} {input_kind}/{input_ns}/{input_name} is gated by {_shown(theirs)}, "
+            found.append(f"its {what} {label(input_kind, input_ns, input_name)} is gated by {_shown(theirs)}, "
                          f"it by {_shown(own)}: an approval here lands only what those gates let "
                          "through, part of a change can land without the rest")
     return found
 
 
 def _values_from(release: dict[str, Any], namespace: str) -> list[str]:
-    names = [f"{ref['kind']}/{namespace}/{ref['name']}" for ref in _spec(release).get("valuesFrom") or []
+    names = [label(ref["kind"], namespace, ref["name"]) for ref in _spec(release).get("valuesFrom") or []
              if isinstance(ref, dict) and ref.get("kind") in VALUES_KINDS and isinstance(ref.get("name"), str)]
     if not names:
         return []
@@ -108,7 +108,7 @@ def _automations(policy: dict[str, Any], namespace: str, get: content.Get, listi
         git = (str(ref.get("kind") or "GitRepository"), str(ref.get("namespace") or namespace), ref["name"])
         theirs = _gates(get(*git))
         if theirs:
-            found.append(f"it feeds ImageUpdateAutomation/{namespace}/{metadata(automation).get('name')}, whose "
-                         f"commits wait at {'/'.join(git)}, gated by {_shown(theirs)}: an image approved here "
+            found.append(f"it feeds {label('ImageUpdateAutomation', namespace, metadata(automation).get('name'))}, "
+                         f"whose commits wait at {label(*git)}, gated by {_shown(theirs)}: an image approved here "
                          "lands once that commit is let through there too")
     return found
