@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from admission.core import names
-from tests.builders import FLUX_API, request
+from tests.builders import FLUX_API, gate, request
 from tests.doubles.mergepatch import merged
 
 OPEN_GATE = "flux-system/open"  # a gate that is open: every write in the table is allowed
@@ -85,6 +85,24 @@ OWNER = {names.HELM_NAME_LABEL: "podinfo", names.HELM_NAMESPACE_LABEL: NS}
 REMOVE_GATES = {"metadata": {"annotations": {names.GATES_ANNOTATION: None}}}
 EDIT = {"spec": {"interval": "11m"}}
 READY = {"status": {"conditions": [condition("Ready")]}}
+
+
+# Gates and their approvals (the approvals entries, docs/decisions/0057): the value is one a
+# client writes, which the mutating entry stamps on a real API server.
+APPROVAL = names.APPROVAL_ANNOTATION_PREFIX + "0123456789abcdef"
+APPROVAL_OTHER = names.APPROVAL_ANNOTATION_PREFIX + "fedcba9876543210"
+
+
+def approval(content: str) -> str:
+    return '{"content":"%s","for":"*","message":"CHG-1"}' % content
+
+
+def a_gate(name: str, annotations: dict | None = None) -> dict:
+    return gate(name, NS, annotations, default="closed")
+
+
+def _annotate(annotations: dict) -> dict:
+    return {"metadata": {"annotations": annotations}}
 
 
 def _artifact_write(revision: str) -> dict:
@@ -170,4 +188,22 @@ CASES: tuple[Case, ...] = (
          obj("HelmChart", "deployed", namespace=CHARTS_NS, labels=OWNER), _artifact_write("6.5.1"), status=True),
     Case("status of a HelmChart without labels", "UPDATE", obj("HelmChart", "apps-unlabelled", namespace=CHARTS_NS),
          _artifact_write("6.5.1"), status=True),
+    # Gates: only a write that adds an approval or changes one is sent (both approvals entries).
+    Case("create a gate", "CREATE", None, a_gate("g-plain")),
+    Case("create a gate with an approval", "CREATE", None,
+         a_gate("g-approved", {APPROVAL: approval("main@sha1:b")}), validate=True, mutate=True),
+    Case("add an approval", "UPDATE", a_gate("g-add"), _annotate({APPROVAL: approval("main@sha1:b")}),
+         validate=True, mutate=True),
+    Case("add a second approval", "UPDATE", a_gate("g-second", {APPROVAL: approval("main@sha1:b")}),
+         _annotate({APPROVAL_OTHER: approval("main@sha1:c")}), validate=True, mutate=True),
+    Case("change an approval", "UPDATE", a_gate("g-change", {APPROVAL: approval("main@sha1:b")}),
+         _annotate({APPROVAL: approval("main@sha1:c")}), validate=True, mutate=True),
+    Case("open a gate that holds an approval", "UPDATE", a_gate("g-open", {APPROVAL: approval("main@sha1:b")}),
+         _annotate({names.OPEN_ANNOTATION: TIME, names.MESSAGE_ANNOTATION: "CAB"})),
+    Case("withdraw an approval", "UPDATE", a_gate("g-withdraw", {APPROVAL: approval("main@sha1:b")}),
+         _annotate({APPROVAL: None})),
+    Case("an annotation that is not an approval", "UPDATE", a_gate("g-other"),
+         _annotate({"approval.example.com/x": "1", "example.com/approval.gating.toolkit.fluxcd.io": "1"})),
+    Case("edit a gate's spec", "UPDATE", a_gate("g-edit"), {"spec": {"default": "opened"}}),
+    Case("delete a gate with an approval", "DELETE", a_gate("g-delete", {APPROVAL: approval("main@sha1:b")})),
 )

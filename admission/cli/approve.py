@@ -17,6 +17,7 @@ from admission.cli.cluster import EXIT_DENIED, EXIT_NOT_FOUND, EXIT_OK, EXIT_USA
 from admission.clock import utcnow
 from admission.core import approvals
 from admission.core import content
+from admission.core import halfrelease
 from admission.core import names
 from admission.core.conditions import holding_condition
 from admission.core.objects import annotations as annotations_of, label, metadata
@@ -55,11 +56,7 @@ def pending_rows(objects: list[dict], gates: dict[str, dict], now: datetime, onl
                  namespace: str | None = None) -> list[dict]:
     """Every held object where new content waits (behind gate ``only``, in ``namespace``), with
     what waits, since when, what it serves, its approvals so far and how to approve it."""
-    by_key = {(o.get("kind"), metadata(o).get("namespace"), metadata(o).get("name")): o for o in objects}
-
-    def get(kind: str, ns: str, name: str) -> dict | None:
-        return by_key.get((kind, ns, name))
-
+    get, listing = lookups(objects)
     rows = []
     for obj in objects:
         waiting = content.waiting(obj)
@@ -81,8 +78,31 @@ def pending_rows(objects: list[dict], gates: dict[str, dict], now: datetime, onl
                      "since": condition.get("lastTransitionTime") if condition else None,
                      "gates": gate_keys, "approvals": found,
                      "approve": [approve_command(key, target, waiting.waits) for key in gate_keys],
-                     "warnings": approvals.half_release(obj, get)})
+                     "warnings": halfrelease.warnings(obj, get, listing)})
     return rows
+
+
+def lookups(objects: list[dict], more: Callable[[str], list[dict]] | None = None) -> tuple[content.Get, halfrelease.Listing]:
+    """Find and list Flux objects among ``objects`` (a manifest's win), then among ``more(kind)``
+    (the cluster's, listed once per kind and only when asked): what half-release warnings read."""
+    listed: dict[str, list[dict]] = {}
+
+    def of(kind: str) -> list[dict]:
+        if kind not in listed:
+            mine = [o for o in objects if o.get("kind") == kind]
+            known = {(metadata(o).get("namespace"), metadata(o).get("name")) for o in mine}
+            listed[kind] = mine + [o for o in (more(kind) if more else [])
+                                   if (metadata(o).get("namespace"), metadata(o).get("name")) not in known]
+        return listed[kind]
+
+    def get(kind: str, namespace: str, name: str) -> dict | None:
+        return next((o for o in of(kind) if (metadata(o).get("namespace"), metadata(o).get("name")) == (namespace, name)),
+                    None)
+
+    def listing(kind: str, namespace: str) -> list[dict]:
+        return [o for o in of(kind) if metadata(o).get("namespace") == namespace]
+
+    return get, listing
 
 
 @api_errors

@@ -33,6 +33,7 @@ from admission.cli.shellcomplete import hoist, print_completions
 from admission.cli.settings import add_policy_flags, env_mode, policy_settings
 from admission.clock import utcnow
 from admission.core import content
+from admission.core import halfrelease
 from admission.core import kinds
 from admission.core import names
 from admission.core.controls import escaped
@@ -335,26 +336,30 @@ def cmd_check(args: argparse.Namespace) -> int:
     if cluster is not None:
         from admission.kube.fluxobjects import FluxObjects
         live = FluxObjects(cluster.custom)
-    rows = []
-    for obj in _manifest(args.filename):
-        group, _, version = str(obj.get("apiVersion", "")).rpartition("/")
-        kind = str(obj.get("kind", ""))
-        if not kinds.is_gated_kind(group, kind):
-            continue
+    rows, manifest = [], [o for o in _manifest(args.filename) if kinds.is_gated_kind(
+        str(o.get("apiVersion", "")).rpartition("/")[0], str(o.get("kind", "")))]
+    for obj in manifest:
         if not isinstance(obj.get("metadata"), dict):
             obj["metadata"] = {}
-        meta = obj["metadata"]
-        meta["namespace"] = str(meta.get("namespace") or default_ns)
+        obj["metadata"]["namespace"] = str(obj["metadata"].get("namespace") or default_ns)
+    get, listing = approve.lookups(manifest, live.list_kind if live else None)  # (its inputs: half-release warnings)
+    for obj in manifest:
+        group, _, version = str(obj.get("apiVersion", "")).rpartition("/")
+        kind, meta = str(obj.get("kind", "")), obj["metadata"]
         name = meta.get("name")
         current = live.get(kind, meta["namespace"], name, version) if live and isinstance(name, str) and name else None
         try:
             rows.append(judge(obj, current, user, Context(index.lookup, now, settings)))
+            rows[-1]["warnings"] = halfrelease.warnings(obj, get, listing) if policy_of(obj).refs else []
         except RecursionError:  # as the webhook answers it: such an object cannot be judged
             raise GateError(f"{kind} {meta['namespace']}/{name}: nests values too deeply to be judged", EXIT_USAGE) from None
 
     def table() -> list[str]:
         shown = [{**row, "verdict": row["verdictText"]} for row in rows]  # the sentence, as before
-        return _table(shown, ["kind", "namespace", "name", "verdict", "message"]) if rows else ["no Flux objects in the manifest"]
+        if not rows:
+            return ["no Flux objects in the manifest"]
+        return _table(shown, ["kind", "namespace", "name", "verdict", "message"]) + [
+            f"  warning: {label(row['kind'], row['namespace'], row['name'])}: {text}" for row in rows for text in row["warnings"]]
 
     _emit(args, rows, table)
     return EXIT_DENIED if any(r["verdict"] == DENIED for r in rows) else EXIT_OK

@@ -15,14 +15,11 @@ import hashlib
 import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Iterable, Mapping
+from typing import Iterable, Mapping
 
-from admission.core import content
 from admission.core import kinds
 from admission.core import names
 from admission.core.controls import has_controls
-from admission.core.objects import metadata
-from admission.core.references import policy_of
 from admission.core.timefmt import format_time, parse_time
 
 CONTENT, FOR, MESSAGE, EXPIRES, BY, AT = "content", "for", "message", "expires", "by", "at"
@@ -32,6 +29,12 @@ MAX_TEXT = 512  # content and message: longer is refused (a revision is < 100 ch
 MAX_REQUIRED = 10  # spec.approvals.required
 ID_LENGTH = 16  # hex digits of an approval's id: its key stays well under 63 characters
 ANY = names.APPROVAL_ANY_TARGET
+# When the controller sees a new approval it asks Flux to reconcile what waits for it, then asks
+# again after each of these while that content still waits: the webhook pods' gate caches may
+# see the approval a moment after the controller did, and a held write they deny is otherwise
+# retried only at the source's next interval. Bounded: an approval Flux cannot use (its content
+# was superseded upstream) costs five requests, not one per pass until it expires.
+REQUEST_AGAIN_AFTER = (timedelta(seconds=3), timedelta(seconds=10), timedelta(seconds=30), timedelta(seconds=90))
 
 
 @dataclass(frozen=True)
@@ -248,27 +251,7 @@ def landed(approval: Approval, behind: Iterable[Behind]) -> bool:
         not any(pins(approval.content, waits) for b in covered for waits in b.waits)
 
 
-def half_release(obj: dict[str, Any], get: content.Get) -> list[str]:
-    """Warnings for a held object whose inputs (its source, what it dependsOn) are gated
-    differently from it: approving its content lands only what those other gates let through,
-    so half of a reviewed change can land (docs/decisions/0057, "Half a release")."""
-    kind, meta = str(obj.get("kind") or ""), metadata(obj)
-    namespace = str(meta.get("namespace") or "default")
-    own = sorted(r.key for r in policy_of(obj).refs)
-    inputs: list[tuple[str, tuple[str, str, str]]] = []
-    source = content.upstream(kind, obj)
-    if source is not None and not (source[0] == "HelmChart" and source[2] == f"{namespace}-{meta.get('name')}"):
-        inputs.append(("source", source))  # (a generated HelmChart inherits the release's gates)
-    spec = obj.get("spec")
-    for dep in (spec.get("dependsOn") if isinstance(spec, dict) else None) or []:
-        if isinstance(dep, dict) and isinstance(dep.get("name"), str):
-            inputs.append(("dependency", (kind, str(dep.get("namespace") or namespace), dep["name"])))
-    warnings = []
-    for what, (input_kind, input_ns, input_name) in inputs:
-        found = get(input_kind, input_ns, input_name)
-        theirs = sorted(r.key for r in policy_of(found).refs) if found is not None else []
-        if theirs != own:
-            warnings.append(f"its {what} {input_kind}/{input_ns}/{input_name} is gated by {', '.join(theirs) or 'no gate'}, "
-                            f"it by {', '.join(own) or 'no gate'}: an approval here lands only what those gates let "
-                            "through, part of a change can land without the rest")
-    return warnings
+def waiting_for(approval: Approval, behind: Iterable[Behind]) -> list[str]:
+    """The objects it covers where its content still waits: those a reconcile request can land it on."""
+    return [b.target for b in behind
+            if approval.covers((b.target,)) and any(pins(approval.content, waits) for waits in b.waits)]

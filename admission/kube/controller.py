@@ -42,6 +42,7 @@ from admission.core.timefmt import format_distinct_time, format_time, parse_dura
 log = logging.getLogger("admission.controller")
 COMPONENT = "gate-admission-controller"  # the source of transition Events
 DEFAULT_INTERVAL = timedelta(minutes=1)
+REQUEST_FLOOR = timedelta(seconds=1)  # the soonest the loop wakes for a due reconcile request
 SUSPENSION_ANNOTATIONS = (names.SUSPENDED_ANNOTATION, names.SUSPEND_DURING_ANNOTATION,
                           names.SUSPENDED_DURING_ANNOTATION)
 SCHEDULE_ANNOTATIONS = (names.SUSPEND_DURING_ANNOTATION, names.SUSPENDED_DURING_ANNOTATION)
@@ -93,6 +94,8 @@ class Controller:
         self._suspendable: set[Key] = set()  # objects that carry (or carried) a suspension annotation
         self.approvals_seen: dict[tuple[str, str], set[str]] = {}  # approval keys seen per gate
         self.gone: set[str] = set()  # approvals removed (used or expired), until the watch shows it
+        # (gate "ns/name", approval key) -> (reconcile requests made for it - 1, when the next is due)
+        self.requests: dict[tuple[str, str], tuple[int, datetime]] = {}
         self._lock = threading.Lock()
         # GateKeeper calendars: fetched on a thread of their own, written into GateKeeper status.
         self.calendars = CalendarSync(self.custom, self.core, lambda: self.store.index.keepers(), clock=clock,
@@ -146,6 +149,11 @@ class Controller:
         for key in set(self.last_open) - seen:  # deleted gates
             self.last_open.pop(key, None)
             self.written.pop(key, None)
+        for request in [r for r in self.requests if tuple(r[0].split("/", 1)) not in seen]:
+            del self.requests[request]
+        due = self.next_request()
+        if due is not None and due < wake_at:  # (not sooner than a second: an untrusted cache waits)
+            wake_at = max(due, now + REQUEST_FLOOR)
         if self.flux.untrusted() is None:
             for namespace, name in sorted(self.pending):
                 self.request_reconciles(namespace, name, now)
@@ -194,9 +202,11 @@ class Controller:
         fresh = [a for k, a in live.items() if k not in seen]
         seen.intersection_update(live)
         seen.update(k for k, a in live.items() if a.live(now))
+        gate_key = f"{key[0]}/{key[1]}"
+        for request in [r for r in self.requests if r[0] == gate_key and r[1] not in live]:
+            del self.requests[request]  # withdrawn, or removed by an earlier pass
         if not live:
             return
-        gate_key = f"{key[0]}/{key[1]}"
         behind = self._behind(gate_key) if self.flux.untrusted() is None else None
         for approval in fresh:
             if approval.live(now):
@@ -204,20 +214,42 @@ class Controller:
                 self._notify(gate, names.APPROVAL_RECORDED_EVENT, approval.describe(), approval, now)
                 log.info("approval recorded", extra={"Gate": {"namespace": key[0], "name": key[1]},
                                                      "approval": approval.describe()})
-        if behind is not None and any(a.live(now) for a in fresh):
-            value = format_distinct_time(now)
-            wanted = [(kind, obj) for kind, obj, b in behind
-                      if any(a.covers((b.target,)) and any(approvals.pins(a.content, w) for w in b.waits)
-                             for a in fresh)]
-            done = [f"{kind}/{'/'.join(_object_key(kind, obj)[1:])}" for kind, obj in wanted
-                    if self._annotate(kind, *_object_key(kind, obj)[1:], value)]
-            if done:
-                log.info("reconcile requested", extra={"reason": "content approved", "objects": done})
+                self.requests[(gate_key, approval.key)] = (-1, now)  # due at once (or once Flux is trusted)
+        if behind is not None:
+            self._request_reconciles_for(gate_key, list(live.values()), behind, now)
         for approval in live.values():
             if not approval.live(now):
                 self._end_approval(key, gate, approval, names.APPROVAL_EXPIRED_EVENT, "approval expired unused", now)
             elif behind is not None and approvals.landed(approval, [b for _, _, b in behind]):
                 self._end_approval(key, gate, approval, names.APPROVAL_USED_EVENT, "approval used", now)
+
+    def _request_reconciles_for(self, gate_key: str, live: list[approvals.Approval],
+                                behind: list[tuple[str, dict, approvals.Behind]], now: datetime) -> None:
+        """Ask Flux to reconcile the objects where a live approval's content waits, when its
+        request is due: at once, then after each of ``approvals.REQUEST_AGAIN_AFTER`` while it
+        still waits (the webhook pods may have denied the write before their caches saw it).
+        Each request's value is new, so Flux reconciles again each time."""
+        wanted: dict[str, tuple[str, dict]] = {}
+        for approval in live:
+            request = (gate_key, approval.key)
+            if request not in self.requests or now < self.requests[request][1]:
+                continue
+            targets = approvals.waiting_for(approval, [b for _, _, b in behind])
+            made = self.requests.pop(request)[0] + 1
+            if not targets or not approval.live(now):
+                continue  # nothing waits for it any more: it landed, or other content came
+            if made < len(approvals.REQUEST_AGAIN_AFTER):
+                self.requests[request] = (made, now + approvals.REQUEST_AGAIN_AFTER[made])
+            wanted.update({b.target: (kind, obj) for kind, obj, b in behind if b.target in targets})
+        value = format_distinct_time(now)
+        done = [target for target, (kind, obj) in sorted(wanted.items())
+                if self._annotate(kind, *_object_key(kind, obj)[1:], value)]
+        if done:
+            log.info("reconcile requested", extra={"reason": "content approved", "objects": done})
+
+    def next_request(self) -> datetime | None:
+        """When a reconcile request for approved content is due next (the loop wakes then)."""
+        return min((at for _, at in self.requests.values()), default=None)
 
     def _end_approval(self, key: tuple[str, str], gate: dict, approval: approvals.Approval, reason: str,
                       what: str, now: datetime) -> None:
@@ -229,6 +261,7 @@ class Controller:
             log.warning("approval not removed", extra={"approval": approval.key, "error": describe_error(err)})
             return
         self.gone.add(approval.key)
+        self.requests.pop((f"{key[0]}/{key[1]}", approval.key), None)
         self.approvals_seen.get(key, set()).discard(approval.key)
         message = f"{what}: {approval.describe()}"
         log.info(message, extra={"Gate": {"namespace": key[0], "name": key[1]}})

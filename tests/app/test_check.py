@@ -295,3 +295,33 @@ def test_a_manifest_holding_a_list_whose_items_are_not_a_list_is_checked_not_a_t
     manifest.write_text("apiVersion: v1\nkind: List\nitems: 5\n---\n" + yaml.safe_dump(flux(gates="flux-system/freeze")))
     code, out = run(capsys, "check", "-f", str(manifest), "--gates-dir", str(gates_dir), "-o", "json")
     assert code == 1 and [r["verdict"] for r in json.loads(out)] == [DENIED]
+
+
+def test_check_warns_when_an_objects_inputs_are_gated_differently(capsys, gates_dir, tmp_path):
+    # Half a release (docs/decisions/0057): its source, a HelmRelease's valuesFrom, the
+    # automation an ImagePolicy feeds; looked up in the manifest (and the cluster, when there is one).
+    write_gates(gates_dir, [gate("freeze", closed=True), gate("release")])
+    git = {"kind": "GitRepository", "name": "podinfo"}
+    manifest = tmp_path / "apps.yaml"
+    manifest.write_text(yaml.safe_dump_all([
+        flux("GitRepository", "podinfo", gates="flux-system/release", spec={"interval": "1m", "url": "https://x"}),
+        flux(name="app", gates="flux-system/freeze", spec={"interval": "10m", "sourceRef": git}),
+        flux(name="same", gates="flux-system/release", spec={"interval": "10m", "sourceRef": git}),
+        flux(name="ungated", spec={"interval": "10m", "sourceRef": git}),
+        flux("HelmRelease", "web", gates="flux-system/release", spec={
+            "interval": "10m", "chart": {"spec": {"chart": "web", "sourceRef": {"kind": "HelmRepository", "name": "c"}}},
+            "valuesFrom": [{"kind": "ConfigMap", "name": "web-values"}]}),
+        flux("ImagePolicy", "web", gates="flux-system/release", spec={"imageRepositoryRef": {"name": "web"}}),
+        flux("ImageUpdateAutomation", "auto", spec={"interval": "1m", "sourceRef": git})]))
+    code, out = run(capsys, "check", "-f", str(manifest), "--gates-dir", str(gates_dir), "-o", "json")
+    warned = {r["name"] if r["kind"] != "ImagePolicy" else "policy": r["warnings"] for r in json.loads(out)}
+    assert code == 1  # app is new and its gate is closed
+    assert warned["same"] == warned["ungated"] == warned["podinfo"] == warned["auto"] == []  # (ungated: nothing to approve)
+    assert [w.split(":")[0] for w in warned["app"]] == [
+        "its source GitRepository/apps/podinfo is gated by flux-system/release, it by flux-system/freeze"]
+    assert warned["web"][0].startswith("its values come from ConfigMap/apps/web-values, which no gate holds")
+    assert warned["policy"][0].startswith("it feeds ImageUpdateAutomation/apps/auto, whose commits wait at "
+                                          "GitRepository/apps/podinfo, gated by flux-system/release")
+    code, table = run(capsys, "check", "-f", str(manifest), "--gates-dir", str(gates_dir))
+    warnings = [line for line in table.splitlines() if line.startswith("  warning: ")]
+    assert [w.split(": ")[1] for w in warnings] == ["Kustomization/apps/app", "HelmRelease/apps/web", "ImagePolicy/apps/web"]

@@ -1,14 +1,21 @@
-"""The open/close receiver in process: authentication, limits, bodies, what it writes."""
+"""The open/close/approve receiver in process: authentication, limits, bodies, what it writes,
+and who the webhook then records as the approver."""
 
 from __future__ import annotations
+
+import base64
 
 import orjson
 import pytest
 
+from admission.core.decision import Context, Settings
+from admission.core.names import APPROVAL_ANNOTATION_PREFIX
+from admission.webhook import handlers
 from admission.webhook.app import create_app
 from admission.core.names import CLOSE_ANNOTATION, MESSAGE_ANNOTATION, OPEN_ANNOTATION, REQUESTED_BY_ANNOTATION
 from admission.webhook.receiver import RateLimit, TokenFile, blueprint
 from admission.store.files import FileStore
+from tests.builders import gate, lookup_from, request
 from tests.conftest import FIXED_NOW
 
 TOKEN = "s3cret-token-value"
@@ -20,8 +27,11 @@ class Gates:
     def __init__(self, existing=("flux-system/bypass-signoff",)):
         self.existing, self.patches = set(existing), []
         self.accept_all = False  # a writer that would send whatever it is given to the API server
+        self.refuse: str | None = None  # the API server's answer when RBAC forbids the write
 
     def patch(self, namespace, name, patch):
+        if self.refuse:
+            raise PermissionError(self.refuse)
         if not self.accept_all and f"{namespace}/{name}" not in self.existing:
             raise LookupError(name)
         self.patches.append((namespace, name, patch))
@@ -199,9 +209,13 @@ def test_an_emptied_token_file_accepts_no_token(receiver):
 
 WORKER = """
 import sys
+from admission.core.decision import Context, Settings
+from admission.core.names import APPROVAL_ANNOTATION_PREFIX
+from admission.webhook import handlers
 from admission.webhook.app import create_app
 from admission.webhook.receiver import RateLimit, TokenFile, blueprint
 from admission.store.files import FileStore
+from tests.builders import gate, lookup_from, request
 from tests.conftest import FIXED_NOW
 token, gates, shared, calls = sys.argv[1:5]
 hooks = blueprint(TokenFile(token), lambda ns, name, patch: None, lambda: FIXED_NOW,
@@ -229,3 +243,93 @@ def test_the_rate_limit_holds_across_worker_processes(tmp_path, gates_dir):
                                 cwd=repo, stdout=subprocess.PIPE, text=True) for _ in range(2)]
     granted = [int(worker.communicate(timeout=120)[0].strip() or 0) for worker in workers]
     assert sum(granted) == 10, granted
+
+
+# -- approve: an approval of exact content (docs/decisions/0057) -----------------------------
+
+RECEIVER_SA = "system:serviceaccount:gate-admission-system:gate-admission-receiver"
+REVISION = "main@sha1:9f2c"
+
+
+def approval_written(gates) -> tuple[str, dict]:
+    [(_, _, patch)] = gates.patches
+    [(key, value)] = patch["metadata"]["annotations"].items()
+    return key, orjson.loads(value)
+
+
+def test_approve_writes_one_approval_of_the_content_for_the_object(receiver):
+    client, gates, results, _ = receiver
+    body = {"content": REVISION, "for": "Kustomization/apps/podinfo", "message": "CHG-1234", "requestedBy": "chatops:bob"}
+    resp = call(client, "approve", body)
+    assert resp.status_code == 200 and results == ["ok"]
+    key, value = approval_written(gates)
+    assert key.startswith(APPROVAL_ANNOTATION_PREFIX)
+    assert resp.get_json() == {"gate": "flux-system/bypass-signoff", "action": "approve", "content": REVISION,
+                               "for": "Kustomization/apps/podinfo", "approval": key}
+    # by is the caller as it said; the webhook keeps it only beside a relay's own name; at and
+    # expires are the webhook's
+    assert value == {"content": REVISION, "for": "Kustomization/apps/podinfo", "message": "CHG-1234", "by": "chatops:bob"}
+
+
+def test_approve_without_for_is_for_every_object_and_without_a_caller_is_the_receiver(receiver):
+    client, gates, _, _ = receiver
+    assert call(client, "approve", {"content": REVISION}).status_code == 200
+    _, value = approval_written(gates)
+    assert value == {"content": REVISION, "for": "*", "message": "", "by": "gate-admission-receiver"}
+
+
+def test_approve_checks_the_token_before_the_body(receiver):
+    client, gates, results, _ = receiver
+    for body in ({"content": REVISION}, {"nonsense": 1}, b"not json"):
+        resp = call(client, "approve", body, token="wrong")
+        assert resp.status_code == 401 and resp.get_json() == {"error": "missing or wrong bearer token"}
+    assert gates.patches == [] and results == ["unauthorized"] * 3
+
+
+@pytest.mark.parametrize("body, why", [
+    ({}, "content must name what waits"),
+    ({"content": "  "}, "content must name what waits"),
+    ({"content": REVISION, "for": "Pod/apps/web"}, "must be Kind/namespace/name of a gated kind"),
+    ({"content": REVISION, "for": "Kustomization/podinfo"}, "must be Kind/namespace/name of a gated kind"),
+    ({"content": REVISION + "\x1b[2K"}, "control characters"),
+    ({"content": REVISION, "ticket": "CHG-1"}, "unknown fields"),
+    ({"content": 5}, "content must be a string"),
+    ({"content": "x" * 600}, "longer than 512"),
+])
+def test_approve_bodies_that_cannot_be_an_approval_get_400(receiver, body, why):
+    client, gates, results, _ = receiver
+    resp = call(client, "approve", body)
+    assert resp.status_code == 400 and why in resp.get_json()["error"] and gates.patches == []
+    assert results == ["bad_request"]
+
+
+def test_approve_of_an_unknown_gate_or_one_it_may_not_write(receiver):
+    client, gates, _, _ = receiver
+    resp = call(client, "approve", {"content": REVISION}, gate="flux-system/nope")
+    assert resp.status_code == 404 and "not found" in resp.get_json()["error"]
+
+    gates.refuse = "gates is forbidden"
+    resp = call(client, "approve", {"content": REVISION})
+    assert resp.status_code == 502 and "not recorded: gates is forbidden" in resp.get_json()["error"]
+    assert gates.patches == []
+
+
+@pytest.mark.parametrize("relays, recorded", [
+    (frozenset({RECEIVER_SA}), f"chatops:bob via {RECEIVER_SA}"),
+    (frozenset(), RECEIVER_SA),  # a server that does not trust the receiver as a relay: its name alone
+])
+def test_the_webhook_records_the_caller_via_the_receiver_only_when_it_is_a_relay(receiver, relays, recorded):
+    client, gates, _, _ = receiver
+    assert call(client, "approve", {"content": REVISION, "message": "CHG-1", "requestedBy": "chatops:bob"}).status_code == 200
+    [(_, _, patch)] = gates.patches
+    written = patch["metadata"]["annotations"]
+    context = Context(lookup_from([]), FIXED_NOW, Settings(approval_relays=relays))
+    as_receiver = {"username": RECEIVER_SA, "groups": ["system:serviceaccounts"]}
+    old, new = gate("bypass-signoff"), gate("bypass-signoff", annotations=written)
+    outcome = handlers.mutate(request("UPDATE", new, old, user=as_receiver), context).response
+    [op] = orjson.loads(base64.b64decode(outcome["patch"]))
+    stamped = orjson.loads(op["value"])
+    assert stamped["by"] == recorded and stamped["at"] == "2026-06-10T12:00:00Z"
+    accepted = handlers.validate(request("UPDATE", gate("bypass-signoff", annotations={next(iter(written)): op["value"]}),
+                                         old, user=as_receiver), context).response
+    assert accepted["allowed"]

@@ -60,7 +60,7 @@ def custom(plane) -> client.CustomObjectsApi:
 
 
 def _plural(manifest: dict) -> str:
-    return kinds.BY_KIND[manifest["kind"]].plural
+    return names.GATE_PLURAL if manifest["kind"] == names.GATE_KIND else kinds.BY_KIND[manifest["kind"]].plural
 
 
 def create(api, manifest: dict) -> dict:
