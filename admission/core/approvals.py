@@ -210,6 +210,20 @@ def parse_all(annotations: Mapping[str, object]) -> tuple[tuple[Approval, ...], 
     return tuple(found), problems
 
 
+def ended(gate: Mapping[str, object]) -> dict[str, dict[str, str]]:
+    """The approvals the controller ended (used or expired), by id, from the Gate's status;
+    an approval listed there admits nothing, though its annotation stays until withdrawn."""
+    status = gate.get("status")
+    entries = status.get(names.ENDED_APPROVALS_FIELD) if isinstance(status, dict) else None
+    return {str(e["id"]): {k: str(v) for k, v in e.items()} for e in entries or []
+            if isinstance(e, dict) and isinstance(e.get("id"), str)}
+
+
+def ended_entry(approval: Approval, reason: str, now: datetime) -> dict[str, str]:
+    """How the Gate's status records that an approval ended, and why."""
+    return {"id": approval.key.removeprefix(names.APPROVAL_ANNOTATION_PREFIX), "reason": reason, AT: format_time(now)}
+
+
 def admitting(approvals: Iterable[Approval], required: int, identities: Iterable[str], targets: Iterable[str],
               now: datetime) -> tuple[Approval, ...]:
     """The live approvals that let a write through: of one content among ``identities`` (what

@@ -195,6 +195,8 @@ def compile_gate(gate: dict[str, Any], keepers: Iterable[dict[str, Any]] = ()) -
         except ValueError as err:
             problems.append(f"ignoring {key}: {err}")
     approved, approval_problems = approvals_.parse_all(annotations)
+    over = approvals_.ended(gate)  # used or expired: the controller said so in the status
+    approved = tuple(a for a in approved if a.key.removeprefix(names.APPROVAL_ANNOTATION_PREFIX) not in over)
     problems += approval_problems
 
     closed_entries: list[tuple[str, GateEntry]] = []

@@ -58,7 +58,10 @@ def _inputs(kind: str, obj: dict[str, Any], namespace: str, own: list[str], get:
             inputs.append(("dependency", (kind, str(dep.get("namespace") or namespace), dep["name"])))
     found = []
     for what, (input_kind, input_ns, input_name) in inputs:
-        theirs = _gates(get(input_kind, input_ns, input_name))
+        found_input = get(input_kind, input_ns, input_name)
+        if found_input is None:  # not in the manifest, nor (offline) anywhere: how it is gated is unknown
+            continue
+        theirs = _gates(found_input)
         if theirs != own:
             found.append(f"its {what} {label(input_kind, input_ns, input_name)} is gated by {_shown(theirs)}, "
                          f"it by {_shown(own)}: an approval here lands only what those gates let "

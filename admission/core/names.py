@@ -21,6 +21,9 @@ REQUESTED_BY_ANNOTATION = f"{GATING_GROUP}/requestedBy"
 # (admission.core.approvals). The webhook stamps who wrote it (docs/decisions/0057).
 APPROVAL_ANNOTATION_PREFIX = f"approval.{GATING_GROUP}/"
 APPROVAL_ANY_TARGET = "*"  # an approval "for" every object behind the gate
+# A Gate's status list of approvals that ended (used or expired): written by the controller, which
+# may write a Gate's status but not the Gate (it must not be able to open one).
+ENDED_APPROVALS_FIELD = "endedApprovals"
 
 # On Flux objects.
 GATES_ANNOTATION = f"{GATING_GROUP}/gates"
@@ -56,7 +59,7 @@ GATE_OPENED_EVENT = "GateOpened"
 GATE_CLOSED_EVENT = "GateClosed"  # also a denied change, on the held object
 REASON_APPROVED = "ContentApproved"  # a closed gate counted open for one write of approved content
 APPROVAL_RECORDED_EVENT = "ApprovalRecorded"
-APPROVAL_USED_EVENT = "ApprovalUsed"  # its content landed: the controller removes it
+APPROVAL_USED_EVENT = "ApprovalUsed"  # its content landed: the controller ends it (ENDED_APPROVALS_FIELD)
 APPROVAL_EXPIRED_EVENT = "ApprovalExpired"
 
 # How a Flux object's gates combine (its require annotation).

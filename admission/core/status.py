@@ -43,7 +43,7 @@ def gate_status(gate: Object, state: GateState, now: datetime, previous: Object 
         "resetToDefaultAt": format_time(state.reset_to_default_at) if state.reset_to_default_at else None,
         "nextTransitionAt": format_time(state.next_transition) if state.next_transition else None,
         "problems": list(state.problems) or None,
-        # Who approved which content (live ones: the controller removes the rest).
+        # Who approved which content (live ones; the ended are in endedApprovals, written by the controller).
         "approvals": [a.row() for a in state.approvals if a.live(now)] or None,
         "conditions": [{
             "type": names.OPENED_CONDITION,

@@ -93,7 +93,8 @@ class Controller:
         self.suspended: dict[Key, bool] = {}  # held by a suspension at the last pass
         self._suspendable: set[Key] = set()  # objects that carry (or carried) a suspension annotation
         self.approvals_seen: dict[tuple[str, str], set[str]] = {}  # approval keys seen per gate
-        self.gone: set[str] = set()  # approvals removed (used or expired), until the watch shows it
+        self.gone: set[str] = set()  # approvals ended (used or expired), until the watch shows it
+        self.ended: dict[tuple[str, str], dict[str, dict[str, str]]] = {}  # what this process wrote, per gate
         # (gate "ns/name", approval key) -> (reconcile requests made for it - 1, when the next is due)
         self.requests: dict[tuple[str, str], tuple[int, datetime]] = {}
         self._lock = threading.Lock()
@@ -194,8 +195,8 @@ class Controller:
         return found
 
     def _approvals(self, key: tuple[str, str], gate: dict, state: GateState, now: datetime) -> None:
-        """Announce new approvals and have what they approve land at once; remove the used and
-        the expired ones, each with an Event."""
+        """Announce new approvals and have what they approve land at once; end the used and the
+        expired ones (in the Gate's status), each with an Event."""
         live = {a.key: a for a in state.approvals if a.key not in self.gone}
         self.gone &= set(a.key for a in state.approvals)  # the watch has not shown the removal yet
         seen = self.approvals_seen.setdefault(key, set())
@@ -253,13 +254,24 @@ class Controller:
 
     def _end_approval(self, key: tuple[str, str], gate: dict, approval: approvals.Approval, reason: str,
                       what: str, now: datetime) -> None:
-        body = {"metadata": {"annotations": {approval.key: None}}}
+        # Ended in the Gate's status, not by removing the annotation: the controller may write a
+        # Gate's status, never the Gate itself (that would let it open gates). The list is the
+        # stored one and those this process ended since (the cache may not show them yet), kept
+        # to approvals still annotated.
+        annotated = {k.removeprefix(names.APPROVAL_ANNOTATION_PREFIX)
+                     for k in approvals.keys(metadata(gate).get("annotations") or {})}
+        ended = {**approvals.ended(gate), **self.ended.get(key, {})}
+        entry = approvals.ended_entry(approval, reason, now)
+        ended[entry["id"]] = entry
+        ended = {i: e for i, e in ended.items() if i in annotated}
+        body = {"status": {names.ENDED_APPROVALS_FIELD: sorted(ended.values(), key=lambda e: e["id"])}}
         try:
-            self.custom.patch_namespaced_custom_object(names.GATING_GROUP, names.GATING_VERSION, key[0],
-                                                       names.GATE_PLURAL, key[1], body)
+            self.custom.patch_namespaced_custom_object_status(names.GATING_GROUP, names.GATING_VERSION, key[0],
+                                                              names.GATE_PLURAL, key[1], body)
         except CALL_ERRORS as err:
-            log.warning("approval not removed", extra={"approval": approval.key, "error": describe_error(err)})
+            log.warning("approval not ended", extra={"approval": approval.key, "error": describe_error(err)})
             return
+        self.ended[key] = ended
         self.gone.add(approval.key)
         self.requests.pop((f"{key[0]}/{key[1]}", approval.key), None)
         self.approvals_seen.get(key, set()).discard(approval.key)

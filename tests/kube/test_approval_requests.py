@@ -104,7 +104,9 @@ def test_once_the_content_lands_the_requests_stop_and_the_approval_is_used():
     ctl.reconcile(NOW + approvals.REQUEST_AGAIN_AFTER[0])
     assert len(requests(kube)) == 1
     assert reasons(kube) == [names.APPROVAL_RECORDED_EVENT, names.APPROVAL_USED_EVENT]
-    assert KEY not in kube.get(names.GATE_PLURAL, "flux-system", "freeze")["metadata"]["annotations"]
+    stored = kube.get(names.GATE_PLURAL, "flux-system", "freeze")
+    assert list(approvals.ended(stored)) == [KEY.removeprefix(names.APPROVAL_ANNOTATION_PREFIX)]  # in its status
+    assert KEY in stored["metadata"]["annotations"]  # the controller does not write the Gate itself
     assert not ctl.requests
     cache.sync()
     ctl.reconcile(NOW + timedelta(minutes=5))

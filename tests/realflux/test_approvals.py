@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 
+from admission.core import approvals, names
 from tests.conftest import REPORT
 from tests.e2e.controlplane import ALICE
 from tests.processes import BIN
@@ -16,7 +17,7 @@ from tests.realflux.conftest import condition
 from tests.realflux.test_helm import helm_release, helm_repository, wait_data
 from tests.realflux.test_kustomization import git_repository, kustomization, manifests
 
-PREFIX = "approval.gating.toolkit.fluxcd.io/"
+PREFIX = names.APPROVAL_ANNOTATION_PREFIX
 GATED = {"gating.toolkit.fluxcd.io/gates": "freeze"}
 # What alice may do in these tests: approve (patch Gates) after reading what waits.
 APPROVER_ROLE = {
@@ -36,8 +37,11 @@ def closed_gate(name: str, namespace: str, **spec) -> dict:
 
 
 def approvals_on(cluster, gate: str = "freeze") -> dict[str, dict]:
-    found = (cluster.get("gate", gate).get("metadata") or {}).get("annotations") or {}
-    return {k: json.loads(v) for k, v in found.items() if k.startswith(PREFIX)}
+    """The gate's approvals that have not ended (the controller lists the ended in its status)."""
+    stored = cluster.get("gate", gate)
+    found = (stored.get("metadata") or {}).get("annotations") or {}
+    over = approvals.ended(stored)
+    return {k: json.loads(v) for k, v in found.items() if k.startswith(PREFIX) and k.removeprefix(PREFIX) not in over}
 
 
 def gate_as(cluster, user, *args: str) -> subprocess.CompletedProcess:

@@ -8,12 +8,12 @@ from __future__ import annotations
 import json
 import time
 
+from admission.core import approvals
 from tests.conftest import REPORT
 from tests.realflux.conftest import condition
 from tests.realflux.test_kustomization import gate, git_repository
 
 IMAGE_API = "image.toolkit.fluxcd.io/v1"
-APPROVAL_PREFIX = "approval.gating.toolkit.fluxcd.io/"
 
 
 def latest_tag(policy: dict) -> str | None:
@@ -118,9 +118,8 @@ def test_an_approved_tag_is_committed_by_the_automation_and_a_newer_one_waits(cl
     assert f"{image}:1.1.0" in committed, committed
     REPORT["real Flux: an approved image tag is committed after kubectl gate approve"] = \
         f"{time.monotonic() - approved_at:.1f}s"
-    gone = cluster.wait(lambda: cluster.get("gate", "freeze")["metadata"].get("annotations") or {},
-                        lambda a: not any(k.startswith(APPROVAL_PREFIX) for k in a))
-    assert not any(k.startswith(APPROVAL_PREFIX) for k in gone), gone  # used: the policy serves it
+    ended = cluster.wait(lambda: approvals.ended(cluster.get("gate", "freeze")), bool)
+    assert [e["reason"] for e in ended.values()] == ["ApprovalUsed"], ended  # used: the policy serves it
 
     registry.push_image(f"{ns}/app", "1.2.0")
     newer = wait_blocked(cluster, "1.2.0")

@@ -91,6 +91,15 @@ def test_approved_content_passes_a_closed_gate_and_other_content_does_not():
     assert not source_write([freeze(annotations={KEY: stamped(target=SOURCE)})]).held
 
 
+def test_an_approval_the_controller_ended_in_the_status_lets_nothing_through():
+    ended = freeze(annotations={KEY: stamped()})
+    ended["status"] = {names.ENDED_APPROVALS_FIELD: [{"id": "a1", "reason": names.APPROVAL_USED_EVENT,
+                                                      "at": "2026-06-10T11:30:00Z"}]}
+    assert source_write([ended]).held  # its content landed once: the same content again waits
+    ended["status"][names.ENDED_APPROVALS_FIELD][0]["id"] = "other"
+    assert not source_write([ended]).held
+
+
 def test_an_expired_approval_lets_nothing_through():
     assert source_write([freeze(annotations={KEY: stamped(expires="2026-06-10T11:59:59Z")})]).held
 
