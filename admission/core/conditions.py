@@ -8,15 +8,10 @@ from typing import Any
 from admission.core import kinds
 from admission.core import names
 from admission.core.objects import Object
+from admission.core.objects import status_of as status_of  # read from here too
 from admission.core.timefmt import format_time
 
 Condition = dict[str, Any]
-
-
-def status_of(obj: Object | None) -> Object:
-    """``obj.status`` when it is a mapping, else an empty one."""
-    status = obj.get("status") if isinstance(obj, dict) else None
-    return status if isinstance(status, dict) else {}
 
 
 def conditions_of(obj: Object | None) -> list[Condition]:

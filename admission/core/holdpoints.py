@@ -56,12 +56,6 @@ def enforced(stands: Standing) -> Held | None:
     return held_by(list(stands.holds), stands.message)
 
 
-def _content_fields(row: kinds.FluxKind) -> tuple[str, ...]:
-    if row.content == kinds.ARTIFACT:
-        return (names.ARTIFACT_FIELD,)
-    return (names.LATEST_REF_FIELD, names.LATEST_IMAGE_FIELD)
-
-
 def _keep_content(row: kinds.FluxKind, old: Object | None, new: Object, held: Held | None,
                   now: datetime, carried: NewContent | None) -> dict[str, object]:
     status, stored = status_of(new), status_of(old)
@@ -71,7 +65,7 @@ def _keep_content(row: kinds.FluxKind, old: Object | None, new: Object, held: He
     if held is not None:
         if carried is not None:
             waits = carried[0]
-            for field in _content_fields(row):
+            for field in row.content.fields if row.content is not None else ():
                 if not same(stored.get(field, REMOVE), status.get(field, REMOVE)):
                     changes[field] = stored[field] if field in stored else REMOVE
         else:  # a write that carries no new content: what waited still waits

@@ -3,66 +3,49 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 
 from admission.core import names
-
-# What new content looks like in a kind's status, i.e. where a closed gate can hold it
-# (docs/design.md, "Hold points"). None: only edits of the object itself are gated.
-ARTIFACT = "artifact"  # a source serves status.artifact; the mutating webhook keeps the stored one
-LATEST_IMAGE = "latestImage"  # an ImagePolicy's status.latestRef (older versions: latestImage); kept
-ATTEMPTED_REVISION = "attemptedRevision"  # a Kustomization records lastAttemptedRevision before it applies
-ATTEMPTED_RELEASE = "attemptedRelease"  # a HelmRelease records lastAttempted* before the Helm action
-
-# Where each kind's new content lives, for docs, listings and `kubectl gate get`.
-CONTENT_FIELDS: dict[str, str] = {
-    ARTIFACT: "status.artifact (revision, digest)",
-    LATEST_IMAGE: "status.latestRef (older versions: status.latestImage)",
-    ATTEMPTED_REVISION: "status.lastAttemptedRevision vs status.lastAppliedRevision",
-    ATTEMPTED_RELEASE: "status.lastAttempted{Revision,RevisionDigest,ConfigDigest} vs "
-                       "status.history[0].{chartVersion,ociDigest,configDigest}",
-}
+from admission.core.contentkinds import ARTIFACT, ATTEMPTED_RELEASE, ATTEMPTED_REVISION, LATEST_IMAGE
+from admission.core.contentkinds import Artifact, ContentKind
 
 
 @dataclass(frozen=True)
 class FluxKind:
-    """One gated kind: its API coordinates and the status field that carries new content."""
+    """One gated kind: its API coordinates and the kind of new content its status carries."""
 
     kind: str
     group: str
     plural: str
     versions: tuple[str, ...]  # served versions we know, newest first; the first served is used
-    content: str | None = None
+    # Where a closed gate can hold new content (docs/design.md, "Hold points"); None: only edits
+    # of the object itself are gated.
+    content: ContentKind | None = None
 
     @property
     def source(self) -> bool:
-        return self.content == ARTIFACT
+        return isinstance(self.content, Artifact)
 
-    @cached_property  # read on every status write
+    @property
     def keeps_content(self) -> bool:
         """New content is rewritten back while held (sources, ImagePolicy): Blocked shows it."""
-        return self.content in (ARTIFACT, LATEST_IMAGE)
+        return self.content is not None and self.content.keeps
 
-    @cached_property
+    @property
     def records_attempts(self) -> bool:
         """The write recording a new attempt is denied while held: Approved=False shows it."""
-        return self.content in (ATTEMPTED_REVISION, ATTEMPTED_RELEASE)
+        return self.content is not None and self.content.records_attempts
 
-    @cached_property
+    @property
     def shows_denied_attempts(self) -> bool:
         """The webhook writes Approved=False itself after denying an attempt (off the admission
         path): a HelmRelease's attempt can carry content no source serves (a values digest), and
         only the denied write carries it (docs/design.md, "Hold points")."""
-        return self.content == ATTEMPTED_RELEASE
+        return self.content is not None and self.content.shows_denied_attempts
 
-    @cached_property
+    @property
     def hold_condition(self) -> str | None:
         """The condition that says new content waits on a held object of this kind."""
-        if self.keeps_content:
-            return names.BLOCKED_CONDITION
-        if self.records_attempts:
-            return names.APPROVED_CONDITION
-        return None
+        return self.content.hold_condition if self.content is not None else None
 
 
 _SOURCE_VERSIONS = ("v1", "v1beta2")

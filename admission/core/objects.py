@@ -1,4 +1,4 @@
-"""Reading any Kubernetes object's metadata, whatever shape the input has: the one accessor."""
+"""Reading any Kubernetes object's metadata and status, whatever shape the input has: the one accessor."""
 
 # No `from __future__ import annotations` here: it would bind the name `annotations`, which
 # this module defines as a function (3.11 evaluates these annotations as they are).
@@ -29,3 +29,9 @@ def object_key(obj: Object | None) -> Key:
     """(namespace, name); a namespaced object without a namespace is in ``default``."""
     meta = metadata(obj)
     return str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+
+
+def status_of(obj: Object | None) -> Object:
+    """``obj.status`` when it is a mapping, else an empty one."""
+    status = obj.get("status") if isinstance(obj, dict) else None
+    return status if isinstance(status, dict) else {}

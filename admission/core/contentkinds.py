@@ -1,0 +1,302 @@
+"""Each kind of new content a Flux status carries, as one frozen value (FLUX-WRITES.md, docs/design.md "Hold points").
+
+A value knows where its content lives in a status, what an object serves, what a status write
+brings, what an attempt records, what an approval may name, and the source it applies.
+``admission.core.kinds`` gives each gated kind its value; ``admission.core.content`` looks one up
+by kind. Pure: reads plain dicts. Below ``kinds`` (which imports it), so it never looks kinds up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from admission.core import names
+from admission.core.holdmessage import NewContent
+from admission.core.jsonvalues import same
+from admission.core.objects import Object, metadata, status_of
+
+NOTHING = "nothing"  # what a source serves before its first artifact
+MAX_TEXT = 200  # a revision longer than this is cut in messages (a message must stay readable)
+
+Ref = tuple[str, str, str]  # (kind, namespace, name)
+# A HelmRelease's release content: chart version, OCI digest, values digest.
+Release = tuple[str, str, str]
+
+
+def _mapping(value: object) -> Object:
+    return value if isinstance(value, dict) else {}
+
+
+def _text(value: object) -> str:
+    text = value if isinstance(value, str) else "" if value is None else str(value)
+    return text if len(text) <= MAX_TEXT else text[:MAX_TEXT - 1] + "…"
+
+
+def _revision(obj: Object | None, field: str) -> str:
+    value = status_of(obj).get(field)
+    return value if isinstance(value, str) else ""
+
+
+def _ref(ref: object, namespace: str) -> Ref | None:
+    """A ``sourceRef``/``chartRef`` as ``(kind, namespace, name)``, in ``namespace`` unless it says another."""
+    if not isinstance(ref, dict) or not isinstance(ref.get("kind"), str) or not isinstance(ref.get("name"), str):
+        return None
+    return ref["kind"], str(ref.get("namespace") or namespace), ref["name"]
+
+
+def _namespace(obj: Object) -> str:
+    return str(metadata(obj).get("namespace") or "default")
+
+
+def generated_chart_namespace(release: Object) -> str:
+    """Where helm-controller creates a HelmRelease's HelmChart: its sourceRef's namespace."""
+    ref = _mapping(_mapping(_mapping(_mapping(release.get("spec")).get("chart")).get("spec")).get("sourceRef"))
+    return str(ref.get("namespace") or metadata(release).get("namespace") or "default")
+
+
+@dataclass(frozen=True)
+class ContentKind:
+    """Where a kind's new content lives and how a closed gate holds it; the defaults are a kind
+    that applies no source and records no attempt."""
+
+    fields: ClassVar[tuple[str, ...]]  # the status fields that carry it
+    where: ClassVar[str]  # the same, for docs, listings and messages
+    keeps: ClassVar[bool] = False  # written back while held (Blocked says what waits)
+    records_attempts: ClassVar[bool] = False  # the write recording an attempt is denied (Approved=False)
+    shows_denied_attempts: ClassVar[bool] = False  # the webhook writes Approved=False itself after a denial
+    hold_condition: ClassVar[str]  # the condition that says new content waits on a held object
+
+    def serves(self, obj: Object | None) -> str:
+        """What the object serves (sources, ImagePolicy) or last applied (Kustomization, HelmRelease)."""
+        raise NotImplementedError
+
+    def brings(self, old: Object | None, new: Object | None) -> NewContent | None:
+        """``(waits, serves)`` when this status write carries new content, the change a closed gate holds."""
+        raise NotImplementedError
+
+    def recorded(self, obj: Object | None) -> NewContent | None:
+        """``(waits, serves)`` when the object's own status shows an attempt it has not applied."""
+        return None
+
+    def attempt(self, obj: Object | None) -> Object:
+        """Only the attempt an object's status records (``{"status": {field: value}}``)."""
+        return {"status": {}}
+
+    def held_attempt(self, attempted: Object | None, stored: Object | None) -> NewContent | None:
+        """``(waits, serves)`` for the attempt a denied status write recorded, against what ``stored`` applied."""
+        return None
+
+    def approvable(self, new: Object | None, carried: NewContent) -> tuple[str, ...]:
+        """The texts an approval may name to let this write's new content through: what waits,
+        as every message shows it."""
+        return (carried.waits,)
+
+    def upstream(self, obj: Object) -> Ref | None:
+        """The source the object applies (its spec is a mapping): ``(kind, namespace, name)``."""
+        return None
+
+    def upstream_waits(self, obj: Object | None, source_kind: str, source: Object | None) -> NewContent | None:
+        """``(waits, serves)`` when the source the object applies serves content it has not applied yet."""
+        return None
+
+
+@dataclass(frozen=True)
+class _Kept(ContentKind):
+    """Content a held object keeps serving: a write that changes it gets the stored one back."""
+
+    keeps: ClassVar[bool] = True
+    hold_condition: ClassVar[str] = names.BLOCKED_CONDITION
+
+    def _identity(self, obj: Object | None) -> object:
+        """What makes the content new (a JSON value compared with ``same``)."""
+        raise NotImplementedError
+
+    def brings(self, old: Object | None, new: Object | None) -> NewContent | None:
+        if same(self._identity(old), self._identity(new)):
+            return None
+        return NewContent(self.serves(new), self.serves(old))
+
+
+@dataclass(frozen=True)
+class Artifact(_Kept):
+    """A source's ``status.artifact``."""
+
+    fields: ClassVar[tuple[str, ...]] = (names.ARTIFACT_FIELD,)
+    where: ClassVar[str] = "status.artifact (revision, digest)"
+
+    @staticmethod
+    def of(obj: Object | None) -> Object | None:
+        found = status_of(obj).get(names.ARTIFACT_FIELD)
+        return found if isinstance(found, dict) else None
+
+    def _identity(self, obj: Object | None) -> object:
+        # Its revision and digest make an artifact new (url, size and times follow them).
+        found = self.of(obj)
+        return (found.get("revision"), found.get("digest")) if found else (None, None)
+
+    def serves(self, obj: Object | None) -> str:
+        found = self.of(obj)
+        if not found:
+            return NOTHING
+        return _text(found.get("revision") or found.get("digest")) or NOTHING
+
+
+@dataclass(frozen=True)
+class LatestImage(_Kept):
+    """An ImagePolicy's chosen image: ``status.latestRef`` (v1), ``status.latestImage`` (older)."""
+
+    fields: ClassVar[tuple[str, ...]] = (names.LATEST_REF_FIELD, names.LATEST_IMAGE_FIELD)
+    where: ClassVar[str] = "status.latestRef (older versions: status.latestImage)"
+
+    def _identity(self, obj: Object | None) -> object:
+        status = status_of(obj)
+        return {f: status.get(f) for f in self.fields if f in status}
+
+    def serves(self, obj: Object | None) -> str:
+        status = status_of(obj)
+        ref = status.get(names.LATEST_REF_FIELD)
+        if isinstance(ref, dict) and (ref.get("name") or ref.get("tag")):
+            text = f"{ref.get('name') or ''}:{ref.get('tag') or ''}"
+            return _text(text + (f"@{ref['digest']}" if ref.get("digest") else ""))
+        latest = status.get(names.LATEST_IMAGE_FIELD)
+        return _text(latest) if latest else NOTHING
+
+
+@dataclass(frozen=True)
+class _Attempted(ContentKind):
+    """Content an object records as attempted before it applies it: that write is denied while held."""
+
+    records_attempts: ClassVar[bool] = True
+    hold_condition: ClassVar[str] = names.APPROVED_CONDITION
+
+    def _attempted(self, obj: Object | None) -> object:
+        """The attempt the status records, as compared across writes."""
+        raise NotImplementedError
+
+    def brings(self, old: Object | None, new: Object | None) -> NewContent | None:
+        if self._attempted(new) == self._attempted(old):
+            return None
+        return self.recorded(new)
+
+    def attempt(self, obj: Object | None) -> Object:
+        recorded = status_of(obj)
+        return {"status": {f: recorded.get(f) for f in self.fields}}
+
+    def held_attempt(self, attempted: Object | None, stored: Object | None) -> NewContent | None:
+        return self.recorded({"status": {**status_of(stored), **status_of(self.attempt(attempted))}})
+
+    def upstream(self, obj: Object) -> Ref | None:
+        return _ref(_mapping(obj.get("spec")).get("sourceRef"), _namespace(obj))
+
+
+@dataclass(frozen=True)
+class AttemptedRevision(_Attempted):
+    """A Kustomization's ``lastAttemptedRevision``, recorded before it applies, against ``lastAppliedRevision``."""
+
+    fields: ClassVar[tuple[str, ...]] = (names.LAST_ATTEMPTED_REVISION_FIELD,)
+    where: ClassVar[str] = "status.lastAttemptedRevision vs status.lastAppliedRevision"
+
+    def _attempted(self, obj: Object | None) -> object:
+        return _revision(obj, names.LAST_ATTEMPTED_REVISION_FIELD)
+
+    def serves(self, obj: Object | None) -> str:
+        return _text(_revision(obj, names.LAST_APPLIED_REVISION_FIELD)) or NOTHING
+
+    def recorded(self, obj: Object | None) -> NewContent | None:
+        attempted = _revision(obj, names.LAST_ATTEMPTED_REVISION_FIELD)
+        if attempted and attempted != _revision(obj, names.LAST_APPLIED_REVISION_FIELD):
+            return NewContent(_text(attempted), self.serves(obj))
+        return None
+
+    def upstream_waits(self, obj: Object | None, source_kind: str, source: Object | None) -> NewContent | None:
+        revision = _mapping(Artifact.of(source)).get("revision")
+        applied = _revision(obj, names.LAST_APPLIED_REVISION_FIELD)
+        if isinstance(revision, str) and revision and revision != applied:
+            return NewContent(_text(revision), self.serves(obj))
+        return None
+
+
+@dataclass(frozen=True)
+class AttemptedRelease(_Attempted):
+    """A HelmRelease's ``lastAttempted*`` (chart version, OCI digest, values digest), recorded
+    before the Helm action, against ``history[0]``. Only the denied write can carry a values
+    digest no source serves, so the webhook shows a denied attempt itself."""
+
+    fields: ClassVar[tuple[str, ...]] = (names.LAST_ATTEMPTED_REVISION_FIELD,
+                                         names.LAST_ATTEMPTED_REVISION_DIGEST_FIELD,
+                                         names.LAST_ATTEMPTED_CONFIG_DIGEST_FIELD)
+    where: ClassVar[str] = ("status.lastAttempted{Revision,RevisionDigest,ConfigDigest} vs "
+                            "status.history[0].{chartVersion,ociDigest,configDigest}")
+    shows_denied_attempts: ClassVar[bool] = True
+
+    def _attempted(self, obj: Object | None) -> Release:
+        status = status_of(obj)
+        version, oci_digest, config_digest = (str(status.get(f) or "") for f in self.fields)
+        return version, oci_digest, config_digest
+
+    @staticmethod
+    def applied(obj: Object | None) -> Release | None:
+        """``status.history[0]``: what the HelmRelease applied last (None before its first release)."""
+        history = status_of(obj).get(names.HISTORY_FIELD)
+        last = history[0] if isinstance(history, list) and history and isinstance(history[0], dict) else None
+        if last is None:
+            return None
+        return (str(last.get("chartVersion") or ""), str(last.get("ociDigest") or ""),
+                str(last.get("configDigest") or ""))
+
+    @staticmethod
+    def text(release: Release | None) -> str:
+        if release is None or not any(release):
+            return NOTHING
+        version, oci_digest, config_digest = release
+        text = version or "chart"
+        if oci_digest:
+            text += f"@{oci_digest}"
+        if config_digest:
+            text += f" (values {config_digest})"
+        return _text(text)
+
+    def serves(self, obj: Object | None) -> str:
+        return self.text(self.applied(obj))
+
+    def recorded(self, obj: Object | None) -> NewContent | None:
+        release, history = self._attempted(obj), self.applied(obj)
+        if any(release) and release != history:
+            return NewContent(self.text(release), self.text(history))
+        return None
+
+    def approvable(self, new: Object | None, carried: NewContent) -> tuple[str, ...]:
+        # Values that stay those it applied: also the chart version alone (and version@digest),
+        # as its chart source shows it waiting.
+        version, oci_digest, config_digest = self._attempted(new)
+        history = self.applied(new)
+        if version and history is not None and config_digest == history[2]:
+            return (carried.waits, version) + ((f"{version}@{oci_digest}",) if oci_digest else ())
+        return (carried.waits,)
+
+    def upstream(self, obj: Object) -> Ref | None:
+        spec = _mapping(obj.get("spec"))
+        if not isinstance(spec.get("chartRef"), dict) and isinstance(spec.get("chart"), dict):
+            return "HelmChart", generated_chart_namespace(obj), f"{_namespace(obj)}-{metadata(obj).get('name') or ''}"
+        return _ref(spec.get("chartRef"), _namespace(obj))
+
+    def upstream_waits(self, obj: Object | None, source_kind: str, source: Object | None) -> NewContent | None:
+        revision = _mapping(Artifact.of(source)).get("revision")
+        if not isinstance(revision, str) or not revision:
+            return None
+        history = self.applied(obj)
+        if source_kind == "HelmChart":  # the artifact's revision is the chart version
+            if history is None or revision != history[0]:
+                return NewContent(_text(revision), self.text(history))
+        elif source_kind == "OCIRepository":  # "<tag>@sha256:<digest>": history keeps the digest
+            digest = revision.rpartition("@")[2]
+            if history is None or (digest and digest != history[1]):
+                return NewContent(_text(revision), self.text(history))
+        return None
+
+
+ARTIFACT = Artifact()
+LATEST_IMAGE = LatestImage()
+ATTEMPTED_REVISION = AttemptedRevision()
+ATTEMPTED_RELEASE = AttemptedRelease()
