@@ -4,7 +4,9 @@ Usage: python bench/walk.py [--show]
 Traces (sys.settrace) the validate and mutate handlers over two representative requests, a
 status write of a held GitRepository carrying a new artifact and a spec edit of a held
 Kustomization, and prints per walk: stays (runs in one module), returns to a module already left,
-and climbs from admission.core back up to admission.webhook. ``--show`` prints each walk.
+and climbs from admission.core back up to admission.webhook; then the same with accessors folded
+(a visit to a module that calls no other of ours is no stay). ``--show`` prints each folded walk;
+``--calls NAME,...`` counts the calls of our functions of those names (say, ``suspension_of``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any, Callable
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
+from admission.core import names  # noqa: E402
 from admission.core.decision import Context, Settings  # noqa: E402
 from admission.webhook import handlers  # noqa: E402
 from tests.builders import ALICE, FLUX_USER, flux, gate, lookup_from, request  # noqa: E402
@@ -24,7 +27,7 @@ from tests.conftest import FIXED_NOW  # noqa: E402
 
 HELD = "flux-system/change-freeze"
 LOOKUP = lookup_from([gate("change-freeze", default="closed")])
-ENFORCE, AUDIT = Context(LOOKUP, FIXED_NOW, Settings()), Context(LOOKUP, FIXED_NOW, Settings(mode="audit"))
+ENFORCE, AUDIT = Context(LOOKUP, FIXED_NOW, Settings()), Context(LOOKUP, FIXED_NOW, Settings(mode=names.AUDIT))
 
 
 def _artifact(revision: str) -> dict:
@@ -57,19 +60,40 @@ def _ours(frame: FrameType | None) -> str | None:
     return None
 
 
-def walk(handler: Callable[..., Any], req: dict, context: Context) -> list[str]:
-    """The modules the handler's call passes through, one entry per stay."""
-    stays: list[str] = []
+class Visit:
+    """One call into one of our modules from another, and the visits it makes in turn."""
 
-    def note(module: str | None) -> None:
-        if module is not None and (not stays or stays[-1] != module):
-            stays.append(module)
+    def __init__(self, module: str):
+        self.module, self.visits = module, []  # type: str, list[Visit]
+
+    def stays(self, fold: bool) -> list[str]:
+        """This visit's walk: its module, each visit's walk, and its module again after each.
+        ``fold``: a visit that goes nowhere else (an accessor, a Lazy) is not a stay of its own."""
+        walked = [self.module]
+        for visit in self.visits:
+            if fold and not visit.visits:
+                continue
+            walked += visit.stays(fold) + [self.module]
+        return walked
+
+
+def walk(handler: Callable[..., Any], req: dict, context: Context, calls: dict[str, int]) -> Visit:
+    """The visits the handler's call makes through our modules; ``calls`` counts the named functions' calls."""
+    root = Visit(handler.__module__)
+    stack: list[tuple[FrameType, Visit]] = []  # frames that entered a module, innermost last
 
     def trace(frame: FrameType, event: str, arg: object) -> Any:
+        module = frame.f_globals.get("__name__", "")
         if event == "call":
-            note(_ours(frame))
-        elif event == "return":
-            note(_ours(frame.f_back))
+            if frame.f_code.co_name in calls and module.startswith("admission."):
+                calls[frame.f_code.co_name] += 1
+            here = stack[-1][1] if stack else root
+            if module.startswith("admission.") and module != here.module:
+                visit = Visit(module)
+                here.visits.append(visit)
+                stack.append((frame, visit))
+        elif event == "return" and stack and stack[-1][0] is frame:
+            stack.pop()
         return trace
 
     sys.settrace(trace)
@@ -77,7 +101,12 @@ def walk(handler: Callable[..., Any], req: dict, context: Context) -> list[str]:
         handler(req, context)
     finally:
         sys.settrace(None)
-    return stays
+    return root
+
+
+def _merged(stays: list[str]) -> list[str]:
+    """One stay per run of the same module (a visit's walk ends where the next begins)."""
+    return [m for i, m in enumerate(stays) if i == 0 or stays[i - 1] != m]
 
 
 def summary(stays: list[str]) -> str:
@@ -93,14 +122,18 @@ def summary(stays: list[str]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--show", action="store_true", help="print each walk, one module per stay")
+    parser.add_argument("--calls", default="", help="count the calls of our functions of these names (comma-separated)")
     args = parser.parse_args()
     for label, req, context in requests():
         handlers.validate(req, context), handlers.mutate(req, context)  # warm: lazy imports, caches
         for name, handler in (("validate", handlers.validate), ("mutate", handlers.mutate)):
-            stays = walk(handler, req, context)
-            print(f"{name:8} {label}: {summary(stays)}")
+            calls = dict.fromkeys(filter(None, args.calls.split(",")), 0)
+            root = walk(handler, req, context, calls)
+            stays, folded = _merged(root.stays(fold=False)), _merged(root.stays(fold=True))
+            counted = "".join(f", {n}() {c}x" for n, c in calls.items())
+            print(f"{name:8} {label}: {summary(stays)}; accessors folded: {summary(folded)}{counted}")
             if args.show:
-                print("    " + " > ".join(s.removeprefix("admission.") for s in stays))
+                print("    " + " > ".join(s.removeprefix("admission.") for s in folded))
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Callable
 
 from admission.core import content
+from admission.core.holdmessage import NewContent
 from admission.core.jsonvalues import same
 from admission.core.objects import Object, metadata
 from admission.core.references import Policy, loosens, policy_of
@@ -92,9 +93,11 @@ def owners_change(old: Object | None, new: Object | None) -> bool:
 
 
 def gated_change(kind: str, operation: str, sub_resource: str, old: Object | None, new: Object | None,
-                 policies: Callable[[], tuple[Policy, Policy]] | None = None, *, by_kubernetes: bool = False) -> str | None:
+                 policies: Callable[[], tuple[Policy, Policy]] | None = None, *, by_kubernetes: bool = False,
+                 brought: Callable[[], NewContent | None] | None = None) -> str | None:
     """Describe the change a held object may not make, or None when it is never gated.
-    ``policies()`` gives those of ``old`` and ``new`` when the caller keeps them;
+    ``policies()`` gives those of ``old`` and ``new`` when the caller keeps them, ``brought()``
+    the new content a status write brings when the caller has read it;
     ``by_kubernetes``: the request is Kubernetes' own controllers' (the garbage collector
     removes the owner references of owners that are gone: never held)."""
     if operation == "DELETE" and not sub_resource:
@@ -104,7 +107,7 @@ def gated_change(kind: str, operation: str, sub_resource: str, old: Object | Non
     if operation != "UPDATE":
         return None
     if sub_resource == "status":
-        carried = content.new_content(kind, old, new)
+        carried = brought() if brought else content.new_content(kind, old, new)
         return None if carried is None else carried.as_change()
     if sub_resource:
         return None

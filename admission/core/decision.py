@@ -14,6 +14,7 @@ from admission.core import names
 from admission.core.changes import OWNERS_CHANGE, SPEC_CHANGE, changed_paths, describe_paths, desired_spec, gated_change
 from admission.core.gates import GateState
 from admission.core.holdmessage import NewContent, gate_clause
+from admission.core.lazy import Lazy
 from admission.core.objects import Object, label, metadata
 from admission.core.references import Policy, may_be_held, policy_of, suspension_of
 from admission.core.review import AdmissionRequest, subject
@@ -118,6 +119,17 @@ def releases(leaving: Hold, entering: Hold) -> str | None:
     return "the new gate policy would release it" + (": " + ", ".join(opened) if opened else "")
 
 
+def policy_release(old: Object | None, new: Object | None, before: Policy, after: Policy, lookup: Lookup,
+                   now: datetime) -> tuple[str, Hold] | None:
+    """Why an UPDATE that changes only the gate policy (``before`` to ``after``) would release
+    the object its gates hold, and the hold it leaves; None when it would not."""
+    if (before.refs, before.require) == (after.refs, after.require):
+        return None
+    leaving, entering = own_hold(old, lookup, now, before), own_hold(new, lookup, now, after)
+    change = releases(leaving, entering)
+    return (change, leaving) if change is not None else None
+
+
 def _gate_clause(state: GateState) -> str:
     detail = state.message
     if state.next_transition is not None:
@@ -208,8 +220,10 @@ def approved_for(kind: str, carried: NewContent | None, new: Object | None,
     do. Any other write, and every other gate, as before."""
     if carried is None or not isinstance(new, dict):
         return context, []
-    identities = content.approvable(kind, new, carried)
-    targets = tuple(target_of(o) for o in (new, *context.parents(new)))
+    # Read only when a closed gate has approvals to match: most status writes meet none.
+    obj, brings = new, carried  # (narrowed, for the lambdas)
+    identities = Lazy(lambda: content.approvable(kind, obj, brings))
+    targets = Lazy(lambda: tuple(target_of(o) for o in (obj, *context.parents(obj))))
     used: list[approvals.Approval] = []
     closed_lookup = context.lookup
 
@@ -217,7 +231,7 @@ def approved_for(kind: str, carried: NewContent | None, new: Object | None,
         state = closed_lookup(namespace, name, now)
         if state.open or not state.approvals:
             return state
-        found = approvals.admitting(state.approvals, state.required_approvals, identities, targets, now)
+        found = approvals.admitting(state.approvals, state.required_approvals, identities.value, targets.value, now)
         if not found:
             return state
         used.extend(a for a in found if a not in used)
@@ -260,8 +274,10 @@ def decide(request: AdmissionRequest, context: Context) -> Decision:
         return _unknown_deletion(request, settings)
     read: list[tuple[Policy, Policy]] = []
     used: list[approvals.Approval] = []
+    carried: NewContent | None = None  # what a status write carries, read once
     if request.get("subResource") == "status":  # new content: approved content passes its gates
-        context, used = approved_for(kind["kind"], content.new_content(kind["kind"], old, new), new, context)
+        carried = content.new_content(kind["kind"], old, new)
+        context, used = approved_for(kind["kind"], carried, new, context)
         lookup = context.lookup
 
     def policies() -> tuple[Policy, Policy]:  # read once, if at all, for the change and the hold
@@ -271,19 +287,16 @@ def decide(request: AdmissionRequest, context: Context) -> Decision:
 
     sub_resource = request.get("subResource") or ""
     change = gated_change(kind["kind"], operation, sub_resource, old, new, policies,
-                          by_kubernetes=username in names.SYSTEM_DELETERS)
+                          by_kubernetes=username in names.SYSTEM_DELETERS, brought=lambda: carried)
     # An UPDATE of the object that changes nothing but its gate policy (or nothing at all).
     policy_only = operation == "UPDATE" and not sub_resource and change not in (SPEC_CHANGE, OWNERS_CHANGE)
     if change is None:
         if not policy_only:  # (status writes: their policies are not read)
             return ALLOWED
-        before, after = policies()  # read already, for the change
-        if (before.refs, before.require) == (after.refs, after.require):
+        released = policy_release(old, new, *policies(), lookup, now)  # policies read already, for the change
+        if released is None:
             return ALLOWED
-        leaving, entering = own_hold(old, lookup, now, before), own_hold(new, lookup, now, after)
-        change = releases(leaving, entering)
-        if change is None:
-            return ALLOWED
+        change, leaving = released
         judgements = [leaving]
     else:
         # An UPDATE must satisfy both the policy it leaves and the one it enters.
@@ -301,7 +314,6 @@ def decide(request: AdmissionRequest, context: Context) -> Decision:
     about = subject(request)
     message = describe(kind["kind"], about.namespace, about.shown_name, holds)
     what: names.HeldWhat = CONTENT if sub_resource else EDIT
-    carried = content.new_content(kind["kind"], old, new) if what == CONTENT else None
     if carried is not None:
         message = carried.after(message)
     elif change == SPEC_CHANGE:  # say what changed: a label-only apply can also drop a null

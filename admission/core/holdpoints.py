@@ -18,11 +18,12 @@ from admission.core import content
 from admission.core import holdmessage
 from admission.core import kinds
 from admission.core import names
-from admission.core.conditions import conditions_of, find, holding_condition, status_of, with_condition, without_condition
+from admission.core.conditions import conditions_of, find, holding_condition, with_condition, without_condition
+from admission.core.contentkinds import ContentKind
 from admission.core.decision import ALLOWED, CONTENT, Context, Decision, Hold, Standing, approved_for, standing
 from admission.core.holdmessage import HoldMessage, NewContent
 from admission.core.jsonvalues import same
-from admission.core.objects import Object
+from admission.core.objects import Object, status_of
 from admission.core.review import AdmissionRequest
 
 REMOVE = object()  # a status field the rewrite removes
@@ -56,7 +57,7 @@ def enforced(stands: Standing) -> Held | None:
     return held_by(list(stands.holds), stands.message)
 
 
-def _keep_content(row: kinds.FluxKind, old: Object | None, new: Object, held: Held | None,
+def _keep_content(row: kinds.FluxKind, kept: ContentKind, old: Object | None, new: Object, held: Held | None,
                   now: datetime, carried: NewContent | None) -> dict[str, object]:
     status, stored = status_of(new), status_of(old)
     conditions = conditions_of(new)
@@ -64,8 +65,8 @@ def _keep_content(row: kinds.FluxKind, old: Object | None, new: Object, held: He
     waits = None
     if held is not None:
         if carried is not None:
-            waits = carried[0]
-            for field in row.content.fields if row.content is not None else ():
+            waits = carried.waits
+            for field in kept.fields:
                 if not same(stored.get(field, REMOVE), status.get(field, REMOVE)):
                     changes[field] = stored[field] if field in stored else REMOVE
         else:  # a write that carries no new content: what waited still waits
@@ -73,7 +74,7 @@ def _keep_content(row: kinds.FluxKind, old: Object | None, new: Object, held: He
             parsed = holdmessage.parse(previous.get("message", "")) if previous else None
             waits = parsed.content.waits if parsed else None
     if held is not None and waits is not None:
-        serves = content.served_revision(row.kind, old if changes else new)
+        serves = kept.serves(old if changes else new)
         message = HoldMessage.of(names.BLOCKED_CONDITION, held.clauses, NewContent(waits, serves)).format()
         conditions = with_condition(conditions, names.BLOCKED_CONDITION, "True", names.GATE_CLOSED_REASON, message, now)
         ready = find({"status": {"conditions": conditions}}, names.READY_CONDITION)
@@ -95,7 +96,8 @@ def _approval_conditions(conditions: list[Object], held: Held, pending: NewConte
                           HoldMessage.of(names.APPROVED_CONDITION, held.clauses, pending).format(), now)
 
 
-def _denied_attempt(kind: str, old: Object | None, new: Object, denied: NewContent | None) -> NewContent | None:
+def _denied_attempt(kind: str, attempted: ContentKind, old: Object | None, new: Object,
+                    denied: NewContent | None) -> NewContent | None:
     """``(waits, serves)`` of an attempt the validating webhook denied: the one just denied
     (``denied``), else the one a stored Approved condition shows (the webhook wrote it after the
     denial: admission.kube.attempts). It goes once what waits is what the object applied, or
@@ -109,17 +111,16 @@ def _denied_attempt(kind: str, old: Object | None, new: Object, denied: NewConte
     parsed = holdmessage.parse(shown.get("message", "")) if shown else None
     if parsed is None:
         return None
-    waits, serves = parsed.content.waits, content.served_revision(kind, new)
+    waits, serves = parsed.content.waits, attempted.serves(new)
     return None if waits == serves else NewContent(waits, serves)
 
 
-def _show_approval(row: kinds.FluxKind, old: Object | None, new: Object, held: Held | None, now: datetime,
-                   upstream: NewContent | None) -> dict[str, object]:
+def _show_approval(row: kinds.FluxKind, attempted: ContentKind, old: Object | None, new: Object, held: Held | None,
+                   now: datetime, carried: NewContent | None, upstream: NewContent | None) -> dict[str, object]:
     conditions = conditions_of(new)
     pending = None
     if held is not None:
-        pending = (content.new_content(row.kind, old, new) or content.recorded_attempt(row.kind, new) or upstream
-                   or _denied_attempt(row.kind, old, new, None))
+        pending = carried or attempted.recorded(new) or upstream or _denied_attempt(row.kind, attempted, old, new, None)
     if held is not None and pending is not None:
         conditions = _approval_conditions(conditions, held, pending, now)
     else:
@@ -134,34 +135,36 @@ def show_denied_attempt(kind: str, stored: Object | None, attempted: Object | No
     conditions ``rewrite_status`` then keeps on later writes while it holds. None (``{}``) when
     the kind does not need it, nothing is held or waits, or the conditions already say so."""
     row = kinds.BY_KIND.get(kind)
-    if row is None or not row.shows_denied_attempts or held is None or not isinstance(stored, dict):
+    if row is None or row.content is None or not row.shows_denied_attempts or held is None \
+            or not isinstance(stored, dict):
         return {}
     # The order of _show_approval, so the mutating webhook keeps what this writes on its way in.
-    pending = (content.recorded_attempt(kind, stored) or upstream
-               or _denied_attempt(kind, stored, stored, content.held_attempt(kind, attempted, stored)))
+    shown = row.content
+    pending = (shown.recorded(stored) or upstream
+               or _denied_attempt(kind, shown, stored, stored, shown.held_attempt(attempted, stored)))
     if pending is None:
         return {}
     conditions = _approval_conditions(conditions_of(stored), held, pending, now)
     return {"conditions": conditions} if not same(conditions, conditions_of(stored)) else {}
 
 
-def rewrite_status(kind: str, old: Object | None, new: Object, held: Held | None, now: datetime,
-                   upstream: NewContent | None = None, carried: NewContent | None = None) -> dict[str, object]:
+def rewrite_status(kind: str, old: Object | None, new: Object, held: Held | None, now: datetime, *,
+                   carried: NewContent | None, upstream: NewContent | None = None) -> dict[str, object]:
     """The status fields a status UPDATE must change (``REMOVE`` to drop one): none when the
-    object is not held and carries none of our conditions. ``upstream`` is ``(waits, serves)``
-    when the source a Kustomization or HelmRelease applies serves content it has not applied;
-    ``carried``, the new content the write brings (``content.new_content``, read once by the caller)."""
+    object is not held and carries none of our conditions. ``carried`` is what the write
+    brings (``content.new_content()``); ``upstream`` is ``(waits, serves)`` when the source a
+    Kustomization or HelmRelease applies serves content it has not applied."""
     row = kinds.BY_KIND.get(kind)
-    if row is None or row.hold_condition is None or not isinstance(new, dict):
+    if row is None or row.content is None or not isinstance(new, dict):
         return {}
     if held is None:  # the common case, kept short: only our condition, if any, goes
         conditions = conditions_of(new)
-        kept = without_condition(conditions, row.hold_condition)
+        kept = without_condition(conditions, row.content.hold_condition)
         return {"conditions": kept} if len(kept) != len(conditions) else {}
-    if row.keeps_content:
-        return _keep_content(row, old, new, held, now, carried)
-    if row.records_attempts:
-        return _show_approval(row, old, new, held, now, upstream)
+    if row.content.keeps:
+        return _keep_content(row, row.content, old, new, held, now, carried)
+    if row.content.records_attempts:
+        return _show_approval(row, row.content, old, new, held, now, carried, upstream)
     return {}
 
 
@@ -181,21 +184,21 @@ def judge_status_write(request: AdmissionRequest, context: Context) -> StatusVer
     kind = request["kind"]["kind"]
     old, new = request.get("oldObject"), request.get("object")
     row = kinds.BY_KIND.get(kind)
-    if row is None or not isinstance(new, dict):
+    if row is None or row.content is None or not isinstance(new, dict):
         return StatusVerdict({}, ALLOWED)
-    carried = content.new_content(kind, old, new)  # read once: for approvals, and for what is kept
+    carried = content.new_content(kind, old, new)  # read once: for approvals, the rewrite and the decision
     context, used = approved_for(kind, carried, new, context)
     stands = standing(new, context)
     held = enforced(stands)
     if held is None:
         decision = ALLOWED if not used else Decision(allowed=True, gated=True, held_what=CONTENT,
                                                      approved=approvals.describe(used))
-        return StatusVerdict(rewrite_status(kind, old, new, None, context.now), decision, stands.suspended)
-    upstream = content.upstream_of(kind, new, context.get) if row.records_attempts and context.get else None
-    kept = carried if row.keeps_content else None  # what a source or an ImagePolicy keeps serving instead
-    changes = rewrite_status(kind, old, new, held, context.now, upstream, kept)
-    if kept is None:  # no content rewritten: nothing to log or count
+        return StatusVerdict(rewrite_status(kind, old, new, None, context.now, carried=carried), decision,
+                             stands.suspended)
+    upstream = content.upstream_of(kind, new, context.get) if row.content.records_attempts and context.get else None
+    changes = rewrite_status(kind, old, new, held, context.now, carried=carried, upstream=upstream)
+    if not row.content.keeps or carried is None:  # no content rewritten: nothing to log or count
         return StatusVerdict(changes, ALLOWED, stands.suspended)
     decision = Decision(allowed=True, gated=True, held=True, mode=names.ENFORCE, hold=stands.holds[-1],
-                        held_what=CONTENT, change=kept.as_change(), message=kept.after(held.message))
+                        held_what=CONTENT, change=carried.as_change(), message=carried.after(held.message))
     return StatusVerdict(changes, decision, stands.suspended)

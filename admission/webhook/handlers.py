@@ -3,20 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, Protocol
-
-import orjson
 
 from admission.core import approvalreview
 from admission.core import holdpoints
-from admission.core import kinds
 from admission.core import matching
+from admission.core import mutation
 from admission.core import names
 from admission.core.decision import ALLOWED, Context, Decision, decide
-from admission.core.references import suspension_of
 from admission.core.review import AdmissionRequest, AdmissionResponse
-from admission.core.timefmt import format_time
 from admission.webhook.review import allowed, denied, patched
 
 
@@ -78,36 +73,21 @@ def _pointer(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
-def _suspended_field(obj: dict[str, Any], want: bool) -> dict[str, object]:
-    """``status.suspended`` when it must change to ``want``: spec.suspend OR an active suspension."""
-    status = obj.get("status")
-    # Absent says "not suspended" as false does (the CRD patch defaults it to false): the API
-    # server does not call us for an unsuspended object without it (admission.core.matching).
-    current = status.get("suspended", False) if isinstance(status, dict) else False
-    return {} if current is want else {"suspended": want}
-
-
-def audit_record(request: AdmissionRequest, decision: Decision, now: datetime) -> str:
-    """The value of the audit annotation: who tried what, when, and why it was held."""
-    return orjson.dumps({
-        "time": format_time(now),
-        "user": request["userInfo"].get("username", ""),
-        "operation": request["operation"],
-        "change": decision.change,
-        "message": decision.message,
-    }).decode()
-
-
-def _audit_patch(obj: dict[str, Any], record: str) -> list[dict[str, Any]]:
+def _annotation_ops(obj: dict[str, Any], annotations: dict[str, str]) -> list[dict[str, Any]]:
+    if not annotations:
+        return []
     metadata = obj.get("metadata")
     if not isinstance(metadata, dict):
-        return [{"op": "add", "path": "/metadata", "value": {"annotations": {names.AUDIT_ANNOTATION: record}}}]
+        return [{"op": "add", "path": "/metadata", "value": {"annotations": annotations}}]
     if not isinstance(metadata.get("annotations"), dict):
-        return [{"op": "add", "path": "/metadata/annotations", "value": {names.AUDIT_ANNOTATION: record}}]
-    return [{"op": "add", "path": f"/metadata/annotations/{_pointer(names.AUDIT_ANNOTATION)}", "value": record}]
+        return [{"op": "add", "path": "/metadata/annotations", "value": annotations}]
+    return [{"op": "add", "path": f"/metadata/annotations/{_pointer(key)}", "value": value}
+            for key, value in annotations.items()]
 
 
 def _field_ops(changes: dict[str, object], status: object) -> list[dict[str, Any]]:
+    if not changes:
+        return []
     if not isinstance(status, dict):
         kept = {f: v for f, v in changes.items() if v is not holdpoints.REMOVE}
         return [{"op": "add", "path": "/status", "value": kept}] if kept else []
@@ -132,8 +112,6 @@ def mutate(request: AdmissionRequest, context: Context) -> Outcome:
 
 def judge_mutation(request: AdmissionRequest, context: Context) -> Outcome:
     """``mutate`` for a request that concerns us (what any request would get)."""
-    kind = request["kind"]
-    obj = request.get("object")
     if _is_gate(request):  # new or changed approvals: the approver the API server authenticated
         decision, stamped = approvalreview.judge(request, context, stamping=True)
         if not decision.allowed:
@@ -141,20 +119,7 @@ def judge_mutation(request: AdmissionRequest, context: Context) -> Outcome:
         ops = [{"op": "add", "path": f"/metadata/annotations/{_pointer(key)}", "value": value}
                for key, value in stamped.items()]
         return Outcome(patched(ops), decision, ops)
-    row = kinds.lookup(kind["group"], kind["kind"])
-    if row is None or not isinstance(obj, dict):
-        return Outcome(allowed(), ALLOWED)
-    sub_resource = request.get("subResource") or ""
-    if sub_resource == "status" and request["operation"] == "UPDATE":
-        verdict = holdpoints.judge_status_write(request, context) if row.content is not None else None
-        changes = verdict.changes if verdict is not None else {}
-        # The verdict judged the suspension already; kinds without content are judged here.
-        suspended = verdict.suspended if verdict is not None else None
-        want = suspension_of(obj, context.now).suspended if suspended is None else suspended
-        ops = _field_ops({**changes, **_suspended_field(obj, want)}, obj.get("status"))
-        return Outcome(patched(ops), verdict.decision if verdict is not None else ALLOWED, ops)
-    if sub_resource or request["operation"] not in ("CREATE", "UPDATE"):
-        return Outcome(allowed(), ALLOWED)
-    decision = decide(request, context)
-    ops = _audit_patch(obj, audit_record(request, decision, context.now)) if decision.held and decision.allowed else []
-    return Outcome(patched(ops), decision, ops)
+    found = mutation.judge(request, context)
+    obj = request.get("object") or {}  # (none on a DELETE: then nothing changes)
+    ops = _annotation_ops(obj, found.annotations) + _field_ops(found.status, obj.get("status"))
+    return Outcome(patched(ops), found.decision, ops)

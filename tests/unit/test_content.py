@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from admission.core import content, holdmessage, names
+from admission.core import content, contentkinds, holdmessage, kinds, names
 from admission.core.holdmessage import HoldMessage, NewContent
 from admission.core.names import APPROVED_CONDITION as APPROVED, BLOCKED_CONDITION as BLOCKED
 from tests.builders import flux
@@ -200,3 +200,18 @@ def test_served_revisions_for_every_kind_with_content():
     assert content.served_revision("ImagePolicy", flux("ImagePolicy", status={"latestImage": "a/b:1"})) == "a/b:1"
     assert len(content.served_revision("GitRepository", flux("GitRepository", status={
         "artifact": art("x" * 5000)}))) == content.MAX_TEXT
+
+
+# ---- each content kind is one value (core.contentkinds) -----------------------------------
+
+def test_each_kind_with_content_holds_one_value_that_the_functions_by_kind_ask():
+    values = {k.kind: k.content for k in kinds.FLUX_KINDS if k.content is not None}
+    assert {type(v) for v in values.values()} == {contentkinds.Artifact, contentkinds.LatestImage,
+                                                  contentkinds.AttemptedRevision, contentkinds.AttemptedRelease}
+    for kind, value in values.items():
+        assert content.of(kind) is value and value.hold_condition in (BLOCKED, APPROVED)
+        assert value.keeps != value.records_attempts  # a held write is rewritten back or denied, never both
+        assert set(value.attempt(flux(kind, status={f: "x" for f in value.fields}))["status"]) == \
+            (set(value.fields) if value.records_attempts else set())
+    assert content.of("ExternalArtifact") is None and content.of("Gate") is None
+    assert content.attempt_of("Gate", flux()) == {"status": {}} and content.upstream("GitRepository", flux()) is None

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from admission.core import conditions
 from admission.core import content
 from admission.core import holdpoints
+from admission.core import mutation
 from admission.core import names
 from admission.core.decision import Context, Settings, standing
 from admission.store import StaticSources
@@ -445,7 +446,7 @@ def test_a_held_content_write_of_a_suspended_source_is_judged_once(monkeypatch):
         return wrapper
 
     monkeypatch.setattr(decision, "suspension_of", counted("suspension_of", decision.suspension_of))
-    monkeypatch.setattr(handlers, "suspension_of", counted("suspension_of", handlers.suspension_of))
+    monkeypatch.setattr(mutation, "suspension_of", counted("suspension_of", mutation.suspension_of))
     monkeypatch.setattr(content, "new_content", counted("new_content", content.new_content))
     suspended = {names.SUSPENDED_ANNOTATION: "maintenance"}
     old = source({"artifact": art(GIT_A)}, annotations=suspended)
@@ -454,3 +455,28 @@ def test_a_held_content_write_of_a_suspended_source_is_judged_once(monkeypatch):
     assert outcome.decision.held and outcome.decision.held_what == decision.CONTENT
     assert {"op": "add", "path": "/status/suspended", "value": True} in outcome.patch
     assert calls == {"suspension_of": 1, "new_content": 1}, calls
+# ---- the whole mutation, decided in the core (core.mutation) ------------------------------
+
+def test_the_core_returns_every_change_as_plain_data_and_the_webhook_only_spells_it():
+    suspended = flux(name="flux-system", namespace="flux-system", spec={"suspend": True}, status={})
+    found = mutation.judge(request("UPDATE", suspended, suspended, sub_resource="status", user=FLUX_USER),
+                           Context(LOOKUP, FIXED_NOW, Settings()))
+    assert found.status == {"suspended": True} and found.annotations == {} and found.decision.allowed
+    old, new = flux(gates=HELD), flux(gates=HELD, spec={"interval": "1m", "path": "./other"})
+    found = mutation.judge(request("UPDATE", new, old), Context(LOOKUP, FIXED_NOW, Settings(mode="audit")))
+    record = orjson.loads(found.annotations[names.AUDIT_ANNOTATION])
+    assert found.status == {} and found.decision.held and record["change"] == "spec change"
+    assert record["message"] == found.decision.message and record["user"] == "alice"
+    assert mutation.judge(request("UPDATE", new, old), Context(LOOKUP, FIXED_NOW, Settings())).annotations == {}
+
+
+def test_a_held_status_written_whole_says_suspended_too():
+    # Found by tests/app/test_fuzz.py: a status write whose object carries no status at all got
+    # the kept artifact and Blocked, but no status.suspended.
+    old = source({"artifact": art(GIT_A), "suspended": False})
+    new = source({})
+    del new["status"]
+    outcome = run(handlers.mutate, old, new)
+    [op] = outcome.patch
+    assert op["path"] == "/status" and op["value"]["suspended"] is False
+    assert op["value"]["artifact"]["revision"] == GIT_A
