@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from admission.core import gates  # noqa: E402
+from admission.core import gates, gatespec  # noqa: E402
 from admission.core.subscriptions import FeedEvent, HORIZON, MAX_INTERVALS, parse_calendar, status_entry  # noqa: E402
 from admission.ical.fetch import Auth, Policy, fetch, parse_networks  # noqa: E402
 from admission.ical.parse import expand, parse_in_child  # noqa: E402
@@ -118,7 +118,7 @@ def evaluation(keeper: dict, rounds: int) -> tuple[float, float, float, float, g
     compiling, decided, cold, warm = [], [], [], []
     for _ in range(rounds):
         started = time.thread_time()
-        compiled = gates.compile_gate(gate, [keeper])
+        compiled = gatespec.compile_gate(gate, [keeper])
         compiling.append(time.thread_time() - started)
         started = time.thread_time()
         state = gates.evaluate(compiled, NOW)

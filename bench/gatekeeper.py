@@ -22,10 +22,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from admission.core import cron, gates, localtime, names, schedule  # noqa: E402
+from admission.core import cron, crondays, gates, gatespec, localtime, names, schedule  # noqa: E402
 
 NOW = datetime(2026, 11, 22, 2, 13, 30, tzinfo=timezone.utc)
-PER_LIST = gates.MAX_ENTRIES_PER_LIST
+PER_LIST = gatespec.MAX_ENTRIES_PER_LIST
 
 
 def keeper(name: str, closed: list, opened: list = (), zone: str | None = None) -> dict:
@@ -96,7 +96,7 @@ GATES = {"32 never-ending chains of overlapping windows in 8 zones + an open req
 def clear_caches() -> None:
     schedule._entry.cache_clear()
     cron._parse_cron.cache_clear()
-    cron._day_table.cache_clear()
+    crondays._day_table.cache_clear()
     localtime.steady_offset.cache_clear()
     localtime.unsteady_days.cache_clear()
 
@@ -104,7 +104,7 @@ def clear_caches() -> None:
 def measure(keepers: list[dict], gate: dict = GATE) -> tuple[float, float, float, gates.GateState]:
     clear_caches()
     started = time.thread_time()
-    compiled = gates.compile_gate(gate, keepers)
+    compiled = gatespec.compile_gate(gate, keepers)
     state = gates.evaluate(compiled, NOW)
     decided = time.thread_time() - started
     state.next_transition

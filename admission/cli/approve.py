@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any, Callable
 
 from admission.cli import completion
+from admission.cli import gate_commands
 from admission.cli.cluster import EXIT_DENIED, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, GateError, api_errors, connect
 from admission.clock import utcnow
 from admission.core import approvals
@@ -107,7 +108,6 @@ def lookups(objects: list[dict], more: Callable[[str], list[dict]] | None = None
 
 @api_errors
 def cmd_pending(args: argparse.Namespace) -> int:
-    from admission.cli import kubectl_gate as kg
     cluster = connect(args)
     namespace = None if args.all_namespaces else (args.namespace or cluster.namespace)
     gates = {f"{metadata(g).get('namespace')}/{metadata(g).get('name')}": g for g in cluster.custom.list_cluster_custom_object(
@@ -122,13 +122,13 @@ def cmd_pending(args: argparse.Namespace) -> int:
             return ["nothing waits" + (f" behind gate {only}" if only else "")]
         shown = [{**r, "gates": ", ".join(r["gates"]),
                   "approvals": ", ".join(sorted({a["by"] for a in r["approvals"]})) or "none"} for r in rows]
-        lines = kg._table(shown, ["kind", "namespace", "name", "waits", "serves", "since", "gates", "approvals"])
+        lines = gate_commands._table(shown, ["kind", "namespace", "name", "waits", "serves", "since", "gates", "approvals"])
         for row in rows:
             lines += [f"  {label(row['kind'], row['namespace'], row['name'])}: {command}" for command in row["approve"]]
             lines += [f"  warning: {text}" for text in row["warnings"]]
         return lines
 
-    kg._emit(args, rows, table)
+    gate_commands._emit(args, rows, table)
     return EXIT_OK
 
 
@@ -144,7 +144,6 @@ def _waiting(objects: list[dict], key: str, target: str | None) -> list[tuple[st
 
 @api_errors
 def cmd_approve(args: argparse.Namespace) -> int:
-    from admission.cli import kubectl_gate as kg
     if args.for_ is not None and not approvals.valid_target(args.for_):
         raise GateError(f"--for {args.for_!r}: give Kind/namespace/name of a gated kind", EXIT_USAGE)
     expires = None
@@ -180,12 +179,11 @@ def cmd_approve(args: argparse.Namespace) -> int:
         written[names.APPROVAL_ANNOTATION_PREFIX + approval_id] = approvals.value(text, target, args.message or "", expires)
     cluster.custom.patch_namespaced_custom_object(names.GATING_GROUP, names.GATING_VERSION, namespace,
                                                   names.GATE_PLURAL, args.name, {"metadata": {"annotations": written}})
-    kg.show([f"approved {text} for {target} behind gate {key}" for text in contents])
+    gate_commands.show([f"approved {text} for {target} behind gate {key}" for text in contents])
     return EXIT_OK
 
 
 def _withdraw(args: argparse.Namespace, cluster: Any, namespace: str, gate: dict) -> int:
-    from admission.cli import kubectl_gate as kg
     found, _ = approvals.parse_all(annotations_of(gate))
     gone = [a for a in found if args.content in (None, a.content) and args.for_ in (None, a.target)]
     if not gone:
@@ -193,7 +191,7 @@ def _withdraw(args: argparse.Namespace, cluster: Any, namespace: str, gate: dict
     body = {"metadata": {"annotations": {a.key: None for a in gone}}}
     cluster.custom.patch_namespaced_custom_object(names.GATING_GROUP, names.GATING_VERSION, namespace,
                                                   names.GATE_PLURAL, args.name, body)
-    kg.show([f"withdrawn: {a.describe()}" for a in gone])
+    gate_commands.show([f"withdrawn: {a.describe()}" for a in gone])
     return EXIT_OK
 
 

@@ -8,7 +8,7 @@ The API server calls these entries only when an approval annotation is new or ch
 from __future__ import annotations
 
 from admission.core import approvals
-from admission.core import gates
+from admission.core import gatespec
 from admission.core import names
 from admission.core.decision import ALLOWED, Context, Decision
 from admission.core.objects import Object, metadata
@@ -53,7 +53,7 @@ def judge(request: AdmissionRequest, context: Context, stamping: bool) -> tuple[
     user = request["userInfo"].get("username", "")
     relays = context.settings.approval_relays
     if stamping:
-        expiry = gates.approval_expiry(new)
+        expiry = gatespec.approval_expiry(new)
         stamped = {key: approvals.stamp(written[key], user, context.now, expiry, relays) for key in keys}
         return _recorded(new, keys, stamped), stamped
     for key in keys:

@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Iterable, NamedTuple, TypeAlias
+from typing import Any, Iterable, NamedTuple
 
-from admission.core import approvals as approvals_
 from admission.core import names
 from admission.core.approvals import Approval
-from admission.core.cron import HORIZON, ScheduleError, zone
+from admission.core.calendarentries import CalendarEntry, CalendarGuard
+from admission.core.cron import HORIZON
+from admission.core.gatespec import CompiledGate, GateEntry, _Toggle, compile_gate
 from admission.core.lazy import Lazy
-from admission.core.objects import metadata
-from admission.core.schedule import Entry, parse_entry
-from admission.core.subscriptions import CalendarEntry, CalendarGuard, keeper_calendars
-from admission.core.timefmt import format_duration, format_time, parse_duration, parse_time
+from admission.core.timefmt import format_time
 
 _MAX_STEPS = 500  # bound on the search for the next transition
 # The search for the next transition asks entries for their next change, at the start and where
@@ -25,12 +23,7 @@ EVALUATION_BUDGET = 64
 # A state is memoised until its first possible change; when none is found within HORIZON, for
 # this long (a search reaches HORIZON from the day it is made: a year later it reaches further).
 VALIDITY = timedelta(hours=24)
-MAX_ENTRIES = 32  # schedule entries of one gate, over all its GateKeepers
-MAX_GATE_DURATION = timedelta(days=100 * 365)  # spec.window, spec.interval
-MAX_ENTRIES_PER_LIST = 16  # the CRD's maxItems for cronjob.closed and cronjob.opened
 
-# What a gate's schedule is made of: cron entries, and its GateKeepers' calendars with their guards.
-GateEntry: TypeAlias = "Entry | CalendarEntry | CalendarGuard"
 
 class Transition(NamedTuple):
     """What the search for a gate's next transition found: when it flips (``at``), or, when it
@@ -95,171 +88,6 @@ def unknown(namespace: str, name: str, why: str) -> GateState:
 def invalid(namespace: str, name: str, why: str) -> GateState:
     """The state of a gate that cannot be evaluated: closed."""
     return GateState(namespace, name, False, names.REASON_INVALID, f"Gate is invalid: {why}")
-
-
-@dataclass(frozen=True)
-class _Toggle:
-    at: datetime
-    open: bool
-
-
-@dataclass(frozen=True)
-class CompiledGate:
-    """A Gate and its GateKeepers, parsed once and evaluated at many times."""
-
-    namespace: str
-    name: str
-    default_open: bool = True
-    window: timedelta | None = None
-    mode: names.Mode | None = None
-    toggles: tuple[_Toggle, ...] = ()
-    closed_entries: tuple[tuple[str, GateEntry], ...] = ()
-    opened_entries: tuple[tuple[str, GateEntry], ...] = ()
-    errors: tuple[str, ...] = ()
-    problems: tuple[str, ...] = ()
-    requested_by: str | None = None
-    request_message: str | None = None
-    keepers: tuple[str, ...] = field(default=())
-    # Why the gate's definition cannot be known (a gates file that may define or schedule it
-    # was never read whole): closed, reason Unknown, whatever else is known of it.
-    unknown: str | None = None
-    approvals: tuple[Approval, ...] = ()
-    required_approvals: int = 1
-
-    @property
-    def fixed(self) -> bool:
-        """Closed for a reason no time can change (invalid, or unknown): nothing to search."""
-        return bool(self.errors) or self.unknown is not None
-
-
-def _spec(obj: object) -> dict[str, Any] | None:
-    spec = obj.get("spec", {}) if isinstance(obj, dict) else None
-    return {} if spec is None else spec if isinstance(spec, dict) else None
-
-
-def _go_duration(spec: dict[str, Any], key: str, errors: list[str]) -> timedelta | None:
-    raw = spec.get(key)
-    if raw is None:
-        return None
-    try:
-        value = parse_duration(raw)
-    except ValueError as err:
-        errors.append(f"spec.{key}: {err}")
-        return None
-    if value <= timedelta(0):
-        errors.append(f"spec.{key} {raw!r} must be positive")
-        return None
-    if value > MAX_GATE_DURATION:  # a toggle's end must stay a date (year 9999 at most)
-        errors.append(f"spec.{key} {raw!r} is longer than {format_duration(MAX_GATE_DURATION)}")
-        return None
-    return value
-
-
-def compile_gate(gate: dict[str, Any], keepers: Iterable[dict[str, Any]] = ()) -> CompiledGate:
-    """Parse a Gate and the GateKeepers that name it; errors make it Invalid, never raise."""
-    meta = metadata(gate)
-    namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
-    errors: list[str] = []
-    problems: list[str] = []
-    spec = _spec(gate)
-    if spec is None:
-        return CompiledGate(namespace, name, errors=("spec must be an object",))
-
-    default = spec.get("default")
-    closed = spec.get("closed")
-    if default not in (None, "opened", "closed"):
-        errors.append(f"spec.default {default!r} must be 'opened' or 'closed'")
-    if closed is not None and not isinstance(closed, bool):
-        errors.append(f"spec.closed {closed!r} must be true or false")
-    elif (default == "opened" and closed is True) or (default == "closed" and closed is False):
-        errors.append(f"spec.default '{default}' contradicts spec.closed: {str(closed).lower()}")
-    default_open = not (default == "closed" or closed is True)
-    window = _go_duration(spec, "window", errors)
-    _go_duration(spec, "interval", errors)
-    approval_policy, approval_errors = approvals_.parse_policy(spec)
-    errors += approval_errors
-    mode = spec.get("mode")
-    if mode is not None and mode not in names.MODES:
-        errors.append(f"spec.mode {mode!r} must be " + " or ".join(map(repr, names.MODES)))
-        mode = None
-
-    annotations = meta.get("annotations")
-    annotations = annotations if isinstance(annotations, dict) else {}
-    toggles: list[_Toggle] = []
-    for key, is_open in ((names.OPEN_ANNOTATION, True), (names.CLOSE_ANNOTATION, False)):
-        raw = annotations.get(key)
-        if raw is None:
-            continue
-        try:
-            toggles.append(_Toggle(parse_time(raw), is_open))
-        except ValueError as err:
-            problems.append(f"ignoring {key}: {err}")
-    approved, approval_problems = approvals_.parse_all(annotations)
-    over = approvals_.ended(gate)  # used or expired: the controller said so in the status
-    approved = tuple(a for a in approved if a.key.removeprefix(names.APPROVAL_ANNOTATION_PREFIX) not in over)
-    problems += approval_problems
-
-    closed_entries: list[tuple[str, GateEntry]] = []
-    opened_entries: list[tuple[str, GateEntry]] = []
-    keeper_names: list[str] = []
-    counted = 0
-    for keeper in keepers:
-        kmeta = metadata(keeper)
-        kspec = _spec(keeper) or {}
-        if kspec.get("gate") != name or (kmeta.get("namespace") or "default") != namespace:
-            continue
-        kname = str(kmeta.get("name") or "")
-        keeper_names.append(kname)
-        try:
-            closed_part, opened_part = _keeper_entries(kspec)
-            feeds = keeper_calendars(kname, kspec, keeper.get("status") if isinstance(keeper, dict) else None)
-        except ScheduleError as err:
-            errors.append(f"GateKeeper '{kname}' cannot be evaluated: {err}")
-            continue
-        # A calendar that cannot be read closes the gate: its guard comes first, so it says why.
-        closing: list[GateEntry] = [*feeds.guards, *closed_part, *feeds.closed]
-        opening: list[GateEntry] = [*opened_part, *feeds.opened]
-        closed_entries += [(kname, e) for e in closing]
-        opened_entries += [(kname, e) for e in opening]
-        counted += len(closed_part) + len(opened_part) + len(feeds.guards)
-    if counted > MAX_ENTRIES:
-        errors.append(f"GateKeepers {', '.join(sorted(set(keeper_names)))} have "
-                      f"{counted} schedule entries and calendars, more than {MAX_ENTRIES}")
-
-    return CompiledGate(
-        namespace, name, default_open, window, mode,
-        tuple(sorted(toggles, key=lambda t: (t.at, not t.open))),
-        tuple(closed_entries), tuple(opened_entries), tuple(errors), tuple(problems),
-        _str_or_none(annotations.get(names.REQUESTED_BY_ANNOTATION)),
-        _str_or_none(annotations.get(names.MESSAGE_ANNOTATION)),
-        tuple(sorted(keeper_names)), approvals=approved, required_approvals=approval_policy.required,
-    )
-
-
-def _str_or_none(value: object) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
-def _keeper_entries(spec: dict[str, Any]) -> tuple[list[Entry], list[Entry]]:
-    kind = spec.get("type", "cronexpression")
-    if kind != "cronexpression":
-        raise ScheduleError(f"type {kind!r} is not supported: use 'cronexpression'")
-    tz_name = spec.get("timeZone")
-    if tz_name is not None and not isinstance(tz_name, str):
-        raise ScheduleError("timeZone must be a string such as 'Europe/Berlin'")
-    zone(tz_name)  # an unknown zone is an error even if every entry has CRON_TZ
-    cronjob = spec.get("cronjob") or {}
-    if not isinstance(cronjob, dict):
-        raise ScheduleError("cronjob must be an object with 'closed' and 'opened' lists")
-    parts: list[list[Entry]] = []
-    for key in ("closed", "opened"):
-        items = cronjob.get(key) or []
-        if not isinstance(items, list):
-            raise ScheduleError(f"cronjob.{key} must be a list")
-        if len(items) > MAX_ENTRIES_PER_LIST:
-            raise ScheduleError(f"cronjob.{key} has {len(items)} entries, more than {MAX_ENTRIES_PER_LIST}")
-        parts.append([parse_entry(item, tz_name) for item in items])
-    return parts[0], parts[1]
 
 
 def _applied_toggle(cg: CompiledGate, now: datetime) -> _Toggle | None:
@@ -378,7 +206,7 @@ def search_transition(cg: CompiledGate, now: datetime, horizon: timedelta = HORI
     # opener it would only make the search step through each of its changes.
     opening = [i for i, entry in enumerate(entries)
                if i not in closing and any(entry is e for _, e in cg.opened_entries)]
-    # Calendars as the search sees them: fetched again before they go stale (subscriptions._Searched).
+    # Calendars as the search sees them: fetched again before they go stale (calendarentries._Searched).
     searched = [entry.searched_from(now) if isinstance(entry, (CalendarEntry, CalendarGuard)) else entry
                 for entry in entries]
     active: list[bool] = [False] * len(entries)
@@ -481,12 +309,6 @@ def evaluate(cg: CompiledGate, now: datetime) -> GateState:
                      requested_by=cg.requested_by, request_message=cg.request_message, mode=cg.mode,
                      problems=cg.problems, valid_until=valid_until, transition=transition,
                          approvals=cg.approvals, required_approvals=cg.required_approvals)
-
-
-def approval_expiry(gate: dict[str, Any]) -> timedelta:
-    """How long an approval written without ``expires`` lasts: the gate's window, else a day."""
-    spec = _spec(gate) or {}
-    return _go_duration(spec, "window", []) or approvals_.DEFAULT_EXPIRY
 
 
 def evaluate_gate(gate: dict[str, Any], keepers: Iterable[dict[str, Any]], now: datetime) -> GateState:

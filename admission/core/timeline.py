@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from datetime import datetime, tzinfo
 
 from admission.core import names
-from admission.core.gates import CompiledGate, _cause, _change_points
+from admission.core.gates import _cause, _change_points
+from admission.core.gatespec import CompiledGate
 from admission.core.localtime import UTC
 from admission.core.schedule import Entry
 

@@ -14,12 +14,10 @@ from __future__ import annotations
 import logging
 import threading
 from datetime import datetime, timedelta
-from typing import Any
 
 from kubernetes import client
 
 from admission.clock import utcnow
-from admission.core import approvals
 from admission.core import content
 from admission.core import names
 from admission.core.cron import ScheduleError, parse_cron
@@ -30,6 +28,7 @@ from admission.core.conditions import holding_condition
 from admission.core.notices import Notice, notice
 from admission.core.objects import annotations as annotations_of, label, metadata, object_key
 from admission.core.references import policy_of, suspension_of
+from admission.kube.approvallanding import ApprovalLanding, Key, _object_key
 from admission.kube.calendarsync import CalendarSync
 from admission.kube.client import CALL_ERRORS, describe_error
 from admission.kube.events import core_event, post_event
@@ -46,17 +45,11 @@ REQUEST_FLOOR = timedelta(seconds=1)  # the soonest the loop wakes for a due rec
 SUSPENSION_ANNOTATIONS = (names.SUSPENDED_ANNOTATION, names.SUSPEND_DURING_ANNOTATION,
                           names.SUSPENDED_DURING_ANNOTATION)
 SCHEDULE_ANNOTATIONS = (names.SUSPEND_DURING_ANNOTATION, names.SUSPENDED_DURING_ANNOTATION)
-Key = tuple[str, str, str]  # kind, namespace, name
 
 
 def _suspension_annotations(obj: dict | None) -> dict:
     found = annotations_of(obj)
     return {key: found[key] for key in SUSPENSION_ANNOTATIONS if key in found}
-
-
-def _object_key(kind: str, obj: dict[str, Any] | None) -> Key:
-    meta = metadata(obj)
-    return kind, str(meta.get("namespace") or ""), str(meta.get("name") or "")
 
 
 def _interval(gate: dict) -> timedelta:
@@ -66,7 +59,7 @@ def _interval(gate: dict) -> timedelta:
         return DEFAULT_INTERVAL
 
 
-class Controller:
+class Controller(ApprovalLanding):
     """Reconciles every Gate whenever one changes or the next transition comes."""
 
     def __init__(self, api_client: client.ApiClient | None, store: ClusterStore | None = None,
@@ -177,113 +170,6 @@ class Controller:
         if before is not None and before != state.open:
             self._transition(gate, state, now)
         self._approvals(key, gate, state, now)
-
-    # -- approvals of exact content (docs/decisions/0057) -------------------------------
-    def _behind(self, gate_key: str) -> list[tuple[str, dict, approvals.Behind]]:
-        """The objects behind a gate, what each serves, and what waits for it (at its own hold
-        point, or served by its source and not applied yet)."""
-        found = []
-        for kind in self.flux.kinds():
-            for obj in self.flux.objects(kind):
-                if not self._held_by_gate(obj, gate_key):
-                    continue
-                waiting = content.waiting(obj)
-                upstream = content.upstream_of(kind, obj, self.flux.get)
-                waits = tuple(w for w in (waiting.waits if waiting else "", upstream.waits if upstream else "") if w)
-                target = "/".join(_object_key(kind, obj))
-                found.append((kind, obj, approvals.Behind(target, content.served_revision(kind, obj), waits)))
-        return found
-
-    def _approvals(self, key: tuple[str, str], gate: dict, state: GateState, now: datetime) -> None:
-        """Announce new approvals and have what they approve land at once; end the used and the
-        expired ones (in the Gate's status), each with an Event."""
-        live = {a.key: a for a in state.approvals if a.key not in self.gone}
-        self.gone &= set(a.key for a in state.approvals)  # the watch has not shown the removal yet
-        seen = self.approvals_seen.setdefault(key, set())
-        fresh = [a for k, a in live.items() if k not in seen]
-        seen.intersection_update(live)
-        seen.update(k for k, a in live.items() if a.live(now))
-        gate_key = f"{key[0]}/{key[1]}"
-        for request in [r for r in self.requests if r[0] == gate_key and r[1] not in live]:
-            del self.requests[request]  # withdrawn, or removed by an earlier pass
-        if not live:
-            return
-        behind = self._behind(gate_key) if self.flux.untrusted() is None else None
-        for approval in fresh:
-            if approval.live(now):
-                self._event(gate, names.APPROVAL_RECORDED_EVENT, approval.describe(), now)
-                self._notify(gate, names.APPROVAL_RECORDED_EVENT, approval.describe(), approval, now)
-                log.info("approval recorded", extra={"Gate": {"namespace": key[0], "name": key[1]},
-                                                     "approval": approval.describe()})
-                self.requests[(gate_key, approval.key)] = (-1, now)  # due at once (or once Flux is trusted)
-        if behind is not None:
-            self._request_reconciles_for(gate_key, list(live.values()), behind, now)
-        for approval in live.values():
-            if not approval.live(now):
-                self._end_approval(key, gate, approval, names.APPROVAL_EXPIRED_EVENT, "approval expired unused", now)
-            elif behind is not None and approvals.landed(approval, [b for _, _, b in behind]):
-                self._end_approval(key, gate, approval, names.APPROVAL_USED_EVENT, "approval used", now)
-
-    def _request_reconciles_for(self, gate_key: str, live: list[approvals.Approval],
-                                behind: list[tuple[str, dict, approvals.Behind]], now: datetime) -> None:
-        """Ask Flux to reconcile the objects where a live approval's content waits, when its
-        request is due: at once, then after each of ``approvals.REQUEST_AGAIN_AFTER`` while it
-        still waits (the webhook pods may have denied the write before their caches saw it).
-        Each request's value is new, so Flux reconciles again each time."""
-        wanted: dict[str, tuple[str, dict]] = {}
-        for approval in live:
-            request = (gate_key, approval.key)
-            if request not in self.requests or now < self.requests[request][1]:
-                continue
-            targets = approvals.waiting_for(approval, [b for _, _, b in behind])
-            made = self.requests.pop(request)[0] + 1
-            if not targets or not approval.live(now):
-                continue  # nothing waits for it any more: it landed, or other content came
-            if made < len(approvals.REQUEST_AGAIN_AFTER):
-                self.requests[request] = (made, now + approvals.REQUEST_AGAIN_AFTER[made])
-            wanted.update({b.target: (kind, obj) for kind, obj, b in behind if b.target in targets})
-        value = format_distinct_time(now)
-        done = [target for target, (kind, obj) in sorted(wanted.items())
-                if self._annotate(kind, *_object_key(kind, obj)[1:], value)]
-        if done:
-            log.info("reconcile requested", extra={"reason": "content approved", "objects": done})
-
-    def next_request(self) -> datetime | None:
-        """When a reconcile request for approved content is due next (the loop wakes then)."""
-        return min((at for _, at in self.requests.values()), default=None)
-
-    def _end_approval(self, key: tuple[str, str], gate: dict, approval: approvals.Approval, reason: str,
-                      what: str, now: datetime) -> None:
-        # Ended in the Gate's status, not by removing the annotation: the controller may write a
-        # Gate's status, never the Gate itself (that would let it open gates). The list is the
-        # stored one and those this process ended since (the cache may not show them yet), kept
-        # to approvals still annotated.
-        annotated = {k.removeprefix(names.APPROVAL_ANNOTATION_PREFIX)
-                     for k in approvals.keys(metadata(gate).get("annotations") or {})}
-        ended = {**approvals.ended(gate), **self.ended.get(key, {})}
-        entry = approvals.ended_entry(approval, reason, now)
-        ended[entry["id"]] = entry
-        ended = {i: e for i, e in ended.items() if i in annotated}
-        body = {"status": {names.ENDED_APPROVALS_FIELD: sorted(ended.values(), key=lambda e: e["id"])}}
-        try:
-            self.custom.patch_namespaced_custom_object_status(names.GATING_GROUP, names.GATING_VERSION, key[0],
-                                                              names.GATE_PLURAL, key[1], body)
-        except CALL_ERRORS as err:
-            log.warning("approval not ended", extra={"approval": approval.key, "error": describe_error(err)})
-            return
-        self.ended[key] = ended
-        self.gone.add(approval.key)
-        self.requests.pop((f"{key[0]}/{key[1]}", approval.key), None)
-        self.approvals_seen.get(key, set()).discard(approval.key)
-        message = f"{what}: {approval.describe()}"
-        log.info(message, extra={"Gate": {"namespace": key[0], "name": key[1]}})
-        self._event(gate, reason, message, now)
-        self._notify(gate, reason, message, approval, now)
-
-    def _notify(self, gate: dict, reason: str, message: str, approval: approvals.Approval, now: datetime) -> None:
-        if self.notifier is not None:
-            details = {"approvedBy": approval.by, "content": approval.content, "for": approval.target}
-            self.notifier.notify(gate, reason, message, details, now, self.notifier.gates_address)
 
     def _transition(self, gate: dict, state: GateState, now: datetime) -> None:
         message = transition_message(state)

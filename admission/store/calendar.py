@@ -16,9 +16,10 @@ from typing import Any, NamedTuple
 
 from admission.core import names
 from admission.core.controls import escaped
-from admission.core.gates import CompiledGate, evaluate
+from admission.core.gates import evaluate
+from admission.core.gatespec import CompiledGate
 from admission.core.references import is_name, is_namespace
-from admission.core.subscriptions import CalendarEntry
+from admission.core.calendarentries import CalendarEntry
 from admission.core.timeline import Interval, intervals, time_zone
 from admission.core.objects import object_key
 from admission.core.timefmt import format_distinct_time, format_label, format_time, parse_time
@@ -76,7 +77,7 @@ class GateCalendar:
     # What the first interval's event is named by, when it began before ``start``: the toggle
     # that closed the gate, or its default; so the event keeps its UID from one day to the next.
     since: str = ""
-    feeds: tuple[CalendarEntry, ...] = ()  # the GateKeeper calendars that decide it (subscriptions.CalendarEntry)
+    feeds: tuple[CalendarEntry, ...] = ()  # the GateKeeper calendars that decide it (calendarentries.CalendarEntry)
 
     @property
     def key(self) -> str:

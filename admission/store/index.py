@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Iterable, Mapping
 
-from admission.core.gates import CompiledGate, GateState, compile_gate, evaluate, not_found, unknown
+from admission.core.gates import GateState, evaluate, not_found, unknown
+from admission.core.gatespec import CompiledGate, compile_gate
 from admission.core.objects import Key, object_key
 
 log = logging.getLogger(__name__)

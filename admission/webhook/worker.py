@@ -21,11 +21,10 @@ import struct
 import time
 from functools import partial
 
-import orjson
-
 from admission.webhook.bounded_socket import IO_SECONDS, BoundedSSLSocket
+from admission.webhook.connections import ConnectionEnds, _Conn
 from admission.webhook.framing import Refused, framing
-from admission.webhook.gthread_seam import GthreadSeam, SeamConn
+from admission.webhook.gthread_seam import GthreadSeam
 from admission.webhook.target import admit
 
 REQUEST_SECONDS = 10.0  # handshake + headers + body of a request, one deadline; a new connection's clock starts at accept
@@ -34,7 +33,6 @@ LARGE_BODY = 64 * 1024  # whole bodies above this are judged LARGE_AT_ONCE at a 
 LARGE_AT_ONCE = 1  # decoding a multi-MiB review holds the GIL (orjson): one at a time per worker
 BUFFERED_AT_MOST = 64 * 1024 * 1024  # bytes of requests being read or waiting to be judged, per worker
 READ_PER_TURN = 64 * 1024  # bytes read from one connection before the loop turns to the others
-LINGER_SECONDS = 2.0  # after refusing a request, read and drop what the client still sends, then close
 FD_HEADROOM = 64  # descriptors kept for what a worker opens besides connections: files, pipes, its watches
 ACCEPT_PAUSE = 0.5  # after accept() fails for want of descriptors (EMFILE, ENFILE), accept nothing this long
 CLIENT_CONNECTIONS = 256  # default connections per client address per worker (--max-client-connections)
@@ -42,27 +40,10 @@ WARN_EVERY = 60.0  # seconds between two warnings of a kind (an attacker must no
 
 _REVIEW = re.compile(rb"POST /(?:validate|mutate)[ ?]")  # the API server adds ?timeout=...
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
-_REASONS = {400: "Bad Request", 403: "Forbidden", 408: "Request Timeout", 411: "Length Required",
-            413: "Request Entity Too Large", 431: "Request Header Fields Too Large", 503: "Service Unavailable"}
 _NO_DESCRIPTORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
-class _Conn(SeamConn):
-    """A connection, and what the loop knows of the request being read on it."""
-
-    def __init__(self, worker, sock, address, listener, gone):
-        super().__init__(worker, sock, address, listener, gone)
-        self.watching = 0
-        self.handshaken = False
-        self.buf: bytearray | None = None
-        self.held = 0  # bytes of buf counted in the worker's BUFFERED_AT_MOST
-        self.scanned = 0  # how far buf has been searched for the end of the head
-        self.need: int | None = None  # head + body, once the head is read
-        self.wants_large = self.large = False
-        self.deadline = 0.0
-
-
-class PreReadWorker(GthreadSeam):
+class PreReadWorker(ConnectionEnds, GthreadSeam):
     """gthread, but TLS handshakes and request reads happen in the event loop, with deadlines."""
 
     max_body = 6 * 1024 * 1024  # set by admission.webhook.server.options
@@ -384,51 +365,6 @@ class PreReadWorker(GthreadSeam):
         self._release_bytes(conn)
         if getattr(conn, "large", False):
             self._release_large(conn)
-
-    def _close(self, conn) -> None:
-        self._forget(conn)
-        self.lingering.pop(conn, None)
-        self.flushing.pop(conn, None)
-        self.count_connection(-1)
-        conn.close()
-
-    def _refuse(self, conn, status: int, why: str) -> None:
-        """Answer ``status`` from the loop and close, reading (and dropping) what the client still
-        sends for a moment, so that closing does not reset the connection before it reads the answer."""
-        body = orjson.dumps({"error": why})
-        answer = (f"HTTP/1.1 {status} {_REASONS[status]}\r\nConnection: close\r\nContent-Type: application/json\r\n"
-                  f"Content-Length: {len(body)}\r\n\r\n").encode() + body
-        self._forget(conn)
-        try:
-            conn.sock.send(answer)
-        except (OSError, ValueError):
-            pass
-        self._linger(conn)
-
-    def _linger(self, conn) -> None:
-        """Half-close, then read and drop what the client still sends until it closes or
-        ``LINGER_SECONDS`` pass, so that closing does not reset an answer it has not read."""
-        try:
-            conn.sock.setblocking(False)  # a thread's answer leaves it blocking: the loop must never wait on it
-            conn.sock.shutdown(socket.SHUT_WR)
-        except (OSError, ValueError):
-            self._close(conn)
-            return
-        conn.deadline = time.monotonic() + LINGER_SECONDS
-        self.lingering[conn] = None
-        self._unwatch(conn)
-        conn.watching = selectors.EVENT_READ
-        self.watch(conn.sock, selectors.EVENT_READ, partial(self._drop_input, conn))
-
-    def _drop_input(self, conn, _fileobj=None) -> None:
-        try:
-            while conn.sock.recv(65536):
-                pass
-        except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
-            return
-        except (OSError, ValueError):
-            pass
-        self._close(conn)
 
     def tick(self) -> None:
         """Close connections whose request did not arrive in time, and refused ones."""

@@ -13,8 +13,9 @@ import yaml
 from hypothesis import HealthCheck, event, given, settings as hsettings
 from hypothesis import strategies as st
 
-from admission.cli import kubectl_gate
-from admission.cli.kubectl_gate import ALLOWED, AUDITED, DENIED, judge
+from admission.cli import check, kubectl_gate
+from admission.cli.check import ALLOWED, AUDITED, DENIED, judge
+from admission.cli.cluster import Cluster
 from admission.core.applied import user_info
 from admission.core.decision import Context, Settings
 from admission.core.names import LAST_APPLIED_ANNOTATION
@@ -239,7 +240,7 @@ def test_the_kubeconfig_identity_is_a_client_certificates_cn_and_o_else_the_cont
 
     def identity(cert_path):
         api = SimpleNamespace(configuration=SimpleNamespace(cert_file=cert_path))
-        return kubectl_gate._identity(args, kubectl_gate.Cluster(api, "default", "ci-user"))
+        return check._identity(args, Cluster(api, "default", "ci-user"))
 
     assert identity(str(cert_file)) == {"username": "carol", "groups": ["sre", "oncall", "system:authenticated"]}
     assert identity(None) == {"username": "ci-user", "groups": ["system:authenticated"]}  # a token

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from admission.cli import flux_gate, kubectl_gate
+from admission.cli import cluster, flux_gate, kubectl_gate
 from admission.core import names
 from tests.builders import gate
 from tests.conftest import write_gates
@@ -120,14 +120,14 @@ def test_open_takes_the_rfcs_positional_message(api, capsys, no_flux_env):
 def test_a_message_given_twice_must_agree_and_a_missing_gate_is_not_found(api, capsys, no_flux_env):
     before = len(api.patches)
     code, _, err = run(flux_gate.main, ["open", "bypass-signoff", "one", "-m", "two", "--kubeconfig", api.config], capsys)
-    assert code == kubectl_gate.EXIT_USAGE and "two messages" in err and len(api.patches) == before
+    assert code == cluster.EXIT_USAGE and "two messages" in err and len(api.patches) == before
     assert run(flux_gate.main, ["open", "bypass-signoff", "same", "-m", "same", "--kubeconfig", api.config], capsys)[0] == 0
     code, _, err = run(flux_gate.main, ["open", "no-such-gate", "--kubeconfig", api.config], capsys)
-    assert code == kubectl_gate.EXIT_NOT_FOUND, err
+    assert code == cluster.EXIT_NOT_FOUND, err
     # Words after the message are a mistake, not more message.
     with pytest.raises(SystemExit) as usage:
         flux_gate.main(["open", "bypass-signoff", "Patching", "a", "CVE", "--kubeconfig", api.config])
-    assert usage.value.code == kubectl_gate.EXIT_USAGE
+    assert usage.value.code == cluster.EXIT_USAGE
 
 
 # -- Cobra's __complete, as flux asks it ------------------------------------------------------

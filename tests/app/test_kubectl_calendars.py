@@ -59,13 +59,13 @@ def test_calendar_lists_each_gates_calendars_within_100_columns(gates_dir):
 
 
 def test_list_and_get_say_when_the_next_change_is_unknown_rather_than_none(gates_dir, monkeypatch, capsys):
-    from admission.cli import kubectl_gate as cli
+    from admission.cli import gate_commands, kubectl_gate as cli
     from tests.builders import at, keeper
 
     nights = keeper("nights", "d", closed=["*/15 * * * *"], opened=["* 0-4 * * *", "0,15,30,45 * * * *"],
                     timeZone="Europe/Berlin")
     write_gates(gates_dir, [gate("d", default="closed"), nights, gate("shut", default="closed")])
-    monkeypatch.setattr(cli, "utcnow", lambda: at("2026-11-15T04:00"))
+    monkeypatch.setattr(gate_commands, "utcnow", lambda: at("2026-11-15T04:00"))
     assert cli.main(["list", "-n", "flux-system", "--gates-dir", str(gates_dir)]) == 0
     rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:]}
     assert "unknown after 2026-11-15T" in rows["d"]  # it opens at 23:01, beyond what was searched

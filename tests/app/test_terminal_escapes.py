@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from admission.cli import flux_gate, kubectl_gate
+from admission.cli import cluster, flux_gate, kubectl_gate
 from admission.core.names import CLOSE_ANNOTATION, MESSAGE_ANNOTATION, REQUESTED_BY_ANNOTATION
 from tests.builders import flux, gate
 from tests.conftest import write_gates
@@ -80,7 +80,7 @@ def test_errors_escape_what_they_quote(capsys, forged_gates, tmp_path):
 def test_open_refuses_a_message_or_requester_with_control_characters(capsys, flag):
     code, out, err = run(capsys, "open", "freeze", "-n", "flux-system", flag, "ok\x1b[2K\rFAKE",
                          "--kubeconfig", "/nonexistent/kubeconfig")
-    assert code == kubectl_gate.EXIT_USAGE, (code, err)
+    assert code == cluster.EXIT_USAGE, (code, err)
     assert "control character" in err
     shows_no_controls(out + err)
 

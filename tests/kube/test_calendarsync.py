@@ -207,7 +207,8 @@ def test_an_endless_expansion_costs_the_parsers_limits_and_keeps_the_gate_closed
 
 
 def test_the_controllers_calendar_flags():
-    from admission.cli.gate_admission import build_parser, calendar_options
+    from admission.cli.admission_commands import calendar_options
+    from admission.cli.gate_admission import build_parser
     args = build_parser().parse_args(["controller", "--calendar-allow-networks", "10.0.0.0/8, 127.0.0.1/32",
                                       "--calendar-min-interval", "10s", "--calendar-timeout", "12"])
     options = calendar_options(args)

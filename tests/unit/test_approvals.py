@@ -12,7 +12,8 @@ import orjson
 from admission.core import approvals
 from admission.core import names
 from admission.core.decision import Context, Settings, decide
-from admission.core.gates import compile_gate, evaluate
+from admission.core.gates import evaluate
+from admission.core.gatespec import compile_gate
 from admission.webhook import handlers
 from tests.builders import FLUX_USER, at, flux, gate, lookup_from, request
 from tests.conftest import FIXED_NOW

@@ -7,9 +7,11 @@ import pytest
 import yaml
 
 from admission.core import gates as g
+from admission.core import gatespec
 from admission.core import names
 from admission.core.cron import MAX_CRON_LENGTH
-from admission.core.gates import compile_gate, evaluate, evaluate_gate, next_transition
+from admission.core.gates import evaluate, evaluate_gate, next_transition
+from admission.core.gatespec import compile_gate
 from admission.core.names import CLOSE_ANNOTATION, MESSAGE_ANNOTATION, OPEN_ANNOTATION, REQUESTED_BY_ANNOTATION
 from tests.builders import at, gate, keeper
 
@@ -255,14 +257,14 @@ ALTERNATING = ["*/2 * * * *", "1-59/2 * * * *"]  # together: every minute, so th
 
 
 def test_more_schedule_entries_than_the_bounds_make_the_gate_invalid_and_closed():
-    too_long = keeper("k", "g", closed=["0 0 29 2 *"] * (g.MAX_ENTRIES_PER_LIST + 1))
+    too_long = keeper("k", "g", closed=["0 0 29 2 *"] * (gatespec.MAX_ENTRIES_PER_LIST + 1))
     result = state(gate("g"), [too_long])
     assert (result.open, result.reason) == (False, names.REASON_INVALID)
-    assert f"cronjob.closed has {g.MAX_ENTRIES_PER_LIST + 1} entries, more than {g.MAX_ENTRIES_PER_LIST}" in result.message
-    many = [keeper(f"k{i}", "g", closed=["0 0 29 2 *"] * g.MAX_ENTRIES_PER_LIST) for i in range(3)]
+    assert f"cronjob.closed has {gatespec.MAX_ENTRIES_PER_LIST + 1} entries, more than {gatespec.MAX_ENTRIES_PER_LIST}" in result.message
+    many = [keeper(f"k{i}", "g", closed=["0 0 29 2 *"] * gatespec.MAX_ENTRIES_PER_LIST) for i in range(3)]
     result = state(gate("g"), many)
     assert (result.open, result.reason) == (False, names.REASON_INVALID)
-    assert f"more than {g.MAX_ENTRIES}" in result.message
+    assert f"more than {gatespec.MAX_ENTRIES}" in result.message
 
 
 def test_a_hostile_gatekeeper_costs_a_bounded_number_of_cron_searches(monkeypatch):
@@ -276,13 +278,13 @@ def test_a_hostile_gatekeeper_costs_a_bounded_number_of_cron_searches(monkeypatc
     monkeypatch.setattr(cron.CronSpec, "_sim", lambda spec, *args: searches.append(spec.expr) or real(spec, *args))
     schedule._entry.cache_clear()
     cron._parse_cron.cache_clear()
-    windows = [{"cron": f"{m} 0 29 2 *", "duration": "1m"} for m in range(g.MAX_ENTRIES_PER_LIST - 2)]
+    windows = [{"cron": f"{m} 0 29 2 *", "duration": "1m"} for m in range(gatespec.MAX_ENTRIES_PER_LIST - 2)]
     hostile = keeper("k", "g", closed=ALTERNATING + windows, opened=[{"cron": "0 0 29 2 *", "duration": "1m"}] * 16)
     compiled = compile_gate(gate("g"), [hostile])
     for minute in range(60):
         result = evaluate(compiled, at("2026-11-22T02:00") + timedelta(minutes=minute, seconds=30))
         assert (result.open, result.reason, result.next_transition) == (False, names.REASON_SCHEDULED, None)
-    assert len(searches) <= 3 * g.MAX_ENTRIES, f"{len(searches)} cron searches"
+    assert len(searches) <= 3 * gatespec.MAX_ENTRIES, f"{len(searches)} cron searches"
 
 
 # -- deciding needs no look-ahead; the next transition is searched for when asked ----------
@@ -390,7 +392,7 @@ def test_the_gatekeeper_crd_states_the_bounds_the_code_enforces():
     cronjob = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["cronjob"]
     for key in ("closed", "opened"):
         entries = cronjob["properties"][key]
-        assert entries["maxItems"] == g.MAX_ENTRIES_PER_LIST
+        assert entries["maxItems"] == gatespec.MAX_ENTRIES_PER_LIST
         item = entries["items"]
         assert item["maxLength"] == item["properties"]["cron"]["maxLength"] == MAX_CRON_LENGTH
         assert item["maxProperties"] == 2  # cron and duration; the code refuses any other field

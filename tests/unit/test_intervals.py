@@ -2,7 +2,8 @@
 
 from datetime import timedelta
 
-from admission.core.gates import compile_gate, evaluate
+from admission.core.gates import evaluate
+from admission.core.gatespec import compile_gate
 from admission.core.timeline import intervals, time_zone
 from admission.core import names
 from admission.core.names import CLOSE_ANNOTATION, OPEN_ANNOTATION, REQUESTED_BY_ANNOTATION

@@ -7,7 +7,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from admission.core.decision import Context, Settings, decide
-from admission.core.gates import compile_gate, evaluate
+from admission.core.gates import evaluate
+from admission.core.gatespec import compile_gate
 from admission.core.names import CLOSE_ANNOTATION, OPEN_ANNOTATION
 from admission.core.timefmt import format_time
 from tests.builders import at, changed, flux, gate, keeper, lookup_from, request

@@ -1,6 +1,7 @@
 """The Gate status the controller writes, computed from a state (SPEC §2)."""
 
-from admission.core.gates import compile_gate, evaluate
+from admission.core.gates import evaluate
+from admission.core.gatespec import compile_gate
 from admission.core.names import CLOSE_ANNOTATION, MESSAGE_ANNOTATION, OPEN_ANNOTATION, REQUESTED_BY_ANNOTATION
 from admission.core.status import gate_status, status_differs, transition_message, was_open
 from tests.builders import at, gate

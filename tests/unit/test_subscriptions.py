@@ -8,7 +8,8 @@ from datetime import timedelta
 import pytest
 
 from admission.core import names
-from admission.core.gates import compile_gate, evaluate
+from admission.core.gates import evaluate
+from admission.core.gatespec import compile_gate
 from admission.core.subscriptions import (MAX_INTERVALS, FeedEvent, parse_calendar, parse_calendars,
                                           status_entry)
 from admission.core.timeline import intervals

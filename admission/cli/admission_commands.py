@@ -1,0 +1,253 @@
+"""What ``gate-admission``'s commands do: serve the webhook, make certificates, run the gate controller."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import ssl
+import sys
+from pathlib import Path
+
+from admission.cli.settings import policy_settings
+from admission.cli.settings import csv as _csv
+from admission.clock import utcnow
+from admission.pki import certs
+from admission.observability import logs
+
+log = logging.getLogger("admission.serve")
+
+
+def _cert_names(args: argparse.Namespace) -> list[str]:
+    return certs.service_names(args.service, args.namespace) + sorted(_csv(args.extra_sans))
+
+
+def make_certs(args: argparse.Namespace) -> int:
+    if not (args.secret or args.inject):
+        return _make_certs(args)
+    from admission.kube.client import CALL_ERRORS, describe_error
+    try:
+        return _make_certs(args)
+    except CALL_ERRORS as err:
+        # A Job's log line, not a traceback: the Job retries (backoffLimit), and whoever reads
+        # `kubectl logs` sees why each try failed.
+        print(f"gate-admission certs: the API server call failed: {describe_error(err)}", file=sys.stderr)
+        return 1
+
+
+def _make_certs(args: argparse.Namespace) -> int:
+    now = utcnow()
+    api = None
+    if args.secret or args.inject:
+        from admission.kube.client import api_client
+        api = api_client(args.kubeconfig)
+    if args.secret:
+        from admission.kube.certs import sync_secrets
+        ca_pem, why = sync_secrets(api, args.namespace, args.secret, _cert_names(args), now, force=args.renew)
+        where = f"Secret {args.namespace}/{args.secret}"
+    else:
+        files, why = certs.ensure(args.out, _cert_names(args), now, force=args.renew)
+        ca_pem, where = files.ca_cert.read_bytes(), str(files.cert)
+    print(f"{'issued' if why else 'current'}: {where} ({why or 'valid, not due for renewal'})")
+    if args.client_cert:
+        if args.secret:
+            raise SystemExit("gate-admission certs: --client-cert writes files; use it with --out, not --secret")
+        client_cert, _ = certs.issue_client(args.out, args.client_cert, now)
+        print(f"issued: {client_cert} (client certificate for {args.client_cert!r})")
+    if args.inject:
+        from admission.kube.certs import inject
+        changed = inject(api, ca_pem, args.webhook_config)
+        print("caBundle: " + (", ".join(changed) if changed else "already current"))
+    return 0
+
+
+def _app_factory(args: argparse.Namespace):
+    from admission.webhook.app import create_app
+    settings = policy_settings(args)
+    if args.receiver_token_file:
+        if args.gates_dir:
+            log.error("the receiver writes Gates in the cluster; it cannot be used with --gates-dir")
+            raise SystemExit(2)
+        from admission.webhook.receiver import TokenFile
+        try:
+            TokenFile(args.receiver_token_file)
+        except (OSError, ValueError) as err:
+            log.error(f"receiver token: {err}")
+            raise SystemExit(2) from None
+    if args.calendar_token_file:
+        from admission.webhook.receiver import TokenFile
+        try:
+            TokenFile(args.calendar_token_file)
+        except (OSError, ValueError) as err:
+            log.error(f"calendar token: {err}")
+            raise SystemExit(2) from None
+
+    def factory():
+        logs.configure(args.log_level)
+        receiver = events = attempts = None
+        if args.gates_dir:
+            from admission.store import StaticSources
+            from admission.store.files import FileStore
+            store = FileStore(args.gates_dir)
+            sources = StaticSources()  # no cluster, no Flux objects (docs/design.md, "Hold points")
+        else:
+            from admission.kube.client import api_client
+            from admission.kube.reflector import ClusterStore
+            from admission.kube.gatewriter import cluster_patcher
+            api = api_client(args.kubeconfig)
+            store = ClusterStore(api, stale_after=args.stale_after)
+            from admission.core.kinds import CACHED_KINDS
+            from admission.kube.fluxcache import FluxCache
+            # What each source serves, and HelmReleases: read by the hold points, per worker.
+            sources = FluxCache(api, sorted(CACHED_KINDS), stale_after=args.stale_after)
+            if args.receiver_token_file:
+                from admission.webhook import receiver as hooks
+                from admission.observability.metrics import RECEIVER
+                # Rate limits in files every worker maps: one limit for the pod, not one per worker.
+                receiver = hooks.blueprint(hooks.TokenFile(args.receiver_token_file), cluster_patcher(api),
+                                           utcnow, record=lambda result: RECEIVER.labels(result).inc(),
+                                           limits_dir=getattr(args, "limits_dir", None))
+            if args.event_period > 0:
+                from admission.kube.events import DenialEvents
+                events = DenialEvents(api, store.lookup, settings, sources, period=args.event_period,
+                                      limits_dir=getattr(args, "limits_dir", None))
+                events.start()
+            from admission.kube.attempts import DeniedAttempts
+            # A HelmRelease held for new values shows it only if we write it (docs/design.md).
+            # Its values are shown only when the API server authenticates (docs/operations.md).
+            # Reads before either are limited for the pod, as the receiver's calls are.
+            attempts = DeniedAttempts(api, store.lookup, settings, sources, trust_reviews=bool(args.client_ca_file),
+                                      limits_dir=getattr(args, "limits_dir", None))
+            attempts.start()
+        store.start()
+        sources.start()
+        calendar_token = None
+        if args.calendar_token_file:
+            from admission.webhook.receiver import TokenFile
+            calendar_token = TokenFile(args.calendar_token_file)
+        return create_app(store, settings, receiver=receiver, events=events, calendar=args.calendar,
+                          calendar_wait=args.calendar_wait, calendar_token=calendar_token,
+                          sources=sources, attempts=attempts)
+
+    return factory
+
+
+def serve(args: argparse.Namespace) -> int:
+    # Before prometheus_client is imported anywhere: the workers forked later must count into
+    # shared files, or a scrape would show only the worker that answers it.
+    shared = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if shared:  # counts from an earlier run must not carry over
+        for stale in Path(shared).glob("*.db"):
+            stale.unlink()
+    else:
+        import tempfile
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="gate-admission-metrics-")
+    from admission.webhook import server
+
+    logs.configure(args.log_level)  # the master's lines, from the first one, are JSON; workers inherit it
+    files = certs.CertFiles(Path(args.cert_dir))
+    if args.generate_certs:
+        _, renewed = certs.ensure(args.cert_dir, _cert_names(args), utcnow())
+        if renewed:
+            log.info("serving certificate written", extra={"certfile": str(files.cert), "why": renewed,
+                                                           "caBundle": str(files.ca_cert)})
+    if not files.cert.exists() or not files.key.exists():
+        log.error(f"no {files.cert} and {files.key}; TLS is required (use --generate-certs or `gate-admission certs`)")
+        return 2
+    if args.client_ca_file:
+        try:
+            ssl.create_default_context(cafile=args.client_ca_file)
+        except (OSError, ssl.SSLError) as err:
+            log.error(f"--client-ca-file {args.client_ca_file}: {err}")
+            return 2
+    if args.receiver_token_file or not args.gates_dir:
+        # Limits for the pod, in files the workers forked below share: the receiver's calls, and
+        # the reads before denial Events and shown attempts (the cluster store only).
+        import atexit
+        import shutil
+        import tempfile
+        args.limits_dir = tempfile.mkdtemp(prefix="gate-admission-limits-")
+        master = os.getpid()  # workers exit through atexit too: only the master removes it
+        def remove_limits() -> None:
+            if os.getpid() == master:
+                shutil.rmtree(args.limits_dir, ignore_errors=True)
+
+        atexit.register(remove_limits)
+    factory = _app_factory(args)
+    options = server.options(address=args.address, port=args.port, certfile=str(files.cert), keyfile=str(files.key),
+                             workers=args.workers, threads=args.threads, log_level=args.log_level,
+                             shutdown_delay=args.shutdown_delay, client_ca=args.client_ca_file,
+                             max_client_connections=args.max_client_connections)
+    server.Server(factory, options).run()
+    return 0
+
+
+def calendar_options(args: argparse.Namespace) -> dict:
+    """CalendarSync's options from the controller's --calendar-* flags; exit on a bad one."""
+    from admission.core.timefmt import parse_duration
+    from admission.ical.fetch import Policy, parse_networks
+    try:
+        networks = parse_networks(args.calendar_allow_networks)
+        min_interval = parse_duration(args.calendar_min_interval)
+    except ValueError as err:
+        raise SystemExit(f"gate-admission controller: {err}") from None
+    if args.calendar_max_bytes <= 0 or args.calendar_timeout <= 0:
+        raise SystemExit("gate-admission controller: --calendar-max-bytes and --calendar-timeout must be positive")
+    policy = Policy(max_bytes=args.calendar_max_bytes, total_timeout=args.calendar_timeout,
+                    connect_timeout=min(5.0, args.calendar_timeout), allowed_networks=networks)
+    return {"policy": policy, "min_interval": min_interval}
+
+
+def run_controller(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from admission.kube.controller import Controller
+    from admission.kube.health import serve_health
+    from admission.kube.leader import LeaderElector
+    from admission.kube.client import api_client
+
+    logs.configure(args.log_level)
+    calendars = calendar_options(args)  # a bad flag exits before anything starts
+    api = api_client(args.kubeconfig)
+    stop = threading.Event()
+    fatal: list[str] = []
+
+    def give_up(why: str) -> None:
+        fatal.append(why)
+        stop.set()
+
+    elector = LeaderElector(api, args.lease_namespace, args.lease_name, args.identity,
+                            on_fatal=give_up) if args.leader_elect else None
+    notifier = None
+    if args.notify:
+        from admission.kube.notifications import FluxNotifier
+        notifier = FluxNotifier(args.notify_address, args.notify_gates_address, instance=args.identity,
+                                period=args.notify_period)
+    controller = Controller(api, is_leader=elector.is_leader if elector else None, notifier=notifier,
+                            calendars=calendars)
+    if args.health_port:
+        try:
+            serve_health(args.health_port, controller.readiness, args.health_address)
+        except OSError as err:  # before anything is started: nothing to stop
+            print(f"gate-admission controller: cannot listen on --health-address {args.health_address} "
+                  f"port {args.health_port}: {err}", file=sys.stderr)
+            return 2
+    if notifier:
+        notifier.start()
+    if elector:
+        elector.start()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    worker = threading.Thread(target=controller.run, name="controller", daemon=True)
+    worker.start()
+    stop.wait()
+    controller.stop()
+    if notifier:
+        notifier.stop()
+    if elector:
+        elector.stop()
+    if fatal:
+        print(f"gate-admission controller: {fatal[0]}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,257 @@
+"""``kubectl gate`` list, get, open, close and calendar: where gates come from, and how answers are printed."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import sys
+from datetime import datetime
+from typing import Callable, Iterable, TextIO
+
+import orjson
+import yaml
+
+from admission.cli.cluster import EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, Cluster, GateError, api_errors, connect
+from admission.cli.settings import env_mode
+from admission.clock import utcnow
+from admission.core import content
+from admission.core import names
+from admission.core.controls import escaped
+from admission.core.decision import Context, Settings, standing
+from admission.core.gates import GateState
+from admission.core.objects import label, metadata, object_key
+from admission.core.references import policy_of
+from admission.store.calendar import feed_rows, feeds_of, feeds_text
+from admission.store.index import GateIndex
+from admission.core.timefmt import format_time
+from admission.core.toggles import refuse_controls, toggle_patch
+
+
+# -- where gates come from --------------------------------------------------------------
+
+def _index(args: argparse.Namespace, cluster: Cluster | None) -> GateIndex:
+    if args.gates_dir:
+        import logging
+        from admission.store.files import FileStore
+        logging.getLogger("admission.store").addHandler(logging.NullHandler())  # reported below, once
+        store = FileStore(args.gates_dir, inotify=False)
+        # Reported, not fatal: the answer is still the server's with this directory.
+        args.gates_dir_problems = dict(store.problems)
+        for why in store.problems.values():
+            show([f"error: --gates-dir: {why}"], sys.stderr)
+        return store.index
+    index = GateIndex()
+    assert cluster is not None  # without --gates-dir, the command connected first
+    custom = cluster.custom
+    gates = custom.list_cluster_custom_object(names.GATING_GROUP, names.GATING_VERSION, names.GATE_PLURAL)
+    keepers = custom.list_cluster_custom_object(names.GATING_GROUP, names.GATING_VERSION, names.GATEKEEPER_PLURAL)
+    index.replace_all(gates.get("items") or [], keepers.get("items") or [])
+    return index
+
+
+def _flux_objects(cluster: Cluster | None) -> list[dict]:
+    if cluster is None:
+        return []
+    from admission.kube.fluxobjects import FluxObjects
+    return FluxObjects(cluster.custom).list_all()
+
+
+def _referencing(objects: list[dict], key: str) -> list[dict]:
+    return [o for o in objects if key in {r.key for r in policy_of(o).refs}]
+
+
+def _waiting_on(objects: list[dict], key: str) -> list[tuple[dict, content.Waiting]]:
+    """Objects where new content waits because gate ``key`` is closed (their Blocked or
+    Approved condition names it), with what waits and what they serve meanwhile."""
+    found = []
+    for obj in objects:
+        waiting = content.waiting(obj)
+        if waiting is not None and key in waiting.gates:
+            found.append((obj, waiting))
+    return found
+
+
+def _name(obj: dict) -> str:
+    meta = metadata(obj)
+    return label(obj["kind"], meta["namespace"], meta["name"])
+
+
+def _gates(args: argparse.Namespace) -> tuple[Cluster | None, GateIndex, datetime, str | None]:
+    """The cluster (None offline), its gates, now, and the namespace to look in."""
+    cluster = None if args.gates_dir else connect(args)
+    namespace = args.namespace or (cluster.namespace if cluster else None)
+    return cluster, _index(args, cluster), utcnow(), namespace
+
+
+# -- output -----------------------------------------------------------------------------
+
+def show(lines: Iterable[str], file: TextIO | None = None) -> None:
+    """Print ``lines``, control characters escaped: every line this command prints comes here."""
+    # A gate's message, an object's name or a calendar's summary is anyone's text: written to the
+    # Gate directly, it reaches here unchecked, and a terminal would act on its escape sequences.
+    # Escaped line by line, so that a line break in a value cannot start a line of its own.
+    print("\n".join(escaped(line) for line in lines), file=file or sys.stdout)
+
+
+def _table(rows: list[dict], columns: list[str]) -> list[str]:
+    cells = [[c.upper() for c in columns]] + [[escaped(str(row.get(c, "") if row.get(c) is not None else "-"))
+                                               for c in columns] for row in rows]  # escaped first: widths as shown
+    widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
+    return ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in cells]
+
+
+def _emit(args: argparse.Namespace, payload: object, table: Callable[[], list[str]]) -> None:
+    # orjson escapes C0 controls, PyYAML everything outside ASCII; what orjson leaves (C1, DEL,
+    # direction marks) show() writes as JSON's own \uXXXX escapes, so it reads back as the same data.
+    if args.output == "json":
+        show(orjson.dumps(payload, option=orjson.OPT_INDENT_2).decode().split("\n"))
+    elif args.output == "yaml":
+        show(yaml.safe_dump(payload, sort_keys=False).rstrip().split("\n"))
+    else:
+        show(table())
+
+
+def _state_row(state: GateState) -> dict:
+    return {"namespace": state.namespace, "name": state.name, "state": names.STATE_OPENED if state.open else names.STATE_CLOSED,
+            "reason": state.reason, "message": state.message,
+            "until": format_time(state.next_transition) if state.next_transition else None,
+            # The search for it gave up here: a change may come after, unlike "until": null alone.
+            "unknownAfter": format_time(after) if (after := state.transition_unknown_after) else None}
+
+
+def _until(row: dict) -> str | None:
+    return row["until"] or (f"unknown after {row['unknownAfter']}" if row["unknownAfter"] else None)
+
+
+# -- commands ---------------------------------------------------------------------------
+
+@api_errors
+def cmd_list(args: argparse.Namespace) -> int:
+    cluster, index, now, namespace = _gates(args)
+    objects = _flux_objects(cluster)
+    namespace = None if args.all_namespaces else namespace
+    rows = []
+    for gate in sorted(index.gates(), key=object_key):
+        ns, name = object_key(gate)
+        if namespace and ns != namespace:
+            continue
+        row = _state_row(index.lookup(ns, name, now))
+        refs = _referencing(objects, f"{ns}/{name}")
+        row["referencedBy"] = [_name(o) for o in refs]
+        row["holding"] = [_name(o) for o, _ in _waiting_on(objects, f"{ns}/{name}")]
+        rows.append(row)
+    columns = (["namespace"] if args.all_namespaces else []) + ["name", "state", "reason", "until", "referenced by",
+                                                                 "held"]
+
+    def table() -> list[str]:
+        shown = [{**r, "until": _until(r), "referenced by": len(r["referencedBy"]) if cluster else None,
+                  "held": len(r["holding"]) if cluster else None} for r in rows]
+        return _table(shown, columns) if rows else [f"no gates found{f' in {namespace}' if namespace else ''}"]
+
+    _emit(args, rows, table)
+    return EXIT_OK
+
+
+@api_errors
+def cmd_get(args: argparse.Namespace) -> int:
+    cluster, index, now, namespace = _gates(args)
+    namespace = namespace or "default"
+    if index.compiled(namespace, args.name) is None:
+        raise GateError(f"gate {namespace}/{args.name} not found", EXIT_NOT_FOUND)
+    state = index.lookup(namespace, args.name, now)
+    info = _state_row(state)
+    info.update({"requestedAt": format_time(state.requested_at) if state.requested_at else None,
+                 "requestedBy": state.requested_by, "requestMessage": state.request_message,
+                 "problems": list(state.problems),
+                 "approvals": [a.row() for a in state.approvals if a.live(now)]})
+    held_by = []
+    objects = _flux_objects(cluster)
+    # The webhook's mode (a gate's spec.mode, else the server's): an audit-mode hold lets
+    # changes through with a warning, and must not read as held.
+    server = Settings(mode=env_mode())
+    for obj in _referencing(objects, f"{namespace}/{args.name}"):
+        meta = metadata(obj)
+        stands = standing(obj, Context(index.lookup, now, server))
+        mode = stands.mode if stands.held else None
+        held_by.append({"kind": obj["kind"], "namespace": meta["namespace"], "name": meta["name"],
+                        "held": mode == names.ENFORCE, "mode": mode, "why": stands.message or None})
+    info["referencedBy"] = held_by
+    # The GateKeeper calendars it follows: last fetch, errors, and what comes next.
+    info["calendars"] = feed_rows(feeds_of(index.compiled(namespace, args.name)), now)
+    # New content that waits (also on objects that inherit the gate: generated HelmCharts).
+    info["waiting"] = [{"kind": obj["kind"], "namespace": metadata(obj)["namespace"], "name": metadata(obj)["name"],
+                        "waits": waiting.waits or None, "serves": waiting.serves or None, "message": waiting.message}
+                       for obj, waiting in _waiting_on(objects, f"{namespace}/{args.name}")]
+
+    def table() -> list[str]:
+        lines = [f"{label + ':':<15}{value}" for label, value in (
+            ("Name", info["name"]), ("Namespace", info["namespace"]), ("State", info["state"]),
+            ("Reason", info["reason"]), ("Message", info["message"]), ("Until", _until(info) or "-"))]
+        if state.requested_by or state.request_message:
+            lines.append(f"{'Requested:':<15}by {state.requested_by or '?'}: {state.request_message or ''}".rstrip(": "))
+        lines += [f"{'Problem:':<15}{p}" for p in state.problems]
+        lines += [f"{'Approval:':<15}{a.describe()} (until {a.row()['expires']})" for a in state.approvals if a.live(now)]
+        rows = [{"kind": o["kind"], "namespace": o["namespace"], "name": o["name"],
+                 "held": "yes" if o["held"] else "audit only" if o["mode"] == names.AUDIT else "no"} for o in held_by]
+        lines.append("Referenced by:" + ("" if rows else " none"))
+        if rows:
+            lines += ["  " + line for line in _table(rows, ["kind", "namespace", "name", "held"])]
+        lines += feeds_text(info["calendars"])
+        lines.append("Waiting:" + ("" if info["waiting"] else " nothing"))
+        if info["waiting"]:
+            lines += ["  " + line for line in _table(info["waiting"], ["kind", "namespace", "name", "waits", "serves"])]
+        return lines
+
+    _emit(args, info, table)
+    return EXIT_OK
+
+
+def _requester(args: argparse.Namespace, cluster: Cluster) -> str:
+    return args.requested_by or cluster.user or getpass.getuser()
+
+
+@api_errors
+def cmd_toggle(args: argparse.Namespace) -> int:
+    if args.gates_dir:
+        raise GateError("open and close write to the cluster; --gates-dir is read-only", EXIT_USAGE)
+    message = _message(args)
+    try:
+        refuse_controls(message=message, requestedBy=args.requested_by)  # said before asking for a cluster
+    except ValueError as err:
+        raise GateError(str(err), EXIT_USAGE) from None
+    cluster = connect(args)
+    try:
+        patch = toggle_patch(args.action, utcnow(), message, _requester(args, cluster), getattr(args, "for_", None))
+    except ValueError as err:
+        raise GateError(str(err), EXIT_USAGE) from None
+    namespace = args.namespace or cluster.namespace
+    cluster.custom.patch_namespaced_custom_object(names.GATING_GROUP, names.GATING_VERSION, namespace,
+                                                  names.GATE_PLURAL, args.name, patch)
+    until = patch["metadata"]["annotations"].get(names.CLOSE_ANNOTATION) if args.action == "open" else None
+    show([f"gate {namespace}/{args.name} {'opened' if args.action == 'open' else 'closed'}"
+          + (f" until {until}" if until else "") + (f": {message}" if message else "")])
+    return EXIT_OK
+
+
+def _message(args: argparse.Namespace) -> str | None:
+    """-m, or the argument after NAME (the gating RFC's `flux gate open NAME "message"`)."""
+    if args.message is not None and args.text is not None and args.message != args.text:
+        raise GateError("two messages (-m and one after the gate's name): give one", EXIT_USAGE)
+    return args.message if args.message is not None else args.text
+
+
+@api_errors
+def cmd_calendar(args: argparse.Namespace) -> int:
+    from admission.store import calendar
+    _, index, now, namespace = _gates(args)
+    try:
+        calendar.days_of(args.days)
+    except ValueError as err:
+        raise GateError(f"--{err}", EXIT_USAGE) from None
+    cals = calendar.calendars(index, now, args.days, None if args.all_namespaces else namespace)
+    if args.output == "ics":
+        sys.stdout.buffer.write(calendar.to_ics(cals, now))
+        sys.stdout.flush()
+        return EXIT_OK
+    _emit(args, calendar.to_rows(cals, now), lambda: calendar.to_lines(cals, now, args.days))
+    return EXIT_OK

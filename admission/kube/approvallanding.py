@@ -1,0 +1,154 @@
+"""The controller's part in approvals of exact content: announce them, have what they approve land, end them."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from admission.core import approvals
+from admission.core import content
+from admission.core import names
+from admission.core.gates import GateState
+from admission.core.objects import metadata
+from admission.kube.client import CALL_ERRORS, describe_error
+from admission.core.timefmt import format_distinct_time
+
+if TYPE_CHECKING:
+    from kubernetes import client
+
+    from admission.kube.fluxcache import FluxCache
+    from admission.kube.notifications import FluxNotifier
+
+log = logging.getLogger("admission.controller")
+Key = tuple[str, str, str]  # kind, namespace, name
+
+
+def _object_key(kind: str, obj: dict[str, Any] | None) -> Key:
+    meta = metadata(obj)
+    return kind, str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
+class ApprovalLanding:
+    """Approvals of exact content (docs/decisions/0057), for the Controller: its Flux cache,
+    its Gate writes, Events and notifications, and the reconcile requests it makes."""
+
+    custom: client.CustomObjectsApi
+    flux: FluxCache
+    notifier: FluxNotifier | None
+    approvals_seen: dict[tuple[str, str], set[str]]  # approval keys seen per gate
+    gone: set[str]  # approvals ended (used or expired), until the watch shows it
+    ended: dict[tuple[str, str], dict[str, dict[str, str]]]  # what this process wrote, per gate
+    # (gate "ns/name", approval key) -> (reconcile requests made for it - 1, when the next is due)
+    requests: dict[tuple[str, str], tuple[int, datetime]]
+
+    if TYPE_CHECKING:  # the Controller's
+        def _held_by_gate(self, obj: dict, gate_key: str) -> bool: ...
+        def _event(self, obj: dict, reason: str, message: str, now: datetime, kind: str = "Normal") -> None: ...
+        def _annotate(self, kind: str, namespace: str, name: str, value: str) -> bool: ...
+
+    def _behind(self, gate_key: str) -> list[tuple[str, dict, approvals.Behind]]:
+        """The objects behind a gate, what each serves, and what waits for it (at its own hold
+        point, or served by its source and not applied yet)."""
+        found = []
+        for kind in self.flux.kinds():
+            for obj in self.flux.objects(kind):
+                if not self._held_by_gate(obj, gate_key):
+                    continue
+                waiting = content.waiting(obj)
+                upstream = content.upstream_of(kind, obj, self.flux.get)
+                waits = tuple(w for w in (waiting.waits if waiting else "", upstream.waits if upstream else "") if w)
+                target = "/".join(_object_key(kind, obj))
+                found.append((kind, obj, approvals.Behind(target, content.served_revision(kind, obj), waits)))
+        return found
+
+    def _approvals(self, key: tuple[str, str], gate: dict, state: GateState, now: datetime) -> None:
+        """Announce new approvals and have what they approve land at once; end the used and the
+        expired ones (in the Gate's status), each with an Event."""
+        live = {a.key: a for a in state.approvals if a.key not in self.gone}
+        self.gone &= set(a.key for a in state.approvals)  # the watch has not shown the removal yet
+        seen = self.approvals_seen.setdefault(key, set())
+        fresh = [a for k, a in live.items() if k not in seen]
+        seen.intersection_update(live)
+        seen.update(k for k, a in live.items() if a.live(now))
+        gate_key = f"{key[0]}/{key[1]}"
+        for request in [r for r in self.requests if r[0] == gate_key and r[1] not in live]:
+            del self.requests[request]  # withdrawn, or removed by an earlier pass
+        if not live:
+            return
+        behind = self._behind(gate_key) if self.flux.untrusted() is None else None
+        for approval in fresh:
+            if approval.live(now):
+                self._event(gate, names.APPROVAL_RECORDED_EVENT, approval.describe(), now)
+                self._notify(gate, names.APPROVAL_RECORDED_EVENT, approval.describe(), approval, now)
+                log.info("approval recorded", extra={"Gate": {"namespace": key[0], "name": key[1]},
+                                                     "approval": approval.describe()})
+                self.requests[(gate_key, approval.key)] = (-1, now)  # due at once (or once Flux is trusted)
+        if behind is not None:
+            self._request_reconciles_for(gate_key, list(live.values()), behind, now)
+        for approval in live.values():
+            if not approval.live(now):
+                self._end_approval(key, gate, approval, names.APPROVAL_EXPIRED_EVENT, "approval expired unused", now)
+            elif behind is not None and approvals.landed(approval, [b for _, _, b in behind]):
+                self._end_approval(key, gate, approval, names.APPROVAL_USED_EVENT, "approval used", now)
+
+    def _request_reconciles_for(self, gate_key: str, live: list[approvals.Approval],
+                                behind: list[tuple[str, dict, approvals.Behind]], now: datetime) -> None:
+        """Ask Flux to reconcile the objects where a live approval's content waits, when its
+        request is due: at once, then after each of ``approvals.REQUEST_AGAIN_AFTER`` while it
+        still waits (the webhook pods may have denied the write before their caches saw it).
+        Each request's value is new, so Flux reconciles again each time."""
+        wanted: dict[str, tuple[str, dict]] = {}
+        for approval in live:
+            request = (gate_key, approval.key)
+            if request not in self.requests or now < self.requests[request][1]:
+                continue
+            targets = approvals.waiting_for(approval, [b for _, _, b in behind])
+            made = self.requests.pop(request)[0] + 1
+            if not targets or not approval.live(now):
+                continue  # nothing waits for it any more: it landed, or other content came
+            if made < len(approvals.REQUEST_AGAIN_AFTER):
+                self.requests[request] = (made, now + approvals.REQUEST_AGAIN_AFTER[made])
+            wanted.update({b.target: (kind, obj) for kind, obj, b in behind if b.target in targets})
+        value = format_distinct_time(now)
+        done = [target for target, (kind, obj) in sorted(wanted.items())
+                if self._annotate(kind, *_object_key(kind, obj)[1:], value)]
+        if done:
+            log.info("reconcile requested", extra={"reason": "content approved", "objects": done})
+
+    def next_request(self) -> datetime | None:
+        """When a reconcile request for approved content is due next (the loop wakes then)."""
+        return min((at for _, at in self.requests.values()), default=None)
+
+    def _end_approval(self, key: tuple[str, str], gate: dict, approval: approvals.Approval, reason: str,
+                      what: str, now: datetime) -> None:
+        # Ended in the Gate's status, not by removing the annotation: the controller may write a
+        # Gate's status, never the Gate itself (that would let it open gates). The list is the
+        # stored one and those this process ended since (the cache may not show them yet), kept
+        # to approvals still annotated.
+        annotated = {k.removeprefix(names.APPROVAL_ANNOTATION_PREFIX)
+                     for k in approvals.keys(metadata(gate).get("annotations") or {})}
+        ended = {**approvals.ended(gate), **self.ended.get(key, {})}
+        entry = approvals.ended_entry(approval, reason, now)
+        ended[entry["id"]] = entry
+        ended = {i: e for i, e in ended.items() if i in annotated}
+        body = {"status": {names.ENDED_APPROVALS_FIELD: sorted(ended.values(), key=lambda e: e["id"])}}
+        try:
+            self.custom.patch_namespaced_custom_object_status(names.GATING_GROUP, names.GATING_VERSION, key[0],
+                                                              names.GATE_PLURAL, key[1], body)
+        except CALL_ERRORS as err:
+            log.warning("approval not ended", extra={"approval": approval.key, "error": describe_error(err)})
+            return
+        self.ended[key] = ended
+        self.gone.add(approval.key)
+        self.requests.pop((f"{key[0]}/{key[1]}", approval.key), None)
+        self.approvals_seen.get(key, set()).discard(approval.key)
+        message = f"{what}: {approval.describe()}"
+        log.info(message, extra={"Gate": {"namespace": key[0], "name": key[1]}})
+        self._event(gate, reason, message, now)
+        self._notify(gate, reason, message, approval, now)
+
+    def _notify(self, gate: dict, reason: str, message: str, approval: approvals.Approval, now: datetime) -> None:
+        if self.notifier is not None:
+            details = {"approvedBy": approval.by, "content": approval.content, "for": approval.target}
+            self.notifier.notify(gate, reason, message, details, now, self.notifier.gates_address)
