@@ -96,7 +96,7 @@ GATES = {"32 never-ending chains of overlapping windows in 8 zones + an open req
 def clear_caches() -> None:
     schedule._entry.cache_clear()
     cron._parse_cron.cache_clear()
-    crondays._day_table.cache_clear()
+    crondays.day_table.cache_clear()
     localtime.steady_offset.cache_clear()
     localtime.unsteady_days.cache_clear()
 

@@ -122,13 +122,13 @@ def cmd_pending(args: argparse.Namespace) -> int:
             return ["nothing waits" + (f" behind gate {only}" if only else "")]
         shown = [{**r, "gates": ", ".join(r["gates"]),
                   "approvals": ", ".join(sorted({a["by"] for a in r["approvals"]})) or "none"} for r in rows]
-        lines = gate_commands._table(shown, ["kind", "namespace", "name", "waits", "serves", "since", "gates", "approvals"])
+        lines = gate_commands.text_table(shown, ["kind", "namespace", "name", "waits", "serves", "since", "gates", "approvals"])
         for row in rows:
             lines += [f"  {label(row['kind'], row['namespace'], row['name'])}: {command}" for command in row["approve"]]
             lines += [f"  warning: {text}" for text in row["warnings"]]
         return lines
 
-    gate_commands._emit(args, rows, table)
+    gate_commands.emit(args, rows, table)
     return EXIT_OK
 
 

@@ -10,7 +10,7 @@ import yaml
 
 from admission.cli import approve
 from admission.cli.cluster import EXIT_DENIED, EXIT_OK, EXIT_USAGE, Cluster, GateError, api_errors
-from admission.cli.gate_commands import _emit, _gates, _table
+from admission.cli.gate_commands import emit, lookup_gates, text_table
 from admission.cli.settings import policy_settings
 from admission.core import halfrelease
 from admission.core import kinds
@@ -89,7 +89,7 @@ def judge(manifest: dict, live: dict | None, user: UserInfo, context: Context) -
 
 @api_errors
 def cmd_check(args: argparse.Namespace) -> int:
-    cluster, index, now, default_ns = _gates(args)
+    cluster, index, now, default_ns = lookup_gates(args)
     default_ns = default_ns or "default"
     settings, user = policy_settings(args), _identity(args, cluster)
     live = None
@@ -118,8 +118,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         shown = [{**row, "verdict": row["verdictText"]} for row in rows]  # the sentence, as before
         if not rows:
             return ["no Flux objects in the manifest"]
-        return _table(shown, ["kind", "namespace", "name", "verdict", "message"]) + [
+        return text_table(shown, ["kind", "namespace", "name", "verdict", "message"]) + [
             f"  warning: {label(row['kind'], row['namespace'], row['name'])}: {text}" for row in rows for text in row["warnings"]]
 
-    _emit(args, rows, table)
+    emit(args, rows, table)
     return EXIT_DENIED if any(r["verdict"] == DENIED for r in rows) else EXIT_OK

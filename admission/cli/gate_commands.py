@@ -76,7 +76,7 @@ def _name(obj: dict) -> str:
     return label(obj["kind"], meta["namespace"], meta["name"])
 
 
-def _gates(args: argparse.Namespace) -> tuple[Cluster | None, GateIndex, datetime, str | None]:
+def lookup_gates(args: argparse.Namespace) -> tuple[Cluster | None, GateIndex, datetime, str | None]:
     """The cluster (None offline), its gates, now, and the namespace to look in."""
     cluster = None if args.gates_dir else connect(args)
     namespace = args.namespace or (cluster.namespace if cluster else None)
@@ -93,14 +93,14 @@ def show(lines: Iterable[str], file: TextIO | None = None) -> None:
     print("\n".join(escaped(line) for line in lines), file=file or sys.stdout)
 
 
-def _table(rows: list[dict], columns: list[str]) -> list[str]:
+def text_table(rows: list[dict], columns: list[str]) -> list[str]:
     cells = [[c.upper() for c in columns]] + [[escaped(str(row.get(c, "") if row.get(c) is not None else "-"))
                                                for c in columns] for row in rows]  # escaped first: widths as shown
     widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
     return ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in cells]
 
 
-def _emit(args: argparse.Namespace, payload: object, table: Callable[[], list[str]]) -> None:
+def emit(args: argparse.Namespace, payload: object, table: Callable[[], list[str]]) -> None:
     # orjson escapes C0 controls, PyYAML everything outside ASCII; what orjson leaves (C1, DEL,
     # direction marks) show() writes as JSON's own \uXXXX escapes, so it reads back as the same data.
     if args.output == "json":
@@ -127,7 +127,7 @@ def _until(row: dict) -> str | None:
 
 @api_errors
 def cmd_list(args: argparse.Namespace) -> int:
-    cluster, index, now, namespace = _gates(args)
+    cluster, index, now, namespace = lookup_gates(args)
     objects = _flux_objects(cluster)
     namespace = None if args.all_namespaces else namespace
     rows = []
@@ -146,15 +146,15 @@ def cmd_list(args: argparse.Namespace) -> int:
     def table() -> list[str]:
         shown = [{**r, "until": _until(r), "referenced by": len(r["referencedBy"]) if cluster else None,
                   "held": len(r["holding"]) if cluster else None} for r in rows]
-        return _table(shown, columns) if rows else [f"no gates found{f' in {namespace}' if namespace else ''}"]
+        return text_table(shown, columns) if rows else [f"no gates found{f' in {namespace}' if namespace else ''}"]
 
-    _emit(args, rows, table)
+    emit(args, rows, table)
     return EXIT_OK
 
 
 @api_errors
 def cmd_get(args: argparse.Namespace) -> int:
-    cluster, index, now, namespace = _gates(args)
+    cluster, index, now, namespace = lookup_gates(args)
     namespace = namespace or "default"
     if index.compiled(namespace, args.name) is None:
         raise GateError(f"gate {namespace}/{args.name} not found", EXIT_NOT_FOUND)
@@ -195,14 +195,14 @@ def cmd_get(args: argparse.Namespace) -> int:
                  "held": "yes" if o["held"] else "audit only" if o["mode"] == names.AUDIT else "no"} for o in held_by]
         lines.append("Referenced by:" + ("" if rows else " none"))
         if rows:
-            lines += ["  " + line for line in _table(rows, ["kind", "namespace", "name", "held"])]
+            lines += ["  " + line for line in text_table(rows, ["kind", "namespace", "name", "held"])]
         lines += feeds_text(info["calendars"])
         lines.append("Waiting:" + ("" if info["waiting"] else " nothing"))
         if info["waiting"]:
-            lines += ["  " + line for line in _table(info["waiting"], ["kind", "namespace", "name", "waits", "serves"])]
+            lines += ["  " + line for line in text_table(info["waiting"], ["kind", "namespace", "name", "waits", "serves"])]
         return lines
 
-    _emit(args, info, table)
+    emit(args, info, table)
     return EXIT_OK
 
 
@@ -243,7 +243,7 @@ def _message(args: argparse.Namespace) -> str | None:
 @api_errors
 def cmd_calendar(args: argparse.Namespace) -> int:
     from admission.store import calendar
-    _, index, now, namespace = _gates(args)
+    _, index, now, namespace = lookup_gates(args)
     try:
         calendar.days_of(args.days)
     except ValueError as err:
@@ -253,5 +253,5 @@ def cmd_calendar(args: argparse.Namespace) -> int:
         sys.stdout.buffer.write(calendar.to_ics(cals, now))
         sys.stdout.flush()
         return EXIT_OK
-    _emit(args, calendar.to_rows(cals, now), lambda: calendar.to_lines(cals, now, args.days))
+    emit(args, calendar.to_rows(cals, now), lambda: calendar.to_lines(cals, now, args.days))
     return EXIT_OK

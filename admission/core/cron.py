@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
-from admission.core.crondays import _DayTable, _day_table, _next_month, _previous_month
+from admission.core.crondays import DayTable, day_table, next_month, previous_month
 from admission.core.localtime import UTC, local_midnight, steady_offset, wall_at_offset, wall_instant
 
 MINUTE = timedelta(minutes=1)
@@ -63,7 +63,7 @@ class CronSpec:
     # whose methods return before reading it (the asserts below say so to the type checker).
     fields: CronSim | None = None
     # Its matching days, month by month (shared; not part of the value).
-    _days: _DayTable = field(default_factory=_DayTable, compare=False, repr=False)
+    _days: DayTable = field(default_factory=DayTable, compare=False, repr=False)
 
     def matches(self, now: datetime) -> bool:
         """Whether the wall-clock minute containing ``now`` matches."""
@@ -174,7 +174,7 @@ class CronSpec:
                     found = next((d for d in range(start, calendar.monthrange(year, month)[1] + 1) if d not in days), None)
                 if found is not None:
                     break
-            (year, month), start = _next_month(year, month), 1
+            (year, month), start = next_month(year, month), 1
         else:
             return None
         day = date(year, month, found)
@@ -192,7 +192,7 @@ class CronSpec:
                 if found is not None:
                     day = date(year, month, found)
                     return day if day >= first else None
-            (year, month), end = _previous_month(year, month), 31
+            (year, month), end = previous_month(year, month), 31
         return None
 
     def last_fire(self, now: datetime, since: datetime | None = None) -> datetime | None:
@@ -395,4 +395,4 @@ def _parse_cron(text: str, default_zone: str | None) -> CronSpec:
         fields = CronSim(expr, datetime(2000, 1, 1))
     except (CronSimError, ValueError, IndexError) as err:
         raise ScheduleError(f"invalid cron expression {text!r}: {err}") from None
-    return CronSpec(text, expr, tz, fields=fields, _days=_day_table(fields.parts[3], fields.parts[5]))
+    return CronSpec(text, expr, tz, fields=fields, _days=day_table(fields.parts[3], fields.parts[5]))

@@ -9,7 +9,7 @@ from datetime import date
 from cronsim import CronSim
 
 
-class _DayTable:
+class DayTable:
     """The days that match one pair of day-of-month and day-of-week fields, month by month.
 
     A month's matching days depend only on its length and the weekday of its 1st, so at most
@@ -49,15 +49,15 @@ def _matching_days(f: CronSim, year: int, month: int, first_weekday: int, length
     return tuple(d for d in sorted(candidates) if f.match_day(date(year, month, d)))
 
 
-def _next_month(year: int, month: int) -> tuple[int, int]:
+def next_month(year: int, month: int) -> tuple[int, int]:
     return (year + 1, 1) if month == 12 else (year, month + 1)
 
 
-def _previous_month(year: int, month: int) -> tuple[int, int]:
+def previous_month(year: int, month: int) -> tuple[int, int]:
     return (year - 1, 12) if month == 1 else (year, month - 1)
 
 
 @functools.lru_cache(maxsize=4096)
-def _day_table(day_of_month: str, day_of_week: str) -> _DayTable:
+def day_table(day_of_month: str, day_of_week: str) -> DayTable:
     """The table of matching days shared by the expressions with these day fields."""
-    return _DayTable()
+    return DayTable()

@@ -11,7 +11,7 @@ from admission.core import names
 from admission.core.approvals import Approval
 from admission.core.calendarentries import CalendarEntry, CalendarGuard
 from admission.core.cron import HORIZON
-from admission.core.gatespec import CompiledGate, GateEntry, _Toggle, compile_gate
+from admission.core.gatespec import CompiledGate, GateEntry, Toggle, compile_gate
 from admission.core.lazy import Lazy
 from admission.core.timefmt import format_time
 
@@ -90,7 +90,7 @@ def invalid(namespace: str, name: str, why: str) -> GateState:
     return GateState(namespace, name, False, names.REASON_INVALID, f"Gate is invalid: {why}")
 
 
-def _applied_toggle(cg: CompiledGate, now: datetime) -> _Toggle | None:
+def _applied_toggle(cg: CompiledGate, now: datetime) -> Toggle | None:
     # Toggles are sorted by (time, open-before-close): the last one not in the future
     # is the latest request, and at equal times the close.
     latest = None
@@ -119,10 +119,10 @@ class _Cause:
     open: bool
     reason: str
     message: str
-    toggle: _Toggle | None = None
+    toggle: Toggle | None = None
 
 
-def _cause(cg: CompiledGate, now: datetime) -> _Cause:
+def cause_of(cg: CompiledGate, now: datetime) -> _Cause:
     """The one answer to "open or closed, and why" that evaluate, searches and calendars share."""
     if cg.unknown is not None:
         return _Cause(False, names.REASON_UNKNOWN, f"gate state unknown: {cg.unknown}")
@@ -144,7 +144,7 @@ def _cause(cg: CompiledGate, now: datetime) -> _Cause:
 
 
 def _is_open(cg: CompiledGate, now: datetime) -> bool:
-    return _cause(cg, now).open
+    return cause_of(cg, now).open
 
 
 def _toggle_points(cg: CompiledGate, now: datetime) -> list[datetime]:
@@ -159,7 +159,7 @@ def _entries(cg: CompiledGate) -> list[GateEntry]:
     return list(dict.fromkeys(entry for _, entry in cg.closed_entries + cg.opened_entries))
 
 
-def _change_points(cg: CompiledGate, now: datetime) -> list[datetime]:
+def change_points(cg: CompiledGate, now: datetime) -> list[datetime]:
     """Times after ``now`` at which the state may change; it cannot change before the first."""
     points = _toggle_points(cg, now)
     for entry in _entries(cg):
@@ -290,7 +290,7 @@ def _all_changes(changes: list[datetime | None], indices: list[int]) -> list[dat
 
 def evaluate(cg: CompiledGate, now: datetime) -> GateState:
     """The state of a compiled gate at ``now``; its next transition is searched for when asked."""
-    cause = _cause(cg, now)
+    cause = cause_of(cg, now)
     if cg.fixed:
         return GateState(cg.namespace, cg.name, False, cause.reason, cause.message, mode=cg.mode, problems=cg.problems)
     valid_until = _valid_until(cg, now)

@@ -25,7 +25,7 @@ GateEntry: TypeAlias = "Entry | CalendarEntry | CalendarGuard"
 
 
 @dataclass(frozen=True)
-class _Toggle:
+class Toggle:
     at: datetime
     open: bool
 
@@ -39,7 +39,7 @@ class CompiledGate:
     default_open: bool = True
     window: timedelta | None = None
     mode: names.Mode | None = None
-    toggles: tuple[_Toggle, ...] = ()
+    toggles: tuple[Toggle, ...] = ()
     closed_entries: tuple[tuple[str, GateEntry], ...] = ()
     opened_entries: tuple[tuple[str, GateEntry], ...] = ()
     errors: tuple[str, ...] = ()
@@ -112,13 +112,13 @@ def compile_gate(gate: dict[str, Any], keepers: Iterable[dict[str, Any]] = ()) -
 
     annotations = meta.get("annotations")
     annotations = annotations if isinstance(annotations, dict) else {}
-    toggles: list[_Toggle] = []
+    toggles: list[Toggle] = []
     for key, is_open in ((names.OPEN_ANNOTATION, True), (names.CLOSE_ANNOTATION, False)):
         raw = annotations.get(key)
         if raw is None:
             continue
         try:
-            toggles.append(_Toggle(parse_time(raw), is_open))
+            toggles.append(Toggle(parse_time(raw), is_open))
         except ValueError as err:
             problems.append(f"ignoring {key}: {err}")
     approved, approval_problems = approvals_.parse_all(annotations)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime, tzinfo
 
 from admission.core import names
-from admission.core.gates import _cause, _change_points
+from admission.core.gates import cause_of, change_points
 from admission.core.gatespec import CompiledGate
 from admission.core.localtime import UTC
 from admission.core.schedule import Entry
@@ -34,7 +34,7 @@ class Interval:
 
 def _calendar_cause(cg: CompiledGate, now: datetime) -> tuple[bool, str, str]:
     """The state at ``now``, why, and who asked for a toggle in effect."""
-    cause = _cause(cg, now)
+    cause = cause_of(cg, now)
     message = cause.message
     if cause.toggle is not None:
         message += f" by {cg.requested_by}" if cg.requested_by else ""
@@ -56,7 +56,7 @@ def intervals(cg: CompiledGate, start: datetime, end: datetime,
     cur = start
     for _ in range(max_steps):
         is_open, reason, message = _calendar_cause(cg, cur)
-        points = [p for p in _change_points(cg, cur) if p > cur] if not cg.fixed else []
+        points = [p for p in change_points(cg, cur) if p > cur] if not cg.fixed else []
         nxt = min(min(points), end) if points else end
         if out and out[-1].open == is_open and out[-1].known:
             out[-1] = Interval(out[-1].start, nxt, is_open, out[-1].reason, out[-1].message)

@@ -24,7 +24,7 @@ log = logging.getLogger("admission.controller")
 Key = tuple[str, str, str]  # kind, namespace, name
 
 
-def _object_key(kind: str, obj: dict[str, Any] | None) -> Key:
+def kind_key(kind: str, obj: dict[str, Any] | None) -> Key:
     meta = metadata(obj)
     return kind, str(meta.get("namespace") or ""), str(meta.get("name") or "")
 
@@ -58,7 +58,7 @@ class ApprovalLanding:
                 waiting = content.waiting(obj)
                 upstream = content.upstream_of(kind, obj, self.flux.get)
                 waits = tuple(w for w in (waiting.waits if waiting else "", upstream.waits if upstream else "") if w)
-                target = "/".join(_object_key(kind, obj))
+                target = "/".join(kind_key(kind, obj))
                 found.append((kind, obj, approvals.Behind(target, content.served_revision(kind, obj), waits)))
         return found
 
@@ -112,7 +112,7 @@ class ApprovalLanding:
             wanted.update({b.target: (kind, obj) for kind, obj, b in behind if b.target in targets})
         value = format_distinct_time(now)
         done = [target for target, (kind, obj) in sorted(wanted.items())
-                if self._annotate(kind, *_object_key(kind, obj)[1:], value)]
+                if self._annotate(kind, *kind_key(kind, obj)[1:], value)]
         if done:
             log.info("reconcile requested", extra={"reason": "content approved", "objects": done})
 

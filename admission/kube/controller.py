@@ -28,7 +28,7 @@ from admission.core.conditions import holding_condition
 from admission.core.notices import Notice, notice
 from admission.core.objects import annotations as annotations_of, label, metadata, object_key
 from admission.core.references import policy_of, suspension_of
-from admission.kube.approvallanding import ApprovalLanding, Key, _object_key
+from admission.kube.approvallanding import ApprovalLanding, Key, kind_key
 from admission.kube.calendarsync import CalendarSync
 from admission.kube.client import CALL_ERRORS, describe_error
 from admission.kube.events import core_event, post_event
@@ -111,7 +111,7 @@ class Controller(ApprovalLanding):
         if before == after:
             return
         with self._lock:
-            self._suspendable.add(_object_key(kind, new or old))
+            self._suspendable.add(kind_key(kind, new or old))
         self.poke()  # a suspension was added, changed or removed: look now
 
     def readiness(self) -> tuple[bool, dict]:
@@ -259,7 +259,7 @@ class Controller(ApprovalLanding):
         for kind, obj in objects:
             if active_holds(obj, Context(self.store.index.lookup, now, get=self.flux.get)):
                 continue  # another gate (or a suspension) still holds it
-            _, namespace, name = _object_key(kind, obj)
+            _, namespace, name = kind_key(kind, obj)
             if self._annotate(kind, namespace, name, value):
                 done.append(label(kind, namespace, name))
             labels = metadata(obj).get("labels") or {}

@@ -18,7 +18,7 @@ from kubernetes.client.rest import ApiException
 from admission.core.kinds import BY_KIND, FluxKind
 from admission.core.objects import metadata
 from admission.kube.fluxobjects import first_served
-from admission.kube.reflector import STALE_AFTER, Reflecting, _Reflector, _trim, untrusted_reason
+from admission.kube.reflector import STALE_AFTER, Reflecting, Reflector, trim_object, untrusted_reason
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ OnChange = Callable[[str, "dict | None", "dict | None"], None]
 def _trim_flux(obj: dict) -> dict:
     """The gate reflector's trim, and the inventory: a Kustomization lists every object it
     applied there (thousands for a large one), and nothing here reads it."""
-    _trim(obj)
+    trim_object(obj)
     status = obj.get("status")
     if isinstance(status, dict):
         status.pop("inventory", None)
@@ -43,7 +43,7 @@ def _key(obj: dict) -> Key:
     return meta.get("namespace") or "", meta.get("name") or ""
 
 
-class _KindReflector(_Reflector):
+class _KindReflector(Reflector):
     """One Flux kind: the gate reflector's loop, at the first version the API server serves."""
 
     store: "FluxCache"

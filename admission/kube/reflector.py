@@ -48,7 +48,7 @@ class Backoff:
 _UNUSED_ANNOTATIONS = (names.LAST_APPLIED_ANNOTATION,)
 
 
-def _trim(obj: dict) -> dict:
+def trim_object(obj: dict) -> dict:
     """Drop what gate evaluation never reads and what costs memory: managedFields and the
     last-applied copy of the object (most of a small object's size)."""
     metadata(obj).pop("managedFields", None)
@@ -57,7 +57,7 @@ def _trim(obj: dict) -> dict:
     return obj
 
 
-class _Reflector:
+class Reflector:
     """Keeps one kind current in its store: list, then watch from the list's resourceVersion;
     resume after each watch; relist on 410 Gone; back off on errors. A subclass says where the
     objects go (``_apply``, ``_replace``): the gate index here, Flux objects in kube/fluxcache.py."""
@@ -93,7 +93,7 @@ class _Reflector:
         listed = cast(dict[str, Any],  # a custom resource's list, decoded from JSON
                       self.store.api.list_cluster_custom_object(self.group, self._served_version(), self.plural,
                                                                 _request_timeout=(5, 30)))
-        items = [_trim(item) for item in listed.get("items") or []]
+        items = [trim_object(item) for item in listed.get("items") or []]
         self._replace(items)
         self.resource_version = listed["metadata"]["resourceVersion"]
         self.relists += 1
@@ -124,7 +124,7 @@ class _Reflector:
                 self._connected()
                 obj = event["object"]
                 if event["type"] != "BOOKMARK":
-                    self._apply(event["type"], _trim(obj))
+                    self._apply(event["type"], trim_object(obj))
                 self.resource_version = metadata(obj).get("resourceVersion", self.resource_version)
                 if self.store._stopped.is_set():
                     return
@@ -167,7 +167,7 @@ class _Reflector:
         self.store._stopped.wait(backoff.next())
 
 
-def untrusted_reason(what: str, reflectors: Sequence["_Reflector"], stale_after: float) -> str | None:
+def untrusted_reason(what: str, reflectors: Sequence["Reflector"], stale_after: float) -> str | None:
     """Why a cache kept by ``reflectors`` cannot be trusted now (not listed yet, or no proof
     for ``stale_after`` seconds that its watch works), or None. One rule for every cache."""
     now = time.monotonic()
@@ -183,7 +183,7 @@ def untrusted_reason(what: str, reflectors: Sequence["_Reflector"], stale_after:
     return None
 
 
-class _GateReflector(_Reflector):
+class _GateReflector(Reflector):
     """Gates or GateKeepers, into the cluster store's index."""
 
     store: "ClusterStore"
@@ -208,7 +208,7 @@ class _GateReflector(_Reflector):
 class Reflecting:
     """A cache kept by ``self.reflectors``: runs each in a daemon thread and stops their watches."""
 
-    reflectors: Sequence["_Reflector"]
+    reflectors: Sequence["Reflector"]
     api: client.CustomObjectsApi
     stale_after: float
     _threads: list[threading.Thread]
@@ -236,7 +236,7 @@ class ClusterStore(Reflecting):
         self.stale_after = stale_after
         self._stopped = threading.Event()
         self._streams: set[watch.Watch] = set()
-        self.reflectors: list[_Reflector] = [_GateReflector(self, names.GATE_PLURAL),
+        self.reflectors: list[Reflector] = [_GateReflector(self, names.GATE_PLURAL),
                                              _GateReflector(self, names.GATEKEEPER_PLURAL)]
         self._threads: list[threading.Thread] = []
         self.on_change: Callable[[], None] = lambda: None  # called after every change to the index

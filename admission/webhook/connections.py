@@ -18,7 +18,7 @@ _REASONS = {400: "Bad Request", 403: "Forbidden", 408: "Request Timeout", 411: "
             413: "Request Entity Too Large", 431: "Request Header Fields Too Large", 503: "Service Unavailable"}
 
 
-class _Conn(SeamConn):
+class Conn(SeamConn):
     """A connection, and what the loop knows of the request being read on it."""
 
     def __init__(self, worker: GthreadSeam, sock: Any, address: Any, listener: Any, gone: Any) -> None:
@@ -40,19 +40,19 @@ class ConnectionEnds:
     flushing: dict[Any, None]  # connections whose answer (from the loop) is still being written
 
     if TYPE_CHECKING:  # the worker's, and its gthread seam's
-        def _forget(self, conn: _Conn) -> None: ...
-        def _unwatch(self, conn: _Conn) -> None: ...
+        def _forget(self, conn: Conn) -> None: ...
+        def _unwatch(self, conn: Conn) -> None: ...
         def count_connection(self, delta: int) -> None: ...
         def watch(self, sock: Any, events: int, callback: Callable[..., object]) -> None: ...
 
-    def _close(self, conn: _Conn) -> None:
+    def _close(self, conn: Conn) -> None:
         self._forget(conn)
         self.lingering.pop(conn, None)
         self.flushing.pop(conn, None)
         self.count_connection(-1)
         conn.close()
 
-    def _refuse(self, conn: _Conn, status: int, why: str) -> None:
+    def _refuse(self, conn: Conn, status: int, why: str) -> None:
         """Answer ``status`` from the loop and close, reading (and dropping) what the client still
         sends for a moment, so that closing does not reset the connection before it reads the answer."""
         body = orjson.dumps({"error": why})
@@ -65,7 +65,7 @@ class ConnectionEnds:
             pass
         self._linger(conn)
 
-    def _linger(self, conn: _Conn) -> None:
+    def _linger(self, conn: Conn) -> None:
         """Half-close, then read and drop what the client still sends until it closes or
         ``LINGER_SECONDS`` pass, so that closing does not reset an answer it has not read."""
         try:
@@ -80,7 +80,7 @@ class ConnectionEnds:
         conn.watching = selectors.EVENT_READ
         self.watch(conn.sock, selectors.EVENT_READ, partial(self._drop_input, conn))
 
-    def _drop_input(self, conn: _Conn, _fileobj: object = None) -> None:
+    def _drop_input(self, conn: Conn, _fileobj: object = None) -> None:
         try:
             while conn.sock.recv(65536):
                 pass

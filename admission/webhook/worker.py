@@ -22,7 +22,7 @@ import time
 from functools import partial
 
 from admission.webhook.bounded_socket import IO_SECONDS, BoundedSSLSocket
-from admission.webhook.connections import ConnectionEnds, _Conn
+from admission.webhook.connections import ConnectionEnds, Conn
 from admission.webhook.framing import Refused, framing
 from admission.webhook.gthread_seam import GthreadSeam
 from admission.webhook.target import admit
@@ -127,7 +127,7 @@ class PreReadWorker(ConnectionEnds, GthreadSeam):
                 context.sslsocket_class = BoundedSSLSocket
                 client = context.wrap_socket(client, server_side=True, do_handshake_on_connect=False,
                                              suppress_ragged_eofs=True)
-            conn = _Conn(self, client, address, listener, partial(self._gone, peer))
+            conn = Conn(self, client, address, listener, partial(self._gone, peer))
         except (OSError, ValueError):
             self.count_connection(-1)
             self._gone(peer)
