@@ -51,7 +51,8 @@ PAUSE_IMAGE = "fga-pause:1"
 # Debian's packages that the node needs (hack/test.sh installs them).
 PACKAGES = {"containerd": "containerd", "runc": "runc", "iptables": "iptables", "conntrack": "conntrack",
             "ip": "iproute2",
-            "docker": "docker.io"}  # Debian's package of the Docker engine
+            "docker": "docker.io",  # Debian's package of the Docker engine
+            }
 
 
 def node_binaries() -> Path:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
-from typing import get_args
+from typing import Callable, Iterator, get_args
 
 from admission.core import names
 
@@ -25,6 +26,19 @@ def modules():
     return sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
 
 
+@functools.cache
+def _tree(path: Path) -> ast.AST:
+    return ast.parse(path.read_text())
+
+
+def nodes_outside(home: Path) -> Iterator[tuple[str, ast.AST]]:
+    """Each syntax node of every module but ``home``, with where it is (``path:line``)."""
+    for path in modules():
+        if path != home:
+            for node in ast.walk(_tree(path)):
+                yield f"{path.relative_to(PACKAGE.parent)}:{getattr(node, 'lineno', 0)}", node
+
+
 def docstrings(tree: ast.AST) -> set[int]:
     out = set()
     for node in ast.walk(tree):
@@ -35,28 +49,22 @@ def docstrings(tree: ast.AST) -> set[int]:
     return out
 
 
+def strings_outside(home: Path, spelt: Callable[[str], bool]) -> list[str]:
+    """The string constants (docstrings aside) of every module but ``home`` that ``spelt`` finds."""
+    skip = set().union(*(docstrings(_tree(path)) for path in modules()))
+    return [f"{where}: {node.value!r}" for where, node in nodes_outside(home)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip
+            and spelt(node.value)]
+
+
 def test_flux_and_gating_strings_are_written_only_in_names():
-    found = []
-    for path in modules():
-        if path == NAMES:
-            continue
-        tree = ast.parse(path.read_text())
-        skip = docstrings(tree)
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
-                if node.value in VOCABULARY or "fluxcd.io" in node.value:
-                    found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: {node.value!r}")
+    found = strings_outside(NAMES, lambda value: value in VOCABULARY or "fluxcd.io" in value)
     assert not found, "use admission.core.names:\n" + "\n".join(found)
 
 
 def test_instants_are_formatted_only_in_timefmt():
-    found = []
-    for path in modules():
-        if path == TIMEFMT:
-            continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Attribute) and node.attr in ("strftime", "isoformat"):
-                found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: .{node.attr}")
+    found = [f"{where}: .{node.attr}" for where, node in nodes_outside(TIMEFMT)
+             if isinstance(node, ast.Attribute) and node.attr in ("strftime", "isoformat")]
     assert not found, "use admission.core.timefmt:\n" + "\n".join(found)
 
 
@@ -68,27 +76,16 @@ def _reads_metadata(node: ast.AST) -> bool:
 def test_metadata_is_read_only_through_the_one_accessor():
     # obj.get("metadata") or {} by hand is where a null or a list in a review's metadata becomes
     # a crash (code that checks isinstance before it writes is fine).
-    found = []
-    for path in modules():
-        if path == OBJECTS:
-            continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            defaulted = (_reads_metadata(node) and len(node.args) == 2) or (
-                isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or) and _reads_metadata(node.values[0]))
-            if defaulted:
-                found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}")
+    found = [where for where, node in nodes_outside(OBJECTS)
+             if (_reads_metadata(node) and len(node.args) == 2)
+             or (isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or) and _reads_metadata(node.values[0]))]
     assert not found, "use admission.core.objects.metadata:\n" + "\n".join(found)
 
 
 def test_the_time_is_read_only_through_the_one_clock():
-    found = []
-    for path in modules():
-        if path == CLOCK:
-            continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Attribute) and node.attr in ("now", "utcnow", "today") \
-                    and isinstance(node.value, ast.Name) and node.value.id in ("datetime", "date"):
-                found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: {node.value.id}.{node.attr}")
+    found = [f"{where}: {node.value.id}.{node.attr}" for where, node in nodes_outside(CLOCK)
+             if isinstance(node, ast.Attribute) and node.attr in ("now", "utcnow", "today")
+             and isinstance(node.value, ast.Name) and node.value.id in ("datetime", "date")]
     assert not found, "use admission.clock.utcnow:\n" + "\n".join(found)
 
 
@@ -99,16 +96,7 @@ QUOTED = re.compile("|".join(rf"['\"]{re.escape(value)}['\"]" for value in sorte
 
 
 def test_modes_and_other_closed_sets_are_spelled_only_in_names():
-    found = []
-    for path in modules():
-        if path == NAMES:
-            continue
-        tree = ast.parse(path.read_text())
-        skip = docstrings(tree)
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
-                if node.value in CLOSED_SETS or QUOTED.search(node.value):
-                    found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: {node.value!r}")
+    found = strings_outside(NAMES, lambda value: value in CLOSED_SETS or bool(QUOTED.search(value)))
     assert not found, "use admission.core.names (ENFORCE, AUDIT, MODES, REQUIRE_ALL, ...):\n" + "\n".join(found)
 
 
