@@ -7,7 +7,6 @@ the README shows is what the tests run."""
 
 from __future__ import annotations
 
-import http.server
 import io
 import json
 import os
@@ -24,7 +23,7 @@ from tests.e2e.controlplane import ROOT
 from tests.polling import until
 from tests.realflux.conftest import condition, ready
 from tests.realflux.flux import flux_dir
-from tests.realflux.servers import Registry, _Quiet, _serve
+from tests.realflux.servers import Registry, serve_directory
 
 CHART_PATH = Path("charts") / "gate-admission"
 CHART = ROOT / CHART_PATH
@@ -73,17 +72,7 @@ class ChartIndex:
     def __init__(self, root: Path, helm: Helm):
         self.root, self.helm = root, helm
         root.mkdir(parents=True, exist_ok=True)
-        directory = str(root)
-
-        class Handler(http.server.SimpleHTTPRequestHandler):
-            def __init__(self, *args, **kwargs):
-                super().__init__(*args, directory=directory, **kwargs)
-
-            def log_message(self, *args):  # the test log has no use for access lines
-                pass
-
-        self.http: _Quiet
-        self.http, self.url = _serve(Handler, "chart-index")
+        self.http, self.url = serve_directory(root, "chart-index")
 
     def add(self, archive: Path) -> None:
         shutil.copy(archive, self.root / archive.name)

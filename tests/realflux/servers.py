@@ -39,14 +39,28 @@ def tar_gz(files: dict[str, str]) -> bytes:
     return gzip.compress(raw.getvalue(), mtime=0)
 
 
-class _Quiet(http.server.ThreadingHTTPServer):
+class Quiet(http.server.ThreadingHTTPServer):
     daemon_threads = True
 
 
-def _serve(handler: type, name: str) -> tuple[_Quiet, str]:
-    server = _Quiet(("127.0.0.1", 0), handler)
+def serve(handler: type, name: str) -> tuple[Quiet, str]:
+    server = Quiet(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, name=name, daemon=True).start()
     return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def serve_directory(root: Path, name: str) -> tuple[Quiet, str]:
+    """The files under ``root`` over plain HTTP (a Helm repository's index and charts)."""
+    directory = str(root)
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, directory=directory, **kwargs)
+
+        def log_message(self, *args):  # the test log has no use for access lines
+            pass
+
+    return serve(Handler, name)
 
 
 # -- Git -----------------------------------------------------------------------------------------
@@ -107,7 +121,7 @@ class GitServer:
                     data += self.rfile.read(size)
                     self.rfile.readline()
 
-        self.http, self.url = _serve(Handler, "git-http")
+        self.http, self.url = serve(Handler, "git-http")
 
     def repository(self, name: str, branch: str = "main") -> "GitRepo":
         bare = self.root / f"{name}.git"
@@ -190,16 +204,7 @@ class ChartRepository:
         root.mkdir(parents=True, exist_ok=True)
         self.entries: dict[str, list[dict]] = {}
         self._write_index()
-        directory = str(root)
-
-        class Handler(http.server.SimpleHTTPRequestHandler):
-            def __init__(self, *args, **kwargs):
-                super().__init__(*args, directory=directory, **kwargs)
-
-            def log_message(self, *args):
-                pass
-
-        self.http, self.url = _serve(Handler, "helm-repo")
+        self.http, self.url = serve_directory(root, "helm-repo")
 
     def publish(self, name: str, version: str, template: str = CHART_TEMPLATE) -> None:
         package = tar_gz(chart_files(name, version, template))
