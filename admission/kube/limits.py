@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
-import mmap
 import os
 import struct
-import threading
 import time
 from pathlib import Path
+
+from admission.store.sharedslots import SharedSlots
 
 MAX_KEYS = 4096  # keys counted per window; a new key beyond them is refused
 # The GETs a denial may cost: per namespace per window, whatever reviews say; more are dropped.
@@ -41,51 +40,30 @@ class WindowCounts:
         return True
 
 
-class SharedWindowCounts:
+class SharedWindowCounts(SharedSlots):
     """WindowCounts shared by every process that opens the same ``path``: gunicorn's workers
     each take some denials, and a limit kept per worker would let each of them spend it whole.
-    The file is a table of ``slots`` counters (key hash, window, count), mapped by each process
-    and changed under an exclusive lock, as the receiver's rate limits are
-    (admission.webhook.receiver.SharedCallerLimits); keys whose hashes share a slot share
-    nothing: the newer one starts a fresh count. Windows must be numbered alike by every
+    The file is a table of ``slots`` counters (key hash, window, count), as the receiver's rate
+    limits are (admission.webhook.receiver.SharedCallerLimits); keys whose hashes share a slot
+    share nothing: the newer one starts a fresh count. Windows must be numbered alike by every
     process (read_window's time.monotonic is, on Linux)."""
 
     _SLOT = struct.Struct("<QqI")
 
     def __init__(self, path: str | os.PathLike[str], limit: int, slots: int = MAX_KEYS):
-        self.path, self.limit, self.slots = Path(path), limit, slots
-        self._lock = threading.Lock()  # flock does not exclude threads of one process
-        self._pid: int | None = None
-        self._fd = -1
-        self._map: mmap.mmap | None = None
-        size = self._SLOT.size * slots
-        with open(self.path, "ab") as handle:  # the creator sizes it; every opener checks
-            if handle.tell() < size:
-                handle.truncate(size)
-
-    def _mapped(self) -> mmap.mmap:
-        if self._pid != os.getpid():  # opened in this process: a descriptor inherited over fork
-            self._fd = os.open(self.path, os.O_RDWR)  # would share the lock with the parent
-            self._map = mmap.mmap(self._fd, self._SLOT.size * self.slots)
-            self._pid = os.getpid()
-        assert self._map is not None  # mapped when _pid was set
-        return self._map
+        super().__init__(path, self._SLOT, slots)
+        self.limit = limit
 
     def charge(self, key: object, window: int) -> bool:
         """Count one for ``key`` in ``window`` for every process; False (nothing counted) at the limit."""
         hashed = int.from_bytes(hashlib.blake2b(repr(key).encode(), digest_size=8).digest(), "big") or 1
-        offset = (hashed % self.slots) * self._SLOT.size
-        with self._lock:
-            table = self._mapped()
-            fcntl.flock(self._fd, fcntl.LOCK_EX)
-            try:
-                stored, at, used = self._SLOT.unpack_from(table, offset)
-                if stored != hashed or at != window:
-                    used = 0
-                charged = used < self.limit
-                self._SLOT.pack_into(table, offset, hashed, window, used + 1 if charged else used)
-            finally:
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
+        index = hashed % self.slots
+        with self.locked():
+            stored, at, used = self.read(index)
+            if stored != hashed or at != window:
+                used = 0
+            charged = used < self.limit
+            self.write(index, hashed, window, used + 1 if charged else used)
         return charged
 
 

@@ -15,11 +15,9 @@ came from someone holding it, not who they are (``IDENTITY for 'bob' (unverified
 from __future__ import annotations
 
 import base64
-import fcntl
 import hashlib
 import hmac
 import logging
-import mmap
 import os
 import struct
 import threading
@@ -37,6 +35,7 @@ from admission.core import approvals
 from admission.core import names
 from admission.core.references import is_namespace, is_object_name
 from admission.core.toggles import ACTIONS, refuse_controls, toggle_patch
+from admission.store.sharedslots import SharedSlots
 from admission.webhook.responses import json_response
 
 log = logging.getLogger("admission.receiver")
@@ -149,52 +148,32 @@ class CallerLimits:
         return bucket.allow()
 
 
-class SharedCallerLimits:
+class SharedCallerLimits(SharedSlots):
     """Token buckets per caller, as ``template`` (rate and burst), shared by every process that
     opens the same ``path``: gunicorn's workers each answer some calls, and a limit kept per
     worker would let each of them grant the whole burst. The file is a table of ``slots``
-    buckets (caller hash, tokens, time), mapped by each process and changed under an exclusive
-    lock; callers whose hashes share a slot share nothing: the newer one starts a fresh bucket.
-    ``template.clock`` must be one every process reads alike (time.monotonic is, on Linux)."""
+    buckets (caller hash, tokens, time); callers whose hashes share a slot share nothing: the
+    newer one starts a fresh bucket. ``template.clock`` must be one every process reads alike
+    (time.monotonic is, on Linux)."""
 
     _SLOT = struct.Struct("<Qdd")
 
     def __init__(self, path: str | os.PathLike[str], template: RateLimit, slots: int = MAX_CALLERS):
-        self.path, self.template, self.slots = Path(path), template, slots
-        self._lock = threading.Lock()  # flock does not exclude threads of one process
-        self._pid: int | None = None
-        self._fd = -1
-        self._map: mmap.mmap | None = None
-        size = self._SLOT.size * slots
-        with open(self.path, "ab") as handle:  # the creator sizes it; every opener checks
-            if handle.tell() < size:
-                handle.truncate(size)
-
-    def _mapped(self) -> mmap.mmap:
-        if self._pid != os.getpid():  # opened in this process: a descriptor inherited over fork
-            self._fd = os.open(self.path, os.O_RDWR)  # would share the lock with the parent
-            self._map = mmap.mmap(self._fd, self._SLOT.size * self.slots)
-            self._pid = os.getpid()
-        assert self._map is not None  # mapped when _pid was set
-        return self._map
+        super().__init__(path, self._SLOT, slots)
+        self.template = template
 
     def allow(self, caller: str) -> bool:
         key = int.from_bytes(hashlib.blake2b(caller.encode(), digest_size=8).digest(), "big") or 1
-        offset = (key % self.slots) * self._SLOT.size
+        index = key % self.slots
         rate, burst = self.template.rate, float(self.template.burst)
-        with self._lock:
-            table = self._mapped()
-            fcntl.flock(self._fd, fcntl.LOCK_EX)
-            try:
-                now = self.template.clock()
-                stored, tokens, at = self._SLOT.unpack_from(table, offset)
-                if stored != key:
-                    tokens, at = burst, now
-                tokens = min(burst, tokens + max(0.0, now - at) * rate)
-                allowed = tokens >= 1
-                self._SLOT.pack_into(table, offset, key, tokens - 1 if allowed else tokens, now)
-            finally:
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
+        with self.locked():
+            now = self.template.clock()  # under the lock: no write's time is older than the one it replaces
+            stored, tokens, at = self.read(index)
+            if stored != key:
+                tokens, at = burst, now
+            tokens = min(burst, tokens + max(0.0, now - at) * rate)
+            allowed = tokens >= 1
+            self.write(index, key, tokens - 1 if allowed else tokens, now)
         return bool(allowed)
 
 
