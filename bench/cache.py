@@ -41,14 +41,26 @@ def create_many(api: client.CustomObjectsApi, count: int) -> float:
     started = time.monotonic()
 
     def create(i: int) -> None:
-        gate = {"apiVersion": "gating.toolkit.fluxcd.io/v1alpha1", "kind": "Gate",
-                "metadata": {"name": f"g{i:05d}", "namespace": NS,
-                             "annotations": {"gating.toolkit.fluxcd.io/message": "bench"}},
-                "spec": {"default": "closed" if i % 2 else "opened", "window": "1h", "interval": "1m"}}
-        keeper = {"apiVersion": "gating.toolkit.fluxcd.io/v1alpha1", "kind": "GateKeeper",
-                  "metadata": {"name": f"k{i:05d}", "namespace": NS},
-                  "spec": {"gate": f"g{i:05d}", "timeZone": "Europe/Berlin",
-                           "cronjob": {"closed": ["* * 24-26 12 *", {"cron": "0 18 * * 5", "duration": "62h"}]}}}
+        gate = {
+            "apiVersion": "gating.toolkit.fluxcd.io/v1alpha1",
+            "kind": "Gate",
+            "metadata": {
+                "name": f"g{i:05d}",
+                "namespace": NS,
+                "annotations": {"gating.toolkit.fluxcd.io/message": "bench"},
+            },
+            "spec": {"default": "closed" if i % 2 else "opened", "window": "1h", "interval": "1m"},
+        }
+        keeper = {
+            "apiVersion": "gating.toolkit.fluxcd.io/v1alpha1",
+            "kind": "GateKeeper",
+            "metadata": {"name": f"k{i:05d}", "namespace": NS},
+            "spec": {
+                "gate": f"g{i:05d}",
+                "timeZone": "Europe/Berlin",
+                "cronjob": {"closed": ["* * 24-26 12 *", {"cron": "0 18 * * 5", "duration": "62h"}]},
+            },
+        }
         api.create_namespaced_custom_object("gating.toolkit.fluxcd.io", "v1alpha1", NS, "gates", gate)
         api.create_namespaced_custom_object("gating.toolkit.fluxcd.io", "v1alpha1", NS, "gatekeepers", keeper)
 
@@ -71,16 +83,36 @@ def main() -> None:
             created_in = create_many(api, args.gates)
             # Toggled gates: closed by default, no keeper, so an open toggle flips them.
             for i in range(args.toggles):
-                api.create_namespaced_custom_object("gating.toolkit.fluxcd.io", "v1alpha1", NS, "gates", {
-                    "apiVersion": "gating.toolkit.fluxcd.io/v1alpha1", "kind": "Gate",
-                    "metadata": {"name": f"toggle-{i}", "namespace": NS}, "spec": {"default": "closed"}})
-            server = GateServer(work, "--kubeconfig", str(plane.kubeconfig(GATE_ADMISSION)),
-                                "--workers", str(args.workers), "--threads", "8")
+                api.create_namespaced_custom_object(
+                    "gating.toolkit.fluxcd.io",
+                    "v1alpha1",
+                    NS,
+                    "gates",
+                    {
+                        "apiVersion": "gating.toolkit.fluxcd.io/v1alpha1",
+                        "kind": "Gate",
+                        "metadata": {"name": f"toggle-{i}", "namespace": NS},
+                        "spec": {"default": "closed"},
+                    },
+                )
+            server = GateServer(
+                work,
+                "--kubeconfig",
+                str(plane.kubeconfig(GATE_ADMISSION)),
+                "--workers",
+                str(args.workers),
+                "--threads",
+                "8",
+            )
             started = time.monotonic()
             server.wait_ready(timeout=300)
             want = args.gates + args.toggles
-            status, detail = until(lambda: server.request("GET", "/readyz"),
-                                   lambda r: r[0] == 200 and r[1].get("gates") == want, timeout=300, interval=0.2)
+            status, detail = until(
+                lambda: server.request("GET", "/readyz"),
+                lambda r: r[0] == 200 and r[1].get("gates") == want,
+                timeout=300,
+                interval=0.2,
+            )
             synced_in = time.monotonic() - started
             # The gate-admission process is the gunicorn master; its children are the workers.
             master_pid = server.pid
@@ -92,8 +124,20 @@ def main() -> None:
                 obj = flux(gates=f"{NS}/toggle-{i}")
                 body = orjson.dumps(review(request("UPDATE", changed(obj, path="./v2"), obj)))
                 assert server.request("POST", "/validate", body, conn=conn)[1]["response"]["allowed"] is False
-                api.patch_namespaced_custom_object("gating.toolkit.fluxcd.io", "v1alpha1", NS, "gates", f"toggle-{i}", {
-                    "metadata": {"annotations": {"open.gate.fluxcd.io/requestedAt": format_time(datetime.now(timezone.utc))}}})
+                api.patch_namespaced_custom_object(
+                    "gating.toolkit.fluxcd.io",
+                    "v1alpha1",
+                    NS,
+                    "gates",
+                    f"toggle-{i}",
+                    {
+                        "metadata": {
+                            "annotations": {
+                                "open.gate.fluxcd.io/requestedAt": format_time(datetime.now(timezone.utc))
+                            }
+                        }
+                    },
+                )
                 written = time.monotonic()
                 while not server.request("POST", "/validate", body, conn=conn)[1]["response"]["allowed"]:
                     if time.monotonic() - written > 10:
@@ -101,14 +145,22 @@ def main() -> None:
                 latencies.append((time.monotonic() - written) * 1000)
             conn.close()
 
-            print(f"# python bench/cache.py --gates {args.gates} --toggles {args.toggles} --workers {args.workers}"
-                  f"  |  {os.cpu_count()} cpus, kube-apiserver v1.20.2 on loopback")
-            print(f"created {args.gates} Gates + {args.gates} GateKeepers in {created_in:.1f}s; "
-                  f"server ready with all cached {synced_in:.1f}s after start")
-            print(f"RSS master {rss_mb(master_pid):.1f} MB; workers " +
-                  ", ".join(f"{rss_mb(p):.1f} MB" for p in worker_pids))
-            print(f"toggle write -> first review that sees it, {len(latencies)} toggles: "
-                  f"median {statistics.median(latencies):.1f} ms, max {max(latencies):.1f} ms")
+            print(
+                f"# python bench/cache.py --gates {args.gates} --toggles {args.toggles} --workers {args.workers}"
+                f"  |  {os.cpu_count()} cpus, kube-apiserver v1.20.2 on loopback"
+            )
+            print(
+                f"created {args.gates} Gates + {args.gates} GateKeepers in {created_in:.1f}s; "
+                f"server ready with all cached {synced_in:.1f}s after start"
+            )
+            print(
+                f"RSS master {rss_mb(master_pid):.1f} MB; workers "
+                + ", ".join(f"{rss_mb(p):.1f} MB" for p in worker_pids)
+            )
+            print(
+                f"toggle write -> first review that sees it, {len(latencies)} toggles: "
+                f"median {statistics.median(latencies):.1f} ms, max {max(latencies):.1f} ms"
+            )
         finally:
             if server:
                 server.stop()

@@ -53,8 +53,10 @@ def main() -> int:
     parser.add_argument("--source", type=Path, help="a checkout whose admission package the server runs")
     args = parser.parse_args()
     source = f" --source {args.source}" if args.source else ""
-    print(f"# .venv/bin/python bench/calendar_reviews.py --rounds {args.rounds} --seconds {args.seconds:g} "
-          f"--fetchers {args.fetchers}{source}")
+    print(
+        f"# .venv/bin/python bench/calendar_reviews.py --rounds {args.rounds} --seconds {args.seconds:g} "
+        f"--fetchers {args.fetchers}{source}"
+    )
     tmp = Path(tempfile.mkdtemp(prefix="calendar-reviews-"))
     gates_dir = tmp / "gates"
     gates_dir.mkdir()
@@ -65,13 +67,17 @@ def main() -> int:
     results: dict[str, list[list[float]]] = {"quiet": [], "fetching": []}
     try:
         server.wait_ready()
-        print("| round | calendar fetchers | reviews | review p50 ms | review p99 ms | max ms | calendar answers |")
+        print(
+            "| round | calendar fetchers | reviews | review p50 ms | review p99 ms | max ms | calendar answers |"
+        )
         print("|---|---|---|---|---|---|---|")
         for round_ in range(1, args.rounds + 1):
             for phase in ("quiet", "fetching"):
                 stop, answers = threading.Event(), {}
-                fetchers = [threading.Thread(target=fetch_until, args=(server, stop, 1 + 7 * i, answers))
-                            for i in range(args.fetchers if phase == "fetching" else 0)]
+                fetchers = [
+                    threading.Thread(target=fetch_until, args=(server, stop, 1 + 7 * i, answers))
+                    for i in range(args.fetchers if phase == "fetching" else 0)
+                ]
                 for t in fetchers:
                     t.start()
                 try:
@@ -82,12 +88,17 @@ def main() -> int:
                         t.join()
                 results[phase].append(took)
                 shown = ", ".join(f"{n} x {status}" for status, n in sorted(answers.items())) or "-"
-                print(f"| {round_} | {len(fetchers)} | {len(took)} | {pct(took, .5):.2f} | {pct(took, .99):.2f} | "
-                      f"{max(took) * 1000:.0f} | {shown} |", flush=True)
+                print(
+                    f"| {round_} | {len(fetchers)} | {len(took)} | {pct(took, 0.5):.2f} | {pct(took, 0.99):.2f} | "
+                    f"{max(took) * 1000:.0f} | {shown} |",
+                    flush=True,
+                )
         print()
         for phase, rounds in results.items():
-            print(f"{phase}: median over rounds of review p50 {median_over_rounds_ms(rounds, .5):.2f} ms, "
-                  f"p99 {median_over_rounds_ms(rounds, .99):.2f} ms")
+            print(
+                f"{phase}: median over rounds of review p50 {median_over_rounds_ms(rounds, 0.5):.2f} ms, "
+                f"p99 {median_over_rounds_ms(rounds, 0.99):.2f} ms"
+            )
     finally:
         server.stop()
     return 0

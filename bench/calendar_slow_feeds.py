@@ -38,7 +38,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--namespaces", type=int, default=3)
     parser.add_argument("--feeds", type=int, default=4, help="slow calendars per namespace")
-    parser.add_argument("--deadline", type=float, default=5.0, help="the fetch deadline (--calendar-timeout), s")
+    parser.add_argument(
+        "--deadline", type=float, default=5.0, help="the fetch deadline (--calendar-timeout), s"
+    )
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--scenario", choices=("start", "added"), default="start")
     parser.add_argument("--source", help="a checkout whose admission package to measure (default: this one)")
@@ -55,23 +57,32 @@ def main() -> None:
     from tests.doubles.feedserver import FeedServer
 
     import admission.kube.calendarsync as measured
-    feed = (b"BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//bench//EN\r\nBEGIN:VEVENT\r\nUID:f@b\r\n"
-            b"SUMMARY:Freeze\r\nDTSTART:20991219T000000Z\r\nDTEND:20991228T000000Z\r\nEND:VEVENT\r\nEND:VCALENDAR\r\n")
+
+    feed = (
+        b"BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//bench//EN\r\nBEGIN:VEVENT\r\nUID:f@b\r\n"
+        b"SUMMARY:Freeze\r\nDTSTART:20991219T000000Z\r\nDTEND:20991228T000000Z\r\nEND:VEVENT\r\nEND:VCALENDAR\r\n"
+    )
     server = FeedServer(Path(tempfile.mkdtemp()))
     server.routes["/slow.ics"] = server.trickle
     server.routes["/fast.ics"] = server.body(feed)
     ca = base64.b64encode(server.ca_pem).decode()
 
     def keeper(namespace: str, name: str, urls: list[str]) -> dict:
-        cals = [{"url": url, "name": f"c{i}", "caBundle": ca, "interval": "15m"} for i, url in enumerate(urls)]
-        return {"apiVersion": names.GATING_API_VERSION, "kind": names.GATEKEEPER_KIND,
-                "metadata": {"name": name, "namespace": namespace}, "spec": {"gate": "freeze", "calendars": cals}}
+        cals = [
+            {"url": url, "name": f"c{i}", "caBundle": ca, "interval": "15m"} for i, url in enumerate(urls)
+        ]
+        return {
+            "apiVersion": names.GATING_API_VERSION,
+            "kind": names.GATEKEEPER_KIND,
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"gate": "freeze", "calendars": cals},
+        }
 
     kube, present = FakeKube(), []
     for n in range(args.namespaces):
         urls = [server.url(f"/slow.ics?ns={n}&feed={i}") for i in range(args.feeds)]
         for k in range(0, len(urls), 4):
-            kube.add(names.GATEKEEPER_PLURAL, keeper(f"tenant-{n:03d}", f"slow-{k // 4}", urls[k:k + 4]))
+            kube.add(names.GATEKEEPER_PLURAL, keeper(f"tenant-{n:03d}", f"slow-{k // 4}", urls[k : k + 4]))
             present.append((f"tenant-{n:03d}", f"slow-{k // 4}"))
     fast_key = ("zz-fast", "fast")  # sorts last: no head start from the listing's order
 
@@ -105,10 +116,18 @@ def main() -> None:
         return patch(group, version, namespace, plural, name, body, **kw)
 
     kube.patch_namespaced_custom_object_status = recording
-    policy = Policy(total_timeout=args.deadline, connect_timeout=1.0, allowed_networks=parse_networks("127.0.0.0/8"))
-    sync = CalendarSync(kube, kube, lambda: [kube.get(names.GATEKEEPER_PLURAL, *key) for key in list(present)],
-                        policy=policy, fetcher=counting, workers=args.workers,
-                        parser=lambda body, start, end, **kw: expand(body, start, end, **kw))
+    policy = Policy(
+        total_timeout=args.deadline, connect_timeout=1.0, allowed_networks=parse_networks("127.0.0.0/8")
+    )
+    sync = CalendarSync(
+        kube,
+        kube,
+        lambda: [kube.get(names.GATEKEEPER_PLURAL, *key) for key in list(present)],
+        policy=policy,
+        fetcher=counting,
+        workers=args.workers,
+        parser=lambda body, start, end, **kw: expand(body, start, end, **kw),
+    )
     slow_total = args.namespaces * args.feeds
     if args.scenario == "start":
         add_fast()
@@ -134,11 +153,15 @@ def main() -> None:
     command = "python bench/calendar_slow_feeds.py " + " ".join(sys.argv[1:])
     print(f"command: {command}")
     print(f"code: {Path(measured.__file__).resolve().parents[2]}")
-    print(f"{args.namespaces} namespaces x {args.feeds} trickling feeds, 1 fast feed, deadline {args.deadline:g}s, "
-          f"{args.workers} workers, scenario {args.scenario}")
+    print(
+        f"{args.namespaces} namespaces x {args.feeds} trickling feeds, 1 fast feed, deadline {args.deadline:g}s, "
+        f"{args.workers} workers, scenario {args.scenario}"
+    )
     if landed:
-        print(f"fast GateKeeper's status written after: {landed[0][0] - began:.2f} s "
-              f"(slow fetches in flight then: {landed[0][1]})")
+        print(
+            f"fast GateKeeper's status written after: {landed[0][0] - began:.2f} s "
+            f"(slow fetches in flight then: {landed[0][1]})"
+        )
     else:
         print("fast GateKeeper's status: never written")
     print(f"every slow calendar fetched once after: {all_slow:.2f} s ({len(errors)} of {slow_total})")

@@ -30,36 +30,81 @@ NOW = datetime(2026, 6, 10, 12, 0, tzinfo=timezone.utc)
 def world() -> GateIndex:
     index = GateIndex()
     gates = [
-        {"kind": "Gate", "metadata": {"name": "sre-approval", "namespace": "flux-system"}, "spec": {"default": "opened"}},
-        {"kind": "Gate", "metadata": {"name": "qa-approval", "namespace": "flux-system"}, "spec": {"window": "1h"}},
+        {
+            "kind": "Gate",
+            "metadata": {"name": "sre-approval", "namespace": "flux-system"},
+            "spec": {"default": "opened"},
+        },
+        {
+            "kind": "Gate",
+            "metadata": {"name": "qa-approval", "namespace": "flux-system"},
+            "spec": {"window": "1h"},
+        },
         {"kind": "Gate", "metadata": {"name": "change-freeze", "namespace": "flux-system"}, "spec": {}},
     ]
     keepers = [
-        {"kind": "GateKeeper", "metadata": {"name": "freeze", "namespace": "flux-system"},
-         "spec": {"gate": "change-freeze", "cronjob": {"closed": ["* * 20-30 11 *", "* * 15-31 12 *"]}}},
-        {"kind": "GateKeeper", "metadata": {"name": "fridays", "namespace": "flux-system"},
-         "spec": {"gate": "qa-approval", "timeZone": "Europe/Berlin",
-                  "cronjob": {"closed": [{"cron": "0 18 * * 5", "duration": "62h"}]}}},
+        {
+            "kind": "GateKeeper",
+            "metadata": {"name": "freeze", "namespace": "flux-system"},
+            "spec": {"gate": "change-freeze", "cronjob": {"closed": ["* * 20-30 11 *", "* * 15-31 12 *"]}},
+        },
+        {
+            "kind": "GateKeeper",
+            "metadata": {"name": "fridays", "namespace": "flux-system"},
+            "spec": {
+                "gate": "qa-approval",
+                "timeZone": "Europe/Berlin",
+                "cronjob": {"closed": [{"cron": "0 18 * * 5", "duration": "62h"}]},
+            },
+        },
     ]
     index.replace_all(gates, keepers)
     return index
 
 
 def review() -> dict:
-    obj = {"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
-           "metadata": {"name": "podinfo", "namespace": "apps", "annotations": {
-               "gating.toolkit.fluxcd.io/gates": "flux-system/sre-approval, flux-system/qa-approval, flux-system/change-freeze"}},
-           "spec": {"interval": "10m", "path": "./kustomize", "prune": True,
-                    "sourceRef": {"kind": "GitRepository", "name": "podinfo", "namespace": "flux-system"}}}
+    obj = {
+        "apiVersion": "kustomize.toolkit.fluxcd.io/v1",
+        "kind": "Kustomization",
+        "metadata": {
+            "name": "podinfo",
+            "namespace": "apps",
+            "annotations": {
+                "gating.toolkit.fluxcd.io/gates": "flux-system/sre-approval, flux-system/qa-approval, flux-system/change-freeze"
+            },
+        },
+        "spec": {
+            "interval": "10m",
+            "path": "./kustomize",
+            "prune": True,
+            "sourceRef": {"kind": "GitRepository", "name": "podinfo", "namespace": "flux-system"},
+        },
+    }
     new = copy.deepcopy(obj)
     new["spec"]["path"] = "./kustomize/production"
-    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": "bench", "kind": {"group": "kustomize.toolkit.fluxcd.io", "version": "v1", "kind": "Kustomization"},
-        "resource": {"group": "kustomize.toolkit.fluxcd.io", "version": "v1", "resource": "kustomizations"},
-        "name": "podinfo", "namespace": "apps", "operation": "UPDATE",
-        "userInfo": {"username": "system:serviceaccount:flux-system:kustomize-controller",
-                     "groups": ["system:serviceaccounts", "system:authenticated"]},
-        "object": new, "oldObject": obj, "dryRun": False}}
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "bench",
+            "kind": {"group": "kustomize.toolkit.fluxcd.io", "version": "v1", "kind": "Kustomization"},
+            "resource": {
+                "group": "kustomize.toolkit.fluxcd.io",
+                "version": "v1",
+                "resource": "kustomizations",
+            },
+            "name": "podinfo",
+            "namespace": "apps",
+            "operation": "UPDATE",
+            "userInfo": {
+                "username": "system:serviceaccount:flux-system:kustomize-controller",
+                "groups": ["system:serviceaccounts", "system:authenticated"],
+            },
+            "object": new,
+            "oldObject": obj,
+            "dryRun": False,
+        },
+    }
 
 
 def rate(fn, seconds: float) -> float:
@@ -87,15 +132,25 @@ def main() -> None:
 
     def full(now):
         parsed = parse_review(body)
-        orjson.dumps(complete(parsed, handlers.validate(parsed["request"], Context(index.lookup, now, settings)).response))
+        orjson.dumps(
+            complete(
+                parsed, handlers.validate(parsed["request"], Context(index.lookup, now, settings)).response
+            )
+        )
 
     results = {
-        "decide (pure core, gates memoised)": rate(lambda now: decide(request, Context(index.lookup, now, settings)), args.seconds),
-        "validate handler": rate(lambda now: handlers.validate(request, Context(index.lookup, now, settings)), args.seconds),
+        "decide (pure core, gates memoised)": rate(
+            lambda now: decide(request, Context(index.lookup, now, settings)), args.seconds
+        ),
+        "validate handler": rate(
+            lambda now: handlers.validate(request, Context(index.lookup, now, settings)), args.seconds
+        ),
         "bytes in -> bytes out (decode, validate, encode)": rate(full, args.seconds),
     }
-    print(f"# {' '.join(['python'] + sys.argv)}  |  {platform.python_implementation()} {platform.python_version()}, "
-          f"{platform.machine()}, {os.cpu_count()} cpus, single thread")
+    print(
+        f"# {' '.join(['python'] + sys.argv)}  |  {platform.python_implementation()} {platform.python_version()}, "
+        f"{platform.machine()}, {os.cpu_count()} cpus, single thread"
+    )
     for name, value in results.items():
         print(f"{value:>10,.0f} decisions/s  {name}")
 

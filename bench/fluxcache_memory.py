@@ -24,9 +24,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from admission.kube.fluxcache import FluxCache  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "admission-reviews-k8s-1.20"
-SAMPLES = {"Kustomization": "021-ks-status-update-by-flux-mutate-Kustomization-UPDATE-status.json",
-           "GitRepository": "005-gitrepo-status-artifact-advance-mutate-GitRepository-UPDATE-status.json",
-           "HelmRelease": "041-hr-status-update-by-flux-mutate-HelmRelease-UPDATE-status.json"}
+SAMPLES = {
+    "Kustomization": "021-ks-status-update-by-flux-mutate-Kustomization-UPDATE-status.json",
+    "GitRepository": "005-gitrepo-status-artifact-advance-mutate-GitRepository-UPDATE-status.json",
+    "HelmRelease": "041-hr-status-update-by-flux-mutate-HelmRelease-UPDATE-status.json",
+}
 
 
 def main() -> None:
@@ -53,7 +55,9 @@ def main() -> None:
         held = tracemalloc.get_traced_memory()[0] - before
         tracemalloc.stop()
         assert len(cache.objects(kind)) == args.objects
-        print(f"{kind:<15} {len(orjson.dumps(sample)):>10}  {held / args.objects:>19,.0f}  {held / 2**20:6.1f} MiB")
+        print(
+            f"{kind:<15} {len(orjson.dumps(sample)):>10}  {held / args.objects:>19,.0f}  {held / 2**20:6.1f} MiB"
+        )
 
 
 if __name__ == "__main__":

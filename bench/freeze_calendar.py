@@ -29,10 +29,18 @@ def world(count: int, dense_every: int = 10) -> GateIndex:
     for i in range(count):
         name = f"gate-{i}"
         gates.append({"kind": "Gate", "metadata": {"name": name, "namespace": "flux-system"}, "spec": {}})
-        closed = ["*/2 * * * *"] if dense_every and i % dense_every == dense_every - 1 else [{"cron": "0 1 * * *", "duration": "2h"},
-                                                       {"cron": "0 18 * * 5", "duration": "62h"}]
-        keepers.append({"kind": "GateKeeper", "metadata": {"name": f"keeper-{i}", "namespace": "flux-system"},
-                        "spec": {"gate": name, "timeZone": "Europe/Berlin", "cronjob": {"closed": closed}}})
+        closed = (
+            ["*/2 * * * *"]
+            if dense_every and i % dense_every == dense_every - 1
+            else [{"cron": "0 1 * * *", "duration": "2h"}, {"cron": "0 18 * * 5", "duration": "62h"}]
+        )
+        keepers.append(
+            {
+                "kind": "GateKeeper",
+                "metadata": {"name": f"keeper-{i}", "namespace": "flux-system"},
+                "spec": {"gate": name, "timeZone": "Europe/Berlin", "cronjob": {"closed": closed}},
+            }
+        )
     index = GateIndex()
     index.replace_all(gates, keepers)
     return index
@@ -53,10 +61,14 @@ def main() -> None:
     ics = to_ics(cals, NOW)
     done = time.perf_counter()
     events = ics.count(b"BEGIN:VEVENT")
-    print(f"python bench/freeze_calendar.py --gates {args.gates} --days {args.days} --dense-every {args.dense_every}  "
-          f"({platform.machine()}, CPython {platform.python_version()})")
-    print(f"intervals {computed - started:.2f}s  text {texted - computed:.2f}s ({len(text) // 1024} KiB)  "
-          f"ics {done - texted:.2f}s ({events} events, {len(ics) // 1024} KiB)")
+    print(
+        f"python bench/freeze_calendar.py --gates {args.gates} --days {args.days} --dense-every {args.dense_every}  "
+        f"({platform.machine()}, CPython {platform.python_version()})"
+    )
+    print(
+        f"intervals {computed - started:.2f}s  text {texted - computed:.2f}s ({len(text) // 1024} KiB)  "
+        f"ics {done - texted:.2f}s ({events} events, {len(ics) // 1024} KiB)"
+    )
 
 
 if __name__ == "__main__":

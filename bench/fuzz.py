@@ -46,17 +46,34 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from admission.webhook.app import MAX_BODY  # noqa: E402
 from tests.app.test_fuzz import (  # noqa: E402
-    GATES, MODES, PATHS, Case, FuzzFailure, _expect_for, check, make_clients, post, requests,
+    GATES,
+    MODES,
+    PATHS,
+    Case,
+    FuzzFailure,
+    _expect_for,
+    check,
+    make_clients,
+    post,
+    requests,
 )
 from tests.conftest import write_gates  # noqa: E402
 from tests.procfs import children  # noqa: E402
 
 Target = Callable[[Case, str, str], tuple[int, bytes]]  # (case, path, mode) -> (status, body)
 # What the server log shows when a worker boots (once each at the start), dies or a handler raises.
-LOG_SIGNS = ("Booting worker", "Worker exiting", "WORKER TIMEOUT", "was sent SIG", "handler failed", "unexpected error")
+LOG_SIGNS = (
+    "Booting worker",
+    "Worker exiting",
+    "WORKER TIMEOUT",
+    "was sent SIG",
+    "handler failed",
+    "unexpected error",
+)
 
 
 # --- targets --------------------------------------------------------------------------------
+
 
 class LogCounter(logging.Handler):
     """Counts the app's log records by message, instead of printing every traceback."""
@@ -136,6 +153,7 @@ def all_workers(master: int, workers: int) -> tuple[int, tuple[int, ...]] | None
 
 # --- running ----------------------------------------------------------------------------------
 
+
 class Tally:
     """Counts and the first failure of each distinct reason."""
 
@@ -182,8 +200,13 @@ def run_chunk(target: Target, tally: Tally, size: int, chunk_seed: int, server_m
     """Let hypothesis generate ``size`` requests and run each; failures are recorded, not raised."""
 
     @seed(chunk_seed)
-    @settings(max_examples=size, phases=[Phase.generate], database=None, deadline=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=size,
+        phases=[Phase.generate],
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(requests)
     def one(request):
         case, mode, content_type = request
@@ -204,6 +227,7 @@ def run_chunk(target: Target, tally: Tally, size: int, chunk_seed: int, server_m
 
 
 # --- minimising a failure ---------------------------------------------------------------------
+
 
 def _node_paths(doc: object) -> list[tuple]:
     """Every node's path, shallow first (iteratively: documents may be deep)."""
@@ -286,8 +310,12 @@ def _minimise(target: Target, case: Case, path: str, mode: str, reason: str, bud
                     break
                 candidate_doc = _edited(doc, *edits[index])
                 body = _written(candidate_doc)
-                candidate = Case(case.family, body, None if case.expect is None else _expect_for(candidate_doc, body),
-                                 case.content_type)
+                candidate = Case(
+                    case.family,
+                    body,
+                    None if case.expect is None else _expect_for(candidate_doc, body),
+                    case.content_type,
+                )
                 if same(candidate):
                     doc, case, improved = candidate_doc, candidate, True  # the next edit is now at ``index``
                 else:
@@ -297,7 +325,7 @@ def _minimise(target: Target, case: Case, path: str, mode: str, reason: str, bud
     while cut >= 1 and budget > 0:
         start, shrunk = 0, False
         while start < len(body) and budget > 0:
-            candidate = Case(case.family, body[:start] + body[start + cut:], case.expect, case.content_type)
+            candidate = Case(case.family, body[:start] + body[start + cut :], case.expect, case.content_type)
             if same(candidate):
                 body, shrunk = candidate.body, True
             else:
@@ -310,12 +338,17 @@ def shown(body: bytes, limit: int = 1500) -> str:
     """A body for a person: long runs written as ``<'x' * n>``."""
     text = body.decode("utf-8", "backslashreplace")
     text = re.sub(r"[\x00-\x1f\x7f]", lambda m: f"\\x{ord(m.group(0)):02x}", text)  # control bytes, visibly
-    text = re.sub(r"(.{1,16}?)\1{7,}", lambda m: f"<{m.group(1)!r} * {len(m.group(0)) // len(m.group(1))}>", text,
-                  flags=re.S)
+    text = re.sub(
+        r"(.{1,16}?)\1{7,}",
+        lambda m: f"<{m.group(1)!r} * {len(m.group(0)) // len(m.group(1))}>",
+        text,
+        flags=re.S,
+    )
     return text if len(text) <= limit else text[:limit] + f"... ({len(text)} chars)"
 
 
 # --- main -------------------------------------------------------------------------------------
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -324,7 +357,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--chunk", type=int, default=2000, help="examples per hypothesis run")
     parser.add_argument("--show", type=int, default=5, help="distinct failures to minimise and print")
     parser.add_argument("--server", action="store_true", help="post to a real gate-admission serve over TLS")
-    parser.add_argument("--mode", choices=MODES, default="enforce", help="the server's --mode (with --server)")
+    parser.add_argument(
+        "--mode", choices=MODES, default="enforce", help="the server's --mode (with --server)"
+    )
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--connections", type=int, default=4, help="keep-alive connections (with --server)")
@@ -335,11 +370,21 @@ def fuzz(args: argparse.Namespace, target: Target, tally: Tally) -> float:
     started = time.monotonic()
     next_report, chunk_seed = 10_000, args.seed * 1_000_003
     while tally.cases < args.cases:
-        run_chunk(target, tally, min(args.chunk, args.cases - tally.cases), chunk_seed, args.mode if args.server else None)
+        run_chunk(
+            target,
+            tally,
+            min(args.chunk, args.cases - tally.cases),
+            chunk_seed,
+            args.mode if args.server else None,
+        )
         chunk_seed += 1
         if tally.cases >= next_report:
-            print(f"  {tally.cases} cases, {sum(tally.failures.values())} failures, "
-                  f"{time.monotonic() - started:.0f}s", file=sys.stderr, flush=True)
+            print(
+                f"  {tally.cases} cases, {sum(tally.failures.values())} failures, "
+                f"{time.monotonic() - started:.0f}s",
+                file=sys.stderr,
+                flush=True,
+            )
             next_report += 10_000
     return time.monotonic() - started
 
@@ -347,22 +392,28 @@ def fuzz(args: argparse.Namespace, target: Target, tally: Tally) -> float:
 def report(args: argparse.Namespace, tally: Tally, seconds: float, target: Target) -> None:
     failures = sum(tally.failures.values())
     ok = tally.statuses.get(200, 0)
-    client_errors = {s: n for s, n in sorted(tally.statuses.items(), key=lambda i: str(i[0])) if s and 400 <= s < 500}
+    client_errors = {
+        s: n for s, n in sorted(tally.statuses.items(), key=lambda i: str(i[0])) if s and 400 <= s < 500
+    }
     print(f"command: {shlex.join([sys.executable, *sys.argv])}")
     print(f"machine: {os.cpu_count()} cores {platform.machine()}, CPython {platform.python_version()}")
     print(f"target: {'gate-admission serve over TLS' if args.server else 'Flask app in process'}")
     print(f"cases run: {tally.cases} ({tally.requests} requests: each case to /validate and /mutate)")
     print(f"families: {', '.join(f'{k} {v}' for k, v in tally.families.most_common())}")
-    print(f"responses: 200 {ok}, 4xx {sum(client_errors.values())} "
-          f"({', '.join(f'{s}: {n}' for s, n in client_errors.items())}), other {tally.requests - ok - sum(client_errors.values())}")
+    print(
+        f"responses: 200 {ok}, 4xx {sum(client_errors.values())} "
+        f"({', '.join(f'{s}: {n}' for s, n in client_errors.items())}), other {tally.requests - ok - sum(client_errors.values())}"
+    )
     print(f"failures seen: {failures} ({len(tally.failures)} distinct)")
     for reason, count in tally.failures.most_common():
         print(f"  {count:>7}  {reason}")
     print(f"duration: {seconds:.1f}s ({tally.cases / seconds:.0f} cases/s)")
     for reason, (case, path, mode, failure) in list(tally.first.items())[: args.show]:
         small = minimise(target, case, path, mode, reason)
-        print(f"\nreproducer for '{reason}': POST {path} (mode {mode}, {case.family}, "
-              f"{len(small.body)} bytes, minimised from {len(case.body)}):\n  {shown(small.body)}\n  -> {failure[:400]}")
+        print(
+            f"\nreproducer for '{reason}': POST {path} (mode {mode}, {case.family}, "
+            f"{len(small.body)} bytes, minimised from {len(case.body)}):\n  {shown(small.body)}\n  -> {failure[:400]}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -383,12 +434,23 @@ def main(argv: list[str] | None = None) -> int:
         from tests.processes import GateServer
 
         write_gates(gates, GATES)
-        server = GateServer(tmp_path, "--gates-dir", str(gates), "--mode", args.mode,
-                            "--workers", str(args.workers), "--threads", str(args.threads))
+        server = GateServer(
+            tmp_path,
+            "--gates-dir",
+            str(gates),
+            "--mode",
+            args.mode,
+            "--workers",
+            str(args.workers),
+            "--threads",
+            str(args.threads),
+        )
         try:
             server.wait_ready()
             # Ready is one worker answering; the others may still be booting.
-            before = wait_for(lambda: all_workers(server.pid, args.workers), 30, f"{args.workers} gunicorn workers")
+            before = wait_for(
+                lambda: all_workers(server.pid, args.workers), 30, f"{args.workers} gunicorn workers"
+            )
             target = OverTLS(server, args.connections)
             seconds = fuzz(args, target, tally)
             report(args, tally, seconds, target)
@@ -399,8 +461,10 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             server.stop()
         crashed = len(set(before[1]) - set(after[1]))
-        print(f"\ngunicorn master {before[0]} workers {list(before[1])} at the start; "
-              f"master {'alive' if alive else 'GONE'} workers {list(after[1])} at the end: {crashed} crashed workers")
+        print(
+            f"\ngunicorn master {before[0]} workers {list(before[1])} at the start; "
+            f"master {'alive' if alive else 'GONE'} workers {list(after[1])} at the end: {crashed} crashed workers"
+        )
         counts = {what: log_text.count(what) for what in LOG_SIGNS}
         print("server log: " + ", ".join(f"'{what}' x{n}" for what, n in counts.items()))
         return 1 if tally.failures or crashed or not alive or before != after else 0

@@ -29,7 +29,11 @@ PER_LIST = gatespec.MAX_ENTRIES_PER_LIST
 
 
 def keeper(name: str, closed: list, opened: list = (), zone: str | None = None) -> dict:
-    spec = {"gate": "g", "type": "cronexpression", "cronjob": {"closed": list(closed), "opened": list(opened)}}
+    spec = {
+        "gate": "g",
+        "type": "cronexpression",
+        "cronjob": {"closed": list(closed), "opened": list(opened)},
+    }
     if zone:
         spec["timeZone"] = zone
     return {"metadata": {"name": name, "namespace": "default"}, "spec": spec}
@@ -52,45 +56,85 @@ CANDIDATES = {
         keeper("b", [window(f"{m} 1 29 2 *") for m in range(PER_LIST)]),
     ],
     "alternating minutes + 30 distinct Feb 29 windows": [
-        keeper("a", ALTERNATING + [window(f"{m} 0 29 2 *") for m in range(PER_LIST - 2)],
-               [window(f"{m} 1 29 2 *") for m in range(PER_LIST)]),
+        keeper(
+            "a",
+            ALTERNATING + [window(f"{m} 0 29 2 *") for m in range(PER_LIST - 2)],
+            [window(f"{m} 1 29 2 *") for m in range(PER_LIST)],
+        ),
     ],
     "32 distinct sparse minute-match strings": [
         keeper("a", [f"{m} 0 29 2 *" for m in range(PER_LIST)], [f"{m} 1 29 2 *" for m in range(PER_LIST)]),
     ],
     "32 windows on 5th Mondays or Feb 29, DST zone": [
-        keeper("a", [window(f"{m} 2 29 2 MON#5", "61m") for m in range(PER_LIST)],
-               [window(f"{m} 3 L 2 1#5", "2h") for m in range(PER_LIST)], zone="America/Santiago"),
+        keeper(
+            "a",
+            [window(f"{m} 2 29 2 MON#5", "61m") for m in range(PER_LIST)],
+            [window(f"{m} 3 L 2 1#5", "2h") for m in range(PER_LIST)],
+            zone="America/Santiago",
+        ),
     ],
     "alternating minutes in two zones + overlapping long windows": [
-        keeper("a", ALTERNATING + [window(f"*/{k} * * * *", "400h") for k in range(2, PER_LIST)],
-               [f"CRON_TZ=Asia/Kathmandu {m}-59/7 * * * *" for m in range(PER_LIST)]),
+        keeper(
+            "a",
+            ALTERNATING + [window(f"*/{k} * * * *", "400h") for k in range(2, PER_LIST)],
+            [f"CRON_TZ=Asia/Kathmandu {m}-59/7 * * * *" for m in range(PER_LIST)],
+        ),
     ],
     # The 1st of a month that is also its 5th Monday: never. Every day in the 400-day horizon
     # is looked at; cronsim alone walks 50 years before it gives up.
     "32 never-firing entries (1st AND 5th Monday), DST zone": [
-        keeper("a", [window(f"{m} 0 */31 * 1#5", "9600h") for m in range(PER_LIST)],
-               [f"{m} 1 */31 * {d}#5" for m in range(PER_LIST // 2) for d in (1, 2)], zone="America/Santiago"),
+        keeper(
+            "a",
+            [window(f"{m} 0 */31 * 1#5", "9600h") for m in range(PER_LIST)],
+            [f"{m} 1 */31 * {d}#5" for m in range(PER_LIST // 2) for d in (1, 2)],
+            zone="America/Santiago",
+        ),
     ],
     # Windows as long as allowed, each on its own rare day (5th weekdays, last days), in a
     # zone that skips and repeats midnight: every entry is active and overlaps the others.
     "32 maximal windows on distinct rare days, DST zone": [
-        keeper("a", [window(f"{m} 0 L * {d}#5", "9600h") for m, d in zip(range(PER_LIST), [1, 2, 3, 4, 5, 6, 0] * 3)]),
-        keeper("b", [window(f"{m} 0 */30 * {d}L", "9599h") for m, d in zip(range(PER_LIST), [1, 2, 3, 4, 5, 6, 0] * 3)],
-               zone="America/Santiago"),
+        keeper(
+            "a",
+            [window(f"{m} 0 L * {d}#5", "9600h") for m, d in zip(range(PER_LIST), [1, 2, 3, 4, 5, 6, 0] * 3)],
+        ),
+        keeper(
+            "b",
+            [
+                window(f"{m} 0 */30 * {d}L", "9599h")
+                for m, d in zip(range(PER_LIST), [1, 2, 3, 4, 5, 6, 0] * 3)
+            ],
+            zone="America/Santiago",
+        ),
     ],
     # Windows every 15 minutes lasting 30 overlap for ever, in zones whose clocks change on
     # different days; an open request 44 hours away is when the gate opens.
     "32 never-ending chains of overlapping windows in 8 zones + an open request": [
         keeper(f"z{i}", [window(f"{m}-59/15 * * * *", "30m") for m in range(i * 4, i * 4 + 4)], zone=z)
-        for i, z in enumerate(["UTC", "Europe/Berlin", "America/New_York", "America/Santiago", "Australia/Lord_Howe",
-                               "Asia/Kathmandu", "America/Nuuk", "Africa/Casablanca"])
+        for i, z in enumerate(
+            [
+                "UTC",
+                "Europe/Berlin",
+                "America/New_York",
+                "America/Santiago",
+                "Australia/Lord_Howe",
+                "Asia/Kathmandu",
+                "America/Nuuk",
+                "Africa/Casablanca",
+            ]
+        )
     ],
 }
 GATE = {"metadata": {"name": "g", "namespace": "default"}, "spec": {"default": "opened"}}
-GATES = {"32 never-ending chains of overlapping windows in 8 zones + an open request": {
-    "metadata": {"name": "g", "namespace": "default", "annotations": {names.OPEN_ANNOTATION: "2026-11-23T22:13:00Z"}},
-    "spec": {"default": "opened", "window": "24h"}}}
+GATES = {
+    "32 never-ending chains of overlapping windows in 8 zones + an open request": {
+        "metadata": {
+            "name": "g",
+            "namespace": "default",
+            "annotations": {names.OPEN_ANNOTATION: "2026-11-23T22:13:00Z"},
+        },
+        "spec": {"default": "opened", "window": "24h"},
+    }
+}
 
 
 def clear_caches() -> None:
@@ -122,12 +166,16 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     print(f"# .venv/bin/python bench/gatekeeper.py --rounds {args.rounds}")
-    print("| candidate | entries | state | next transition | cold CPU ms, state only (min / max) "
-          "| cold CPU ms, with next transition (min / max) | warm CPU ms, worst minute (min / max) |")
+    print(
+        "| candidate | entries | state | next transition | cold CPU ms, state only (min / max) "
+        "| cold CPU ms, with next transition (min / max) | warm CPU ms, worst minute (min / max) |"
+    )
     print("|---|---|---|---|---|---|---|")
     worst_decided = worst_cold = worst_warm = 0.0
     for name, keepers in CANDIDATES.items():
-        entries = sum(len(k["spec"]["cronjob"]["closed"]) + len(k["spec"]["cronjob"]["opened"]) for k in keepers)
+        entries = sum(
+            len(k["spec"]["cronjob"]["closed"]) + len(k["spec"]["cronjob"]["opened"]) for k in keepers
+        )
         decideds, colds, warms = [], [], []
         for _ in range(args.rounds):
             decided, cold, warm, state = measure(keepers, GATES.get(name, GATE))
@@ -138,11 +186,15 @@ def main() -> int:
         worst_decided = max(worst_decided, min(decideds))
         worst_cold, worst_warm = max(worst_cold, min(colds)), max(worst_warm, min(warms))
         nxt = state.next_transition.isoformat() if state.next_transition else "unknown"
-        print(f"| {name} | {entries} | {'open' if state.open else 'closed'} ({state.reason}) | {nxt} | "
-              f"{min(decideds):.2f} / {max(decideds):.2f} | "
-              f"{min(colds):.2f} / {max(colds):.2f} | {min(warms):.2f} / {max(warms):.2f} |")
-    print(f"\nworst (best of {args.rounds} rounds): cold {worst_decided:.2f} ms for the state, {worst_cold:.2f} ms "
-          f"with the next transition, warm {worst_warm:.2f} ms (target <= 5 ms)")
+        print(
+            f"| {name} | {entries} | {'open' if state.open else 'closed'} ({state.reason}) | {nxt} | "
+            f"{min(decideds):.2f} / {max(decideds):.2f} | "
+            f"{min(colds):.2f} / {max(colds):.2f} | {min(warms):.2f} / {max(warms):.2f} |"
+        )
+    print(
+        f"\nworst (best of {args.rounds} rounds): cold {worst_decided:.2f} ms for the state, {worst_cold:.2f} ms "
+        f"with the next transition, warm {worst_warm:.2f} ms (target <= 5 ms)"
+    )
     return 0
 
 

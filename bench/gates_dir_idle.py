@@ -45,9 +45,12 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=20.0, help="wall clock of idle polling measured")
     parser.add_argument("--polls", type=int, default=20, help="idle check() calls timed in a row")
     parser.add_argument("--source", help="a checkout whose admission package to measure (default: this one)")
-    parser.add_argument("--no-inotify", action="store_true",
-                        help="the store without inotify (FileStore(..., inotify=False)): what a worker does where "
-                             "it is missing or its limits are reached")
+    parser.add_argument(
+        "--no-inotify",
+        action="store_true",
+        help="the store without inotify (FileStore(..., inotify=False)): what a worker does where "
+        "it is missing or its limits are reached",
+    )
     args = parser.parse_args()
     sys.path.insert(0, str(Path(args.source or Path(__file__).resolve().parents[1]).resolve()))
     from admission.store.files import FileStore
@@ -90,15 +93,21 @@ def main() -> int:
     print(f"files: {args.files} in {args.dirs} directories; first read {loaded:.2f} s CPU; watch: {watch}")
     print(f"idle worker, one poll a second: {idle_share * 100:.2f}% of a core ({args.seconds:g} s measured)")
     print(f"one idle check(): {per_poll * 1000:.2f} ms CPU (mean of {args.polls})")
-    print(f"one file rewritten: {'read' if seen else 'NOT read'} after {change_cpu * 1000:.1f} ms CPU of polls")
-    print(f"command: .venv/bin/python bench/gates_dir_idle.py --files {args.files} --dirs {args.dirs} "
-          f"--seconds {args.seconds:g} --polls {args.polls}" + (f" --source {args.source}" if args.source else "")
-          + (" --no-inotify" if args.no_inotify else ""))
+    print(
+        f"one file rewritten: {'read' if seen else 'NOT read'} after {change_cpu * 1000:.1f} ms CPU of polls"
+    )
+    print(
+        f"command: .venv/bin/python bench/gates_dir_idle.py --files {args.files} --dirs {args.dirs} "
+        f"--seconds {args.seconds:g} --polls {args.polls}"
+        + (f" --source {args.source}" if args.source else "")
+        + (" --no-inotify" if args.no_inotify else "")
+    )
     return 0
 
 
 def _now():
     from datetime import datetime, timezone
+
     return datetime.now(timezone.utc)
 
 

@@ -79,8 +79,10 @@ def interleavings(count: int, seed: int) -> None:
         if wrong is not None:
             broken[wrong] = broken.get(wrong, 0) + 1
             first = first or (case, cuts, actions)
-    print(f"interleavings: {count} ({actions_run} actions, seed {seed}; {watched} of {started} stores had inotify); "
-          f"with a wrong answer: {sum(broken.values())}")
+    print(
+        f"interleavings: {count} ({actions_run} actions, seed {seed}; {watched} of {started} stores had inotify); "
+        f"with a wrong answer: {sum(broken.values())}"
+    )
     for what, times in sorted(broken.items(), key=lambda item: -item[1]):
         print(f"  {times:5} x {what}")
     if first is not None:
@@ -103,7 +105,9 @@ def timed(pause: float, big_bytes: int, source: str | None) -> None:
     def big(name: str, fill: str) -> str:
         gates, size = [], 0
         while size < big_bytes:
-            text = yaml.safe_dump(gate(f"{name}-{len(gates)}", "bulk", annotations={"note": fill}), sort_keys=False)
+            text = yaml.safe_dump(
+                gate(f"{name}-{len(gates)}", "bulk", annotations={"note": fill}), sort_keys=False
+            )
             gates.append(text)
             size += len(text) + 4
         return "---\n".join(gates)
@@ -117,7 +121,7 @@ def timed(pause: float, big_bytes: int, source: str | None) -> None:
         team = top / "team.yaml"
         full = yaml.safe_dump(gate("bypass-signoff", interval="30s", default="closed"), sort_keys=False)
         team.write_text(full)
-        half = full[:full.index("default: closed")]  # ends with `interval: 30s`: open by default
+        half = full[: full.index("default: closed")]  # ends with `interval: 30s`: open by default
 
         env = {"PYTHONPATH": str(Path(source).resolve())} if source else None
         server = GateServer(Path(tmp), "--gates-dir", str(top), "--workers", "2", env=env)
@@ -148,10 +152,12 @@ def timed(pause: float, big_bytes: int, source: str | None) -> None:
             writer.flush()
             events.append(("truncated and half written", time.monotonic()))
             time.sleep(1.0)
-            os.kill(server.children()[0], signal.SIGKILL)  # gunicorn starts another worker, which reads the directory
+            os.kill(
+                server.children()[0], signal.SIGKILL
+            )  # gunicorn starts another worker, which reads the directory
             events.append(("a worker killed (restarted)", time.monotonic()))
             time.sleep(max(0.0, pause - (time.monotonic() - events[0][1])))
-            writer.write(full[len(half):])
+            writer.write(full[len(half) :])
             writer.close()
             events.append(("written whole", time.monotonic()))
             time.sleep(3.0)
@@ -164,7 +170,9 @@ def timed(pause: float, big_bytes: int, source: str | None) -> None:
     allowed = [at for at, ok in results if ok]
     span = f"{allowed[-1] - allowed[0]:.1f} s (from {allowed[0] - started:.1f} s)" if allowed else "never"
     print("timeline: " + ", ".join(f"{what} at {at - started:.1f} s" for what, at in events))
-    print(f"reviews: {len(results)}, allowed: {len(allowed)}; the closed gate let changes through over {span}")
+    print(
+        f"reviews: {len(results)}, allowed: {len(allowed)}; the closed gate let changes through over {span}"
+    )
 
 
 def main() -> int:
@@ -172,22 +180,30 @@ def main() -> int:
     parser.add_argument("--interleavings", type=int, default=0)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--timed", action="store_true")
-    parser.add_argument("--pause", type=float, default=8.0, help="seconds the writer pauses mid-write (--timed)")
-    parser.add_argument("--big-bytes", type=int, default=700_000, help="size of each of the two big files (--timed)")
+    parser.add_argument(
+        "--pause", type=float, default=8.0, help="seconds the writer pauses mid-write (--timed)"
+    )
+    parser.add_argument(
+        "--big-bytes", type=int, default=700_000, help="size of each of the two big files (--timed)"
+    )
     parser.add_argument("--source", help="a checkout whose admission package to measure (default: this one)")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     if args.source:
         sys.path.insert(0, str(Path(args.source).resolve()))
     import admission
+
     print(f"admission from {Path(admission.__file__).parent.parent}")
     if args.interleavings:
         interleavings(args.interleavings, args.seed)
     if args.timed:
         timed(args.pause, args.big_bytes, args.source)
-    print("command: .venv/bin/python bench/gates_dir_writers.py" + (f" --interleavings {args.interleavings} --seed {args.seed}"
-          if args.interleavings else "") + (f" --timed --pause {args.pause:g}" if args.timed else "")
-          + (f" --source {args.source}" if args.source else ""))
+    print(
+        "command: .venv/bin/python bench/gates_dir_writers.py"
+        + (f" --interleavings {args.interleavings} --seed {args.seed}" if args.interleavings else "")
+        + (f" --timed --pause {args.pause:g}" if args.timed else "")
+        + (f" --source {args.source}" if args.source else "")
+    )
     return 0
 
 

@@ -54,8 +54,15 @@ from admission.core import kinds, matching, names  # noqa: E402
 from admission.kube.client import api_client  # noqa: E402
 from tests.builders import gate  # noqa: E402
 from tests.e2e.conftest import pre_1_30_webhooks, prepared, register_webhooks  # noqa: E402
-from tests.e2e.controlplane import FLUX, GATE_ADMISSION, HELM_CONTROLLER, IMAGE_REFLECTOR, SOURCE_CONTROLLER, \
-    ControlPlane, assets_dir  # noqa: E402
+from tests.e2e.controlplane import (
+    FLUX,
+    GATE_ADMISSION,
+    HELM_CONTROLLER,
+    IMAGE_REFLECTOR,
+    SOURCE_CONTROLLER,
+    ControlPlane,
+    assets_dir,
+)  # noqa: E402
 from tests.matching_cases import artifact, condition, obj  # noqa: E402
 from tests.polling import until  # noqa: E402
 from tests.processes import GateServer  # noqa: E402
@@ -64,8 +71,14 @@ from tests.procfs import children  # noqa: E402
 import matchconditions_flux as real  # noqa: E402  (bench/, next to this script)
 
 GATE = "flux-system/bench-open"
-WRITER = {"Kustomization": FLUX, "HelmRelease": HELM_CONTROLLER, "GitRepository": SOURCE_CONTROLLER,
-          "HelmChart": SOURCE_CONTROLLER, "HelmRepository": SOURCE_CONTROLLER, "ImagePolicy": IMAGE_REFLECTOR}
+WRITER = {
+    "Kustomization": FLUX,
+    "HelmRelease": HELM_CONTROLLER,
+    "GitRepository": SOURCE_CONTROLLER,
+    "HelmChart": SOURCE_CONTROLLER,
+    "HelmRepository": SOURCE_CONTROLLER,
+    "ImagePolicy": IMAGE_REFLECTOR,
+}
 # The probes and the object whose writes are timed: ImagePolicies, which no controller started
 # here reconciles (with --real-flux, a GitRepository of our own would be the controllers' too).
 IMAGE_POLICY = {"imageRepositoryRef": {"name": "none"}, "policy": {"semver": {"range": ">=1.0.0"}}}
@@ -93,8 +106,14 @@ def objects(count: int, gated: float) -> list[dict]:
         out.append(obj(kind, f"{kind.lower()}-{i}", annotations=annotations()))
     for i in range(releases):
         out.append(obj("HelmRelease", f"release-{i}", annotations=annotations()))
-        out.append(obj("HelmChart", f"apps-release-{i}", namespace="flux-system", labels={
-            names.HELM_NAME_LABEL: f"release-{i}", names.HELM_NAMESPACE_LABEL: "apps"}))
+        out.append(
+            obj(
+                "HelmChart",
+                f"apps-release-{i}",
+                namespace="flux-system",
+                labels={names.HELM_NAME_LABEL: f"release-{i}", names.HELM_NAMESPACE_LABEL: "apps"},
+            )
+        )
     return out
 
 
@@ -112,7 +131,9 @@ class Flux:
     """Status writes as the Flux controllers send them, one client per controller."""
 
     def __init__(self, plane):
-        self.apis = {kind: client.CustomObjectsApi(self._client(plane, user)) for kind, user in WRITER.items()}
+        self.apis = {
+            kind: client.CustomObjectsApi(self._client(plane, user)) for kind, user in WRITER.items()
+        }
         self.reconciles: dict[str, int] = {}
         self.lock = threading.Lock()
         self.conflicts = 0
@@ -131,9 +152,15 @@ class Flux:
         where = _where(manifest)
         for _ in range(5):  # Flux retries only Conflict: 5 steps
             current = api.get_namespaced_custom_object_status(*where)
-            first = {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"]},
-                     "status": {"conditions": [condition("Ready", "Unknown", "Progressing"),
-                                               condition("Reconciling", "True", "Progressing")]}}
+            first = {
+                "metadata": {"resourceVersion": current["metadata"]["resourceVersion"]},
+                "status": {
+                    "conditions": [
+                        condition("Ready", "Unknown", "Progressing"),
+                        condition("Reconciling", "True", "Progressing"),
+                    ]
+                },
+            }
             try:
                 api.patch_namespaced_custom_object_status(*where, first)
                 break
@@ -142,8 +169,11 @@ class Flux:
                     raise
                 with self.lock:
                     self.conflicts += 1
-        rest: dict = {"observedGeneration": 1, "lastHandledReconcileAt": str(n),
-                      "conditions": [condition("Ready")]}
+        rest: dict = {
+            "observedGeneration": 1,
+            "lastHandledReconcileAt": str(n),
+            "conditions": [condition("Ready")],
+        }
         if manifest["kind"] in kinds.SOURCE_KINDS:
             rest["artifact"] = artifact(f"main@sha1:{n // 3:04d}")  # a new revision every third reconcile
         api.patch_namespaced_custom_object_status(*where, {"status": rest})
@@ -159,7 +189,7 @@ def server_cpu(server: GateServer) -> float:
             stat = Path(f"/proc/{pid}/stat").read_text()
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2:].split()
+        fields = stat[stat.rindex(")") + 2 :].split()
         total += (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
         pending += children(pid)
     return total
@@ -184,11 +214,20 @@ def calls(server: GateServer) -> float:
 def switch(plane, server: GateServer, variant: str, work: Path, probes: dict[str, dict], flux: Flux) -> None:
     """Register ``variant`` (none, conditions, all) and wait until the API server uses it."""
     if variant == "none":
-        plane.kubectl("delete", "validatingwebhookconfiguration,mutatingwebhookconfiguration", "gate-admission",
-                      "--ignore-not-found")
+        plane.kubectl(
+            "delete",
+            "validatingwebhookconfiguration,mutatingwebhookconfiguration",
+            "gate-admission",
+            "--ignore-not-found",
+        )
     else:
-        register_webhooks(plane, server, kustomization=(pre_1_30_webhooks(work) if variant == "all"
-                                                        else plane_root() / "manifests" / "webhooks"))
+        register_webhooks(
+            plane,
+            server,
+            kustomization=(
+                pre_1_30_webhooks(work) if variant == "all" else plane_root() / "manifests" / "webhooks"
+            ),
+        )
 
     def sent(manifest: dict) -> bool:
         before = calls(server)
@@ -197,8 +236,9 @@ def switch(plane, server: GateServer, variant: str, work: Path, probes: dict[str
 
     # The API server loads configurations asynchronously: until three writes in a row agree.
     want = {"none": (False, False), "conditions": (True, False), "all": (True, True)}[variant]
-    agreed = until(lambda: all((sent(probes["gated"]), sent(probes["free"])) == want for _ in range(3)), bool,
-                   timeout=30)
+    agreed = until(
+        lambda: all((sent(probes["gated"]), sent(probes["free"])) == want for _ in range(3)), bool, timeout=30
+    )
     assert agreed, f"the API server did not switch to {variant}"
 
 
@@ -206,7 +246,9 @@ def plane_root() -> Path:
     return Path(__file__).resolve().parents[1]
 
 
-def load(plane, server: GateServer, flux: Flux, manifests: list[dict], seconds: float, interval: float) -> dict:
+def load(
+    plane, server: GateServer, flux: Flux, manifests: list[dict], seconds: float, interval: float
+) -> dict:
     """Every object reconciled every ``interval`` seconds for ``seconds``, staggered."""
     slot = interval / len(manifests)
     failures: list[str] = []
@@ -231,10 +273,14 @@ def load(plane, server: GateServer, flux: Flux, manifests: list[dict], seconds: 
     elapsed = time.monotonic() - started
     after_calls, after_cpu = reached(server), server_cpu(server)
     minutes = elapsed / 60
-    return {"minutes": minutes, "reconciles": done[0], "failures": failures,
-            "writes": (real.status_writes(plane) - before_writes) / minutes,
-            "calls": {e: (after_calls[e] - before_calls[e]) / minutes for e in after_calls},
-            "cpu": (after_cpu - before_cpu) / elapsed}
+    return {
+        "minutes": minutes,
+        "reconciles": done[0],
+        "failures": failures,
+        "writes": (real.status_writes(plane) - before_writes) / minutes,
+        "calls": {e: (after_calls[e] - before_calls[e]) / minutes for e in after_calls},
+        "cpu": (after_cpu - before_cpu) / elapsed,
+    }
 
 
 def latencies(flux: Flux, manifest: dict, writes: int) -> list[float]:
@@ -254,9 +300,15 @@ def outage(plane, flux: Flux, manifests: list[dict]) -> dict[str, int]:
     out: dict[str, int] = {}
     for manifest in manifests:
         group = ("gated " if is_gated(manifest) else "ungated ") + manifest["kind"]
-        for what, write in (("status write", lambda m=manifest: flux.reconcile(m)),
-                            ("edit", lambda m=manifest: admin.patch_namespaced_custom_object(
-                                *_where(m), {"metadata": {"labels": {"edited": "yes"}}}))):
+        for what, write in (
+            ("status write", lambda m=manifest: flux.reconcile(m)),
+            (
+                "edit",
+                lambda m=manifest: admin.patch_namespaced_custom_object(
+                    *_where(m), {"metadata": {"labels": {"edited": "yes"}}}
+                ),
+            ),
+        ):
             try:
                 write()
                 outcome = "succeeded"
@@ -270,11 +322,24 @@ def outage(plane, flux: Flux, manifests: list[dict]) -> dict[str, int]:
 
 
 def probe_objects(plane, flux: Flux) -> dict[str, dict]:
-    probes = {"gated": {"apiVersion": "image.toolkit.fluxcd.io/v1", "kind": "ImagePolicy",
-                        "metadata": {"name": "probe-gated", "namespace": "apps",
-                                     "annotations": {names.GATES_ANNOTATION: GATE}}, "spec": IMAGE_POLICY},
-              "free": {"apiVersion": "image.toolkit.fluxcd.io/v1", "kind": "ImagePolicy",
-                       "metadata": {"name": "probe-free", "namespace": "apps"}, "spec": IMAGE_POLICY}}
+    probes = {
+        "gated": {
+            "apiVersion": "image.toolkit.fluxcd.io/v1",
+            "kind": "ImagePolicy",
+            "metadata": {
+                "name": "probe-gated",
+                "namespace": "apps",
+                "annotations": {names.GATES_ANNOTATION: GATE},
+            },
+            "spec": IMAGE_POLICY,
+        },
+        "free": {
+            "apiVersion": "image.toolkit.fluxcd.io/v1",
+            "kind": "ImagePolicy",
+            "metadata": {"name": "probe-free", "namespace": "apps"},
+            "spec": IMAGE_POLICY,
+        },
+    }
     plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(list(probes.values())))
     for probe in probes.values():
         flux.reconcile(probe)
@@ -290,9 +355,13 @@ def window(plane, server: GateServer, seconds: float) -> dict:
     elapsed = time.monotonic() - started
     after_calls, after_cpu, after_writes = reached(server), server_cpu(server), real.status_writes(plane)
     minutes = elapsed / 60
-    return {"minutes": minutes, "writes": (after_writes - before_writes) / minutes, "failures": [],
-            "calls": {e: (after_calls[e] - before_calls[e]) / minutes for e in after_calls},
-            "cpu": (after_cpu - before_cpu) / elapsed}
+    return {
+        "minutes": minutes,
+        "writes": (after_writes - before_writes) / minutes,
+        "failures": [],
+        "calls": {e: (after_calls[e] - before_calls[e]) / minutes for e in after_calls},
+        "cpu": (after_cpu - before_cpu) / elapsed,
+    }
 
 
 def real_outage(plane, flux_: "real.RealFlux", timeout: float) -> dict[str, int]:
@@ -319,10 +388,17 @@ def real_outage(plane, flux_: "real.RealFlux", timeout: float) -> dict[str, int]
     flux_.charts.publish(real.CHART, chart)
 
     def landed() -> dict[tuple[str, str], bool]:
-        return {(o["kind"], o["metadata"]["name"]): flux_.new_content(o, revision, chart) for o in flux_.listed()}
+        return {
+            (o["kind"], o["metadata"]["name"]): flux_.new_content(o, revision, chart) for o in flux_.listed()
+        }
+
     gated = {(o["kind"], o["metadata"]["name"]) for o in objects_ if is_gated(o)}
-    state = until(landed, lambda now: all(took for key, took in now.items() if key not in gated),
-                  timeout=timeout, interval=5)
+    state = until(
+        landed,
+        lambda now: all(took for key, took in now.items() if key not in gated),
+        timeout=timeout,
+        interval=5,
+    )
     refused = flux_.refused_in_logs()
     for (kind, name), took in sorted(state.items()):
         if kind == "HelmRepository":
@@ -332,8 +408,14 @@ def real_outage(plane, flux_: "real.RealFlux", timeout: float) -> dict[str, int]
         elif took:
             count(f"gated {kind}, new content LANDED")
         else:
-            count(f"gated {kind}, new content held: " + ("its status write failed closed" if name in refused
-                                                        else "no write of it seen (nothing new reached it)"))
+            count(
+                f"gated {kind}, new content held: "
+                + (
+                    "its status write failed closed"
+                    if name in refused
+                    else "no write of it seen (nothing new reached it)"
+                )
+            )
     return out
 
 
@@ -342,12 +424,19 @@ def main() -> None:
     parser.add_argument("--objects", type=int, default=200)
     parser.add_argument("--gated", type=float, default=0.1, help="share of objects that reference a gate")
     parser.add_argument("--seconds", type=float, default=60, help="length of each load phase")
-    parser.add_argument("--interval", type=float, default=10,
-                        help="seconds between driven reconciles of one object (the real controllers: 1m)")
+    parser.add_argument(
+        "--interval",
+        type=float,
+        default=10,
+        help="seconds between driven reconciles of one object (the real controllers: 1m)",
+    )
     parser.add_argument("--writes", type=int, default=200, help="sequential writes per latency round")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--real-flux", action="store_true",
-                        help="the real source-, kustomize- and helm-controller make the writes (FLUX_BINARIES)")
+    parser.add_argument(
+        "--real-flux",
+        action="store_true",
+        help="the real source-, kustomize- and helm-controller make the writes (FLUX_BINARIES)",
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-matchconditions-"))
     server = flux_ = None
@@ -400,28 +489,42 @@ def main() -> None:
 
 
 def report(args, loads: dict, rounds: dict, down: dict, gated: int, total: int) -> None:
-    writer = ("the real source-, kustomize- and helm-controller (Flux v2.9.4), every object at a 1m interval"
-              if args.real_flux else "writes driven by this script as Flux sends them (no real controllers)")
-    print(f"# python bench/matchconditions.py --objects {args.objects} --gated {args.gated} --seconds {args.seconds:g} "
-          f"--interval {args.interval:g} --writes {args.writes} --rounds {args.rounds}"
-          f"{' --real-flux' if args.real_flux else ''}  |  {os.cpu_count()} cpus, "
-          f"kube-apiserver v1.36.3 + etcd on loopback, gate-admission defaults (2 workers x 4 threads); {writer}")
-    cadence = "at the controllers' own intervals" if args.real_flux else \
-        f"each reconciles every {args.interval:g} s (2 status requests per reconcile)"
+    writer = (
+        "the real source-, kustomize- and helm-controller (Flux v2.9.4), every object at a 1m interval"
+        if args.real_flux
+        else "writes driven by this script as Flux sends them (no real controllers)"
+    )
+    print(
+        f"# python bench/matchconditions.py --objects {args.objects} --gated {args.gated} --seconds {args.seconds:g} "
+        f"--interval {args.interval:g} --writes {args.writes} --rounds {args.rounds}"
+        f"{' --real-flux' if args.real_flux else ''}  |  {os.cpu_count()} cpus, "
+        f"kube-apiserver v1.36.3 + etcd on loopback, gate-admission defaults (2 workers x 4 threads); {writer}"
+    )
+    cadence = (
+        "at the controllers' own intervals"
+        if args.real_flux
+        else f"each reconciles every {args.interval:g} s (2 status requests per reconcile)"
+    )
     print(f"{total} objects, {gated} reference a gate; {cadence}")
-    print("variant         status writes/min  validate calls/min  mutate calls/min  server CPU (cores)  failed")
+    print(
+        "variant         status writes/min  validate calls/min  mutate calls/min  server CPU (cores)  failed"
+    )
     for variant, row in loads.items():
         name = "conditions" if variant == "conditions" else "no conditions"
-        print(f"{name:<14}  {row['writes']:17.0f}  {row['calls']['validate']:18.0f}  "
-              f"{row['calls']['mutate']:16.0f}  {row['cpu']:18.3f}  {len(row['failures']):6d}")
+        print(
+            f"{name:<14}  {row['writes']:17.0f}  {row['calls']['validate']:18.0f}  "
+            f"{row['calls']['mutate']:16.0f}  {row['cpu']:18.3f}  {len(row['failures']):6d}"
+        )
     print(f"ungated ImagePolicy status write, {args.rounds} x {args.writes} writes per variant:")
     none = statistics.median(rounds["none"])
     for variant in ("none", "conditions", "all"):
         lat = sorted(rounds[variant])
         median = statistics.median(lat)
         name = {"none": "no webhook", "conditions": "conditions", "all": "no conditions"}[variant]
-        print(f"  {name:<14} median {median:6.2f} ms  p95 {lat[int(len(lat) * 0.95)]:6.2f} ms  "
-              f"added {median - none:+6.2f} ms")
+        print(
+            f"  {name:<14} median {median:6.2f} ms  p95 {lat[int(len(lat) * 0.95)]:6.2f} ms  "
+            f"added {median - none:+6.2f} ms"
+        )
     print("our server stopped, conditions registered:")
     for outcome, n in sorted(down.items()):
         print(f"  {outcome:<72} {n:4d}")

@@ -26,7 +26,7 @@ CONTROLLERS = ("source-controller", "kustomize-controller", "helm-controller", "
 WRITERS = CONTROLLERS[:3]
 INTERVAL = "1m"
 CHART = "demo"
-STATUS_WRITE = re.compile(r'^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$')
+STATUS_WRITE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
 
 
 class RealFlux:
@@ -61,34 +61,82 @@ class RealFlux:
         # take (one behind a held source would keep applying what it serves).
         sources = [i for i in range(plain) if i % 7 >= 4]
         open_sources = [i for i in sources if i not in referencing]
-        out: list[dict] = [{"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "HelmRepository",
-                            "metadata": {"name": "charts", "namespace": "flux-system"},
-                            "spec": {"interval": INTERVAL, "url": self.charts.url}}]
+        out: list[dict] = [
+            {
+                "apiVersion": "source.toolkit.fluxcd.io/v1",
+                "kind": "HelmRepository",
+                "metadata": {"name": "charts", "namespace": "flux-system"},
+                "spec": {"interval": INTERVAL, "url": self.charts.url},
+            }
+        ]
         for i in range(plain):
             if i in sources:
-                out.append({"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository",
-                            "metadata": meta(i, f"repo-{i}", "flux-system"),
-                            "spec": {"interval": INTERVAL, "url": self.repo.url, "ref": {"branch": "main"}}})
+                out.append(
+                    {
+                        "apiVersion": "source.toolkit.fluxcd.io/v1",
+                        "kind": "GitRepository",
+                        "metadata": meta(i, f"repo-{i}", "flux-system"),
+                        "spec": {"interval": INTERVAL, "url": self.repo.url, "ref": {"branch": "main"}},
+                    }
+                )
             else:
                 source = open_sources[i % len(open_sources)]
-                out.append({"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
-                            "metadata": meta(i, f"app-{i}", "flux-system"),
-                            "spec": {"interval": INTERVAL, "path": "./deploy", "prune": True,
-                                     "targetNamespace": "apps", "namePrefix": f"app-{i}-",
-                                     "sourceRef": {"kind": "GitRepository", "name": f"repo-{source}"}}})
+                out.append(
+                    {
+                        "apiVersion": "kustomize.toolkit.fluxcd.io/v1",
+                        "kind": "Kustomization",
+                        "metadata": meta(i, f"app-{i}", "flux-system"),
+                        "spec": {
+                            "interval": INTERVAL,
+                            "path": "./deploy",
+                            "prune": True,
+                            "targetNamespace": "apps",
+                            "namePrefix": f"app-{i}-",
+                            "sourceRef": {"kind": "GitRepository", "name": f"repo-{source}"},
+                        },
+                    }
+                )
         for i in range(releases):
-            out.append({"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
-                        "metadata": meta(plain + i, f"release-{i}", "apps"),
-                        "spec": {"interval": INTERVAL, "chart": {"spec": {
-                            "chart": CHART, "version": "1.x", "interval": INTERVAL,
-                            "sourceRef": {"kind": "HelmRepository", "name": "charts", "namespace": "flux-system"}}},
-                            "install": {"disableWait": True}, "upgrade": {"disableWait": True}}})
+            out.append(
+                {
+                    "apiVersion": "helm.toolkit.fluxcd.io/v2",
+                    "kind": "HelmRelease",
+                    "metadata": meta(plain + i, f"release-{i}", "apps"),
+                    "spec": {
+                        "interval": INTERVAL,
+                        "chart": {
+                            "spec": {
+                                "chart": CHART,
+                                "version": "1.x",
+                                "interval": INTERVAL,
+                                "sourceRef": {
+                                    "kind": "HelmRepository",
+                                    "name": "charts",
+                                    "namespace": "flux-system",
+                                },
+                            }
+                        },
+                        "install": {"disableWait": True},
+                        "upgrade": {"disableWait": True},
+                    },
+                }
+            )
         return out
 
     def push(self, revision: str) -> str:
         """A new commit: every GitRepository's next artifact, every Kustomization's next apply."""
-        return self.repo.commit({"deploy/configmap.yaml": yaml.safe_dump(
-            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "app"}, "data": {"revision": revision}})})
+        return self.repo.commit(
+            {
+                "deploy/configmap.yaml": yaml.safe_dump(
+                    {
+                        "apiVersion": "v1",
+                        "kind": "ConfigMap",
+                        "metadata": {"name": "app"},
+                        "data": {"revision": revision},
+                    }
+                )
+            }
+        )
 
     def new_content(self, obj: dict, revision: str, chart: str) -> bool:
         """Whether ``obj`` took the new commit or chart version (a HelmRepository: no check)."""
@@ -110,22 +158,37 @@ class RealFlux:
 
     def listed(self) -> list[dict]:
         """Every Flux object in the cluster, the generated HelmCharts included."""
-        plurals = ",".join(f"{kinds.BY_KIND[k].plural}.{kinds.BY_KIND[k].group}"
-                           for k in ("Kustomization", "GitRepository", "HelmRepository", "HelmRelease", "HelmChart"))
+        plurals = ",".join(
+            f"{kinds.BY_KIND[k].plural}.{kinds.BY_KIND[k].group}"
+            for k in ("Kustomization", "GitRepository", "HelmRepository", "HelmRelease", "HelmChart")
+        )
         return json.loads(self.plane.kubectl("get", plurals, "-A", "-o", "json").stdout)["items"]
 
     def wait_ready(self, expected: int, timeout: float = 600) -> int:
         """How many objects are Ready=True, once all ``expected`` are or the time is up."""
+
         def ready() -> int:
-            return sum(any(c.get("type") == "Ready" and c.get("status") == "True"
-                           for c in (o.get("status") or {}).get("conditions", [])) for o in self.listed())
+            return sum(
+                any(
+                    c.get("type") == "Ready" and c.get("status") == "True"
+                    for c in (o.get("status") or {}).get("conditions", [])
+                )
+                for o in self.listed()
+            )
+
         return until(ready, lambda n: n >= expected, timeout=timeout, interval=2)
 
     def edit(self, api, obj: dict) -> None:
         group, version = obj["apiVersion"].split("/")
         meta = obj["metadata"]
-        api.patch_namespaced_custom_object(group, version, meta["namespace"], kinds.BY_KIND[obj["kind"]].plural,
-                                           meta["name"], {"metadata": {"labels": {"edited": "during-outage"}}})
+        api.patch_namespaced_custom_object(
+            group,
+            version,
+            meta["namespace"],
+            kinds.BY_KIND[obj["kind"]].plural,
+            meta["name"],
+            {"metadata": {"labels": {"edited": "during-outage"}}},
+        )
 
     def refused_in_logs(self) -> set[str]:
         """Names of the objects whose writes a controller logged as failed by a webhook call."""
@@ -144,14 +207,20 @@ class RealFlux:
 
 def status_writes(plane) -> float:
     """Status writes of Flux objects the API server has answered so far (its request counter)."""
-    request = urllib.request.Request(f"{plane.server}/metrics", headers={"Authorization": "Bearer admin-token"})
+    request = urllib.request.Request(
+        f"{plane.server}/metrics", headers={"Authorization": "Bearer admin-token"}
+    )
     with urllib.request.urlopen(request, context=ssl._create_unverified_context(), timeout=10) as resp:
         text = resp.read().decode()
     total = 0.0
     for line in text.splitlines():
         found = STATUS_WRITE.match(line)
-        if found and 'subresource="status"' in found["labels"] and "toolkit.fluxcd.io" in found["labels"] \
-                and re.search(r'verb="(PATCH|UPDATE|APPLY)"', found["labels"]):
+        if (
+            found
+            and 'subresource="status"' in found["labels"]
+            and "toolkit.fluxcd.io" in found["labels"]
+            and re.search(r'verb="(PATCH|UPDATE|APPLY)"', found["labels"])
+        ):
             total += float(found["value"])
     return total
 

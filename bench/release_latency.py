@@ -33,8 +33,15 @@ from tests.builders import gate  # noqa: E402
 from tests.doubles.flux.kustomize import KustomizeController  # noqa: E402
 from tests.doubles.flux.source import SourceController, Storage  # noqa: E402
 from tests.e2e.conftest import prepared, register_webhooks, wait_until_webhooks_answer  # noqa: E402
-from tests.e2e.controlplane import (ADMIN, CONTROLLER, FLUX, GATE_ADMISSION, SOURCE_CONTROLLER,  # noqa: E402
-                                    ControlPlane, assets_dir)
+from tests.e2e.controlplane import (
+    ADMIN,
+    CONTROLLER,
+    FLUX,
+    GATE_ADMISSION,
+    SOURCE_CONTROLLER,  # noqa: E402
+    ControlPlane,
+    assets_dir,
+)
 from tests.e2e.test_content_holds import git_repository, kustomization, wait_server_sees  # noqa: E402
 from tests.polling import until, wait_for  # noqa: E402
 from tests.processes import BIN, GateServer, Process, free_port  # noqa: E402
@@ -43,9 +50,14 @@ RETRY_FIRST = 600.0
 
 
 def toggle(custom: client.CustomObjectsApi, action: str, at: datetime) -> None:
-    custom.patch_namespaced_custom_object("gating.toolkit.fluxcd.io", "v1alpha1", "flux-system", "gates", "release",
-                                          {"metadata": {"annotations": {f"{action}.gate.fluxcd.io/requestedAt":
-                                                                        format_time(at)}}})
+    custom.patch_namespaced_custom_object(
+        "gating.toolkit.fluxcd.io",
+        "v1alpha1",
+        "flux-system",
+        "gates",
+        "release",
+        {"metadata": {"annotations": {f"{action}.gate.fluxcd.io/requestedAt": format_time(at)}}},
+    )
 
 
 def next_second(after: datetime) -> datetime:
@@ -72,17 +84,43 @@ def main() -> None:
             register_webhooks(plane, server)
             wait_until_webhooks_answer(plane, server)
             port = free_port()
-            procs.append(Process([str(BIN / "gate-admission"), "controller", "--kubeconfig",
-                                  str(plane.kubeconfig(CONTROLLER)), "--health-port", str(port)], work / "controller.log"))
+            procs.append(
+                Process(
+                    [
+                        str(BIN / "gate-admission"),
+                        "controller",
+                        "--kubeconfig",
+                        str(plane.kubeconfig(CONTROLLER)),
+                        "--health-port",
+                        str(port),
+                    ],
+                    work / "controller.log",
+                )
+            )
             wait_for(lambda: _ready(port), 30, "controller /readyz")
             storage = Storage()
-            git = SourceController(api_client(str(plane.kubeconfig(SOURCE_CONTROLLER))), "GitRepository", storage,
-                                   retry_first=RETRY_FIRST).start()
-            kustomize = KustomizeController(api_client(str(plane.kubeconfig(FLUX))), storage,
-                                            retry_first=RETRY_FIRST).start()
+            git = SourceController(
+                api_client(str(plane.kubeconfig(SOURCE_CONTROLLER))),
+                "GitRepository",
+                storage,
+                retry_first=RETRY_FIRST,
+            ).start()
+            kustomize = KustomizeController(
+                api_client(str(plane.kubeconfig(FLUX))), storage, retry_first=RETRY_FIRST
+            ).start()
             doubles += [git, kustomize]
-            plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([
-                gate("release"), git_repository("bench"), kustomization("bench", "bench", gates="flux-system/release")]))
+            plane.kubectl(
+                "apply",
+                "-f",
+                "-",
+                input=yaml.safe_dump_all(
+                    [
+                        gate("release"),
+                        git_repository("bench"),
+                        kustomization("bench", "bench", gates="flux-system/release"),
+                    ]
+                ),
+            )
             git.push("flux-system", "bench", "main@sha1:0")
             until(lambda: kustomize.applied_to("apps", "bench"), bool, timeout=30)
             custom = client.CustomObjectsApi(api_client(str(plane.kubeconfig(ADMIN))))
@@ -95,16 +133,24 @@ def main() -> None:
                 failures = len(kustomize.errors("apps", "bench"))
                 wait_server_sees(plane, "release", held=True)  # a push before that would be applied
                 git.push("flux-system", "bench", revision)
-                errors = until(lambda: kustomize.errors("apps", "bench"), lambda e: len(e) > failures, timeout=30)
+                errors = until(
+                    lambda: kustomize.errors("apps", "bench"), lambda e: len(e) > failures, timeout=30
+                )
                 assert "flux-system/release" in errors[-1], errors[-1]
                 applied_before = len(kustomize.applied_to("apps", "bench"))
                 opened = next_second(closed)
                 started = time.monotonic()
                 toggle(custom, "open", opened)
-                applied = until(lambda: kustomize.applied_to("apps", "bench"), lambda a: len(a) > applied_before,
-                                timeout=60, interval=0.005)
+                applied = until(
+                    lambda: kustomize.applied_to("apps", "bench"),
+                    lambda a: len(a) > applied_before,
+                    timeout=60,
+                    interval=0.005,
+                )
                 assert applied[-1].revision == revision and applied[-1].trigger == "requestedAt", applied[-1]
-                reconcile = next(r for r in kustomize.reconciles if r.started >= started and r.trigger == "requestedAt")
+                reconcile = next(
+                    r for r in kustomize.reconciles if r.started >= started and r.trigger == "requestedAt"
+                )
                 rows.append((cycle, reconcile.started - started, applied[-1].at - started))
             report(args, rows)
         finally:
@@ -116,13 +162,16 @@ def main() -> None:
 
 def _ready(port: int) -> bool:
     import urllib.request
+
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as resp:
         return resp.status == 200
 
 
 def report(args, rows) -> None:
-    print(f"# python bench/release_latency.py --cycles {args.cycles}  |  {os.cpu_count()} cpus, kube-apiserver v1.20.2 "
-          "+ etcd on loopback, gate-admission serve + controller defaults, Flux doubles")
+    print(
+        f"# python bench/release_latency.py --cycles {args.cycles}  |  {os.cpu_count()} cpus, kube-apiserver v1.20.2 "
+        "+ etcd on loopback, gate-admission serve + controller defaults, Flux doubles"
+    )
     print("cycle  open->reconcile s  open->applied s")
     for cycle, reconcile, applied in rows:
         print(f"{cycle:>5}  {reconcile:17.3f}  {applied:15.3f}")

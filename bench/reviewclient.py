@@ -7,7 +7,9 @@ import threading
 import time
 from pathlib import Path
 
-EXAMPLE_REVIEW = (Path(__file__).resolve().parents[1] / "examples" / "reviews" / "kustomization-spec-change.json").read_bytes()
+EXAMPLE_REVIEW = (
+    Path(__file__).resolve().parents[1] / "examples" / "reviews" / "kustomization-spec-change.json"
+).read_bytes()
 
 
 def timed_review(conn, body: bytes = EXAMPLE_REVIEW) -> float:
@@ -48,6 +50,7 @@ def keep_alive_reviews(server, seconds: float, clients: int = 4) -> list[float]:
             errors.append(err)
         finally:
             conn.close()
+
     threads = [threading.Thread(target=client) for _ in range(clients)]
     for t in threads:
         t.start()

@@ -37,13 +37,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.reviewclient import EXAMPLE_REVIEW as BODY, median_over_rounds_ms, percentile_ms as pct, timed_review  # noqa: E402
+from bench.reviewclient import (
+    EXAMPLE_REVIEW as BODY,
+    median_over_rounds_ms,
+    percentile_ms as pct,
+    timed_review,
+)  # noqa: E402
 from tests.builders import kustomization_status_review  # noqa: E402
 from tests.processes import GateServer  # noqa: E402
 
 API_SERVER_WAITS = 3.0  # timeoutSeconds of the status webhooks (manifests/webhooks)
-STALLED_UPLOAD = (b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                  b"Content-Length: 1000000\r\n\r\n{")
+STALLED_UPLOAD = (
+    b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    b"Content-Length: 1000000\r\n\r\n{"
+)
 
 
 def hold(server: GateServer, n: int) -> list:
@@ -57,7 +64,9 @@ def hold(server: GateServer, n: int) -> list:
         if i % 4 == 2:
             tls.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Le")
         elif i % 4 == 3:
-            tls.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(BODY) + BODY[:50])
+            tls.sendall(
+                b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(BODY) + BODY[:50]
+            )
         held.append(tls)
     return held
 
@@ -86,7 +95,9 @@ def measure(server: GateServer, reviews: int) -> tuple[list[float], list[float]]
         except Exception as err:
             errors.append(err)
 
-    threads = [threading.Thread(target=keep_alive) for _ in range(4)] + [threading.Thread(target=new_connections)]
+    threads = [threading.Thread(target=keep_alive) for _ in range(4)] + [
+        threading.Thread(target=new_connections)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -118,8 +129,10 @@ def misbehave(server: GateServer, count: int, stop) -> None:
                 if socks[i] is None or _gone(socks[i]):
                     if socks[i] is not None:
                         socks[i].close()
-                    socks[i] = context.wrap_socket(socket.create_connection(("127.0.0.1", server.port), timeout=30),
-                                                        server_hostname="localhost")
+                    socks[i] = context.wrap_socket(
+                        socket.create_connection(("127.0.0.1", server.port), timeout=30),
+                        server_hostname="localhost",
+                    )
                     socks[i].sendall(STALLED_UPLOAD)
                 elif i % 2:
                     socks[i].setblocking(True)
@@ -157,8 +170,12 @@ def status_reviews(server: GateServer, body: bytes, seconds: float) -> tuple[lis
 def uploads_part(server: GateServer, args) -> None:
     counts = [int(c) for c in args.misbehaving.split(",")]
     body = kustomization_status_review()
-    print(f"# {len(body):,}-byte status review; uploads announcing 1,000,000 bytes: half stalled, half trickling")
-    print(f"| round | misbehaving uploads | status reviews | p50 ms | p99 ms | max ms | over {API_SERVER_WAITS:g} s | failed |")
+    print(
+        f"# {len(body):,}-byte status review; uploads announcing 1,000,000 bytes: half stalled, half trickling"
+    )
+    print(
+        f"| round | misbehaving uploads | status reviews | p50 ms | p99 ms | max ms | over {API_SERVER_WAITS:g} s | failed |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     results: dict[int, list] = {n: [] for n in counts}
     for round_ in range(1, args.rounds + 1):
@@ -175,21 +192,28 @@ def uploads_part(server: GateServer, args) -> None:
                 child.join()
             results[n].append(took)
             late = sum(t > API_SERVER_WAITS for t in took)
-            print(f"| {round_} | {n} | {len(took)} | {pct(took, .5):.1f} | {pct(took, .99):.1f} | "
-                  f"{max(took) * 1000:.0f} | {late} | {failed} |", flush=True)
+            print(
+                f"| {round_} | {n} | {len(took)} | {pct(took, 0.5):.1f} | {pct(took, 0.99):.1f} | "
+                f"{max(took) * 1000:.0f} | {late} | {failed} |",
+                flush=True,
+            )
     print()
     for n in counts:
         rounds = results[n]
-        print(f"M={n}: median over rounds of p50 {median_over_rounds_ms(rounds, .5):.1f} ms, "
-              f"p99 {median_over_rounds_ms(rounds, .99):.1f} ms, slowest {max(max(t) for t in rounds) * 1000:.0f} ms, "
-              f"{sum(sum(t > API_SERVER_WAITS for t in took) for took in rounds)} over {API_SERVER_WAITS:g} s "
-              f"of {sum(len(t) for t in rounds)}")
+        print(
+            f"M={n}: median over rounds of p50 {median_over_rounds_ms(rounds, 0.5):.1f} ms, "
+            f"p99 {median_over_rounds_ms(rounds, 0.99):.1f} ms, slowest {max(max(t) for t in rounds) * 1000:.0f} ms, "
+            f"{sum(sum(t > API_SERVER_WAITS for t in took) for took in rounds)} over {API_SERVER_WAITS:g} s "
+            f"of {sum(len(t) for t in rounds)}"
+        )
 
 
 def idle_part(server: GateServer, args) -> None:
     counts = [int(c) for c in args.counts.split(",")]
     results: dict[int, list] = {n: [] for n in counts}
-    print("| round | idle/slow clients | keep-alive p50 ms | keep-alive p99 ms | new connection p50 ms | new connection p99 ms | max ms |")
+    print(
+        "| round | idle/slow clients | keep-alive p50 ms | keep-alive p99 ms | new connection p50 ms | new connection p99 ms | max ms |"
+    )
     print("|---|---|---|---|---|---|---|")
     for round_ in range(1, args.rounds + 1):
         for n in counts:
@@ -200,15 +224,20 @@ def idle_part(server: GateServer, args) -> None:
                 for sock in held:
                     sock.close()
             results[n].append((kept, fresh))
-            print(f"| {round_} | {n} | {pct(kept, .5):.1f} | {pct(kept, .99):.1f} | {pct(fresh, .5):.1f} | "
-                  f"{pct(fresh, .99):.1f} | {max(kept + fresh) * 1000:.0f} |", flush=True)
+            print(
+                f"| {round_} | {n} | {pct(kept, 0.5):.1f} | {pct(kept, 0.99):.1f} | {pct(fresh, 0.5):.1f} | "
+                f"{pct(fresh, 0.99):.1f} | {max(kept + fresh) * 1000:.0f} |",
+                flush=True,
+            )
     print()
-    base = median_over_rounds_ms([k for k, _ in results[counts[0]]], .99)
+    base = median_over_rounds_ms([k for k, _ in results[counts[0]]], 0.99)
     for n in counts:
-        p99 = median_over_rounds_ms([k for k, _ in results[n]], .99)
-        p99_new = median_over_rounds_ms([f for _, f in results[n]], .99)
-        print(f"N={n}: median over rounds of keep-alive p99 {p99:.1f} ms ({p99 / base:.2f}x N={counts[0]}), "
-              f"new-connection p99 {p99_new:.1f} ms")
+        p99 = median_over_rounds_ms([k for k, _ in results[n]], 0.99)
+        p99_new = median_over_rounds_ms([f for _, f in results[n]], 0.99)
+        print(
+            f"N={n}: median over rounds of keep-alive p99 {p99:.1f} ms ({p99 / base:.2f}x N={counts[0]}), "
+            f"new-connection p99 {p99_new:.1f} ms"
+        )
 
 
 def main() -> int:
@@ -220,8 +249,10 @@ def main() -> int:
     parser.add_argument("--misbehaving", default="0,8,100")
     parser.add_argument("--seconds", type=float, default=10.0)
     args = parser.parse_args()
-    print(f"# .venv/bin/python bench/slow_clients.py --part {args.part} --rounds {args.rounds} --reviews {args.reviews} "
-          f"--counts {args.counts} --misbehaving {args.misbehaving} --seconds {args.seconds:g}")
+    print(
+        f"# .venv/bin/python bench/slow_clients.py --part {args.part} --rounds {args.rounds} --reviews {args.reviews} "
+        f"--counts {args.counts} --misbehaving {args.misbehaving} --seconds {args.seconds:g}"
+    )
     tmp = Path(tempfile.mkdtemp(prefix="slow-clients-"))
     server = GateServer(tmp, "--gates-dir", str(ROOT / "examples" / "gates"))
     try:

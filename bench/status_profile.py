@@ -33,13 +33,22 @@ from admission.webhook.app import MUTATE, VALIDATE, Reviews  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "admission-reviews-k8s-1.20"
 CASES = {
-    "Kustomization status /mutate": ("021-ks-status-update-by-flux-mutate-Kustomization-UPDATE-status.json", "mutate"),
-    "Kustomization status /validate": ("022-ks-status-update-by-flux-validate-Kustomization-UPDATE-status.json",
-                                       "validate"),
-    "GitRepository status /mutate": ("007-gitrepo-status-conditions-only-mutate-GitRepository-UPDATE-status.json",
-                                     "mutate"),
-    "GitRepository status /validate": ("008-gitrepo-status-conditions-only-validate-GitRepository-UPDATE-status.json",
-                                       "validate"),
+    "Kustomization status /mutate": (
+        "021-ks-status-update-by-flux-mutate-Kustomization-UPDATE-status.json",
+        "mutate",
+    ),
+    "Kustomization status /validate": (
+        "022-ks-status-update-by-flux-validate-Kustomization-UPDATE-status.json",
+        "validate",
+    ),
+    "GitRepository status /mutate": (
+        "007-gitrepo-status-conditions-only-mutate-GitRepository-UPDATE-status.json",
+        "mutate",
+    ),
+    "GitRepository status /validate": (
+        "008-gitrepo-status-conditions-only-validate-GitRepository-UPDATE-status.json",
+        "validate",
+    ),
 }
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)  # outside the fixture's suspendDuring window
 
@@ -50,8 +59,10 @@ def world(reviews: list[dict]) -> tuple[GateIndex, StaticSources]:
     for review in reviews:
         obj = review["request"]["object"]
         refs.update((ref.namespace, ref.name) for ref in policy_of(obj).refs)
-    gates = [{"kind": "Gate", "metadata": {"namespace": ns, "name": name}, "spec": {"default": "opened"}}
-             for ns, name in refs]
+    gates = [
+        {"kind": "Gate", "metadata": {"namespace": ns, "name": name}, "spec": {"default": "opened"}}
+        for ns, name in refs
+    ]
     index.replace_all(gates, [])
     sources = [r["request"]["oldObject"] for r in reviews if r["request"]["kind"]["kind"] == "GitRepository"]
     return index, StaticSources(sources)
@@ -71,8 +82,10 @@ def main() -> None:
     reviews = Reviews(index, Settings(), lambda: NOW, None, sources)
     route = {"mutate": MUTATE, "validate": VALIDATE}
     bodies = {label: (route[CASES[label][1]], orjson.dumps(review)) for label, review in loaded.items()}
-    print(f"# python bench/status_profile.py --reviews {args.reviews}  |  in process, one thread, "
-          f"fixtures from {FIXTURES.name}")
+    print(
+        f"# python bench/status_profile.py --reviews {args.reviews}  |  in process, one thread, "
+        f"fixtures from {FIXTURES.name}"
+    )
     for label, (endpoint, body) in bodies.items():
         status, out = reviews.answer(endpoint, body)
         assert status == 200 and orjson.loads(out)["response"]["allowed"], out
@@ -90,8 +103,13 @@ def main() -> None:
     for order in ("tottime", "cumulative"):
         text = io.StringIO()
         pstats.Stats(profile, stream=text).sort_stats(order).print_stats(args.top)
-        print("\n".join(line.replace(str(Path(__file__).resolve().parents[1]) + "/", "")
-                        for line in text.getvalue().splitlines() if line.strip()))
+        print(
+            "\n".join(
+                line.replace(str(Path(__file__).resolve().parents[1]) + "/", "")
+                for line in text.getvalue().splitlines()
+                if line.strip()
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -39,14 +39,21 @@ def tools_dir() -> Path:
 
 
 def _go_env() -> dict[str, str]:
-    return {**os.environ, "GOPROXY": "off", "GOTOOLCHAIN": "local", "GOFLAGS": "-buildvcs=false",
-            "CGO_ENABLED": "0", "GO111MODULE": "on"}
+    return {
+        **os.environ,
+        "GOPROXY": "off",
+        "GOTOOLCHAIN": "local",
+        "GOFLAGS": "-buildvcs=false",
+        "CGO_ENABLED": "0",
+        "GO111MODULE": "on",
+    }
 
 
 def build_floor() -> Path:
     """The floor's binary, built here if this source and Go version have none cached yet."""
-    go_version = subprocess.run(["go", "env", "GOVERSION"], check=True, capture_output=True, text=True,
-                                env=_go_env()).stdout.strip()
+    go_version = subprocess.run(
+        ["go", "env", "GOVERSION"], check=True, capture_output=True, text=True, env=_go_env()
+    ).stdout.strip()
     digest = hashlib.sha256(go_version.encode())
     for name in ("go.mod", "main.go"):
         digest.update(name.encode() + b"\0" + (FLOOR_SOURCE / name).read_bytes())
@@ -56,10 +63,17 @@ def build_floor() -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_name(f"admission-floor.partial-{os.getpid()}")
     started = time.monotonic()
-    subprocess.run(["go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(partial), "."],
-                   check=True, cwd=FLOOR_SOURCE, env=_go_env())
+    subprocess.run(
+        ["go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(partial), "."],
+        check=True,
+        cwd=FLOOR_SOURCE,
+        env=_go_env(),
+    )
     partial.rename(out)
-    print(f"# built the Go floor with {go_version} in {time.monotonic() - started:.1f} s: {out}", file=sys.stderr)
+    print(
+        f"# built the Go floor with {go_version} in {time.monotonic() - started:.1f} s: {out}",
+        file=sys.stderr,
+    )
     return out
 
 
@@ -68,8 +82,18 @@ class Floor(Process):
 
     def __init__(self, workdir: Path, cert_dir: Path):
         self.port, self.cert_dir = free_port(), cert_dir
-        super().__init__([str(build_floor()), "-addr", f"127.0.0.1:{self.port}", "-cert", str(cert_dir / "tls.crt"),
-                          "-key", str(cert_dir / "tls.key")], workdir / "floor.log")
+        super().__init__(
+            [
+                str(build_floor()),
+                "-addr",
+                f"127.0.0.1:{self.port}",
+                "-cert",
+                str(cert_dir / "tls.crt"),
+                "-key",
+                str(cert_dir / "tls.key"),
+            ],
+            workdir / "floor.log",
+        )
         if not until(self._answers, bool, timeout=10):
             self.stop()
             raise RuntimeError(f"the Go floor does not answer: {self.log()[-2000:]}")
@@ -77,7 +101,9 @@ class Floor(Process):
     def count(self) -> int:
         """Reviews the floor has answered."""
         context = ssl.create_default_context(cafile=str(self.cert_dir / "ca.crt"))
-        with urllib.request.urlopen(f"https://127.0.0.1:{self.port}/count", context=context, timeout=2) as resp:
+        with urllib.request.urlopen(
+            f"https://127.0.0.1:{self.port}/count", context=context, timeout=2
+        ) as resp:
             return int(resp.read())
 
     def _answers(self) -> bool:
@@ -91,11 +117,18 @@ class Floor(Process):
 def switch(plane, server, floor: Floor, variant: str) -> None:
     """Register ``variant``'s webhooks (manifests/webhooks; only the URL differs between the floor
     and ours) and wait until the API server calls them, or, for "none", until it no longer does."""
-    plane.kubectl("delete", "validatingwebhookconfiguration,mutatingwebhookconfiguration", "gate-admission",
-                  "--ignore-not-found")
+    plane.kubectl(
+        "delete",
+        "validatingwebhookconfiguration,mutatingwebhookconfiguration",
+        "gate-admission",
+        "--ignore-not-found",
+    )
 
     def held() -> bool:
-        return "is held" in plane.kubectl("apply", "--dry-run=server", "-f", "-", input=SENTINEL, check=False).stderr
+        return (
+            "is held"
+            in plane.kubectl("apply", "--dry-run=server", "-f", "-", input=SENTINEL, check=False).stderr
+        )
 
     if variant == "none":
         ok = not until(held, lambda h: not h, timeout=30)
@@ -130,15 +163,20 @@ def metric_sums(text: str, name: str, label: str) -> dict[str, tuple[float, floa
 
 
 def _apiserver_get(plane, path: str) -> bytes:
-    request = urllib.request.Request(f"{plane.server}{path}", headers={"Authorization": f"Bearer {ADMIN.token}"})
+    request = urllib.request.Request(
+        f"{plane.server}{path}", headers={"Authorization": f"Bearer {ADMIN.token}"}
+    )
     with urllib.request.urlopen(request, context=ssl._create_unverified_context(), timeout=10) as resp:
         return resp.read()
 
 
 def apiserver_webhooks(plane) -> dict[str, tuple[float, float]]:
     """The API server's own latency of webhook calls, (sum s, count) per webhook type."""
-    return metric_sums(_apiserver_get(plane, "/metrics").decode(),
-                       "apiserver_admission_webhook_admission_duration_seconds", "type")
+    return metric_sums(
+        _apiserver_get(plane, "/metrics").decode(),
+        "apiserver_admission_webhook_admission_duration_seconds",
+        "type",
+    )
 
 
 def ours_handler(server) -> dict[str, tuple[float, float]]:
@@ -224,7 +262,9 @@ def commit() -> str:
 
 def print_header(plane, what: str, started_load: str) -> None:
     print(f"# command: {command_line()}")
-    print(f"# {time.strftime('%Y-%m-%d %H:%M %Z')}, code {commit()}, {os.cpu_count()} cpus, {versions(plane)}; {what}")
+    print(
+        f"# {time.strftime('%Y-%m-%d %H:%M %Z')}, code {commit()}, {os.cpu_count()} cpus, {versions(plane)}; {what}"
+    )
     print(f"# load at start: {started_load}")
     print(f"# load at end:   {uptime()}")
 

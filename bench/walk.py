@@ -27,7 +27,10 @@ from tests.conftest import FIXED_NOW  # noqa: E402
 
 HELD = "flux-system/change-freeze"
 LOOKUP = lookup_from([gate("change-freeze", default="closed")])
-ENFORCE, AUDIT = Context(LOOKUP, FIXED_NOW, Settings()), Context(LOOKUP, FIXED_NOW, Settings(mode=names.AUDIT))
+ENFORCE, AUDIT = (
+    Context(LOOKUP, FIXED_NOW, Settings()),
+    Context(LOOKUP, FIXED_NOW, Settings(mode=names.AUDIT)),
+)
 
 
 def _artifact(revision: str) -> dict:
@@ -37,17 +40,29 @@ def _artifact(revision: str) -> dict:
 def requests() -> list[tuple[str, dict, Context]]:
     """The representative requests (as in tests/unit/test_holdpoints.py and tests/unit/test_decision.py),
     the spec edit also in audit mode, where the mutating webhook records the would-be hold."""
-    old_src = flux("GitRepository", name="flux-system", namespace="flux-system", gates=HELD,
-                   status={"artifact": _artifact("main@sha1:a")})
-    new_src = flux("GitRepository", name="flux-system", namespace="flux-system", gates=HELD,
-                   status={"artifact": _artifact("main@sha1:b")})
+    old_src = flux(
+        "GitRepository",
+        name="flux-system",
+        namespace="flux-system",
+        gates=HELD,
+        status={"artifact": _artifact("main@sha1:a")},
+    )
+    new_src = flux(
+        "GitRepository",
+        name="flux-system",
+        namespace="flux-system",
+        gates=HELD,
+        status={"artifact": _artifact("main@sha1:b")},
+    )
     old_ks = flux(gates=HELD, spec={"interval": "10m", "path": "./deploy"})
     new_ks = flux(gates=HELD, spec={"interval": "10m", "path": "./other"})
     status_write = request("UPDATE", new_src, old_src, sub_resource="status", user=FLUX_USER)
     spec_edit = request("UPDATE", new_ks, old_ks, user=ALICE)
-    return [("held GitRepository status write", status_write, ENFORCE),
-            ("held Kustomization spec edit", spec_edit, ENFORCE),
-            ("held Kustomization spec edit, audit mode", spec_edit, AUDIT)]
+    return [
+        ("held GitRepository status write", status_write, ENFORCE),
+        ("held Kustomization spec edit", spec_edit, ENFORCE),
+        ("held Kustomization spec edit, audit mode", spec_edit, AUDIT),
+    ]
 
 
 def _ours(frame: FrameType | None) -> str | None:
@@ -122,7 +137,9 @@ def summary(stays: list[str]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--show", action="store_true", help="print each walk, one module per stay")
-    parser.add_argument("--calls", default="", help="count the calls of our functions of these names (comma-separated)")
+    parser.add_argument(
+        "--calls", default="", help="count the calls of our functions of these names (comma-separated)"
+    )
     args = parser.parse_args()
     for label, req, context in requests():
         handlers.validate(req, context), handlers.mutate(req, context)  # warm: lazy imports, caches

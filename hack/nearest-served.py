@@ -35,15 +35,22 @@ def semver(version: str) -> tuple[int, ...] | None:
 
 
 def served(path: str, version: str) -> bool:
-    out = subprocess.run(["go", "mod", "download", "-json", f"{path}@{version}"], capture_output=True, text=True)
+    out = subprocess.run(
+        ["go", "mod", "download", "-json", f"{path}@{version}"], capture_output=True, text=True
+    )
     return out.returncode == 0 and '"Error"' not in out.stdout
 
 
 def nearest(path: str, version: str) -> str | None:
     wanted = semver(version)
-    listed = subprocess.run(["go", "list", "-m", "-versions", path], capture_output=True, text=True).stdout.split()[1:]
-    candidates = sorted((v for v in listed if (s := semver(v)) and wanted and s[:2] == wanted[:2] and s < wanted),
-                        key=semver, reverse=True)
+    listed = subprocess.run(
+        ["go", "list", "-m", "-versions", path], capture_output=True, text=True
+    ).stdout.split()[1:]
+    candidates = sorted(
+        (v for v in listed if (s := semver(v)) and wanted and s[:2] == wanted[:2] and s < wanted),
+        key=semver,
+        reverse=True,
+    )
     return next((v for v in candidates if served(path, v)), None)
 
 
@@ -58,8 +65,10 @@ def forks(gomod: dict) -> int:
             print(f"neither {new['Path']}@{version} nor {old['Path']}@{base} is served", file=sys.stderr)
             return 1
         print(f"{old['Path']}@{base}")
-        print(f"building with {old['Path']} {base} instead of {new['Path']} {version} (not served here)",
-              file=sys.stderr)
+        print(
+            f"building with {old['Path']} {base} instead of {new['Path']} {version} (not served here)",
+            file=sys.stderr,
+        )
     return 0
 
 

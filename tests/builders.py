@@ -19,8 +19,10 @@ _uids = itertools.count(1)
 # Each gated kind at the version the table says is used (its newest served).
 FLUX_API = {k.kind: f"{k.group}/{k.versions[0]}" for k in kinds.FLUX_KINDS}
 FLUX_KINDS = tuple(FLUX_API)
-FLUX_USER = {"username": "system:serviceaccount:flux-system:kustomize-controller",
-             "groups": ["system:serviceaccounts", "system:authenticated"]}
+FLUX_USER = {
+    "username": "system:serviceaccount:flux-system:kustomize-controller",
+    "groups": ["system:serviceaccounts", "system:authenticated"],
+}
 ALICE = {"username": "alice", "groups": ["developers", "system:authenticated"]}
 
 
@@ -36,21 +38,39 @@ def gate(name: str, namespace: str = "flux-system", annotations: dict | None = N
     return {"apiVersion": names.GATING_API_VERSION, "kind": "Gate", "metadata": meta, "spec": spec}
 
 
-def keeper(name: str, gate_name: str, closed: list | None = None, opened: list | None = None,
-           namespace: str = "flux-system", **spec: Any) -> dict:
+def keeper(
+    name: str,
+    gate_name: str,
+    closed: list | None = None,
+    opened: list | None = None,
+    namespace: str = "flux-system",
+    **spec: Any,
+) -> dict:
     cronjob: dict[str, Any] = {}
     if closed is not None:
         cronjob["closed"] = closed
     if opened is not None:
         cronjob["opened"] = opened
-    return {"apiVersion": names.GATING_API_VERSION, "kind": "GateKeeper",
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {"gate": gate_name, "cronjob": cronjob, **spec}}
+    return {
+        "apiVersion": names.GATING_API_VERSION,
+        "kind": "GateKeeper",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"gate": gate_name, "cronjob": cronjob, **spec},
+    }
 
 
-def flux(kind: str = "Kustomization", name: str = "podinfo", namespace: str = "apps", *,
-         gates: str | None = None, require: str | None = None, annotations: dict | None = None,
-         spec: dict | None = None, status: dict | None = None, labels: dict | None = None) -> dict:
+def flux(
+    kind: str = "Kustomization",
+    name: str = "podinfo",
+    namespace: str = "apps",
+    *,
+    gates: str | None = None,
+    require: str | None = None,
+    annotations: dict | None = None,
+    spec: dict | None = None,
+    status: dict | None = None,
+    labels: dict | None = None,
+) -> dict:
     ann = dict(annotations or {})
     if gates is not None:
         ann[names.GATES_ANNOTATION] = gates
@@ -61,8 +81,12 @@ def flux(kind: str = "Kustomization", name: str = "podinfo", namespace: str = "a
         meta["annotations"] = ann
     if labels:
         meta["labels"] = dict(labels)
-    obj = {"apiVersion": FLUX_API[kind], "kind": kind, "metadata": meta,
-           "spec": spec if spec is not None else {"interval": "10m", "path": "./deploy"}}
+    obj = {
+        "apiVersion": FLUX_API[kind],
+        "kind": kind,
+        "metadata": meta,
+        "spec": spec if spec is not None else {"interval": "10m", "path": "./deploy"},
+    }
     if status is not None:
         obj["status"] = status
     return obj
@@ -72,6 +96,7 @@ def applied_live(manifest: dict, status: dict | None = None) -> dict:
     """``manifest`` as the API server keeps it after `kubectl apply`: the last-applied copy,
     uid, resourceVersion and generation, and ``status`` when given."""
     import json
+
     live = copy.deepcopy(manifest)
     live["metadata"].setdefault("annotations", {})[names.LAST_APPLIED_ANNOTATION] = json.dumps(manifest)
     live["metadata"].update(uid="uid-live", resourceVersion="42", generation=3)
@@ -86,8 +111,15 @@ def changed(obj: dict, **spec_updates: Any) -> dict:
     return new
 
 
-def request(operation: str, new: dict | None = None, old: dict | None = None, *, sub_resource: str = "",
-            user: dict | None = None, dry_run: bool = False) -> dict:
+def request(
+    operation: str,
+    new: dict | None = None,
+    old: dict | None = None,
+    *,
+    sub_resource: str = "",
+    user: dict | None = None,
+    dry_run: bool = False,
+) -> dict:
     obj = new if new is not None else old
     api, _, version = obj["apiVersion"].partition("/")
     req: dict[str, Any] = {
@@ -140,24 +172,43 @@ def padded_to_the_limit(doc: dict) -> bytes:
     return raw
 
 
-def calendar_status(calendar: dict, fetched: datetime, events: list[tuple[str, str]] | None = None, *,
-                    keeper_zone: str | None = None, complete_until: datetime | None = None,
-                    error: str | None = None, previous: dict | None = None) -> dict:
+def calendar_status(
+    calendar: dict,
+    fetched: datetime,
+    events: list[tuple[str, str]] | None = None,
+    *,
+    keeper_zone: str | None = None,
+    complete_until: datetime | None = None,
+    error: str | None = None,
+    previous: dict | None = None,
+) -> dict:
     """The ``status.calendars`` entry the controller writes for ``calendar`` (a spec entry)
     fetched at ``fetched``: ``events`` as ('YYYY-MM-DDTHH:MM', 'YYYY-MM-DDTHH:MM') UTC spans,
     complete until ``complete_until`` (default: the controller's horizon), or an ``error``."""
     from datetime import timedelta
     from admission.core.subscriptions import HORIZON, FeedEvent, parse_calendar, status_entry
+
     cal = parse_calendar(calendar, time_zone=keeper_zone)
     if error is not None:
         return status_entry(cal, previous, fetched, error=error)
     listed = [FeedEvent(at(a), at(b), f"uid-{i}", f"event {i}") for i, (a, b) in enumerate(events or [])]
-    return status_entry(cal, previous, fetched, events=listed,
-                        complete_until=complete_until or fetched + HORIZON + timedelta(0))
+    return status_entry(
+        cal,
+        previous,
+        fetched,
+        events=listed,
+        complete_until=complete_until or fetched + HORIZON + timedelta(0),
+    )
 
 
-def calendar_keeper(name: str, gate_name: str, calendars: list[dict], statuses: list[dict] | None = None,
-                    namespace: str = "flux-system", **spec: Any) -> dict:
+def calendar_keeper(
+    name: str,
+    gate_name: str,
+    calendars: list[dict],
+    statuses: list[dict] | None = None,
+    namespace: str = "flux-system",
+    **spec: Any,
+) -> dict:
     """A GateKeeper following ``calendars``, with ``statuses`` (calendar_status) as the controller wrote them."""
     obj = keeper(name, gate_name, namespace=namespace, **spec)
     obj["spec"]["calendars"] = calendars
@@ -173,30 +224,77 @@ def kustomization_status_review(entries: int = 1200) -> bytes:
     managed fields, as the API server sends it. 1,200 entries make about 132 KB."""
     revision_a, revision_b = "main@sha1:" + "41ab" * 10, "main@sha1:" + "9f2c" * 10
     kinds_applied = ("apps_Deployment", "_Service", "_ConfigMap", "policy_PodDisruptionBudget")
-    inventory = {"entries": [{"id": f"apps_podinfo-{i:06d}_{kinds_applied[i % 4]}", "v": "v1"} for i in range(entries)]}
-    managed = [{"manager": "kustomize-controller", "operation": "Update", "apiVersion": FLUX_API["Kustomization"],
-                "time": "2026-06-10T11:59:00Z", "fieldsType": "FieldsV1", "subresource": "status",
-                "fieldsV1": {"f:status": {"f:conditions": {}, "f:inventory": {"f:entries": {}},
-                                          "f:lastAppliedRevision": {}, "f:lastAttemptedRevision": {}}}}]
+    inventory = {
+        "entries": [{"id": f"apps_podinfo-{i:06d}_{kinds_applied[i % 4]}", "v": "v1"} for i in range(entries)]
+    }
+    managed = [
+        {
+            "manager": "kustomize-controller",
+            "operation": "Update",
+            "apiVersion": FLUX_API["Kustomization"],
+            "time": "2026-06-10T11:59:00Z",
+            "fieldsType": "FieldsV1",
+            "subresource": "status",
+            "fieldsV1": {
+                "f:status": {
+                    "f:conditions": {},
+                    "f:inventory": {"f:entries": {}},
+                    "f:lastAppliedRevision": {},
+                    "f:lastAttemptedRevision": {},
+                }
+            },
+        }
+    ]
 
     def kustomization(attempted: str, ready: tuple[str, str, str]) -> dict:
-        obj = flux(gates="flux-system/sre-approval",
-                   spec={"interval": "10m", "path": "./deploy", "prune": True,
-                         "sourceRef": {"kind": "GitRepository", "name": "flux-system", "namespace": "flux-system"}},
-                   status={"observedGeneration": 3, "lastAppliedRevision": revision_a,
-                           "lastAttemptedRevision": attempted, "inventory": inventory,
-                           "conditions": [{"type": "Ready", "status": ready[0], "reason": ready[1], "message": ready[2],
-                                           "lastTransitionTime": "2026-06-10T11:59:00Z", "observedGeneration": 3}],
-                           "history": [{"digest": "sha256:" + "e3b0" * 16, "firstReconciled": "2026-06-01T00:00:00Z",
-                                        "lastReconciled": "2026-06-10T11:59:00Z", "lastReconciledDuration": "2.1s",
-                                        "lastReconciledStatus": "ReconciliationSucceeded", "totalReconciliations": 812,
-                                        "metadata": {"revision": revision_a}}]})
-        obj["metadata"].update(uid="5d9c2f3e-0000-4000-8000-000000000001", resourceVersion="48213", generation=3,
-                               managedFields=copy.deepcopy(managed))
+        obj = flux(
+            gates="flux-system/sre-approval",
+            spec={
+                "interval": "10m",
+                "path": "./deploy",
+                "prune": True,
+                "sourceRef": {"kind": "GitRepository", "name": "flux-system", "namespace": "flux-system"},
+            },
+            status={
+                "observedGeneration": 3,
+                "lastAppliedRevision": revision_a,
+                "lastAttemptedRevision": attempted,
+                "inventory": inventory,
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": ready[0],
+                        "reason": ready[1],
+                        "message": ready[2],
+                        "lastTransitionTime": "2026-06-10T11:59:00Z",
+                        "observedGeneration": 3,
+                    }
+                ],
+                "history": [
+                    {
+                        "digest": "sha256:" + "e3b0" * 16,
+                        "firstReconciled": "2026-06-01T00:00:00Z",
+                        "lastReconciled": "2026-06-10T11:59:00Z",
+                        "lastReconciledDuration": "2.1s",
+                        "lastReconciledStatus": "ReconciliationSucceeded",
+                        "totalReconciliations": 812,
+                        "metadata": {"revision": revision_a},
+                    }
+                ],
+            },
+        )
+        obj["metadata"].update(
+            uid="5d9c2f3e-0000-4000-8000-000000000001",
+            resourceVersion="48213",
+            generation=3,
+            managedFields=copy.deepcopy(managed),
+        )
         return obj
 
     old = kustomization(revision_a, ("True", "ReconciliationSucceeded", f"Applied revision: {revision_a}"))
-    new = kustomization(revision_b, ("Unknown", "Progressing",
-                                     f"Building manifests for revision {revision_b} with a timeout of 9m30s"))
+    new = kustomization(
+        revision_b,
+        ("Unknown", "Progressing", f"Building manifests for revision {revision_b} with a timeout of 9m30s"),
+    )
     doc = review(request("UPDATE", new, old, sub_resource="status", user=FLUX_USER))
     return orjson.dumps(doc)

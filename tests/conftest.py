@@ -16,7 +16,9 @@ from tests.builders import at
 
 # The team's shared material (captured reviews, real Flux CRDs), next to the repository unless
 # GATE_ADMISSION_SHARED says where; tests that need it skip, or fall back, when it is absent.
-SHARED = Path(os.environ.get("GATE_ADMISSION_SHARED") or Path(__file__).resolve().parents[1].parent / "shared")
+SHARED = Path(
+    os.environ.get("GATE_ADMISSION_SHARED") or Path(__file__).resolve().parents[1].parent / "shared"
+)
 FIXTURES = SHARED / "fixtures" / "admission-reviews-k8s-1.20"
 FIXED_NOW = at("2026-06-10T12:00")
 
@@ -28,7 +30,9 @@ FIXED_NOW = at("2026-06-10T12:00")
 # reproduce it. HYPOTHESIS_PROFILE picks one by name.
 hypothesis_settings.register_profile("ci", derandomize=True, print_blob=True, database=None)
 hypothesis_settings.register_profile("random", print_blob=True)
-hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "random"))
+hypothesis_settings.load_profile(
+    os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "random")
+)
 
 
 # Figures tests measure and CI should show (fault tests: writes attempted and failed).

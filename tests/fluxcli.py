@@ -23,5 +23,7 @@ def require_flux() -> Path:
     """The flux CLI, or skip the test saying where it was looked for."""
     path = flux_binary()
     if not (path.is_file() and os.access(path, os.X_OK)):
-        pytest.skip(f"no flux CLI binary at {path}: set FLUX_BINARIES, or build the flux CLI there (hack/go-binaries.sh flux)")
+        pytest.skip(
+            f"no flux CLI binary at {path}: set FLUX_BINARIES, or build the flux CLI there (hack/go-binaries.sh flux)"
+        )
     return path

@@ -8,8 +8,9 @@ from typing import Callable, TypeVar
 T = TypeVar("T")
 
 
-def until(action: Callable[[], T], accept: Callable[[T], object], timeout: float = 15.0,
-          interval: float = 0.1) -> T:
+def until(
+    action: Callable[[], T], accept: Callable[[T], object], timeout: float = 15.0, interval: float = 0.1
+) -> T:
     """Repeat ``action`` until ``accept(result)`` or the deadline; return the last result,
     for the caller to assert on (so a failure shows what was seen last)."""
     deadline = time.monotonic() + timeout
@@ -17,7 +18,9 @@ def until(action: Callable[[], T], accept: Callable[[T], object], timeout: float
         result = action()
         if accept(result) or time.monotonic() >= deadline:
             return result
-        time.sleep(max(0.0, min(interval, deadline - time.monotonic())))  # the poll interval, never past the deadline
+        time.sleep(
+            max(0.0, min(interval, deadline - time.monotonic()))
+        )  # the poll interval, never past the deadline
 
 
 def wait_for(check: Callable[[], T], timeout: float, what: str, interval: float = 0.05) -> T:

@@ -31,14 +31,29 @@ def free_port() -> int:
 class Process:
     """A child process in its own process group, logging to a file, stopped by its pid."""
 
-    def __init__(self, args: list[str], log_path: Path, env: dict | None = None, cwd: Path | None = None,
-                 nofile: int | None = None):
+    def __init__(
+        self,
+        args: list[str],
+        log_path: Path,
+        env: dict | None = None,
+        cwd: Path | None = None,
+        nofile: int | None = None,
+    ):
         """``nofile``: the process's descriptor limit (RLIMIT_NOFILE, soft and hard), as `ulimit -n` sets it."""
         self.args, self.log_path = args, log_path
         self.log_file = open(log_path, "ab")
-        limit = None if nofile is None else partial(resource.setrlimit, resource.RLIMIT_NOFILE, (nofile, nofile))
-        self.proc = subprocess.Popen(args, stdout=self.log_file, stderr=subprocess.STDOUT, cwd=cwd,
-                                     env={**os.environ, **(env or {})}, start_new_session=True, preexec_fn=limit)
+        limit = (
+            None if nofile is None else partial(resource.setrlimit, resource.RLIMIT_NOFILE, (nofile, nofile))
+        )
+        self.proc = subprocess.Popen(
+            args,
+            stdout=self.log_file,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+            preexec_fn=limit,
+        )
 
     @property
     def pid(self) -> int:
@@ -79,12 +94,29 @@ class Process:
 class GateServer(Process):
     """``gate-admission serve`` on a free loopback port with certificates in ``cert_dir``."""
 
-    def __init__(self, tmp: Path, *extra: str, port: int | None = None, cert_dir: Path | None = None,
-                 env: dict | None = None, nofile: int | None = None):
+    def __init__(
+        self,
+        tmp: Path,
+        *extra: str,
+        port: int | None = None,
+        cert_dir: Path | None = None,
+        env: dict | None = None,
+        nofile: int | None = None,
+    ):
         self.port = port or free_port()
         self.cert_dir = cert_dir or tmp / "certs"
-        args = [str(BIN / "gate-admission"), "serve", "--address", "127.0.0.1", "--port", str(self.port),
-                "--cert-dir", str(self.cert_dir), "--generate-certs", *extra]
+        args = [
+            str(BIN / "gate-admission"),
+            "serve",
+            "--address",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--cert-dir",
+            str(self.cert_dir),
+            "--generate-certs",
+            *extra,
+        ]
         super().__init__(args, tmp / f"gate-admission-{self.port}.log", env=env, nofile=nofile)
         self.url = f"https://127.0.0.1:{self.port}"
 
@@ -102,8 +134,12 @@ class GateServer(Process):
             text = conn.getresponse().read().decode()
         finally:
             conn.close()
-        return {name: float(value) for name, _, value in
-                (line.rpartition(" ") for line in text.splitlines() if line and not line.startswith("#"))}
+        return {
+            name: float(value)
+            for name, _, value in (
+                line.rpartition(" ") for line in text.splitlines() if line and not line.startswith("#")
+            )
+        }
 
     def request(self, method: str, path: str, body: bytes | None = None, conn=None) -> tuple[int, dict]:
         own = conn is None
@@ -121,6 +157,7 @@ class GateServer(Process):
             if not self.alive():
                 raise RuntimeError(f"server exited: {self.log()[-2000:]}")
             return self.request("GET", "/readyz")[0] == 200
+
         wait_for(ready, timeout, f"gate-admission on port {self.port}")
 
 

@@ -14,7 +14,7 @@ def children(pid: int) -> list[int]:
             try:
                 stat = (entry / "stat").read_text()
                 # The command name may hold spaces and parentheses: fields follow the last ')'.
-                if int(stat[stat.rindex(")") + 2:].split()[1]) == pid:
+                if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid:
                     found.append(int(entry.name))
             except (OSError, ValueError, IndexError):
                 pass  # gone meanwhile

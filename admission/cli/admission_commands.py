@@ -26,6 +26,7 @@ def make_certs(args: argparse.Namespace) -> int:
     if not (args.secret or args.inject):
         return _make_certs(args)
     from admission.kube.client import CALL_ERRORS, describe_error
+
     try:
         return _make_certs(args)
     except CALL_ERRORS as err:
@@ -40,9 +41,11 @@ def _make_certs(args: argparse.Namespace) -> int:
     api = None
     if args.secret or args.inject:
         from admission.kube.client import api_client
+
         api = api_client(args.kubeconfig)
     if args.secret:
         from admission.kube.certs import sync_secrets
+
         ca_pem, why = sync_secrets(api, args.namespace, args.secret, _cert_names(args), now, force=args.renew)
         where = f"Secret {args.namespace}/{args.secret}"
     else:
@@ -51,11 +54,14 @@ def _make_certs(args: argparse.Namespace) -> int:
     print(f"{'issued' if why else 'current'}: {where} ({why or 'valid, not due for renewal'})")
     if args.client_cert:
         if args.secret:
-            raise SystemExit("gate-admission certs: --client-cert writes files; use it with --out, not --secret")
+            raise SystemExit(
+                "gate-admission certs: --client-cert writes files; use it with --out, not --secret"
+            )
         client_cert, _ = certs.issue_client(args.out, args.client_cert, now)
         print(f"issued: {client_cert} (client certificate for {args.client_cert!r})")
     if args.inject:
         from admission.kube.certs import inject
+
         changed = inject(api, ca_pem, args.webhook_config)
         print("caBundle: " + (", ".join(changed) if changed else "already current"))
     return 0
@@ -63,12 +69,14 @@ def _make_certs(args: argparse.Namespace) -> int:
 
 def _app_factory(args: argparse.Namespace):
     from admission.webhook.app import create_app
+
     settings = policy_settings(args)
     if args.receiver_token_file:
         if args.gates_dir:
             log.error("the receiver writes Gates in the cluster; it cannot be used with --gates-dir")
             raise SystemExit(2)
         from admission.webhook.receiver import TokenFile
+
         try:
             TokenFile(args.receiver_token_file)
         except (OSError, ValueError) as err:
@@ -76,6 +84,7 @@ def _app_factory(args: argparse.Namespace):
             raise SystemExit(2) from None
     if args.calendar_token_file:
         from admission.webhook.receiver import TokenFile
+
         try:
             TokenFile(args.calendar_token_file)
         except (OSError, ValueError) as err:
@@ -88,46 +97,77 @@ def _app_factory(args: argparse.Namespace):
         if args.gates_dir:
             from admission.store import StaticSources
             from admission.store.files import FileStore
+
             store = FileStore(args.gates_dir)
             sources = StaticSources()  # no cluster, no Flux objects (docs/design.md, "Hold points")
         else:
             from admission.kube.client import api_client
             from admission.kube.reflector import ClusterStore
             from admission.kube.gatewriter import cluster_patcher
+
             api = api_client(args.kubeconfig)
             store = ClusterStore(api, stale_after=args.stale_after)
             from admission.core.kinds import CACHED_KINDS
             from admission.kube.fluxcache import FluxCache
+
             # What each source serves, and HelmReleases: read by the hold points, per worker.
             sources = FluxCache(api, sorted(CACHED_KINDS), stale_after=args.stale_after)
             if args.receiver_token_file:
                 from admission.webhook import receiver as hooks
                 from admission.observability.metrics import RECEIVER
+
                 # Rate limits in files every worker maps: one limit for the pod, not one per worker.
-                receiver = hooks.blueprint(hooks.TokenFile(args.receiver_token_file), cluster_patcher(api),
-                                           utcnow, record=lambda result: RECEIVER.labels(result).inc(),
-                                           limits_dir=getattr(args, "limits_dir", None))
+                receiver = hooks.blueprint(
+                    hooks.TokenFile(args.receiver_token_file),
+                    cluster_patcher(api),
+                    utcnow,
+                    record=lambda result: RECEIVER.labels(result).inc(),
+                    limits_dir=getattr(args, "limits_dir", None),
+                )
             if args.event_period > 0:
                 from admission.kube.events import DenialEvents
-                events = DenialEvents(api, store.lookup, settings, sources, period=args.event_period,
-                                      limits_dir=getattr(args, "limits_dir", None))
+
+                events = DenialEvents(
+                    api,
+                    store.lookup,
+                    settings,
+                    sources,
+                    period=args.event_period,
+                    limits_dir=getattr(args, "limits_dir", None),
+                )
                 events.start()
             from admission.kube.attempts import DeniedAttempts
+
             # A HelmRelease held for new values shows it only if we write it (docs/design.md).
             # Its values are shown only when the API server authenticates (docs/operations.md).
             # Reads before either are limited for the pod, as the receiver's calls are.
-            attempts = DeniedAttempts(api, store.lookup, settings, sources, trust_reviews=bool(args.client_ca_file),
-                                      limits_dir=getattr(args, "limits_dir", None))
+            attempts = DeniedAttempts(
+                api,
+                store.lookup,
+                settings,
+                sources,
+                trust_reviews=bool(args.client_ca_file),
+                limits_dir=getattr(args, "limits_dir", None),
+            )
             attempts.start()
         store.start()
         sources.start()
         calendar_token = None
         if args.calendar_token_file:
             from admission.webhook.receiver import TokenFile
+
             calendar_token = TokenFile(args.calendar_token_file)
-        return create_app(store, settings, receiver=receiver, events=events, calendar=args.calendar,
-                          calendar_wait=args.calendar_wait, calendar_token=calendar_token,
-                          sources=sources, attempts=attempts)
+        return create_app(
+            store,
+            settings,
+            receiver=receiver,
+            events=events,
+            calendar=args.calendar,
+            calendar_wait=args.calendar_wait,
+            calendar_token=calendar_token,
+            sources=sources,
+            attempts=attempts,
+        )
 
     return factory
 
@@ -141,6 +181,7 @@ def serve(args: argparse.Namespace) -> int:
             stale.unlink()
     else:
         import tempfile
+
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="gate-admission-metrics-")
     from admission.webhook import server
 
@@ -149,10 +190,14 @@ def serve(args: argparse.Namespace) -> int:
     if args.generate_certs:
         _, renewed = certs.ensure(args.cert_dir, _cert_names(args), utcnow())
         if renewed:
-            log.info("serving certificate written", extra={"certfile": str(files.cert), "why": renewed,
-                                                           "caBundle": str(files.ca_cert)})
+            log.info(
+                "serving certificate written",
+                extra={"certfile": str(files.cert), "why": renewed, "caBundle": str(files.ca_cert)},
+            )
     if not files.cert.exists() or not files.key.exists():
-        log.error(f"no {files.cert} and {files.key}; TLS is required (use --generate-certs or `gate-admission certs`)")
+        log.error(
+            f"no {files.cert} and {files.key}; TLS is required (use --generate-certs or `gate-admission certs`)"
+        )
         return 2
     if args.client_ca_file:
         try:
@@ -166,18 +211,28 @@ def serve(args: argparse.Namespace) -> int:
         import atexit
         import shutil
         import tempfile
+
         args.limits_dir = tempfile.mkdtemp(prefix="gate-admission-limits-")
         master = os.getpid()  # workers exit through atexit too: only the master removes it
+
         def remove_limits() -> None:
             if os.getpid() == master:
                 shutil.rmtree(args.limits_dir, ignore_errors=True)
 
         atexit.register(remove_limits)
     factory = _app_factory(args)
-    options = server.options(address=args.address, port=args.port, certfile=str(files.cert), keyfile=str(files.key),
-                             workers=args.workers, threads=args.threads, log_level=args.log_level,
-                             shutdown_delay=args.shutdown_delay, client_ca=args.client_ca_file,
-                             max_client_connections=args.max_client_connections)
+    options = server.options(
+        address=args.address,
+        port=args.port,
+        certfile=str(files.cert),
+        keyfile=str(files.key),
+        workers=args.workers,
+        threads=args.threads,
+        log_level=args.log_level,
+        shutdown_delay=args.shutdown_delay,
+        client_ca=args.client_ca_file,
+        max_client_connections=args.max_client_connections,
+    )
     server.Server(factory, options).run()
     return 0
 
@@ -186,15 +241,22 @@ def calendar_options(args: argparse.Namespace) -> dict:
     """CalendarSync's options from the controller's --calendar-* flags; exit on a bad one."""
     from admission.core.timefmt import parse_duration
     from admission.ical.fetch import Policy, parse_networks
+
     try:
         networks = parse_networks(args.calendar_allow_networks)
         min_interval = parse_duration(args.calendar_min_interval)
     except ValueError as err:
         raise SystemExit(f"gate-admission controller: {err}") from None
     if args.calendar_max_bytes <= 0 or args.calendar_timeout <= 0:
-        raise SystemExit("gate-admission controller: --calendar-max-bytes and --calendar-timeout must be positive")
-    policy = Policy(max_bytes=args.calendar_max_bytes, total_timeout=args.calendar_timeout,
-                    connect_timeout=min(5.0, args.calendar_timeout), allowed_networks=networks)
+        raise SystemExit(
+            "gate-admission controller: --calendar-max-bytes and --calendar-timeout must be positive"
+        )
+    policy = Policy(
+        max_bytes=args.calendar_max_bytes,
+        total_timeout=args.calendar_timeout,
+        connect_timeout=min(5.0, args.calendar_timeout),
+        allowed_networks=networks,
+    )
     return {"policy": policy, "min_interval": min_interval}
 
 
@@ -217,21 +279,30 @@ def run_controller(args: argparse.Namespace) -> int:
         fatal.append(why)
         stop.set()
 
-    elector = LeaderElector(api, args.lease_namespace, args.lease_name, args.identity,
-                            on_fatal=give_up) if args.leader_elect else None
+    elector = (
+        LeaderElector(api, args.lease_namespace, args.lease_name, args.identity, on_fatal=give_up)
+        if args.leader_elect
+        else None
+    )
     notifier = None
     if args.notify:
         from admission.kube.notifications import FluxNotifier
-        notifier = FluxNotifier(args.notify_address, args.notify_gates_address, instance=args.identity,
-                                period=args.notify_period)
-    controller = Controller(api, is_leader=elector.is_leader if elector else None, notifier=notifier,
-                            calendars=calendars)
+
+        notifier = FluxNotifier(
+            args.notify_address, args.notify_gates_address, instance=args.identity, period=args.notify_period
+        )
+    controller = Controller(
+        api, is_leader=elector.is_leader if elector else None, notifier=notifier, calendars=calendars
+    )
     if args.health_port:
         try:
             serve_health(args.health_port, controller.readiness, args.health_address)
         except OSError as err:  # before anything is started: nothing to stop
-            print(f"gate-admission controller: cannot listen on --health-address {args.health_address} "
-                  f"port {args.health_port}: {err}", file=sys.stderr)
+            print(
+                f"gate-admission controller: cannot listen on --health-address {args.health_address} "
+                f"port {args.health_port}: {err}",
+                file=sys.stderr,
+            )
             return 2
     if notifier:
         notifier.start()

@@ -14,7 +14,15 @@ from typing import Any, Callable
 
 from admission.cli import completion
 from admission.cli import gate_commands
-from admission.cli.cluster import EXIT_DENIED, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, GateError, api_errors, connect
+from admission.cli.cluster import (
+    EXIT_DENIED,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_USAGE,
+    GateError,
+    api_errors,
+    connect,
+)
 from admission.clock import utcnow
 from admission.core import approvals
 from admission.core import content
@@ -32,14 +40,19 @@ def _target(obj: dict) -> str:
 
 def _objects(cluster: Any) -> list[dict]:
     from admission.kube.fluxobjects import FluxObjects
+
     return FluxObjects(cluster.custom).list_all()
 
 
 def _gate(cluster: Any, namespace: str, name: str) -> dict:
     from kubernetes.client.exceptions import ApiException
+
     try:
-        return dict(cluster.custom.get_namespaced_custom_object(names.GATING_GROUP, names.GATING_VERSION, namespace,
-                                                                names.GATE_PLURAL, name))
+        return dict(
+            cluster.custom.get_namespaced_custom_object(
+                names.GATING_GROUP, names.GATING_VERSION, namespace, names.GATE_PLURAL, name
+            )
+        )
     except ApiException as err:
         if err.status == 404:
             raise GateError(f"gate {namespace}/{name} not found", EXIT_NOT_FOUND) from None
@@ -49,12 +62,18 @@ def _gate(cluster: Any, namespace: str, name: str) -> dict:
 def approve_command(gate: str, target: str, waits: str) -> str:
     """The exact command that approves ``waits`` for ``target`` behind ``gate`` (namespace/name)."""
     namespace, name = gate.split("/", 1)
-    return (f"kubectl gate approve {name} -n {namespace} --for {target} "
-            f"--content {shlex.quote(waits)} -m MESSAGE")
+    return (
+        f"kubectl gate approve {name} -n {namespace} --for {target} --content {shlex.quote(waits)} -m MESSAGE"
+    )
 
 
-def pending_rows(objects: list[dict], gates: dict[str, dict], now: datetime, only: str | None = None,
-                 namespace: str | None = None) -> list[dict]:
+def pending_rows(
+    objects: list[dict],
+    gates: dict[str, dict],
+    now: datetime,
+    only: str | None = None,
+    namespace: str | None = None,
+) -> list[dict]:
     """Every held object where new content waits (behind gate ``only``, in ``namespace``), with
     what waits, since when, what it serves, its approvals so far and how to approve it."""
     get, listing = lookups(objects)
@@ -71,19 +90,32 @@ def pending_rows(objects: list[dict], gates: dict[str, dict], now: datetime, onl
         found = []
         for key in gate_keys:
             parsed, _ = approvals.parse_all(annotations_of(gates.get(key)))
-            found += [dict(a.row(), gate=key) for a in parsed
-                      if a.live(now) and a.covers((target,)) and approvals.pins(a.content, waiting.waits)]
+            found += [
+                dict(a.row(), gate=key)
+                for a in parsed
+                if a.live(now) and a.covers((target,)) and approvals.pins(a.content, waiting.waits)
+            ]
         condition = holding_condition(obj, str(obj.get("kind")))
-        rows.append({"kind": obj.get("kind"), "namespace": meta.get("namespace"), "name": meta.get("name"),
-                     "waits": waiting.waits, "serves": waiting.serves,
-                     "since": condition.get("lastTransitionTime") if condition else None,
-                     "gates": gate_keys, "approvals": found,
-                     "approve": [approve_command(key, target, waiting.waits) for key in gate_keys],
-                     "warnings": halfrelease.warnings(obj, get, listing)})
+        rows.append(
+            {
+                "kind": obj.get("kind"),
+                "namespace": meta.get("namespace"),
+                "name": meta.get("name"),
+                "waits": waiting.waits,
+                "serves": waiting.serves,
+                "since": condition.get("lastTransitionTime") if condition else None,
+                "gates": gate_keys,
+                "approvals": found,
+                "approve": [approve_command(key, target, waiting.waits) for key in gate_keys],
+                "warnings": halfrelease.warnings(obj, get, listing),
+            }
+        )
     return rows
 
 
-def lookups(objects: list[dict], more: Callable[[str], list[dict]] | None = None) -> tuple[content.Get, halfrelease.Listing]:
+def lookups(
+    objects: list[dict], more: Callable[[str], list[dict]] | None = None
+) -> tuple[content.Get, halfrelease.Listing]:
     """Find and list Flux objects among ``objects`` (a manifest's win), then among ``more(kind)``
     (the cluster's, listed once per kind and only when asked): what half-release warnings read."""
     listed: dict[str, list[dict]] = {}
@@ -92,13 +124,22 @@ def lookups(objects: list[dict], more: Callable[[str], list[dict]] | None = None
         if kind not in listed:
             mine = [o for o in objects if o.get("kind") == kind]
             known = {(metadata(o).get("namespace"), metadata(o).get("name")) for o in mine}
-            listed[kind] = mine + [o for o in (more(kind) if more else [])
-                                   if (metadata(o).get("namespace"), metadata(o).get("name")) not in known]
+            listed[kind] = mine + [
+                o
+                for o in (more(kind) if more else [])
+                if (metadata(o).get("namespace"), metadata(o).get("name")) not in known
+            ]
         return listed[kind]
 
     def get(kind: str, namespace: str, name: str) -> dict | None:
-        return next((o for o in of(kind) if (metadata(o).get("namespace"), metadata(o).get("name")) == (namespace, name)),
-                    None)
+        return next(
+            (
+                o
+                for o in of(kind)
+                if (metadata(o).get("namespace"), metadata(o).get("name")) == (namespace, name)
+            ),
+            None,
+        )
 
     def listing(kind: str, namespace: str) -> list[dict]:
         return [o for o in of(kind) if metadata(o).get("namespace") == namespace]
@@ -110,8 +151,13 @@ def lookups(objects: list[dict], more: Callable[[str], list[dict]] | None = None
 def cmd_pending(args: argparse.Namespace) -> int:
     cluster = connect(args)
     namespace = None if args.all_namespaces else (args.namespace or cluster.namespace)
-    gates = {f"{metadata(g).get('namespace')}/{metadata(g).get('name')}": g for g in cluster.custom.list_cluster_custom_object(
-        names.GATING_GROUP, names.GATING_VERSION, names.GATE_PLURAL).get("items") or []}
+    gates = {
+        f"{metadata(g).get('namespace')}/{metadata(g).get('name')}": g
+        for g in cluster.custom.list_cluster_custom_object(
+            names.GATING_GROUP, names.GATING_VERSION, names.GATE_PLURAL
+        ).get("items")
+        or []
+    }
     only = f"{namespace or 'default'}/{args.name}" if args.name else None
     if only and only not in gates:
         raise GateError(f"gate {only} not found", EXIT_NOT_FOUND)
@@ -120,11 +166,22 @@ def cmd_pending(args: argparse.Namespace) -> int:
     def table() -> list[str]:
         if not rows:
             return ["nothing waits" + (f" behind gate {only}" if only else "")]
-        shown = [{**r, "gates": ", ".join(r["gates"]),
-                  "approvals": ", ".join(sorted({a["by"] for a in r["approvals"]})) or "none"} for r in rows]
-        lines = gate_commands.text_table(shown, ["kind", "namespace", "name", "waits", "serves", "since", "gates", "approvals"])
+        shown = [
+            {
+                **r,
+                "gates": ", ".join(r["gates"]),
+                "approvals": ", ".join(sorted({a["by"] for a in r["approvals"]})) or "none",
+            }
+            for r in rows
+        ]
+        lines = gate_commands.text_table(
+            shown, ["kind", "namespace", "name", "waits", "serves", "since", "gates", "approvals"]
+        )
         for row in rows:
-            lines += [f"  {label(row['kind'], row['namespace'], row['name'])}: {command}" for command in row["approve"]]
+            lines += [
+                f"  {label(row['kind'], row['namespace'], row['name'])}: {command}"
+                for command in row["approve"]
+            ]
             lines += [f"  warning: {text}" for text in row["warnings"]]
         return lines
 
@@ -170,15 +227,25 @@ def cmd_approve(args: argparse.Namespace) -> int:
     else:
         contents = list(dict.fromkeys(waits for _, waits in waiting))
         if not contents:
-            raise GateError(f"nothing waits behind gate {key}" + (f" for {args.for_}" if args.for_ else ""), EXIT_DENIED)
+            raise GateError(
+                f"nothing waits behind gate {key}" + (f" for {args.for_}" if args.for_ else ""), EXIT_DENIED
+            )
     target = args.for_ or approvals.ANY
     now = utcnow()
     written = {}
     for text in contents:
         approval_id = approvals.new_id(text, target, f"{cluster.user or ''}@{now.timestamp()}")
-        written[names.APPROVAL_ANNOTATION_PREFIX + approval_id] = approvals.value(text, target, args.message or "", expires)
-    cluster.custom.patch_namespaced_custom_object(names.GATING_GROUP, names.GATING_VERSION, namespace,
-                                                  names.GATE_PLURAL, args.name, {"metadata": {"annotations": written}})
+        written[names.APPROVAL_ANNOTATION_PREFIX + approval_id] = approvals.value(
+            text, target, args.message or "", expires
+        )
+    cluster.custom.patch_namespaced_custom_object(
+        names.GATING_GROUP,
+        names.GATING_VERSION,
+        namespace,
+        names.GATE_PLURAL,
+        args.name,
+        {"metadata": {"annotations": written}},
+    )
     gate_commands.show([f"approved {text} for {target} behind gate {key}" for text in contents])
     return EXIT_OK
 
@@ -189,28 +256,50 @@ def _withdraw(args: argparse.Namespace, cluster: Any, namespace: str, gate: dict
     if not gone:
         raise GateError(f"no approval to withdraw on gate {namespace}/{args.name}", EXIT_NOT_FOUND)
     body = {"metadata": {"annotations": {a.key: None for a in gone}}}
-    cluster.custom.patch_namespaced_custom_object(names.GATING_GROUP, names.GATING_VERSION, namespace,
-                                                  names.GATE_PLURAL, args.name, body)
+    cluster.custom.patch_namespaced_custom_object(
+        names.GATING_GROUP, names.GATING_VERSION, namespace, names.GATE_PLURAL, args.name, body
+    )
     gate_commands.show([f"withdrawn: {a.describe()}" for a in gone])
     return EXIT_OK
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser, completes: Callable[..., None]) -> None:
     """The approve and pending subcommands, on ``kubectl gate`` and ``flux gate`` alike."""
-    p = sub.add_parser("approve", parents=[common],
-                       help="approve the exact content that waits behind a closed gate (it lands at once; nothing newer does)")
+    p = sub.add_parser(
+        "approve",
+        parents=[common],
+        help="approve the exact content that waits behind a closed gate (it lands at once; nothing newer does)",
+    )
     completes(p.add_argument("name"), completion.gate_names)
-    p.add_argument("--for", dest="for_", metavar="KIND/NAMESPACE/NAME",
-                   help="only for this held object (default: every object behind the gate)")
-    p.add_argument("--content", help="what to approve, as `pending` shows it waiting (default: what waits now); "
-                                     "refused when that is not what waits")
-    p.add_argument("-m", "--message", help="why: a ticket, a reason (required unless the gate says otherwise)")
-    p.add_argument("--expires", metavar="DURATION", help="unused approvals end after this long (default: the gate's window, else 24h)")
-    p.add_argument("--withdraw", action="store_true", help="remove approvals (those of --content/--for, else all)")
+    p.add_argument(
+        "--for",
+        dest="for_",
+        metavar="KIND/NAMESPACE/NAME",
+        help="only for this held object (default: every object behind the gate)",
+    )
+    p.add_argument(
+        "--content",
+        help="what to approve, as `pending` shows it waiting (default: what waits now); "
+        "refused when that is not what waits",
+    )
+    p.add_argument(
+        "-m", "--message", help="why: a ticket, a reason (required unless the gate says otherwise)"
+    )
+    p.add_argument(
+        "--expires",
+        metavar="DURATION",
+        help="unused approvals end after this long (default: the gate's window, else 24h)",
+    )
+    p.add_argument(
+        "--withdraw", action="store_true", help="remove approvals (those of --content/--for, else all)"
+    )
     p.set_defaults(func=cmd_approve)
 
-    p = sub.add_parser("pending", parents=[common],
-                       help="every held object: what waits, since when, what it serves, its approvals and the approve command")
+    p = sub.add_parser(
+        "pending",
+        parents=[common],
+        help="every held object: what waits, since when, what it serves, its approvals and the approve command",
+    )
     completes(p.add_argument("name", nargs="?"), completion.gate_names)
     p.add_argument("-A", "--all-namespaces", action="store_true")
     p.set_defaults(func=cmd_pending)

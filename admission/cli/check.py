@@ -27,7 +27,11 @@ from admission.webhook import handlers
 # check's verdicts: a stable token for scripts (-o json|yaml "verdict") and the sentence people
 # read (the table's VERDICT column, "verdictText" beside the token).
 DENIED, AUDITED, ALLOWED = "denied", "audited", "allowed"
-VERDICT_TEXT = {DENIED: "would be denied", AUDITED: "would be allowed with an audit warning", ALLOWED: "allowed"}
+VERDICT_TEXT = {
+    DENIED: "would be denied",
+    AUDITED: "would be allowed with an audit warning",
+    ALLOWED: "allowed",
+}
 
 
 def _manifest(path: str) -> list[dict]:
@@ -60,10 +64,13 @@ def _kubeconfig_user(cluster: Cluster) -> tuple[str, list[str]]:
         try:
             from cryptography import x509
             from cryptography.x509.oid import NameOID
+
             subject = x509.load_pem_x509_certificate(open(cert_file, "rb").read()).subject
             common = subject.get_attributes_for_oid(NameOID.COMMON_NAME)
             if common:
-                return str(common[0].value), [str(a.value) for a in subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)]
+                return str(common[0].value), [
+                    str(a.value) for a in subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)
+                ]
         except (OSError, ValueError):
             pass
     return cluster.user or getpass.getuser(), []
@@ -82,9 +89,15 @@ def judge(manifest: dict, live: dict | None, user: UserInfo, context: Context) -
         verdict, message = AUDITED, "; ".join(response["warnings"])
     else:
         verdict, message = ALLOWED, outcome.decision.exempt
-    return {"kind": request["kind"]["kind"], "namespace": request["namespace"], "name": request["name"],
-            "operation": request["operation"], "verdict": verdict, "verdictText": VERDICT_TEXT[verdict],
-            "message": message}
+    return {
+        "kind": request["kind"]["kind"],
+        "namespace": request["namespace"],
+        "name": request["name"],
+        "operation": request["operation"],
+        "verdict": verdict,
+        "verdictText": VERDICT_TEXT[verdict],
+        "message": message,
+    }
 
 
 @api_errors
@@ -95,31 +108,49 @@ def cmd_check(args: argparse.Namespace) -> int:
     live = None
     if cluster is not None:
         from admission.kube.fluxobjects import FluxObjects
+
         live = FluxObjects(cluster.custom)
-    rows, manifest = [], [o for o in _manifest(args.filename) if kinds.is_gated_kind(
-        str(o.get("apiVersion", "")).rpartition("/")[0], str(o.get("kind", "")))]
+    rows, manifest = (
+        [],
+        [
+            o
+            for o in _manifest(args.filename)
+            if kinds.is_gated_kind(str(o.get("apiVersion", "")).rpartition("/")[0], str(o.get("kind", "")))
+        ],
+    )
     for obj in manifest:
         if not isinstance(obj.get("metadata"), dict):
             obj["metadata"] = {}
         obj["metadata"]["namespace"] = str(obj["metadata"].get("namespace") or default_ns)
-    get, listing = approve.lookups(manifest, live.list_kind if live else None)  # (its inputs: half-release warnings)
+    get, listing = approve.lookups(
+        manifest, live.list_kind if live else None
+    )  # (its inputs: half-release warnings)
     for obj in manifest:
         group, _, version = str(obj.get("apiVersion", "")).rpartition("/")
         kind, meta = str(obj.get("kind", "")), obj["metadata"]
         name = meta.get("name")
-        current = live.get(kind, meta["namespace"], name, version) if live and isinstance(name, str) and name else None
+        current = (
+            live.get(kind, meta["namespace"], name, version)
+            if live and isinstance(name, str) and name
+            else None
+        )
         try:
             rows.append(judge(obj, current, user, Context(index.lookup, now, settings)))
             rows[-1]["warnings"] = halfrelease.warnings(obj, get, listing) if policy_of(obj).refs else []
         except RecursionError:  # as the webhook answers it: such an object cannot be judged
-            raise GateError(f"{kind} {meta['namespace']}/{name}: nests values too deeply to be judged", EXIT_USAGE) from None
+            raise GateError(
+                f"{kind} {meta['namespace']}/{name}: nests values too deeply to be judged", EXIT_USAGE
+            ) from None
 
     def table() -> list[str]:
         shown = [{**row, "verdict": row["verdictText"]} for row in rows]  # the sentence, as before
         if not rows:
             return ["no Flux objects in the manifest"]
         return text_table(shown, ["kind", "namespace", "name", "verdict", "message"]) + [
-            f"  warning: {label(row['kind'], row['namespace'], row['name'])}: {text}" for row in rows for text in row["warnings"]]
+            f"  warning: {label(row['kind'], row['namespace'], row['name'])}: {text}"
+            for row in rows
+            for text in row["warnings"]
+        ]
 
     emit(args, rows, table)
     return EXIT_DENIED if any(r["verdict"] == DENIED for r in rows) else EXIT_OK

@@ -8,7 +8,9 @@ from typing import Any, Callable
 
 import orjson
 
-EXIT_OK, EXIT_DENIED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_FORBIDDEN, EXIT_NO_CLUSTER, EXIT_BAD_GATES_DIR = range(7)
+EXIT_OK, EXIT_DENIED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_FORBIDDEN, EXIT_NO_CLUSTER, EXIT_BAD_GATES_DIR = range(
+    7
+)
 
 
 class GateError(Exception):
@@ -30,6 +32,7 @@ class Cluster:
     @property
     def custom(self) -> Any:
         from kubernetes import client
+
         return client.CustomObjectsApi(self.api)
 
 
@@ -37,6 +40,7 @@ def kubeconfig_context(args: argparse.Namespace) -> dict[str, Any]:
     """The kubeconfig context that --context (else the current one) selects: its ``context``
     entry holds ``cluster``, ``user`` and ``namespace``. Raises ConfigException without one."""
     from kubernetes import config
+
     contexts, current = config.list_kube_config_contexts(config_file=args.kubeconfig)
     context = next((c for c in contexts if c["name"] == args.context), None) if args.context else current
     if args.context and context is None:
@@ -46,11 +50,15 @@ def kubeconfig_context(args: argparse.Namespace) -> dict[str, Any]:
 
 def connect(args: argparse.Namespace) -> Cluster:
     from kubernetes import client, config
+
     try:
         context = kubeconfig_context(args)
         configuration = client.Configuration()
-        config.load_kube_config(config_file=args.kubeconfig, context=args.context, client_configuration=configuration)
+        config.load_kube_config(
+            config_file=args.kubeconfig, context=args.context, client_configuration=configuration
+        )
         from admission.kube.client import NO_RETRIES, quiet_insecure_warnings
+
         quiet_insecure_warnings(configuration)
         # As the server's client: a call fails once, at once. urllib3's default three retries
         # would make a completer against an unreachable cluster hang its shell for seconds.
@@ -58,8 +66,11 @@ def connect(args: argparse.Namespace) -> Cluster:
     except config.ConfigException as err:
         raise GateError(f"no cluster: {err}", EXIT_NO_CLUSTER) from None
     details = (context or {}).get("context") or {}
-    return Cluster(client.ApiClient(configuration), args.namespace or details.get("namespace") or "default",
-                   details.get("user"))
+    return Cluster(
+        client.ApiClient(configuration),
+        args.namespace or details.get("namespace") or "default",
+        details.get("user"),
+    )
 
 
 def api_errors(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
@@ -68,6 +79,7 @@ def api_errors(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Na
     def wrapped(args: argparse.Namespace) -> int:
         from kubernetes.client.rest import ApiException
         from urllib3.exceptions import HTTPError
+
         try:
             return fn(args)
         except ApiException as err:

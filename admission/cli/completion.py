@@ -31,15 +31,25 @@ def gate_names(prefix: str, parsed_args: argparse.Namespace, **_) -> list[str]:
         namespace = namespace_of(parsed_args)
         if getattr(parsed_args, "gates_dir", None):
             from admission.store.files import FileStore
+
             namespace = namespace or "default"
             store = FileStore(parsed_args.gates_dir, inotify=False)  # one read: no watch to set up
-            return sorted(n for ns, n in map(object_key, store.index.gates()) if ns == namespace and is_name(n))
+            return sorted(
+                n for ns, n in map(object_key, store.index.gates()) if ns == namespace and is_name(n)
+            )
         from admission.cli.cluster import connect
+
         cluster = connect(parsed_args)
-        listed = cluster.custom.list_namespaced_custom_object(names.GATING_GROUP, names.GATING_VERSION,
-                                                              namespace or cluster.namespace, names.GATE_PLURAL,
-                                                              _request_timeout=COMPLETION_TIMEOUT)
-        return sorted(n for n in (metadata(g).get("name", "") for g in listed.get("items") or []) if is_name(n))
+        listed = cluster.custom.list_namespaced_custom_object(
+            names.GATING_GROUP,
+            names.GATING_VERSION,
+            namespace or cluster.namespace,
+            names.GATE_PLURAL,
+            _request_timeout=COMPLETION_TIMEOUT,
+        )
+        return sorted(
+            n for n in (metadata(g).get("name", "") for g in listed.get("items") or []) if is_name(n)
+        )
     except Exception:  # completion shows nothing rather than a traceback
         return []
 
@@ -48,14 +58,27 @@ def namespaces(prefix: str, parsed_args: argparse.Namespace, **_) -> list[str]:
     try:
         from kubernetes import client
         from admission.cli.cluster import connect
+
         cluster = connect(parsed_args)
         try:
             listed = client.CoreV1Api(cluster.api).list_namespace(_request_timeout=COMPLETION_TIMEOUT)
-            return sorted(str(ns.metadata.name) for ns in listed.items if ns.metadata and is_namespace(ns.metadata.name))
+            return sorted(
+                str(ns.metadata.name) for ns in listed.items if ns.metadata and is_namespace(ns.metadata.name)
+            )
         except Exception:  # may not list namespaces: offer those that hold gates
-            gates = cluster.custom.list_cluster_custom_object(names.GATING_GROUP, names.GATING_VERSION, names.GATE_PLURAL,
-                                                              _request_timeout=COMPLETION_TIMEOUT)
-            return sorted({ns for ns in (metadata(g).get("namespace", "") for g in gates.get("items") or []) if is_namespace(ns)})
+            gates = cluster.custom.list_cluster_custom_object(
+                names.GATING_GROUP,
+                names.GATING_VERSION,
+                names.GATE_PLURAL,
+                _request_timeout=COMPLETION_TIMEOUT,
+            )
+            return sorted(
+                {
+                    ns
+                    for ns in (metadata(g).get("namespace", "") for g in gates.get("items") or [])
+                    if is_namespace(ns)
+                }
+            )
     except Exception:
         return []
 

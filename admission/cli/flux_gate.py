@@ -57,7 +57,9 @@ FLUX = kubectl_gate.Flavor(
     prog="flux gate",
     namespace_help=f"namespace (default: ${NAMESPACE_ENV}, else {names.FLUX_SYSTEM_NAMESPACE}, as for flux)",
     default_namespace=default_namespace,
-    switches=((FOLLOW_CONTEXT_FLAG, f"without -n, use the kubeconfig context's namespace (${FOLLOW_CONTEXT_ENV})"),),
+    switches=(
+        (FOLLOW_CONTEXT_FLAG, f"without -n, use the kubeconfig context's namespace (${FOLLOW_CONTEXT_ENV})"),
+    ),
 )
 
 
@@ -68,12 +70,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] in ([COMPLETE], [COMPLETE_NO_DESC]):
-        return shellcomplete.print_completions(argv[1:], build_parser(), descriptions=argv[0] == COMPLETE,
-                                              offered=FLUX_OFFERS)
+        return shellcomplete.print_completions(
+            argv[1:], build_parser(), descriptions=argv[0] == COMPLETE, offered=FLUX_OFFERS
+        )
     return kubectl_gate.main(argv, build_parser())
 
 
 # -- registering with flux -------------------------------------------------------------------
+
 
 def plugin_dir(environ: Mapping[str, str] = os.environ) -> Path:
     """Where flux looks for plugins: $FLUXCD_PLUGINS, else ~/.fluxcd/plugins."""

@@ -29,10 +29,12 @@ from admission.core.toggles import refuse_controls, toggle_patch
 
 # -- where gates come from --------------------------------------------------------------
 
+
 def _index(args: argparse.Namespace, cluster: Cluster | None) -> GateIndex:
     if args.gates_dir:
         import logging
         from admission.store.files import FileStore
+
         logging.getLogger("admission.store").addHandler(logging.NullHandler())  # reported below, once
         store = FileStore(args.gates_dir, inotify=False)
         # Reported, not fatal: the answer is still the server's with this directory.
@@ -44,7 +46,9 @@ def _index(args: argparse.Namespace, cluster: Cluster | None) -> GateIndex:
     assert cluster is not None  # without --gates-dir, the command connected first
     custom = cluster.custom
     gates = custom.list_cluster_custom_object(names.GATING_GROUP, names.GATING_VERSION, names.GATE_PLURAL)
-    keepers = custom.list_cluster_custom_object(names.GATING_GROUP, names.GATING_VERSION, names.GATEKEEPER_PLURAL)
+    keepers = custom.list_cluster_custom_object(
+        names.GATING_GROUP, names.GATING_VERSION, names.GATEKEEPER_PLURAL
+    )
     index.replace_all(gates.get("items") or [], keepers.get("items") or [])
     return index
 
@@ -53,6 +57,7 @@ def _flux_objects(cluster: Cluster | None) -> list[dict]:
     if cluster is None:
         return []
     from admission.kube.fluxobjects import FluxObjects
+
     return FluxObjects(cluster.custom).list_all()
 
 
@@ -85,6 +90,7 @@ def lookup_gates(args: argparse.Namespace) -> tuple[Cluster | None, GateIndex, d
 
 # -- output -----------------------------------------------------------------------------
 
+
 def show(lines: Iterable[str], file: TextIO | None = None) -> None:
     """Print ``lines``, control characters escaped: every line this command prints comes here."""
     # A gate's message, an object's name or a calendar's summary is anyone's text: written to the
@@ -94,8 +100,9 @@ def show(lines: Iterable[str], file: TextIO | None = None) -> None:
 
 
 def text_table(rows: list[dict], columns: list[str]) -> list[str]:
-    cells = [[c.upper() for c in columns]] + [[escaped(str(row.get(c, "") if row.get(c) is not None else "-"))
-                                               for c in columns] for row in rows]  # escaped first: widths as shown
+    cells = [[c.upper() for c in columns]] + [
+        [escaped(str(row.get(c, "") if row.get(c) is not None else "-")) for c in columns] for row in rows
+    ]  # escaped first: widths as shown
     widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
     return ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in cells]
 
@@ -112,11 +119,16 @@ def emit(args: argparse.Namespace, payload: object, table: Callable[[], list[str
 
 
 def _state_row(state: GateState) -> dict:
-    return {"namespace": state.namespace, "name": state.name, "state": names.STATE_OPENED if state.open else names.STATE_CLOSED,
-            "reason": state.reason, "message": state.message,
-            "until": format_time(state.next_transition) if state.next_transition else None,
-            # The search for it gave up here: a change may come after, unlike "until": null alone.
-            "unknownAfter": format_time(after) if (after := state.transition_unknown_after) else None}
+    return {
+        "namespace": state.namespace,
+        "name": state.name,
+        "state": names.STATE_OPENED if state.open else names.STATE_CLOSED,
+        "reason": state.reason,
+        "message": state.message,
+        "until": format_time(state.next_transition) if state.next_transition else None,
+        # The search for it gave up here: a change may come after, unlike "until": null alone.
+        "unknownAfter": format_time(after) if (after := state.transition_unknown_after) else None,
+    }
 
 
 def _until(row: dict) -> str | None:
@@ -124,6 +136,7 @@ def _until(row: dict) -> str | None:
 
 
 # -- commands ---------------------------------------------------------------------------
+
 
 @api_errors
 def cmd_list(args: argparse.Namespace) -> int:
@@ -140,13 +153,30 @@ def cmd_list(args: argparse.Namespace) -> int:
         row["referencedBy"] = [_name(o) for o in refs]
         row["holding"] = [_name(o) for o, _ in _waiting_on(objects, f"{ns}/{name}")]
         rows.append(row)
-    columns = (["namespace"] if args.all_namespaces else []) + ["name", "state", "reason", "until", "referenced by",
-                                                                 "held"]
+    columns = (["namespace"] if args.all_namespaces else []) + [
+        "name",
+        "state",
+        "reason",
+        "until",
+        "referenced by",
+        "held",
+    ]
 
     def table() -> list[str]:
-        shown = [{**r, "until": _until(r), "referenced by": len(r["referencedBy"]) if cluster else None,
-                  "held": len(r["holding"]) if cluster else None} for r in rows]
-        return text_table(shown, columns) if rows else [f"no gates found{f' in {namespace}' if namespace else ''}"]
+        shown = [
+            {
+                **r,
+                "until": _until(r),
+                "referenced by": len(r["referencedBy"]) if cluster else None,
+                "held": len(r["holding"]) if cluster else None,
+            }
+            for r in rows
+        ]
+        return (
+            text_table(shown, columns)
+            if rows
+            else [f"no gates found{f' in {namespace}' if namespace else ''}"]
+        )
 
     emit(args, rows, table)
     return EXIT_OK
@@ -160,10 +190,15 @@ def cmd_get(args: argparse.Namespace) -> int:
         raise GateError(f"gate {namespace}/{args.name} not found", EXIT_NOT_FOUND)
     state = index.lookup(namespace, args.name, now)
     info = _state_row(state)
-    info.update({"requestedAt": format_time(state.requested_at) if state.requested_at else None,
-                 "requestedBy": state.requested_by, "requestMessage": state.request_message,
-                 "problems": list(state.problems),
-                 "approvals": [a.row() for a in state.approvals if a.live(now)]})
+    info.update(
+        {
+            "requestedAt": format_time(state.requested_at) if state.requested_at else None,
+            "requestedBy": state.requested_by,
+            "requestMessage": state.request_message,
+            "problems": list(state.problems),
+            "approvals": [a.row() for a in state.approvals if a.live(now)],
+        }
+    )
     held_by = []
     objects = _flux_objects(cluster)
     # The webhook's mode (a gate's spec.mode, else the server's): an audit-mode hold lets
@@ -173,33 +208,75 @@ def cmd_get(args: argparse.Namespace) -> int:
         meta = metadata(obj)
         stands = standing(obj, Context(index.lookup, now, server))
         mode = stands.mode if stands.held else None
-        held_by.append({"kind": obj["kind"], "namespace": meta["namespace"], "name": meta["name"],
-                        "held": mode == names.ENFORCE, "mode": mode, "why": stands.message or None})
+        held_by.append(
+            {
+                "kind": obj["kind"],
+                "namespace": meta["namespace"],
+                "name": meta["name"],
+                "held": mode == names.ENFORCE,
+                "mode": mode,
+                "why": stands.message or None,
+            }
+        )
     info["referencedBy"] = held_by
     # The GateKeeper calendars it follows: last fetch, errors, and what comes next.
     info["calendars"] = feed_rows(feeds_of(index.compiled(namespace, args.name)), now)
     # New content that waits (also on objects that inherit the gate: generated HelmCharts).
-    info["waiting"] = [{"kind": obj["kind"], "namespace": metadata(obj)["namespace"], "name": metadata(obj)["name"],
-                        "waits": waiting.waits or None, "serves": waiting.serves or None, "message": waiting.message}
-                       for obj, waiting in _waiting_on(objects, f"{namespace}/{args.name}")]
+    info["waiting"] = [
+        {
+            "kind": obj["kind"],
+            "namespace": metadata(obj)["namespace"],
+            "name": metadata(obj)["name"],
+            "waits": waiting.waits or None,
+            "serves": waiting.serves or None,
+            "message": waiting.message,
+        }
+        for obj, waiting in _waiting_on(objects, f"{namespace}/{args.name}")
+    ]
 
     def table() -> list[str]:
-        lines = [f"{label + ':':<15}{value}" for label, value in (
-            ("Name", info["name"]), ("Namespace", info["namespace"]), ("State", info["state"]),
-            ("Reason", info["reason"]), ("Message", info["message"]), ("Until", _until(info) or "-"))]
+        lines = [
+            f"{label + ':':<15}{value}"
+            for label, value in (
+                ("Name", info["name"]),
+                ("Namespace", info["namespace"]),
+                ("State", info["state"]),
+                ("Reason", info["reason"]),
+                ("Message", info["message"]),
+                ("Until", _until(info) or "-"),
+            )
+        ]
         if state.requested_by or state.request_message:
-            lines.append(f"{'Requested:':<15}by {state.requested_by or '?'}: {state.request_message or ''}".rstrip(": "))
+            lines.append(
+                f"{'Requested:':<15}by {state.requested_by or '?'}: {state.request_message or ''}".rstrip(
+                    ": "
+                )
+            )
         lines += [f"{'Problem:':<15}{p}" for p in state.problems]
-        lines += [f"{'Approval:':<15}{a.describe()} (until {a.row()['expires']})" for a in state.approvals if a.live(now)]
-        rows = [{"kind": o["kind"], "namespace": o["namespace"], "name": o["name"],
-                 "held": "yes" if o["held"] else "audit only" if o["mode"] == names.AUDIT else "no"} for o in held_by]
+        lines += [
+            f"{'Approval:':<15}{a.describe()} (until {a.row()['expires']})"
+            for a in state.approvals
+            if a.live(now)
+        ]
+        rows = [
+            {
+                "kind": o["kind"],
+                "namespace": o["namespace"],
+                "name": o["name"],
+                "held": "yes" if o["held"] else "audit only" if o["mode"] == names.AUDIT else "no",
+            }
+            for o in held_by
+        ]
         lines.append("Referenced by:" + ("" if rows else " none"))
         if rows:
             lines += ["  " + line for line in text_table(rows, ["kind", "namespace", "name", "held"])]
         lines += feeds_text(info["calendars"])
         lines.append("Waiting:" + ("" if info["waiting"] else " nothing"))
         if info["waiting"]:
-            lines += ["  " + line for line in text_table(info["waiting"], ["kind", "namespace", "name", "waits", "serves"])]
+            lines += [
+                "  " + line
+                for line in text_table(info["waiting"], ["kind", "namespace", "name", "waits", "serves"])
+            ]
         return lines
 
     emit(args, info, table)
@@ -221,15 +298,23 @@ def cmd_toggle(args: argparse.Namespace) -> int:
         raise GateError(str(err), EXIT_USAGE) from None
     cluster = connect(args)
     try:
-        patch = toggle_patch(args.action, utcnow(), message, _requester(args, cluster), getattr(args, "for_", None))
+        patch = toggle_patch(
+            args.action, utcnow(), message, _requester(args, cluster), getattr(args, "for_", None)
+        )
     except ValueError as err:
         raise GateError(str(err), EXIT_USAGE) from None
     namespace = args.namespace or cluster.namespace
-    cluster.custom.patch_namespaced_custom_object(names.GATING_GROUP, names.GATING_VERSION, namespace,
-                                                  names.GATE_PLURAL, args.name, patch)
+    cluster.custom.patch_namespaced_custom_object(
+        names.GATING_GROUP, names.GATING_VERSION, namespace, names.GATE_PLURAL, args.name, patch
+    )
     until = patch["metadata"]["annotations"].get(names.CLOSE_ANNOTATION) if args.action == "open" else None
-    show([f"gate {namespace}/{args.name} {'opened' if args.action == 'open' else 'closed'}"
-          + (f" until {until}" if until else "") + (f": {message}" if message else "")])
+    show(
+        [
+            f"gate {namespace}/{args.name} {'opened' if args.action == 'open' else 'closed'}"
+            + (f" until {until}" if until else "")
+            + (f": {message}" if message else "")
+        ]
+    )
     return EXIT_OK
 
 
@@ -243,6 +328,7 @@ def _message(args: argparse.Namespace) -> str | None:
 @api_errors
 def cmd_calendar(args: argparse.Namespace) -> int:
     from admission.store import calendar
+
     _, index, now, namespace = lookup_gates(args)
     try:
         calendar.days_of(args.days)

@@ -37,6 +37,7 @@ def complete_main(argv: list[str] | None = None) -> int:
 
 # -- parser -----------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Flavor:
     """What differs between `kubectl gate` and `flux gate` (admission.cli.flux_gate): the name in
@@ -64,41 +65,75 @@ def build_parser(flavor: Flavor = KUBECTL) -> argparse.ArgumentParser:
     common.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
     for switch, help_text in flavor.switches:
         common.add_argument(switch, action="store_true", help=help_text)
-    parser = argparse.ArgumentParser(prog=flavor.prog, description="Open, close and inspect Flux gates.",
-                                     epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog=flavor.prog,
+        description="Open, close and inspect Flux gates.",
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("list", parents=[common],
-                       help="gates with their state, what references them and how many objects they hold "
-                            "(HELD: new content waits there)")
+    p = sub.add_parser(
+        "list",
+        parents=[common],
+        help="gates with their state, what references them and how many objects they hold "
+        "(HELD: new content waits there)",
+    )
     p.add_argument("-A", "--all-namespaces", action="store_true")
     p.add_argument("--gates-dir", help="read gates from YAML files instead of the cluster")
     p.set_defaults(func=cmd_list)
 
-    p = sub.add_parser("get", parents=[common],
-                       help="one gate: state, why, until when, what it holds, what waits and what is served")
+    p = sub.add_parser(
+        "get",
+        parents=[common],
+        help="one gate: state, why, until when, what it holds, what waits and what is served",
+    )
     _completes(p.add_argument("name"), completion.gate_names)
     p.add_argument("--gates-dir", help="read gates from YAML files instead of the cluster")
     p.set_defaults(func=cmd_get)
 
     for action in ("open", "close"):
-        p = sub.add_parser(action, parents=[common], help=f"{action} a gate now (writes the toggle annotation)")
+        p = sub.add_parser(
+            action, parents=[common], help=f"{action} a gate now (writes the toggle annotation)"
+        )
         _completes(p.add_argument("name"), completion.gate_names)
-        _completes(p.add_argument("text", nargs="?", metavar="MESSAGE", help="why, as -m gives it"),
-                   completion.no_candidates)
+        _completes(
+            p.add_argument("text", nargs="?", metavar="MESSAGE", help="why, as -m gives it"),
+            completion.no_candidates,
+        )
         p.add_argument("-m", "--message", help="why: shown in Events, logs and `get`")
         p.add_argument("--requested-by", help="who asks (default: the kubeconfig user)")
         if action == "open":
-            p.add_argument("--for", dest="for_", metavar="DURATION", help="close again after this long (Go duration, e.g. 2h)")
+            p.add_argument(
+                "--for",
+                dest="for_",
+                metavar="DURATION",
+                help="close again after this long (Go duration, e.g. 2h)",
+            )
         p.set_defaults(func=cmd_toggle, action=action, gates_dir=None)
 
-    p = sub.add_parser("check", parents=[common], help="would the webhook deny applying these Flux objects now?")
+    p = sub.add_parser(
+        "check", parents=[common], help="would the webhook deny applying these Flux objects now?"
+    )
     p.add_argument("-f", "--filename", required=True, help="manifest file, or - for stdin")
-    p.add_argument("--gates-dir", help="judge against gates in YAML files instead of the cluster (every object is a CREATE)")
-    p.add_argument("--as", dest="as_user", metavar="USER",
-                   help="judge as this user (default: the kubeconfig's: a client certificate's CN, else the context's user name)")
-    p.add_argument("--as-group", dest="as_groups", metavar="GROUP", action="append", default=[],
-                   help="with --as: a group of that user (repeatable)")
+    p.add_argument(
+        "--gates-dir",
+        help="judge against gates in YAML files instead of the cluster (every object is a CREATE)",
+    )
+    p.add_argument(
+        "--as",
+        dest="as_user",
+        metavar="USER",
+        help="judge as this user (default: the kubeconfig's: a client certificate's CN, else the context's user name)",
+    )
+    p.add_argument(
+        "--as-group",
+        dest="as_groups",
+        metavar="GROUP",
+        action="append",
+        default=[],
+        help="with --as: a group of that user (repeatable)",
+    )
     add_policy_flags(p)  # the server's --mode and exempt lists, from the same GATE_ADMISSION_* variables
     p.set_defaults(func=cmd_check)
 
@@ -106,10 +141,15 @@ def build_parser(flavor: Flavor = KUBECTL) -> argparse.ArgumentParser:
     # Subcommands share their parents' actions: calendar's wider -o belongs to a copy.
     calendar_common = copy.deepcopy(common)
     next(a for a in calendar_common._actions if a.dest == "output").choices = ("table", "json", "yaml", "ics")
-    p = sub.add_parser("calendar", parents=[calendar_common],
-                       help="open and closed intervals of each gate over the coming days")
+    p = sub.add_parser(
+        "calendar",
+        parents=[calendar_common],
+        help="open and closed intervals of each gate over the coming days",
+    )
     p.add_argument("-A", "--all-namespaces", action="store_true")
-    p.add_argument("--days", type=int, default=14, help="how many days, from today in each gate's time zone (default 14)")
+    p.add_argument(
+        "--days", type=int, default=14, help="how many days, from today in each gate's time zone (default 14)"
+    )
     p.add_argument("--gates-dir", help="read gates from YAML files instead of the cluster")
     p.set_defaults(func=cmd_calendar)
     for p in sub.choices.values():  # on each subcommand: completers see the subcommand's namespace
@@ -120,6 +160,7 @@ def build_parser(flavor: Flavor = KUBECTL) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None, parser: argparse.ArgumentParser | None = None) -> int:
     parser = parser or build_parser()
     import argcomplete
+
     # Answers the shell's completion request and exits; does nothing otherwise.
     argcomplete.autocomplete(parser, always_complete_options=False)
     args = parser.parse_args(hoist(list(sys.argv[1:] if argv is None else argv)))

@@ -40,14 +40,22 @@ def env_mode() -> names.Mode:
 def add_policy_flags(parser: argparse.ArgumentParser) -> None:
     """--mode, --exempt-users, --exempt-groups, defaulting to their GATE_ADMISSION_* variables."""
     parser.add_argument("--mode", choices=names.MODES, default=env_mode())
-    parser.add_argument("--exempt-users", default=env("exempt-users", ""), help="comma-separated users never gated")
-    parser.add_argument("--exempt-groups", default=env("exempt-groups", ""), help="comma-separated groups never gated")
-    parser.add_argument("--approval-relays", default=env("approval-relays", ""),
-                        help="comma-separated users (the receiver's service account) whose approvals keep the caller "
-                             "they authenticated: recorded as '<caller> via <user>'")
+    parser.add_argument(
+        "--exempt-users", default=env("exempt-users", ""), help="comma-separated users never gated"
+    )
+    parser.add_argument(
+        "--exempt-groups", default=env("exempt-groups", ""), help="comma-separated groups never gated"
+    )
+    parser.add_argument(
+        "--approval-relays",
+        default=env("approval-relays", ""),
+        help="comma-separated users (the receiver's service account) whose approvals keep the caller "
+        "they authenticated: recorded as '<caller> via <user>'",
+    )
 
 
 def policy_settings(args: argparse.Namespace) -> Settings:
     """The decision settings the policy flags describe."""
-    return Settings(args.mode, csv(args.exempt_users), csv(args.exempt_groups),
-                    csv(getattr(args, "approval_relays", "")))
+    return Settings(
+        args.mode, csv(args.exempt_users), csv(args.exempt_groups), csv(getattr(args, "approval_relays", ""))
+    )

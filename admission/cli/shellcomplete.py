@@ -37,7 +37,7 @@ def split_leading(words: list[str]) -> tuple[list[str], list[str]]:
             i += 1
         else:
             break
-    return words[:min(i, len(words))], words[min(i, len(words)):]
+    return words[: min(i, len(words))], words[min(i, len(words)) :]
 
 
 def hoist(words: list[str]) -> list[str]:
@@ -48,6 +48,7 @@ def hoist(words: list[str]) -> list[str]:
 
 def _finder(parser: argparse.ArgumentParser) -> Any:
     import argcomplete
+
     # Flags only once a "-" is typed, as kubectl does.
     return argcomplete.CompletionFinder(parser, always_complete_options=False)
 
@@ -68,14 +69,18 @@ def complete(words: list[str], parser: argparse.ArgumentParser) -> tuple[list[tu
     finder = _finder(parser)
     matches, state = [], 0
     while (match := finder.rl_complete(text, state)) is not None:
-        matches.append(partial + match[len(text):].rstrip(" "))
+        matches.append(partial + match[len(text) :].rstrip(" "))
         state += 1
     helps = finder.get_display_completions()
     return [(value, " ".join((helps.get(value) or "").split())) for value in matches], NO_FILE_COMPLETION
 
 
-def print_completions(words: list[str], parser: argparse.ArgumentParser, descriptions: bool = True,
-                      offered: frozenset[str] = frozenset()) -> int:
+def print_completions(
+    words: list[str],
+    parser: argparse.ArgumentParser,
+    descriptions: bool = True,
+    offered: frozenset[str] = frozenset(),
+) -> int:
     """The plugin completion protocol kubectl and flux (Cobra's ``__complete``) share: one
     candidate a line (``value<TAB>help``), then ``:<directive>``. Always exits 0: either CLI
     drops every candidate of a plugin that fails. Flag names in ``offered`` are left out: the

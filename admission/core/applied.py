@@ -77,8 +77,10 @@ def applied(live: dict[str, Any], manifest: dict[str, Any]) -> dict[str, Any]:
         new["status"] = copy.deepcopy(live["status"])
     if not isinstance(new.get("metadata"), dict):
         new["metadata"] = {}
-    new["metadata"]["annotations"] = {**annotations_of(new), names.LAST_APPLIED_ANNOTATION:
-                                      json.dumps(given, sort_keys=True, separators=(",", ":"))}
+    new["metadata"]["annotations"] = {
+        **annotations_of(new),
+        names.LAST_APPLIED_ANNOTATION: json.dumps(given, sort_keys=True, separators=(",", ":")),
+    }
     return new
 
 
@@ -87,7 +89,7 @@ def user_info(username: str, groups: tuple[str, ...] | list[str] = ()) -> UserIn
     system:authenticated, and a service account without groups given is in its own."""
     groups = list(dict.fromkeys(groups))
     if not groups and username.startswith(names.SERVICE_ACCOUNT_PREFIX):
-        namespace = username[len(names.SERVICE_ACCOUNT_PREFIX):].partition(":")[0]
+        namespace = username[len(names.SERVICE_ACCOUNT_PREFIX) :].partition(":")[0]
         groups = [names.SERVICE_ACCOUNTS_GROUP, f"{names.SERVICE_ACCOUNTS_GROUP}:{namespace}"]
     if username != names.ANONYMOUS_USER and names.AUTHENTICATED_GROUP not in groups:
         groups.append(names.AUTHENTICATED_GROUP)
@@ -105,7 +107,11 @@ def apply_request(manifest: dict[str, Any], live: dict[str, Any] | None, user: U
     return {
         "uid": CHECK_UID,
         "kind": {"group": group, "version": version, "kind": kind},
-        "resource": {"group": group, "version": version, "resource": row.plural if row else kind.lower() + "s"},
+        "resource": {
+            "group": group,
+            "version": version,
+            "resource": row.plural if row else kind.lower() + "s",
+        },
         "name": str(meta.get("name") or ""),
         "namespace": str(meta.get("namespace") or ""),
         "operation": "UPDATE" if live is not None else "CREATE",

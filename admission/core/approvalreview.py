@@ -18,8 +18,10 @@ from admission.core.review import AdmissionRequest
 
 def _refused(gate: Object, problems: list[str]) -> Decision:
     meta = metadata(gate)
-    message = (f"{names.GATE_KIND} {meta.get('namespace') or ''}/{meta.get('name') or ''}: approval refused: "
-               + "; ".join(problems))
+    message = (
+        f"{names.GATE_KIND} {meta.get('namespace') or ''}/{meta.get('name') or ''}: approval refused: "
+        + "; ".join(problems)
+    )
     return Decision(allowed=False, gated=True, change="approval", message=message)
 
 

@@ -34,7 +34,12 @@ ANY = names.APPROVAL_ANY_TARGET
 # see the approval a moment after the controller did, and a held write they deny is otherwise
 # retried only at the source's next interval. Bounded: an approval Flux cannot use (its content
 # was superseded upstream) costs five requests, not one per pass until it expires.
-REQUEST_AGAIN_AFTER = (timedelta(seconds=3), timedelta(seconds=10), timedelta(seconds=30), timedelta(seconds=90))
+REQUEST_AGAIN_AFTER = (
+    timedelta(seconds=3),
+    timedelta(seconds=10),
+    timedelta(seconds=30),
+    timedelta(seconds=90),
+)
 
 
 @dataclass(frozen=True)
@@ -62,9 +67,15 @@ class Approval:
 
     def row(self) -> dict[str, str]:
         """Its stable JSON shape (Gate status, ``kubectl gate`` output)."""
-        return {"id": self.key.removeprefix(names.APPROVAL_ANNOTATION_PREFIX), CONTENT: self.content,
-                FOR: self.target, MESSAGE: self.message, BY: self.by, AT: format_time(self.at),
-                EXPIRES: format_time(self.expires)}
+        return {
+            "id": self.key.removeprefix(names.APPROVAL_ANNOTATION_PREFIX),
+            CONTENT: self.content,
+            FOR: self.target,
+            MESSAGE: self.message,
+            BY: self.by,
+            AT: format_time(self.at),
+            EXPIRES: format_time(self.expires),
+        }
 
 
 @dataclass(frozen=True)
@@ -82,7 +93,11 @@ def parse_policy(spec: Mapping[str, object]) -> tuple[Policy, list[str]]:
         return Policy(), []
     if not isinstance(raw, dict):
         return Policy(), ["spec.approvals must be an object"]
-    errors = [f"spec.approvals.{k} is not a known field" for k in sorted(raw) if k not in ("required", "messageRequired")]
+    errors = [
+        f"spec.approvals.{k} is not a known field"
+        for k in sorted(raw)
+        if k not in ("required", "messageRequired")
+    ]
     required = raw.get("required", 1)
     if isinstance(required, bool) or not isinstance(required, int) or not 1 <= required <= MAX_REQUIRED:
         errors.append(f"spec.approvals.required {required!r} must be a whole number from 1 to {MAX_REQUIRED}")
@@ -95,7 +110,9 @@ def parse_policy(spec: Mapping[str, object]) -> tuple[Policy, list[str]]:
 
 
 def keys(annotations: Mapping[str, object]) -> list[str]:
-    return sorted(k for k in annotations if isinstance(k, str) and k.startswith(names.APPROVAL_ANNOTATION_PREFIX))
+    return sorted(
+        k for k in annotations if isinstance(k, str) and k.startswith(names.APPROVAL_ANNOTATION_PREFIX)
+    )
 
 
 def new_id(content: str, target: str, nonce: str) -> str:
@@ -103,7 +120,9 @@ def new_id(content: str, target: str, nonce: str) -> str:
     return hashlib.sha256("\0".join((content, target, nonce)).encode()).hexdigest()[:ID_LENGTH]
 
 
-def value(content: str, target: str, message: str, expires: datetime | None, caller: str | None = None) -> str:
+def value(
+    content: str, target: str, message: str, expires: datetime | None, caller: str | None = None
+) -> str:
     """What a client writes: the webhook adds ``by`` and ``at`` (a relay's ``caller`` is kept
     beside its own name, anyone else's is replaced)."""
     fields: dict[str, str] = {CONTENT: content, FOR: target, MESSAGE: message}
@@ -174,7 +193,9 @@ def changed(old: Mapping[str, object], new: Mapping[str, object]) -> list[str]:
     return [k for k in keys(new) if old.get(k) != new.get(k)]
 
 
-def stamp(raw: object, user: str, now: datetime, default_expiry: timedelta, relays: frozenset[str] = frozenset()) -> str:
+def stamp(
+    raw: object, user: str, now: datetime, default_expiry: timedelta, relays: frozenset[str] = frozenset()
+) -> str:
     """The value recorded for an approval ``user`` wrote at ``now``: ``by`` is ``user`` whatever
     the client said, except that a relay (the receiver, writing for a caller it authenticated)
     keeps its caller's name beside its own; ``at`` is now; ``expires`` defaults to the gate's."""
@@ -182,9 +203,14 @@ def stamp(raw: object, user: str, now: datetime, default_expiry: timedelta, rela
     caller = found.get(BY)
     by = f"{caller} via {user}" if user in relays and isinstance(caller, str) and caller.strip() else user
     expires = found.get(EXPIRES)
-    fields = {CONTENT: str(found.get(CONTENT)), FOR: str(found.get(FOR, ANY)), MESSAGE: str(found.get(MESSAGE, "")),
-              EXPIRES: str(expires) if isinstance(expires, str) else format_time(now + default_expiry),
-              BY: by, AT: format_time(now)}
+    fields = {
+        CONTENT: str(found.get(CONTENT)),
+        FOR: str(found.get(FOR, ANY)),
+        MESSAGE: str(found.get(MESSAGE, "")),
+        EXPIRES: str(expires) if isinstance(expires, str) else format_time(now + default_expiry),
+        BY: by,
+        AT: format_time(now),
+    }
     return _dump(fields)
 
 
@@ -192,11 +218,18 @@ def parse(key: str, raw: object) -> Approval:
     """A stamped approval; ValueError says why it is not one (it is then ignored, and reported)."""
     found = _fields(raw)
     content, target, message, by = (found.get(f) for f in (CONTENT, FOR, MESSAGE, BY))
-    if not isinstance(content, str) or not content or not valid_target(target) or not isinstance(message, str):
+    if (
+        not isinstance(content, str)
+        or not content
+        or not valid_target(target)
+        or not isinstance(message, str)
+    ):
         raise ValueError("content, for or message is missing or malformed")
     if not isinstance(by, str) or not by or AT not in found:
         raise ValueError("it was not recorded through the webhook (no by/at)")
-    return Approval(key, content, str(target), message, by, parse_time(found[AT]), parse_time(found.get(EXPIRES)))
+    return Approval(
+        key, content, str(target), message, by, parse_time(found[AT]), parse_time(found.get(EXPIRES))
+    )
 
 
 def parse_all(annotations: Mapping[str, object]) -> tuple[tuple[Approval, ...], list[str]]:
@@ -215,17 +248,29 @@ def ended(gate: Mapping[str, object]) -> dict[str, dict[str, str]]:
     an approval listed there admits nothing, though its annotation stays until withdrawn."""
     status = gate.get("status")
     entries = status.get(names.ENDED_APPROVALS_FIELD) if isinstance(status, dict) else None
-    return {str(e["id"]): {k: str(v) for k, v in e.items()} for e in entries or []
-            if isinstance(e, dict) and isinstance(e.get("id"), str)}
+    return {
+        str(e["id"]): {k: str(v) for k, v in e.items()}
+        for e in entries or []
+        if isinstance(e, dict) and isinstance(e.get("id"), str)
+    }
 
 
 def ended_entry(approval: Approval, reason: str, now: datetime) -> dict[str, str]:
     """How the Gate's status records that an approval ended, and why."""
-    return {"id": approval.key.removeprefix(names.APPROVAL_ANNOTATION_PREFIX), "reason": reason, AT: format_time(now)}
+    return {
+        "id": approval.key.removeprefix(names.APPROVAL_ANNOTATION_PREFIX),
+        "reason": reason,
+        AT: format_time(now),
+    }
 
 
-def admitting(approvals: Iterable[Approval], required: int, identities: Iterable[str], targets: Iterable[str],
-              now: datetime) -> tuple[Approval, ...]:
+def admitting(
+    approvals: Iterable[Approval],
+    required: int,
+    identities: Iterable[str],
+    targets: Iterable[str],
+    now: datetime,
+) -> tuple[Approval, ...]:
     """The live approvals that let a write through: of one content among ``identities`` (what
     the write carries), for one of ``targets`` (the object, or what it inherits gates from) or
     ``*``, by at least ``required`` distinct approvers; () when none does."""
@@ -261,11 +306,15 @@ class Behind:
 def landed(approval: Approval, behind: Iterable[Behind]) -> bool:
     """Its content has landed: an object it covers serves it, and none it covers still waits for it."""
     covered = [b for b in behind if approval.covers((b.target,))]
-    return any(pins(approval.content, b.serves) for b in covered) and \
-        not any(pins(approval.content, waits) for b in covered for waits in b.waits)
+    return any(pins(approval.content, b.serves) for b in covered) and not any(
+        pins(approval.content, waits) for b in covered for waits in b.waits
+    )
 
 
 def waiting_for(approval: Approval, behind: Iterable[Behind]) -> list[str]:
     """The objects it covers where its content still waits: those a reconcile request can land it on."""
-    return [b.target for b in behind
-            if approval.covers((b.target,)) and any(pins(approval.content, waits) for waits in b.waits)]
+    return [
+        b.target
+        for b in behind
+        if approval.covers((b.target,)) and any(pins(approval.content, waits) for waits in b.waits)
+    ]

@@ -7,8 +7,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from admission.core.subscriptions import (MAX_ERROR, MAX_INTERVALS, MAX_SUMMARY, MAX_UID, CalendarSpec, FeedEvent, clean,
-                                          find_status, parse_calendars)
+from admission.core.subscriptions import (
+    MAX_ERROR,
+    MAX_INTERVALS,
+    MAX_SUMMARY,
+    MAX_UID,
+    CalendarSpec,
+    FeedEvent,
+    clean,
+    find_status,
+    parse_calendars,
+)
 from admission.core.timefmt import format_duration, format_time, parse_time
 
 
@@ -80,8 +89,10 @@ class CalendarEntry:
         if now < self.known_until:
             return None
         if now >= self.last_success + self.cal.stale_after:
-            return (f"{self.cal} is stale: last fetched successfully at {format_time(self.last_success)}, more than "
-                    f"{format_duration(self.cal.stale_after)} ago" + (f" ({self.error})" if self.error else ""))
+            return (
+                f"{self.cal} is stale: last fetched successfully at {format_time(self.last_success)}, more than "
+                f"{format_duration(self.cal.stale_after)} ago" + (f" ({self.error})" if self.error else "")
+            )
         return f"{self.cal} lists events only until {format_time(self.known_until)}"
 
     def _span(self, now: datetime) -> int:
@@ -120,12 +131,17 @@ class CalendarEntry:
 
     def coming(self, now: datetime) -> list[FeedEvent]:
         """Its events that have not ended at ``now``, in order, their text cleaned."""
-        return [FeedEvent(e.start, e.end, clean(e.uid, MAX_UID), clean(e.summary, MAX_SUMMARY))
-                for e in self.events if e.end > now]
+        return [
+            FeedEvent(e.start, e.end, clean(e.uid, MAX_UID), clean(e.summary, MAX_SUMMARY))
+            for e in self.events
+            if e.end > now
+        ]
 
     def describe(self, now: datetime) -> str:
         event = self.event_at(now)
-        return f"{self.cal}" + (f" event '{clean(event.summary, MAX_SUMMARY)}'" if event and event.summary else "")
+        return f"{self.cal}" + (
+            f" event '{clean(event.summary, MAX_SUMMARY)}'" if event and event.summary else ""
+        )
 
     def __str__(self) -> str:
         return str(self.cal)
@@ -166,8 +182,11 @@ class _Searched:
 
     def __init__(self, entry: CalendarEntry, origin: datetime, guard: bool):
         self.entry, self.guard = entry, guard
-        unreadable = (entry.broken is not None or entry.last_success is None  # None only when broken
-                      or origin >= entry.last_success + entry.cal.stale_after)
+        unreadable = (
+            entry.broken is not None
+            or entry.last_success is None  # None only when broken
+            or origin >= entry.last_success + entry.cal.stale_after
+        )
         self.until = None if unreadable else entry.complete  # unknown from here on (None: from the start)
 
     def state_and_next_change(self, now: datetime) -> tuple[bool, datetime | None, int]:
@@ -199,6 +218,8 @@ def keeper_calendars(keeper: str, spec: dict[str, Any], status: object) -> Keepe
     if not cals:
         return KeeperCalendars()
     entries = [CalendarEntry(keeper, cal, find_status(status, cal)) for cal in cals]
-    return KeeperCalendars(tuple(CalendarGuard(e) for e in entries),
-                           tuple(e for e in entries if e.cal.action == "closed"),
-                           tuple(e for e in entries if e.cal.action == "opened"))
+    return KeeperCalendars(
+        tuple(CalendarGuard(e) for e in entries),
+        tuple(e for e in entries if e.cal.action == "closed"),
+        tuple(e for e in entries if e.cal.action == "opened"),
+    )

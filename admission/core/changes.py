@@ -92,9 +92,17 @@ def owners_change(old: Object | None, new: Object | None) -> bool:
     return bool(after) and not same(_owners(old), after)
 
 
-def gated_change(kind: str, operation: str, sub_resource: str, old: Object | None, new: Object | None,
-                 policies: Callable[[], tuple[Policy, Policy]] | None = None, *, by_kubernetes: bool = False,
-                 brought: Callable[[], NewContent | None] | None = None) -> str | None:
+def gated_change(
+    kind: str,
+    operation: str,
+    sub_resource: str,
+    old: Object | None,
+    new: Object | None,
+    policies: Callable[[], tuple[Policy, Policy]] | None = None,
+    *,
+    by_kubernetes: bool = False,
+    brought: Callable[[], NewContent | None] | None = None,
+) -> str | None:
     """Describe the change a held object may not make, or None when it is never gated.
     ``policies()`` gives those of ``old`` and ``new`` when the caller keeps them, ``brought()``
     the new content a status write brings when the caller has read it;

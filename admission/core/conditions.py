@@ -31,12 +31,24 @@ def transition_time(previous: Condition | None, status: str, now: datetime) -> s
     return since if isinstance(since, str) and since else format_time(now)
 
 
-def with_condition(conditions: list[Condition], kind: str, status: str, reason: str, message: str,
-                   now: datetime, generation: object = None) -> list[Condition]:
+def with_condition(
+    conditions: list[Condition],
+    kind: str,
+    status: str,
+    reason: str,
+    message: str,
+    now: datetime,
+    generation: object = None,
+) -> list[Condition]:
     """``conditions`` with the one of type ``kind`` set; an identical condition is kept as it is."""
     previous = next((c for c in conditions if c.get("type") == kind), None)
-    wanted: Condition = {"type": kind, "status": status, "reason": reason, "message": message,
-                         "lastTransitionTime": transition_time(previous, status, now)}
+    wanted: Condition = {
+        "type": kind,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": transition_time(previous, status, now),
+    }
     if generation is not None:
         wanted["observedGeneration"] = generation
     elif previous and "observedGeneration" in previous:
@@ -64,7 +76,10 @@ def holding_condition(obj: Object | None, kind: str | None = None) -> Condition 
     row = kinds.BY_KIND.get(kind) if isinstance(kind, str) else None
     types = (row.hold_condition,) if row is not None else tuple(_HOLDING)
     for condition in conditions_of(obj):
-        if condition.get("type") in types and condition.get("reason") == names.GATE_CLOSED_REASON \
-                and condition.get("status") == _HOLDING.get(str(condition.get("type"))):
+        if (
+            condition.get("type") in types
+            and condition.get("reason") == names.GATE_CLOSED_REASON
+            and condition.get("status") == _HOLDING.get(str(condition.get("type")))
+        ):
             return condition
     return None

@@ -46,6 +46,7 @@ def of(kind: str) -> ContentKind | None:
 
 # ---- by kind: each delegates to the kind's content (admission.core.contentkinds) ------------
 
+
 def served_revision(kind: str, obj: Object | None) -> str:
     """What the object serves (sources, ImagePolicy) or last applied (Kustomization, HelmRelease)."""
     found = of(kind)
@@ -96,7 +97,9 @@ def upstream(kind: str, obj: Object | None) -> tuple[str, str, str] | None:
     return found.upstream(obj)
 
 
-def upstream_waits(kind: str, obj: Object | None, source_kind: str, source: Object | None) -> NewContent | None:
+def upstream_waits(
+    kind: str, obj: Object | None, source_kind: str, source: Object | None
+) -> NewContent | None:
     """``(waits, serves)`` when the source a Kustomization or HelmRelease applies serves
     content it has not applied yet (None when they agree, or we cannot tell)."""
     found = of(kind)
@@ -112,6 +115,7 @@ def upstream_of(kind: str, obj: Object | None, get: Get) -> NewContent | None:
 
 
 # ---- generated HelmCharts -----------------------------------------------------------------
+
 
 def generator(chart: Object) -> tuple[str, str] | None:
     """(namespace, name) of the HelmRelease that generated ``chart``: helm-controller labels the
@@ -137,8 +141,11 @@ def generating_releases(chart: Object, get: Get) -> tuple[Object, ...]:
     if release is None:
         return ()
     spec = _mapping(release.get("spec"))
-    if isinstance(spec.get("chart"), dict) and not spec.get("chartRef") \
-            and generated_chart_namespace(release) == str(metadata(chart).get("namespace") or "default"):
+    if (
+        isinstance(spec.get("chart"), dict)
+        and not spec.get("chartRef")
+        and generated_chart_namespace(release) == str(metadata(chart).get("namespace") or "default")
+    ):
         return (release,)
     return ()
 
@@ -149,6 +156,7 @@ def inherits_from(obj: Object, get: Get) -> tuple[Object, ...]:
 
 
 # ---- what a held object shows ----------------------------------------------------------
+
 
 def waiting(obj: Object | None) -> Waiting | None:
     """What waits for a held object, from the Blocked (sources, ImagePolicy) or Approved

@@ -30,7 +30,7 @@ def _mapping(value: object) -> Object:
 
 def _text(value: object) -> str:
     text = value if isinstance(value, str) else "" if value is None else str(value)
-    return text if len(text) <= MAX_TEXT else text[:MAX_TEXT - 1] + "…"
+    return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 1] + "…"
 
 
 def _revision(obj: Object | None, field: str) -> str:
@@ -40,7 +40,11 @@ def _revision(obj: Object | None, field: str) -> str:
 
 def _ref(ref: object, namespace: str) -> Ref | None:
     """A ``sourceRef``/``chartRef`` as ``(kind, namespace, name)``, in ``namespace`` unless it says another."""
-    if not isinstance(ref, dict) or not isinstance(ref.get("kind"), str) or not isinstance(ref.get("name"), str):
+    if (
+        not isinstance(ref, dict)
+        or not isinstance(ref.get("kind"), str)
+        or not isinstance(ref.get("name"), str)
+    ):
         return None
     return ref["kind"], str(ref.get("namespace") or namespace), ref["name"]
 
@@ -51,7 +55,9 @@ def _namespace(obj: Object) -> str:
 
 def generated_chart_namespace(release: Object) -> str:
     """Where helm-controller creates a HelmRelease's HelmChart: its sourceRef's namespace."""
-    ref = _mapping(_mapping(_mapping(_mapping(release.get("spec")).get("chart")).get("spec")).get("sourceRef"))
+    ref = _mapping(
+        _mapping(_mapping(_mapping(release.get("spec")).get("chart")).get("spec")).get("sourceRef")
+    )
     return str(ref.get("namespace") or metadata(release).get("namespace") or "default")
 
 
@@ -96,7 +102,9 @@ class ContentKind:
         """The source the object applies (its spec is a mapping): ``(kind, namespace, name)``."""
         return None
 
-    def upstream_waits(self, obj: Object | None, source_kind: str, source: Object | None) -> NewContent | None:
+    def upstream_waits(
+        self, obj: Object | None, source_kind: str, source: Object | None
+    ) -> NewContent | None:
         """``(waits, serves)`` when the source the object applies serves content it has not applied yet."""
         return None
 
@@ -209,7 +217,9 @@ class AttemptedRevision(_Attempted):
             return NewContent(_text(attempted), self.serves(obj))
         return None
 
-    def upstream_waits(self, obj: Object | None, source_kind: str, source: Object | None) -> NewContent | None:
+    def upstream_waits(
+        self, obj: Object | None, source_kind: str, source: Object | None
+    ) -> NewContent | None:
         revision = _mapping(Artifact.of(source)).get("revision")
         applied = _revision(obj, names.LAST_APPLIED_REVISION_FIELD)
         if isinstance(revision, str) and revision and revision != applied:
@@ -223,11 +233,15 @@ class AttemptedRelease(_Attempted):
     before the Helm action, against ``history[0]``. Only the denied write can carry a values
     digest no source serves, so the webhook shows a denied attempt itself."""
 
-    fields: ClassVar[tuple[str, ...]] = (names.LAST_ATTEMPTED_REVISION_FIELD,
-                                         names.LAST_ATTEMPTED_REVISION_DIGEST_FIELD,
-                                         names.LAST_ATTEMPTED_CONFIG_DIGEST_FIELD)
-    where: ClassVar[str] = ("status.lastAttempted{Revision,RevisionDigest,ConfigDigest} vs "
-                            "status.history[0].{chartVersion,ociDigest,configDigest}")
+    fields: ClassVar[tuple[str, ...]] = (
+        names.LAST_ATTEMPTED_REVISION_FIELD,
+        names.LAST_ATTEMPTED_REVISION_DIGEST_FIELD,
+        names.LAST_ATTEMPTED_CONFIG_DIGEST_FIELD,
+    )
+    where: ClassVar[str] = (
+        "status.lastAttempted{Revision,RevisionDigest,ConfigDigest} vs "
+        "status.history[0].{chartVersion,ociDigest,configDigest}"
+    )
     shows_denied_attempts: ClassVar[bool] = True
 
     def _attempted(self, obj: Object | None) -> Release:
@@ -242,8 +256,11 @@ class AttemptedRelease(_Attempted):
         last = history[0] if isinstance(history, list) and history and isinstance(history[0], dict) else None
         if last is None:
             return None
-        return (str(last.get("chartVersion") or ""), str(last.get("ociDigest") or ""),
-                str(last.get("configDigest") or ""))
+        return (
+            str(last.get("chartVersion") or ""),
+            str(last.get("ociDigest") or ""),
+            str(last.get("configDigest") or ""),
+        )
 
     @staticmethod
     def text(release: Release | None) -> str:
@@ -278,10 +295,16 @@ class AttemptedRelease(_Attempted):
     def upstream(self, obj: Object) -> Ref | None:
         spec = _mapping(obj.get("spec"))
         if not isinstance(spec.get("chartRef"), dict) and isinstance(spec.get("chart"), dict):
-            return "HelmChart", generated_chart_namespace(obj), f"{_namespace(obj)}-{metadata(obj).get('name') or ''}"
+            return (
+                "HelmChart",
+                generated_chart_namespace(obj),
+                f"{_namespace(obj)}-{metadata(obj).get('name') or ''}",
+            )
         return _ref(spec.get("chartRef"), _namespace(obj))
 
-    def upstream_waits(self, obj: Object | None, source_kind: str, source: Object | None) -> NewContent | None:
+    def upstream_waits(
+        self, obj: Object | None, source_kind: str, source: Object | None
+    ) -> NewContent | None:
         revision = _mapping(Artifact.of(source)).get("revision")
         if not isinstance(revision, str) or not revision:
             return None

@@ -79,7 +79,9 @@ class CronSpec:
             and f.match_day(local.date())
         )
 
-    def next_fire(self, now: datetime, horizon: timedelta = HORIZON, until: datetime | None = None) -> datetime | None:
+    def next_fire(
+        self, now: datetime, horizon: timedelta = HORIZON, until: datetime | None = None
+    ) -> datetime | None:
         """The first fire time strictly after ``now``, in UTC; None if there is none on a day
         up to ``until`` (default: ``horizon`` ahead).
 
@@ -171,7 +173,10 @@ class CronSpec:
                 if matching:
                     found = next((d for d in days if d >= start), None)
                 else:
-                    found = next((d for d in range(start, calendar.monthrange(year, month)[1] + 1) if d not in days), None)
+                    found = next(
+                        (d for d in range(start, calendar.monthrange(year, month)[1] + 1) if d not in days),
+                        None,
+                    )
                 if found is not None:
                     break
             (year, month), start = next_month(year, month), 1
@@ -223,7 +228,10 @@ class CronSpec:
         assert f is not None
         midnight = local_midnight(day, self.zone)
         first = wall_instant(day, min(f.hours), min(f.minutes), self.zone)
-        if first is None or first.astimezone(self.zone).utcoffset() != midnight.astimezone(self.zone).utcoffset():
+        if (
+            first is None
+            or first.astimezone(self.zone).utcoffset() != midnight.astimezone(self.zone).utcoffset()
+        ):
             return midnight - timedelta(hours=3)  # a clock change that day: before a midnight it may skip
         return first - timedelta(seconds=1)
 
@@ -250,7 +258,11 @@ class CronSpec:
         sim.tick_direction = -1 if reverse else 1
         sim.fixup_tz = None
         # cronsim runs fixed-time jobs on the naive wall clock, as Debian cron does.
-        if sim.dt.tzinfo not in (None, UTC) and not sim.parts[1].startswith("*") and not sim.parts[2].startswith("*"):
+        if (
+            sim.dt.tzinfo not in (None, UTC)
+            and not sim.parts[1].startswith("*")
+            and not sim.parts[2].startswith("*")
+        ):
             sim.fixup_tz = sim.dt.tzinfo
             sim.dt = sim.dt.replace(tzinfo=None)
         return sim
@@ -272,7 +284,9 @@ class CronSpec:
                 return fire
         return None
 
-    def next_flip(self, now: datetime, horizon: timedelta = HORIZON, until: datetime | None = None) -> datetime | None:
+    def next_flip(
+        self, now: datetime, horizon: timedelta = HORIZON, until: datetime | None = None
+    ) -> datetime | None:
         """The first minute boundary after ``now`` where ``matches`` changes, or None."""
         if self.always or self.never:
             return None
@@ -329,7 +343,9 @@ class CronSpec:
         assert f is not None
         minutes, hours = sorted(f.minutes), sorted(f.hours)
         within_hours = max((b - a for a, b in zip(minutes, minutes[1:])), default=0)
-        between_hours = max(((b - a) * 60 + minutes[0] - minutes[-1] for a, b in zip(hours, hours[1:])), default=0)
+        between_hours = max(
+            ((b - a) * 60 + minutes[0] - minutes[-1] for a, b in zip(hours, hours[1:])), default=0
+        )
         return max(within_hours, between_hours), (24 - hours[-1] + hours[0]) * 60 + minutes[0] - minutes[-1]
 
     @functools.cached_property
@@ -337,8 +353,12 @@ class CronSpec:
         """Whether every day of every month matches."""
         f = self.fields
         assert f is not None
-        return len(f.months) == 12 and all(d in f.days for d in range(1, 32)) and f.day_and and \
-            all(w in f.weekdays or w + 7 in f.weekdays for w in range(7))
+        return (
+            len(f.months) == 12
+            and all(d in f.days for d in range(1, 32))
+            and f.day_and
+            and all(w in f.weekdays or w + 7 in f.weekdays for w in range(7))
+        )
 
     def full_month_from(self, day: date) -> bool:
         """Whether every day from ``day`` to the end of its month matches."""
@@ -388,9 +408,13 @@ def _parse_cron(text: str, default_zone: str | None) -> CronSpec:
         return CronSpec(text, "", tz, never=True)
     expr = _MACROS.get(lowered, body)
     if expr.startswith("@"):
-        raise ScheduleError(f"unknown cron macro {body!r}: use @always, @never, @hourly, @daily, @weekly, @monthly or @yearly")
+        raise ScheduleError(
+            f"unknown cron macro {body!r}: use @always, @never, @hourly, @daily, @weekly, @monthly or @yearly"
+        )
     if len(expr.split()) != 5:
-        raise ScheduleError(f"cron expression {text!r} must have five fields (minute hour day-of-month month day-of-week)")
+        raise ScheduleError(
+            f"cron expression {text!r} must have five fields (minute hour day-of-month month day-of-week)"
+        )
     try:
         fields = CronSim(expr, datetime(2000, 1, 1))
     except (CronSimError, ValueError, IndexError) as err:

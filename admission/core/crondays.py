@@ -30,7 +30,9 @@ class DayTable:
             first_weekday, length = calendar.monthrange(year, month)
             days = self.by_shape.get((first_weekday, length))
             if days is None:
-                days = self.by_shape[(first_weekday, length)] = _matching_days(fields, year, month, first_weekday, length)
+                days = self.by_shape[(first_weekday, length)] = _matching_days(
+                    fields, year, month, first_weekday, length
+                )
             self.by_month[(year, month)] = days
         return days
 

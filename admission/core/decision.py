@@ -11,7 +11,14 @@ from admission.core import content
 from admission.core import gates
 from admission.core import kinds
 from admission.core import names
-from admission.core.changes import OWNERS_CHANGE, SPEC_CHANGE, changed_paths, describe_paths, desired_spec, gated_change
+from admission.core.changes import (
+    OWNERS_CHANGE,
+    SPEC_CHANGE,
+    changed_paths,
+    describe_paths,
+    desired_spec,
+    gated_change,
+)
 from admission.core.gates import GateState
 from admission.core.holdmessage import NewContent, gate_clause
 from admission.core.lazy import Lazy
@@ -95,7 +102,9 @@ def own_hold(obj: Object | None, lookup: Lookup, now: datetime, policy: Policy |
     it at ``now``: one Hold, held or not (``active_holds``: the ones that hold, inherited too)."""
     policy = policy or policy_of(obj)
     states = tuple(
-        gates.invalid(ref.namespace, ref.name, ref.error) if ref.error else lookup(ref.namespace, ref.name, now)
+        gates.invalid(ref.namespace, ref.name, ref.error)
+        if ref.error
+        else lookup(ref.namespace, ref.name, now)
         for ref in policy.refs
     )
     closed = tuple(s for s in states if not s.open)
@@ -104,8 +113,14 @@ def own_hold(obj: Object | None, lookup: Lookup, now: datetime, policy: Policy |
     else:
         gates_hold = bool(closed)
     suspension = suspension_of(obj, now)
-    return Hold(policy, states, closed if gates_hold else (), suspension.hold,
-                gates_hold or suspension.hold is not None, suspension.suspended)
+    return Hold(
+        policy,
+        states,
+        closed if gates_hold else (),
+        suspension.hold,
+        gates_hold or suspension.hold is not None,
+        suspension.suspended,
+    )
 
 
 def releases(leaving: Hold, entering: Hold) -> str | None:
@@ -119,8 +134,9 @@ def releases(leaving: Hold, entering: Hold) -> str | None:
     return "the new gate policy would release it" + (": " + ", ".join(opened) if opened else "")
 
 
-def policy_release(old: Object | None, new: Object | None, before: Policy, after: Policy, lookup: Lookup,
-                   now: datetime) -> tuple[str, Hold] | None:
+def policy_release(
+    old: Object | None, new: Object | None, before: Policy, after: Policy, lookup: Lookup, now: datetime
+) -> tuple[str, Hold] | None:
     """Why an UPDATE that changes only the gate policy (``before`` to ``after``) would release
     the object its gates hold, and the hold it leaves; None when it would not."""
     if (before.refs, before.require) == (after.refs, after.require):
@@ -201,9 +217,12 @@ def standing(obj: Object, context: Context) -> Standing:
     if not holds:
         return Standing((), context.settings.mode, "", suspended)
     meta = metadata(obj)
-    return Standing(tuple(holds), mode_of(holds, context.settings),
-                    describe(str(obj.get("kind") or ""), meta.get("namespace") or "", meta.get("name") or "", holds),
-                    suspended)
+    return Standing(
+        tuple(holds),
+        mode_of(holds, context.settings),
+        describe(str(obj.get("kind") or ""), meta.get("namespace") or "", meta.get("name") or "", holds),
+        suspended,
+    )
 
 
 def target_of(obj: Object) -> str:
@@ -212,8 +231,9 @@ def target_of(obj: Object) -> str:
     return label(obj.get("kind") or "", meta.get("namespace") or "", meta.get("name") or "")
 
 
-def approved_for(kind: str, carried: NewContent | None, new: Object | None,
-                 context: Context) -> tuple[Context, list[approvals.Approval]]:
+def approved_for(
+    kind: str, carried: NewContent | None, new: Object | None, context: Context
+) -> tuple[Context, list[approvals.Approval]]:
     """The context in which a closed gate counts as open for this status write because it
     approves the exact content the write carries (``carried``: content.new_content, read by the
     caller), for the object, what it inherits its gates from, or ``*``, and the approvals that
@@ -231,7 +251,9 @@ def approved_for(kind: str, carried: NewContent | None, new: Object | None,
         state = closed_lookup(namespace, name, now)
         if state.open or not state.approvals:
             return state
-        found = approvals.admitting(state.approvals, state.required_approvals, identities.value, targets.value, now)
+        found = approvals.admitting(
+            state.approvals, state.required_approvals, identities.value, targets.value, now
+        )
         if not found:
             return state
         used.extend(a for a in found if a not in used)
@@ -245,10 +267,19 @@ def _unknown_deletion(request: AdmissionRequest, settings: Settings) -> Decision
     without it its gates cannot be read, so it may be gated: held (fail closed) in the server's
     mode, as when the gate cache cannot be trusted."""
     about = subject(request)
-    message = (f"{about.kind} {about.namespace}/{about.name} is held: the request carries no oldObject (the object "
-               "being deleted), so whether its gates allow deleting it is unknown")
-    return Decision(allowed=settings.mode == names.AUDIT, gated=True, held=True, mode=settings.mode, change="deletion",
-                    message=message, held_what=EDIT)
+    message = (
+        f"{about.kind} {about.namespace}/{about.name} is held: the request carries no oldObject (the object "
+        "being deleted), so whether its gates allow deleting it is unknown"
+    )
+    return Decision(
+        allowed=settings.mode == names.AUDIT,
+        gated=True,
+        held=True,
+        mode=settings.mode,
+        change="deletion",
+        message=message,
+        held_what=EDIT,
+    )
 
 
 def decide(request: AdmissionRequest, context: Context) -> Decision:
@@ -286,8 +317,16 @@ def decide(request: AdmissionRequest, context: Context) -> Decision:
         return read[0]
 
     sub_resource = request.get("subResource") or ""
-    change = gated_change(kind["kind"], operation, sub_resource, old, new, policies,
-                          by_kubernetes=username in names.SYSTEM_DELETERS, brought=lambda: carried)
+    change = gated_change(
+        kind["kind"],
+        operation,
+        sub_resource,
+        old,
+        new,
+        policies,
+        by_kubernetes=username in names.SYSTEM_DELETERS,
+        brought=lambda: carried,
+    )
     # An UPDATE of the object that changes nothing but its gate policy (or nothing at all).
     policy_only = operation == "UPDATE" and not sub_resource and change not in (SPEC_CHANGE, OWNERS_CHANGE)
     if change is None:
@@ -307,8 +346,13 @@ def decide(request: AdmissionRequest, context: Context) -> Decision:
         judgements += [own_hold(parent, lookup, now) for parent in context.parents(new)]
     holds = [h for h in judgements if h.held]
     if not holds:
-        return Decision(allowed=True, gated=True, change=change, hold=judgements[-1] if judgements else None,
-                        approved=approvals.describe(used) or None)
+        return Decision(
+            allowed=True,
+            gated=True,
+            change=change,
+            hold=judgements[-1] if judgements else None,
+            approved=approvals.describe(used) or None,
+        )
 
     mode = mode_of(holds, settings)
     about = subject(request)
@@ -322,6 +366,13 @@ def decide(request: AdmissionRequest, context: Context) -> Decision:
         message += "; changed: metadata.ownerReferences"
     elif policy_only:  # a metadata write held: say how the policy loosens, or it looks like a label edit
         message += f"; {change}"
-    return Decision(allowed=mode == names.AUDIT, gated=True, held=True, mode=mode, change=change,
-                    message=message, hold=holds[-1], held_what=what)
-
+    return Decision(
+        allowed=mode == names.AUDIT,
+        gated=True,
+        held=True,
+        mode=mode,
+        change=change,
+        message=message,
+        hold=holds[-1],
+        held_what=what,
+    )

@@ -45,8 +45,9 @@ def namespace_cap(slots: int) -> int:
     return max(1, (slots + 1) // 2)
 
 
-def next_due(fetched_at: datetime, interval: timedelta, failures: int,
-             least: timedelta = timedelta(0)) -> datetime:
+def next_due(
+    fetched_at: datetime, interval: timedelta, failures: int, least: timedelta = timedelta(0)
+) -> datetime:
     """When a calendar fetched at ``fetched_at`` is fetched again: after ``interval``, or after
     ``failures`` failures in a row FIRST_BACKOFF doubled ``failures - 1`` times (at least
     ``least``, at most ``interval``)."""
@@ -70,8 +71,14 @@ def next_wake(feeds: Iterable[Feed], now: datetime) -> datetime | None:
     return min((feed.due for feed in feeds if feed.due > now), default=None)
 
 
-def start_order(feeds: Iterable[Feed], now: datetime, running: Mapping[str, int], slots: int, cap: int,
-                last_started: Mapping[str, int]) -> list[Feed]:
+def start_order(
+    feeds: Iterable[Feed],
+    now: datetime,
+    running: Mapping[str, int],
+    slots: int,
+    cap: int,
+    last_started: Mapping[str, int],
+) -> list[Feed]:
     """The due calendars (``due <= now``) to start now, in the order they get the ``slots`` free
     slots. ``running``: fetches in flight per namespace (none of ``feeds`` is among them);
     ``last_started``: per namespace, a number that grows with each start (absent: never started)."""

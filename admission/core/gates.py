@@ -136,11 +136,18 @@ def cause_of(cg: CompiledGate, now: datetime) -> _Cause:
     if scheduled is not None:
         is_open, keeper, entry = scheduled
         if isinstance(entry, CalendarGuard):  # a calendar that cannot be read: closed, and why
-            return _Cause(False, names.REASON_UNKNOWN, f"gate state unknown: GateKeeper '{keeper}' {entry.unknown(now)}")
+            return _Cause(
+                False, names.REASON_UNKNOWN, f"gate state unknown: GateKeeper '{keeper}' {entry.unknown(now)}"
+            )
         what = entry.describe(now) if isinstance(entry, CalendarEntry) else f"schedule {entry}"
-        return _Cause(is_open, names.REASON_SCHEDULED,
-                      f"Gate {'opened' if is_open else 'closed'} by GateKeeper '{keeper}' {what}")
-    return _Cause(cg.default_open, names.REASON_DEFAULT, f"Gate {'opened' if cg.default_open else 'closed'} by default")
+        return _Cause(
+            is_open,
+            names.REASON_SCHEDULED,
+            f"Gate {'opened' if is_open else 'closed'} by GateKeeper '{keeper}' {what}",
+        )
+    return _Cause(
+        cg.default_open, names.REASON_DEFAULT, f"Gate {'opened' if cg.default_open else 'closed'} by default"
+    )
 
 
 def _is_open(cg: CompiledGate, now: datetime) -> bool:
@@ -199,16 +206,24 @@ def search_transition(cg: CompiledGate, now: datetime, horizon: timedelta = HORI
     if cg.fixed:
         return Transition()
     # Opening entries cannot change whether a gate that is open by default is open.
-    entries = [entry for entry in _entries(cg)
-               if any(entry is e for _, e in cg.closed_entries) or not cg.default_open]
+    entries = [
+        entry
+        for entry in _entries(cg)
+        if any(entry is e for _, e in cg.closed_entries) or not cg.default_open
+    ]
     closing = [i for i, entry in enumerate(entries) if any(entry is e for _, e in cg.closed_entries)]
     # An entry that also closes never opens the gate (closing wins while it is active): as an
     # opener it would only make the search step through each of its changes.
-    opening = [i for i, entry in enumerate(entries)
-               if i not in closing and any(entry is e for _, e in cg.opened_entries)]
+    opening = [
+        i
+        for i, entry in enumerate(entries)
+        if i not in closing and any(entry is e for _, e in cg.opened_entries)
+    ]
     # Calendars as the search sees them: fetched again before they go stale (calendarentries._Searched).
-    searched = [entry.searched_from(now) if isinstance(entry, (CalendarEntry, CalendarGuard)) else entry
-                for entry in entries]
+    searched = [
+        entry.searched_from(now) if isinstance(entry, (CalendarEntry, CalendarGuard)) else entry
+        for entry in entries
+    ]
     active: list[bool] = [False] * len(entries)
     changes: list[datetime | None] = [None] * len(entries)
     spent = 0
@@ -241,7 +256,9 @@ def search_transition(cg: CompiledGate, now: datetime, horizon: timedelta = HORI
     return Transition(unknown_after=cur)
 
 
-def _open_by(cg: CompiledGate, at: datetime, active: list[bool], closing: list[int], opening: list[int]) -> bool:
+def _open_by(
+    cg: CompiledGate, at: datetime, active: list[bool], closing: list[int], opening: list[int]
+) -> bool:
     """Whether the gate is open at ``at``, its entries being ``active`` (as ``_is_open``)."""
     toggle = _applied_toggle(cg, at)
     if toggle is not None:
@@ -251,8 +268,15 @@ def _open_by(cg: CompiledGate, at: datetime, active: list[bool], closing: list[i
     return True if any(active[i] for i in opening) else cg.default_open
 
 
-def _earliest_flip(cg: CompiledGate, cur: datetime, active: list[bool], changes: list[datetime | None],
-                   closing: list[int], opening: list[int], next_fixed: datetime | None) -> datetime | None:
+def _earliest_flip(
+    cg: CompiledGate,
+    cur: datetime,
+    active: list[bool],
+    changes: list[datetime | None],
+    closing: list[int],
+    opening: list[int],
+    next_fixed: datetime | None,
+) -> datetime | None:
     """The earliest instant after ``cur`` at which the gate could open or close: an entry
     keeps its state until its change, so no flip can come before this (None: none is known)."""
     candidates = [next_fixed] if next_fixed is not None else []
@@ -292,23 +316,47 @@ def evaluate(cg: CompiledGate, now: datetime) -> GateState:
     """The state of a compiled gate at ``now``; its next transition is searched for when asked."""
     cause = cause_of(cg, now)
     if cg.fixed:
-        return GateState(cg.namespace, cg.name, False, cause.reason, cause.message, mode=cg.mode, problems=cg.problems)
+        return GateState(
+            cg.namespace, cg.name, False, cause.reason, cause.message, mode=cg.mode, problems=cg.problems
+        )
     valid_until = _valid_until(cg, now)
     transition = Lazy(functools.partial(search_transition, cg, now))
     toggle = cause.toggle
     if toggle is None:
-        return GateState(cg.namespace, cg.name, cause.open, cause.reason, cause.message, mode=cg.mode,
-                         problems=cg.problems, valid_until=valid_until, transition=transition,
-                         approvals=cg.approvals, required_approvals=cg.required_approvals)
+        return GateState(
+            cg.namespace,
+            cg.name,
+            cause.open,
+            cause.reason,
+            cause.message,
+            mode=cg.mode,
+            problems=cg.problems,
+            valid_until=valid_until,
+            transition=transition,
+            approvals=cg.approvals,
+            required_approvals=cg.required_approvals,
+        )
     ends = toggle.at + cg.window if cg.window is not None else None
     message = cause.message
     if ends is not None and _is_open(cg, ends) != toggle.open:
         message = f"Gate scheduled for {'closing' if toggle.open else 'opening'} at {format_time(ends)}"
-    return GateState(cg.namespace, cg.name, toggle.open, cause.reason, message,
-                     requested_at=toggle.at, reset_to_default_at=ends,
-                     requested_by=cg.requested_by, request_message=cg.request_message, mode=cg.mode,
-                     problems=cg.problems, valid_until=valid_until, transition=transition,
-                         approvals=cg.approvals, required_approvals=cg.required_approvals)
+    return GateState(
+        cg.namespace,
+        cg.name,
+        toggle.open,
+        cause.reason,
+        message,
+        requested_at=toggle.at,
+        reset_to_default_at=ends,
+        requested_by=cg.requested_by,
+        request_message=cg.request_message,
+        mode=cg.mode,
+        problems=cg.problems,
+        valid_until=valid_until,
+        transition=transition,
+        approvals=cg.approvals,
+        required_approvals=cg.required_approvals,
+    )
 
 
 def evaluate_gate(gate: dict[str, Any], keepers: Iterable[dict[str, Any]], now: datetime) -> GateState:

@@ -150,16 +150,27 @@ def compile_gate(gate: dict[str, Any], keepers: Iterable[dict[str, Any]] = ()) -
         opened_entries += [(kname, e) for e in opening]
         counted += len(closed_part) + len(opened_part) + len(feeds.guards)
     if counted > MAX_ENTRIES:
-        errors.append(f"GateKeepers {', '.join(sorted(set(keeper_names)))} have "
-                      f"{counted} schedule entries and calendars, more than {MAX_ENTRIES}")
+        errors.append(
+            f"GateKeepers {', '.join(sorted(set(keeper_names)))} have "
+            f"{counted} schedule entries and calendars, more than {MAX_ENTRIES}"
+        )
 
     return CompiledGate(
-        namespace, name, default_open, window, mode,
+        namespace,
+        name,
+        default_open,
+        window,
+        mode,
         tuple(sorted(toggles, key=lambda t: (t.at, not t.open))),
-        tuple(closed_entries), tuple(opened_entries), tuple(errors), tuple(problems),
+        tuple(closed_entries),
+        tuple(opened_entries),
+        tuple(errors),
+        tuple(problems),
         _str_or_none(annotations.get(names.REQUESTED_BY_ANNOTATION)),
         _str_or_none(annotations.get(names.MESSAGE_ANNOTATION)),
-        tuple(sorted(keeper_names)), approvals=approved, required_approvals=approval_policy.required,
+        tuple(sorted(keeper_names)),
+        approvals=approved,
+        required_approvals=approval_policy.required,
     )
 
 

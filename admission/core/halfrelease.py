@@ -18,7 +18,9 @@ from admission.core import content
 from admission.core.objects import label, metadata
 from admission.core.references import policy_of
 
-Listing = Callable[[str, str], Iterable[dict[str, Any]]]  # (kind, namespace) -> the objects of that kind there
+Listing = Callable[
+    [str, str], Iterable[dict[str, Any]]
+]  # (kind, namespace) -> the objects of that kind there
 VALUES_KINDS = ("ConfigMap", "Secret")
 
 
@@ -35,7 +37,9 @@ def _spec(obj: dict[str, Any]) -> dict[str, Any]:
     return spec if isinstance(spec, dict) else {}
 
 
-def warnings(obj: dict[str, Any], get: content.Get, listing: Listing = lambda kind, namespace: ()) -> list[str]:
+def warnings(
+    obj: dict[str, Any], get: content.Get, listing: Listing = lambda kind, namespace: ()
+) -> list[str]:
     """Why approving ``obj``'s content may land only part of a change; [] when it would not."""
     kind, meta = str(obj.get("kind") or ""), metadata(obj)
     namespace = str(meta.get("namespace") or "default")
@@ -51,7 +55,9 @@ def warnings(obj: dict[str, Any], get: content.Get, listing: Listing = lambda ki
 def _inputs(kind: str, obj: dict[str, Any], namespace: str, own: list[str], get: content.Get) -> list[str]:
     inputs: list[tuple[str, tuple[str, str, str]]] = []
     source = content.upstream(kind, obj)
-    if source is not None and not (source[0] == "HelmChart" and source[2] == f"{namespace}-{metadata(obj).get('name')}"):
+    if source is not None and not (
+        source[0] == "HelmChart" and source[2] == f"{namespace}-{metadata(obj).get('name')}"
+    ):
         inputs.append(("source", source))  # (a generated HelmChart inherits the release's gates)
     for dep in _spec(obj).get("dependsOn") or []:
         if isinstance(dep, dict) and isinstance(dep.get("name"), str):
@@ -63,19 +69,26 @@ def _inputs(kind: str, obj: dict[str, Any], namespace: str, own: list[str], get:
             continue
         theirs = _gates(found_input)
         if theirs != own:
-            found.append(f"its {what} {label(input_kind, input_ns, input_name)} is gated by {_shown(theirs)}, "
-                         f"it by {_shown(own)}: an approval here lands only what those gates let "
-                         "through, part of a change can land without the rest")
+            found.append(
+                f"its {what} {label(input_kind, input_ns, input_name)} is gated by {_shown(theirs)}, "
+                f"it by {_shown(own)}: an approval here lands only what those gates let "
+                "through, part of a change can land without the rest"
+            )
     return found
 
 
 def _values_from(release: dict[str, Any], namespace: str) -> list[str]:
-    names = [label(ref["kind"], namespace, ref["name"]) for ref in _spec(release).get("valuesFrom") or []
-             if isinstance(ref, dict) and ref.get("kind") in VALUES_KINDS and isinstance(ref.get("name"), str)]
+    names = [
+        label(ref["kind"], namespace, ref["name"])
+        for ref in _spec(release).get("valuesFrom") or []
+        if isinstance(ref, dict) and ref.get("kind") in VALUES_KINDS and isinstance(ref.get("name"), str)
+    ]
     if not names:
         return []
-    return [f"its values come from {', '.join(names)}, which no gate holds: a change there waits here as a "
-            "new values digest, approved apart from a chart version its source holds; approve each to land both"]
+    return [
+        f"its values come from {', '.join(names)}, which no gate holds: a change there waits here as a "
+        "new values digest, approved apart from a chart version its source holds; approve each to land both"
+    ]
 
 
 def _selects(automation: dict[str, Any], policy: dict[str, Any]) -> bool:
@@ -94,8 +107,12 @@ def _selects(automation: dict[str, Any], policy: dict[str, Any]) -> bool:
             continue
         key, operator, values = rule.get("key"), rule.get("operator"), rule.get("values") or []
         present = key in labels
-        if (operator == "In" and labels.get(key) not in values) or (operator == "NotIn" and labels.get(key) in values) \
-                or (operator == "Exists" and not present) or (operator == "DoesNotExist" and present):
+        if (
+            (operator == "In" and labels.get(key) not in values)
+            or (operator == "NotIn" and labels.get(key) in values)
+            or (operator == "Exists" and not present)
+            or (operator == "DoesNotExist" and present)
+        ):
             return False
     return True
 
@@ -111,7 +128,9 @@ def _automations(policy: dict[str, Any], namespace: str, get: content.Get, listi
         git = (str(ref.get("kind") or "GitRepository"), str(ref.get("namespace") or namespace), ref["name"])
         theirs = _gates(get(*git))
         if theirs:
-            found.append(f"it feeds {label('ImageUpdateAutomation', namespace, metadata(automation).get('name'))}, "
-                         f"whose commits wait at {label(*git)}, gated by {_shown(theirs)}: an image approved here "
-                         "lands once that commit is let through there too")
+            found.append(
+                f"it feeds {label('ImageUpdateAutomation', namespace, metadata(automation).get('name'))}, "
+                f"whose commits wait at {label(*git)}, gated by {_shown(theirs)}: an image approved here "
+                "lands once that commit is let through there too"
+            )
     return found

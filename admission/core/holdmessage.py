@@ -22,7 +22,9 @@ _FORMS = {
 _GATE = re.compile(r"gate '([^']+)' is closed")
 # What waits is the shortest run before the separator that crosses no ": " or ". " (a revision
 # such as "main@sha1:9f2c" or "6.5.0 (values sha256:v2)" has neither).
-_TAIL = re.compile(rf"^(?P<why>.*)[:.] (?P<waits>(?:(?![:.] ).)+?){re.escape(_SEPARATOR)}(?P<serves>.*)$", re.S)
+_TAIL = re.compile(
+    rf"^(?P<why>.*)[:.] (?P<waits>(?:(?![:.] ).)+?){re.escape(_SEPARATOR)}(?P<serves>.*)$", re.S
+)
 
 
 def gate_clause(key: str) -> str:
@@ -80,5 +82,7 @@ def parse(message: object) -> HoldMessage | None:
             match = _TAIL.match(message)
             if match is None:
                 return None
-            return HoldMessage(condition, match["why"][len(opening):], NewContent(match["waits"], match["serves"]))
+            return HoldMessage(
+                condition, match["why"][len(opening) :], NewContent(match["waits"], match["serves"])
+            )
     return None

@@ -18,9 +18,24 @@ from admission.core import content
 from admission.core import holdmessage
 from admission.core import kinds
 from admission.core import names
-from admission.core.conditions import conditions_of, find, holding_condition, with_condition, without_condition
+from admission.core.conditions import (
+    conditions_of,
+    find,
+    holding_condition,
+    with_condition,
+    without_condition,
+)
 from admission.core.contentkinds import ContentKind
-from admission.core.decision import ALLOWED, CONTENT, Context, Decision, Hold, Standing, approved_for, standing
+from admission.core.decision import (
+    ALLOWED,
+    CONTENT,
+    Context,
+    Decision,
+    Hold,
+    Standing,
+    approved_for,
+    standing,
+)
 from admission.core.holdmessage import HoldMessage, NewContent
 from admission.core.jsonvalues import same
 from admission.core.objects import Object, status_of
@@ -57,8 +72,15 @@ def enforced(stands: Standing) -> Held | None:
     return held_by(list(stands.holds), stands.message)
 
 
-def _keep_content(row: kinds.FluxKind, kept: ContentKind, old: Object | None, new: Object, held: Held | None,
-                  now: datetime, carried: NewContent | None) -> dict[str, object]:
+def _keep_content(
+    row: kinds.FluxKind,
+    kept: ContentKind,
+    old: Object | None,
+    new: Object,
+    held: Held | None,
+    now: datetime,
+    carried: NewContent | None,
+) -> dict[str, object]:
     status, stored = status_of(new), status_of(old)
     conditions = conditions_of(new)
     changes: dict[str, object] = {}
@@ -76,7 +98,9 @@ def _keep_content(row: kinds.FluxKind, kept: ContentKind, old: Object | None, ne
     if held is not None and waits is not None:
         serves = kept.serves(old if changes else new)
         message = HoldMessage.of(names.BLOCKED_CONDITION, held.clauses, NewContent(waits, serves)).format()
-        conditions = with_condition(conditions, names.BLOCKED_CONDITION, "True", names.GATE_CLOSED_REASON, message, now)
+        conditions = with_condition(
+            conditions, names.BLOCKED_CONDITION, "True", names.GATE_CLOSED_REASON, message, now
+        )
         ready = find({"status": {"conditions": conditions}}, names.READY_CONDITION)
         # Ready's status is never changed (helm-controller reads it), but its message must not
         # say the source serves what waits.
@@ -89,15 +113,25 @@ def _keep_content(row: kinds.FluxKind, kept: ContentKind, old: Object | None, ne
     return changes
 
 
-def _approval_conditions(conditions: list[Object], held: Held, pending: NewContent, now: datetime) -> list[Object]:
-    conditions = with_condition(conditions, names.READY_CONDITION, "False", names.GATE_CLOSED_REASON,
-                                pending.after(held.message), now)
-    return with_condition(conditions, names.APPROVED_CONDITION, "False", names.GATE_CLOSED_REASON,
-                          HoldMessage.of(names.APPROVED_CONDITION, held.clauses, pending).format(), now)
+def _approval_conditions(
+    conditions: list[Object], held: Held, pending: NewContent, now: datetime
+) -> list[Object]:
+    conditions = with_condition(
+        conditions, names.READY_CONDITION, "False", names.GATE_CLOSED_REASON, pending.after(held.message), now
+    )
+    return with_condition(
+        conditions,
+        names.APPROVED_CONDITION,
+        "False",
+        names.GATE_CLOSED_REASON,
+        HoldMessage.of(names.APPROVED_CONDITION, held.clauses, pending).format(),
+        now,
+    )
 
 
-def _denied_attempt(kind: str, attempted: ContentKind, old: Object | None, new: Object,
-                    denied: NewContent | None) -> NewContent | None:
+def _denied_attempt(
+    kind: str, attempted: ContentKind, old: Object | None, new: Object, denied: NewContent | None
+) -> NewContent | None:
     """``(waits, serves)`` of an attempt the validating webhook denied: the one just denied
     (``denied``), else the one a stored Approved condition shows (the webhook wrote it after the
     denial: admission.kube.attempts). It goes once what waits is what the object applied, or
@@ -115,12 +149,25 @@ def _denied_attempt(kind: str, attempted: ContentKind, old: Object | None, new: 
     return None if waits == serves else NewContent(waits, serves)
 
 
-def _show_approval(row: kinds.FluxKind, attempted: ContentKind, old: Object | None, new: Object, held: Held | None,
-                   now: datetime, carried: NewContent | None, upstream: NewContent | None) -> dict[str, object]:
+def _show_approval(
+    row: kinds.FluxKind,
+    attempted: ContentKind,
+    old: Object | None,
+    new: Object,
+    held: Held | None,
+    now: datetime,
+    carried: NewContent | None,
+    upstream: NewContent | None,
+) -> dict[str, object]:
     conditions = conditions_of(new)
     pending = None
     if held is not None:
-        pending = carried or attempted.recorded(new) or upstream or _denied_attempt(row.kind, attempted, old, new, None)
+        pending = (
+            carried
+            or attempted.recorded(new)
+            or upstream
+            or _denied_attempt(row.kind, attempted, old, new, None)
+        )
     if held is not None and pending is not None:
         conditions = _approval_conditions(conditions, held, pending, now)
     else:
@@ -128,28 +175,50 @@ def _show_approval(row: kinds.FluxKind, attempted: ContentKind, old: Object | No
     return {"conditions": conditions} if not same(conditions, conditions_of(new)) else {}
 
 
-def show_denied_attempt(kind: str, stored: Object | None, attempted: Object | None, held: Held | None, now: datetime,
-                        upstream: NewContent | None = None) -> dict[str, object]:
+def show_denied_attempt(
+    kind: str,
+    stored: Object | None,
+    attempted: Object | None,
+    held: Held | None,
+    now: datetime,
+    upstream: NewContent | None = None,
+) -> dict[str, object]:
     """The status changes that show, on ``stored`` (the object as it is now), the attempt a
     denied status write (``attempted``) recorded: Approved=False and Ready=False, GateClosed, the
     conditions ``rewrite_status`` then keeps on later writes while it holds. None (``{}``) when
     the kind does not need it, nothing is held or waits, or the conditions already say so."""
     row = kinds.BY_KIND.get(kind)
-    if row is None or row.content is None or not row.shows_denied_attempts or held is None \
-            or not isinstance(stored, dict):
+    if (
+        row is None
+        or row.content is None
+        or not row.shows_denied_attempts
+        or held is None
+        or not isinstance(stored, dict)
+    ):
         return {}
     # The order of _show_approval, so the mutating webhook keeps what this writes on its way in.
     shown = row.content
-    pending = (shown.recorded(stored) or upstream
-               or _denied_attempt(kind, shown, stored, stored, shown.held_attempt(attempted, stored)))
+    pending = (
+        shown.recorded(stored)
+        or upstream
+        or _denied_attempt(kind, shown, stored, stored, shown.held_attempt(attempted, stored))
+    )
     if pending is None:
         return {}
     conditions = _approval_conditions(conditions_of(stored), held, pending, now)
     return {"conditions": conditions} if not same(conditions, conditions_of(stored)) else {}
 
 
-def rewrite_status(kind: str, old: Object | None, new: Object, held: Held | None, now: datetime, *,
-                   carried: NewContent | None, upstream: NewContent | None = None) -> dict[str, object]:
+def rewrite_status(
+    kind: str,
+    old: Object | None,
+    new: Object,
+    held: Held | None,
+    now: datetime,
+    *,
+    carried: NewContent | None,
+    upstream: NewContent | None = None,
+) -> dict[str, object]:
     """The status fields a status UPDATE must change (``REMOVE`` to drop one): none when the
     object is not held and carries none of our conditions. ``carried`` is what the write
     brings (``content.new_content()``); ``upstream`` is ``(waits, serves)`` when the source a
@@ -191,14 +260,28 @@ def judge_status_write(request: AdmissionRequest, context: Context) -> StatusVer
     stands = standing(new, context)
     held = enforced(stands)
     if held is None:
-        decision = ALLOWED if not used else Decision(allowed=True, gated=True, held_what=CONTENT,
-                                                     approved=approvals.describe(used))
-        return StatusVerdict(rewrite_status(kind, old, new, None, context.now, carried=carried), decision,
-                             stands.suspended)
-    upstream = content.upstream_of(kind, new, context.get) if row.content.records_attempts and context.get else None
+        decision = (
+            ALLOWED
+            if not used
+            else Decision(allowed=True, gated=True, held_what=CONTENT, approved=approvals.describe(used))
+        )
+        return StatusVerdict(
+            rewrite_status(kind, old, new, None, context.now, carried=carried), decision, stands.suspended
+        )
+    upstream = (
+        content.upstream_of(kind, new, context.get) if row.content.records_attempts and context.get else None
+    )
     changes = rewrite_status(kind, old, new, held, context.now, carried=carried, upstream=upstream)
     if not row.content.keeps or carried is None:  # no content rewritten: nothing to log or count
         return StatusVerdict(changes, ALLOWED, stands.suspended)
-    decision = Decision(allowed=True, gated=True, held=True, mode=names.ENFORCE, hold=stands.holds[-1],
-                        held_what=CONTENT, change=carried.as_change(), message=carried.after(held.message))
+    decision = Decision(
+        allowed=True,
+        gated=True,
+        held=True,
+        mode=names.ENFORCE,
+        hold=stands.holds[-1],
+        held_what=CONTENT,
+        change=carried.as_change(),
+        message=carried.after(held.message),
+    )
     return StatusVerdict(changes, decision, stands.suspended)

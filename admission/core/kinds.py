@@ -52,8 +52,16 @@ _SOURCE_VERSIONS = ("v1", "v1beta2")
 _IMAGE_VERSIONS = ("v1", "v1beta2")
 
 FLUX_KINDS: tuple[FluxKind, ...] = (
-    FluxKind("Kustomization", names.KUSTOMIZE_GROUP, "kustomizations", ("v1", "v1beta2", "v1beta1"), ATTEMPTED_REVISION),
-    FluxKind("HelmRelease", names.HELM_GROUP, "helmreleases", ("v2", "v2beta2", "v2beta1"), ATTEMPTED_RELEASE),
+    FluxKind(
+        "Kustomization",
+        names.KUSTOMIZE_GROUP,
+        "kustomizations",
+        ("v1", "v1beta2", "v1beta1"),
+        ATTEMPTED_REVISION,
+    ),
+    FluxKind(
+        "HelmRelease", names.HELM_GROUP, "helmreleases", ("v2", "v2beta2", "v2beta1"), ATTEMPTED_RELEASE
+    ),
     FluxKind("GitRepository", names.SOURCE_GROUP, "gitrepositories", _SOURCE_VERSIONS, ARTIFACT),
     FluxKind("OCIRepository", names.SOURCE_GROUP, "ocirepositories", _SOURCE_VERSIONS, ARTIFACT),
     FluxKind("HelmRepository", names.SOURCE_GROUP, "helmrepositories", _SOURCE_VERSIONS, ARTIFACT),
@@ -100,4 +108,3 @@ def resources_by_group() -> dict[str, tuple[str, ...]]:
     for k in FLUX_KINDS:
         out[k.group] = out.get(k.group, ()) + (k.plural,)
     return out
-

@@ -15,8 +15,10 @@ def wall_instant(day: date, hour: int, minute: int, tz: tzinfo) -> datetime | No
     if tz is UTC:
         return local
     instant = local.astimezone(UTC)
-    if instant.astimezone(tz).replace(tzinfo=None) != local.replace(tzinfo=None) or \
-            local.replace(fold=1).utcoffset() != local.utcoffset():
+    if (
+        instant.astimezone(tz).replace(tzinfo=None) != local.replace(tzinfo=None)
+        or local.replace(fold=1).utcoffset() != local.utcoffset()
+    ):
         return None
     return instant
 
@@ -40,7 +42,12 @@ def steady_offset(day: date, tz: tzinfo) -> timedelta | None:
     # repeated, with one offset (Santiago skips midnight; America/Nuuk's last Saturday of March
     # ends at 23:00). Zones change clocks once in a day at most.
     first, last = datetime.combine(day, time(0)), datetime.combine(day, time(23, 59, 59))
-    offsets = {tz.utcoffset(first), tz.utcoffset(first.replace(fold=1)), tz.utcoffset(last), tz.utcoffset(last.replace(fold=1))}
+    offsets = {
+        tz.utcoffset(first),
+        tz.utcoffset(first.replace(fold=1)),
+        tz.utcoffset(last),
+        tz.utcoffset(last.replace(fold=1)),
+    }
     return offsets.pop() if len(offsets) == 1 else None
 
 
@@ -68,7 +75,9 @@ def unsteady_days(year: int, tz: tzinfo) -> tuple[date, ...]:
             continue
         while (hi - lo).days > 1:  # the offset at noon is ``before`` on lo and ``after`` on hi
             middle = lo + timedelta(days=(hi - lo).days // 2)
-            lo, hi = (middle, hi) if tz.utcoffset(datetime.combine(middle, time(12))) == before else (lo, middle)
+            lo, hi = (
+                (middle, hi) if tz.utcoffset(datetime.combine(middle, time(12))) == before else (lo, middle)
+            )
         days.update(d for d in (lo, hi) if steady_offset(d, tz) is None)
     return tuple(sorted(days))
 

@@ -44,8 +44,13 @@ CONDITION_NAME = "concerns-gate-admission"  # a matchCondition's name, as the AP
 
 # Every annotation the decision reads on a Flux object (admission.core.references): gate
 # references, the require mode (loosening it is held), and the three suspension spellings.
-HOLDING_ANNOTATIONS = (names.GATES_ANNOTATION, names.REQUIRE_ANNOTATION, names.SUSPENDED_ANNOTATION,
-                       names.SUSPEND_DURING_ANNOTATION, names.SUSPENDED_DURING_ANNOTATION)
+HOLDING_ANNOTATIONS = (
+    names.GATES_ANNOTATION,
+    names.REQUIRE_ANNOTATION,
+    names.SUSPENDED_ANNOTATION,
+    names.SUSPEND_DURING_ANNOTATION,
+    names.SUSPENDED_DURING_ANNOTATION,
+)
 HOLD_CONDITIONS = (names.BLOCKED_CONDITION, names.APPROVED_CONDITION)
 GENERATED_KIND = "HelmChart"
 
@@ -81,6 +86,7 @@ def _section(obj: object, key: str) -> dict[str, Any] | None:
 
 def _references(var: str) -> Part:
     """``var`` (object or oldObject) names a gate or a suspension."""
+
     def test(request: Request) -> bool:
         obj = request.get(var)
         if not isinstance(obj, dict):
@@ -89,16 +95,22 @@ def _references(var: str) -> Part:
             return True
         spec = _section(obj, "spec")
         return spec is not None and "gates" in spec  # has(): present, whatever its value
-    cel = (f"({var} != null && (has({var}.metadata.annotations) && "
-           f"{_list(HOLDING_ANNOTATIONS)}.exists(k, k in {var}.metadata.annotations) || "
-           f"has({var}.spec) && has({var}.spec.gates)))")
+
+    cel = (
+        f"({var} != null && (has({var}.metadata.annotations) && "
+        f"{_list(HOLDING_ANNOTATIONS)}.exists(k, k in {var}.metadata.annotations) || "
+        f"has({var}.spec) && has({var}.spec.gates)))"
+    )
     return Part(cel, test)
 
 
 def _generated_chart(request: Request) -> bool:
     obj = request.get("object")
-    return ((request.get("kind") or {}).get("kind") == GENERATED_KIND and isinstance(obj, dict)
-            and content.generator(obj) is not None)
+    return (
+        (request.get("kind") or {}).get("kind") == GENERATED_KIND
+        and isinstance(obj, dict)
+        and content.generator(obj) is not None
+    )
 
 
 _LABELS = "object.metadata.labels"
@@ -109,40 +121,47 @@ GENERATED = Part(
     f"'{names.HELM_NAME_LABEL}' in {_LABELS} && '{names.HELM_NAMESPACE_LABEL}' in {_LABELS} && "
     f"has(object.metadata.name) && object.metadata.name == "
     f"{_LABELS}['{names.HELM_NAMESPACE_LABEL}'] + '-' + {_LABELS}['{names.HELM_NAME_LABEL}'])",
-    _generated_chart)
+    _generated_chart,
+)
 
 
 def _suspension(request: Request) -> bool:
     obj = request.get("object")
     spec, status = _section(obj, "spec"), _section(obj, "status")
-    return (spec is not None and spec.get("suspend") is True) or \
-        (status is not None and "suspended" in status and status["suspended"] is not False)
+    return (spec is not None and spec.get("suspend") is True) or (
+        status is not None and "suspended" in status and status["suspended"] is not False
+    )
 
 
 # status.suspended must become true, or stop being true; absent and false both say "not suspended".
 SUSPENSION = Part(
     "(object != null && (has(object.spec) && has(object.spec.suspend) && object.spec.suspend == true || "
     "has(object.status) && has(object.status.suspended) && object.status.suspended != false))",
-    _suspension)
+    _suspension,
+)
 
 
 def _hold_marks(request: Request) -> bool:
     status = _section(request.get("object"), "status")
     conditions = status.get("conditions") if status is not None else None
     return isinstance(conditions, list) and any(
-        isinstance(c, dict) and "type" in c and c["type"] in HOLD_CONDITIONS for c in conditions)
+        isinstance(c, dict) and "type" in c and c["type"] in HOLD_CONDITIONS for c in conditions
+    )
 
 
 HOLD_MARKS = Part(
     "(object != null && has(object.status) && has(object.status.conditions) && "
     f"object.status.conditions.exists(c, has(c.type) && c.type in {_list(HOLD_CONDITIONS)}))",
-    _hold_marks)
+    _hold_marks,
+)
 
 REFERENCES = _references("object") | _references("oldObject")
 # A DELETE without its old object cannot be judged (its gates are unknown): the server denies
 # it. API servers have sent oldObject on DELETE since 1.15, so this costs no call.
-DELETE_UNKNOWN = Part("(request.operation == 'DELETE' && oldObject == null)",
-                      lambda r: r.get("operation") == "DELETE" and not isinstance(r.get("oldObject"), dict))
+DELETE_UNKNOWN = Part(
+    "(request.operation == 'DELETE' && oldObject == null)",
+    lambda r: r.get("operation") == "DELETE" and not isinstance(r.get("oldObject"), dict),
+)
 
 
 @dataclass(frozen=True)
@@ -177,12 +196,19 @@ class Entry:
         """Whether the entry's rules send ``request`` (what matchConditions then judge)."""
         gvk = request.get("kind") or {}
         if self.gates:
-            return (gvk.get("group"), gvk.get("kind")) == (names.GATING_GROUP, names.GATE_KIND) \
-                and request.get("operation") in self.operations and not request.get("subResource")
+            return (
+                (gvk.get("group"), gvk.get("kind")) == (names.GATING_GROUP, names.GATE_KIND)
+                and request.get("operation") in self.operations
+                and not request.get("subResource")
+            )
         row = kinds.lookup(gvk.get("group", ""), gvk.get("kind", ""))
         sub_resource = request.get("subResource") or ""
-        return row is not None and self.covers(row) and request.get("operation") in self.operations \
+        return (
+            row is not None
+            and self.covers(row)
+            and request.get("operation") in self.operations
             and sub_resource == ("status" if self.status else "")
+        )
 
     def calls(self, request: Request) -> bool:
         """Whether the API server calls this entry for ``request`` (conditions in place)."""
@@ -213,7 +239,8 @@ _OLD = "oldObject.metadata.annotations"
 APPROVALS_CHANGE = Part(
     f"(object != null && has({_NEW}) && {_NEW}.exists(k, k.startsWith('{names.APPROVAL_ANNOTATION_PREFIX}') && "
     f"(oldObject == null || !has({_OLD}) || !(k in {_OLD}) || {_OLD}[k] != {_NEW}[k])))",
-    _approvals_change)
+    _approvals_change,
+)
 
 
 def _no_kind(row: kinds.FluxKind) -> bool:
@@ -223,25 +250,63 @@ def _no_kind(row: kinds.FluxKind) -> bool:
 _MAIN_OPERATIONS = ("CREATE", "UPDATE", "DELETE")
 ENTRIES: tuple[Entry, ...] = (
     # Edits, creations, deletions of objects that reference a gate: never unjudged.
-    Entry(names.VALIDATE_WEBHOOK, VALIDATE, False, _MAIN_OPERATIONS, _every_kind, FAIL, REFERENCES | DELETE_UNKNOWN),
+    Entry(
+        names.VALIDATE_WEBHOOK,
+        VALIDATE,
+        False,
+        _MAIN_OPERATIONS,
+        _every_kind,
+        FAIL,
+        REFERENCES | DELETE_UNKNOWN,
+    ),
     # New content of objects that reference a gate: never unjudged either.
     Entry(names.VALIDATE_STATUS_WEBHOOK, VALIDATE, True, ("UPDATE",), _with_content, FAIL, REFERENCES),
     # Generated HelmCharts of their own: every HelmRelease has one, gated or not, so an outage
     # must not stop their charts; a gated release is still held at its own status write.
-    Entry(names.VALIDATE_INHERITED_WEBHOOK, VALIDATE, True, ("UPDATE",), _generated_kind, IGNORE,
-          GENERATED & ~REFERENCES),
+    Entry(
+        names.VALIDATE_INHERITED_WEBHOOK,
+        VALIDATE,
+        True,
+        ("UPDATE",),
+        _generated_kind,
+        IGNORE,
+        GENERATED & ~REFERENCES,
+    ),
     # Approvals: the approver is who the API server says wrote it, never what the client wrote.
     # Both entries fail closed: an approval nobody stamped must not be recorded
     # (admission.core.approvalreview).
-    Entry(names.VALIDATE_APPROVALS_WEBHOOK, VALIDATE, False, ("CREATE", "UPDATE"), _no_kind, FAIL,
-          APPROVALS_CHANGE, gates=True),
+    Entry(
+        names.VALIDATE_APPROVALS_WEBHOOK,
+        VALIDATE,
+        False,
+        ("CREATE", "UPDATE"),
+        _no_kind,
+        FAIL,
+        APPROVALS_CHANGE,
+        gates=True,
+    ),
     # Mutation never blocks (the validating entries are the backstop): it fails open.
     Entry(names.MUTATE_WEBHOOK, MUTATE, False, ("CREATE", "UPDATE"), _every_kind, IGNORE, REFERENCES),
-    Entry(names.MUTATE_STATUS_WEBHOOK, MUTATE, True, ("UPDATE",), _every_kind, IGNORE,
-          REFERENCES | GENERATED | SUSPENSION | HOLD_MARKS),
+    Entry(
+        names.MUTATE_STATUS_WEBHOOK,
+        MUTATE,
+        True,
+        ("UPDATE",),
+        _every_kind,
+        IGNORE,
+        REFERENCES | GENERATED | SUSPENSION | HOLD_MARKS,
+    ),
     # The one mutating entry that fails closed (and may refuse): it stamps the approver.
-    Entry(names.MUTATE_APPROVALS_WEBHOOK, MUTATE, False, ("CREATE", "UPDATE"), _no_kind, FAIL,
-          APPROVALS_CHANGE, gates=True),
+    Entry(
+        names.MUTATE_APPROVALS_WEBHOOK,
+        MUTATE,
+        False,
+        ("CREATE", "UPDATE"),
+        _no_kind,
+        FAIL,
+        APPROVALS_CHANGE,
+        gates=True,
+    ),
 )
 BY_NAME: dict[str, Entry] = {entry.name: entry for entry in ENTRIES}
 

@@ -43,13 +43,17 @@ def suspended_field(obj: Object, want: bool) -> dict[str, object]:
 
 def audit_record(request: AdmissionRequest, decision: Decision, now: datetime) -> str:
     """The value of the audit annotation: who tried what, when, and why it was held."""
-    return json.dumps({
-        "time": format_time(now),
-        "user": request["userInfo"].get("username", ""),
-        "operation": request["operation"],
-        "change": decision.change,
-        "message": decision.message,
-    }, ensure_ascii=False, separators=(",", ":"))  # compact, as the webhook has always written it
+    return json.dumps(
+        {
+            "time": format_time(now),
+            "user": request["userInfo"].get("username", ""),
+            "operation": request["operation"],
+            "change": decision.change,
+            "message": decision.message,
+        },
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )  # compact, as the webhook has always written it
 
 
 def judge(request: AdmissionRequest, context: Context) -> Mutation:
@@ -78,4 +82,6 @@ def judge(request: AdmissionRequest, context: Context) -> Mutation:
     decision = decide(request, context)
     if not (decision.held and decision.allowed):
         return Mutation(decision)
-    return Mutation(decision, annotations={names.AUDIT_ANNOTATION: audit_record(request, decision, context.now)})
+    return Mutation(
+        decision, annotations={names.AUDIT_ANNOTATION: audit_record(request, decision, context.now)}
+    )

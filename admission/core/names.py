@@ -117,11 +117,13 @@ HISTORY_FIELD = "history"  # HelmRelease: history[0] is what was applied last
 # Kubernetes' own deleters: a namespace being deleted must never hang on a gate. The garbage
 # collector deletes what owner references say, and those are gated on held objects
 # (admission.core.changes); its own edits of them (removing owners that are gone) pass.
-SYSTEM_DELETERS = frozenset({
-    "system:serviceaccount:kube-system:namespace-controller",
-    "system:serviceaccount:kube-system:generic-garbage-collector",
-    "system:kube-controller-manager",
-})
+SYSTEM_DELETERS = frozenset(
+    {
+        "system:serviceaccount:kube-system:namespace-controller",
+        "system:serviceaccount:kube-system:generic-garbage-collector",
+        "system:kube-controller-manager",
+    }
+)
 
 
 # Kubernetes' own strings: what `kubectl apply` records, and the groups the API server adds.
@@ -143,7 +145,9 @@ CALENDAR_FAILED_EVENT = "CalendarFetchFailed"
 CALENDAR_RECOVERED_EVENT = "CalendarFetched"
 FEED_COMPLETE_UNTIL_PROPERTY = "X-FLUX-GATE-COMPLETE-UNTIL"  # the feed lists every closed interval up to here
 FEED_GATE_PROPERTY = "X-FLUX-GATE"  # on each event: the gate, namespace/name
-FEED_REASON_PROPERTY = "X-FLUX-GATE-REASON"  # on each event: why the gate is closed (Scheduled, CloseRequested, ...)
+FEED_REASON_PROPERTY = (
+    "X-FLUX-GATE-REASON"  # on each event: why the gate is closed (Scheduled, CloseRequested, ...)
+)
 
 
 # AdmissionReview, as the API server sends it and wants it back (admission.core.review).

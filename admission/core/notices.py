@@ -84,7 +84,9 @@ def opening_not_before(closed: tuple[GateState, ...], require: str) -> datetime 
         return None
     if require == names.REQUIRE_ONE_OF:
         return min(b for b in bounds if b is not None)
-    return None if None in bounds else max(b for b in bounds if b is not None)  # one never opens: none scheduled
+    return (
+        None if None in bounds else max(b for b in bounds if b is not None)
+    )  # one never opens: none scheduled
 
 
 def _opened_clause(state: GateState) -> str:
@@ -130,7 +132,9 @@ def notice(old: Object | None, new: Object | None, lookup: Lookup, now: datetime
         if opened:
             message += "; " + "; ".join(_opened_clause(s) for s in opened)
         details = {"gates": ", ".join(s.key for s in opened), "released": revisions.get("waiting", "")}
-        by = sorted({s.requested_by for s in opened if s.reason == names.REASON_OPEN_REQUESTED and s.requested_by})
+        by = sorted(
+            {s.requested_by for s in opened if s.reason == names.REASON_OPEN_REQUESTED and s.requested_by}
+        )
         if by:
             details["requestedBy"] = ", ".join(by)
         return Notice(RELEASED, RELEASED_REASON, message, {k: v for k, v in details.items() if v})

@@ -146,13 +146,19 @@ def _parse_annotation(raw: str, namespace: str) -> tuple[GateRef, ...]:
 def _annotation_refs(raw: str, namespace: str) -> tuple[GateRef, ...]:
     # Most objects carry one of a few short annotations: parse each once. Long ones are rare
     # and must not be kept.
-    return _parse_annotation(raw, namespace) if len(raw) <= 1024 else _parse_annotation.__wrapped__(raw, namespace)
+    return (
+        _parse_annotation(raw, namespace)
+        if len(raw) <= 1024
+        else _parse_annotation.__wrapped__(raw, namespace)
+    )
 
 
 def _too_long(raw: object, entries: list[object]) -> str | None:
     if isinstance(raw, str) and len(raw) > MAX_ANNOTATION_LENGTH:
-        return (f"the {names.GATES_ANNOTATION} annotation is {len(raw)} characters long, "
-                f"more than the {MAX_ANNOTATION_LENGTH} allowed")
+        return (
+            f"the {names.GATES_ANNOTATION} annotation is {len(raw)} characters long, "
+            f"more than the {MAX_ANNOTATION_LENGTH} allowed"
+        )
     if len(entries) > MAX_LISTED:
         return f"spec.gates lists {len(entries)} entries, more than the {MAX_LISTED} allowed"
     return None
@@ -181,8 +187,11 @@ def policy_of(obj: dict[str, Any] | None) -> Policy:
 
     # When in doubt, the stricter mode: an unknown value or a disagreement means all.
     asked = [v for v in (ann.get(names.REQUIRE_ANNOTATION), spec_require) if v is not None]
-    notes = [f"require {v!r} is not {names.REQUIRE_ALL!r} or {names.REQUIRE_ONE_OF!r}, using {names.REQUIRE_ALL}"
-             for v in asked if v not in (names.REQUIRE_ALL, names.REQUIRE_ONE_OF)]
+    notes = [
+        f"require {v!r} is not {names.REQUIRE_ALL!r} or {names.REQUIRE_ONE_OF!r}, using {names.REQUIRE_ALL}"
+        for v in asked
+        if v not in (names.REQUIRE_ALL, names.REQUIRE_ONE_OF)
+    ]
     if names.REQUIRE_ALL in asked and names.REQUIRE_ONE_OF in asked:  # not set(): a value may be a list
         notes.append("the require annotation and spec.gates.require disagree, using all")
     one_of = bool(asked) and all(v == names.REQUIRE_ONE_OF for v in asked)
@@ -211,8 +220,12 @@ def loosens(old: Policy, new: Policy) -> str | None:
     return None
 
 
-_HOLDING_ANNOTATIONS = (names.GATES_ANNOTATION, names.SUSPENDED_ANNOTATION, names.SUSPEND_DURING_ANNOTATION,
-                        names.SUSPENDED_DURING_ANNOTATION)
+_HOLDING_ANNOTATIONS = (
+    names.GATES_ANNOTATION,
+    names.SUSPENDED_ANNOTATION,
+    names.SUSPEND_DURING_ANNOTATION,
+    names.SUSPENDED_DURING_ANNOTATION,
+)
 
 
 def may_be_held(obj: dict[str, Any] | None) -> bool:

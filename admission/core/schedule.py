@@ -62,7 +62,7 @@ class Entry:
         return found
 
     def _remember(self, span: _Span) -> _Span:
-        self._memo[0] = (*self._memo[0][-(_SPANS - 1):], span)
+        self._memo[0] = (*self._memo[0][-(_SPANS - 1) :], span)
         return span
 
     def _span(self, now: datetime, need_change: bool) -> _Span:
@@ -124,8 +124,11 @@ class Entry:
     def _search(self, now: datetime, need_change: bool) -> _Span:
         """The span from ``now``. Searches reach HORIZON past the start of the UTC day, the same
         end for every ``now`` of that day, so a memoised "no change" is what a new search says."""
-        day = now.replace(hour=0, minute=0, second=0, microsecond=0) if now.tzinfo is UTC else \
-            now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+        day = (
+            now.replace(hour=0, minute=0, second=0, microsecond=0)
+            if now.tzinfo is UTC
+            else now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+        )
         if not self._is_window:
             change = self.spec.next_flip(now, until=day + HORIZON)
             return now, change or day + timedelta(days=1), self.spec.matches(now), change, change, 1
@@ -196,8 +199,12 @@ class Entry:
             elif always_on and spec.full_month_from(day):
                 # Every day to the month's end matches, and no gap between fires is longer than
                 # a window: on to the last of those days with the same steady clock.
-                day = last_steady_day(day, date(day.year, day.month, calendar.monthrange(day.year, day.month)[1]),
-                                      offset, spec.zone)
+                day = last_steady_day(
+                    day,
+                    date(day.year, day.month, calendar.monthrange(day.year, day.month)[1]),
+                    offset,
+                    spec.zone,
+                )
             day_last = wall_at_offset(day, walls[-1], offset)
             following = spec.first_day(day + timedelta(days=1), last_day)
             next_offset = steady_offset(following, spec.zone) if following is not None else None
@@ -232,7 +239,9 @@ def parse_entry(item: object, default_zone: str | None = None) -> Entry:
     if isinstance(item, dict):
         unknown = set(item) - {"cron", "duration"}
         if unknown:
-            raise ScheduleError(f"schedule entry has unknown fields {sorted(unknown)}: use 'cron' and 'duration'")
+            raise ScheduleError(
+                f"schedule entry has unknown fields {sorted(unknown)}: use 'cron' and 'duration'"
+            )
         spec = parse_cron(item.get("cron"), default_zone)
         if item.get("duration") in (None, ""):
             return _entry(spec, None)
@@ -243,6 +252,10 @@ def parse_entry(item: object, default_zone: str | None = None) -> Entry:
         if duration <= timedelta(0):
             raise ScheduleError(f"duration {item['duration']!r} must be positive")
         if duration > MAX_DURATION:
-            raise ScheduleError(f"duration {item['duration']!r} is longer than {format_duration(MAX_DURATION)}")
+            raise ScheduleError(
+                f"duration {item['duration']!r} is longer than {format_duration(MAX_DURATION)}"
+            )
         return _entry(spec, duration)
-    raise ScheduleError(f"schedule entry must be a cron string or {{cron, duration}}, got {type(item).__name__}")
+    raise ScheduleError(
+        f"schedule entry must be a cron string or {{cron, duration}}, got {type(item).__name__}"
+    )

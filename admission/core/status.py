@@ -45,14 +45,16 @@ def gate_status(gate: Object, state: GateState, now: datetime, previous: Object 
         "problems": list(state.problems) or None,
         # Who approved which content (live ones; the ended are in endedApprovals, written by the controller).
         "approvals": [a.row() for a in state.approvals if a.live(now)] or None,
-        "conditions": [{
-            "type": names.OPENED_CONDITION,
-            "status": "True" if state.open else "False",
-            "observedGeneration": generation,
-            "lastTransitionTime": transition_time(condition, "True" if state.open else "False", now),
-            "reason": state.reason,
-            "message": message,
-        }],
+        "conditions": [
+            {
+                "type": names.OPENED_CONDITION,
+                "status": "True" if state.open else "False",
+                "observedGeneration": generation,
+                "lastTransitionTime": transition_time(condition, "True" if state.open else "False", now),
+                "reason": state.reason,
+                "message": message,
+            }
+        ],
     }
 
 

@@ -41,8 +41,18 @@ DEFAULT_INTERVAL = timedelta(minutes=15)
 MAX_INTERVAL = timedelta(hours=24)
 DEFAULT_STALE_AFTER = timedelta(hours=24)
 MAX_STALE_AFTER = HORIZON
-_FIELDS = {"name", "url", "action", "filter", "secretRef", "caBundle", "caSecretRef", "interval", "staleAfter",
-           "allowHTTP"}
+_FIELDS = {
+    "name",
+    "url",
+    "action",
+    "filter",
+    "secretRef",
+    "caBundle",
+    "caSecretRef",
+    "interval",
+    "staleAfter",
+    "allowHTTP",
+}
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
 
 
@@ -50,7 +60,7 @@ def clean(text: object, limit: int) -> str:
     """A feed's or a status's string made safe for messages: control characters become a space,
     at most ``limit`` characters."""
     value = _CONTROL.sub(" ", text if isinstance(text, str) else str(text)).strip()
-    return value if len(value) <= limit else value[:limit - 1] + "…"
+    return value if len(value) <= limit else value[: limit - 1] + "…"
 
 
 @dataclass(frozen=True)
@@ -111,7 +121,9 @@ def _ref(item: dict[str, Any], key: str, where: str) -> dict[str, Any] | None:
     return ref
 
 
-def _duration(item: dict[str, Any], key: str, default: timedelta, low: timedelta, high: timedelta, where: str) -> timedelta:
+def _duration(
+    item: dict[str, Any], key: str, default: timedelta, low: timedelta, high: timedelta, where: str
+) -> timedelta:
     raw = item.get(key)
     if raw is None:
         return default
@@ -120,7 +132,9 @@ def _duration(item: dict[str, Any], key: str, default: timedelta, low: timedelta
     except ValueError as err:
         raise ScheduleError(f"{where}.{key}: {err}") from None
     if not low <= value <= high:
-        raise ScheduleError(f"{where}.{key} {raw!r} must be from {format_duration(low)} to {format_duration(high)}")
+        raise ScheduleError(
+            f"{where}.{key} {raw!r} must be from {format_duration(low)} to {format_duration(high)}"
+        )
     return value
 
 
@@ -165,10 +179,15 @@ def parse_calendar(item: object, where: str = "calendars[0]", time_zone: str | N
                 raise ScheduleError(f"{where}.filter.summary is not a regular expression: {err}") from None
         cats = filt.get("categories")
         if cats is not None:
-            if not isinstance(cats, list) or len(cats) > MAX_CATEGORIES or not all(
-                    isinstance(c, str) and 0 < len(c) <= MAX_CATEGORY for c in cats):
-                raise ScheduleError(f"{where}.filter.categories must be a list of at most {MAX_CATEGORIES} "
-                                    f"non-empty strings of at most {MAX_CATEGORY} characters")
+            if (
+                not isinstance(cats, list)
+                or len(cats) > MAX_CATEGORIES
+                or not all(isinstance(c, str) and 0 < len(c) <= MAX_CATEGORY for c in cats)
+            ):
+                raise ScheduleError(
+                    f"{where}.filter.categories must be a list of at most {MAX_CATEGORIES} "
+                    f"non-empty strings of at most {MAX_CATEGORY} characters"
+                )
             categories = tuple(cats)
     secret = _ref(item, "secretRef", where)
     ca_ref = _ref(item, "caSecretRef", where)
@@ -187,9 +206,23 @@ def parse_calendar(item: object, where: str = "calendars[0]", time_zone: str | N
     if not isinstance(ca_key, str) or not 0 < len(ca_key) <= 253:
         raise ScheduleError(f"{where}.caSecretRef.key must be a key of the Secret")
     interval = _duration(item, "interval", DEFAULT_INTERVAL, timedelta(seconds=1), MAX_INTERVAL, where)
-    stale_after = _duration(item, "staleAfter", max(DEFAULT_STALE_AFTER, interval), interval, MAX_STALE_AFTER, where)
-    return CalendarSpec(url, action, name, summary, categories, secret["name"] if secret else None, ca_bundle,
-                        (ca_ref["name"], ca_key) if ca_ref else None, interval, stale_after, allow_http, time_zone)
+    stale_after = _duration(
+        item, "staleAfter", max(DEFAULT_STALE_AFTER, interval), interval, MAX_STALE_AFTER, where
+    )
+    return CalendarSpec(
+        url,
+        action,
+        name,
+        summary,
+        categories,
+        secret["name"] if secret else None,
+        ca_bundle,
+        (ca_ref["name"], ca_key) if ca_ref else None,
+        interval,
+        stale_after,
+        allow_http,
+        time_zone,
+    )
 
 
 def parse_calendars(spec: dict[str, Any]) -> list[CalendarSpec]:
@@ -207,6 +240,7 @@ def parse_calendars(spec: dict[str, Any]) -> list[CalendarSpec]:
 
 # -- status.calendars: written by the controller, read by every evaluation ---------------------
 
+
 class FeedEvent(NamedTuple):
     """One occurrence of a feed's event, ``[start, end)`` in UTC. (A tuple: a GateKeeper at the
     bounds holds 2,000, read again at each status write.)"""
@@ -217,9 +251,17 @@ class FeedEvent(NamedTuple):
     summary: object = ""
 
 
-def status_entry(cal: CalendarSpec, previous: dict[str, Any] | None, now: datetime, *, events: list[FeedEvent] | None = None,
-                 complete_until: datetime | None = None, etag: str | None = None, last_modified: str | None = None,
-                 error: str | None = None) -> dict[str, Any]:
+def status_entry(
+    cal: CalendarSpec,
+    previous: dict[str, Any] | None,
+    now: datetime,
+    *,
+    events: list[FeedEvent] | None = None,
+    complete_until: datetime | None = None,
+    etag: str | None = None,
+    last_modified: str | None = None,
+    error: str | None = None,
+) -> dict[str, Any]:
     """The ``status.calendars`` entry after a fetch at ``now``: with ``events`` (and how far they
     are complete) after a successful parse; with neither after a 304 (the last intervals stay);
     with ``error`` after a failure (the last good intervals stay, for evaluation to judge)."""
@@ -236,12 +278,20 @@ def status_entry(cal: CalendarSpec, previous: dict[str, Any] | None, now: dateti
     if events is not None:
         kept = sorted(events, key=lambda e: (e.start, e.end))[:MAX_INTERVALS]
         if len(events) > MAX_INTERVALS:  # listed only up to the first that is not kept
-            complete_until = min(complete_until or now, sorted(events, key=lambda e: e.start)[MAX_INTERVALS].start)
+            complete_until = min(
+                complete_until or now, sorted(events, key=lambda e: e.start)[MAX_INTERVALS].start
+            )
         entry["lastParseTime"] = format_time(now)
         entry["completeUntil"] = format_time(complete_until or now)
-        entry["intervals"] = [{"start": format_time(e.start), "end": format_time(e.end),
-                               **({"uid": clean(e.uid, MAX_UID)} if e.uid else {}),
-                               **({"summary": clean(e.summary, MAX_SUMMARY)} if e.summary else {})} for e in kept]
+        entry["intervals"] = [
+            {
+                "start": format_time(e.start),
+                "end": format_time(e.end),
+                **({"uid": clean(e.uid, MAX_UID)} if e.uid else {}),
+                **({"summary": clean(e.summary, MAX_SUMMARY)} if e.summary else {}),
+            }
+            for e in kept
+        ]
     return entry
 
 

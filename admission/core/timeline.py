@@ -42,8 +42,9 @@ def _calendar_cause(cg: CompiledGate, now: datetime) -> tuple[bool, str, str]:
     return cause.open, cause.reason, message
 
 
-def intervals(cg: CompiledGate, start: datetime, end: datetime,
-              max_steps: int = MAX_INTERVAL_STEPS) -> list[Interval]:
+def intervals(
+    cg: CompiledGate, start: datetime, end: datetime, max_steps: int = MAX_INTERVAL_STEPS
+) -> list[Interval]:
     """The gate's open and closed spans covering ``[start, end)``, adjacent spans of the same
     state merged; they come from the change points the admission decisions use.
 
@@ -65,13 +66,22 @@ def intervals(cg: CompiledGate, start: datetime, end: datetime,
         if nxt >= end:
             return out
         cur = nxt
-    out.append(Interval(cur, end, False, names.REASON_UNKNOWN,
-                        f"the schedule changes more than {max_steps} times in this range; not computed further",
-                        known=False))
+    out.append(
+        Interval(
+            cur,
+            end,
+            False,
+            names.REASON_UNKNOWN,
+            f"the schedule changes more than {max_steps} times in this range; not computed further",
+            known=False,
+        )
+    )
     return out
 
 
 def time_zone(cg: CompiledGate) -> tzinfo:
     """The zone a gate's schedules are read in: their common zone, else UTC (no schedule, or mixed)."""
-    zones = {entry.spec.zone for _, entry in cg.closed_entries + cg.opened_entries if isinstance(entry, Entry)}
+    zones = {
+        entry.spec.zone for _, entry in cg.closed_entries + cg.opened_entries if isinstance(entry, Entry)
+    }
     return zones.pop() if len(zones) == 1 else UTC

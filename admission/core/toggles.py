@@ -16,12 +16,19 @@ def refuse_controls(**fields: str | None) -> None:
     # Whoever reads the gate later (kubectl gate get, Events, logs) sees the text as written.
     for name, value in fields.items():
         if value and has_controls(value):
-            raise ValueError(f"{name} must not hold control characters (escape sequences, line breaks, "
-                             "direction marks): they would act on the terminal that shows it")
+            raise ValueError(
+                f"{name} must not hold control characters (escape sequences, line breaks, "
+                "direction marks): they would act on the terminal that shows it"
+            )
 
 
-def toggle_patch(action: str, now: datetime, message: str | None = None, requested_by: str | None = None,
-                 duration: str | None = None) -> dict[str, dict[str, dict[str, str | None]]]:
+def toggle_patch(
+    action: str,
+    now: datetime,
+    message: str | None = None,
+    requested_by: str | None = None,
+    duration: str | None = None,
+) -> dict[str, dict[str, dict[str, str | None]]]:
     """A merge patch for a Gate's annotations that opens or closes it at ``now``.
 
     ``duration`` (open only) also plans the close: a close toggle dated ``now + duration``,

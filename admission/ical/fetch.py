@@ -96,7 +96,9 @@ def parse_networks(text: str) -> tuple[Network, ...]:
 # IPv6 forms whose last 32 bits are an IPv4 address a translator delivers to: IPv4-compatible
 # (::a.b.c.d), IPv4-translated (::ffff:0:a.b.c.d, SIIT) and NAT64's well-known and local-use
 # prefixes. (IPv4-mapped, 6to4 and Teredo: ipaddress reads those itself.)
-_CARRIES_LAST_32 = tuple(ipaddress.IPv6Network(net) for net in ("::/96", "::ffff:0:0:0/96", "64:ff9b::/96", "64:ff9b:1::/48"))
+_CARRIES_LAST_32 = tuple(
+    ipaddress.IPv6Network(net) for net in ("::/96", "::ffff:0:0:0/96", "64:ff9b::/96", "64:ff9b:1::/48")
+)
 # Not globally reachable (RFC 8215), though Python's ipaddress says so only from 3.12.4 on.
 _NOT_GLOBAL = (ipaddress.IPv6Network("64:ff9b:1::/48"),)
 
@@ -168,8 +170,10 @@ def _connect(host: str, port: int, policy: Policy, deadline: float) -> socket.so
     allowed = [(family, addr) for family, addr in addresses if allowed_address(addr[0], policy)]
     if not allowed:
         shown = ", ".join(sorted({addr[0] for _, addr in addresses})[:4])
-        raise FetchError(f"{host} resolves to {shown}: loopback, private, link-local or reserved addresses are "
-                         f"not fetched unless the controller allows their network (--calendar-allow-networks)")
+        raise FetchError(
+            f"{host} resolves to {shown}: loopback, private, link-local or reserved addresses are "
+            f"not fetched unless the controller allows their network (--calendar-allow-networks)"
+        )
     last: Exception | None = None
     for family, addr in allowed[:4]:
         sock = socket.socket(family, socket.SOCK_STREAM)
@@ -185,7 +189,11 @@ def _connect(host: str, port: int, policy: Policy, deadline: float) -> socket.so
 
 def _tls(ca_pem: bytes | None) -> ssl.SSLContext:
     try:
-        context = ssl.create_default_context(cadata=ca_pem.decode("ascii")) if ca_pem else ssl.create_default_context()
+        context = (
+            ssl.create_default_context(cadata=ca_pem.decode("ascii"))
+            if ca_pem
+            else ssl.create_default_context()
+        )
     except (ssl.SSLError, ValueError, UnicodeDecodeError) as err:
         raise FetchError(f"the CA bundle cannot be used: {err}") from None
     context.minimum_version = ssl.TLSVersion.TLSv1_2
@@ -209,8 +217,9 @@ def _check(url: str, allow_http: bool, auth: Auth) -> SplitResult:
     return parts
 
 
-def _get(parts: SplitResult, auth: Auth, validators: dict[str, str], policy: Policy, deadline: float
-         ) -> tuple[int, str, http.client.HTTPMessage, bytes]:
+def _get(
+    parts: SplitResult, auth: Auth, validators: dict[str, str], policy: Policy, deadline: float
+) -> tuple[int, str, http.client.HTTPMessage, bytes]:
     host, https = parts.hostname, parts.scheme == "https"
     assert host is not None  # _check refuses a URL without one
     port = parts.port or (443 if https else 80)
@@ -237,10 +246,15 @@ def _get(parts: SplitResult, auth: Auth, validators: dict[str, str], policy: Pol
             sock = _tls(auth.ca_pem).wrap_socket(sock, server_hostname=host)
         conn = http.client.HTTPConnection(host, port)
         conn.sock = sock  # connected and checked above: http.client must not connect again
-        conn.putrequest("GET", (parts.path or "/") + (f"?{parts.query}" if parts.query else ""),
-                        skip_accept_encoding=True)
-        headers = {"User-Agent": USER_AGENT, "Accept": "text/calendar, */*;q=0.5", "Connection": "close",
-                   **validators}
+        conn.putrequest(
+            "GET", (parts.path or "/") + (f"?{parts.query}" if parts.query else ""), skip_accept_encoding=True
+        )
+        headers = {
+            "User-Agent": USER_AGENT,
+            "Accept": "text/calendar, */*;q=0.5",
+            "Connection": "close",
+            **validators,
+        }
         authorization = auth.header()
         if authorization is not None:
             headers["Authorization"] = authorization
@@ -282,8 +296,15 @@ def _get(parts: SplitResult, auth: Auth, validators: dict[str, str], policy: Pol
                 pass
 
 
-def fetch(url: str, *, auth: Auth = Auth(), allow_http: bool = False, etag: str | None = None,
-          last_modified: str | None = None, policy: Policy = Policy()) -> Fetched:
+def fetch(
+    url: str,
+    *,
+    auth: Auth = Auth(),
+    allow_http: bool = False,
+    etag: str | None = None,
+    last_modified: str | None = None,
+    policy: Policy = Policy(),
+) -> Fetched:
     """GET the feed at ``url``; raise FetchError saying why it could not be had."""
     deadline = time.monotonic() + policy.total_timeout
     validators: dict[str, str] = {}
@@ -305,8 +326,9 @@ def fetch(url: str, *, auth: Auth = Auth(), allow_http: bool = False, etag: str 
             if not location:
                 raise FetchError(f"HTTP {status} without a Location")
             target = urlsplit(urljoin(current, location.strip()))
-            same = (target.hostname or "").lower() == host.lower() and \
-                (target.port or (443 if target.scheme == "https" else 80)) == (parts.port or (443 if parts.scheme == "https" else 80))
+            same = (target.hostname or "").lower() == host.lower() and (
+                target.port or (443 if target.scheme == "https" else 80)
+            ) == (parts.port or (443 if parts.scheme == "https" else 80))
             if not same:
                 raise FetchError(f"redirected to another host ({target.hostname}): not followed")
             if parts.scheme == "https" and target.scheme != "https":

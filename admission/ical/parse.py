@@ -30,7 +30,9 @@ from admission.core.timefmt import format_distinct_time, parse_time
 UTC = timezone.utc
 MAX_EXAMINED = 20 * MAX_INTERVALS  # occurrences looked at (filtered out or kept)
 CPU_SECONDS = 20  # the child's CPU limit
-MEMORY_BYTES = 256 << 20  # the child's address space: with the controller's own ~150 MB, inside its pod's 512 MiB
+MEMORY_BYTES = (
+    256 << 20
+)  # the child's address space: with the controller's own ~150 MB, inside its pod's 512 MiB
 # (a 3.6 MB feed of 22,000 events parses within 192 MiB); the controller parses one feed at a time
 WALL_SECONDS = 60.0
 NICENESS = 10
@@ -79,7 +81,7 @@ def _categories(component) -> set[str]:
     out = set()
     for value in values:
         cats = getattr(value, "cats", None)
-        for cat in (cats if cats is not None else str(value).split(",")):
+        for cat in cats if cats is not None else str(value).split(","):
             out.add(str(cat).strip().casefold())
     return out
 
@@ -100,8 +102,16 @@ def _windows(query, start: datetime, end: datetime):
         at = until
 
 
-def expand(body: bytes, start: datetime, end: datetime, *, time_zone: str | None = None,
-           summary: str | None = None, categories: tuple[str, ...] = (), max_events: int = MAX_INTERVALS) -> Expanded:
+def expand(
+    body: bytes,
+    start: datetime,
+    end: datetime,
+    *,
+    time_zone: str | None = None,
+    summary: str | None = None,
+    categories: tuple[str, ...] = (),
+    max_events: int = MAX_INTERVALS,
+) -> Expanded:
     """The events of the feed ``body`` that overlap ``[start, end)``; raise ParseError."""
     import icalendar
     import recurring_ical_events
@@ -116,12 +126,16 @@ def expand(body: bytes, start: datetime, end: datetime, *, time_zone: str | None
         raise ParseError("not an iCalendar feed: no VCALENDAR")
     zone = _zone(calendar.get("X-WR-TIMEZONE")) or _zone(time_zone) or UTC
     complete_until = end
-    listed = calendar.get(names.FEED_COMPLETE_UNTIL_PROPERTY)  # a gate-admission hub's feed says where it ends
+    listed = calendar.get(
+        names.FEED_COMPLETE_UNTIL_PROPERTY
+    )  # a gate-admission hub's feed says where it ends
     if listed is not None:
         try:
             complete_until = min(end, parse_time(str(listed)))
         except ValueError:
-            raise ParseError(f"{names.FEED_COMPLETE_UNTIL_PROPERTY} is not a timestamp: {clean(listed, 60)}") from None
+            raise ParseError(
+                f"{names.FEED_COMPLETE_UNTIL_PROPERTY} is not a timestamp: {clean(listed, 60)}"
+            ) from None
     pattern = re.compile(summary) if summary else None
     wanted = {c.casefold() for c in categories}
     events: list[FeedEvent] = []
@@ -129,13 +143,17 @@ def expand(body: bytes, start: datetime, end: datetime, *, time_zone: str | None
         query = recurring_ical_events.of(calendar, components=["VEVENT"])
         examined, seen = 0, set()
         for occurrences in _windows(query, start, complete_until):
-            for first, last, occurrence in sorted(((_utc(o.start, zone), _utc(o.end, zone), o) for o in occurrences),
-                                                  key=lambda found: found[:2]):
+            for first, last, occurrence in sorted(
+                ((_utc(o.start, zone), _utc(o.end, zone), o) for o in occurrences),
+                key=lambda found: found[:2],
+            ):
                 key = (_text(occurrence, "UID"), first, last)
                 if first >= complete_until or key in seen:
                     continue  # a later window's, or one an earlier window had
                 if examined >= MAX_EXAMINED or len(events) >= max_events:
-                    return Expanded(events, max(first, start))  # listed up to here; later events are not known
+                    return Expanded(
+                        events, max(first, start)
+                    )  # listed up to here; later events are not known
                 seen.add(key)
                 examined += 1
                 if last <= start or last <= first or _text(occurrence, "STATUS").upper() == "CANCELLED":
@@ -149,38 +167,71 @@ def expand(body: bytes, start: datetime, end: datetime, *, time_zone: str | None
     except (ParseError, MemoryError):
         raise
     except Exception as err:  # a series that cannot be expanded: the whole feed is unusable
-        raise ParseError(f"the feed's events cannot be read: {type(err).__name__}: {clean(err, 300)}") from None
+        raise ParseError(
+            f"the feed's events cannot be read: {type(err).__name__}: {clean(err, 300)}"
+        ) from None
     return Expanded(events, complete_until)
 
 
 # -- the child process ------------------------------------------------------------------------
 
-def parse_in_child(body: bytes, start: datetime, end: datetime, *, time_zone: str | None = None,
-                   summary: str | None = None, categories: tuple[str, ...] = (), max_events: int = MAX_INTERVALS,
-                   cpu_seconds: int = CPU_SECONDS, memory_bytes: int = MEMORY_BYTES,
-                   wall_seconds: float = WALL_SECONDS) -> Expanded:
+
+def parse_in_child(
+    body: bytes,
+    start: datetime,
+    end: datetime,
+    *,
+    time_zone: str | None = None,
+    summary: str | None = None,
+    categories: tuple[str, ...] = (),
+    max_events: int = MAX_INTERVALS,
+    cpu_seconds: int = CPU_SECONDS,
+    memory_bytes: int = MEMORY_BYTES,
+    wall_seconds: float = WALL_SECONDS,
+) -> Expanded:
     """``expand`` in a child process with a CPU limit, an address-space limit and a deadline."""
-    header = json.dumps({"start": format_distinct_time(start), "end": format_distinct_time(end),
-                         "timeZone": time_zone, "summary": summary, "categories": list(categories),
-                         "maxEvents": max_events, "cpu": cpu_seconds, "memory": memory_bytes}).encode()
+    header = json.dumps(
+        {
+            "start": format_distinct_time(start),
+            "end": format_distinct_time(end),
+            "timeZone": time_zone,
+            "summary": summary,
+            "categories": list(categories),
+            "maxEvents": max_events,
+            "cpu": cpu_seconds,
+            "memory": memory_bytes,
+        }
+    ).encode()
     env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
     try:
-        done = subprocess.run([sys.executable, "-m", __name__], input=header + b"\n" + body, capture_output=True,
-                              timeout=wall_seconds, env=env, close_fds=True)
+        done = subprocess.run(
+            [sys.executable, "-m", __name__],
+            input=header + b"\n" + body,
+            capture_output=True,
+            timeout=wall_seconds,
+            env=env,
+            close_fds=True,
+        )
     except subprocess.TimeoutExpired:
         raise ParseError(f"the feed could not be parsed within {wall_seconds:g}s") from None
     except OSError as err:
         raise ParseError(f"the parser could not start: {err}") from None
     if done.returncode != 0:
         if done.returncode in (-9, -24, 137, 152) or b"MemoryError" in done.stderr[-2000:]:
-            raise ParseError(f"the feed could not be parsed within the parser's limits ({cpu_seconds}s of CPU, "
-                             f"{memory_bytes >> 20} MiB)")
-        raise ParseError(f"the parser failed (exit {done.returncode}): {clean(done.stderr[-300:].decode(errors='replace'), 300)}")
+            raise ParseError(
+                f"the feed could not be parsed within the parser's limits ({cpu_seconds}s of CPU, "
+                f"{memory_bytes >> 20} MiB)"
+            )
+        raise ParseError(
+            f"the parser failed (exit {done.returncode}): {clean(done.stderr[-300:].decode(errors='replace'), 300)}"
+        )
     try:
         answer = json.loads(done.stdout)
         if answer.get("error"):
             raise ParseError(answer["error"])
-        events = [FeedEvent(parse_time(s), parse_time(e), uid, title) for s, e, uid, title in answer["events"]]
+        events = [
+            FeedEvent(parse_time(s), parse_time(e), uid, title) for s, e, uid, title in answer["events"]
+        ]
         return Expanded(events, parse_time(answer["completeUntil"]))
     except (ValueError, KeyError, TypeError) as err:
         raise ParseError(f"the parser answered nonsense: {err}") from None
@@ -188,6 +239,7 @@ def parse_in_child(body: bytes, start: datetime, end: datetime, *, time_zone: st
 
 def _limit(cpu_seconds: int, memory_bytes: int) -> None:
     import resource
+
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 1))
     resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
     os.nice(NICENESS)
@@ -198,11 +250,22 @@ def _child() -> int:
     request = json.loads(header)
     _limit(int(request["cpu"]), int(request["memory"]))  # before anything of the feed is parsed
     try:
-        found = expand(body, parse_time(request["start"]), parse_time(request["end"]), time_zone=request["timeZone"],
-                       summary=request["summary"], categories=tuple(request["categories"]),
-                       max_events=int(request["maxEvents"]))
-        answer = {"events": [[format_distinct_time(e.start), format_distinct_time(e.end), e.uid, e.summary]
-                             for e in found.events], "completeUntil": format_distinct_time(found.complete_until)}
+        found = expand(
+            body,
+            parse_time(request["start"]),
+            parse_time(request["end"]),
+            time_zone=request["timeZone"],
+            summary=request["summary"],
+            categories=tuple(request["categories"]),
+            max_events=int(request["maxEvents"]),
+        )
+        answer = {
+            "events": [
+                [format_distinct_time(e.start), format_distinct_time(e.end), e.uid, e.summary]
+                for e in found.events
+            ],
+            "completeUntil": format_distinct_time(found.complete_until),
+        }
     except ParseError as err:
         answer = {"error": str(err)}
     except MemoryError:
@@ -215,4 +278,3 @@ def _child() -> int:
 
 if __name__ == "__main__":
     sys.exit(_child())
-

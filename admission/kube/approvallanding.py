@@ -43,8 +43,11 @@ class ApprovalLanding:
     requests: dict[tuple[str, str], tuple[int, datetime]]
 
     if TYPE_CHECKING:  # the Controller's
+
         def _held_by_gate(self, obj: dict, gate_key: str) -> bool: ...
-        def _event(self, obj: dict, reason: str, message: str, now: datetime, kind: str = "Normal") -> None: ...
+        def _event(
+            self, obj: dict, reason: str, message: str, now: datetime, kind: str = "Normal"
+        ) -> None: ...
         def _annotate(self, kind: str, namespace: str, name: str, value: str) -> bool: ...
 
     def _behind(self, gate_key: str) -> list[tuple[str, dict, approvals.Behind]]:
@@ -57,7 +60,9 @@ class ApprovalLanding:
                     continue
                 waiting = content.waiting(obj)
                 upstream = content.upstream_of(kind, obj, self.flux.get)
-                waits = tuple(w for w in (waiting.waits if waiting else "", upstream.waits if upstream else "") if w)
+                waits = tuple(
+                    w for w in (waiting.waits if waiting else "", upstream.waits if upstream else "") if w
+                )
                 target = "/".join(kind_key(kind, obj))
                 found.append((kind, obj, approvals.Behind(target, content.served_revision(kind, obj), waits)))
         return found
@@ -81,19 +86,28 @@ class ApprovalLanding:
             if approval.live(now):
                 self._event(gate, names.APPROVAL_RECORDED_EVENT, approval.describe(), now)
                 self._notify(gate, names.APPROVAL_RECORDED_EVENT, approval.describe(), approval, now)
-                log.info("approval recorded", extra={"Gate": {"namespace": key[0], "name": key[1]},
-                                                     "approval": approval.describe()})
+                log.info(
+                    "approval recorded",
+                    extra={"Gate": {"namespace": key[0], "name": key[1]}, "approval": approval.describe()},
+                )
                 self.requests[(gate_key, approval.key)] = (-1, now)  # due at once (or once Flux is trusted)
         if behind is not None:
             self._request_reconciles_for(gate_key, list(live.values()), behind, now)
         for approval in live.values():
             if not approval.live(now):
-                self._end_approval(key, gate, approval, names.APPROVAL_EXPIRED_EVENT, "approval expired unused", now)
+                self._end_approval(
+                    key, gate, approval, names.APPROVAL_EXPIRED_EVENT, "approval expired unused", now
+                )
             elif behind is not None and approvals.landed(approval, [b for _, _, b in behind]):
                 self._end_approval(key, gate, approval, names.APPROVAL_USED_EVENT, "approval used", now)
 
-    def _request_reconciles_for(self, gate_key: str, live: list[approvals.Approval],
-                                behind: list[tuple[str, dict, approvals.Behind]], now: datetime) -> None:
+    def _request_reconciles_for(
+        self,
+        gate_key: str,
+        live: list[approvals.Approval],
+        behind: list[tuple[str, dict, approvals.Behind]],
+        now: datetime,
+    ) -> None:
         """Ask Flux to reconcile the objects where a live approval's content waits, when its
         request is due: at once, then after each of ``approvals.REQUEST_AGAIN_AFTER`` while it
         still waits (the webhook pods may have denied the write before their caches saw it).
@@ -111,8 +125,11 @@ class ApprovalLanding:
                 self.requests[request] = (made, now + approvals.REQUEST_AGAIN_AFTER[made])
             wanted.update({b.target: (kind, obj) for kind, obj, b in behind if b.target in targets})
         value = format_distinct_time(now)
-        done = [target for target, (kind, obj) in sorted(wanted.items())
-                if self._annotate(kind, *kind_key(kind, obj)[1:], value)]
+        done = [
+            target
+            for target, (kind, obj) in sorted(wanted.items())
+            if self._annotate(kind, *kind_key(kind, obj)[1:], value)
+        ]
         if done:
             log.info("reconcile requested", extra={"reason": "content approved", "objects": done})
 
@@ -120,22 +137,32 @@ class ApprovalLanding:
         """When a reconcile request for approved content is due next (the loop wakes then)."""
         return min((at for _, at in self.requests.values()), default=None)
 
-    def _end_approval(self, key: tuple[str, str], gate: dict, approval: approvals.Approval, reason: str,
-                      what: str, now: datetime) -> None:
+    def _end_approval(
+        self,
+        key: tuple[str, str],
+        gate: dict,
+        approval: approvals.Approval,
+        reason: str,
+        what: str,
+        now: datetime,
+    ) -> None:
         # Ended in the Gate's status, not by removing the annotation: the controller may write a
         # Gate's status, never the Gate itself (that would let it open gates). The list is the
         # stored one and those this process ended since (the cache may not show them yet), kept
         # to approvals still annotated.
-        annotated = {k.removeprefix(names.APPROVAL_ANNOTATION_PREFIX)
-                     for k in approvals.keys(metadata(gate).get("annotations") or {})}
+        annotated = {
+            k.removeprefix(names.APPROVAL_ANNOTATION_PREFIX)
+            for k in approvals.keys(metadata(gate).get("annotations") or {})
+        }
         ended = {**approvals.ended(gate), **self.ended.get(key, {})}
         entry = approvals.ended_entry(approval, reason, now)
         ended[entry["id"]] = entry
         ended = {i: e for i, e in ended.items() if i in annotated}
         body = {"status": {names.ENDED_APPROVALS_FIELD: sorted(ended.values(), key=lambda e: e["id"])}}
         try:
-            self.custom.patch_namespaced_custom_object_status(names.GATING_GROUP, names.GATING_VERSION, key[0],
-                                                              names.GATE_PLURAL, key[1], body)
+            self.custom.patch_namespaced_custom_object_status(
+                names.GATING_GROUP, names.GATING_VERSION, key[0], names.GATE_PLURAL, key[1], body
+            )
         except CALL_ERRORS as err:
             log.warning("approval not ended", extra={"approval": approval.key, "error": describe_error(err)})
             return
@@ -148,7 +175,9 @@ class ApprovalLanding:
         self._event(gate, reason, message, now)
         self._notify(gate, reason, message, approval, now)
 
-    def _notify(self, gate: dict, reason: str, message: str, approval: approvals.Approval, now: datetime) -> None:
+    def _notify(
+        self, gate: dict, reason: str, message: str, approval: approvals.Approval, now: datetime
+    ) -> None:
         if self.notifier is not None:
             details = {"approvedBy": approval.by, "content": approval.content, "for": approval.target}
             self.notifier.notify(gate, reason, message, details, now, self.notifier.gates_address)

@@ -81,10 +81,20 @@ class DeniedAttempts(DenialQueue[Key, Denied]):
     """Queues denied attempts from request threads (the latest denial of each object); a
     background thread shows them."""
 
-    def __init__(self, api_client: client.ApiClient | None, lookup: Lookup, settings: Settings, sources: Sources, *,
-                 clock: Callable[[], datetime] = utcnow, custom: client.CustomObjectsApi | None = None,
-                 max_pending: int = MAX_PENDING, trust_reviews: bool = False,
-                 reads_per_namespace: int = READS_PER_NAMESPACE, limits_dir: str | os.PathLike[str] | None = None):
+    def __init__(
+        self,
+        api_client: client.ApiClient | None,
+        lookup: Lookup,
+        settings: Settings,
+        sources: Sources,
+        *,
+        clock: Callable[[], datetime] = utcnow,
+        custom: client.CustomObjectsApi | None = None,
+        max_pending: int = MAX_PENDING,
+        trust_reviews: bool = False,
+        reads_per_namespace: int = READS_PER_NAMESPACE,
+        limits_dir: str | os.PathLike[str] | None = None,
+    ):
         super().__init__("denied-attempts", max_pending, reads_per_namespace, limits_dir)
         # ``custom`` replaces the API group built from ``api_client`` (tests' fakes).
         self.custom = custom or client.CustomObjectsApi(api_client)
@@ -117,7 +127,9 @@ class DeniedAttempts(DenialQueue[Key, Denied]):
 
     def _read(self, row: kinds.FluxKind, namespace: str, name: str) -> dict | None:
         """The object as stored (through ``<plural>/status``), at the first version served."""
-        return read_stored(self.custom.get_namespaced_custom_object_status, row, namespace, name, self.versions)
+        return read_stored(
+            self.custom.get_namespaced_custom_object_status, row, namespace, name, self.versions
+        )
 
     def _held(self, stored: dict, now: datetime) -> holdpoints.Held | None:
         """The hold now, as the mutating webhook will judge our write on its way in."""
@@ -140,14 +152,19 @@ class DeniedAttempts(DenialQueue[Key, Denied]):
                 return "unverified"  # not the object the review named (or a forged review)
             now = self.clock()
             upstream = content.upstream_of(kind, stored, self.sources.get)
-            changes = holdpoints.show_denied_attempt(kind, stored, attempt, self._held(stored, now), now, upstream)
+            changes = holdpoints.show_denied_attempt(
+                kind, stored, attempt, self._held(stored, now), now, upstream
+            )
             if not changes:
                 return "current"  # shown already, released, or nothing waits any more
-            body = {"metadata": {"resourceVersion": metadata(stored).get("resourceVersion")},
-                    "status": {"conditions": changes["conditions"]}}
+            body = {
+                "metadata": {"resourceVersion": metadata(stored).get("resourceVersion")},
+                "status": {"conditions": changes["conditions"]},
+            }
             try:
-                self.custom.patch_namespaced_custom_object_status(row.group, self.versions[kind], namespace,
-                                                                  row.plural, name, body, _content_type=MERGE)
+                self.custom.patch_namespaced_custom_object_status(
+                    row.group, self.versions[kind], namespace, row.plural, name, body, _content_type=MERGE
+                )
                 return "written"
             except ApiException as err:
                 if err.status != 409:  # another writer in between: read again and judge again
@@ -164,7 +181,9 @@ class DeniedAttempts(DenialQueue[Key, Denied]):
                 result = self.show(key, attempt)
             except CALL_ERRORS as err:  # one line per failure: no traceback, no retries (kube.client)
                 result = "failed"
-                log.warning("denied attempt not shown", extra={"object": label(*key), "error": describe_error(err)})
+                log.warning(
+                    "denied attempt not shown", extra={"object": label(*key), "error": describe_error(err)}
+                )
             except Exception:  # a condition is never worth a dead thread
                 result = "failed"
                 log.exception("denied attempt not shown", extra={"object": label(*key)})

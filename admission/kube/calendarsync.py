@@ -35,14 +35,23 @@ from admission.core.conditions import find, transition_time
 from admission.core.cron import ScheduleError
 from admission.core.feedschedule import Feed, due_from_status, namespace_cap, next_due, next_wake, start_order
 from admission.core.objects import metadata, object_key
-from admission.core.subscriptions import HORIZON, CalendarSpec, clean, find_status, parse_calendars, status_entry
+from admission.core.subscriptions import (
+    HORIZON,
+    CalendarSpec,
+    clean,
+    find_status,
+    parse_calendars,
+    status_entry,
+)
 from admission.core.timefmt import parse_time
 from admission.kube.client import CALL_ERRORS, describe_error
 from admission.ical.fetch import Auth, FetchError, Policy, fetch
 from admission.ical.parse import ParseError, parse_in_child
 
 log = logging.getLogger("admission.calendars")
-MIN_INTERVAL = timedelta(seconds=30)  # the shortest interval the controller fetches a feed at (--calendar-min-interval)
+MIN_INTERVAL = timedelta(
+    seconds=30
+)  # the shortest interval the controller fetches a feed at (--calendar-min-interval)
 REPARSE_AFTER = timedelta(hours=12)  # a feed is fetched without validators (and parsed again) this often,
 # so its intervals keep reaching HORIZON ahead although it has not changed
 WORKERS = 4  # fetches at once; one namespace holds at most namespace_cap(WORKERS) of them
@@ -57,11 +66,22 @@ class SecretError(Exception):
 class CalendarSync:
     """Keeps the ``status.calendars`` of every GateKeeper that has calendars."""
 
-    def __init__(self, custom, core, keepers: Callable[[], list[dict]], *, clock: Callable[[], datetime] = utcnow,
-                 policy: Policy = Policy(), min_interval: timedelta = MIN_INTERVAL, horizon: timedelta = HORIZON,
-                 event: Callable[[dict, str, str, datetime, str], None] | None = None,
-                 fetcher: Callable = fetch, parser: Callable = parse_in_child, workers: int = WORKERS,
-                 per_namespace: int | None = None):
+    def __init__(
+        self,
+        custom,
+        core,
+        keepers: Callable[[], list[dict]],
+        *,
+        clock: Callable[[], datetime] = utcnow,
+        policy: Policy = Policy(),
+        min_interval: timedelta = MIN_INTERVAL,
+        horizon: timedelta = HORIZON,
+        event: Callable[[dict, str, str, datetime, str], None] | None = None,
+        fetcher: Callable = fetch,
+        parser: Callable = parse_in_child,
+        workers: int = WORKERS,
+        per_namespace: int | None = None,
+    ):
         self.custom, self.core, self.keepers, self.clock = custom, core, keepers, clock
         self.policy, self.min_interval, self.horizon = policy, min_interval, horizon
         self.event = event or (lambda *_: None)
@@ -111,7 +131,9 @@ class CalendarSync:
                 if isinstance(status, dict) and status.get("calendars") is not None:
                     self._clear(namespace, name)  # its calendars were removed: so is what status said of them
                 continue
-            found.extend(((namespace, name, cal.digest), (keeper, cal), find_status(status, cal)) for cal in cals)
+            found.extend(
+                ((namespace, name, cal.digest), (keeper, cal), find_status(status, cal)) for cal in cals
+            )
         jobs = {key: job for key, job, _ in found}
         feeds = []
         with self._lock:
@@ -135,8 +157,14 @@ class CalendarSync:
         with self._lock:
             waiting = [feed for feed in feeds if feed.key not in self.running]
             candidates = [feed for feed in waiting if skip is None or feed.key not in skip]
-            chosen = start_order(candidates, now, Counter(self.running.values()), self.workers - len(self.running),
-                                 self.per_namespace, self.turns)
+            chosen = start_order(
+                candidates,
+                now,
+                Counter(self.running.values()),
+                self.workers - len(self.running),
+                self.per_namespace,
+                self.turns,
+            )
             for feed in chosen:
                 keeper, cal = jobs[feed.key]
                 self.turn += 1
@@ -149,7 +177,9 @@ class CalendarSync:
                     skip.add(feed.key)
         return [feed for feed in waiting if feed not in chosen]
 
-    def _job(self, keeper: dict[str, Any], cal: CalendarSpec, previous: dict[str, Any] | None, epoch: int) -> None:
+    def _job(
+        self, keeper: dict[str, Any], cal: CalendarSpec, previous: dict[str, Any] | None, epoch: int
+    ) -> None:
         """On a fetch thread: fetch one calendar, schedule its next fetch, write its GateKeeper's status."""
         namespace, name = object_key(keeper)
         key = (namespace, name, cal.digest)
@@ -161,8 +191,9 @@ class CalendarSync:
                 failures = self.failures.get(key, 0) + 1 if "error" in entry else 0
                 self.failures[key] = failures
                 self.fetched[key] = entry
-                self.due[key] = next_due(parse_time(entry["lastFetchTime"]), self._interval(cal), failures,
-                                         self.min_interval)
+                self.due[key] = next_due(
+                    parse_time(entry["lastFetchTime"]), self._interval(cal), failures, self.min_interval
+                )
             self._write(keeper, self.clock(), epoch)
         except Exception:  # a bug must not take the slot with it
             log.exception("calendar fetch failed", extra={"calendar": cal.name})
@@ -193,33 +224,66 @@ class CalendarSync:
         return max(cal.interval, self.min_interval)
 
     # -- one calendar ---------------------------------------------------------------------
-    def _fetch(self, keeper: dict[str, Any], cal: CalendarSpec, previous: dict[str, Any] | None) -> dict[str, Any]:
+    def _fetch(
+        self, keeper: dict[str, Any], cal: CalendarSpec, previous: dict[str, Any] | None
+    ) -> dict[str, Any]:
         """The calendar's status entry after fetching (and, when it changed, parsing) it now."""
         namespace = object_key(keeper)[0]
         try:
             auth = self._auth(namespace, cal)
             etag = last_modified = None
-            if previous is not None and previous.get("lastParseTime") and \
-                    self.clock() - parse_time(previous["lastParseTime"]) < REPARSE_AFTER:  # fresh
+            if (
+                previous is not None
+                and previous.get("lastParseTime")
+                and self.clock() - parse_time(previous["lastParseTime"]) < REPARSE_AFTER
+            ):  # fresh
                 etag, last_modified = previous.get("etag"), previous.get("lastModified")
-            fetched = self.fetcher(cal.url, auth=auth, allow_http=cal.allow_http, policy=self.policy,
-                                   etag=etag, last_modified=last_modified)
+            fetched = self.fetcher(
+                cal.url,
+                auth=auth,
+                allow_http=cal.allow_http,
+                policy=self.policy,
+                etag=etag,
+                last_modified=last_modified,
+            )
             if fetched.body is None:  # not modified: the intervals in status stay, and are fresh
-                return status_entry(cal, previous, self.clock(), etag=fetched.etag, last_modified=fetched.last_modified)
+                return status_entry(
+                    cal, previous, self.clock(), etag=fetched.etag, last_modified=fetched.last_modified
+                )
             with self._parsing:
                 start = self.clock()
-                parsed = self.parser(fetched.body, start, start + self.horizon, time_zone=cal.time_zone,
-                                     summary=cal.summary, categories=cal.categories)
-            return status_entry(cal, previous, self.clock(), events=parsed.events, complete_until=parsed.complete_until,
-                                etag=fetched.etag, last_modified=fetched.last_modified)
+                parsed = self.parser(
+                    fetched.body,
+                    start,
+                    start + self.horizon,
+                    time_zone=cal.time_zone,
+                    summary=cal.summary,
+                    categories=cal.categories,
+                )
+            return status_entry(
+                cal,
+                previous,
+                self.clock(),
+                events=parsed.events,
+                complete_until=parsed.complete_until,
+                etag=fetched.etag,
+                last_modified=fetched.last_modified,
+            )
         except (FetchError, ParseError, SecretError) as err:
-            log.warning("calendar not fetched", extra={"GateKeeper": {"namespace": namespace,
-                                                                      "name": object_key(keeper)[1]},
-                                                       "calendar": cal.name, "error": clean(err, 512)})
+            log.warning(
+                "calendar not fetched",
+                extra={
+                    "GateKeeper": {"namespace": namespace, "name": object_key(keeper)[1]},
+                    "calendar": cal.name,
+                    "error": clean(err, 512),
+                },
+            )
             return status_entry(cal, previous, self.clock(), error=str(err))
         except Exception as err:  # a bug must not stop the other calendars; it is reported like a failure
             log.exception("calendar fetch failed", extra={"calendar": cal.name})
-            return status_entry(cal, previous, self.clock(), error=f"internal error: {type(err).__name__}: {err}")
+            return status_entry(
+                cal, previous, self.clock(), error=f"internal error: {type(err).__name__}: {err}"
+            )
 
     def _secret(self, namespace: str, name: str) -> dict[str, bytes]:
         try:
@@ -240,11 +304,18 @@ class CalendarSync:
                 data = self._secret(namespace, cal.secret)
                 token = data["token"].decode().strip() if "token" in data else None
                 if "username" in data or "password" in data:
-                    username, password = data.get("username", b"").decode(), data.get("password", b"").decode()
+                    username, password = (
+                        data.get("username", b"").decode(),
+                        data.get("password", b"").decode(),
+                    )
                 if token and username is not None:
-                    raise SecretError(f"Secret {namespace}/{cal.secret} has both a token and a username/password")
+                    raise SecretError(
+                        f"Secret {namespace}/{cal.secret} has both a token and a username/password"
+                    )
                 if token is None and username is None:
-                    raise SecretError(f"Secret {namespace}/{cal.secret} has neither 'token' nor 'username'/'password'")
+                    raise SecretError(
+                        f"Secret {namespace}/{cal.secret} has neither 'token' nor 'username'/'password'"
+                    )
                 ca = data.get("ca.crt", ca)
             if cal.ca_secret:
                 name, key = cal.ca_secret
@@ -275,11 +346,22 @@ class CalendarSync:
             known = [(cal, entry) for cal, entry in entries if entry is not None]
             status = self._status(keeper, base, known, [cal for cal, entry in entries if entry is None], now)
             try:
-                self.custom.patch_namespaced_custom_object_status(names.GATING_GROUP, names.GATING_VERSION, namespace,
-                                                                  names.GATEKEEPER_PLURAL, name, {"status": status})
+                self.custom.patch_namespaced_custom_object_status(
+                    names.GATING_GROUP,
+                    names.GATING_VERSION,
+                    namespace,
+                    names.GATEKEEPER_PLURAL,
+                    name,
+                    {"status": status},
+                )
             except CALL_ERRORS as err:
-                log.warning("calendar status not written", extra={"GateKeeper": {"namespace": namespace, "name": name},
-                                                                  "error": describe_error(err)})
+                log.warning(
+                    "calendar status not written",
+                    extra={
+                        "GateKeeper": {"namespace": namespace, "name": name},
+                        "error": describe_error(err),
+                    },
+                )
                 return
             self.written[(namespace, name)] = status
             for cal, entry in known:
@@ -293,40 +375,65 @@ class CalendarSync:
                     self.reported.pop(key)
 
     @staticmethod
-    def _status(keeper: dict[str, Any], base: dict[str, Any], known: list[tuple[CalendarSpec, dict[str, Any]]],
-                pending: list[CalendarSpec], now: datetime) -> dict[str, Any]:
+    def _status(
+        keeper: dict[str, Any],
+        base: dict[str, Any],
+        known: list[tuple[CalendarSpec, dict[str, Any]]],
+        pending: list[CalendarSpec],
+        now: datetime,
+    ) -> dict[str, Any]:
         """The status: each calendar's entry, and CalendarsReady: False when one failed, Unknown
         while one was never fetched, else True."""
         failed = [(cal, entry) for cal, entry in known if entry.get("error")]
         count = sum(len(entry.get("intervals") or []) for _, entry in known)
         condition = {"type": names.CALENDARS_READY_CONDITION}
         if failed:
-            condition.update(status="False", reason=names.REASON_FETCH_FAILED,
-                             message=clean("; ".join(f"{cal}: {entry['error']}" for cal, entry in failed), 1024))
+            condition.update(
+                status="False",
+                reason=names.REASON_FETCH_FAILED,
+                message=clean("; ".join(f"{cal}: {entry['error']}" for cal, entry in failed), 1024),
+            )
         elif pending:
-            condition.update(status=names.CONDITION_UNKNOWN, reason=names.REASON_FETCHING,
-                             message=clean(f"{len(known)} of {len(known) + len(pending)} calendar(s) fetched, {count} "
-                                           "coming event(s) listed; not fetched yet: "
-                                           + ", ".join(str(cal) for cal in pending), 1024))
+            condition.update(
+                status=names.CONDITION_UNKNOWN,
+                reason=names.REASON_FETCHING,
+                message=clean(
+                    f"{len(known)} of {len(known) + len(pending)} calendar(s) fetched, {count} "
+                    "coming event(s) listed; not fetched yet: " + ", ".join(str(cal) for cal in pending),
+                    1024,
+                ),
+            )
         else:
-            condition.update(status="True", reason=names.REASON_FETCHED,
-                             message=f"{len(known)} calendar(s) fetched, {count} coming event(s) listed")
+            condition.update(
+                status="True",
+                reason=names.REASON_FETCHED,
+                message=f"{len(known)} calendar(s) fetched, {count} coming event(s) listed",
+            )
         before = find({"status": base}, names.CALENDARS_READY_CONDITION)
         condition["lastTransitionTime"] = transition_time(before, condition["status"], now)
         generation = metadata(keeper).get("generation")
-        return {"calendars": [entry for _, entry in known], "conditions": [condition],
-                **({"observedGeneration": generation} if generation is not None else {})}
+        return {
+            "calendars": [entry for _, entry in known],
+            "conditions": [condition],
+            **({"observedGeneration": generation} if generation is not None else {}),
+        }
 
     def _clear(self, namespace: str, name: str) -> None:
         body = {"status": {"calendars": None, "conditions": None}}  # a merge patch: removes both
         with self._writing:
             try:
-                self.custom.patch_namespaced_custom_object_status(names.GATING_GROUP, names.GATING_VERSION, namespace,
-                                                                  names.GATEKEEPER_PLURAL, name, body)
+                self.custom.patch_namespaced_custom_object_status(
+                    names.GATING_GROUP, names.GATING_VERSION, namespace, names.GATEKEEPER_PLURAL, name, body
+                )
                 self.written[(namespace, name)] = {"calendars": None}
             except CALL_ERRORS as err:
-                log.warning("calendar status not cleared", extra={"GateKeeper": {"namespace": namespace, "name": name},
-                                                                  "error": describe_error(err)})
+                log.warning(
+                    "calendar status not cleared",
+                    extra={
+                        "GateKeeper": {"namespace": namespace, "name": name},
+                        "error": describe_error(err),
+                    },
+                )
 
     # -- loop -------------------------------------------------------------------------------
     def run(self, stopped: threading.Event, wake: threading.Event, active: Callable[[], bool]) -> None:
@@ -343,7 +450,9 @@ class CalendarSync:
                 if active():
                     was_active = True
                     try:
-                        nxt = next_wake(self._start(now, pool), now)  # due but waiting for a slot: a fetch's end wakes
+                        nxt = next_wake(
+                            self._start(now, pool), now
+                        )  # due but waiting for a slot: a fetch's end wakes
                     except Exception:  # never stop the loop: the next pass tries again
                         log.exception("calendar pass failed")
                 elif was_active:

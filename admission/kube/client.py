@@ -33,7 +33,9 @@ def api_client(kubeconfig: str | None = None) -> client.ApiClient:
         except config.ConfigException:
             config.load_kube_config(client_configuration=configuration)
     if not configuration.verify_ssl:
-        log.warning("the API server's certificate is not verified (insecure-skip-tls-verify in the kubeconfig)")
+        log.warning(
+            "the API server's certificate is not verified (insecure-skip-tls-verify in the kubeconfig)"
+        )
     quiet_insecure_warnings(configuration)
     configuration.retries = NO_RETRIES
     return client.ApiClient(configuration)
@@ -57,4 +59,5 @@ def quiet_insecure_warnings(configuration: client.Configuration) -> None:
     instead (logs stay JSON lines, kubectl gate's stderr stays readable)."""
     if not configuration.verify_ssl:
         from urllib3.exceptions import InsecureRequestWarning
+
         warnings.filterwarnings("ignore", category=InsecureRequestWarning)

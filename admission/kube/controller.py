@@ -42,8 +42,11 @@ log = logging.getLogger("admission.controller")
 COMPONENT = "gate-admission-controller"  # the source of transition Events
 DEFAULT_INTERVAL = timedelta(minutes=1)
 REQUEST_FLOOR = timedelta(seconds=1)  # the soonest the loop wakes for a due reconcile request
-SUSPENSION_ANNOTATIONS = (names.SUSPENDED_ANNOTATION, names.SUSPEND_DURING_ANNOTATION,
-                          names.SUSPENDED_DURING_ANNOTATION)
+SUSPENSION_ANNOTATIONS = (
+    names.SUSPENDED_ANNOTATION,
+    names.SUSPEND_DURING_ANNOTATION,
+    names.SUSPENDED_DURING_ANNOTATION,
+)
 SCHEDULE_ANNOTATIONS = (names.SUSPEND_DURING_ANNOTATION, names.SUSPENDED_DURING_ANNOTATION)
 
 
@@ -62,11 +65,19 @@ def _interval(gate: dict) -> timedelta:
 class Controller(ApprovalLanding):
     """Reconciles every Gate whenever one changes or the next transition comes."""
 
-    def __init__(self, api_client: client.ApiClient | None, store: ClusterStore | None = None,
-                 is_leader: threading.Event | None = None, clock=utcnow, *,
-                 custom: client.CustomObjectsApi | None = None, core: client.CoreV1Api | None = None,
-                 flux: FluxCache | None = None, notifier: FluxNotifier | None = None,
-                 calendars: dict | None = None):
+    def __init__(
+        self,
+        api_client: client.ApiClient | None,
+        store: ClusterStore | None = None,
+        is_leader: threading.Event | None = None,
+        clock=utcnow,
+        *,
+        custom: client.CustomObjectsApi | None = None,
+        core: client.CoreV1Api | None = None,
+        flux: FluxCache | None = None,
+        notifier: FluxNotifier | None = None,
+        calendars: dict | None = None,
+    ):
         # ``custom``, ``core`` and ``flux`` replace what ``api_client`` would build (tests' fakes);
         # ``calendars`` are CalendarSync's options (policy, min_interval, fetcher, parser, ...).
         self.custom = custom or client.CustomObjectsApi(api_client)
@@ -92,8 +103,14 @@ class Controller(ApprovalLanding):
         self.requests: dict[tuple[str, str], tuple[int, datetime]] = {}
         self._lock = threading.Lock()
         # GateKeeper calendars: fetched on a thread of their own, written into GateKeeper status.
-        self.calendars = CalendarSync(self.custom, self.core, lambda: self.store.index.keepers(), clock=clock,
-                                      event=self._event, **(calendars or {}))
+        self.calendars = CalendarSync(
+            self.custom,
+            self.core,
+            lambda: self.store.index.keepers(),
+            clock=clock,
+            event=self._event,
+            **(calendars or {}),
+        )
         self.calendar_wake = threading.Event()
 
     def poke(self) -> None:
@@ -134,10 +151,16 @@ class Controller(ApprovalLanding):
                 state = self.store.index.lookup(key[0], key[1], now)
                 self._reconcile_gate(key, gate, state, now)
             except Exception:  # one gate's failure must not stop the others
-                log.exception("reconciling gate failed", extra={"Gate": {"namespace": key[0], "name": key[1]}})
+                log.exception(
+                    "reconciling gate failed", extra={"Gate": {"namespace": key[0], "name": key[1]}}
+                )
                 state = None
             expiries = [a.expires for a in (state.approvals if state else ()) if a.live(now)]
-            for candidate in (state.valid_until if state else None, now + _interval(gate), min(expiries, default=None)):
+            for candidate in (
+                state.valid_until if state else None,
+                now + _interval(gate),
+                min(expiries, default=None),
+            ):
                 if candidate is not None and candidate < wake_at:
                     wake_at = candidate
         for key in set(self.last_open) - seen:  # deleted gates
@@ -163,7 +186,13 @@ class Controller(ApprovalLanding):
         desired = gate_status(gate, state, now, previous=self.written.get(key))
         if self.written.get(key) != desired and status_differs(gate, desired):
             self.custom.patch_namespaced_custom_object_status(
-                names.GATING_GROUP, names.GATING_VERSION, key[0], names.GATE_PLURAL, key[1], {"status": desired})
+                names.GATING_GROUP,
+                names.GATING_VERSION,
+                key[0],
+                names.GATE_PLURAL,
+                key[1],
+                {"status": desired},
+            )
             self.written[key] = desired
         before = self.last_open[key]
         self.last_open[key] = state.open
@@ -174,15 +203,26 @@ class Controller(ApprovalLanding):
     def _transition(self, gate: dict, state: GateState, now: datetime) -> None:
         message = transition_message(state)
         meta = metadata(gate)
-        log.info(message, extra={"closed": str(not state.open).lower(), "reason": state.reason,
-                                 "requestedBy": state.requested_by,
-                                 "Gate": {"namespace": meta.get("namespace"), "name": meta.get("name")}})
+        log.info(
+            message,
+            extra={
+                "closed": str(not state.open).lower(),
+                "reason": state.reason,
+                "requestedBy": state.requested_by,
+                "Gate": {"namespace": meta.get("namespace"), "name": meta.get("name")},
+            },
+        )
         self._event(gate, names.GATE_OPENED_EVENT if state.open else names.GATE_CLOSED_EVENT, message, now)
         if self.notifier is not None:
-            details = {"state": names.STATE_OPENED if state.open else names.STATE_CLOSED, "reason": state.reason,
-                       "requestedBy": state.requested_by or "",
-                       "nextTransitionAt": format_time(state.next_transition) if state.next_transition else ""}
-            self.notifier.gate_transition(gate, state.open, message, {k: v for k, v in details.items() if v}, now)
+            details = {
+                "state": names.STATE_OPENED if state.open else names.STATE_CLOSED,
+                "reason": state.reason,
+                "requestedBy": state.requested_by or "",
+                "nextTransitionAt": format_time(state.next_transition) if state.next_transition else "",
+            }
+            self.notifier.gate_transition(
+                gate, state.open, message, {k: v for k, v in details.items() if v}, now
+            )
         if state.open:
             if self.flux.untrusted() is None:
                 self.request_reconciles(state.namespace, state.name, now)
@@ -191,9 +231,14 @@ class Controller(ApprovalLanding):
 
     def _event(self, obj: dict, reason: str, message: str, now: datetime, kind: str = "Normal") -> None:
         meta = metadata(obj)
-        involved = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "name": meta.get("name"),
-                    "namespace": meta.get("namespace"), "uid": meta.get("uid"),
-                    "resourceVersion": meta.get("resourceVersion")}
+        involved = {
+            "apiVersion": obj.get("apiVersion"),
+            "kind": obj.get("kind"),
+            "name": meta.get("name"),
+            "namespace": meta.get("namespace"),
+            "uid": meta.get("uid"),
+            "resourceVersion": meta.get("resourceVersion"),
+        }
         body = core_event(involved, reason, message, now, event_type=kind, component=COMPONENT)
         try:
             post_event(self.core, body)
@@ -201,7 +246,9 @@ class Controller(ApprovalLanding):
             log.warning("event not recorded", extra={"reason": reason, "error": describe_error(err)})
 
     # -- Flux notifications for held and released objects ------------------------------
-    def flux_object_changed(self, old: dict | None, new: dict | None, now: datetime | None = None) -> Notice | None:
+    def flux_object_changed(
+        self, old: dict | None, new: dict | None, now: datetime | None = None
+    ) -> Notice | None:
         """Notify notification-controller when a Flux object's hold starts, changes or ends.
 
         Fed with each (old, new) pair of a watch of the gated Flux kinds; status writes that
@@ -224,7 +271,9 @@ class Controller(ApprovalLanding):
         found = []
         for kind in self.flux.kinds():
             for obj in self.flux.objects(kind):
-                if holding_condition(obj) is not None and (notice := self.flux_object_changed(None, obj, now)):
+                if holding_condition(obj) is not None and (
+                    notice := self.flux_object_changed(None, obj, now)
+                ):
                     found.append(notice)
         return found
 
@@ -233,12 +282,15 @@ class Controller(ApprovalLanding):
         row = BY_KIND[kind]
         body = {"metadata": {"annotations": {names.RECONCILE_REQUEST_ANNOTATION: value}}}
         try:
-            self.custom.patch_namespaced_custom_object(row.group, self.flux.version(kind) or row.versions[0],
-                                                       namespace, row.plural, name, body)
+            self.custom.patch_namespaced_custom_object(
+                row.group, self.flux.version(kind) or row.versions[0], namespace, row.plural, name, body
+            )
             return True
         except CALL_ERRORS as err:
-            log.warning("reconcile not requested", extra={"object": label(kind, namespace, name),
-                                                          "error": describe_error(err)})
+            log.warning(
+                "reconcile not requested",
+                extra={"object": label(kind, namespace, name), "error": describe_error(err)},
+            )
             return False
 
     def _held_by_gate(self, obj: dict, gate_key: str) -> bool:
@@ -263,7 +315,10 @@ class Controller(ApprovalLanding):
             if self._annotate(kind, namespace, name, value):
                 done.append(label(kind, namespace, name))
             labels = metadata(obj).get("labels") or {}
-            parent_name, parent_namespace = labels.get(names.KUSTOMIZE_NAME_LABEL), labels.get(names.KUSTOMIZE_NAMESPACE_LABEL)
+            parent_name, parent_namespace = (
+                labels.get(names.KUSTOMIZE_NAME_LABEL),
+                labels.get(names.KUSTOMIZE_NAMESPACE_LABEL),
+            )
             if parent_name and parent_namespace:
                 parents.add((parent_name, parent_namespace))
         for parent_name, parent_namespace in sorted(parents):
@@ -276,11 +331,17 @@ class Controller(ApprovalLanding):
     def request_reconciles(self, namespace: str, name: str, now: datetime) -> list[str]:
         """Ask Flux to reconcile the objects this gate held that are free now, and their parents."""
         gate_key = f"{namespace}/{name}"
-        held = [(kind, obj) for kind in self.flux.kinds() for obj in self.flux.objects(kind)
-                if self._held_by_gate(obj, gate_key)]
+        held = [
+            (kind, obj)
+            for kind in self.flux.kinds()
+            for obj in self.flux.objects(kind)
+            if self._held_by_gate(obj, gate_key)
+        ]
         done = self._release(held, now)
         if done:
-            log.info("reconcile requested", extra={"Gate": {"namespace": namespace, "name": name}, "objects": done})
+            log.info(
+                "reconcile requested", extra={"Gate": {"namespace": namespace, "name": name}, "objects": done}
+            )
         return done
 
     def _suspensions(self, now: datetime) -> datetime | None:
@@ -324,8 +385,12 @@ class Controller(ApprovalLanding):
         self.flux.start()
         while not self.stopped.is_set() and not self.store.wait_synced(1.0):
             pass
-        threading.Thread(target=self.calendars.run, args=(self.stopped, self.calendar_wake, self._acting),
-                         name="calendars", daemon=True).start()
+        threading.Thread(
+            target=self.calendars.run,
+            args=(self.stopped, self.calendar_wake, self._acting),
+            name="calendars",
+            daemon=True,
+        ).start()
         leading = False
         while not self.stopped.is_set():
             self.wake.clear()

@@ -21,8 +21,13 @@ class DenialQueue(Generic[K, V]):
     ``limits_dir``, a directory every worker shares, as the receiver's limits are); and the
     API version each kind answered at last."""
 
-    def __init__(self, name: str, max_pending: int, reads_per_namespace: int = READS_PER_NAMESPACE,
-                 limits_dir: str | os.PathLike[str] | None = None):
+    def __init__(
+        self,
+        name: str,
+        max_pending: int,
+        reads_per_namespace: int = READS_PER_NAMESPACE,
+        limits_dir: str | os.PathLike[str] | None = None,
+    ):
         self.max_pending = max_pending
         self.pending: OrderedDict[K, V] = OrderedDict()
         self.reads = window_counts(reads_per_namespace, limits_dir, f"{name}-reads")

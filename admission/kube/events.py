@@ -66,20 +66,35 @@ def event_name(obj_name: str, identity: str, message: str, bucket: int) -> str:
     return f"{obj_name[:200]}.gateclosed.{digest}"
 
 
-def core_event(involved: dict[str, Any], reason: str, message: str, now: datetime, *, component: str,
-               event_type: str, name: str | None = None, reporting_component: str | None = None) -> dict[str, Any]:
+def core_event(
+    involved: dict[str, Any],
+    reason: str,
+    message: str,
+    now: datetime,
+    *,
+    component: str,
+    event_type: str,
+    name: str | None = None,
+    reporting_component: str | None = None,
+) -> dict[str, Any]:
     """A core/v1 Event about the object ``involved`` refers to (in its namespace), seen once at
     ``now``, from ``component``: named ``name``, else a name the API server makes from the object's."""
     namespace = involved.get("namespace")
     stamp = format_time(now)
     body: dict[str, Any] = {
-        "apiVersion": "v1", "kind": "Event",
-        "metadata": {"name": name, "namespace": namespace} if name else
-                    {"generateName": f"{involved.get('name')}.", "namespace": namespace},
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": name, "namespace": namespace}
+        if name
+        else {"generateName": f"{involved.get('name')}.", "namespace": namespace},
         "involvedObject": involved,
-        "reason": reason, "type": event_type, "message": message[:MAX_EVENT_MESSAGE],
+        "reason": reason,
+        "type": event_type,
+        "message": message[:MAX_EVENT_MESSAGE],
         "source": {"component": component},
-        "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
     }
     if reporting_component:
         body["reportingComponent"] = reporting_component
@@ -100,23 +115,38 @@ def _judged_part(stored: dict | None) -> dict | None:
     meta = metadata(stored)
     annotations = annotations_of(stored)
     spec = stored["spec"] if isinstance(stored.get("spec"), dict) else {}
-    return {"apiVersion": stored.get("apiVersion"), "kind": stored.get("kind"),
-            "metadata": {key: meta.get(key) for key in ("name", "namespace", "uid")}
-            | {"annotations": {k: v for k, v in annotations.items() if k != names.LAST_APPLIED_ANNOTATION}},
-            "spec": {key: spec[key] for key in ("gates", "suspend") if key in spec}}
+    return {
+        "apiVersion": stored.get("apiVersion"),
+        "kind": stored.get("kind"),
+        "metadata": {key: meta.get(key) for key in ("name", "namespace", "uid")}
+        | {"annotations": {k: v for k, v in annotations.items() if k != names.LAST_APPLIED_ANNOTATION}},
+        "spec": {key: spec[key] for key in ("gates", "suspend") if key in spec},
+    }
 
 
 class DenialEvents(DenialQueue[Key, int]):
     """Queues denials from request threads (each object with the denials seen); a background
     thread verifies them and writes Events."""
 
-    def __init__(self, api_client: client.ApiClient | None, lookup: Lookup, settings: Settings,
-                 sources: Sources | None = None, period: float = 300.0, max_pending: int = MAX_PENDING, *,
-                 clock: Callable[[], datetime] = utcnow, flush_every: float = FLUSH_EVERY,
-                 reread_after: float = REREAD_AFTER, reads_per_namespace: int = READS_PER_NAMESPACE,
-                 events_per_object: int = EVENTS_PER_OBJECT, events_per_namespace: int = EVENTS_PER_NAMESPACE,
-                 core: client.CoreV1Api | None = None, custom: client.CustomObjectsApi | None = None,
-                 limits_dir: str | os.PathLike[str] | None = None):
+    def __init__(
+        self,
+        api_client: client.ApiClient | None,
+        lookup: Lookup,
+        settings: Settings,
+        sources: Sources | None = None,
+        period: float = 300.0,
+        max_pending: int = MAX_PENDING,
+        *,
+        clock: Callable[[], datetime] = utcnow,
+        flush_every: float = FLUSH_EVERY,
+        reread_after: float = REREAD_AFTER,
+        reads_per_namespace: int = READS_PER_NAMESPACE,
+        events_per_object: int = EVENTS_PER_OBJECT,
+        events_per_namespace: int = EVENTS_PER_NAMESPACE,
+        core: client.CoreV1Api | None = None,
+        custom: client.CustomObjectsApi | None = None,
+        limits_dir: str | os.PathLike[str] | None = None,
+    ):
         super().__init__("denial-events", max_pending, reads_per_namespace, limits_dir)
         # ``core`` and ``custom`` replace the API groups built from ``api_client`` (tests' fakes).
         self.core = core or client.CoreV1Api(api_client)
@@ -125,7 +155,10 @@ class DenialEvents(DenialQueue[Key, int]):
         self.sources = sources if sources is not None else StaticSources()
         self.clock, self.flush_every, self.reread_after = clock, flush_every, reread_after
         self.period = period
-        self.per_object, self.per_namespace = WindowCounts(events_per_object), WindowCounts(events_per_namespace)
+        self.per_object, self.per_namespace = (
+            WindowCounts(events_per_object),
+            WindowCounts(events_per_namespace),
+        )
         self.read: OrderedDict[Key, tuple[float, dict | None]] = OrderedDict()  # -> (read at, stored)
         self.counts: dict[tuple[str, str], int] = {}  # (namespace, Event name) -> repeats not yet counted
         self.known: dict[tuple[str, str], int] = {}  # Events we know exist -> their period
@@ -171,6 +204,7 @@ class DenialEvents(DenialQueue[Key, int]):
         remembered = self.read.get(key)
         if remembered is not None and time.monotonic() - remembered[0] < self.reread_after:
             return True, remembered[1]
+
         def get(*args):  # every call counts: a missing object is asked at each version known
             if not self.may_read(namespace):
                 raise _ReadsSpent
@@ -184,8 +218,9 @@ class DenialEvents(DenialQueue[Key, int]):
         now = time.monotonic()
         self.read.pop(key, None)
         self.read[key] = (now, stored)
-        while self.read and (len(self.read) > MAX_REMEMBERED
-                             or now - next(iter(self.read.values()))[0] >= self.reread_after):
+        while self.read and (
+            len(self.read) > MAX_REMEMBERED or now - next(iter(self.read.values()))[0] >= self.reread_after
+        ):
             self.read.popitem(last=False)  # the oldest read first: it stands for nothing any more
         return True, stored
 
@@ -199,10 +234,23 @@ class DenialEvents(DenialQueue[Key, int]):
     def _body(self, name: str, kind: str, stored: dict, message: str, now: datetime) -> dict:
         meta = metadata(stored)
         row = kinds.BY_KIND[kind]
-        involved = {"apiVersion": stored.get("apiVersion") or f"{row.group}/{self.versions[kind]}",
-                    "kind": kind, "namespace": meta.get("namespace"), "name": meta.get("name"), "uid": meta.get("uid")}
-        return core_event(involved, names.GATE_CLOSED_EVENT, message, now, name=name, event_type="Warning",
-                          component=COMPONENT, reporting_component=COMPONENT)
+        involved = {
+            "apiVersion": stored.get("apiVersion") or f"{row.group}/{self.versions[kind]}",
+            "kind": kind,
+            "namespace": meta.get("namespace"),
+            "name": meta.get("name"),
+            "uid": meta.get("uid"),
+        }
+        return core_event(
+            involved,
+            names.GATE_CLOSED_EVENT,
+            message,
+            now,
+            name=name,
+            event_type="Warning",
+            component=COMPONENT,
+            reporting_component=COMPONENT,
+        )
 
     def show(self, key: Key, repeats: int = 1) -> str:
         """Look at the object a denial named and write (or count) its Event; the outcome."""
@@ -245,7 +293,9 @@ class DenialEvents(DenialQueue[Key, int]):
                 event.last_timestamp = now
                 self.core.replace_namespaced_event(key[1], key[0], event)
             except CALL_ERRORS as err:
-                if isinstance(err, ApiException) and err.status == 409:  # counted at the same time: ours next flush
+                if (
+                    isinstance(err, ApiException) and err.status == 409
+                ):  # counted at the same time: ours next flush
                     self.counts[key] = self.counts.get(key, 0) + repeats
                 else:
                     EVENTS.labels("failed").inc()
@@ -263,8 +313,10 @@ class DenialEvents(DenialQueue[Key, int]):
                     result = self.show(key, repeats)
                 except CALL_ERRORS as err:  # one line per failure: no traceback, no retries (kube.client)
                     result = "failed"
-                    log.warning("denial event not recorded", extra={"object": label(*key[:3]),
-                                                                    "error": describe_error(err)})
+                    log.warning(
+                        "denial event not recorded",
+                        extra={"object": label(*key[:3]), "error": describe_error(err)},
+                    )
                 except Exception:  # an Event is never worth a dead thread
                     result = "failed"
                     log.exception("denial event failed", extra={"object": label(*key[:3])})

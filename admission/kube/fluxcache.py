@@ -98,7 +98,12 @@ class FluxCache(Reflecting):
     Objects handed out are the cache's own: read them, never change them.
     """
 
-    def __init__(self, api_client: client.ApiClient | None, kinds: Iterable[str | FluxKind], stale_after: float = STALE_AFTER):
+    def __init__(
+        self,
+        api_client: client.ApiClient | None,
+        kinds: Iterable[str | FluxKind],
+        stale_after: float = STALE_AFTER,
+    ):
         self.api = client.CustomObjectsApi(api_client)
         self.stale_after = stale_after
         rows = [BY_KIND[k] if isinstance(k, str) else k for k in kinds]
@@ -137,11 +142,20 @@ class FluxCache(Reflecting):
 
     def readiness(self) -> dict:
         """What /readyz shows about this cache."""
-        return {"objects": len(self),
-                "watches": {r.plural: {"synced": r.synced, "connected": r.disconnected_since is None,
-                                       "version": r.version, "served": not r.absent, "lists": r.relists,
-                                       **({"error": r.last_error} if r.last_error else {})}
-                            for r in self.reflectors}}
+        return {
+            "objects": len(self),
+            "watches": {
+                r.plural: {
+                    "synced": r.synced,
+                    "connected": r.disconnected_since is None,
+                    "version": r.version,
+                    "served": not r.absent,
+                    "lists": r.relists,
+                    **({"error": r.last_error} if r.last_error else {}),
+                }
+                for r in self.reflectors
+            },
+        }
 
     def wait_synced(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout

@@ -61,26 +61,38 @@ class FluxObjects:
     def patch(self, kind: str, namespace: str, name: str, body: dict) -> dict:
         row = BY_KIND[kind]
         version = self.versions.get(kind) or row.versions[0]
-        return cast(dict, self.custom.patch_namespaced_custom_object(row.group, version, namespace, row.plural, name, body))
+        return cast(
+            dict,
+            self.custom.patch_namespaced_custom_object(row.group, version, namespace, row.plural, name, body),
+        )
 
     def get(self, kind: str, namespace: str, name: str, version: str) -> dict | None:
         row = BY_KIND[kind]
         try:
-            return cast(dict, self.custom.get_namespaced_custom_object(row.group, version, namespace, row.plural, name))
+            return cast(
+                dict,
+                self.custom.get_namespaced_custom_object(row.group, version, namespace, row.plural, name),
+            )
         except ApiException as err:
             if err.status == 404:
                 return None
             raise
 
 
-def read_stored(get: Callable[[str, str, str, str, str], object], row: FluxKind, namespace: str, name: str,
-                versions: dict[str, str]) -> dict | None:
+def read_stored(
+    get: Callable[[str, str, str, str, str], object],
+    row: FluxKind,
+    namespace: str,
+    name: str,
+    versions: dict[str, str],
+) -> dict | None:
     """One object as the API server stores it, read with ``get(group, version, namespace,
     plural, name)`` (the main resource or ``/status``) at the version that answered last, else
     each version the table knows; None when it does not exist. ``versions`` remembers, per kind,
     the version that answered."""
-    served = first_served(row, lambda version: get(row.group, version, namespace, row.plural, name),
-                          versions.get(row.kind))
+    served = first_served(
+        row, lambda version: get(row.group, version, namespace, row.plural, name), versions.get(row.kind)
+    )
     if served is None:
         return None
     versions[row.kind], obj = served

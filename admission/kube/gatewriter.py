@@ -16,8 +16,9 @@ def cluster_patcher(api_client) -> Callable[[str, str, dict], None]:
 
     def patch_gate(namespace: str, name: str, patch: dict) -> None:
         try:
-            custom.patch_namespaced_custom_object(names.GATING_GROUP, names.GATING_VERSION, namespace,
-                                                  names.GATE_PLURAL, name, patch)
+            custom.patch_namespaced_custom_object(
+                names.GATING_GROUP, names.GATING_VERSION, namespace, names.GATE_PLURAL, name, patch
+            )
         except ApiException as err:
             if err.status == 404:
                 raise LookupError(name) from None

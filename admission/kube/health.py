@@ -13,8 +13,9 @@ import orjson
 LOOPBACK = "127.0.0.1"  # probes from this host only, unless given the address they come to (the Pod IP)
 
 
-def serve_health(port: int, readiness: Callable[[], tuple[bool, dict[str, Any]]],
-                 address: str = LOOPBACK) -> ThreadingHTTPServer:
+def serve_health(
+    port: int, readiness: Callable[[], tuple[bool, dict[str, Any]]], address: str = LOOPBACK
+) -> ThreadingHTTPServer:
     """Answer probes on ``address`` (IPv4 or IPv6) and ``port`` in a daemon thread; /readyz is 503
     until ``readiness`` says ready. Raises OSError when it cannot listen there."""
 
@@ -40,6 +41,8 @@ def serve_health(port: int, readiness: Callable[[], tuple[bool, dict[str, Any]]]
 
     # http.server listens on IPv4 only unless told: an IPv6-only cluster's Pod IP needs AF_INET6.
     family = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM)[0][0]
-    server = type("HealthServer", (ThreadingHTTPServer,), {"address_family": family})((address, port), Handler)
+    server = type("HealthServer", (ThreadingHTTPServer,), {"address_family": family})(
+        (address, port), Handler
+    )
     threading.Thread(target=server.serve_forever, name="health", daemon=True).start()
     return server

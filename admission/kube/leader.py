@@ -18,9 +18,19 @@ log = logging.getLogger(__name__)
 class LeaderElector:
     """Holds a Lease while this process is the leader; renews it, and lets it go on stop."""
 
-    def __init__(self, api_client: client.ApiClient | None, namespace: str, name: str, identity: str,
-                 lease_seconds: int = 15, renew_every: float = 5.0, *, clock=utcnow,
-                 coordination: client.CoordinationV1Api | None = None, on_fatal=lambda why: None):
+    def __init__(
+        self,
+        api_client: client.ApiClient | None,
+        namespace: str,
+        name: str,
+        identity: str,
+        lease_seconds: int = 15,
+        renew_every: float = 5.0,
+        *,
+        clock=utcnow,
+        coordination: client.CoordinationV1Api | None = None,
+        on_fatal=lambda why: None,
+    ):
         # ``coordination`` replaces the API group built from ``api_client`` (tests' fakes).
         self.api = coordination or client.CoordinationV1Api(api_client)
         self.clock = clock
@@ -33,16 +43,22 @@ class LeaderElector:
 
     def _try(self) -> bool:
         now = self.clock()
-        spec = {"holderIdentity": self.identity, "leaseDurationSeconds": self.lease_seconds,
-                "renewTime": format_distinct_time(now)}
+        spec = {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": self.lease_seconds,
+            "renewTime": format_distinct_time(now),
+        }
         try:
             lease = self.api.read_namespaced_lease(self.name, self.namespace)
         except ApiException as err:
             if err.status != 404:
                 raise
-            body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                    "metadata": {"name": self.name, "namespace": self.namespace},
-                    "spec": {**spec, "acquireTime": format_distinct_time(now), "leaseTransitions": 0}}
+            body = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": self.name, "namespace": self.namespace},
+                "spec": {**spec, "acquireTime": format_distinct_time(now), "leaseTransitions": 0},
+            }
             # The client validates a dict body into the model, as the API server reads it.
             self.api.create_namespaced_lease(self.namespace, body)  # type: ignore[arg-type]
             return True
@@ -54,12 +70,22 @@ class LeaderElector:
         expired = renewed is None or renewed + timedelta(seconds=duration) < now
         if held_by != self.identity and not expired:
             return False
-        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                "metadata": {"name": self.name, "namespace": self.namespace,
-                             "resourceVersion": lease_meta.resource_version},
-                "spec": {**spec,
-                         "acquireTime": format_distinct_time(lease_spec.acquire_time) if held_by == self.identity and lease_spec.acquire_time else format_distinct_time(now),
-                         "leaseTransitions": (lease_spec.lease_transitions or 0) + (held_by != self.identity)}}
+        body = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": self.name,
+                "namespace": self.namespace,
+                "resourceVersion": lease_meta.resource_version,
+            },
+            "spec": {
+                **spec,
+                "acquireTime": format_distinct_time(lease_spec.acquire_time)
+                if held_by == self.identity and lease_spec.acquire_time
+                else format_distinct_time(now),
+                "leaseTransitions": (lease_spec.lease_transitions or 0) + (held_by != self.identity),
+            },
+        }
         # 409 if someone else won. A dict body, validated into the model by the client.
         self.api.replace_namespaced_lease(self.name, self.namespace, body)  # type: ignore[arg-type]
         return True
@@ -73,13 +99,17 @@ class LeaderElector:
                 if err.status in (403, 404) and not self._reached:
                     # Before we ever held or read the Lease: a namespace that does not exist
                     # (404 on create) or one we may not use (403) will not fix itself.
-                    why = (f"cannot hold Lease {self.namespace}/{self.name}: "
-                           + (f"namespace {self.namespace!r} does not exist" if err.status == 404
-                              else f"forbidden in namespace {self.namespace!r} (does it exist, and does our Role cover it?)"))
+                    why = f"cannot hold Lease {self.namespace}/{self.name}: " + (
+                        f"namespace {self.namespace!r} does not exist"
+                        if err.status == 404
+                        else f"forbidden in namespace {self.namespace!r} (does it exist, and does our Role cover it?)"
+                    )
                     log.error("leader election impossible", extra={"lease": self.name, "error": why})
                     self.on_fatal(why)
                     return
-                log.warning("lease not renewed", extra={"lease": self.name, "error": f"{err.status} {err.reason}"})
+                log.warning(
+                    "lease not renewed", extra={"lease": self.name, "error": f"{err.status} {err.reason}"}
+                )
                 leader = False
             except Exception as err:  # conflicts and outages: not the leader until a renewal works
                 log.warning("lease not renewed", extra={"lease": self.name, "error": str(err)})
@@ -102,7 +132,8 @@ class LeaderElector:
             try:  # hand over at once instead of making the next leader wait out the lease
                 lease = self.api.read_namespaced_lease(self.name, self.namespace)
                 if lease.spec is not None and lease.spec.holder_identity == self.identity:
-                    self.api.patch_namespaced_lease(self.name, self.namespace,
-                                                    {"spec": {"holderIdentity": None, "renewTime": None}})
+                    self.api.patch_namespaced_lease(
+                        self.name, self.namespace, {"spec": {"holderIdentity": None, "renewTime": None}}
+                    )
             except Exception:
                 pass

@@ -67,8 +67,9 @@ class SharedWindowCounts(SharedSlots):
         return charged
 
 
-def window_counts(limit: int, limits_dir: str | os.PathLike[str] | None,
-                  name: str) -> WindowCounts | SharedWindowCounts:
+def window_counts(
+    limit: int, limits_dir: str | os.PathLike[str] | None, name: str
+) -> WindowCounts | SharedWindowCounts:
     """A limit of ``limit`` per key and window: for the pod, in ``limits_dir/name``, when there is
     a directory every worker shares; else for this process."""
     if limits_dir is None:

@@ -38,14 +38,27 @@ def _group(api_version: str) -> str:
     return api_version.rpartition("/")[0] if "/" in api_version else ""
 
 
-def event_body(obj: dict, reason: str, message: str, details: dict[str, str], now: datetime,
-               instance: str | None = None, severity: str = INFO) -> dict:
+def event_body(
+    obj: dict,
+    reason: str,
+    message: str,
+    details: dict[str, str],
+    now: datetime,
+    instance: str | None = None,
+    severity: str = INFO,
+) -> dict:
     """The event notification-controller accepts for ``obj``; ``details`` keys get its group prefix."""
     meta = metadata(obj)
     api_version = str(obj.get("apiVersion") or "")
     group = _group(api_version)
-    reference = {"apiVersion": api_version, "kind": obj.get("kind"), "namespace": meta.get("namespace"),
-                 "name": meta.get("name"), "uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion")}
+    reference = {
+        "apiVersion": api_version,
+        "kind": obj.get("kind"),
+        "namespace": meta.get("namespace"),
+        "name": meta.get("name"),
+        "uid": meta.get("uid"),
+        "resourceVersion": meta.get("resourceVersion"),
+    }
     body = {
         "involvedObject": {k: v for k, v in reference.items() if v},
         "severity": severity,
@@ -63,8 +76,15 @@ def event_body(obj: dict, reason: str, message: str, details: dict[str, str], no
 class FluxNotifier:
     """Aggregates and queues events; a background thread POSTs them to notification-controller."""
 
-    def __init__(self, address: str = DEFAULT_ADDRESS, gates_address: str | None = None, instance: str | None = None,
-                 period: float = 300.0, timeout: float = 5.0, max_queue: int = 1000):
+    def __init__(
+        self,
+        address: str = DEFAULT_ADDRESS,
+        gates_address: str | None = None,
+        instance: str | None = None,
+        period: float = 300.0,
+        timeout: float = 5.0,
+        max_queue: int = 1000,
+    ):
         self.address = address
         self.gates_address = gates_address or address
         self.instance = instance
@@ -75,8 +95,15 @@ class FluxNotifier:
         self.results = {"sent": 0, "aggregated": 0, "dropped": 0, "failed": 0}
         self._background = BackgroundThread("flux-notifications")
 
-    def notify(self, obj: dict, reason: str, message: str, details: dict[str, str], now: datetime,
-               address: str | None = None) -> bool:
+    def notify(
+        self,
+        obj: dict,
+        reason: str,
+        message: str,
+        details: dict[str, str],
+        now: datetime,
+        address: str | None = None,
+    ) -> bool:
         """Queue one event about ``obj``; False when it repeats one sent within the period, or the queue is full."""
         meta = metadata(obj)
         key = (obj.get("apiVersion"), obj.get("kind"), meta.get("namespace"), meta.get("name"), message)
@@ -95,14 +122,24 @@ class FluxNotifier:
             self.sent = {k: t for k, t in self.sent.items() if (now - t).total_seconds() < self.period}
         return True
 
-    def gate_transition(self, gate: dict, opened: bool, message: str, details: dict[str, str], now: datetime) -> bool:
+    def gate_transition(
+        self, gate: dict, opened: bool, message: str, details: dict[str, str], now: datetime
+    ) -> bool:
         """A gate opened or closed (involved object: the Gate)."""
-        return self.notify(gate, names.GATE_OPENED_EVENT if opened else names.GATE_CLOSED_EVENT, message, details, now, self.gates_address)
+        return self.notify(
+            gate,
+            names.GATE_OPENED_EVENT if opened else names.GATE_CLOSED_EVENT,
+            message,
+            details,
+            now,
+            self.gates_address,
+        )
 
     def post(self, address: str, body: dict) -> int:
         """POST one event; the HTTP status (raises OSError when the address cannot be reached)."""
-        request = urllib.request.Request(address, data=orjson.dumps(body), method="POST",
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            address, data=orjson.dumps(body), method="POST", headers={"Content-Type": "application/json"}
+        )
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310 (an address we are given)
                 return response.status
@@ -123,9 +160,17 @@ class FluxNotifier:
                 ok, failure = False, str(err)
             self.results["sent" if ok else "failed"] += 1
             if not ok:
-                log.warning("notification not delivered", extra={
-                    "address": address, "error": failure, "reason": body["reason"],
-                    "object": label(*(body["involvedObject"].get(k) for k in ("kind", "namespace", "name")))})
+                log.warning(
+                    "notification not delivered",
+                    extra={
+                        "address": address,
+                        "error": failure,
+                        "reason": body["reason"],
+                        "object": label(
+                            *(body["involvedObject"].get(k) for k in ("kind", "namespace", "name"))
+                        ),
+                    },
+                )
 
     def start(self) -> None:
         self._background.start(self.run)

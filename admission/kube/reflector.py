@@ -37,7 +37,7 @@ class Backoff:
         self.first, self.cap, self.attempt = first, cap, 0
 
     def next(self) -> float:
-        delay = min(self.cap, self.first * 2 ** self.attempt)
+        delay = min(self.cap, self.first * 2**self.attempt)
         self.attempt = min(self.attempt + 1, 30)  # hours of outage must not overflow the float
         return random.uniform(delay / 2, delay)
 
@@ -90,16 +90,22 @@ class Reflector:
         return self.version
 
     def _list(self) -> None:
-        listed = cast(dict[str, Any],  # a custom resource's list, decoded from JSON
-                      self.store.api.list_cluster_custom_object(self.group, self._served_version(), self.plural,
-                                                                _request_timeout=(5, 30)))
+        listed = cast(
+            dict[str, Any],  # a custom resource's list, decoded from JSON
+            self.store.api.list_cluster_custom_object(
+                self.group, self._served_version(), self.plural, _request_timeout=(5, 30)
+            ),
+        )
         items = [trim_object(item) for item in listed.get("items") or []]
         self._replace(items)
         self.resource_version = listed["metadata"]["resourceVersion"]
         self.relists += 1
         self.synced = True
         self._connected()
-        log.info("listed", extra={"resource": self.plural, "count": len(items), "resourceVersion": self.resource_version})
+        log.info(
+            "listed",
+            extra={"resource": self.plural, "count": len(items), "resourceVersion": self.resource_version},
+        )
 
     def _watch(self) -> None:
         stream = watch.Watch()
@@ -117,10 +123,16 @@ class Reflector:
         # so a healthy idle cluster renews last_contact in time and a dead one cannot hide.
         seconds = max(1, min(WATCH_SECONDS, int(self.store.stale_after / 2)))
         try:
-            for event in stream.stream(started, self.group,
-                                       self._served_version(), self.plural, resource_version=self.resource_version,
-                                       allow_watch_bookmarks=True, timeout_seconds=seconds,
-                                       _request_timeout=(5, seconds + 5)):
+            for event in stream.stream(
+                started,
+                self.group,
+                self._served_version(),
+                self.plural,
+                resource_version=self.resource_version,
+                allow_watch_bookmarks=True,
+                timeout_seconds=seconds,
+                _request_timeout=(5, seconds + 5),
+            ):
                 self._connected()
                 obj = event["object"]
                 if event["type"] != "BOOKMARK":
@@ -178,8 +190,10 @@ def untrusted_reason(what: str, reflectors: Sequence["Reflector"], stale_after: 
             continue  # a kind the cluster does not serve: nothing exists of it, a known answer
         quiet = now - reflector.last_contact
         if quiet > stale_after:
-            return (f"{what} stale: no working watch on {reflector.plural} for {quiet:.0f}s "
-                    f"({reflector.last_error or 'no answer from the API server'})")
+            return (
+                f"{what} stale: no working watch on {reflector.plural} for {quiet:.0f}s "
+                f"({reflector.last_error or 'no answer from the API server'})"
+            )
     return None
 
 
@@ -236,8 +250,10 @@ class ClusterStore(Reflecting):
         self.stale_after = stale_after
         self._stopped = threading.Event()
         self._streams: set[watch.Watch] = set()
-        self.reflectors: list[Reflector] = [_GateReflector(self, names.GATE_PLURAL),
-                                             _GateReflector(self, names.GATEKEEPER_PLURAL)]
+        self.reflectors: list[Reflector] = [
+            _GateReflector(self, names.GATE_PLURAL),
+            _GateReflector(self, names.GATEKEEPER_PLURAL),
+        ]
         self._threads: list[threading.Thread] = []
         self.on_change: Callable[[], None] = lambda: None  # called after every change to the index
 
@@ -253,11 +269,20 @@ class ClusterStore(Reflecting):
 
     def readiness(self) -> tuple[bool, dict]:
         why = self.untrusted()
-        detail = {"store": "cluster", "gates": len(self.index),
-                  "watches": {r.plural: {"synced": r.synced, "connected": r.disconnected_since is None,
-                                         "resourceVersion": r.resource_version, "lists": r.relists,
-                                         **({"error": r.last_error} if r.last_error else {})}
-                              for r in self.reflectors}}
+        detail = {
+            "store": "cluster",
+            "gates": len(self.index),
+            "watches": {
+                r.plural: {
+                    "synced": r.synced,
+                    "connected": r.disconnected_since is None,
+                    "resourceVersion": r.resource_version,
+                    "lists": r.relists,
+                    **({"error": r.last_error} if r.last_error else {}),
+                }
+                for r in self.reflectors
+            },
+        }
         if why:
             detail["reason"] = why
         return why is None, detail
@@ -272,4 +297,3 @@ class ClusterStore(Reflecting):
                 return True
             time.sleep(0.05)
         return False
-

@@ -54,8 +54,7 @@ def emit(logger: logging.Logger, msg: str, fields: dict[str, Any]) -> None:
     """
     if not logger.isEnabledFor(logging.INFO):
         return
-    entry = {"level": "info", "ts": format_log_time(utcnow()),
-             "logger": logger.name, "msg": msg, **fields}
+    entry = {"level": "info", "ts": format_log_time(utcnow()), "logger": logger.name, "msg": msg, **fields}
     os.write(2, orjson.dumps(entry, default=str) + b"\n")
 
 

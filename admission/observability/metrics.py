@@ -15,26 +15,48 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any, Callable, Protocol
 
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+)
 from prometheus_client.core import GaugeMetricFamily
 
 from admission.core.gates import GateState
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
-REVIEWS = Counter("gate_admission_reviews_total", "Admission reviews answered.",
-                  ["endpoint", "kind", "operation", "verdict", "mode"])
-DURATION = Histogram("gate_admission_review_duration_seconds", "Time to answer a review, decode to encode.",
-                     ["endpoint"], buckets=(0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0))
-HOLDS = Counter("gate_admission_holds_total",
-                "Held requests: edits of held objects, and new content (artifacts, images, attempts) held back.",
-                ["kind", "held", "verdict"])  # held: edit|content; verdict: denied|audited|rewritten
+REVIEWS = Counter(
+    "gate_admission_reviews_total",
+    "Admission reviews answered.",
+    ["endpoint", "kind", "operation", "verdict", "mode"],
+)
+DURATION = Histogram(
+    "gate_admission_review_duration_seconds",
+    "Time to answer a review, decode to encode.",
+    ["endpoint"],
+    buckets=(0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+)
+HOLDS = Counter(
+    "gate_admission_holds_total",
+    "Held requests: edits of held objects, and new content (artifacts, images, attempts) held back.",
+    ["kind", "held", "verdict"],
+)  # held: edit|content; verdict: denied|audited|rewritten
 RECEIVER = Counter("gate_admission_receiver_calls_total", "Calls to the open/close receiver.", ["result"])
 EVENTS = Counter("gate_admission_denial_events_total", "Kubernetes Events for denials.", ["result"])
-CALENDAR_BUILDS = Counter("gate_admission_calendar_builds_total",
-                          "Calendar feeds built for GET /calendar.ics by the workers' builder processes.", ["result"])
-ATTEMPTS_SHOWN = Counter("gate_admission_denied_attempts_shown_total",
-                         "Denied attempts the webhook showed on their object (Approved=False).", ["result"])
+CALENDAR_BUILDS = Counter(
+    "gate_admission_calendar_builds_total",
+    "Calendar feeds built for GET /calendar.ics by the workers' builder processes.",
+    ["result"],
+)
+ATTEMPTS_SHOWN = Counter(
+    "gate_admission_denied_attempts_shown_total",
+    "Denied attempts the webhook showed on their object (Approved=False).",
+    ["result"],
+)
 
 
 class _States(Protocol):
@@ -60,23 +82,32 @@ class GateCollector:
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         now = self.clock()
-        gates = GaugeMetricFamily("gate_admission_gate_open", "1 when the gate is open, 0 when closed.",
-                                  labels=["namespace", "name", "reason"])
+        gates = GaugeMetricFamily(
+            "gate_admission_gate_open",
+            "1 when the gate is open, 0 when closed.",
+            labels=["namespace", "name", "reason"],
+        )
         for state in self.store.index.states(now):
             gates.add_metric([state.namespace, state.name, state.reason], 1.0 if state.open else 0.0)
         yield gates
         ready, _ = self.store.readiness()
-        yield GaugeMetricFamily("gate_admission_gate_cache_ready", "1 when decisions can trust the gate cache.",
-                                value=1.0 if ready else 0.0)
-        yield GaugeMetricFamily("gate_admission_gate_cache_age_seconds",
-                                "Seconds since the gate cache last heard it is current (watch or file check).",
-                                value=self.store.cache_age(time.monotonic()))
+        yield GaugeMetricFamily(
+            "gate_admission_gate_cache_ready",
+            "1 when decisions can trust the gate cache.",
+            value=1.0 if ready else 0.0,
+        )
+        yield GaugeMetricFamily(
+            "gate_admission_gate_cache_age_seconds",
+            "Seconds since the gate cache last heard it is current (watch or file check).",
+            value=self.store.cache_age(time.monotonic()),
+        )
 
 
 def exposition(store: Scraped, clock: Callable[[], datetime]) -> tuple[bytes, str]:
     """The text exposition for a scrape: shared counters plus this worker's gate gauges."""
     if os.environ.get(MULTIPROC_ENV):
         from prometheus_client import multiprocess
+
         shared = CollectorRegistry()
         multiprocess.MultiProcessCollector(shared)
     else:
@@ -90,4 +121,5 @@ def worker_exited(pid: int) -> None:
     """gunicorn's child_exit hook: let multiprocess files of a dead worker be merged."""
     if os.environ.get(MULTIPROC_ENV):
         from prometheus_client import multiprocess
+
         multiprocess.mark_process_dead(pid)

@@ -52,8 +52,14 @@ class CertFiles:
 
 def service_names(service: str, namespace: str) -> list[str]:
     """The names the API server may use to reach a Service, plus loopback."""
-    return [service, f"{service}.{namespace}", f"{service}.{namespace}.svc",
-            f"{service}.{namespace}.svc.cluster.local", "localhost", "127.0.0.1"]
+    return [
+        service,
+        f"{service}.{namespace}",
+        f"{service}.{namespace}.svc",
+        f"{service}.{namespace}.svc.cluster.local",
+        "localhost",
+        "127.0.0.1",
+    ]
 
 
 def _key() -> ec.EllipticCurvePrivateKey:
@@ -70,30 +76,50 @@ def _san(names: list[str]) -> x509.SubjectAlternativeName:
     return x509.SubjectAlternativeName(entries)
 
 
-def make_ca(now: datetime, common_name: str = "gate-admission-ca") -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+def make_ca(
+    now: datetime, common_name: str = "gate-admission-ca"
+) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     """A self-signed CA that can sign serving certificates only."""
     key = _key()
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
     cert = (
         x509.CertificateBuilder()
-        .subject_name(name).issuer_name(name)
+        .subject_name(name)
+        .issuer_name(name)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - timedelta(minutes=5))
         .not_valid_after(now + timedelta(days=CA_DAYS))
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                     content_commitment=False, key_encipherment=False, data_encipherment=False,
-                                     key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )
     return key, cert
 
 
-def _leaf_cert(ca_key: CertificateIssuerPrivateKeyTypes, ca_cert: x509.Certificate, common_name: str,
-               usage: x509.ObjectIdentifier, now: datetime, days: int,
-               names: list[str] | None = None) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+def _leaf_cert(
+    ca_key: CertificateIssuerPrivateKeyTypes,
+    ca_cert: x509.Certificate,
+    common_name: str,
+    usage: x509.ObjectIdentifier,
+    now: datetime,
+    days: int,
+    names: list[str] | None = None,
+) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     """A certificate for one ``usage`` (server or client authentication), signed by the CA."""
     key = _key()
     builder = (
@@ -105,26 +131,48 @@ def _leaf_cert(ca_key: CertificateIssuerPrivateKeyTypes, ca_cert: x509.Certifica
         .not_valid_before(now - timedelta(minutes=5))
         .not_valid_after(now + timedelta(days=days))
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.KeyUsage(digital_signature=True, key_encipherment=False, key_cert_sign=False,
-                                     crl_sign=False, content_commitment=False, data_encipherment=False,
-                                     key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_encipherment=False,
+                key_cert_sign=False,
+                crl_sign=False,
+                content_commitment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
         .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
     )
     if names:
         builder = builder.add_extension(_san(names), critical=False)
-    cert = (builder.add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
-            .sign(ca_key, hashes.SHA256()))
+    cert = builder.add_extension(
+        x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
+    ).sign(ca_key, hashes.SHA256())
     return key, cert
 
 
-def make_serving_cert(ca_key: CertificateIssuerPrivateKeyTypes, ca_cert: x509.Certificate, names: list[str],
-                      now: datetime, days: int = SERVING_DAYS) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+def make_serving_cert(
+    ca_key: CertificateIssuerPrivateKeyTypes,
+    ca_cert: x509.Certificate,
+    names: list[str],
+    now: datetime,
+    days: int = SERVING_DAYS,
+) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     """A TLS server certificate for ``names`` (DNS names or IPs), signed by the CA."""
     return _leaf_cert(ca_key, ca_cert, names[0], ExtendedKeyUsageOID.SERVER_AUTH, now, days, names)
 
 
-def make_client_cert(ca_key: CertificateIssuerPrivateKeyTypes, ca_cert: x509.Certificate, common_name: str,
-                     now: datetime, days: int = SERVING_DAYS) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+def make_client_cert(
+    ca_key: CertificateIssuerPrivateKeyTypes,
+    ca_cert: x509.Certificate,
+    common_name: str,
+    now: datetime,
+    days: int = SERVING_DAYS,
+) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     """A TLS client certificate (``clientAuth`` only) for ``common_name``, signed by the CA: what
     the API server presents to ``serve --client-ca-file`` (docs/operations.md)."""
     return _leaf_cert(ca_key, ca_cert, common_name, ExtendedKeyUsageOID.CLIENT_AUTH, now, days)
@@ -136,8 +184,9 @@ def _ca_key(pem: bytes) -> CertificateIssuerPrivateKeyTypes:
 
 
 def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
 
 
 def _write(path: Path, data: bytes, mode: int) -> None:
@@ -172,8 +221,13 @@ def _needs_renewal(files: CertFiles, names: list[str], now: datetime, renew_befo
     return None
 
 
-def ensure(directory: str | os.PathLike[str], names: list[str], now: datetime,
-           renew_before: timedelta = RENEW_BEFORE, force: bool = False) -> tuple[CertFiles, str | None]:
+def ensure(
+    directory: str | os.PathLike[str],
+    names: list[str],
+    now: datetime,
+    renew_before: timedelta = RENEW_BEFORE,
+    force: bool = False,
+) -> tuple[CertFiles, str | None]:
     """Create the CA and serving certificate if missing or due (or ``force``); return the
     files and why the serving certificate was issued, None when it was left alone.
 

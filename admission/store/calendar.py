@@ -77,7 +77,9 @@ class GateCalendar:
     # What the first interval's event is named by, when it began before ``start``: the toggle
     # that closed the gate, or its default; so the event keeps its UID from one day to the next.
     since: str = ""
-    feeds: tuple[CalendarEntry, ...] = ()  # the GateKeeper calendars that decide it (calendarentries.CalendarEntry)
+    feeds: tuple[
+        CalendarEntry, ...
+    ] = ()  # the GateKeeper calendars that decide it (calendarentries.CalendarEntry)
 
     @property
     def key(self) -> str:
@@ -92,8 +94,13 @@ def _local_midnight(day: date, zone: tzinfo) -> datetime:
     return datetime.combine(day, time(0), tzinfo=zone)
 
 
-def calendars(index: GateIndex, now: datetime, days: int = DEFAULT_DAYS, namespace: str | None = None,
-              gate: str | None = None) -> list[GateCalendar]:
+def calendars(
+    index: GateIndex,
+    now: datetime,
+    days: int = DEFAULT_DAYS,
+    namespace: str | None = None,
+    gate: str | None = None,
+) -> list[GateCalendar]:
     """Every gate's calendar (of ``namespace`` only, and the gate called ``gate`` only, when
     given), sorted by namespace and name."""
     days = days_of(days)
@@ -107,8 +114,18 @@ def calendars(index: GateIndex, now: datetime, days: int = DEFAULT_DAYS, namespa
         start = _local_midnight(now.astimezone(zone).date(), zone)
         end = _local_midnight(start.date() + timedelta(days=days), zone)
         spans = tuple(intervals(compiled, start, end))
-        out.append(GateCalendar(ns, name, zone, start, end, spans, _since(compiled, spans[0]) if spans else "",
-                                feeds_of(compiled)))
+        out.append(
+            GateCalendar(
+                ns,
+                name,
+                zone,
+                start,
+                end,
+                spans,
+                _since(compiled, spans[0]) if spans else "",
+                feeds_of(compiled),
+            )
+        )
     return out
 
 
@@ -127,7 +144,11 @@ def feeds_of(compiled: CompiledGate | None) -> tuple[CalendarEntry, ...]:
     """The GateKeeper calendars of a compiled gate, each once (none of a gate not compiled)."""
     if compiled is None:
         return ()
-    found = [entry for _, entry in compiled.closed_entries + compiled.opened_entries if isinstance(entry, CalendarEntry)]
+    found = [
+        entry
+        for _, entry in compiled.closed_entries + compiled.opened_entries
+        if isinstance(entry, CalendarEntry)
+    ]
     return tuple(dict.fromkeys(found))
 
 
@@ -138,16 +159,27 @@ def feed_rows(feeds: tuple[CalendarEntry, ...], now: datetime, coming: int = 5) 
     rows = []
     for entry in feeds:
         url = entry.cal.url.split("?", 1)[0] + ("?…" if "?" in entry.cal.url else "")
-        rows.append({"keeper": entry.keeper, "name": entry.cal.name, "url": url, "action": entry.cal.action,
-                     "lastFetchTime": format_time(entry.last_fetch) if entry.last_fetch else None,
-                     "lastSuccessTime": format_time(entry.last_success) if entry.last_success else None,
-                     "error": entry.error, "unknown": entry.unknown(now),
-                     "next": [{"start": format_time(e.start), "end": format_time(e.end), "summary": e.summary}
-                              for e in entry.coming(now)[:coming]]})
+        rows.append(
+            {
+                "keeper": entry.keeper,
+                "name": entry.cal.name,
+                "url": url,
+                "action": entry.cal.action,
+                "lastFetchTime": format_time(entry.last_fetch) if entry.last_fetch else None,
+                "lastSuccessTime": format_time(entry.last_success) if entry.last_success else None,
+                "error": entry.error,
+                "unknown": entry.unknown(now),
+                "next": [
+                    {"start": format_time(e.start), "end": format_time(e.end), "summary": e.summary}
+                    for e in entry.coming(now)[:coming]
+                ],
+            }
+        )
     return rows
 
 
 # -- text -------------------------------------------------------------------------------
+
 
 def _hours_per_char(days: int) -> int:
     """The finest whole-hour step that divides a day and fits ``days`` in the bar."""
@@ -179,11 +211,17 @@ def _bar(cal: GateCalendar, hours: int) -> tuple[str, str]:
         per_day = 24 // hours
         for k in range(per_day):
             a = datetime.combine(day, time(k * hours), tzinfo=cal.zone)
-            b = datetime.combine(day, time((k + 1) * hours), tzinfo=cal.zone) if (k + 1) * hours < 24 \
+            b = (
+                datetime.combine(day, time((k + 1) * hours), tzinfo=cal.zone)
+                if (k + 1) * hours < 24
                 else _local_midnight(day + timedelta(days=1), cal.zone)
+            )
             chars += _state_char(cal, starts, a, b)
-        label = (format_label(day, "weekday") if per_day >= 6 else format_label(day, "day")) \
-            if per_day >= 3 else ""
+        label = (
+            (format_label(day, "weekday") if per_day >= 6 else format_label(day, "day"))
+            if per_day >= 3
+            else ""
+        )
         if per_day < 3 and day.weekday() == 0:  # too narrow for every day: label Mondays
             label = format_label(day, "day-month")
         labels = labels.ljust(len(chars) - per_day) + label
@@ -200,31 +238,48 @@ def to_lines(cals: list[GateCalendar], now: datetime, days: int) -> list[str]:
     if not cals:
         return ["no gates found"]
     hours = _hours_per_char(days)
-    lines = [f"{days} days from today, in each gate's time zone. One character: {hours}h; "
-             f"# closed . open + both ? unknown"]
+    lines = [
+        f"{days} days from today, in each gate's time zone. One character: {hours}h; "
+        f"# closed . open + both ? unknown"
+    ]
     for cal in cals:
         closed = [i for i in cal.intervals if not i.open and i.known]
         closed_time = sum(((i.end - i.start) for i in closed), timedelta())
         now_state = next((i for i in cal.intervals if i.start <= now < i.end), None)
         current = "" if now_state is None else " open now;" if now_state.open else " closed now;"
-        lines += ["", f"{cal.key}  ({zone_name(cal.zone)};{current} closed {_duration(closed_time)} of {days}d)"]
+        lines += [
+            "",
+            f"{cal.key}  ({zone_name(cal.zone)};{current} closed {_duration(closed_time)} of {days}d)",
+        ]
         labels, chars = _bar(cal, hours)
         for offset in range(0, len(chars), BAR_WIDTH):
-            lines += ["  " + labels[offset:offset + BAR_WIDTH].rstrip(), "  " + chars[offset:offset + BAR_WIDTH]]
+            lines += [
+                "  " + labels[offset : offset + BAR_WIDTH].rstrip(),
+                "  " + chars[offset : offset + BAR_WIDTH],
+            ]
         shown = [i for i in cal.intervals if i.end > now]
         for interval in shown[:LISTED]:
             state = "?" if not interval.known else "open" if interval.open else "closed"
             text = f"  {state:<7}{_when(interval.start, cal.zone)} - {_when(interval.end, cal.zone)}  {interval.message}"
-            text = text.replace("Gate closed by GateKeeper", "GateKeeper").replace("Gate opened by GateKeeper", "GateKeeper")
+            text = text.replace("Gate closed by GateKeeper", "GateKeeper").replace(
+                "Gate opened by GateKeeper", "GateKeeper"
+            )
             lines.append(text if len(text) <= 100 else text[:99] + "…")
         if len(shown) > LISTED:
             lines.append(f"  ... {len(shown) - LISTED} more intervals (-o json lists them all)")
         for row in feed_rows(cal.feeds, now, coming=1):
-            state = f"unknown: {row['unknown']}" if row["unknown"] else f"error: {row['error']}" if row["error"] \
+            state = (
+                f"unknown: {row['unknown']}"
+                if row["unknown"]
+                else f"error: {row['error']}"
+                if row["error"]
                 else f"fetched {_when(parse_time(row['lastSuccessTime']), cal.zone)}"
+            )
             said = [f"  calendar '{row['name']}' ({row['action']}, GateKeeper {row['keeper']}): {state}"]
             if row["next"] and not row["unknown"]:
-                said.append(f"    next {_when(parse_time(row['next'][0]['start']), cal.zone)}  {row['next'][0]['summary']}")
+                said.append(
+                    f"    next {_when(parse_time(row['next'][0]['start']), cal.zone)}  {row['next'][0]['summary']}"
+                )
             lines += [text if len(text) <= 100 else text[:99] + "…" for text in said]
     return lines
 
@@ -238,12 +293,22 @@ def feeds_text(rows: list[dict[str, Any]]) -> list[str]:
     """``feed_rows`` for people: ``kubectl gate get``'s Calendars section."""
     lines = ["Calendars:"] if rows else []
     for feed in rows:
-        said = f"unknown: {feed['unknown']}" if feed["unknown"] else f"error: {feed['error']}" if feed["error"] else "ok"
-        lines += [f"  {feed['name']} ({feed['action']} during its events; GateKeeper {feed['keeper']})",
-                  f"    URL:          {feed['url']}",
-                  f"    Last fetch:   {feed['lastFetchTime'] or '-'} (last success {feed['lastSuccessTime'] or '-'})",
-                  f"    State:        {said}"]
-        lines += [f"    Next:         {e['start']} - {e['end']}  {e['summary']}".rstrip() for e in feed["next"]]
+        said = (
+            f"unknown: {feed['unknown']}"
+            if feed["unknown"]
+            else f"error: {feed['error']}"
+            if feed["error"]
+            else "ok"
+        )
+        lines += [
+            f"  {feed['name']} ({feed['action']} during its events; GateKeeper {feed['keeper']})",
+            f"    URL:          {feed['url']}",
+            f"    Last fetch:   {feed['lastFetchTime'] or '-'} (last success {feed['lastSuccessTime'] or '-'})",
+            f"    State:        {said}",
+        ]
+        lines += [
+            f"    Next:         {e['start']} - {e['end']}  {e['summary']}".rstrip() for e in feed["next"]
+        ]
         if not feed["next"]:
             lines.append("    Next:         no coming events listed")
     return lines
@@ -251,14 +316,33 @@ def feeds_text(rows: list[dict[str, Any]]) -> list[str]:
 
 def to_rows(cals: list[GateCalendar], now: datetime | None = None) -> list[dict[str, Any]]:
     """The calendars as plain data, for ``-o json|yaml``."""
-    return [{"namespace": c.namespace, "name": c.name, "timeZone": zone_name(c.zone),
-             **({"calendars": feed_rows(c.feeds, now or c.start)} if c.feeds else {}),
-             "intervals": [{"start": format_time(i.start), "end": format_time(i.end),
-                            "state": names.REASON_UNKNOWN if not i.known else names.STATE_OPENED if i.open else names.STATE_CLOSED,
-                            "reason": i.reason, "message": i.message} for i in c.intervals]} for c in cals]
+    return [
+        {
+            "namespace": c.namespace,
+            "name": c.name,
+            "timeZone": zone_name(c.zone),
+            **({"calendars": feed_rows(c.feeds, now or c.start)} if c.feeds else {}),
+            "intervals": [
+                {
+                    "start": format_time(i.start),
+                    "end": format_time(i.end),
+                    "state": names.REASON_UNKNOWN
+                    if not i.known
+                    else names.STATE_OPENED
+                    if i.open
+                    else names.STATE_CLOSED,
+                    "reason": i.reason,
+                    "message": i.message,
+                }
+                for i in c.intervals
+            ],
+        }
+        for c in cals
+    ]
 
 
 # -- iCalendar --------------------------------------------------------------------------
+
 
 def complete_until(gate: GateCalendar) -> datetime:
     """Up to when the feed lists every closed interval of ``gate``: its range's end, or the first

@@ -84,14 +84,17 @@ def _scan(top: str) -> Listing:
                     if stat.S_ISREG(st.st_mode):
                         found.files[entry.path] = version(st)
         except (FileNotFoundError, NotADirectoryError) as err:
-            raise ScanFailed(f"gates directory changed while it was read ({type(err).__name__}); "
-                             "the gates last read are kept until it reads whole") from None
+            raise ScanFailed(
+                f"gates directory changed while it was read ({type(err).__name__}); "
+                "the gates last read are kept until it reads whole"
+            ) from None
         except OSError as err:
             found.unlistable[directory] = _why(err)
     return found
 
 
 # -- the store ---------------------------------------------------------------------------------
+
 
 class _File:
     """What the store knows of one gates file."""
@@ -112,8 +115,14 @@ class _File:
 class FileStore:
     """Reads every YAML file under a directory, and each file again when it has changed."""
 
-    def __init__(self, directory: str | os.PathLike[str], poll_interval: float = 1.0, *,
-                 full_scan_interval: float = FULL_SCAN_INTERVAL, inotify: bool = True):
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        poll_interval: float = 1.0,
+        *,
+        full_scan_interval: float = FULL_SCAN_INTERVAL,
+        inotify: bool = True,
+    ):
         self.directory = Path(directory)
         self._top = str(self.directory)
         self.poll_interval = poll_interval
@@ -183,8 +192,13 @@ class FileStore:
         changed = self._writes.changed() if self._writes is not None else None
         # An entry that cannot be looked at is looked at again at every poll: what mends it (a
         # chmod, a symlink's target created elsewhere) need not be anything inotify reports here.
-        full = changed is not False or self._listing is None or self._scan_problem is not None \
-            or bool(self._unstatable or self._unlistable) or time.monotonic() >= self._next_full_scan
+        full = (
+            changed is not False
+            or self._listing is None
+            or self._scan_problem is not None
+            or bool(self._unstatable or self._unlistable)
+            or time.monotonic() >= self._next_full_scan
+        )
         if not (full or self._unsettled or self._dirty):
             self.checked_at = time.monotonic()
             return False
@@ -320,8 +334,11 @@ class FileStore:
             if entry.writing:
                 entry.writing, self._dirty = False, True
         unlisted = tuple(os.path.join(directory, "") for directory in listing.unlistable)
-        for path in [p for p in self._files if p not in listing.files and p not in listing.unstatable
-                     and not p.startswith(unlisted)]:  # (a file in a directory that cannot be listed is not known gone)
+        for path in [
+            p
+            for p in self._files
+            if p not in listing.files and p not in listing.unstatable and not p.startswith(unlisted)
+        ]:  # (a file in a directory that cannot be listed is not known gone)
             del self._files[path]
             self._dirty = True
         if (listing.unstatable, listing.unlistable) != (self._unstatable, self._unlistable):
@@ -391,8 +408,10 @@ class FileStore:
                 for key in entry.scope.gates:
                     unknown_gates.setdefault(key, why)
             elif entry.from_start and entry.read is None:
-                everything = everything or (f"gates file {self._name(path)} was being written when the store "
-                                            "started; until it is read whole, it may define or schedule any gate")
+                everything = everything or (
+                    f"gates file {self._name(path)} was being written when the store "
+                    "started; until it is read whole, it may define or schedule any gate"
+                )
 
         gates: dict[Key, tuple[str, dict[str, Any]]] = {}
         keepers: dict[Key, tuple[str, dict[str, Any]]] = {}
@@ -401,21 +420,35 @@ class FileStore:
             seen = gates if doc["kind"] == names.GATE_KIND else keepers
             if key in seen:
                 first = seen[key][0]
-                where = f"twice in {self._name(path)}" if first == path else \
-                    f"in both {self._name(first)} and {self._name(path)}"
+                where = (
+                    f"twice in {self._name(path)}"
+                    if first == path
+                    else f"in both {self._name(first)} and {self._name(path)}"
+                )
                 why = f"{doc['kind'].lower()} {key[0]}/{key[1]} is defined {where}"
                 problems[f"{key[0]}/{key[1]}" if seen is gates else f"gatekeeper {key[0]}/{key[1]}"] = why
                 for dup in (seen[key][1], doc):
                     if (gate := gates_of(dup)) is not None:
                         broken[gate] = why
             seen[key] = (path, doc)
-        self.index.replace_all([doc for _, doc in gates.values()], [doc for _, doc in keepers.values()], broken,
-                               Unknowns(everything, unknown_ns, unknown_gates))
+        self.index.replace_all(
+            [doc for _, doc in gates.values()],
+            [doc for _, doc in keepers.values()],
+            broken,
+            Unknowns(everything, unknown_ns, unknown_gates),
+        )
         self.problems = problems
         self.being_written = sorted(path for path, entry in self._files.items() if entry.writing)
         self._dirty = False
-        log.info("gates loaded", extra={"directory": self._top, "gates": len(gates), "gatekeepers": len(keepers),
-                                        "problems": len(problems)})
+        log.info(
+            "gates loaded",
+            extra={
+                "directory": self._top,
+                "gates": len(gates),
+                "gatekeepers": len(keepers),
+                "problems": len(problems),
+            },
+        )
 
     # -- the watcher thread ------------------------------------------------------------------
 

@@ -63,14 +63,17 @@ def _check(doc: dict[str, Any]) -> str | None:
         return f"{what} has a metadata.namespace that is not a name"
     for part in ("labels", "annotations"):
         values = meta.get(part)
-        if values is not None and not (isinstance(values, dict) and
-                                       all(isinstance(k, str) and isinstance(v, str) for k, v in values.items())):
+        if values is not None and not (
+            isinstance(values, dict)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in values.items())
+        ):
             return f"{what} has metadata.{part} that are not a mapping of strings"
     spec = doc.get("spec")
     if spec is not None and not isinstance(spec, dict):
         return f"{what} has a spec that is not a mapping"
-    if kind == names.GATEKEEPER_KIND and not (isinstance(spec, dict) and isinstance(spec.get("gate"), str)
-                                              and spec["gate"]):
+    if kind == names.GATEKEEPER_KIND and not (
+        isinstance(spec, dict) and isinstance(spec.get("gate"), str) and spec["gate"]
+    ):
         return f"{what} names no gate (spec.gate)"
     return None
 

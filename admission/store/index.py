@@ -73,7 +73,12 @@ class GateIndex:
             return not_found(namespace, name) if why is None else unknown(namespace, name, why)
         state, since = slot.state, slot.computed_at
         # computed_at is set right after state: a reader in between computes the state again.
-        if state is not None and since is not None and since <= now and (state.valid_until is None or now < state.valid_until):
+        if (
+            state is not None
+            and since is not None
+            and since <= now
+            and (state.valid_until is None or now < state.valid_until)
+        ):
             return state
         state = evaluate(slot.compiled, now)
         slot.state, slot.computed_at = state, now
@@ -91,8 +96,11 @@ class GateIndex:
         """Every GateKeeper object (the controller fetches their calendars)."""
         return list(self._keepers.values())
 
-    def snapshot(self, namespace: str | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
-                                                              list[tuple[str, str, str]], list[tuple[str, str, str]]]:
+    def snapshot(
+        self, namespace: str | None = None
+    ) -> tuple[
+        list[dict[str, Any]], list[dict[str, Any]], list[tuple[str, str, str]], list[tuple[str, str, str]]
+    ]:
         """The gates, keepers, broken gates and gates of unknown state (of ``namespace`` only,
         when given) as plain data, from which ``replace_all`` rebuilds an index that answers the
         same for every gate it holds elsewhere (the calendar's builder)."""
@@ -100,10 +108,17 @@ class GateIndex:
             gates, keepers, broken = dict(self._gates), dict(self._keepers), dict(self._broken)
             unknowns = self._unknowns
         wanted = (lambda key: key[0] == namespace) if namespace else (lambda key: True)
-        return ([g for key, g in gates.items() if wanted(key)], [k for key, k in keepers.items() if wanted(key)],
-                [(ns, name, why) for (ns, name), why in broken.items() if wanted((ns, name))],
-                [(ns, name, why) for ns, name in gates if wanted((ns, name))
-                 if (why := unknowns.why((ns, name))) is not None])
+        return (
+            [g for key, g in gates.items() if wanted(key)],
+            [k for key, k in keepers.items() if wanted(key)],
+            [(ns, name, why) for (ns, name), why in broken.items() if wanted((ns, name))],
+            [
+                (ns, name, why)
+                for ns, name in gates
+                if wanted((ns, name))
+                if (why := unknowns.why((ns, name))) is not None
+            ],
+        )
 
     def compiled(self, namespace: str, name: str) -> CompiledGate | None:
         slot = self._slots.get((namespace, name))
@@ -111,8 +126,11 @@ class GateIndex:
 
     def _keepers_of(self, key: Key) -> list[dict[str, Any]]:
         namespace, name = key
-        return [k for (ns, _), k in self._keepers.items()
-                if ns == namespace and isinstance(k.get("spec"), dict) and k["spec"].get("gate") == name]
+        return [
+            k
+            for (ns, _), k in self._keepers.items()
+            if ns == namespace and isinstance(k.get("spec"), dict) and k["spec"].get("gate") == name
+        ]
 
     def _publish(self, key: Key) -> None:
         self.version += 1
@@ -120,11 +138,18 @@ class GateIndex:
         if gate is None:
             self._slots.pop(key, None)
             return
-        self._slots[key] = _Slot(self._compile(key, gate, self._keepers_of(key), self._broken, self._unknowns))
+        self._slots[key] = _Slot(
+            self._compile(key, gate, self._keepers_of(key), self._broken, self._unknowns)
+        )
 
     @staticmethod
-    def _compile(key: Key, gate: dict[str, Any], keepers: Iterable[dict[str, Any]], broken: dict[Key, str],
-                 unknowns: Unknowns) -> CompiledGate:
+    def _compile(
+        key: Key,
+        gate: dict[str, Any],
+        keepers: Iterable[dict[str, Any]],
+        broken: dict[Key, str],
+        unknowns: Unknowns,
+    ) -> CompiledGate:
         if key in broken:
             return CompiledGate(key[0], key[1], errors=(broken[key],))
         why = unknowns.why(key) if unknowns else None
@@ -166,8 +191,13 @@ class GateIndex:
             if before is not None:
                 self._publish(before)
 
-    def replace_all(self, gates: Iterable[dict[str, Any]] | None, keepers: Iterable[dict[str, Any]] | None,
-                    broken: dict[Key, str] | None = None, unknowns: Unknowns | None = None) -> None:
+    def replace_all(
+        self,
+        gates: Iterable[dict[str, Any]] | None,
+        keepers: Iterable[dict[str, Any]] | None,
+        broken: dict[Key, str] | None = None,
+        unknowns: Unknowns | None = None,
+    ) -> None:
         """Swap in a complete new set of gates, of keepers, or both (None keeps the current
         set): a relist, or a reload of the gates directory. ``broken`` gates are Invalid and
         ``unknowns`` Unknown (both closed), whatever their definitions say."""
@@ -181,8 +211,10 @@ class GateIndex:
                 gate_key = self._gate_of(keeper)
                 if gate_key is not None:
                     by_gate.setdefault(gate_key, []).append(keeper)
-            slots = {key: _Slot(self._compile(key, gate, by_gate.get(key, ()), broken, unknowns))
-                     for key, gate in gate_map.items()}
+            slots = {
+                key: _Slot(self._compile(key, gate, by_gate.get(key, ()), broken, unknowns))
+                for key, gate in gate_map.items()
+            }
             # Lookups read _slots, then (for a gate not found) _unknowns: set in this order, a
             # lookup between the two sees the old unknowns, closed either way.
             self._gates, self._keepers, self._broken, self._slots = gate_map, keeper_map, broken, slots

@@ -30,9 +30,13 @@ log = logging.getLogger(__name__)
 _MODIFY, _ATTRIB, _CLOSE_WRITE, _MOVED_FROM, _MOVED_TO = 0x2, 0x4, 0x8, 0x40, 0x80
 _CREATE, _DELETE, _DELETE_SELF, _MOVE_SELF = 0x100, 0x200, 0x400, 0x800
 _OVERFLOW, _IGNORED, _ISDIR = 0x4000, 0x8000, 0x40000000
-_WATCHED = _MODIFY | _ATTRIB | _CLOSE_WRITE | _MOVED_FROM | _MOVED_TO | _CREATE | _DELETE | _DELETE_SELF | _MOVE_SELF
+_WATCHED = (
+    _MODIFY | _ATTRIB | _CLOSE_WRITE | _MOVED_FROM | _MOVED_TO | _CREATE | _DELETE | _DELETE_SELF | _MOVE_SELF
+)
 _EVENT = struct.Struct("iIII")  # wd, mask, cookie, len; then len bytes of NUL-padded name
-MAX_DIRECTORIES = 1024  # watches we add (one per directory); past this, the caller's settle rule alone applies
+MAX_DIRECTORIES = (
+    1024  # watches we add (one per directory); past this, the caller's settle rule alone applies
+)
 
 Version = tuple[int, int, int, int, int]  # device, inode, size, mtime, ctime (ns): a file's content version
 
@@ -82,8 +86,10 @@ class OpenWrites:
     def _arm(self) -> None:
         self._fd = self._init(os.O_NONBLOCK | os.O_CLOEXEC)
         if self._fd < 0:
-            log.warning("inotify unavailable: files rewritten in place are trusted once they hold still",
-                        extra={"error": errno.errorcode.get(ctypes.get_errno(), "?")})
+            log.warning(
+                "inotify unavailable: files rewritten in place are trusted once they hold still",
+                extra={"error": errno.errorcode.get(ctypes.get_errno(), "?")},
+            )
             return
         self._known = self._watch_tree(self.directory)
 
@@ -94,8 +100,10 @@ class OpenWrites:
             return False
         for path in found:
             if len(self._dirs) >= MAX_DIRECTORIES:
-                log.warning("too many directories to watch: every poll lists the gates directory",
-                            extra={"directory": self.directory, "limit": MAX_DIRECTORIES})
+                log.warning(
+                    "too many directories to watch: every poll lists the gates directory",
+                    extra={"directory": self.directory, "limit": MAX_DIRECTORIES},
+                )
                 return False
             wd = self._add(self._fd, os.fsencode(path), _WATCHED)
             if wd < 0:
@@ -162,7 +170,7 @@ class OpenWrites:
         offset = 0
         while offset + _EVENT.size <= len(data):
             wd, mask, _cookie, size = _EVENT.unpack_from(data, offset)
-            name = data[offset + _EVENT.size:offset + _EVENT.size + size].rstrip(b"\0")
+            name = data[offset + _EVENT.size : offset + _EVENT.size + size].rstrip(b"\0")
             offset += _EVENT.size + size
             self.sequence += 1
             if mask & _OVERFLOW:

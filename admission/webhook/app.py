@@ -49,8 +49,11 @@ def _log_decision(endpoint: str, review: AdmissionReview, outcome: Outcome, dry_
     req = review["request"]
     hold = decision.hold
     fields = {
-        "object": {"kind": logs.cap(req["kind"]["kind"], 300), "namespace": logs.cap(req.get("namespace", ""), 300),
-                   "name": logs.cap(req.get("name", ""), 300)},
+        "object": {
+            "kind": logs.cap(req["kind"]["kind"], 300),
+            "namespace": logs.cap(req.get("namespace", ""), 300),
+            "name": logs.cap(req.get("name", ""), 300),
+        },
         "operation": req["operation"] + (f"/{req['subResource']}" if req.get("subResource") else ""),
         "user": logs.cap(req["userInfo"].get("username", ""), 300),
         "uid": req["uid"],
@@ -65,8 +68,10 @@ def _log_decision(endpoint: str, review: AdmissionReview, outcome: Outcome, dry_
         states = hold.states[:MAX_LOGGED_GATES]
         logged: dict[str, object] = {
             "require": hold.policy.require,
-            "status": [{"gate": logs.cap(s.key, 300), "closed": str(not s.open).lower(), "reason": s.reason}
-                       for s in states],
+            "status": [
+                {"gate": logs.cap(s.key, 300), "closed": str(not s.open).lower(), "reason": s.reason}
+                for s in states
+            ],
         }
         if len(hold.states) > len(states):
             logged["truncated"] = len(hold.states) - len(states)
@@ -98,7 +103,9 @@ def _verdict(endpoint: str, outcome: Outcome) -> str:
     return "patched" if "patch" in response else "allowed"
 
 
-def _count(endpoint: str, review: AdmissionReview, outcome: Outcome, settings: Settings, started: float) -> None:
+def _count(
+    endpoint: str, review: AdmissionReview, outcome: Outcome, settings: Settings, started: float
+) -> None:
     req = review["request"]
     kind = req["kind"]
     # Only our kinds become label values: anything else could grow the series without bound.
@@ -135,8 +142,15 @@ class Recorder(Protocol):
 class Reviews:
     """Decode a review, call a handler, encode the answer: one place for both endpoints."""
 
-    def __init__(self, store: GateStore, settings: Settings, clock: Callable[[], datetime],
-                 events: Recorder | None = None, sources: Sources | None = None, attempts: Recorder | None = None):
+    def __init__(
+        self,
+        store: GateStore,
+        settings: Settings,
+        clock: Callable[[], datetime],
+        events: Recorder | None = None,
+        sources: Sources | None = None,
+        attempts: Recorder | None = None,
+    ):
         self.store, self.settings, self.clock, self.events = store, settings, clock, events
         self.attempts = attempts
         self.get = sources.get if sources is not None else None
@@ -150,7 +164,9 @@ class Reviews:
             return 400, orjson.dumps({"error": str(err)})
         now = self.clock()
         try:
-            outcome = route.handler(review["request"], Context(self.store.lookup, now, self.settings, self.get))
+            outcome = route.handler(
+                review["request"], Context(self.store.lookup, now, self.settings, self.get)
+            )
         except RecursionError:
             # orjson decodes 1024 levels; comparing or printing ~1000 exceeds Python's limit.
             return 400, orjson.dumps({"error": "request nests values too deeply to be judged"})
@@ -163,15 +179,26 @@ class Reviews:
             _log_decision(route.name, review, outcome, bool(review["request"].get("dryRun")))
         if route.logged:
             if self.events is not None and outcome.decision.held and not outcome.decision.allowed:
-                self.events.record(review["request"])  # which object; its Event says what the API server shows
-            if self.attempts is not None and outcome.decision.held_what == CONTENT and not outcome.decision.allowed:
+                self.events.record(
+                    review["request"]
+                )  # which object; its Event says what the API server shows
+            if (
+                self.attempts is not None
+                and outcome.decision.held_what == CONTENT
+                and not outcome.decision.allowed
+            ):
                 self.attempts.record(review["request"])  # only its status write carried it: show it
         payload = orjson.dumps(complete(review, outcome.response))
         _count(route.name, review, outcome, self.settings, started)
         return 200, payload
 
 
-_STATUS = {200: "200 OK", 400: "400 Bad Request", 405: "405 Method Not Allowed", 413: "413 Request Entity Too Large"}
+_STATUS = {
+    200: "200 OK",
+    400: "400 Bad Request",
+    405: "405 Method Not Allowed",
+    413: "413 Request Entity Too Large",
+}
 
 
 class ReviewRoutes:
@@ -200,15 +227,21 @@ class ReviewRoutes:
             environ["PATH_INFO"], environ["SCRIPT_NAME"] = path, ""
             return self.fallback(environ, start_response)
         elif environ.get("REQUEST_METHOD") != "POST":
-            status, payload, headers = 405, orjson.dumps({"error": "use POST with an AdmissionReview"}), [("Allow", "POST")]
+            status, payload, headers = (
+                405,
+                orjson.dumps({"error": "use POST with an AdmissionReview"}),
+                [("Allow", "POST")],
+            )
         else:
             body = _read_body(environ)
             if body is None:
                 status, payload = 413, orjson.dumps({"error": f"body larger than {MAX_BODY} bytes"})
             else:
                 status, payload = self.reviews.answer(route, body)
-        start_response(_STATUS[status], [("Content-Type", "application/json"),
-                                         ("Content-Length", str(len(payload))), *headers])
+        start_response(
+            _STATUS[status],
+            [("Content-Type", "application/json"), ("Content-Length", str(len(payload))), *headers],
+        )
         return [payload]
 
 
@@ -242,8 +275,10 @@ def _probes(store: GateStore, sources: Sources | None, clock: Callable[[], datet
             untrusted = sources.untrusted()
             if untrusted is None:
                 trusted_once.append(True)
-            detail = {**detail, "fluxObjects": {"ready": untrusted is None,
-                                                **({"reason": untrusted} if untrusted else {})}}
+            detail = {
+                **detail,
+                "fluxObjects": {"ready": untrusted is None, **({"reason": untrusted} if untrusted else {})},
+            }
             # Not ready until the Flux objects are listed once; after that a stale copy is still
             # the best knowledge there is (it only shows what waits and which charts inherit
             # gates), and the gate cache decides readiness (docs/design.md, "Hold points").
@@ -269,11 +304,20 @@ def _unexpected(err: Exception) -> Response:
     return json_response({"error": "internal error; see the server log"}, 500)
 
 
-def create_app(store: GateStore, settings: Settings | None = None, *,
-               clock: Callable[[], datetime] = utcnow, receiver: Blueprint | None = None,
-               events: Recorder | None = None, calendar: bool = True, sources: Sources | None = None,
-               attempts: Recorder | None = None, calendar_feeds: CalendarFeeds | None = None,
-               calendar_wait: float = FIRST_WAIT, calendar_token: TokenFile | None = None) -> Flask:
+def create_app(
+    store: GateStore,
+    settings: Settings | None = None,
+    *,
+    clock: Callable[[], datetime] = utcnow,
+    receiver: Blueprint | None = None,
+    events: Recorder | None = None,
+    calendar: bool = True,
+    sources: Sources | None = None,
+    attempts: Recorder | None = None,
+    calendar_feeds: CalendarFeeds | None = None,
+    calendar_wait: float = FIRST_WAIT,
+    calendar_token: TokenFile | None = None,
+) -> Flask:
     """Wire the app around a gate store; ``clock`` is the one place time is read.
 
     ``receiver``: the open/close hooks (admission.webhook.receiver); ``events`` and ``attempts``
@@ -289,7 +333,8 @@ def create_app(store: GateStore, settings: Settings | None = None, *,
     app.extensions.update(gate_store=store, gate_settings=settings, gate_sources=sources)
     # Flask's documented way to put WSGI middleware in front of the app.
     app.wsgi_app = ReviewRoutes(  # type: ignore[method-assign]
-        app.wsgi_app, Reviews(store, settings, clock, events, sources, attempts))
+        app.wsgi_app, Reviews(store, settings, clock, events, sources, attempts)
+    )
     app.register_blueprint(_probes(store, sources, clock))
     if receiver is not None:
         app.register_blueprint(receiver)

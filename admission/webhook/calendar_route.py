@@ -20,26 +20,36 @@ from admission.webhook.responses import json_response
 ICS = "text/calendar; charset=utf-8"
 
 
-def worker_feeds(store: GateStore, clock: Callable[[], datetime], first_wait: float = FIRST_WAIT) -> CalendarFeeds:
+def worker_feeds(
+    store: GateStore, clock: Callable[[], datetime], first_wait: float = FIRST_WAIT
+) -> CalendarFeeds:
     """This worker's own feeds, built by a child process, never in this worker, whose loop
     answers the API server."""
-    return CalendarFeeds(lambda: store.index, clock, first_wait=first_wait,
-                         record=lambda result: metrics.CALENDAR_BUILDS.labels(result).inc())
+    return CalendarFeeds(
+        lambda: store.index,
+        clock,
+        first_wait=first_wait,
+        record=lambda result: metrics.CALENDAR_BUILDS.labels(result).inc(),
+    )
 
 
 def _no_gate(store: GateStore, query: CalendarQuery) -> Response | None:
     """The answer when the query names gates that do not exist; None when some do."""
     namespace, _, gate = query
-    if gate and not any(name == gate and (not namespace or ns == namespace)
-                        for ns, name in map(object_key, store.index.gates())):
+    if gate and not any(
+        name == gate and (not namespace or ns == namespace)
+        for ns, name in map(object_key, store.index.gates())
+    ):
         # Never an empty calendar: a spoke following a gate that is gone must not read "open".
-        return json_response({"error": f"no gate {gate!r}" + (f" in namespace {namespace!r}" if namespace else "")},
-                             404)
+        return json_response(
+            {"error": f"no gate {gate!r}" + (f" in namespace {namespace!r}" if namespace else "")}, 404
+        )
     return None
 
 
-def blueprint(store: GateStore, feeds: CalendarFeeds, clock: Callable[[], datetime],
-              token: TokenFile | None = None) -> Blueprint:
+def blueprint(
+    store: GateStore, feeds: CalendarFeeds, clock: Callable[[], datetime], token: TokenFile | None = None
+) -> Blueprint:
     """The calendar's route; with ``token``, only for callers that carry it (bearer, or basic's
     password). The default feed is built as soon as the store is ready: a fresh server's first
     fetch gets it."""
@@ -50,21 +60,32 @@ def blueprint(store: GateStore, feeds: CalendarFeeds, clock: Callable[[], dateti
     def calendar_feed() -> Response:
         """Every gate's closed intervals, as iCalendar."""
         if token is not None and not token.matches(request.headers.get("Authorization"), basic=True):
-            return json_response({"error": "a valid token is required (Authorization: Bearer, or basic auth)"}, 401,
-                                 **{"WWW-Authenticate": 'Bearer realm="gate calendar", Basic realm="gate calendar"'})
+            return json_response(
+                {"error": "a valid token is required (Authorization: Bearer, or basic auth)"},
+                401,
+                **{"WWW-Authenticate": 'Bearer realm="gate calendar", Basic realm="gate calendar"'},
+            )
         ready, detail = store.readiness()
         if not ready:
-            return json_response({"error": "gate cache not ready; the calendar would be wrong", **detail}, 503)
+            return json_response(
+                {"error": "gate cache not ready; the calendar would be wrong", **detail}, 503
+            )
         try:
-            query = calendar_query(request.args.get("days", str(DEFAULT_DAYS)),
-                                   request.args.get("namespace") or "", request.args.get("gate") or "")
+            query = calendar_query(
+                request.args.get("days", str(DEFAULT_DAYS)),
+                request.args.get("namespace") or "",
+                request.args.get("gate") or "",
+            )
         except ValueError as why:
             return json_response({"error": str(why)}, 400)
         missing = _no_gate(store, query)
         if missing is not None:
             return missing
-        if query.namespace and not query.gate and not any(object_key(g)[0] == query.namespace
-                                                          for g in store.index.gates()):
+        if (
+            query.namespace
+            and not query.gate
+            and not any(object_key(g)[0] == query.namespace for g in store.index.gates())
+        ):
             # No gates there: nothing to build, and no cache entry for whatever a client asks.
             return Response(to_ics([], clock()), content_type=ICS, headers={"Cache-Control": "max-age=60"})
         try:

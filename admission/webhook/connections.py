@@ -14,8 +14,15 @@ import orjson
 from admission.webhook.gthread_seam import GthreadSeam, SeamConn
 
 LINGER_SECONDS = 2.0  # after refusing a request, read and drop what the client still sends, then close
-_REASONS = {400: "Bad Request", 403: "Forbidden", 408: "Request Timeout", 411: "Length Required",
-            413: "Request Entity Too Large", 431: "Request Header Fields Too Large", 503: "Service Unavailable"}
+_REASONS = {
+    400: "Bad Request",
+    403: "Forbidden",
+    408: "Request Timeout",
+    411: "Length Required",
+    413: "Request Entity Too Large",
+    431: "Request Header Fields Too Large",
+    503: "Service Unavailable",
+}
 
 
 class Conn(SeamConn):
@@ -40,6 +47,7 @@ class ConnectionEnds:
     flushing: dict[Any, None]  # connections whose answer (from the loop) is still being written
 
     if TYPE_CHECKING:  # the worker's, and its gthread seam's
+
         def _forget(self, conn: Conn) -> None: ...
         def _unwatch(self, conn: Conn) -> None: ...
         def count_connection(self, delta: int) -> None: ...
@@ -56,8 +64,10 @@ class ConnectionEnds:
         """Answer ``status`` from the loop and close, reading (and dropping) what the client still
         sends for a moment, so that closing does not reset the connection before it reads the answer."""
         body = orjson.dumps({"error": why})
-        answer = (f"HTTP/1.1 {status} {_REASONS[status]}\r\nConnection: close\r\nContent-Type: application/json\r\n"
-                  f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+        answer = (
+            f"HTTP/1.1 {status} {_REASONS[status]}\r\nConnection: close\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode() + body
         self._forget(conn)
         try:
             conn.sock.send(answer)
@@ -69,7 +79,9 @@ class ConnectionEnds:
         """Half-close, then read and drop what the client still sends until it closes or
         ``LINGER_SECONDS`` pass, so that closing does not reset an answer it has not read."""
         try:
-            conn.sock.setblocking(False)  # a thread's answer leaves it blocking: the loop must never wait on it
+            conn.sock.setblocking(
+                False
+            )  # a thread's answer leaves it blocking: the loop must never wait on it
             conn.sock.shutdown(socket.SHUT_WR)
         except (OSError, ValueError):
             self._close(conn)

@@ -87,11 +87,18 @@ class FeedUnavailable(Exception):
 class CalendarFeeds:
     """Feeds per query for one worker; ``feed()`` never builds on the caller's thread."""
 
-    def __init__(self, index: Callable[[], GateIndex], clock: Callable[[], datetime],
-                 command: list[str] | None = None, build_seconds: float = BUILD_SECONDS,
-                 ttl: float = FEED_TTL, max_feeds: int = MAX_FEEDS, first_wait: float = FIRST_WAIT,
-                 record: Callable[[str], None] = lambda result: None,
-                 pinned: Callable[[Query], bool] = default_query):
+    def __init__(
+        self,
+        index: Callable[[], GateIndex],
+        clock: Callable[[], datetime],
+        command: list[str] | None = None,
+        build_seconds: float = BUILD_SECONDS,
+        ttl: float = FEED_TTL,
+        max_feeds: int = MAX_FEEDS,
+        first_wait: float = FIRST_WAIT,
+        record: Callable[[str], None] = lambda result: None,
+        pinned: Callable[[Query], bool] = default_query,
+    ):
         self._index, self._clock = index, clock
         self._ttl, self._max_feeds, self._first_wait, self._pinned = ttl, max_feeds, first_wait, pinned
         self._record = record  # called with "built" or "failed" after each build (a metric)
@@ -139,12 +146,20 @@ class CalendarFeeds:
             # Every request for a pinned feed that has none to serve waits: those are the
             # subscribers, who arrive together after a rollout (a fleet of spokes, calendar apps
             # that ignore Retry-After), and the build they wait for is the one in progress.
-            if (served is None or outdated) and query in self._waiting and 0 < self._first_wait \
-                    and (self._waiters < MAX_WAITERS or served is None and self._pinned(query)):
+            if (
+                (served is None or outdated)
+                and query in self._waiting
+                and 0 < self._first_wait
+                and (self._waiters < MAX_WAITERS or served is None and self._pinned(query))
+            ):
                 self._waiters += 1
                 try:
                     deadline = time.monotonic() + self._first_wait
-                    while query in self._waiting and not self._closed and (left := deadline - time.monotonic()) > 0:
+                    while (
+                        query in self._waiting
+                        and not self._closed
+                        and (left := deadline - time.monotonic()) > 0
+                    ):
                         self._built.wait(left)
                 finally:
                     self._waiters -= 1
@@ -166,7 +181,9 @@ class CalendarFeeds:
         servable = built_at is not None and now - built_at < STALE_LIMIT
         outdated = built_from != version
         failed_at, _ = self._failures.get(query, (None, ""))
-        retry = failed_at is None or now - failed_at >= self._ttl  # a failing build is not retried per request
+        retry = (
+            failed_at is None or now - failed_at >= self._ttl
+        )  # a failing build is not retried per request
         if want and retry and (built_at is None or now - built_at >= self._ttl or outdated):
             try:
                 self._want(query)
@@ -226,8 +243,10 @@ class CalendarFeeds:
                 built, failure = None, str(err)
                 if self._closed:
                     return  # close() ended this build
-                log.warning("calendar feed not built", extra={"namespace": query[0], "days": query[1],
-                                                                "reason": failure})
+                log.warning(
+                    "calendar feed not built",
+                    extra={"namespace": query[0], "days": query[1], "reason": failure},
+                )
             try:
                 self._record("failed" if built is None else "built")
             except Exception:  # a metric must not stop the builder
@@ -246,7 +265,9 @@ class CalendarFeeds:
                 self._feeds.move_to_end(query)
                 kept = sum(len(body) for _, (body, _), _ in self._feeds.values())
                 while len(self._feeds) > self._max_feeds or (kept > MAX_FEED_BYTES and len(self._feeds) > 1):
-                    victim = next((q for q in self._feeds if not self._pinned(q)), None)  # least recently served
+                    victim = next(
+                        (q for q in self._feeds if not self._pinned(q)), None
+                    )  # least recently served
                     if victim is None:
                         break
                     kept -= len(self._feeds.pop(victim)[1][0])
@@ -259,9 +280,19 @@ class CalendarFeeds:
         gates, keepers, broken, unknown = index.snapshot(namespace or None)
         # No datetime passes as a string: the child must read exactly what this worker's index
         # holds, or the calendar would show gates opening that admission keeps closed.
-        request = orjson.dumps({"gates": gates, "keepers": keepers, "broken": broken, "unknown": unknown,
-                                "now": format_distinct_time(self._clock()), "days": days,
-                                "namespace": namespace, "gate": gate}, option=orjson.OPT_PASSTHROUGH_DATETIME)
+        request = orjson.dumps(
+            {
+                "gates": gates,
+                "keepers": keepers,
+                "broken": broken,
+                "unknown": unknown,
+                "now": format_distinct_time(self._clock()),
+                "days": days,
+                "namespace": namespace,
+                "gate": gate,
+            },
+            option=orjson.OPT_PASSTHROUGH_DATETIME,
+        )
         child = self._running_child()
         deadline = time.monotonic() + self._build_seconds
         try:
@@ -270,7 +301,9 @@ class CalendarFeeds:
             answer = _read_message(stdout.fileno(), deadline)
         except TimeoutError:
             self._stop_child()
-            raise TimeoutError(f"no calendar from the builder process within {self._build_seconds:g}s") from None
+            raise TimeoutError(
+                f"no calendar from the builder process within {self._build_seconds:g}s"
+            ) from None
         except (OSError, EOFError):
             self._stop_child()
             raise EOFError("the calendar builder process exited") from None
@@ -289,8 +322,14 @@ class CalendarFeeds:
             # stderr is dropped: the server log stays JSON lines, and a child that fails says so
             # through the pipe (or by closing it). No metrics files: the child counts nothing.
             env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
-            self._child = subprocess.Popen(self._command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                           stderr=subprocess.DEVNULL, close_fds=True, env=env)
+            self._child = subprocess.Popen(
+                self._command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                close_fds=True,
+                env=env,
+            )
             os.set_blocking(_pipes(self._child)[0].fileno(), False)  # writes wait on poll, with a deadline
             if self._closed:  # close() ran while this child was being spawned, and could not kill it
                 self._stop_child()
@@ -321,6 +360,7 @@ class CalendarFeeds:
 
 # -- the wire between a worker and its child: a 4-byte length, then the bytes ---------------
 
+
 def _wait_for(fd: int, event: int, deadline: float | None) -> None:
     """Return when ``fd`` is ready for ``event``; raise TimeoutError at ``deadline``.
     poll, not select: a worker with many connections has descriptors above select's 1024."""
@@ -338,7 +378,7 @@ def _write_message(fd: int, payload: bytes, deadline: float | None) -> None:
     while view:
         _wait_for(fd, select.POLLOUT, deadline)
         try:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
         except BlockingIOError:
             continue
 
@@ -362,17 +402,25 @@ def _read_message(fd: int, deadline: float | None) -> bytes:
 
 # -- the child ----------------------------------------------------------------------------
 
+
 def build(request: dict[str, Any]) -> bytes:
     """The iCalendar body for one snapshot of gates: what the child computes."""
     from admission.store import calendar
 
     index = GateIndex()
-    index.replace_all(request["gates"], request["keepers"],
-                      {(ns, name): reason for ns, name, reason in request["broken"]},
-                      Unknowns(gates={(ns, name): why for ns, name, why in request["unknown"]}))
+    index.replace_all(
+        request["gates"],
+        request["keepers"],
+        {(ns, name): reason for ns, name, reason in request["broken"]},
+        Unknowns(gates={(ns, name): why for ns, name, why in request["unknown"]}),
+    )
     now = parse_time(request["now"])
-    return calendar.to_ics(calendar.calendars(index, now, request["days"], request["namespace"] or None,
-                                              request.get("gate") or None), now)
+    return calendar.to_ics(
+        calendar.calendars(
+            index, now, request["days"], request["namespace"] or None, request.get("gate") or None
+        ),
+        now,
+    )
 
 
 def serve_builds(requests: int, answers: int) -> None:

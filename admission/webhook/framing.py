@@ -40,7 +40,9 @@ def framing(head: bytes) -> tuple[int, bytes | None]:
         elif name == b"expect":
             if value.strip(b" \t").lower() == b"100-continue" and lines[0].endswith(b" HTTP/1.1"):
                 expect.append(number)
-        elif name.strip(b" \t") in _FRAMING:  # gunicorn refuses it, but the loop must not read a body for it either
+        elif (
+            name.strip(b" \t") in _FRAMING
+        ):  # gunicorn refuses it, but the loop must not read a body for it either
             raise Refused(400, f"whitespace around the header name {name.strip().decode('latin-1')!r}")
     if not expect:
         return length or 0, None

@@ -61,11 +61,15 @@ def judge_validation(request: AdmissionRequest, context: Context) -> Outcome:
     """``validate`` for a request that concerns us (what any request would get, exemptions aside)."""
     if _is_gate(request):  # its approvals: refused when malformed or not stamped by the writer
         decision, _ = approvalreview.judge(request, context, stamping=False)
-        return Outcome(allowed() if decision.allowed else denied(decision.message or "approval refused"), decision)
+        return Outcome(
+            allowed() if decision.allowed else denied(decision.message or "approval refused"), decision
+        )
     decision = decide(request, context)
     if not decision.allowed:
         return Outcome(denied(decision.message or "held by a closed gate"), decision)
-    warnings = [f"gate audit: change would be denied in enforce mode: {decision.message}"] if decision.held else None
+    warnings = (
+        [f"gate audit: change would be denied in enforce mode: {decision.message}"] if decision.held else None
+    )
     return Outcome(allowed(warnings=warnings, audit=_audit_annotations(decision)), decision)
 
 
@@ -81,8 +85,10 @@ def _annotation_ops(obj: dict[str, Any], annotations: dict[str, str]) -> list[di
         return [{"op": "add", "path": "/metadata", "value": {"annotations": annotations}}]
     if not isinstance(metadata.get("annotations"), dict):
         return [{"op": "add", "path": "/metadata/annotations", "value": annotations}]
-    return [{"op": "add", "path": f"/metadata/annotations/{_pointer(key)}", "value": value}
-            for key, value in annotations.items()]
+    return [
+        {"op": "add", "path": f"/metadata/annotations/{_pointer(key)}", "value": value}
+        for key, value in annotations.items()
+    ]
 
 
 def _field_ops(changes: dict[str, object], status: object) -> list[dict[str, Any]]:
@@ -116,8 +122,10 @@ def judge_mutation(request: AdmissionRequest, context: Context) -> Outcome:
         decision, stamped = approvalreview.judge(request, context, stamping=True)
         if not decision.allowed:
             return Outcome(denied(decision.message or "approval refused"), decision)
-        ops = [{"op": "add", "path": f"/metadata/annotations/{_pointer(key)}", "value": value}
-               for key, value in stamped.items()]
+        ops = [
+            {"op": "add", "path": f"/metadata/annotations/{_pointer(key)}", "value": value}
+            for key, value in stamped.items()
+        ]
         return Outcome(patched(ops), decision, ops)
     found = mutation.judge(request, context)
     obj = request.get("object") or {}  # (none on a DELETE: then nothing changes)

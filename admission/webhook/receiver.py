@@ -76,7 +76,9 @@ class TokenFile:
         except (OSError, ValueError) as err:
             # Fail closed: a token that cannot be read now is no token, never the last one read
             # (a file replaced by a directory kept the old token working).
-            self._failing(f"receiver token file cannot be used: no token is accepted ({type(err).__name__}: {err})")
+            self._failing(
+                f"receiver token file cannot be used: no token is accepted ({type(err).__name__}: {err})"
+            )
         return self._token
 
     def _failing(self, why: str | None) -> None:
@@ -97,10 +99,10 @@ class TokenFile:
         if not header:
             return False
         if header.startswith("Bearer "):
-            given = header[len("Bearer "):].strip().encode()
+            given = header[len("Bearer ") :].strip().encode()
         elif basic and header.startswith("Basic "):
             try:
-                given = base64.b64decode(header[len("Basic "):].strip(), validate=True).partition(b":")[2]
+                given = base64.b64decode(header[len("Basic ") :].strip(), validate=True).partition(b":")[2]
             except ValueError:
                 return False
         else:
@@ -185,7 +187,7 @@ def _body() -> tuple[dict[str, str], None] | tuple[None, str]:
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        return None, "body must be JSON such as {\"message\": \"...\", \"for\": \"2h\"}"
+        return None, 'body must be JSON such as {"message": "...", "for": "2h"}'
     if not isinstance(body, dict):
         return None, "body must be a JSON object"
     unknown = set(body) - FIELDS
@@ -201,9 +203,14 @@ def _body() -> tuple[dict[str, str], None] | tuple[None, str]:
     return body, None
 
 
-def blueprint(tokens: TokenFile, patch_gate: Callable[[str, str, dict[str, Any]], None], clock: Callable[[], datetime],
-              limit: RateLimit | None = None, record: Callable[[str], None] = lambda result: None,
-              limits_dir: str | os.PathLike[str] | None = None) -> Blueprint:
+def blueprint(
+    tokens: TokenFile,
+    patch_gate: Callable[[str, str, dict[str, Any]], None],
+    clock: Callable[[], datetime],
+    limit: RateLimit | None = None,
+    record: Callable[[str], None] = lambda result: None,
+    limits_dir: str | os.PathLike[str] | None = None,
+) -> Blueprint:
     """The receiver's routes; ``patch_gate(namespace, name, patch)`` writes the annotations and
     raises LookupError for a missing gate, PermissionError when we may not write it. With
     ``limits_dir`` (a directory every worker shares) the rate limits hold across processes."""
@@ -228,15 +235,31 @@ def blueprint(tokens: TokenFile, patch_gate: Callable[[str, str, dict[str, Any]]
         caller = request.remote_addr or "unknown"
         if not tokens.matches(request.headers.get("Authorization")):
             if not failures.allow(caller):
-                return answer("rate_limited", {"error": "too many requests; try again shortly"}, 429,
-                              **{"Retry-After": "1"})
-            return answer("unauthorized", {"error": "missing or wrong bearer token"}, 401,
-                          **{"WWW-Authenticate": 'Bearer realm="gate-admission"'})
+                return answer(
+                    "rate_limited",
+                    {"error": "too many requests; try again shortly"},
+                    429,
+                    **{"Retry-After": "1"},
+                )
+            return answer(
+                "unauthorized",
+                {"error": "missing or wrong bearer token"},
+                401,
+                **{"WWW-Authenticate": 'Bearer realm="gate-admission"'},
+            )
         if not (is_namespace(namespace) and is_object_name(name)):
-            return answer("bad_request", {"error": "namespace and name must be a Gate's (DNS-1123: lower case "
-                                                   "letters, digits, '-', and '.' in names)"}, 400)
+            return answer(
+                "bad_request",
+                {
+                    "error": "namespace and name must be a Gate's (DNS-1123: lower case "
+                    "letters, digits, '-', and '.' in names)"
+                },
+                400,
+            )
         if not callers.allow(caller):
-            return answer("rate_limited", {"error": "too many requests; try again shortly"}, 429, **{"Retry-After": "1"})
+            return answer(
+                "rate_limited", {"error": "too many requests; try again shortly"}, 429, **{"Retry-After": "1"}
+            )
         body, problem = _body()
         if body is None:
             return answer("bad_request", {"error": problem}, 400)
@@ -256,12 +279,20 @@ def blueprint(tokens: TokenFile, patch_gate: Callable[[str, str, dict[str, Any]]
             return answer("error", {"error": f"not allowed to change gate {namespace}/{name}: {err}"}, 502)
         annotations = patch["metadata"]["annotations"]
         verb = "opening" if action == "open" else "closing"
-        log.info(f"{verb} gate: '{body.get('message') or ''}'", extra={
-            "closed": str(action == "close").lower(), "requestedBy": requested_by, "via": "receiver",
-            "Gate": {"namespace": namespace, "name": name}})
-        result = {"gate": f"{namespace}/{name}", "action": action,
-                  "requestedAt": annotations[names.OPEN_ANNOTATION if action == "open"
-                                             else names.CLOSE_ANNOTATION]}
+        log.info(
+            f"{verb} gate: '{body.get('message') or ''}'",
+            extra={
+                "closed": str(action == "close").lower(),
+                "requestedBy": requested_by,
+                "via": "receiver",
+                "Gate": {"namespace": namespace, "name": name},
+            },
+        )
+        result = {
+            "gate": f"{namespace}/{name}",
+            "action": action,
+            "requestedAt": annotations[names.OPEN_ANNOTATION if action == "open" else names.CLOSE_ANNOTATION],
+        }
         if action == "open" and body.get("for"):
             result["closesAt"] = annotations[names.CLOSE_ANNOTATION]
         return answer("ok", result, 200)
@@ -273,19 +304,39 @@ def blueprint(tokens: TokenFile, patch_gate: Callable[[str, str, dict[str, Any]]
         target, content_text = body.get("for") or approvals.ANY, body.get("content") or ""
         said = body.get("requestedBy") or IDENTITY
         value = approvals.value(content_text, target, body.get("message") or "", None, said)
-        why = approvals.refuse(value, approvals.Policy(message_required=False))  # the gate's own rule: the webhook
+        why = approvals.refuse(
+            value, approvals.Policy(message_required=False)
+        )  # the gate's own rule: the webhook
         if why:
             return answer("bad_request", {"error": why}, 400)
-        key = names.APPROVAL_ANNOTATION_PREFIX + approvals.new_id(content_text, target, f"{said}@{clock().timestamp()}")
+        key = names.APPROVAL_ANNOTATION_PREFIX + approvals.new_id(
+            content_text, target, f"{said}@{clock().timestamp()}"
+        )
         try:
             patch_gate(namespace, name, {"metadata": {"annotations": {key: value}}})
         except LookupError:
             return answer("not_found", {"error": f"gate {namespace}/{name} not found"}, 404)
         except PermissionError as err:
             return answer("error", {"error": f"approval of gate {namespace}/{name} not recorded: {err}"}, 502)
-        log.info("approval written", extra={"via": "receiver", "requestedBy": said, "content": content_text,
-                                            "Gate": {"namespace": namespace, "name": name}})
-        return answer("ok", {"gate": f"{namespace}/{name}", "action": APPROVE, "content": content_text,
-                             "for": target, "approval": key}, 200)
+        log.info(
+            "approval written",
+            extra={
+                "via": "receiver",
+                "requestedBy": said,
+                "content": content_text,
+                "Gate": {"namespace": namespace, "name": name},
+            },
+        )
+        return answer(
+            "ok",
+            {
+                "gate": f"{namespace}/{name}",
+                "action": APPROVE,
+                "content": content_text,
+                "for": target,
+                "approval": key,
+            },
+            200,
+        )
 
     return hooks

@@ -46,8 +46,11 @@ def parse_review(body: bytes) -> AdmissionReview:
     if len(body) > _COUNTED_FROM:
         # An upper bound: brackets inside strings count too, which only errs on the safe side.
         containers = body.count(b"[") + body.count(b"{")
-        _require(containers <= MAX_CONTAINERS, f"body has up to {containers} arrays and objects, more than "
-                 f"{MAX_CONTAINERS}: a review that costly to decode would stall this server's other reviews")
+        _require(
+            containers <= MAX_CONTAINERS,
+            f"body has up to {containers} arrays and objects, more than "
+            f"{MAX_CONTAINERS}: a review that costly to decode would stall this server's other reviews",
+        )
     try:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError as err:
@@ -61,25 +64,37 @@ def parse_review(body: bytes) -> AdmissionReview:
     _require(isinstance(uid, str) and uid != "", "request.uid must be a non-empty string")
     _require(len(uid) <= MAX_UID, f"request.uid is {len(uid)} characters long, more than {MAX_UID}")
     gvk = request.get("kind")
-    _require(isinstance(gvk, dict) and all(isinstance(gvk.get(k), str) for k in ("group", "version", "kind"))
-             and gvk["kind"] != "", "request.kind must have string group, version and kind")
-    _require(request.get("operation") in OPERATIONS, f"request.operation must be one of {', '.join(OPERATIONS)}")
+    _require(
+        isinstance(gvk, dict)
+        and all(isinstance(gvk.get(k), str) for k in ("group", "version", "kind"))
+        and gvk["kind"] != "",
+        "request.kind must have string group, version and kind",
+    )
+    _require(
+        request.get("operation") in OPERATIONS, f"request.operation must be one of {', '.join(OPERATIONS)}"
+    )
     user = request.get("userInfo")
     _require(isinstance(user, dict), "request.userInfo must be an object")
     _require(isinstance(user.get("username", ""), str), "request.userInfo.username must be a string")
     groups = user.get("groups")
-    _require(groups is None or (isinstance(groups, list) and all(isinstance(g, str) for g in groups)),
-             "request.userInfo.groups must be a list of strings")
+    _require(
+        groups is None or (isinstance(groups, list) and all(isinstance(g, str) for g in groups)),
+        "request.userInfo.groups must be a list of strings",
+    )
     for key in ("object", "oldObject", "options"):
         _optional(request, key, dict, "an object or null")
     for key in ("subResource", "name", "namespace"):
         _optional(request, key, str, "a string")
     _optional(request, "dryRun", bool, "a boolean")
     operation = request["operation"]
-    _require(operation != "CREATE" or isinstance(request.get("object"), dict), "a CREATE needs request.object")
-    _require(operation != "UPDATE" or (isinstance(request.get("object"), dict)
-                                       and isinstance(request.get("oldObject"), dict)),
-             "an UPDATE needs request.object and request.oldObject")
+    _require(
+        operation != "CREATE" or isinstance(request.get("object"), dict), "a CREATE needs request.object"
+    )
+    _require(
+        operation != "UPDATE"
+        or (isinstance(request.get("object"), dict) and isinstance(request.get("oldObject"), dict)),
+        "an UPDATE needs request.object and request.oldObject",
+    )
     return cast(AdmissionReview, doc)
 
 

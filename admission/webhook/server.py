@@ -43,6 +43,7 @@ class _ForkedWorker(Protocol):
 
 def _child_exit(server: Arbiter, worker: _ForkedWorker) -> None:
     from admission.observability.metrics import worker_exited
+
     worker_exited(worker.pid)
 
 
@@ -80,17 +81,39 @@ class Server(BaseApplication):
             sys.exit(1)
 
 
-def worker_class(max_body: int, shutdown_delay: float, tls: ReloadingContext,
-                 max_client_connections: int = CLIENT_CONNECTIONS) -> type[PreReadWorker]:
+def worker_class(
+    max_body: int,
+    shutdown_delay: float,
+    tls: ReloadingContext,
+    max_client_connections: int = CLIENT_CONNECTIONS,
+) -> type[PreReadWorker]:
     """Our gthread worker (admission.webhook.worker) with this server's limits and certificate."""
-    return type("GateAdmissionWorker", (PreReadWorker,),
-                {"max_body": max_body, "shutdown_delay": shutdown_delay, "tls": tls,
-                 "client_auth": bool(tls.client_ca), "max_client_connections": max_client_connections})
+    return type(
+        "GateAdmissionWorker",
+        (PreReadWorker,),
+        {
+            "max_body": max_body,
+            "shutdown_delay": shutdown_delay,
+            "tls": tls,
+            "client_auth": bool(tls.client_ca),
+            "max_client_connections": max_client_connections,
+        },
+    )
 
 
-def options(*, address: str, port: int, certfile: str, keyfile: str, workers: int, threads: int,
-            log_level: str = "info", shutdown_delay: float = 5.0, client_ca: str | None = None,
-            max_client_connections: int | None = None) -> dict[str, Any]:
+def options(
+    *,
+    address: str,
+    port: int,
+    certfile: str,
+    keyfile: str,
+    workers: int,
+    threads: int,
+    log_level: str = "info",
+    shutdown_delay: float = 5.0,
+    client_ca: str | None = None,
+    max_client_connections: int | None = None,
+) -> dict[str, Any]:
     """gunicorn settings for a webhook: gthread, long keep-alive, TLS from reloadable files."""
     from admission.webhook.app import MAX_BODY
 
@@ -101,8 +124,12 @@ def options(*, address: str, port: int, certfile: str, keyfile: str, workers: in
         # gthread whose threads only get requests that have fully arrived: idle and slow
         # clients wait in the event loop, never in a thread (admission/webhook/worker.py).
         # At most max_client_connections of a worker's connections come from one client address.
-        "worker_class": worker_class(MAX_BODY, shutdown_delay, ReloadingContext(certfile, keyfile, client_ca=client_ca),
-                                     max_client_connections or CLIENT_CONNECTIONS),
+        "worker_class": worker_class(
+            MAX_BODY,
+            shutdown_delay,
+            ReloadingContext(certfile, keyfile, client_ca=client_ca),
+            max_client_connections or CLIENT_CONNECTIONS,
+        ),
         "keepalive": KEEPALIVE_SECONDS,
         # Each worker listens on its own SO_REUSEPORT socket, so the kernel spreads new
         # connections over the workers. With one shared socket the first worker to wake takes

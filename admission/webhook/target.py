@@ -19,8 +19,10 @@ _QUERY = re.compile(r"[\x21-\x7e]*")  # what gunicorn accepts; the query never r
 # its own bearer token).
 PUBLIC_PATHS = ("/healthz", "/readyz", "/metrics", "/calendar.ics")
 PUBLIC_PREFIXES = ("/hooks/gates/",)
-NOT_ONE_SPELLING = ("the request path must be absolute, without percent-encoding, '.', '..' or empty segments, "
-                    "and use only letters, digits and '-._~'")
+NOT_ONE_SPELLING = (
+    "the request path must be absolute, without percent-encoding, '.', '..' or empty segments, "
+    "and use only letters, digits and '-._~'"
+)
 
 
 def request_path(target: str) -> str | None:
@@ -53,6 +55,9 @@ def admit(head: bytes, certified: bool) -> str:
         if b"_" in name:
             # gunicorn reads SCRIPT_NAME (any case) as a prefix to strip before routing, and its
             # WSGI environ cannot tell X_A from X-A: no client of ours sends such a name.
-            raise Refused(400, f"the header {name.decode('latin-1')[:64]!r} is refused: header names "
-                               "with '_' could be read as the server's own routing variables")
+            raise Refused(
+                400,
+                f"the header {name.decode('latin-1')[:64]!r} is refused: header names "
+                "with '_' could be read as the server's own routing variables",
+            )
     return path

@@ -27,9 +27,13 @@ from admission.webhook.framing import Refused, framing
 from admission.webhook.gthread_seam import GthreadSeam
 from admission.webhook.target import admit
 
-REQUEST_SECONDS = 10.0  # handshake + headers + body of a request, one deadline; a new connection's clock starts at accept
+REQUEST_SECONDS = (
+    10.0  # handshake + headers + body of a request, one deadline; a new connection's clock starts at accept
+)
 MAX_HEAD = 64 * 1024  # request line and headers; gunicorn's own limits (414/431) apply within this
-LARGE_BODY = 64 * 1024  # whole bodies above this are judged LARGE_AT_ONCE at a time per worker, smallest first
+LARGE_BODY = (
+    64 * 1024
+)  # whole bodies above this are judged LARGE_AT_ONCE at a time per worker, smallest first
 LARGE_AT_ONCE = 1  # decoding a multi-MiB review holds the GIL (orjson): one at a time per worker
 BUFFERED_AT_MOST = 64 * 1024 * 1024  # bytes of requests being read or waiting to be judged, per worker
 READ_PER_TURN = 64 * 1024  # bytes read from one connection before the loop turns to the others
@@ -89,8 +93,14 @@ class PreReadWorker(ConnectionEnds, GthreadSeam):
                 in_use = FD_HEADROOM
             room = max(1, soft - in_use - FD_HEADROOM)
             if room < cap:
-                self.log.warning("at most %d connections per worker: the file descriptor limit is %d, %d are in use "
-                                 "and %d are kept for files and sockets", room, soft, in_use, FD_HEADROOM)
+                self.log.warning(
+                    "at most %d connections per worker: the file descriptor limit is %d, %d are in use "
+                    "and %d are kept for files and sockets",
+                    room,
+                    soft,
+                    in_use,
+                    FD_HEADROOM,
+                )
                 cap = room
         self.cap_connections(cap)
         self.client_limit = max(1, min(self.max_client_connections, cap // 2))
@@ -114,8 +124,13 @@ class PreReadWorker(ConnectionEnds, GthreadSeam):
             except OSError:
                 pass
             client.close()
-            self._warn("client", "closing new connections from %s: it has %d open, the most one client address may "
-                       "have (--max-client-connections)", peer, self.client_limit)
+            self._warn(
+                "client",
+                "closing new connections from %s: it has %d open, the most one client address may "
+                "have (--max-client-connections)",
+                peer,
+                self.client_limit,
+            )
             return True
         self.count_connection(+1)
         if peer is not None:
@@ -125,8 +140,9 @@ class PreReadWorker(ConnectionEnds, GthreadSeam):
             if self.tls is not None:
                 context = self.tls.get()
                 context.sslsocket_class = BoundedSSLSocket
-                client = context.wrap_socket(client, server_side=True, do_handshake_on_connect=False,
-                                             suppress_ragged_eofs=True)
+                client = context.wrap_socket(
+                    client, server_side=True, do_handshake_on_connect=False, suppress_ragged_eofs=True
+                )
             conn = Conn(self, client, address, listener, partial(self._gone, peer))
         except (OSError, ValueError):
             self.count_connection(-1)
@@ -149,8 +165,13 @@ class PreReadWorker(ConnectionEnds, GthreadSeam):
     def _pause_accepting(self, err: OSError) -> None:
         self.accept_paused_until = time.monotonic() + ACCEPT_PAUSE
         self.accept_connections(False)
-        self._warn("descriptors", "out of file descriptors (%s) with %d connections open: not accepting "
-                   "for %.1fs", os.strerror(err.errno or 0), self.open_connections, ACCEPT_PAUSE)
+        self._warn(
+            "descriptors",
+            "out of file descriptors (%s) with %d connections open: not accepting for %.1fs",
+            os.strerror(err.errno or 0),
+            self.open_connections,
+            ACCEPT_PAUSE,
+        )
 
     def may_accept(self) -> bool:
         # Not while paused for want of descriptors (the loop asks at least once a second).
@@ -193,7 +214,9 @@ class PreReadWorker(ConnectionEnds, GthreadSeam):
                 conn.handshaken = True
             budget = READ_PER_TURN
             while not self._complete(conn):
-                if budget <= 0:  # the others' turn; this connection's on the next (its bytes may be in the TLS buffer)
+                if (
+                    budget <= 0
+                ):  # the others' turn; this connection's on the next (its bytes may be in the TLS buffer)
                     self._watch(conn, selectors.EVENT_READ)
                     self.defer(self._progress, conn)
                     return
@@ -294,7 +317,9 @@ class PreReadWorker(ConnectionEnds, GthreadSeam):
         conn.sock.collected = bytearray()
         try:
             conn.keep = self.answer(conn)  # reads only what is buffered: the whole request is
-        except Exception:  # gthread's handle answers its own errors; anything else ends the connection, not the loop
+        except (
+            Exception
+        ):  # gthread's handle answers its own errors; anything else ends the connection, not the loop
             self.log.exception("answering a review in the loop")
             conn.keep = False
         finally:
@@ -305,13 +330,16 @@ class PreReadWorker(ConnectionEnds, GthreadSeam):
         try:
             conn.sock.setblocking(False)
             while conn.out:
-                del conn.out[:conn.sock.send(conn.out)]
+                del conn.out[: conn.sock.send(conn.out)]
         except (ssl.SSLWantWriteError, ssl.SSLWantReadError, BlockingIOError) as err:
             if conn not in self.flushing:
                 conn.deadline = time.monotonic() + IO_SECONDS
                 self.flushing[conn] = None
-            self._watch(conn, selectors.EVENT_READ if isinstance(err, ssl.SSLWantReadError) else selectors.EVENT_WRITE,
-                        self._flush)
+            self._watch(
+                conn,
+                selectors.EVENT_READ if isinstance(err, ssl.SSLWantReadError) else selectors.EVENT_WRITE,
+                self._flush,
+            )
             return
         except (OSError, ValueError):
             self._close(conn)
@@ -375,7 +403,9 @@ class PreReadWorker(ConnectionEnds, GthreadSeam):
             else:
                 self._close(conn)
         for conn in [c for c in self.waiting if c.deadline <= now]:
-            self._refuse(conn, 503, f"not judged within {REQUEST_SECONDS:.0f}s: larger reviews were ahead of it")
+            self._refuse(
+                conn, 503, f"not judged within {REQUEST_SECONDS:.0f}s: larger reviews were ahead of it"
+            )
         for group in (self.lingering, self.flushing):
             for conn in [c for c in group if c.deadline <= now]:
                 self._close(conn)

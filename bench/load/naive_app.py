@@ -14,8 +14,10 @@ app = Flask(__name__)
 @app.post("/validate")
 def validate():
     review = request.get_json()
-    return jsonify({
-        "apiVersion": review["apiVersion"],
-        "kind": "AdmissionReview",
-        "response": {"uid": review["request"]["uid"], "allowed": True},
-    })
+    return jsonify(
+        {
+            "apiVersion": review["apiVersion"],
+            "kind": "AdmissionReview",
+            "response": {"uid": review["request"]["uid"], "allowed": True},
+        }
+    )

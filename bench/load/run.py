@@ -73,17 +73,18 @@ NS = "flux-system"
 VARIANTS = ("ours", "floor", "ours-10k")
 
 # Targets, as ratios measured in the same run.
-TARGET_OURS_THROUGHPUT = 1.0   # x floor
-TARGET_OURS_P99 = 1.0          # x floor, at most
-TARGET_10K_THROUGHPUT = 0.9    # x floor (0.9 of ours' 1.0x target)
-TARGET_10K_RSS_MB = 150.0      # per worker
+TARGET_OURS_THROUGHPUT = 1.0  # x floor
+TARGET_OURS_P99 = 1.0  # x floor, at most
+TARGET_10K_THROUGHPUT = 0.9  # x floor (0.9 of ours' 1.0x target)
+TARGET_10K_RSS_MB = 150.0  # per worker
 
 
 # ---------------------------------------------------------------------------- /proc
 
+
 def _stat_fields(pid: int) -> list[str]:
     text = Path(f"/proc/{pid}/stat").read_text()
-    return text[text.rindex(")") + 2:].split()  # fields from 3 (state) on
+    return text[text.rindex(")") + 2 :].split()  # fields from 3 (state) on
 
 
 def cpu_ticks(pid: int) -> int:
@@ -190,6 +191,7 @@ class Sampler:
 
 # ---------------------------------------------------------------------------- request bodies
 
+
 def compact(doc: dict) -> bytes:
     """JSON as the API server sends it: no indentation, no spaces."""
     return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
@@ -212,7 +214,9 @@ def referenced_gates(doc: dict) -> set[tuple[str, str]]:
     from admission.core.references import policy_of
 
     req = doc["request"]
-    return {(r.namespace, r.name) for o in (req.get("object"), req.get("oldObject")) for r in policy_of(o).refs}
+    return {
+        (r.namespace, r.name) for o in (req.get("object"), req.get("oldObject")) for r in policy_of(o).refs
+    }
 
 
 # Generated gates, by i % 4: 0 opened (closed at Christmas), 1 and 3 closed by default,
@@ -222,15 +226,28 @@ WEEKEND = {"cron": "0 18 * * 5", "duration": "62h"}
 
 
 def generated_gate(i: int) -> tuple[dict, dict]:
-    gate = {"apiVersion": GATING_API, "kind": "Gate",
-            "metadata": {"name": f"g{i:05d}", "namespace": NS,
-                         "annotations": {"gating.toolkit.fluxcd.io/message": "bench"}},
-            "spec": {"default": "closed" if i % 2 else "opened", "window": "1h", "interval": "1m"}}
+    gate = {
+        "apiVersion": GATING_API,
+        "kind": "Gate",
+        "metadata": {
+            "name": f"g{i:05d}",
+            "namespace": NS,
+            "annotations": {"gating.toolkit.fluxcd.io/message": "bench"},
+        },
+        "spec": {"default": "closed" if i % 2 else "opened", "window": "1h", "interval": "1m"},
+    }
     closed = [CHRISTMAS] if i % 4 == 0 else [CHRISTMAS, WEEKEND]
-    keeper = {"apiVersion": GATING_API, "kind": "GateKeeper",
-              "metadata": {"name": f"k{i:05d}", "namespace": NS},
-              "spec": {"gate": f"g{i:05d}", "type": "cronexpression", "timeZone": "Europe/Berlin",
-                       "cronjob": {"closed": closed}}}
+    keeper = {
+        "apiVersion": GATING_API,
+        "kind": "GateKeeper",
+        "metadata": {"name": f"k{i:05d}", "namespace": NS},
+        "spec": {
+            "gate": f"g{i:05d}",
+            "type": "cronexpression",
+            "timeZone": "Europe/Berlin",
+            "cronjob": {"closed": closed},
+        },
+    }
     return gate, keeper
 
 
@@ -241,7 +258,9 @@ def write_gates(directory: Path, count: int, per_file: int = 1000) -> None:
     directory.mkdir(parents=True)
     for start in range(0, count, per_file):
         docs = [d for i in range(start, min(count, start + per_file)) for d in generated_gate(i)]
-        (directory / f"gates-{start // per_file:03d}.yaml").write_text(yaml.dump_all(docs, Dumper=dumper, sort_keys=False))
+        (directory / f"gates-{start // per_file:03d}.yaml").write_text(
+            yaml.dump_all(docs, Dumper=dumper, sort_keys=False)
+        )
 
 
 # What the example gates are, so a rewritten review keeps roughly the same verdicts:
@@ -263,15 +282,21 @@ def rewrite_for(count: int, copies: int, originals: list[tuple[str, bytes]]) -> 
         for label, body in originals:
             text = pattern.sub(lambda m: mapping[m.group(1)], body.decode()) if names else body.decode()
             doc = json.loads(text)
-            missing = {f"{ns}/{n}" for ns, n in referenced_gates(doc)
-                       if ns != NS or not re.fullmatch(r"g\d{5}", n) or int(n[1:]) >= count}
+            missing = {
+                f"{ns}/{n}"
+                for ns, n in referenced_gates(doc)
+                if ns != NS or not re.fullmatch(r"g\d{5}", n) or int(n[1:]) >= count
+            }
             if missing:
-                sys.exit(f"run.py: rewritten {label} references gates not in the generated set: {sorted(missing)}")
+                sys.exit(
+                    f"run.py: rewritten {label} references gates not in the generated set: {sorted(missing)}"
+                )
             out.append((f"{label}#{copy}", compact(doc)))
     return out
 
 
 # ---------------------------------------------------------------------------- servers
+
 
 @dataclass
 class Variant:
@@ -286,17 +311,44 @@ class Variant:
 
 def start_ours(work: Path, variant: Variant, cert_dir: Path, gates_dir: Path, extra: list[str]) -> None:
     variant.port = free_port()
-    args = [str(BIN / "gate-admission"), "serve", "--gates-dir", str(gates_dir), "--cert-dir", str(cert_dir),
-            "--address", "127.0.0.1", "--port", str(variant.port), *extra]
+    args = [
+        str(BIN / "gate-admission"),
+        "serve",
+        "--gates-dir",
+        str(gates_dir),
+        "--cert-dir",
+        str(cert_dir),
+        "--address",
+        "127.0.0.1",
+        "--port",
+        str(variant.port),
+        *extra,
+    ]
     variant.gates_dir = gates_dir
     variant.process = Process(args, work / f"{variant.name}.log")
 
 
 def start_floor(work: Path, variant: Variant, cert_dir: Path, extra: list[str]) -> None:
     variant.port = free_port()
-    args = [str(BIN / "gunicorn"), "--worker-class", "gthread", "--workers", "2", "--threads", "8",
-            "--certfile", str(cert_dir / "tls.crt"), "--keyfile", str(cert_dir / "tls.key"),
-            "--bind", f"127.0.0.1:{variant.port}", "--chdir", str(HERE), *extra, "naive_app:app"]
+    args = [
+        str(BIN / "gunicorn"),
+        "--worker-class",
+        "gthread",
+        "--workers",
+        "2",
+        "--threads",
+        "8",
+        "--certfile",
+        str(cert_dir / "tls.crt"),
+        "--keyfile",
+        str(cert_dir / "tls.key"),
+        "--bind",
+        f"127.0.0.1:{variant.port}",
+        "--chdir",
+        str(HERE),
+        *extra,
+        "naive_app:app",
+    ]
     variant.process = Process(args, work / f"{variant.name}.log")
 
 
@@ -304,8 +356,9 @@ def tls_context(cert_dir: Path) -> ssl.SSLContext:
     return ssl.create_default_context(cafile=str(cert_dir / "ca.crt"))
 
 
-def post(port: int, context: ssl.SSLContext, body: bytes, path: str = "/validate",
-         method: str = "POST") -> tuple[int, str, bytes]:
+def post(
+    port: int, context: ssl.SSLContext, body: bytes, path: str = "/validate", method: str = "POST"
+) -> tuple[int, str, bytes]:
     conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
     try:
         conn.request(method, path, body=body, headers={"Content-Type": "application/json"} if body else {})
@@ -323,8 +376,11 @@ def wait_ready(variant: Variant, context: ssl.SSLContext, expected_workers: int,
         if not variant.process.alive():
             sys.exit(f"run.py: {variant.name} exited:\n{variant.process.log()[-3000:]}")
         try:
-            path, method, body = ("/readyz", "GET", None) if variant.name != "floor" else \
-                ("/validate", "POST", variant.bodies[0][1])
+            path, method, body = (
+                ("/readyz", "GET", None)
+                if variant.name != "floor"
+                else ("/validate", "POST", variant.bodies[0][1])
+            )
             ok = post(variant.port, context, body, path, method)[0] == 200
         except (OSError, http.client.HTTPException):
             ok = False
@@ -339,12 +395,15 @@ def wait_ready(variant: Variant, context: ssl.SSLContext, expected_workers: int,
             if busy < 0.05 and children(variant.process.pid) == workers:
                 return
         if time.monotonic() > deadline:
-            sys.exit(f"run.py: {variant.name} not ready after {timeout:.0f}s "
-                     f"(workers {len(workers)}/{expected_workers}):\n{variant.process.log()[-3000:]}")
+            sys.exit(
+                f"run.py: {variant.name} not ready after {timeout:.0f}s "
+                f"(workers {len(workers)}/{expected_workers}):\n{variant.process.log()[-3000:]}"
+            )
         time.sleep(0.2)
 
 
 # ---------------------------------------------------------------------------- sanity
+
 
 def oracle(gates_dir: Path):
     """The same Flask app, in process, on the same gates: the verdicts the server must give."""
@@ -369,8 +428,11 @@ def check_variant(variant: Variant, context: ssl.SSLContext) -> str:
                 continue
             out = json.loads(raw)
             response = out.get("response") or {}
-            if (out.get("apiVersion"), out.get("kind"), response.get("uid")) != \
-                    (review["apiVersion"], "AdmissionReview", review["request"]["uid"]):
+            if (out.get("apiVersion"), out.get("kind"), response.get("uid")) != (
+                review["apiVersion"],
+                "AdmissionReview",
+                review["request"]["uid"],
+            ):
                 problems.append(f"{label}: wrong envelope {raw[:200]!r}")
                 continue
             if not isinstance(response.get("allowed"), bool):
@@ -393,21 +455,37 @@ def check_variant(variant: Variant, context: ssl.SSLContext) -> str:
         if not problems:
             break
     if client is not None and not (0 < denied < len(variant.bodies)):
-        problems.append(f"expected both allowed and denied reviews, got {denied} denied of {len(variant.bodies)}")
+        problems.append(
+            f"expected both allowed and denied reviews, got {denied} denied of {len(variant.bodies)}"
+        )
     if problems:
         sys.exit(f"run.py: {variant.name} failed its sanity check:\n  " + "\n  ".join(problems[:20]))
     variant.expected_deny_share = denied / len(variant.bodies)
-    return f"{variant.name}: {len(variant.bodies)} bodies, all HTTP 200, {denied} denied / " \
-           f"{len(variant.bodies) - denied} allowed" + (", verdicts equal the app in process" if client else "")
+    return (
+        f"{variant.name}: {len(variant.bodies)} bodies, all HTTP 200, {denied} denied / "
+        f"{len(variant.bodies) - denied} allowed" + (", verdicts equal the app in process" if client else "")
+    )
 
 
 # ---------------------------------------------------------------------------- wrk
 
+
 def run_wrk(variant: Variant, args: argparse.Namespace, duration: float, count: bool) -> tuple[dict, float]:
     """One wrk run; returns its result and wrk's own CPU % (of one core)."""
-    cmd = ["wrk", f"-t{args.threads}", f"-c{args.connections}", f"-d{duration:g}s", "--timeout", "5s",
-           "-s", str(LUA), f"https://127.0.0.1:{variant.port}", "--", str(variant.body_list),
-           "count" if count else "nocount"]
+    cmd = [
+        "wrk",
+        f"-t{args.threads}",
+        f"-c{args.connections}",
+        f"-d{duration:g}s",
+        "--timeout",
+        "5s",
+        "-s",
+        str(LUA),
+        f"https://127.0.0.1:{variant.port}",
+        "--",
+        str(variant.body_list),
+        "count" if count else "nocount",
+    ]
     before, started = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
     done = subprocess.run(cmd, capture_output=True, text=True)
     after, wall = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic() - started
@@ -415,7 +493,7 @@ def run_wrk(variant: Variant, args: argparse.Namespace, duration: float, count: 
     lines = [line for line in done.stdout.splitlines() if line.startswith("WRK-RESULT ")]
     if done.returncode != 0 or not lines:
         sys.exit(f"run.py: wrk failed ({done.returncode}): {shlex.join(cmd)}\n{done.stdout}\n{done.stderr}")
-    return json.loads(lines[-1][len("WRK-RESULT "):]), wrk_cpu
+    return json.loads(lines[-1][len("WRK-RESULT ") :]), wrk_cpu
 
 
 @dataclass
@@ -451,12 +529,29 @@ def start_py_spy(variant: Variant, number: int, args: argparse.Namespace) -> lis
     """py-spy on every worker for the round (collapsed stacks); it slows the server a little."""
     py_spy = shutil.which("py-spy") or str(BIN / "py-spy")
     args.py_spy.mkdir(parents=True, exist_ok=True)
-    return [subprocess.Popen([py_spy, "record", "--pid", str(pid), "--duration", f"{args.duration:g}",
-                              "--rate", "100", "--nonblocking", "--format", "raw",
-                              *(["--gil"] if args.py_spy_gil else []),
-                              "-o", str(args.py_spy / f"{variant.name}-r{number}-{pid}.txt")],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            for pid in children(variant.process.pid)]
+    return [
+        subprocess.Popen(
+            [
+                py_spy,
+                "record",
+                "--pid",
+                str(pid),
+                "--duration",
+                f"{args.duration:g}",
+                "--rate",
+                "100",
+                "--nonblocking",
+                "--format",
+                "raw",
+                *(["--gil"] if args.py_spy_gil else []),
+                "-o",
+                str(args.py_spy / f"{variant.name}-r{number}-{pid}.txt"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for pid in children(variant.process.pid)
+    ]
 
 
 def profile_summary(directory: Path, variant: str, top: int = 25) -> str:
@@ -478,7 +573,9 @@ def profile_summary(directory: Path, variant: str, top: int = 25) -> str:
     if not total:
         return f"{variant}: no samples"
     rows = [f"{variant}: {total} samples (all workers, all rounds)", "  inclusive:"]
-    rows += [f"    {100 * n / total:5.1f}%  {f}" for f, n in sorted(inclusive.items(), key=lambda kv: -kv[1])[:top]]
+    rows += [
+        f"    {100 * n / total:5.1f}%  {f}" for f, n in sorted(inclusive.items(), key=lambda kv: -kv[1])[:top]
+    ]
     rows += ["  self:"]
     rows += [f"    {100 * n / total:5.1f}%  {f}" for f, n in sorted(own.items(), key=lambda kv: -kv[1])[:top]]
     return "\n".join(rows)
@@ -494,13 +591,18 @@ def wait_for_quiet(args: argparse.Namespace) -> float:
         waited = time.monotonic() - started
         if busy <= args.idle_threshold or waited >= args.wait_idle:
             if busy > args.idle_threshold:
-                print(f"# machine still busy ({busy:.0f}% of a core used) after {waited:.0f}s; measuring anyway",
-                      file=sys.stderr)
+                print(
+                    f"# machine still busy ({busy:.0f}% of a core used) after {waited:.0f}s; measuring anyway",
+                    file=sys.stderr,
+                )
             return busy
         if waited - said >= 60:
             said = waited
-            print(f"# machine busy ({busy:.0f}% of a core used by other processes); waiting for it to be quiet "
-                  f"(up to {args.wait_idle:g}s)", file=sys.stderr)
+            print(
+                f"# machine busy ({busy:.0f}% of a core used by other processes); waiting for it to be quiet "
+                f"(up to {args.wait_idle:g}s)",
+                file=sys.stderr,
+            )
         time.sleep(4.0)
 
 
@@ -522,36 +624,69 @@ def measure(variant: Variant, number: int, args: argparse.Namespace) -> Round:
     # Non-2xx: counted in response() when on; else wrk's own "status > 399" counter.
     non_2xx = result["status_other"] if "status_other" in result else errors["status"]
     verdicts = result.get("allowed", 0) + result.get("denied", 0)
-    return Round(variant.name, number, requests / (result["duration_us"] / 1e6),
-                 lat["p50"] / 1000, lat["p95"] / 1000, lat["p99"] / 1000, lat["p99.9"] / 1000,
-                 sampler.cpu_percent, sampler.worker_cpu, sampler.worker_connections, wrk_cpu,
-                 max(0.0, sampler.machine_percent - sampler.cpu_percent - wrk_cpu),
-                 sampler.master_rss, sampler.worker_rss, non_2xx,
-                 errors["connect"] + errors["read"] + errors["write"] + errors["timeout"],
-                 result["denied"] / verdicts if verdicts else None, sampler.restarted, log_mb, result)
+    return Round(
+        variant.name,
+        number,
+        requests / (result["duration_us"] / 1e6),
+        lat["p50"] / 1000,
+        lat["p95"] / 1000,
+        lat["p99"] / 1000,
+        lat["p99.9"] / 1000,
+        sampler.cpu_percent,
+        sampler.worker_cpu,
+        sampler.worker_connections,
+        wrk_cpu,
+        max(0.0, sampler.machine_percent - sampler.cpu_percent - wrk_cpu),
+        sampler.master_rss,
+        sampler.worker_rss,
+        non_2xx,
+        errors["connect"] + errors["read"] + errors["write"] + errors["timeout"],
+        result["denied"] / verdicts if verdicts else None,
+        sampler.restarted,
+        log_mb,
+        result,
+    )
 
 
 # ---------------------------------------------------------------------------- report
 
+
 def machine() -> str:
-    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")), platform.machine())
+    model = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.machine(),
+    )
     mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     debian = Path("/etc/debian_version").read_text().strip() if Path("/etc/debian_version").exists() else "?"
     wrk = subprocess.run(["wrk", "-v"], capture_output=True, text=True).stdout.split("\n")[0].split(" [")[0]
     from importlib.metadata import version
-    return (f"{os.cpu_count()} cpus ({model}, {platform.machine()}), {mem_gb:.0f} GB RAM, Linux {platform.release()}, "
-            f"Debian {debian}; CPython {platform.python_version()}, gunicorn {version('gunicorn')}, "
-            f"Flask {version('flask')}; {wrk}; load generator on the same machine")
+
+    return (
+        f"{os.cpu_count()} cpus ({model}, {platform.machine()}), {mem_gb:.0f} GB RAM, Linux {platform.release()}, "
+        f"Debian {debian}; CPython {platform.python_version()}, gunicorn {version('gunicorn')}, "
+        f"Flask {version('flask')}; {wrk}; load generator on the same machine"
+    )
 
 
 def code_version() -> str:
     """The commit measured, and whether the server's code differed from it."""
     try:
-        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "admission"],
-                               capture_output=True, text=True, check=True).stdout.strip()
+        head = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(ROOT), "status", "--porcelain", "--", "admission"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown (not a git checkout)"
     return head + (" with uncommitted changes under admission/" if dirty else " (admission/ as committed)")
@@ -559,76 +694,111 @@ def code_version() -> str:
 
 def ratio(rounds: list[Round], variant: str, base: str, attr: str) -> float | None:
     by = {(r.variant, r.number): getattr(r, attr) for r in rounds}
-    values = [by[(variant, n)] / by[(base, n)] for (v, n) in by if v == variant and (base, n) in by and by[(base, n)]]
+    values = [
+        by[(variant, n)] / by[(base, n)]
+        for (v, n) in by
+        if v == variant and (base, n) in by and by[(base, n)]
+    ]
     return statistics.mean(values) if values else None
 
 
-def report(rounds: list[Round], variants: list[Variant], args: argparse.Namespace, command: str,
-           sanity: list[str], started: datetime, redone: list[str], code_version: str) -> tuple[str, bool]:
+def report(
+    rounds: list[Round],
+    variants: list[Variant],
+    args: argparse.Namespace,
+    command: str,
+    sanity: list[str],
+    started: datetime,
+    redone: list[str],
+    code_version: str,
+) -> tuple[str, bool]:
     ok = True
-    lines = [f"Run {started:%Y-%m-%d %H:%M} UTC; {args.rounds} rounds x {len(variants)} variants, "
-             f"wrk -t{args.threads} -c{args.connections} -d{args.duration:g}s after a {args.warmup:g}s warm-up, "
-             f"keep-alive, TLS; order " + "/".join(v.name for v in variants) + " per round.", "",
-             "| variant | round | req/s | p50 ms | p95 ms | p99 ms | p99.9 ms | server CPU % | server CPU µs per request | CPU % per worker "
-             "| connections per worker | wrk CPU % | other CPU % | RSS master MB | RSS per worker MB | non-2xx | socket errors "
-             "| denied |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"Run {started:%Y-%m-%d %H:%M} UTC; {args.rounds} rounds x {len(variants)} variants, "
+        f"wrk -t{args.threads} -c{args.connections} -d{args.duration:g}s after a {args.warmup:g}s warm-up, "
+        f"keep-alive, TLS; order " + "/".join(v.name for v in variants) + " per round.",
+        "",
+        "| variant | round | req/s | p50 ms | p95 ms | p99 ms | p99.9 ms | server CPU % | server CPU µs per request | CPU % per worker "
+        "| connections per worker | wrk CPU % | other CPU % | RSS master MB | RSS per worker MB | non-2xx | socket errors "
+        "| denied |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rounds:
         bad = r.non_2xx or r.errors or r.restarted
         ok = ok and not bad
         denied = "n/a" if r.denied_share is None else f"{100 * r.denied_share:.0f}%"
-        lines.append(f"| {r.variant} | {r.number} | {r.rps:,.0f} | {r.p50:.1f} | {r.p95:.1f} | {r.p99:.1f} | "
-                     f"{r.p999:.1f} | {r.cpu:.0f} | {r.cpu_per_request:.0f} | {' / '.join(f'{c:.0f}' for c in r.worker_cpu)} | "
-                     f"{' / '.join(map(str, r.worker_connections))} | {r.wrk_cpu:.0f} | {r.other_cpu:.0f} | {r.master_rss:.0f} | "
-                     f"{' / '.join(f'{m:.0f}' for m in r.worker_rss)} | {r.non_2xx} | {r.errors} | {denied}"
-                     + (f" (workers replaced: {r.restarted})" if r.restarted else "") + " |")
-    lines += ["", "| variant | mean req/s | mean p99 ms | req/s vs floor | p99 vs floor | CPU per request vs floor "
-              "| peak RSS per worker MB | bodies (denied) | log written per round |", "|---|---|---|---|---|---|---|---|---|"]
+        lines.append(
+            f"| {r.variant} | {r.number} | {r.rps:,.0f} | {r.p50:.1f} | {r.p95:.1f} | {r.p99:.1f} | "
+            f"{r.p999:.1f} | {r.cpu:.0f} | {r.cpu_per_request:.0f} | {' / '.join(f'{c:.0f}' for c in r.worker_cpu)} | "
+            f"{' / '.join(map(str, r.worker_connections))} | {r.wrk_cpu:.0f} | {r.other_cpu:.0f} | {r.master_rss:.0f} | "
+            f"{' / '.join(f'{m:.0f}' for m in r.worker_rss)} | {r.non_2xx} | {r.errors} | {denied}"
+            + (f" (workers replaced: {r.restarted})" if r.restarted else "")
+            + " |"
+        )
+    lines += [
+        "",
+        "| variant | mean req/s | mean p99 ms | req/s vs floor | p99 vs floor | CPU per request vs floor "
+        "| peak RSS per worker MB | bodies (denied) | log written per round |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     names = [v.name for v in variants]
     for v in variants:
         mine = [r for r in rounds if r.variant == v.name]
         thr = ratio(rounds, v.name, "floor", "rps") if "floor" in names else None
         p99 = ratio(rounds, v.name, "floor", "p99") if "floor" in names else None
         cost = ratio(rounds, v.name, "floor", "cpu_per_request") if "floor" in names else None
-        lines.append(f"| {v.name} | {statistics.mean(r.rps for r in mine):,.0f} | "
-                     f"{statistics.mean(r.p99 for r in mine):.1f} | {'' if thr is None else f'{thr:.2f}x'} | "
-                     f"{'' if p99 is None else f'{p99:.2f}x'} | {'' if cost is None else f'{cost:.2f}x'} | {max(max(r.worker_rss, default=0) for r in mine):.0f} | "
-                     f"{len(v.bodies)} ({100 * v.expected_deny_share:.0f}%) | "
-                     f"{statistics.mean(r.log_mb for r in mine):.1f} MB |")
+        lines.append(
+            f"| {v.name} | {statistics.mean(r.rps for r in mine):,.0f} | "
+            f"{statistics.mean(r.p99 for r in mine):.1f} | {'' if thr is None else f'{thr:.2f}x'} | "
+            f"{'' if p99 is None else f'{p99:.2f}x'} | {'' if cost is None else f'{cost:.2f}x'} | {max(max(r.worker_rss, default=0) for r in mine):.0f} | "
+            f"{len(v.bodies)} ({100 * v.expected_deny_share:.0f}%) | "
+            f"{statistics.mean(r.log_mb for r in mine):.1f} MB |"
+        )
     targets = []
     if "floor" in names and "ours" in names:
         thr, p99 = ratio(rounds, "ours", "floor", "rps"), ratio(rounds, "ours", "floor", "p99")
-        targets.append(f"ours: throughput {thr:.2f}x floor (target >= {TARGET_OURS_THROUGHPUT:.1f}x: "
-                       f"{'met' if thr >= TARGET_OURS_THROUGHPUT else 'NOT met'}), p99 {p99:.2f}x floor "
-                       f"(target <= {TARGET_OURS_P99:.1f}x: {'met' if p99 <= TARGET_OURS_P99 else 'NOT met'})")
+        targets.append(
+            f"ours: throughput {thr:.2f}x floor (target >= {TARGET_OURS_THROUGHPUT:.1f}x: "
+            f"{'met' if thr >= TARGET_OURS_THROUGHPUT else 'NOT met'}), p99 {p99:.2f}x floor "
+            f"(target <= {TARGET_OURS_P99:.1f}x: {'met' if p99 <= TARGET_OURS_P99 else 'NOT met'})"
+        )
     if "floor" in names and "ours-10k" in names:
         thr = ratio(rounds, "ours-10k", "floor", "rps")
         vs_ours = ratio(rounds, "ours-10k", "ours", "rps") if "ours" in names else None
         rss = max(max(r.worker_rss, default=0) for r in rounds if r.variant == "ours-10k")
-        targets.append(f"ours-10k: throughput {thr:.2f}x floor (target >= {TARGET_10K_THROUGHPUT:.1f}x: "
-                       f"{'met' if thr >= TARGET_10K_THROUGHPUT else 'NOT met'})"
-                       + (f", {vs_ours:.2f}x ours" if vs_ours is not None else "")
-                       + f"; peak RSS {rss:.0f} MB per worker (target <= {TARGET_10K_RSS_MB:.0f} MB: "
-                       f"{'met' if rss <= TARGET_10K_RSS_MB else 'NOT met'})")
+        targets.append(
+            f"ours-10k: throughput {thr:.2f}x floor (target >= {TARGET_10K_THROUGHPUT:.1f}x: "
+            f"{'met' if thr >= TARGET_10K_THROUGHPUT else 'NOT met'})"
+            + (f", {vs_ours:.2f}x ours" if vs_ours is not None else "")
+            + f"; peak RSS {rss:.0f} MB per worker (target <= {TARGET_10K_RSS_MB:.0f} MB: "
+            f"{'met' if rss <= TARGET_10K_RSS_MB else 'NOT met'})"
+        )
     lines += [""] + [f"- {t}" for t in targets]
-    lines += ["- Ratios are per round (same round, consecutive slots) and then averaged over rounds. "
-              "CPU % is of one core (200% = both cores); server CPU is the gunicorn master plus its workers, "
-              "and server CPU per request is that CPU time divided by the requests answered (what a request costs, "
-              "however the connections fell on the workers); "
-              "other CPU is the whole machine's (/proc/stat) minus server and wrk: other processes, "
-              "and this script's sampling; RSS is the peak VmRSS sampled every 0.25 s during the round; connections per worker are the "
-              "load generator's keep-alive connections each worker held (peak of samples, from /proc/net/tcp "
-              "and the workers' file descriptors)."]
+    lines += [
+        "- Ratios are per round (same round, consecutive slots) and then averaged over rounds. "
+        "CPU % is of one core (200% = both cores); server CPU is the gunicorn master plus its workers, "
+        "and server CPU per request is that CPU time divided by the requests answered (what a request costs, "
+        "however the connections fell on the workers); "
+        "other CPU is the whole machine's (/proc/stat) minus server and wrk: other processes, "
+        "and this script's sampling; RSS is the peak VmRSS sampled every 0.25 s during the round; connections per worker are the "
+        "load generator's keep-alive connections each worker held (peak of samples, from /proc/net/tcp "
+        "and the workers' file descriptors)."
+    ]
     lines += [f"- Sanity before measuring: {s}" for s in sanity]
     if redone:
         counts = {name: redone.count(name) for name in dict.fromkeys(redone)}
-        lines.append("- Measured again because other processes were busy during it: "
-                     + ", ".join(f"{name} ({n}x)" for name, n in counts.items()) + " "
-                     "(the table has the last attempt).")
+        lines.append(
+            "- Measured again because other processes were busy during it: "
+            + ", ".join(f"{name} ({n}x)" for name, n in counts.items())
+            + " "
+            "(the table has the last attempt)."
+        )
     disturbed = [f"{r.variant} {r.number}" for r in rounds if r.other_cpu > args.idle_threshold]
     if disturbed:
-        lines.append(f"- **Disturbed**: other processes used more than {args.idle_threshold:g}% of a core during "
-                     f"round(s) {', '.join(disturbed)}; those figures are not clean.")
+        lines.append(
+            f"- **Disturbed**: other processes used more than {args.idle_threshold:g}% of a core during "
+            f"round(s) {', '.join(disturbed)}; those figures are not clean."
+        )
     if not ok:
         lines.append("- **INVALID**: some round saw non-2xx responses, socket errors or a replaced worker.")
     lines += ["", f"Command: `{command}`", "", f"Machine: {machine()}", "", f"Code: {code_version}"]
@@ -637,38 +807,94 @@ def report(rounds: list[Round], variants: list[Variant], args: argparse.Namespac
 
 # ---------------------------------------------------------------------------- main
 
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--connections", "-c", type=int, default=16, help="wrk connections (default 16)")
     parser.add_argument("--threads", "-t", type=int, default=2, help="wrk threads (default 2)")
-    parser.add_argument("--duration", "-d", type=float, default=10.0, help="seconds measured per round (default 10)")
-    parser.add_argument("--warmup", type=float, default=2.0, help="seconds of unrecorded load before each round (default 2)")
-    parser.add_argument("--rounds", "-r", type=int, default=2, help="rounds; each runs every variant once (default 2)")
-    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, in round order (default {','.join(VARIANTS)})")
-    parser.add_argument("--ours-args", default="", help="extra `gate-admission serve` flags for ours and ours-10k, e.g. \"--threads 16\"")
-    parser.add_argument("--floor-args", default="",
-                        help="extra gunicorn flags for the floor, for experiments only (the floor is defined as the defaults)")
-    parser.add_argument("--gates", type=int, default=10000, help="Gates (and as many GateKeepers) for ours-10k (default 10000)")
-    parser.add_argument("--copies", type=int, default=32,
-                        help="ours-10k: copies of every review, each referencing other generated gates (default 32)")
-    parser.add_argument("--reviews", type=Path, help=f"directory of review bodies (default {FIXTURES}, else {EXAMPLE_REVIEWS})")
-    parser.add_argument("--no-count", action="store_true",
-                        help="no wrk response() callback: cheaper for wrk, but non-2xx is then wrk's 'status > 399' and no verdict counts")
-    parser.add_argument("--wait-idle", type=float, default=900.0,
-                        help="before each round, wait up to this many seconds for other processes to leave the "
-                             "machine quiet (default 900)")
-    parser.add_argument("--idle-threshold", type=float, default=15.0,
-                        help="quiet means at most this %% of one core busy (default 15)")
-    parser.add_argument("--redo", type=int, default=2,
-                        help="measure a round again (up to this many times) when other processes used more than "
-                             "--idle-threshold during it (default 2)")
-    parser.add_argument("--py-spy", type=Path, metavar="DIR",
-                        help="record every worker with py-spy (collapsed stacks in DIR/<start time>/) and print where time went; "
-                             "perturbs the figures, so not for the record")
-    parser.add_argument("--py-spy-gil", action="store_true",
-                        help="with --py-spy: sample only the thread holding the GIL (where Python CPU goes)")
-    parser.add_argument("--keep", action="store_true", help="keep the work directory (server logs, bodies, gates)")
+    parser.add_argument(
+        "--duration", "-d", type=float, default=10.0, help="seconds measured per round (default 10)"
+    )
+    parser.add_argument(
+        "--warmup", type=float, default=2.0, help="seconds of unrecorded load before each round (default 2)"
+    )
+    parser.add_argument(
+        "--rounds", "-r", type=int, default=2, help="rounds; each runs every variant once (default 2)"
+    )
+    parser.add_argument(
+        "--variants",
+        default=",".join(VARIANTS),
+        help=f"comma-separated, in round order (default {','.join(VARIANTS)})",
+    )
+    parser.add_argument(
+        "--ours-args",
+        default="",
+        help='extra `gate-admission serve` flags for ours and ours-10k, e.g. "--threads 16"',
+    )
+    parser.add_argument(
+        "--floor-args",
+        default="",
+        help="extra gunicorn flags for the floor, for experiments only (the floor is defined as the defaults)",
+    )
+    parser.add_argument(
+        "--gates",
+        type=int,
+        default=10000,
+        help="Gates (and as many GateKeepers) for ours-10k (default 10000)",
+    )
+    parser.add_argument(
+        "--copies",
+        type=int,
+        default=32,
+        help="ours-10k: copies of every review, each referencing other generated gates (default 32)",
+    )
+    parser.add_argument(
+        "--reviews",
+        type=Path,
+        help=f"directory of review bodies (default {FIXTURES}, else {EXAMPLE_REVIEWS})",
+    )
+    parser.add_argument(
+        "--no-count",
+        action="store_true",
+        help="no wrk response() callback: cheaper for wrk, but non-2xx is then wrk's 'status > 399' and no verdict counts",
+    )
+    parser.add_argument(
+        "--wait-idle",
+        type=float,
+        default=900.0,
+        help="before each round, wait up to this many seconds for other processes to leave the "
+        "machine quiet (default 900)",
+    )
+    parser.add_argument(
+        "--idle-threshold",
+        type=float,
+        default=15.0,
+        help="quiet means at most this %% of one core busy (default 15)",
+    )
+    parser.add_argument(
+        "--redo",
+        type=int,
+        default=2,
+        help="measure a round again (up to this many times) when other processes used more than "
+        "--idle-threshold during it (default 2)",
+    )
+    parser.add_argument(
+        "--py-spy",
+        type=Path,
+        metavar="DIR",
+        help="record every worker with py-spy (collapsed stacks in DIR/<start time>/) and print where time went; "
+        "perturbs the figures, so not for the record",
+    )
+    parser.add_argument(
+        "--py-spy-gil",
+        action="store_true",
+        help="with --py-spy: sample only the thread holding the GIL (where Python CPU goes)",
+    )
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the work directory (server logs, bodies, gates)"
+    )
     args = parser.parse_args(argv)
     args.variant_list = [v.strip() for v in args.variants.split(",") if v.strip()]
     unknown = set(args.variant_list) - set(VARIANTS)
@@ -695,8 +921,16 @@ def main(argv: list[str] | None = None) -> int:
         print("run.py: wrk is not on PATH; install it with: apt-get install -y wrk", file=sys.stderr)
         return 2
     args = parse_args(argv)
-    command = shlex.join([os.path.relpath(sys.executable) if sys.executable.startswith(os.getcwd()) else sys.executable,
-                          *sys.argv]) if argv is None else shlex.join(argv)
+    command = (
+        shlex.join(
+            [
+                os.path.relpath(sys.executable) if sys.executable.startswith(os.getcwd()) else sys.executable,
+                *sys.argv,
+            ]
+        )
+        if argv is None
+        else shlex.join(argv)
+    )
     started = datetime.now(timezone.utc)
     code = code_version()  # read before the servers start: what they run
     if args.py_spy:
@@ -706,12 +940,17 @@ def main(argv: list[str] | None = None) -> int:
     variants: list[Variant] = []
     try:
         cert_dir = work / "certs"
-        subprocess.run([str(BIN / "gate-admission"), "certs", "--out", str(cert_dir)], check=True,
-                       stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [str(BIN / "gate-admission"), "certs", "--out", str(cert_dir)],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         context = tls_context(cert_dir)
         originals = [(p.name, compact(json.loads(p.read_bytes()))) for p in review_files(args.reviews)]
-        print(f"# {len(originals)} review bodies from {review_files(args.reviews)[0].parent}; work dir {work}",
-              file=sys.stderr)
+        print(
+            f"# {len(originals)} review bodies from {review_files(args.reviews)[0].parent}; work dir {work}",
+            file=sys.stderr,
+        )
         for name in args.variant_list:
             if name == "ours-10k":
                 bodies = rewrite_for(args.gates, args.copies, originals)
@@ -734,14 +973,20 @@ def main(argv: list[str] | None = None) -> int:
                 start_ours(work, variant, cert_dir, EXAMPLE_GATES, extra)
             elif variant.name == "ours-10k":
                 gates_dir = work / "gates-10k"
-                print(f"# writing {args.gates} Gates and {args.gates} GateKeepers to {gates_dir}", file=sys.stderr)
+                print(
+                    f"# writing {args.gates} Gates and {args.gates} GateKeepers to {gates_dir}",
+                    file=sys.stderr,
+                )
                 write_gates(gates_dir, args.gates)
                 start_ours(work, variant, cert_dir, gates_dir, extra)
             else:
                 start_floor(work, variant, cert_dir, shlex.split(args.floor_args))
         for variant in variants:
-            workers = serve_workers(shlex.split(args.floor_args), 2) if variant.name == "floor" \
+            workers = (
+                serve_workers(shlex.split(args.floor_args), 2)
+                if variant.name == "floor"
                 else serve_workers(extra, int(os.environ.get("GATE_ADMISSION_WORKERS", 2)))
+            )
             wait_ready(variant, context, workers, timeout=300)
         sanity = []
         for variant in variants:
@@ -757,11 +1002,17 @@ def main(argv: list[str] | None = None) -> int:
                     if r.other_cpu <= args.idle_threshold or attempt == args.redo:
                         break
                     redone.append(f"{variant.name} {number}")
-                    print(f"# round {number} {variant.name} disturbed (other processes used {r.other_cpu:.0f}% "
-                          f"of a core): measuring it again", file=sys.stderr)
+                    print(
+                        f"# round {number} {variant.name} disturbed (other processes used {r.other_cpu:.0f}% "
+                        f"of a core): measuring it again",
+                        file=sys.stderr,
+                    )
                 rounds.append(r)
-                print(f"# round {number} {variant.name}: {r.rps:,.0f} req/s, p99 {r.p99:.1f} ms, "
-                      f"CPU {r.cpu:.0f}%, non-2xx {r.non_2xx}", file=sys.stderr)
+                print(
+                    f"# round {number} {variant.name}: {r.rps:,.0f} req/s, p99 {r.p99:.1f} ms, "
+                    f"CPU {r.cpu:.0f}%, non-2xx {r.non_2xx}",
+                    file=sys.stderr,
+                )
         text, ok = report(rounds, variants, args, command, sanity, started, redone, code)
         print(text)
         if args.py_spy:

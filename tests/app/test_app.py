@@ -28,10 +28,14 @@ def test_denial_through_the_app(make_client):
     assert resp.status_code == 200
     response = resp.get_json()["response"]
     assert response == {
-        "uid": doc["request"]["uid"], "allowed": False,
-        "status": {"code": 403, "reason": "Forbidden",
-                   "message": "Kustomization apps/podinfo is held: gate 'flux-system/sre-approval' is closed "
-                              "(Gate closed by default); require=all; changed: spec.path"},
+        "uid": doc["request"]["uid"],
+        "allowed": False,
+        "status": {
+            "code": 403,
+            "reason": "Forbidden",
+            "message": "Kustomization apps/podinfo is held: gate 'flux-system/sre-approval' is closed "
+            "(Gate closed by default); require=all; changed: spec.path",
+        },
     }
 
 
@@ -40,7 +44,10 @@ def test_a_delete_review_without_the_old_object_is_denied_in_both_review_version
     for api_version in ("admission.k8s.io/v1", "admission.k8s.io/v1beta1"):
         req = request("DELETE", None, KS)
         req["oldObject"] = None
-        for doc in (review(req, api_version), review({k: v for k, v in req.items() if k != "oldObject"}, api_version)):
+        for doc in (
+            review(req, api_version),
+            review({k: v for k, v in req.items() if k != "oldObject"}, api_version),
+        ):
             response = post(client, "/validate", doc).get_json()["response"]
             assert response["allowed"] is False and response["status"]["code"] == 403
             assert "carries no oldObject" in response["status"]["message"]
@@ -98,14 +105,18 @@ def test_status_writes_get_status_suspended_and_no_patch_when_already_right(make
     assert patched["status"]["suspended"] is True
     done = copy.deepcopy(ks)
     done["status"]["suspended"] = True
-    response = post(client, "/mutate", review(request("UPDATE", done, done, sub_resource="status"))).get_json()["response"]
+    response = post(
+        client, "/mutate", review(request("UPDATE", done, done, sub_resource="status"))
+    ).get_json()["response"]
     assert response == {"allowed": True, "uid": response["uid"]}
 
 
 def test_status_suspended_is_added_when_there_is_no_status_yet(make_client):
     client = make_client()
     ks = flux(annotations={"reconcile.fluxcd.io/suspended": "incident"})
-    response = post(client, "/mutate", review(request("UPDATE", ks, ks, sub_resource="status"))).get_json()["response"]
+    response = post(client, "/mutate", review(request("UPDATE", ks, ks, sub_resource="status"))).get_json()[
+        "response"
+    ]
     patched, _ = apply(response, ks)
     assert patched["status"] == {"suspended": True}
 
@@ -116,21 +127,36 @@ def test_audit_mode_warns_records_and_annotates(make_client):
     doc = review(request("UPDATE", new, KS))
     validated = post(client, "/validate", doc).get_json()["response"]
     assert validated["allowed"] is True
-    assert validated["warnings"] == ["gate audit: change would be denied in enforce mode: Kustomization apps/podinfo "
-                                     "is held: gate 'flux-system/sre-approval' is closed (Gate closed by default); "
-                                     "require=all; changed: spec.path"]
-    assert validated["auditAnnotations"]["mode"] == "audit" and "is held" in validated["auditAnnotations"]["held"]
+    assert validated["warnings"] == [
+        "gate audit: change would be denied in enforce mode: Kustomization apps/podinfo "
+        "is held: gate 'flux-system/sre-approval' is closed (Gate closed by default); "
+        "require=all; changed: spec.path"
+    ]
+    assert (
+        validated["auditAnnotations"]["mode"] == "audit"
+        and "is held" in validated["auditAnnotations"]["held"]
+    )
     patched, _ = apply(post(client, "/mutate", doc).get_json()["response"], new)
     record = orjson.loads(patched["metadata"]["annotations"]["gating.toolkit.fluxcd.io/audit"])
-    assert record == {"time": "2026-06-10T12:00:00Z", "user": "alice", "operation": "UPDATE",
-                      "change": "spec change", "message": validated["auditAnnotations"]["held"]}
+    assert record == {
+        "time": "2026-06-10T12:00:00Z",
+        "user": "alice",
+        "operation": "UPDATE",
+        "change": "spec change",
+        "message": validated["auditAnnotations"]["held"],
+    }
 
 
 def test_audit_annotation_is_created_when_there_are_no_annotations(make_client):
     client = make_client([CLOSED], Settings(mode="audit"))
     plain = flux(spec={"gates": [{"name": "sre-approval", "namespace": "flux-system"}], "path": "./a"})
-    patched, ops = apply(post(client, "/mutate", review(request("CREATE", plain))).get_json()["response"], plain)
-    assert ops[0]["path"] == "/metadata/annotations" and "gating.toolkit.fluxcd.io/audit" in patched["metadata"]["annotations"]
+    patched, ops = apply(
+        post(client, "/mutate", review(request("CREATE", plain))).get_json()["response"], plain
+    )
+    assert (
+        ops[0]["path"] == "/metadata/annotations"
+        and "gating.toolkit.fluxcd.io/audit" in patched["metadata"]["annotations"]
+    )
 
 
 def test_enforce_mode_main_writes_are_not_patched(make_client):
@@ -142,7 +168,9 @@ def test_enforce_mode_main_writes_are_not_patched(make_client):
 def test_exempt_users_pass_with_an_audit_annotation(make_client):
     client = make_client([CLOSED], Settings(exempt_users=frozenset({"alice"})))
     response = post(client, "/validate", review(request("CREATE", KS))).get_json()["response"]
-    assert response["allowed"] is True and response["auditAnnotations"] == {"exempt": "user 'alice' is exempt"}
+    assert response["allowed"] is True and response["auditAnnotations"] == {
+        "exempt": "user 'alice' is exempt"
+    }
 
 
 class FailingStore:
@@ -199,8 +227,13 @@ def test_one_review_of_many_long_invalid_references_writes_a_bounded_log_line(ma
 def check_bounded_log_line(make_client, capfd):
     client = make_client([CLOSED])
     # In spec.gates: the annotation cannot be that long (references.MAX_ANNOTATION_LENGTH).
-    obj = flux(spec={"interval": "10m", "path": "./deploy",
-                     "gates": [f"flux-system/{'X' * 5000}{i}" for i in range(64)]})
+    obj = flux(
+        spec={
+            "interval": "10m",
+            "path": "./deploy",
+            "gates": [f"flux-system/{'X' * 5000}{i}" for i in range(64)],
+        }
+    )
     capfd.readouterr()
     resp = post(client, "/validate", review(request("UPDATE", changed(obj, path="./v2"), obj)))
     assert resp.status_code == 200 and resp.get_json()["response"]["allowed"] is False
@@ -215,8 +248,12 @@ def test_routes_read_the_request_target_not_what_the_server_made_of_it(make_clie
     # gunicorn hands PATH_INFO with a SCRIPT_NAME header's prefix stripped; the route is the target's.
     client = make_client([CLOSED])
     doc = review(request("UPDATE", changed(KS, path="./v2"), KS))
-    resp = client.post("/hooks/gates/validate", data=orjson.dumps(doc), content_type="application/json",
-                       environ_overrides={"SCRIPT_NAME": "/hooks/gates", "PATH_INFO": "/validate"})
+    resp = client.post(
+        "/hooks/gates/validate",
+        data=orjson.dumps(doc),
+        content_type="application/json",
+        environ_overrides={"SCRIPT_NAME": "/hooks/gates", "PATH_INFO": "/validate"},
+    )
     assert resp.status_code == 404 and "response" not in resp.get_json()
     resp = client.get("/elsewhere", environ_overrides={"PATH_INFO": "/healthz"})
     assert resp.status_code == 404

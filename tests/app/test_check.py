@@ -62,11 +62,15 @@ class Webhook:
         self.settings = settings
 
     def both(self, manifest: dict, live: dict | None, user: dict) -> tuple[tuple, tuple]:
-        checked = judge(copy.deepcopy(manifest), live, user, Context(self.store.index.lookup, FIXED_NOW, self.settings))
+        checked = judge(
+            copy.deepcopy(manifest), live, user, Context(self.store.index.lookup, FIXED_NOW, self.settings)
+        )
         if live is None:
             req = request("CREATE", copy.deepcopy(manifest), user=user)
         else:
-            req = request("UPDATE", as_the_api_server_sends_it(manifest, live), copy.deepcopy(live), user=user)
+            req = request(
+                "UPDATE", as_the_api_server_sends_it(manifest, live), copy.deepcopy(live), user=user
+            )
         return (checked["verdict"], checked["message"]), webhook_answer(self.client, req)
 
 
@@ -94,16 +98,22 @@ def test_a_spec_change_is_denied_in_enforce_and_audited_in_audit_with_the_webhoo
     live = applied_live(flux(gates="flux-system/freeze"))
     checked, answered = webhook([gate("freeze", closed=True)]).both(change, live, ALICE)
     assert checked == answered and checked[0] == DENIED
-    assert checked[1] == ("Kustomization apps/podinfo is held: gate 'flux-system/freeze' is closed "
-                          "(Gate closed by default); require=all; changed: spec.path")
+    assert checked[1] == (
+        "Kustomization apps/podinfo is held: gate 'flux-system/freeze' is closed "
+        "(Gate closed by default); require=all; changed: spec.path"
+    )
     checked, answered = webhook([gate("freeze", closed=True, mode="audit")]).both(change, live, ALICE)
     assert checked == answered and checked[0] == AUDITED
-    assert checked[1].startswith("gate audit: change would be denied in enforce mode: Kustomization apps/podinfo is held")
+    assert checked[1].startswith(
+        "gate audit: change would be denied in enforce mode: Kustomization apps/podinfo is held"
+    )
 
 
 def test_exempt_users_and_groups_are_allowed_as_by_the_server(webhook):
-    hook = webhook([gate("freeze", closed=True)], Settings(exempt_users=frozenset({"bob"}),
-                                                           exempt_groups=frozenset({"sre"})))
+    hook = webhook(
+        [gate("freeze", closed=True)],
+        Settings(exempt_users=frozenset({"bob"}), exempt_groups=frozenset({"sre"})),
+    )
     manifest = flux(gates="flux-system/freeze")
     for user in (user_info("bob"), user_info("carol", ["sre"])):
         checked, answered = hook.both(manifest, None, user)
@@ -111,6 +121,7 @@ def test_exempt_users_and_groups_are_allowed_as_by_the_server(webhook):
 
 
 # -- the command itself, offline ------------------------------------------------------------
+
 
 def run(capsys, *argv: str) -> tuple[int, str]:
     code = kubectl_gate.main(list(argv))
@@ -122,9 +133,16 @@ def run(capsys, *argv: str) -> tuple[int, str]:
 def offline(gates_dir, tmp_path):
     write_gates(gates_dir, [gate("freeze", closed=True), gate("soft", closed=True, mode="audit")])
     manifest = tmp_path / "apps.yaml"
-    manifest.write_text(yaml.safe_dump_all([flux(name="frozen", gates="flux-system/freeze"),
-                                            flux(name="audited", gates="flux-system/soft"),
-                                            flux(name="free"), {"apiVersion": "v1", "kind": "ConfigMap"}]))
+    manifest.write_text(
+        yaml.safe_dump_all(
+            [
+                flux(name="frozen", gates="flux-system/freeze"),
+                flux(name="audited", gates="flux-system/soft"),
+                flux(name="free"),
+                {"apiVersion": "v1", "kind": "ConfigMap"},
+            ]
+        )
+    )
     return ("check", "-f", str(manifest), "--gates-dir", str(gates_dir), "-o", "json")
 
 
@@ -133,7 +151,10 @@ def test_check_offline_reports_each_object_and_exits_1_only_for_a_denial(capsys,
     rows = {r["name"]: r for r in json.loads(out)}
     assert code == 1 and set(rows) == {"frozen", "audited", "free"}
     assert rows["frozen"]["verdict"] == DENIED and rows["frozen"]["operation"] == "CREATE"
-    assert rows["audited"]["verdict"] == AUDITED and "gate 'flux-system/soft' is closed" in rows["audited"]["message"]
+    assert (
+        rows["audited"]["verdict"] == AUDITED
+        and "gate 'flux-system/soft' is closed" in rows["audited"]["message"]
+    )
     assert rows["free"] == {**rows["free"], "verdict": ALLOWED, "message": None}
 
     code, out = run(capsys, *offline, "--mode", "audit")  # the server-wide default mode
@@ -143,17 +164,22 @@ def test_check_offline_reports_each_object_and_exits_1_only_for_a_denial(capsys,
 def test_check_json_says_the_verdict_as_a_stable_token_with_the_sentence_beside_it(capsys, offline):
     code, out = run(capsys, *offline)
     rows = {r["name"]: (r["verdict"], r["verdictText"]) for r in json.loads(out)}
-    assert rows == {"frozen": ("denied", "would be denied"),
-                    "audited": ("audited", "would be allowed with an audit warning"),
-                    "free": ("allowed", "allowed")}
+    assert rows == {
+        "frozen": ("denied", "would be denied"),
+        "audited": ("audited", "would be allowed with an audit warning"),
+        "free": ("allowed", "allowed"),
+    }
     code, out = run(capsys, *offline[:-2], "-o", "yaml")
-    assert {r["name"]: r["verdict"] for r in yaml.safe_load(out)} == {"frozen": "denied", "audited": "audited",
-                                                                      "free": "allowed"}
+    assert {r["name"]: r["verdict"] for r in yaml.safe_load(out)} == {
+        "frozen": "denied",
+        "audited": "audited",
+        "free": "allowed",
+    }
     code, table = run(capsys, *offline[:-2])  # the table is for people: the sentence, as before
     lines = table.splitlines()
     assert lines[0].split() == ["KIND", "NAMESPACE", "NAME", "VERDICT", "MESSAGE"]
     frozen = next(line for line in lines if " frozen " in line)
-    assert frozen[lines[0].index("VERDICT"):].startswith("would be denied  ") and "verdictText" not in table
+    assert frozen[lines[0].index("VERDICT") :].startswith("would be denied  ") and "verdictText" not in table
 
 
 def test_check_takes_the_servers_exempt_lists_from_flags_or_the_same_variables(capsys, offline, monkeypatch):
@@ -161,10 +187,16 @@ def test_check_takes_the_servers_exempt_lists_from_flags_or_the_same_variables(c
     # simply allowed, as the API server never sends it (admission.core.matching).
     code, out = run(capsys, *offline, "--as", "bob", "--exempt-users", "bob")
     assert code == 0 and {r["name"]: r["message"] for r in json.loads(out)} == {
-        "frozen": "user 'bob' is exempt", "audited": "user 'bob' is exempt", "free": None}
+        "frozen": "user 'bob' is exempt",
+        "audited": "user 'bob' is exempt",
+        "free": None,
+    }
     monkeypatch.setenv("GATE_ADMISSION_EXEMPT_GROUPS", "release-managers")
     code, out = run(capsys, *offline, "--as", "carol", "--as-group", "devs", "--as-group", "release-managers")
-    assert code == 0 and {r["message"] for r in json.loads(out)} == {"group 'release-managers' is exempt", None}
+    assert code == 0 and {r["message"] for r in json.loads(out)} == {
+        "group 'release-managers' is exempt",
+        None,
+    }
     code, out = run(capsys, *offline, "--as-group", "release-managers")
     assert code == 2 and "--as-group needs --as" in out
 
@@ -175,8 +207,10 @@ GATE_NAMES = ["g0", "g1", "g2", "gone"]  # "gone" is never defined: NotFound, cl
 USERS = ["alice", "bob", "system:serviceaccount:flux-system:kustomize-controller"]
 GROUPS = ["developers", "sre"]
 
-gate_specs = st.fixed_dictionaries({"default": st.sampled_from(["opened", "closed"])},
-                                   optional={"mode": st.sampled_from(["audit", "enforce"])})
+gate_specs = st.fixed_dictionaries(
+    {"default": st.sampled_from(["opened", "closed"])},
+    optional={"mode": st.sampled_from(["audit", "enforce"])},
+)
 
 
 @st.composite
@@ -187,8 +221,14 @@ def manifests(draw, kind: str, name: str = "obj") -> dict:
     spec = {"interval": draw(st.sampled_from(["1m", "10m"])), "path": draw(st.sampled_from(["./a", "./b"]))}
     if draw(st.booleans()):
         spec["suspend"] = draw(st.booleans())
-    return flux(kind, name, gates=", ".join(f"flux-system/{r}" for r in refs) if refs else None,
-                require=require, labels=labels, spec=spec)
+    return flux(
+        kind,
+        name,
+        gates=", ".join(f"flux-system/{r}" for r in refs) if refs else None,
+        require=require,
+        labels=labels,
+        spec=spec,
+    )
 
 
 @st.composite
@@ -202,8 +242,12 @@ def cases(draw):
         status = draw(st.sampled_from([None, {"observedGeneration": 1}]))
         live = applied_live(previous, status)
     user = user_info(draw(st.sampled_from(USERS)), draw(st.lists(st.sampled_from(GROUPS), unique=True)))
-    exempt = st.one_of(st.just(frozenset()), st.just(frozenset()), st.just(frozenset()),
-                       st.sampled_from(USERS + GROUPS).map(lambda n: frozenset({n})))
+    exempt = st.one_of(
+        st.just(frozenset()),
+        st.just(frozenset()),
+        st.just(frozenset()),
+        st.sampled_from(USERS + GROUPS).map(lambda n: frozenset({n})),
+    )
     config = Settings(draw(st.sampled_from(["enforce", "audit"])), draw(exempt), draw(exempt))
     return gates, manifest, live, user, config
 
@@ -228,12 +272,23 @@ def test_the_kubeconfig_identity_is_a_client_certificates_cn_and_o_else_the_cont
     from cryptography.x509.oid import NameOID
 
     key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "sre"),
-                         x509.NameAttribute(NameOID.ORGANIZATION_NAME, "oncall"),
-                         x509.NameAttribute(NameOID.COMMON_NAME, "carol")])
-    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
-            .serial_number(1).not_valid_before(FIXED_NOW).not_valid_after(FIXED_NOW + timedelta(days=1))
-            .sign(key, hashes.SHA256()))
+    subject = x509.Name(
+        [
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "sre"),
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "oncall"),
+            x509.NameAttribute(NameOID.COMMON_NAME, "carol"),
+        ]
+    )
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(FIXED_NOW)
+        .not_valid_after(FIXED_NOW + timedelta(days=1))
+        .sign(key, hashes.SHA256())
+    )
     cert_file = tmp_path / "client.crt"
     cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     args = kubectl_gate.build_parser().parse_args(["check", "-f", "-"])
@@ -242,7 +297,10 @@ def test_the_kubeconfig_identity_is_a_client_certificates_cn_and_o_else_the_cont
         api = SimpleNamespace(configuration=SimpleNamespace(cert_file=cert_path))
         return check._identity(args, Cluster(api, "default", "ci-user"))
 
-    assert identity(str(cert_file)) == {"username": "carol", "groups": ["sre", "oncall", "system:authenticated"]}
+    assert identity(str(cert_file)) == {
+        "username": "carol",
+        "groups": ["sre", "oncall", "system:authenticated"],
+    }
     assert identity(None) == {"username": "ci-user", "groups": ["system:authenticated"]}  # a token
 
 
@@ -253,9 +311,15 @@ def test_odd_manifests_get_an_answer_or_a_clear_error_never_a_crash(capsys, gate
     broken["metadata"]["annotations"] = ["not", "a", "map"]
     odd.write_text(yaml.safe_dump_all([{"kind": ["x"], "apiVersion": 3}, {"kind": "Kustomization"}, broken]))
     code, out = run(capsys, "check", "-f", str(odd), "--gates-dir", str(gates_dir), "-o", "json")
-    assert code == 0 and [(r["name"], r["verdict"]) for r in json.loads(out)] == [("odd", ALLOWED)]  # names no gate
+    assert code == 0 and [(r["name"], r["verdict"]) for r in json.loads(out)] == [
+        ("odd", ALLOWED)
+    ]  # names no gate
     deep = tmp_path / "deep.yaml"
-    deep.write_text(json.dumps(flux(name="deep", spec={"x": "NESTED"})).replace('"NESTED"', '{"a":' * 3000 + "1" + "}" * 3000))
+    deep.write_text(
+        json.dumps(flux(name="deep", spec={"x": "NESTED"})).replace(
+            '"NESTED"', '{"a":' * 3000 + "1" + "}" * 3000
+        )
+    )
     code, out = run(capsys, "check", "-f", str(deep), "--gates-dir", str(gates_dir))
     assert code == 2 and out.startswith("error: ") and len(out.strip().splitlines()) == 1
 
@@ -265,9 +329,15 @@ def test_a_broken_gates_file_is_reported_on_stderr_with_exit_6_never_a_traceback
     write_gates(gates_dir, [gate("freeze", closed=True), gate("release")])
     manifest = tmp_path / "apps.yaml"
     manifest.write_text(yaml.safe_dump_all([flux(name="free", gates="flux-system/release")]))
-    why = "error: --gates-dir: gates file list.yaml is broken: document 1 is a List whose items are not a list"
+    why = (
+        "error: --gates-dir: gates file list.yaml is broken: document 1 is a List whose items are not a list"
+    )
 
-    assert kubectl_gate.main(["list", "--gates-dir", str(gates_dir), "-o", "json"]) == kubectl_gate.EXIT_BAD_GATES_DIR == 6
+    assert (
+        kubectl_gate.main(["list", "--gates-dir", str(gates_dir), "-o", "json"])
+        == kubectl_gate.EXIT_BAD_GATES_DIR
+        == 6
+    )
     out = capsys.readouterr()
     assert {r["name"]: r["state"] for r in json.loads(out.out)} == {"freeze": "Closed", "release": "Opened"}
     assert out.err.strip() == why
@@ -281,19 +351,27 @@ def test_a_broken_gates_file_is_reported_on_stderr_with_exit_6_never_a_traceback
     assert "Traceback" not in capsys.readouterr().err
 
 
-def test_a_gates_file_that_cannot_be_parsed_closes_what_it_may_define_for_check_too(capsys, gates_dir, tmp_path):
+def test_a_gates_file_that_cannot_be_parsed_closes_what_it_may_define_for_check_too(
+    capsys, gates_dir, tmp_path
+):
     write_gates(gates_dir, [gate("release")])
-    (gates_dir / "keepers.yaml").write_text("kind: GateKeeper\nmetadata: {name: freeze, namespace: flux-system\n")
+    (gates_dir / "keepers.yaml").write_text(
+        "kind: GateKeeper\nmetadata: {name: freeze, namespace: flux-system\n"
+    )
     manifest = tmp_path / "apps.yaml"
     manifest.write_text(yaml.safe_dump_all([flux(name="app", gates="flux-system/release")]))
     code, out = run(capsys, "check", "-f", str(manifest), "--gates-dir", str(gates_dir), "-o", "json")
     assert code == 1 and "gate state unknown: gates file keepers.yaml is broken" in out
 
 
-def test_a_manifest_holding_a_list_whose_items_are_not_a_list_is_checked_not_a_traceback(capsys, gates_dir, tmp_path):
+def test_a_manifest_holding_a_list_whose_items_are_not_a_list_is_checked_not_a_traceback(
+    capsys, gates_dir, tmp_path
+):
     write_gates(gates_dir, [gate("freeze", closed=True)])
     manifest = tmp_path / "apps.yaml"
-    manifest.write_text("apiVersion: v1\nkind: List\nitems: 5\n---\n" + yaml.safe_dump(flux(gates="flux-system/freeze")))
+    manifest.write_text(
+        "apiVersion: v1\nkind: List\nitems: 5\n---\n" + yaml.safe_dump(flux(gates="flux-system/freeze"))
+    )
     code, out = run(capsys, "check", "-f", str(manifest), "--gates-dir", str(gates_dir), "-o", "json")
     assert code == 1 and [r["verdict"] for r in json.loads(out)] == [DENIED]
 
@@ -304,25 +382,58 @@ def test_check_warns_when_an_objects_inputs_are_gated_differently(capsys, gates_
     write_gates(gates_dir, [gate("freeze", closed=True), gate("release")])
     git = {"kind": "GitRepository", "name": "podinfo"}
     manifest = tmp_path / "apps.yaml"
-    manifest.write_text(yaml.safe_dump_all([
-        flux("GitRepository", "podinfo", gates="flux-system/release", spec={"interval": "1m", "url": "https://x"}),
-        flux(name="app", gates="flux-system/freeze", spec={"interval": "10m", "sourceRef": git}),
-        flux(name="same", gates="flux-system/release", spec={"interval": "10m", "sourceRef": git}),
-        flux(name="ungated", spec={"interval": "10m", "sourceRef": git}),
-        flux("HelmRelease", "web", gates="flux-system/release", spec={
-            "interval": "10m", "chart": {"spec": {"chart": "web", "sourceRef": {"kind": "HelmRepository", "name": "c"}}},
-            "valuesFrom": [{"kind": "ConfigMap", "name": "web-values"}]}),
-        flux("ImagePolicy", "web", gates="flux-system/release", spec={"imageRepositoryRef": {"name": "web"}}),
-        flux("ImageUpdateAutomation", "auto", spec={"interval": "1m", "sourceRef": git})]))
+    manifest.write_text(
+        yaml.safe_dump_all(
+            [
+                flux(
+                    "GitRepository",
+                    "podinfo",
+                    gates="flux-system/release",
+                    spec={"interval": "1m", "url": "https://x"},
+                ),
+                flux(name="app", gates="flux-system/freeze", spec={"interval": "10m", "sourceRef": git}),
+                flux(name="same", gates="flux-system/release", spec={"interval": "10m", "sourceRef": git}),
+                flux(name="ungated", spec={"interval": "10m", "sourceRef": git}),
+                flux(
+                    "HelmRelease",
+                    "web",
+                    gates="flux-system/release",
+                    spec={
+                        "interval": "10m",
+                        "chart": {
+                            "spec": {"chart": "web", "sourceRef": {"kind": "HelmRepository", "name": "c"}}
+                        },
+                        "valuesFrom": [{"kind": "ConfigMap", "name": "web-values"}],
+                    },
+                ),
+                flux(
+                    "ImagePolicy",
+                    "web",
+                    gates="flux-system/release",
+                    spec={"imageRepositoryRef": {"name": "web"}},
+                ),
+                flux("ImageUpdateAutomation", "auto", spec={"interval": "1m", "sourceRef": git}),
+            ]
+        )
+    )
     code, out = run(capsys, "check", "-f", str(manifest), "--gates-dir", str(gates_dir), "-o", "json")
     warned = {r["name"] if r["kind"] != "ImagePolicy" else "policy": r["warnings"] for r in json.loads(out)}
     assert code == 1  # app is new and its gate is closed
-    assert warned["same"] == warned["ungated"] == warned["podinfo"] == warned["auto"] == []  # (ungated: nothing to approve)
+    assert (
+        warned["same"] == warned["ungated"] == warned["podinfo"] == warned["auto"] == []
+    )  # (ungated: nothing to approve)
     assert [w.split(":")[0] for w in warned["app"]] == [
-        "its source GitRepository/apps/podinfo is gated by flux-system/release, it by flux-system/freeze"]
+        "its source GitRepository/apps/podinfo is gated by flux-system/release, it by flux-system/freeze"
+    ]
     assert warned["web"][0].startswith("its values come from ConfigMap/apps/web-values, which no gate holds")
-    assert warned["policy"][0].startswith("it feeds ImageUpdateAutomation/apps/auto, whose commits wait at "
-                                          "GitRepository/apps/podinfo, gated by flux-system/release")
+    assert warned["policy"][0].startswith(
+        "it feeds ImageUpdateAutomation/apps/auto, whose commits wait at "
+        "GitRepository/apps/podinfo, gated by flux-system/release"
+    )
     code, table = run(capsys, "check", "-f", str(manifest), "--gates-dir", str(gates_dir))
     warnings = [line for line in table.splitlines() if line.startswith("  warning: ")]
-    assert [w.split(": ")[1] for w in warnings] == ["Kustomization/apps/app", "HelmRelease/apps/web", "ImagePolicy/apps/web"]
+    assert [w.split(": ")[1] for w in warnings] == [
+        "Kustomization/apps/app",
+        "HelmRelease/apps/web",
+        "ImagePolicy/apps/web",
+    ]

@@ -22,16 +22,30 @@ from tests.polling import until
 
 NOW = at("2026-12-21T10:00")
 BLOCKED = "Reconciliation is blocked as gate 'flux-system/change-freeze' is closed: main@sha1:9f2c waits, serving main@sha1:41ab"
-ALERTS = [{"kind": "GitRepository", "namespace": "flux-system", "name": "*", "eventSeverity": "info"},
-          {"kind": "GitRepository", "namespace": "flux-system", "name": "*", "eventSeverity": "error"}]
+ALERTS = [
+    {"kind": "GitRepository", "namespace": "flux-system", "name": "*", "eventSeverity": "info"},
+    {"kind": "GitRepository", "namespace": "flux-system", "name": "*", "eventSeverity": "error"},
+]
 
 
 def source(held: bool, rv: str = "1") -> dict:
-    condition = ({"type": names.BLOCKED_CONDITION, "status": "True", "reason": names.GATE_CLOSED_REASON,
-                  "message": BLOCKED} if held else
-                 {"type": "Ready", "status": "True", "reason": "Succeeded", "message": "stored artifact"})
-    obj = flux("GitRepository", "podinfo", "flux-system", gates="flux-system/change-freeze",
-               status={"conditions": [condition]})
+    condition = (
+        {
+            "type": names.BLOCKED_CONDITION,
+            "status": "True",
+            "reason": names.GATE_CLOSED_REASON,
+            "message": BLOCKED,
+        }
+        if held
+        else {"type": "Ready", "status": "True", "reason": "Succeeded", "message": "stored artifact"}
+    )
+    obj = flux(
+        "GitRepository",
+        "podinfo",
+        "flux-system",
+        gates="flux-system/change-freeze",
+        status={"conditions": [condition]},
+    )
     obj["metadata"].update(uid="0b7c3c9e-4b7e-4a0e-9a55-2f1c1d1e0001", resourceVersion=rv)
     return obj
 
@@ -61,9 +75,11 @@ def test_a_hold_and_its_release_are_one_event_each_as_notification_controller_re
         for rv in ("3", "4", "5"):  # the source controller keeps writing status while it is held
             ctl.flux_object_changed(source(True, str(int(rv) - 1)), source(True, rv))
         opened = copy.deepcopy(freeze)
-        opened["metadata"]["annotations"] = {names.OPEN_ANNOTATION: "2026-12-21T09:59:00Z",
-                                             names.REQUESTED_BY_ANNOTATION: "bob",
-                                             names.MESSAGE_ANNOTATION: "Patching a CVE"}
+        opened["metadata"]["annotations"] = {
+            names.OPEN_ANNOTATION: "2026-12-21T09:59:00Z",
+            names.REQUESTED_BY_ANNOTATION: "bob",
+            names.MESSAGE_ANNOTATION: "Patching a CVE",
+        }
         ctl.store.index.put_gate(opened)
         ctl.flux_object_changed(source(True, "5"), source(False, "6"))
         ctl.flux_object_changed(source(False, "6"), source(False, "7"))
@@ -73,25 +89,50 @@ def test_a_hold_and_its_release_are_one_event_each_as_notification_controller_re
     assert receiver.refused == []
     assert len(events) == 2, events
     held, released = events
-    assert held["involvedObject"] == {"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository",
-                                      "namespace": "flux-system", "name": "podinfo",
-                                      "uid": "0b7c3c9e-4b7e-4a0e-9a55-2f1c1d1e0001", "resourceVersion": "2"}
-    assert (held["severity"], held["reason"], held["timestamp"]) == ("info", "GateClosed", "2026-12-21T10:00:00Z")
+    assert held["involvedObject"] == {
+        "apiVersion": "source.toolkit.fluxcd.io/v1",
+        "kind": "GitRepository",
+        "namespace": "flux-system",
+        "name": "podinfo",
+        "uid": "0b7c3c9e-4b7e-4a0e-9a55-2f1c1d1e0001",
+        "resourceVersion": "2",
+    }
+    assert (held["severity"], held["reason"], held["timestamp"]) == (
+        "info",
+        "GateClosed",
+        "2026-12-21T10:00:00Z",
+    )
     assert held["reportingController"] == "gate-admission-controller"
     assert held["reportingInstance"] == "gate-admission-controller-7d9f"
-    assert held["message"] == ("GitRepository flux-system/podinfo is held: " + BLOCKED + " (gate 'flux-system/change-freeze': "
-                               "Gate closed by GateKeeper 'freeze' schedule '* * 20-31 12 *'; "
-                               "expected to open at 2026-12-31T23:00:00Z)")
+    assert held["message"] == (
+        "GitRepository flux-system/podinfo is held: " + BLOCKED + " (gate 'flux-system/change-freeze': "
+        "Gate closed by GateKeeper 'freeze' schedule '* * 20-31 12 *'; "
+        "expected to open at 2026-12-31T23:00:00Z)"
+    )
     assert released["reason"] == "HoldReleased" and released["message"] == (
         "GitRepository flux-system/podinfo released: main@sha1:9f2c proceeds; gate 'flux-system/change-freeze' is open "
-        "(Gate open requested; requested by bob: 'Patching a CVE')")
+        "(Gate open requested; requested by bob: 'Patching a CVE')"
+    )
     # What an Alert with eventSeverity info hands its Provider; one with eventSeverity error sees neither.
-    dispatched = [(alert["eventSeverity"], event["reason"], event["metadata"]) for alert, event in receiver.dispatched]
+    dispatched = [
+        (alert["eventSeverity"], event["reason"], event["metadata"]) for alert, event in receiver.dispatched
+    ]
     assert dispatched == [
-        ("info", "GateClosed", {"gates": "flux-system/change-freeze", "waiting": "main@sha1:9f2c",
-                                "serving": "main@sha1:41ab", "opensAt": "2026-12-31T23:00:00Z"}),
-        ("info", "HoldReleased", {"gates": "flux-system/change-freeze", "released": "main@sha1:9f2c",
-                                  "requestedBy": "bob"}),
+        (
+            "info",
+            "GateClosed",
+            {
+                "gates": "flux-system/change-freeze",
+                "waiting": "main@sha1:9f2c",
+                "serving": "main@sha1:41ab",
+                "opensAt": "2026-12-31T23:00:00Z",
+            },
+        ),
+        (
+            "info",
+            "HoldReleased",
+            {"gates": "flux-system/change-freeze", "released": "main@sha1:9f2c", "requestedBy": "bob"},
+        ),
     ]
 
 
@@ -122,7 +163,9 @@ def test_gate_transitions_are_valid_events_that_no_alert_can_select(receiver):
     notifier = FluxNotifier("http://127.0.0.1:1/", gates_address=receiver.address)
     notifier.start()
     try:
-        notifier.gate_transition(gate("change-freeze"), True, "opening gate; Gate open requested", {"state": "Opened"}, NOW)
+        notifier.gate_transition(
+            gate("change-freeze"), True, "opening gate; Gate open requested", {"state": "Opened"}, NOW
+        )
         [event] = until(lambda: list(receiver.received), lambda got: got, timeout=10)
     finally:
         notifier.stop()

@@ -19,8 +19,11 @@ from tests.conftest import write_gates
 from tests.doubles.apiserver import ApiServerDouble
 from tests.processes import BIN
 
-GATES = [gate("bypass-signoff", default="closed"), gate("change-freeze", default="opened"),
-         gate("nightly", "team-a", default="opened")]
+GATES = [
+    gate("bypass-signoff", default="closed"),
+    gate("change-freeze", default="opened"),
+    gate("nightly", "team-a", default="opened"),
+]
 SUBCOMMANDS = ["list", "get", "open", "close", "check", "approve", "pending", "calendar"]
 RFC_MESSAGE = "Patching a CVE: Signed off by Bob the builder"  # the gating RFC's example
 
@@ -65,10 +68,15 @@ def completions(argv: list[str], capsys, main=flux_gate.main) -> tuple[list[str]
 
 # -- the commands, with flux's namespace conventions ------------------------------------------
 
+
 def test_without_n_flux_gate_works_in_fluxs_namespace_as_flux_commands_do(gates, capsys, no_flux_env):
     assert listed(flux_gate.main, ["list", "--gates-dir", gates], capsys) == [
-        "flux-system/bypass-signoff", "flux-system/change-freeze"]
-    assert listed(flux_gate.main, ["list", "--gates-dir", gates, "-n", "team-a"], capsys) == ["team-a/nightly"]
+        "flux-system/bypass-signoff",
+        "flux-system/change-freeze",
+    ]
+    assert listed(flux_gate.main, ["list", "--gates-dir", gates, "-n", "team-a"], capsys) == [
+        "team-a/nightly"
+    ]
     # kubectl gate keeps kubectl's: the context's namespace, and every gate offline
     assert len(listed(kubectl_gate.main, ["list", "--gates-dir", gates], capsys)) == 3
 
@@ -78,7 +86,9 @@ def test_fluxs_namespace_variables_and_flag(gates, capsys, monkeypatch, no_flux_
     assert listed(flux_gate.main, ["list", "--gates-dir", gates], capsys) == ["team-a/nightly"]
     monkeypatch.setenv(flux_gate.NAMESPACE_ENV, "Not_A_Namespace")  # flux ignores it too
     assert listed(flux_gate.main, ["list", "--gates-dir", gates], capsys) == [
-        "flux-system/bypass-signoff", "flux-system/change-freeze"]
+        "flux-system/bypass-signoff",
+        "flux-system/change-freeze",
+    ]
     monkeypatch.delenv(flux_gate.NAMESPACE_ENV)
     # Following the kubeconfig context: its namespace (team-a), by flag or variable.
     follow = ["list", "--gates-dir", gates, "--kubeconfig", api.config]
@@ -88,10 +98,14 @@ def test_fluxs_namespace_variables_and_flag(gates, capsys, monkeypatch, no_flux_
     # A context without a namespace leaves flux's default, as flux does.
     bare = api.kubeconfig(Path(api.config).with_name("bare"))
     assert listed(flux_gate.main, ["list", "--gates-dir", gates, "--kubeconfig", str(bare)], capsys) == [
-        "flux-system/bypass-signoff", "flux-system/change-freeze"]
+        "flux-system/bypass-signoff",
+        "flux-system/change-freeze",
+    ]
 
 
-@pytest.mark.parametrize("leading", [["-n", "team-a"], ["--namespace=team-a"], ["-nteam-a"], ["--namespace", "team-a"]])
+@pytest.mark.parametrize(
+    "leading", [["-n", "team-a"], ["--namespace=team-a"], ["-nteam-a"], ["--namespace", "team-a"]]
+)
 def test_common_flags_may_come_before_the_subcommand(gates, capsys, leading, no_flux_env):
     # `flux -n team-a gate list` execs `flux-gate -n team-a list`: flux passes its arguments on verbatim.
     assert listed(flux_gate.main, [*leading, "list", "--gates-dir", gates], capsys) == ["team-a/nightly"]
@@ -99,11 +113,17 @@ def test_common_flags_may_come_before_the_subcommand(gates, capsys, leading, no_
 
 
 def test_open_takes_the_rfcs_positional_message(api, capsys, no_flux_env):
-    code, out, err = run(flux_gate.main, ["open", "bypass-signoff", RFC_MESSAGE, "--kubeconfig", api.config], capsys)
+    code, out, err = run(
+        flux_gate.main, ["open", "bypass-signoff", RFC_MESSAGE, "--kubeconfig", api.config], capsys
+    )
     assert code == 0, err
     assert out == f"gate flux-system/bypass-signoff opened: {RFC_MESSAGE}\n"
     namespace, name, content_type, patch = api.patches[-1]
-    assert (namespace, name, content_type) == ("flux-system", "bypass-signoff", "application/merge-patch+json")
+    assert (namespace, name, content_type) == (
+        "flux-system",
+        "bypass-signoff",
+        "application/merge-patch+json",
+    )
     annotations = patch["metadata"]["annotations"]
     assert annotations[names.MESSAGE_ANNOTATION] == RFC_MESSAGE
     assert annotations[names.REQUESTED_BY_ANNOTATION] == "alice"  # the kubeconfig's user
@@ -113,15 +133,28 @@ def test_open_takes_the_rfcs_positional_message(api, capsys, no_flux_env):
     assert code == 0 and out == "gate flux-system/bypass-signoff closed\n"
     assert names.CLOSE_ANNOTATION in api.patches[-1][3]["metadata"]["annotations"]
     # The same with kubectl gate, which keeps -m too.
-    code, _, _ = run(kubectl_gate.main, ["open", "nightly", "-n", "team-a", "-m", "why", "--kubeconfig", api.config], capsys)
+    code, _, _ = run(
+        kubectl_gate.main,
+        ["open", "nightly", "-n", "team-a", "-m", "why", "--kubeconfig", api.config],
+        capsys,
+    )
     assert code == 0 and api.patches[-1][3]["metadata"]["annotations"][names.MESSAGE_ANNOTATION] == "why"
 
 
 def test_a_message_given_twice_must_agree_and_a_missing_gate_is_not_found(api, capsys, no_flux_env):
     before = len(api.patches)
-    code, _, err = run(flux_gate.main, ["open", "bypass-signoff", "one", "-m", "two", "--kubeconfig", api.config], capsys)
+    code, _, err = run(
+        flux_gate.main, ["open", "bypass-signoff", "one", "-m", "two", "--kubeconfig", api.config], capsys
+    )
     assert code == cluster.EXIT_USAGE and "two messages" in err and len(api.patches) == before
-    assert run(flux_gate.main, ["open", "bypass-signoff", "same", "-m", "same", "--kubeconfig", api.config], capsys)[0] == 0
+    assert (
+        run(
+            flux_gate.main,
+            ["open", "bypass-signoff", "same", "-m", "same", "--kubeconfig", api.config],
+            capsys,
+        )[0]
+        == 0
+    )
     code, _, err = run(flux_gate.main, ["open", "no-such-gate", "--kubeconfig", api.config], capsys)
     assert code == cluster.EXIT_NOT_FOUND, err
     # Words after the message are a mistake, not more message.
@@ -131,6 +164,7 @@ def test_a_message_given_twice_must_agree_and_a_missing_gate_is_not_found(api, c
 
 
 # -- Cobra's __complete, as flux asks it ------------------------------------------------------
+
 
 def test_complete_offers_subcommands_with_descriptions_then_the_directive(capsys):
     lines, directive = completions(["__complete", ""], capsys)
@@ -142,21 +176,38 @@ def test_complete_offers_subcommands_with_descriptions_then_the_directive(capsys
 
 def test_complete_offers_gate_names_from_the_gates_dir_in_fluxs_namespace(gates, capsys, no_flux_env):
     assert completions(["__complete", "get", "--gates-dir", gates, ""], capsys) == (
-        ["bypass-signoff", "change-freeze"], ":4")
-    assert completions(["__complete", "get", "--gates-dir", gates, "-n", "team-a", ""], capsys) == (["nightly"], ":4")
+        ["bypass-signoff", "change-freeze"],
+        ":4",
+    )
+    assert completions(["__complete", "get", "--gates-dir", gates, "-n", "team-a", ""], capsys) == (
+        ["nightly"],
+        ":4",
+    )
     # Common flags before the subcommand count, as they do when the command runs.
-    assert completions(["__complete", "-n", "team-a", "get", "--gates-dir", gates, "n"], capsys) == (["nightly"], ":4")
+    assert completions(["__complete", "-n", "team-a", "get", "--gates-dir", gates, "n"], capsys) == (
+        ["nightly"],
+        ":4",
+    )
 
 
 def test_complete_asks_the_cluster_for_gate_names_and_namespaces(api, capsys, no_flux_env):
     assert completions(["__complete", "open", "--kubeconfig", api.config, ""], capsys) == (
-        ["bypass-signoff", "change-freeze"], ":4")
+        ["bypass-signoff", "change-freeze"],
+        ":4",
+    )
     assert completions(["__complete", "close", "--kubeconfig", api.config, "-n", ""], capsys) == (
-        ["flux-system", "team-a"], ":4")
+        ["flux-system", "team-a"],
+        ":4",
+    )
     assert completions(["__complete", "--kubeconfig", api.config, "-n", ""], capsys) == (
-        ["flux-system", "team-a"], ":4")  # before the subcommand
+        ["flux-system", "team-a"],
+        ":4",
+    )  # before the subcommand
     # The message after the name: free text, nothing to offer (not file names).
-    assert completions(["__complete", "open", "--kubeconfig", api.config, "bypass-signoff", ""], capsys) == ([], ":4")
+    assert completions(["__complete", "open", "--kubeconfig", api.config, "bypass-signoff", ""], capsys) == (
+        [],
+        ":4",
+    )
 
 
 def test_complete_offers_flags_once_a_dash_is_typed(capsys):
@@ -167,9 +218,14 @@ def test_complete_offers_flags_once_a_dash_is_typed(capsys):
     # flux offers its global flags itself (Cobra completes a plugin command's inherited flags):
     # those flux gate takes as well are not offered twice.
     assert not set(names_only) & flux_gate.FLUX_OFFERS
-    kubectl_offers = {line.split("\t")[0] for line in completions(["list", "--"], capsys, kubectl_gate.complete_main)[0]}
+    kubectl_offers = {
+        line.split("\t")[0] for line in completions(["list", "--"], capsys, kubectl_gate.complete_main)[0]
+    }
     assert {"--namespace", "--context", "--kubeconfig"} <= kubectl_offers  # kubectl offers none of its own
-    assert completions(["__completeNoDesc", "calendar", "-o", ""], capsys) == (["table", "json", "yaml", "ics"], ":4")
+    assert completions(["__completeNoDesc", "calendar", "-o", ""], capsys) == (
+        ["table", "json", "yaml", "ics"],
+        ":4",
+    )
 
 
 def test_paths_are_left_to_the_shell(capsys):
@@ -187,12 +243,18 @@ def test_completion_never_fails_even_without_a_cluster(tmp_path, capsys):
 
 
 def test_kubectl_and_flux_completion_share_their_candidates(gates, capsys):
-    for words in (["get", "--gates-dir", gates, "-n", "flux-system", ""], ["calendar", "--d"], [""], ["check", "-f", ""]):
+    for words in (
+        ["get", "--gates-dir", gates, "-n", "flux-system", ""],
+        ["calendar", "--d"],
+        [""],
+        ["check", "-f", ""],
+    ):
         flux_lines = completions(["__complete", *words], capsys)
         assert completions(words, capsys, main=kubectl_gate.complete_main) == flux_lines
 
 
 # -- registering the plugin -------------------------------------------------------------------
+
 
 def test_the_plugin_directory_is_fluxs(tmp_path):
     assert flux_gate.plugin_dir({"FLUXCD_PLUGINS": str(tmp_path)}) == tmp_path
@@ -221,16 +283,31 @@ def test_install_links_flux_gate_and_replaces_only_links(tmp_path):
 def test_gate_admission_install_flux_plugin_links_the_installed_command(tmp_path, gates):
     plugins = tmp_path / "plugins"
     env = {**os.environ, "FLUXCD_PLUGINS": str(plugins), "KUBECONFIG": "/nonexistent"}
-    result = subprocess.run([str(BIN / "gate-admission"), "install-flux-plugin"], capture_output=True, text=True,
-                            timeout=60, env=env)
+    result = subprocess.run(
+        [str(BIN / "gate-admission"), "install-flux-plugin"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout == f"linked {plugins / 'flux-gate'} -> {BIN / 'flux-gate'}\n"
     # What flux execs: the link, with the arguments after `flux gate`.
-    ran = subprocess.run([str(plugins / "flux-gate"), "get", "bypass-signoff", "--gates-dir", gates],
-                         capture_output=True, text=True, timeout=60, env=env)
+    ran = subprocess.run(
+        [str(plugins / "flux-gate"), "get", "bypass-signoff", "--gates-dir", gates],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     assert ran.returncode == 0, ran.stderr
     assert "Namespace:     flux-system" in ran.stdout and "State:         Closed" in ran.stdout
     other = tmp_path / "other"
-    result = subprocess.run([str(BIN / "gate-admission"), "install-flux-plugin", "--dir", str(other)],
-                            capture_output=True, text=True, timeout=60, env=env)
+    result = subprocess.run(
+        [str(BIN / "gate-admission"), "install-flux-plugin", "--dir", str(other)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     assert result.returncode == 0 and (other / "flux-gate").is_symlink()

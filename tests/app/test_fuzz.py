@@ -35,8 +35,11 @@ PATHS = ("/validate", "/mutate")
 MODES = ("enforce", "audit")
 EXEMPT_USER, EXEMPT_GROUP = "fuzz-exempt", "fuzz-breakglass"
 RESPONSE_KEYS = {"uid", "allowed", "status", "patch", "patchType", "warnings", "auditAnnotations"}
-AUDIT_PATCH_PATHS = {"/metadata", "/metadata/annotations",
-                     "/metadata/annotations/" + names.AUDIT_ANNOTATION.replace("/", "~1")}
+AUDIT_PATCH_PATHS = {
+    "/metadata",
+    "/metadata/annotations",
+    "/metadata/annotations/" + names.AUDIT_ANNOTATION.replace("/", "~1"),
+}
 STATUS_PATCH_PATHS = {"/status", "/status/suspended"}
 
 # A closed gate, an open one, one closed by a GateKeeper at FIXED_NOW (noon), and an audit-mode one.
@@ -52,13 +55,15 @@ GATES = [
 
 # --- the apps -----------------------------------------------------------------------------
 
+
 def make_clients(directory: Path) -> dict[str, Any]:
     """One Flask test client per server mode, over a FileStore of GATES and a fixed clock."""
     write_gates(directory, GATES)
     clients = {}
     for mode in MODES:
-        settings_ = Settings(mode=mode, exempt_users=frozenset({EXEMPT_USER}),
-                             exempt_groups=frozenset({EXEMPT_GROUP}))
+        settings_ = Settings(
+            mode=mode, exempt_users=frozenset({EXEMPT_USER}), exempt_groups=frozenset({EXEMPT_GROUP})
+        )
         app = create_app(FileStore(directory), settings_, clock=lambda: FIXED_NOW)
         app.testing = True  # an exception that escapes the app's own handlers reaches the caller
         clients[mode] = app.test_client()
@@ -67,47 +72,156 @@ def make_clients(directory: Path) -> dict[str, Any]:
 
 # --- strategies ---------------------------------------------------------------------------
 
-ODD_CHARS = ["\x00", "\x7f", "\u202e", "\u200f", "\u200d", "\u0301", "\ufeff", "\u2028", "\ufffd",
-             "\U0001f600", "\U0001f469\u200d\U0001f4bb", "\U0010ffff", "\\", '"', "/", "~", ",", " ",
-             "\n", "\t", "a", "z", "0", "-", "."]
-GATE_REFS = ["flux-system/sre-approval", "flux-system/qa-approval", "flux-system/change-freeze",
-             "flux-system/audit-gate", "sre-approval", "flux-system/missing", "flux-system/", "/",
-             "a/b/c", "Flux-System/SRE", "sre-approval\n", " , ,", "-bad-/x", "x" * 300,
-             "flux-system/sre-approval, flux-system/qa-approval", "flux-system/qa-approval,flux-system/audit-gate"]
-CRONS = ["* * * * *", "@always", "@never", "@daily", "@every 1m", "@reboot", "* * * * * *", "* *",
-         "61 * * * *", "*/0 * * * *", "1-0 * * * *", "-1 * * * *", "*/ * * * *", ",,, * * * *",
-         "0 0 31 2 *", "L * * * *", "* * L * *", "* * 15W * *", "* * * * 5#3", "* * * * 5#9",
-         "* * * JAN-DEC MON-SUN", "* * * FOO *", "9999999999999999999 * * * *", "* 11-13 * * *",
-         "CRON_TZ=Europe/Berlin * * * * *", "CRON_TZ= * * * * *", "TZ=Mars/Olympus * * * * *",
-         "CRON_TZ=../../etc/passwd * * * * *", "CRON_TZ=/etc/localtime * * * * *",
-         "CRON_TZ=America * * * * *", "CRON_TZ=zone.tab * * * * *", "CRON_TZ=" + "a" * 300 + " * * * * *",
-         "CRON_TZ=Europe/Berlin\x00 * * * * *", "CRON_TZ=\U0001f600 * * * * *", "\u202e* * * * *"]
+ODD_CHARS = [
+    "\x00",
+    "\x7f",
+    "\u202e",
+    "\u200f",
+    "\u200d",
+    "\u0301",
+    "\ufeff",
+    "\u2028",
+    "\ufffd",
+    "\U0001f600",
+    "\U0001f469\u200d\U0001f4bb",
+    "\U0010ffff",
+    "\\",
+    '"',
+    "/",
+    "~",
+    ",",
+    " ",
+    "\n",
+    "\t",
+    "a",
+    "z",
+    "0",
+    "-",
+    ".",
+]
+GATE_REFS = [
+    "flux-system/sre-approval",
+    "flux-system/qa-approval",
+    "flux-system/change-freeze",
+    "flux-system/audit-gate",
+    "sre-approval",
+    "flux-system/missing",
+    "flux-system/",
+    "/",
+    "a/b/c",
+    "Flux-System/SRE",
+    "sre-approval\n",
+    " , ,",
+    "-bad-/x",
+    "x" * 300,
+    "flux-system/sre-approval, flux-system/qa-approval",
+    "flux-system/qa-approval,flux-system/audit-gate",
+]
+CRONS = [
+    "* * * * *",
+    "@always",
+    "@never",
+    "@daily",
+    "@every 1m",
+    "@reboot",
+    "* * * * * *",
+    "* *",
+    "61 * * * *",
+    "*/0 * * * *",
+    "1-0 * * * *",
+    "-1 * * * *",
+    "*/ * * * *",
+    ",,, * * * *",
+    "0 0 31 2 *",
+    "L * * * *",
+    "* * L * *",
+    "* * 15W * *",
+    "* * * * 5#3",
+    "* * * * 5#9",
+    "* * * JAN-DEC MON-SUN",
+    "* * * FOO *",
+    "9999999999999999999 * * * *",
+    "* 11-13 * * *",
+    "CRON_TZ=Europe/Berlin * * * * *",
+    "CRON_TZ= * * * * *",
+    "TZ=Mars/Olympus * * * * *",
+    "CRON_TZ=../../etc/passwd * * * * *",
+    "CRON_TZ=/etc/localtime * * * * *",
+    "CRON_TZ=America * * * * *",
+    "CRON_TZ=zone.tab * * * * *",
+    "CRON_TZ=" + "a" * 300 + " * * * * *",
+    "CRON_TZ=Europe/Berlin\x00 * * * * *",
+    "CRON_TZ=\U0001f600 * * * * *",
+    "\u202e* * * * *",
+]
 REQUIRES = ["all", "oneOf", "ONEOF", "any", ""]
-KEYS = ["name", "namespace", "annotations", "labels", "spec", "status", "gates", "refs", "require",
-        "suspend", "artifact", "revision", "digest", "suspended", "metadata", "path", "interval"]
-ANNOTATION_KEYS = [names.GATES_ANNOTATION, names.REQUIRE_ANNOTATION, names.SUSPEND_DURING_ANNOTATION,
-                   names.SUSPENDED_DURING_ANNOTATION, names.SUSPENDED_ANNOTATION, names.AUDIT_ANNOTATION,
-                   names.RECONCILE_REQUEST_ANNOTATION]
-USERS = ["alice", EXEMPT_USER, "system:serviceaccount:flux-system:kustomize-controller", *sorted(names.SYSTEM_DELETERS)]
+KEYS = [
+    "name",
+    "namespace",
+    "annotations",
+    "labels",
+    "spec",
+    "status",
+    "gates",
+    "refs",
+    "require",
+    "suspend",
+    "artifact",
+    "revision",
+    "digest",
+    "suspended",
+    "metadata",
+    "path",
+    "interval",
+]
+ANNOTATION_KEYS = [
+    names.GATES_ANNOTATION,
+    names.REQUIRE_ANNOTATION,
+    names.SUSPEND_DURING_ANNOTATION,
+    names.SUSPENDED_DURING_ANNOTATION,
+    names.SUSPENDED_ANNOTATION,
+    names.AUDIT_ANNOTATION,
+    names.RECONCILE_REQUEST_ANNOTATION,
+]
+USERS = [
+    "alice",
+    EXEMPT_USER,
+    "system:serviceaccount:flux-system:kustomize-controller",
+    *sorted(names.SYSTEM_DELETERS),
+]
 GROUPS = ["system:authenticated", "developers", EXEMPT_GROUP]
 GATED_GROUPS = {kind: FLUX_API[kind].partition("/")[0] for kind in FLUX_KINDS}
 # Kinds we do not gate: other groups, other kinds in Flux groups, near misses in case and spacing.
-UNGATED_KINDS = [("apps", "v1", "Deployment"), ("", "v1", "ConfigMap"), (names.GATING_GROUP, "v1alpha1", "Gate"),
-                 ("kustomize.toolkit.fluxcd.io", "v1", "HelmRelease"), ("source.toolkit.fluxcd.io", "v1", "Kustomization"),
-                 ("kustomize.toolkit.fluxcd.io", "v1", "kustomization"), ("helm.toolkit.fluxcd.io ", "v2", "HelmRelease"),
-                 ("source.toolkit.fluxcd.io", "v1", "GitRepository "), ("notification.toolkit.fluxcd.io", "v1", "Receiver"),
-                 ("Source.Toolkit.Fluxcd.Io", "v1", "Bucket"), ("kustomize.toolkit.fluxcd.io\x00", "v1", "Kustomization")]
+UNGATED_KINDS = [
+    ("apps", "v1", "Deployment"),
+    ("", "v1", "ConfigMap"),
+    (names.GATING_GROUP, "v1alpha1", "Gate"),
+    ("kustomize.toolkit.fluxcd.io", "v1", "HelmRelease"),
+    ("source.toolkit.fluxcd.io", "v1", "Kustomization"),
+    ("kustomize.toolkit.fluxcd.io", "v1", "kustomization"),
+    ("helm.toolkit.fluxcd.io ", "v2", "HelmRelease"),
+    ("source.toolkit.fluxcd.io", "v1", "GitRepository "),
+    ("notification.toolkit.fluxcd.io", "v1", "Receiver"),
+    ("Source.Toolkit.Fluxcd.Io", "v1", "Bucket"),
+    ("kustomize.toolkit.fluxcd.io\x00", "v1", "Kustomization"),
+]
 
 odd_text = st.one_of(
     st.text(max_size=12),
     st.lists(st.sampled_from(ODD_CHARS), max_size=12).map("".join),
     st.sampled_from(GATE_REFS + CRONS + REQUIRES + ANNOTATION_KEYS),
 )
-scalars = st.one_of(st.none(), st.booleans(), st.integers(-(2 ** 63), 2 ** 64 - 1),
-                    st.floats(allow_nan=True, allow_infinity=True), odd_text)
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**63), 2**64 - 1),
+    st.floats(allow_nan=True, allow_infinity=True),
+    odd_text,
+)
 keys = st.one_of(st.sampled_from(KEYS + ANNOTATION_KEYS), odd_text)
-json_values = st.recursive(scalars, lambda kids: st.lists(kids, max_size=4) | st.dictionaries(keys, kids, max_size=4),
-                           max_leaves=8)
+json_values = st.recursive(
+    scalars, lambda kids: st.lists(kids, max_size=4) | st.dictionaries(keys, kids, max_size=4), max_leaves=8
+)
 
 
 def maybe(strategy: st.SearchStrategy) -> st.SearchStrategy:
@@ -121,45 +235,77 @@ def mostly(strategy: st.SearchStrategy) -> st.SearchStrategy:
 
 
 gate_lists = st.lists(st.one_of(st.sampled_from(GATE_REFS), odd_text), max_size=4).map(", ".join)
-refs = st.one_of(st.sampled_from(GATE_REFS), odd_text,
-                 st.fixed_dictionaries({}, optional={"name": maybe(st.sampled_from(["sre-approval", "qa-approval",
-                                                                                     "audit-gate", "missing"])),
-                                                     "namespace": maybe(st.sampled_from(["flux-system", "apps"]))}))
+refs = st.one_of(
+    st.sampled_from(GATE_REFS),
+    odd_text,
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "name": maybe(st.sampled_from(["sre-approval", "qa-approval", "audit-gate", "missing"])),
+            "namespace": maybe(st.sampled_from(["flux-system", "apps"])),
+        },
+    ),
+)
 spec_gates = st.one_of(
     st.lists(maybe(refs), max_size=3),
-    st.fixed_dictionaries({}, optional={"require": maybe(st.sampled_from(REQUIRES)),
-                                        "refs": maybe(st.lists(maybe(refs), max_size=3))}),
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "require": maybe(st.sampled_from(REQUIRES)),
+            "refs": maybe(st.lists(maybe(refs), max_size=3)),
+        },
+    ),
     json_values,
 )
 annotations = mostly(
-    st.fixed_dictionaries({}, optional={
-        names.GATES_ANNOTATION: maybe(gate_lists),
-        names.REQUIRE_ANNOTATION: maybe(st.sampled_from(REQUIRES)),
-        names.SUSPEND_DURING_ANNOTATION: maybe(st.sampled_from(CRONS) | odd_text),
-        names.SUSPENDED_DURING_ANNOTATION: maybe(st.sampled_from(CRONS)),
-        names.SUSPENDED_ANNOTATION: maybe(odd_text),
-        names.AUDIT_ANNOTATION: maybe(odd_text),
-        "other": json_values,
-    }),
+    st.fixed_dictionaries(
+        {},
+        optional={
+            names.GATES_ANNOTATION: maybe(gate_lists),
+            names.REQUIRE_ANNOTATION: maybe(st.sampled_from(REQUIRES)),
+            names.SUSPEND_DURING_ANNOTATION: maybe(st.sampled_from(CRONS) | odd_text),
+            names.SUSPENDED_DURING_ANNOTATION: maybe(st.sampled_from(CRONS)),
+            names.SUSPENDED_ANNOTATION: maybe(odd_text),
+            names.AUDIT_ANNOTATION: maybe(odd_text),
+            "other": json_values,
+        },
+    ),
 )
 metadata = mostly(
-    st.fixed_dictionaries({}, optional={
-        "name": maybe(st.sampled_from(["podinfo", "x"]) | odd_text),
-        "namespace": maybe(st.sampled_from(["apps", "flux-system"]) | odd_text),
-        "generateName": maybe(odd_text),
-        "annotations": annotations,
-        "labels": json_values,
-    }),
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "name": maybe(st.sampled_from(["podinfo", "x"]) | odd_text),
+            "namespace": maybe(st.sampled_from(["apps", "flux-system"]) | odd_text),
+            "generateName": maybe(odd_text),
+            "annotations": annotations,
+            "labels": json_values,
+        },
+    ),
 )
 specs = mostly(
-    st.fixed_dictionaries({}, optional={"suspend": maybe(st.booleans()), "gates": spec_gates,
-                                        "path": maybe(st.sampled_from(["./a", "./b"])), "interval": json_values}),
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "suspend": maybe(st.booleans()),
+            "gates": spec_gates,
+            "path": maybe(st.sampled_from(["./a", "./b"])),
+            "interval": json_values,
+        },
+    ),
 )
-artifacts = st.fixed_dictionaries({}, optional={"revision": maybe(st.sampled_from(["main@sha1:1", "main@sha1:2"])),
-                                                "digest": maybe(st.sampled_from(["sha256:1", "sha256:2"]))})
+artifacts = st.fixed_dictionaries(
+    {},
+    optional={
+        "revision": maybe(st.sampled_from(["main@sha1:1", "main@sha1:2"])),
+        "digest": maybe(st.sampled_from(["sha256:1", "sha256:2"])),
+    },
+)
 statuses = mostly(
-    st.fixed_dictionaries({}, optional={"artifact": maybe(artifacts), "suspended": maybe(st.booleans()),
-                                        "conditions": json_values}),
+    st.fixed_dictionaries(
+        {},
+        optional={"artifact": maybe(artifacts), "suspended": maybe(st.booleans()), "conditions": json_values},
+    ),
 )
 
 
@@ -200,23 +346,34 @@ def gated_reviews(draw, kinds=st.sampled_from(FLUX_KINDS)) -> dict:
     if draw(st.booleans()):
         user["groups"] = draw(st.lists(st.sampled_from(GROUPS) | odd_text, max_size=3))
     request = {
-        "uid": draw(st.text(min_size=1, max_size=40) | st.sampled_from(["7f0d3c55-1d7e-4a53-9b8e-3c1f2a9d8e01"])),
-        "kind": {"group": group, "version": draw(st.sampled_from(["v1", "v1beta2", "v2", ""]) | odd_text), "kind": kind},
+        "uid": draw(
+            st.text(min_size=1, max_size=40) | st.sampled_from(["7f0d3c55-1d7e-4a53-9b8e-3c1f2a9d8e01"])
+        ),
+        "kind": {
+            "group": group,
+            "version": draw(st.sampled_from(["v1", "v1beta2", "v2", ""]) | odd_text),
+            "kind": kind,
+        },
         "resource": {"group": group, "version": "v1", "resource": kind.lower() + "s"},
         "operation": operation,
         "userInfo": user,
         "object": new,
         "oldObject": old,
     }
-    for key, strategy in (("subResource", st.sampled_from(["", "status", "scale"]) | odd_text),
-                          ("name", odd_text), ("namespace", odd_text), ("dryRun", st.booleans()),
-                          ("options", st.dictionaries(odd_text, json_values, max_size=2))):
+    for key, strategy in (
+        ("subResource", st.sampled_from(["", "status", "scale"]) | odd_text),
+        ("name", odd_text),
+        ("namespace", odd_text),
+        ("dryRun", st.booleans()),
+        ("options", st.dictionaries(odd_text, json_values, max_size=2)),
+    ):
         if draw(st.booleans()):
             request[key] = draw(st.none() | strategy)
     return {"apiVersion": draw(st.sampled_from(API_VERSIONS)), "kind": "AdmissionReview", "request": request}
 
 
 # --- what the parser must accept: the AdmissionReview contract (SPEC §6: wrong shapes are 400) ---
+
 
 def _is_str(value: object) -> bool:
     return isinstance(value, str)
@@ -253,14 +410,36 @@ FIELD_RULES: dict[tuple, Callable[[object], bool]] = {
     ("request", "resource"): lambda v: True,  # not read
 }
 # Fields whose absence makes a review malformed; an absent optional field is fine.
-REQUIRED = {("apiVersion",), ("kind",), ("request",), ("request", "uid"), ("request", "kind"),
-            ("request", "kind", "group"), ("request", "kind", "version"), ("request", "kind", "kind"),
-            ("request", "operation"), ("request", "userInfo")}
-OBJECT_FIELDS = [("metadata",), ("metadata", "name"), ("metadata", "namespace"), ("metadata", "annotations"),
-                 *[("metadata", "annotations", key) for key in ANNOTATION_KEYS], ("metadata", "labels"),
-                 ("spec",), ("spec", "gates"), ("spec", "gates", "refs"), ("spec", "gates", "require"),
-                 ("spec", "path"), ("spec", "suspend"), ("status",), ("status", "artifact"),
-                 ("status", "artifact", "revision"), ("status", "suspended")]
+REQUIRED = {
+    ("apiVersion",),
+    ("kind",),
+    ("request",),
+    ("request", "uid"),
+    ("request", "kind"),
+    ("request", "kind", "group"),
+    ("request", "kind", "version"),
+    ("request", "kind", "kind"),
+    ("request", "operation"),
+    ("request", "userInfo"),
+}
+OBJECT_FIELDS = [
+    ("metadata",),
+    ("metadata", "name"),
+    ("metadata", "namespace"),
+    ("metadata", "annotations"),
+    *[("metadata", "annotations", key) for key in ANNOTATION_KEYS],
+    ("metadata", "labels"),
+    ("spec",),
+    ("spec", "gates"),
+    ("spec", "gates", "refs"),
+    ("spec", "gates", "require"),
+    ("spec", "path"),
+    ("spec", "suspend"),
+    ("status",),
+    ("status", "artifact"),
+    ("status", "artifact", "revision"),
+    ("status", "suspended"),
+]
 OBJECT_PATHS = [(root, *field) for root in ("object", "oldObject") for field in OBJECT_FIELDS]
 FIELD_PATHS = list(FIELD_RULES)
 REQUEST_OBJECT_PATHS = [("request", *p) for p in OBJECT_PATHS]
@@ -303,6 +482,7 @@ def poke(doc: dict, path: tuple, value: object = None, delete: bool = False) -> 
 
 # --- cases: a body and what it must get ---------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Case:
     """One request body; ``expect`` is the status it must get (None: 200 or a 4xx)."""
@@ -332,11 +512,35 @@ content_types = st.sampled_from(["application/json", "application/json; charset=
 
 malformed_bytes = st.one_of(
     st.binary(max_size=200),
-    st.sampled_from([b"", b" ", b"null", b"[]", b"{", b"}", b"{}", b'"AdmissionReview"', b"\xff\xfe{}", b"\xef\xbb\xbf{}",
-                     b"NaN", b"Infinity", b"1e999", b"{'kind': 'AdmissionReview'}", b'{"kind":"AdmissionReview",}']),
-    st.builds(lambda doc, cut: _dumps(doc)[: max(0, min(cut, len(_dumps(doc)) - 1))],
-              gated_reviews(), st.integers(0, 4000)),  # truncated: never a whole JSON document
-    st.builds(lambda doc, tail: _dumps(doc) + tail, gated_reviews(), st.sampled_from([b"x", b"}", b",", b"\x00", b"{}"])),
+    st.sampled_from(
+        [
+            b"",
+            b" ",
+            b"null",
+            b"[]",
+            b"{",
+            b"}",
+            b"{}",
+            b'"AdmissionReview"',
+            b"\xff\xfe{}",
+            b"\xef\xbb\xbf{}",
+            b"NaN",
+            b"Infinity",
+            b"1e999",
+            b"{'kind': 'AdmissionReview'}",
+            b'{"kind":"AdmissionReview",}',
+        ]
+    ),
+    st.builds(
+        lambda doc, cut: _dumps(doc)[: max(0, min(cut, len(_dumps(doc)) - 1))],
+        gated_reviews(),
+        st.integers(0, 4000),
+    ),  # truncated: never a whole JSON document
+    st.builds(
+        lambda doc, tail: _dumps(doc) + tail,
+        gated_reviews(),
+        st.sampled_from([b"x", b"}", b",", b"\x00", b"{}"]),
+    ),
 ).map(lambda body: Case("malformed-bytes", body, 413 if len(body) > MAX_BODY else 400))
 
 
@@ -372,8 +576,21 @@ def wrong_kinds(draw) -> Case:
         case = review_case("ungated-kind", doc)
         gated = kinds.is_gated_kind(group, kind)
         return Case("gated-kind" if gated else "ungated-kind", case.body, case.expect)
-    wrong = draw(st.sampled_from(["admission.k8s.io/v2", "admission.k8s.io", "v1", "", "ADMISSION.K8S.IO/V1",
-                                  "admission.k8s.io/v1 ", "AdmissionReview", "admissionreview"]) | odd_text)
+    wrong = draw(
+        st.sampled_from(
+            [
+                "admission.k8s.io/v2",
+                "admission.k8s.io",
+                "v1",
+                "",
+                "ADMISSION.K8S.IO/V1",
+                "admission.k8s.io/v1 ",
+                "AdmissionReview",
+                "admissionreview",
+            ]
+        )
+        | odd_text
+    )
     return review_case(f"wrong-{what}", poke(doc, (what,), wrong))
 
 
@@ -389,8 +606,13 @@ def huge_strings(draw) -> Case:
     text = char * (draw(st.sampled_from([1 << 16, HUGE])) // len(char))
     path = draw(st.sampled_from(ALL_PATHS))
     if draw(st.booleans()):  # half of them in an annotation: gate references, crons, reasons
-        path = ("request", draw(st.sampled_from(["object", "oldObject"])), "metadata", "annotations",
-                draw(st.sampled_from(ANNOTATION_KEYS)))
+        path = (
+            "request",
+            draw(st.sampled_from(["object", "oldObject"])),
+            "metadata",
+            "annotations",
+            draw(st.sampled_from(ANNOTATION_KEYS)),
+        )
     doc = poke(doc, path, text)
     if path[:2] in (("request", "object"), ("request", "oldObject")) and draw(st.booleans()):
         doc = poke(doc, ("request", "oldObject" if path[1] == "object" else "object", *path[2:]), text)
@@ -400,9 +622,16 @@ def huge_strings(draw) -> Case:
 SENTINEL = "\ue000fuzz-sentinel\ue000"
 SENTINEL_JSON = orjson.dumps(SENTINEL)
 # Raw JSON string forms orjson must refuse (lone surrogates) or decode (pairs, NUL escapes).
-SURROGATES = {b'"\\ud800"': None, b'"\\udfff"': None, b'"a\\udc00b"': None, b'"\\ud83d"': None,
-              b'"\xed\xa0\x80"': None, b'"\\ud83d\\ude00"': "\U0001f600", b'"\\u0000"': "\x00",
-              b'"\\u202e\\u200f"': "\u202e\u200f"}
+SURROGATES = {
+    b'"\\ud800"': None,
+    b'"\\udfff"': None,
+    b'"a\\udc00b"': None,
+    b'"\\ud83d"': None,
+    b'"\xed\xa0\x80"': None,
+    b'"\\ud83d\\ude00"': "\U0001f600",
+    b'"\\u0000"': "\x00",
+    b'"\\u202e\\u200f"': "\u202e\u200f",
+}
 
 
 def _spliced(doc: dict, path: tuple, raw: bytes) -> bytes:
@@ -448,7 +677,9 @@ def deep_nesting(draw) -> Case:
     if draw(st.integers(0, 3)) == 0:
         return Case("deep-bare", nested, 413 if len(nested) > MAX_BODY else 400)  # never an AdmissionReview
     doc = draw(gated_reviews(kinds=st.sampled_from(FLUX_KINDS)))
-    path = draw(st.sampled_from(ALL_PATHS) | st.sampled_from(REQUEST_OBJECT_PATHS))  # mostly where the core looks
+    path = draw(
+        st.sampled_from(ALL_PATHS) | st.sampled_from(REQUEST_OBJECT_PATHS)
+    )  # mostly where the core looks
     if path[:2] in (("request", "object"), ("request", "oldObject")) and draw(st.booleans()):
         # The same deep value in both objects: comparing them has to descend all the way.
         twin = ("request", "oldObject" if path[1] == "object" else "object", *path[2:])
@@ -462,13 +693,25 @@ def deep_nesting(draw) -> Case:
 
 gated = gated_reviews().map(lambda doc: review_case("gated-review", doc))
 # Every family, weighted towards well-formed reviews, the ones that reach the core.
-FAMILIES = [(gated, 35), (wrong_fields(), 20), (wrong_kinds(), 7), (malformed_bytes, 6), (flipped_bytes(), 5),
-            (arbitrary_json, 4), (surrogates(), 8), (deep_nesting(), 12), (huge_strings(), 3)]
-cases = st.sampled_from([family for family, weight in FAMILIES for _ in range(weight)]).flatmap(lambda family: family)
+FAMILIES = [
+    (gated, 35),
+    (wrong_fields(), 20),
+    (wrong_kinds(), 7),
+    (malformed_bytes, 6),
+    (flipped_bytes(), 5),
+    (arbitrary_json, 4),
+    (surrogates(), 8),
+    (deep_nesting(), 12),
+    (huge_strings(), 3),
+]
+cases = st.sampled_from([family for family, weight in FAMILIES for _ in range(weight)]).flatmap(
+    lambda family: family
+)
 requests = st.tuples(cases, st.sampled_from(MODES), content_types)
 
 
 # --- the properties -----------------------------------------------------------------------
+
 
 class FuzzFailure(AssertionError):
     """A property does not hold; the message starts with a short, stable reason."""
@@ -487,8 +730,13 @@ def _fail_unless(condition: object, reason: str, detail: object = "") -> None:
 
 
 def _strings(value: object, what: str) -> None:
-    _fail_unless(isinstance(value, list) and value and all(isinstance(w, str) and w and len(w) <= MAX_MESSAGE
-                                                          for w in value), f"bad {what}", value)
+    _fail_unless(
+        isinstance(value, list)
+        and value
+        and all(isinstance(w, str) and w and len(w) <= MAX_MESSAGE for w in value),
+        f"bad {what}",
+        value,
+    )
 
 
 def _check_patch(response: dict, request: dict, path: str) -> None:
@@ -506,10 +754,17 @@ def _check_patch(response: dict, request: dict, path: str) -> None:
         raise FuzzFailure(f"patch does not apply to request.object: {err}") from None
     touched = {op.get("path") for op in ops}
     status_write = request.get("subResource") == "status"
-    _fail_unless(touched <= (STATUS_PATCH_PATHS if status_write else AUDIT_PATCH_PATHS), "patch touches other fields", touched)
+    _fail_unless(
+        touched <= (STATUS_PATCH_PATHS if status_write else AUDIT_PATCH_PATHS),
+        "patch touches other fields",
+        touched,
+    )
     if status_write:
-        _fail_unless(isinstance(patched.get("status"), dict) and isinstance(patched["status"].get("suspended"), bool),
-                     "status patch does not leave status.suspended a boolean", patched.get("status"))
+        _fail_unless(
+            isinstance(patched.get("status"), dict) and isinstance(patched["status"].get("suspended"), bool),
+            "status patch does not leave status.suspended a boolean",
+            patched.get("status"),
+        )
     else:
         record = patched["metadata"]["annotations"][names.AUDIT_ANNOTATION]
         _fail_unless(isinstance(orjson.loads(record), dict), "audit record is not a JSON object", record)
@@ -524,9 +779,16 @@ def _no_opinion(request: dict, path: str) -> bool:
 
 
 def _check_review(doc: dict, payload: dict, path: str, mode: str) -> None:
-    _fail_unless(isinstance(payload, dict) and payload.get("kind") == "AdmissionReview", "answer is not an AdmissionReview", payload)
-    _fail_unless(payload.get("apiVersion") == doc["apiVersion"], "answer apiVersion differs from the request's",
-                 (payload.get("apiVersion"), doc["apiVersion"]))
+    _fail_unless(
+        isinstance(payload, dict) and payload.get("kind") == "AdmissionReview",
+        "answer is not an AdmissionReview",
+        payload,
+    )
+    _fail_unless(
+        payload.get("apiVersion") == doc["apiVersion"],
+        "answer apiVersion differs from the request's",
+        (payload.get("apiVersion"), doc["apiVersion"]),
+    )
     response = payload.get("response")
     _fail_unless(isinstance(response, dict) and set(response) <= RESPONSE_KEYS, "bad response keys", response)
     request = doc["request"]
@@ -535,48 +797,82 @@ def _check_review(doc: dict, payload: dict, path: str, mode: str) -> None:
     status = response.get("status")
     # A handler that raised: the app answers with code 500 (validate) or a warning (mutate).
     _fail_unless(not (isinstance(status, dict) and status.get("code") == 500), "handler failed", status)
-    _fail_unless(not any("could not evaluate" in str(w) for w in response.get("warnings") or ()), "handler failed",
-                 response.get("warnings"))
+    _fail_unless(
+        not any("could not evaluate" in str(w) for w in response.get("warnings") or ()),
+        "handler failed",
+        response.get("warnings"),
+    )
     if not response["allowed"]:
         _fail_unless(path == "/validate", "mutate denied a request", response)
         _fail_unless(mode == "enforce", "audit mode denied a request", response)
-        _fail_unless(isinstance(status, dict) and status.get("code") == 403 and status.get("reason") == "Forbidden"
-                     and isinstance(status.get("message"), str) and 0 < len(status["message"]) <= MAX_MESSAGE,
-                     "bad denial status", status)
+        _fail_unless(
+            isinstance(status, dict)
+            and status.get("code") == 403
+            and status.get("reason") == "Forbidden"
+            and isinstance(status.get("message"), str)
+            and 0 < len(status["message"]) <= MAX_MESSAGE,
+            "bad denial status",
+            status,
+        )
     else:
         _fail_unless(status is None, "an allowed response has a status", status)
     if "warnings" in response:
         _strings(response["warnings"], "warnings")
     audit = response.get("auditAnnotations")
-    _fail_unless(audit is None or (isinstance(audit, dict) and audit and all(isinstance(v, str) for v in audit.values())),
-                 "bad auditAnnotations", audit)
+    _fail_unless(
+        audit is None
+        or (isinstance(audit, dict) and audit and all(isinstance(v, str) for v in audit.values())),
+        "bad auditAnnotations",
+        audit,
+    )
     if "patch" in response or "patchType" in response:
         _check_patch(response, request, path)
     if _no_opinion(request, path):
-        _fail_unless(set(response) == {"uid", "allowed"} and response["allowed"], "an opinion where none is due", response)
+        _fail_unless(
+            set(response) == {"uid", "allowed"} and response["allowed"],
+            "an opinion where none is due",
+            response,
+        )
     kind = request["kind"]
-    if (path == "/mutate" and request.get("subResource") == "status" and request["operation"] == "UPDATE"
-            and kinds.is_gated_kind(kind["group"], kind["kind"]) and isinstance(request.get("object"), dict)
-            and "patch" not in response):
+    if (
+        path == "/mutate"
+        and request.get("subResource") == "status"
+        and request["operation"] == "UPDATE"
+        and kinds.is_gated_kind(kind["group"], kind["kind"])
+        and isinstance(request.get("object"), dict)
+        and "patch" not in response
+    ):
         # Absent says "not suspended" as false does (admission.core.matching): only a value that
         # is not a boolean must always be rewritten.
         status_ = request["object"].get("status")
         suspended = status_.get("suspended", False) if isinstance(status_, dict) else False
-        _fail_unless(isinstance(suspended, bool), "no patch although status.suspended is not a boolean", status_)
+        _fail_unless(
+            isinstance(suspended, bool), "no patch although status.suspended is not a boolean", status_
+        )
 
 
 def check(case: Case, path: str, mode: str, status: int, payload: bytes) -> None:
     """The properties every answer must have; raise FuzzFailure naming the first that fails."""
     _fail_unless(status < 500, f"HTTP {status}", payload[:300])
-    _fail_unless(case.expect is None or status == case.expect, f"HTTP {status} where {case.expect} is due", payload[:300])
+    _fail_unless(
+        case.expect is None or status == case.expect,
+        f"HTTP {status} where {case.expect} is due",
+        payload[:300],
+    )
     try:
         answer = orjson.loads(payload)
     except orjson.JSONDecodeError as err:
         raise FuzzFailure(f"answer is not JSON: {err}") from None
     if status != 200:
         _fail_unless(400 <= status < 500, f"HTTP {status}")
-        _fail_unless(isinstance(answer, dict) and set(answer) == {"error"} and isinstance(answer["error"], str)
-                     and answer["error"].strip(), "bad error body", answer)
+        _fail_unless(
+            isinstance(answer, dict)
+            and set(answer) == {"error"}
+            and isinstance(answer["error"], str)
+            and answer["error"].strip(),
+            "bad error body",
+            answer,
+        )
         return
     _check_review(orjson.loads(case.body), answer, path, mode)
 
@@ -597,9 +893,17 @@ def post(client, case: Case, path: str) -> tuple[int, bytes]:
 
 # --- the CI subset ------------------------------------------------------------------------
 
-FAST = dict(deadline=None, derandomize=False, database=None,
-            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example,
-                                   HealthCheck.filter_too_much])
+FAST = dict(
+    deadline=None,
+    derandomize=False,
+    database=None,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.large_base_example,
+        HealthCheck.filter_too_much,
+    ],
+)
 
 
 @pytest.fixture(scope="module")
@@ -632,7 +936,11 @@ def test_wrong_kinds_and_api_versions(clients, case, mode):
 
 
 @settings(max_examples=200, **FAST)
-@given(case=malformed_bytes | flipped_bytes() | arbitrary_json, mode=st.sampled_from(MODES), content_type=content_types)
+@given(
+    case=malformed_bytes | flipped_bytes() | arbitrary_json,
+    mode=st.sampled_from(MODES),
+    content_type=content_types,
+)
 def test_malformed_bodies(clients, case, mode, content_type):
     run(clients, case, mode, content_type)
 
@@ -675,9 +983,17 @@ def test_values_nested_too_deep_to_judge_are_a_400(clients, path):
 
 def test_the_properties_can_fail():
     """The checker is not vacuous: each kind of wrong answer is caught."""
-    doc = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-           "request": {"uid": "u", "kind": {"group": "apps", "version": "v1", "kind": "Deployment"},
-                       "operation": "CREATE", "userInfo": {}, "object": {"spec": {}}}}
+    doc = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "u",
+            "kind": {"group": "apps", "version": "v1", "kind": "Deployment"},
+            "operation": "CREATE",
+            "userInfo": {},
+            "object": {"spec": {}},
+        },
+    }
     case = review_case("gated-review", doc)
 
     def answer(response: dict, api_version: str = "admission.k8s.io/v1") -> bytes:
@@ -691,18 +1007,39 @@ def test_the_properties_can_fail():
         (200, answer({"uid": "u", "allowed": True}, "admission.k8s.io/v1beta1")),
         (200, answer({"uid": "u", "allowed": "yes"})),
         (200, answer({"uid": "u", "allowed": True, "warnings": ["w"]})),  # an opinion on a Deployment
-        (200, answer({"uid": "u", "allowed": False, "status": {"code": 500, "message": "could not evaluate"}})),
+        (
+            200,
+            answer({"uid": "u", "allowed": False, "status": {"code": 500, "message": "could not evaluate"}}),
+        ),
         (200, b"not json"),
     ]
     for status, payload in wrong:
         with pytest.raises(FuzzFailure):
             check(case, "/validate", "enforce", status, payload)
     bad_patch = base64.b64encode(b'[{"op":"replace","path":"/nope/x","value":1}]').decode()
-    gated_doc = poke(poke(doc, ("request", "kind"), {"group": "source.toolkit.fluxcd.io", "version": "v1",
-                                                      "kind": "GitRepository"}), ("request", "subResource"), "status")
+    gated_doc = poke(
+        poke(
+            doc,
+            ("request", "kind"),
+            {"group": "source.toolkit.fluxcd.io", "version": "v1", "kind": "GitRepository"},
+        ),
+        ("request", "subResource"),
+        "status",
+    )
     with pytest.raises(FuzzFailure, match="patch does not apply"):
         update = poke(poke(gated_doc, ("request", "operation"), "UPDATE"), ("request", "oldObject"), {})
-        check(review_case("gated-review", update), "/mutate", "enforce",
-              200, answer({"uid": "u", "allowed": True, "patchType": "JSONPatch", "patch": bad_patch}))
+        check(
+            review_case("gated-review", update),
+            "/mutate",
+            "enforce",
+            200,
+            answer({"uid": "u", "allowed": True, "patchType": "JSONPatch", "patch": bad_patch}),
+        )
     with pytest.raises(FuzzFailure, match="400"):
-        check(Case("malformed-bytes", b"{", 400), "/validate", "enforce", 200, answer({"uid": "u", "allowed": True}))
+        check(
+            Case("malformed-bytes", b"{", 400),
+            "/validate",
+            "enforce",
+            200,
+            answer({"uid": "u", "allowed": True}),
+        )

@@ -31,10 +31,12 @@ GATES = [gate("change-freeze", default="closed")]
 def client_with(gates_dir):
     def make(sources=(), mode="enforce", gates=GATES):
         write_gates(gates_dir, list(gates))
-        app = create_app(FileStore(gates_dir), Settings(mode=mode), clock=lambda: FIXED_NOW,
-                         sources=StaticSources(sources))
+        app = create_app(
+            FileStore(gates_dir), Settings(mode=mode), clock=lambda: FIXED_NOW, sources=StaticSources(sources)
+        )
         app.testing = True
         return app.test_client()
+
     return make
 
 
@@ -67,30 +69,57 @@ def decision_log():
 
 
 def decisions(capfd) -> list[dict]:
-    return [orjson.loads(line) for line in capfd.readouterr().err.splitlines()
-            if line.startswith("{") and '"admission decision"' in line]
+    return [
+        orjson.loads(line)
+        for line in capfd.readouterr().err.splitlines()
+        if line.startswith("{") and '"admission decision"' in line
+    ]
 
 
 def test_a_held_source_is_rewritten_logged_and_counted_as_content(client_with, capfd):
     client = client_with()
-    old = flux("GitRepository", name="flux-system", namespace="flux-system", gates=HELD, status={"artifact": art(GIT_A)})
-    new = flux("GitRepository", name="flux-system", namespace="flux-system", gates=HELD, status={"artifact": art(GIT_B)})
-    before = metric(client, 'gate_admission_holds_total{held="content",kind="GitRepository",verdict="rewritten"}')
+    old = flux(
+        "GitRepository",
+        name="flux-system",
+        namespace="flux-system",
+        gates=HELD,
+        status={"artifact": art(GIT_A)},
+    )
+    new = flux(
+        "GitRepository",
+        name="flux-system",
+        namespace="flux-system",
+        gates=HELD,
+        status={"artifact": art(GIT_B)},
+    )
+    before = metric(
+        client, 'gate_admission_holds_total{held="content",kind="GitRepository",verdict="rewritten"}'
+    )
     capfd.readouterr()
     stored, verdict = stored_after(client, old, new)
     assert verdict["allowed"] is True and stored["status"]["artifact"] == art(GIT_A)
     assert content.waiting(stored).waits == GIT_B and content.waiting(stored).gates == (HELD,)
     (line,) = decisions(capfd)
-    assert line["verdict"] == "rewritten" and line["held"] == "content" and line["operation"] == "UPDATE/status"
+    assert (
+        line["verdict"] == "rewritten" and line["held"] == "content" and line["operation"] == "UPDATE/status"
+    )
     assert line["reason"].endswith(f"{GIT_B} waits, serving {GIT_A}")
-    assert metric(client, 'gate_admission_holds_total{held="content",kind="GitRepository",verdict="rewritten"}') \
+    assert (
+        metric(client, 'gate_admission_holds_total{held="content",kind="GitRepository",verdict="rewritten"}')
         == before + 1
+    )
 
 
 def test_an_edit_is_denied_naming_what_changed_and_counted_as_an_edit(client_with, capfd):
     client = client_with()
-    old = flux("HelmRelease", gates=HELD, spec={"chart": {"spec": {"chart": "podinfo"}},
-                                                "values": {"podAnnotations": {"a": None}, "replicas": 2}})
+    old = flux(
+        "HelmRelease",
+        gates=HELD,
+        spec={
+            "chart": {"spec": {"chart": "podinfo"}},
+            "values": {"podAnnotations": {"a": None}, "replicas": 2},
+        },
+    )
     new = copy.deepcopy(old)
     new["spec"]["values"]["podAnnotations"] = {}
     new["metadata"]["labels"] = {"team": "a"}
@@ -114,19 +143,31 @@ def test_changed_paths_are_a_few_then_a_count(client_with):
 def test_a_kustomization_attempt_is_denied_and_ready_approved_show_it(client_with):
     git = flux("GitRepository", name="flux-system", namespace="flux-system", status={"artifact": art(GIT_B)})
     client = client_with([git])
-    spec = {"interval": "10m", "path": "./", "sourceRef": {"kind": "GitRepository", "name": "flux-system",
-                                                          "namespace": "flux-system"}}
-    applied = flux(gates=HELD, spec=spec, status={"lastAppliedRevision": GIT_A, "lastAttemptedRevision": GIT_A})
+    spec = {
+        "interval": "10m",
+        "path": "./",
+        "sourceRef": {"kind": "GitRepository", "name": "flux-system", "namespace": "flux-system"},
+    }
+    applied = flux(
+        gates=HELD, spec=spec, status={"lastAppliedRevision": GIT_A, "lastAttemptedRevision": GIT_A}
+    )
     # 1. conditions only: Ready=Unknown "Reconciliation in progress"
     progress = copy.deepcopy(applied)
-    progress["status"]["conditions"] = [{"type": "Ready", "status": "Unknown", "reason": "Progressing",
-                                         "message": "Reconciliation in progress"}]
+    progress["status"]["conditions"] = [
+        {
+            "type": "Ready",
+            "status": "Unknown",
+            "reason": "Progressing",
+            "message": "Reconciliation in progress",
+        }
+    ]
     stored, verdict = stored_after(client, applied, progress)
     assert verdict["allowed"] is True
     ready = conditions.find(stored, "Ready")
     assert (ready["status"], ready["reason"]) == ("False", "GateClosed")
-    assert content.waiting(stored) == content.Waiting("Kustomization", GIT_B, GIT_A, (HELD,),
-                                                      conditions.find(stored, "Approved")["message"])
+    assert content.waiting(stored) == content.Waiting(
+        "Kustomization", GIT_B, GIT_A, (HELD,), conditions.find(stored, "Approved")["message"]
+    )
     # 2. the write that records the new revision: denied
     attempt = copy.deepcopy(stored)
     attempt["status"]["lastAttemptedRevision"] = GIT_B
@@ -147,8 +188,15 @@ def test_a_denied_helmrelease_attempt_is_queued_to_be_shown_nothing_else_is(gate
     kube = FakeKube()
     old = kube.add("helmreleases", flux("HelmRelease", gates=HELD, status=hr_status()))
     # Reviews authenticated by a client certificate: the denied attempt's values are shown.
-    attempts = DeniedAttempts(None, FileStore(gates_dir).lookup, Settings(), StaticSources(),
-                              clock=lambda: FIXED_NOW, custom=kube, trust_reviews=True)
+    attempts = DeniedAttempts(
+        None,
+        FileStore(gates_dir).lookup,
+        Settings(),
+        StaticSources(),
+        clock=lambda: FIXED_NOW,
+        custom=kube,
+        trust_reviews=True,
+    )
     app = create_app(FileStore(gates_dir), Settings(), clock=lambda: FIXED_NOW, attempts=attempts)
     client = app.test_client()
     digest = "sha256:" + "2" * 64
@@ -165,23 +213,46 @@ def test_a_denied_helmrelease_attempt_is_queued_to_be_shown_nothing_else_is(gate
 
 def test_an_image_policy_tag_is_held(client_with):
     client = client_with()
-    old = flux("ImagePolicy", gates=HELD, status={"latestRef": {"name": "registry.example/a/b", "tag": "1.0"}})
-    new = flux("ImagePolicy", gates=HELD, status={"latestRef": {"name": "registry.example/a/b", "tag": "1.1"}})
+    old = flux(
+        "ImagePolicy", gates=HELD, status={"latestRef": {"name": "registry.example/a/b", "tag": "1.0"}}
+    )
+    new = flux(
+        "ImagePolicy", gates=HELD, status={"latestRef": {"name": "registry.example/a/b", "tag": "1.1"}}
+    )
     stored, verdict = stored_after(client, old, new)
     assert verdict["allowed"] is True and stored["status"]["latestRef"]["tag"] == "1.0"
     assert content.waiting(stored).waits == "registry.example/a/b:1.1"
 
 
 def test_a_generated_helmchart_is_held_by_its_helmreleases_gate(client_with):
-    release = flux("HelmRelease", gates=HELD, spec={"chart": {"spec": {"chart": "podinfo", "version": "6.x",
-                                                                       "sourceRef": {"kind": "HelmRepository",
-                                                                                     "name": "podinfo",
-                                                                                     "namespace": "flux-system"}}}})
+    release = flux(
+        "HelmRelease",
+        gates=HELD,
+        spec={
+            "chart": {
+                "spec": {
+                    "chart": "podinfo",
+                    "version": "6.x",
+                    "sourceRef": {"kind": "HelmRepository", "name": "podinfo", "namespace": "flux-system"},
+                }
+            }
+        },
+    )
     client = client_with([release])
-    old = flux("HelmChart", name="apps-podinfo", namespace="flux-system", labels=OWNER,
-               status={"artifact": art("6.5.0")})
-    new = flux("HelmChart", name="apps-podinfo", namespace="flux-system", labels=OWNER,
-               status={"artifact": art("6.5.1")})
+    old = flux(
+        "HelmChart",
+        name="apps-podinfo",
+        namespace="flux-system",
+        labels=OWNER,
+        status={"artifact": art("6.5.0")},
+    )
+    new = flux(
+        "HelmChart",
+        name="apps-podinfo",
+        namespace="flux-system",
+        labels=OWNER,
+        status={"artifact": art("6.5.1")},
+    )
     stored, verdict = stored_after(client, old, new)
     assert stored["status"]["artifact"] == art("6.5.0") and verdict["allowed"] is True
     assert call(client, "/validate", old, new)["allowed"] is False  # the backstop
@@ -195,19 +266,41 @@ def test_audit_mode_holds_nothing_and_records_every_would_be_hold(client_with, c
     stored, verdict = stored_after(client, old, new)
     assert stored["status"]["artifact"] == art(GIT_B) and conditions.find(stored, "Blocked") is None
     assert verdict["allowed"] is True and "would be denied" in verdict["warnings"][0]
-    assert verdict["auditAnnotations"]["mode"] == "audit" and f"{GIT_B} waits" in verdict["auditAnnotations"]["held"]
+    assert (
+        verdict["auditAnnotations"]["mode"] == "audit"
+        and f"{GIT_B} waits" in verdict["auditAnnotations"]["held"]
+    )
     (line,) = decisions(capfd)
     assert line["verdict"] == "audited" and line["held"] == "content"
 
 
-@pytest.mark.parametrize("kind", ["GitRepository", "HelmChart", "ImagePolicy", "Kustomization", "HelmRelease"])
+@pytest.mark.parametrize(
+    "kind", ["GitRepository", "HelmChart", "ImagePolicy", "Kustomization", "HelmRelease"]
+)
 def test_an_object_with_no_gates_is_never_touched(client_with, kind, capfd):
     client = client_with()
-    old = flux(kind, status={"artifact": art(GIT_A), "latestImage": "a:1", "lastAppliedRevision": GIT_A,
-                             "lastAttemptedRevision": GIT_A, **hr_status(), "suspended": False})
-    new = flux(kind, status={"artifact": art(GIT_B), "latestImage": "a:2", "lastAppliedRevision": GIT_A,
-                             "lastAttemptedRevision": GIT_B, **hr_status(attempted=("7.0.0", "", "x")),
-                             "suspended": False})
+    old = flux(
+        kind,
+        status={
+            "artifact": art(GIT_A),
+            "latestImage": "a:1",
+            "lastAppliedRevision": GIT_A,
+            "lastAttemptedRevision": GIT_A,
+            **hr_status(),
+            "suspended": False,
+        },
+    )
+    new = flux(
+        kind,
+        status={
+            "artifact": art(GIT_B),
+            "latestImage": "a:2",
+            "lastAppliedRevision": GIT_A,
+            "lastAttemptedRevision": GIT_B,
+            **hr_status(attempted=("7.0.0", "", "x")),
+            "suspended": False,
+        },
+    )
     capfd.readouterr()
     assert "patch" not in call(client, "/mutate", old, new)
     response = call(client, "/validate", old, new)
@@ -224,7 +317,9 @@ def test_readiness_waits_for_the_flux_object_cache_once_then_only_reports_it(gat
 
     write_gates(gates_dir, GATES)
     cache = Cache()
-    client = create_app(FileStore(gates_dir), Settings(), clock=lambda: FIXED_NOW, sources=cache).test_client()
+    client = create_app(
+        FileStore(gates_dir), Settings(), clock=lambda: FIXED_NOW, sources=cache
+    ).test_client()
     response = client.get("/readyz")
     assert response.status_code == 503 and response.get_json()["reason"] == cache.reason
     assert response.get_json()["fluxObjects"] == {"ready": False, "reason": cache.reason}

@@ -22,9 +22,15 @@ from tests.polling import until
 
 NOW = at("2026-12-20T10:00")
 GATES = [
-    gate("freeze", default="opened", annotations={names.CLOSE_ANNOTATION: "2026-12-18T08:00:00Z",
-                                                   names.REQUESTED_BY_ANNOTATION: "carol",
-                                                   names.MESSAGE_ANNOTATION: "incident 42"}),
+    gate(
+        "freeze",
+        default="opened",
+        annotations={
+            names.CLOSE_ANNOTATION: "2026-12-18T08:00:00Z",
+            names.REQUESTED_BY_ANNOTATION: "carol",
+            names.MESSAGE_ANNOTATION: "incident 42",
+        },
+    ),
     gate("approval", default="closed"),
     gate("nightly", default="opened"),
     keeper("n", "nightly", closed=[{"cron": "0 1 * * *", "duration": "2h"}], timeZone="Europe/Berlin"),
@@ -40,8 +46,13 @@ def hub(gates_dir, tmp_path):
     (tmp_path / "token").write_text("hub-s3cret\n")
     store, clock = FileStore(gates_dir), {"now": NOW}
     calendar_feeds = feeds.CalendarFeeds(lambda: store.index, lambda: clock["now"], first_wait=60)
-    app = create_app(store, Settings(), clock=lambda: clock["now"], calendar_feeds=calendar_feeds,
-                     calendar_token=TokenFile(str(tmp_path / "token")))
+    app = create_app(
+        store,
+        Settings(),
+        clock=lambda: clock["now"],
+        calendar_feeds=calendar_feeds,
+        calendar_token=TokenFile(str(tmp_path / "token")),
+    )
     app.testing = True
     yield app.test_client(), store, clock, gates_dir
     calendar_feeds.close()
@@ -63,9 +74,13 @@ def vevents(response) -> list:
 
 def test_the_feed_needs_the_token_as_bearer_or_basic_password(hub):
     client = hub[0]
-    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "hub-s3cret"},
-                    {"Authorization": "Basic " + base64.b64encode(b"spoke:wrong").decode()},
-                    {"Authorization": "Basic !!!"}):
+    for headers in (
+        {},
+        {"Authorization": "Bearer wrong"},
+        {"Authorization": "hub-s3cret"},
+        {"Authorization": "Basic " + base64.b64encode(b"spoke:wrong").decode()},
+        {"Authorization": "Basic !!!"},
+    ):
         response = client.get("/calendar.ics", headers=headers)
         assert response.status_code == 401 and "Bearer" in response.headers["WWW-Authenticate"], headers
     assert get(client, "/calendar.ics").status_code == 200
@@ -113,17 +128,23 @@ def test_a_closure_that_began_before_today_keeps_its_uid_from_day_to_day(hub):
     today = {str(e[names.FEED_GATE_PROPERTY]): str(e["UID"]) for e in vevents(get(client, url))}
     clock["now"] = NOW + timedelta(days=1)
     client.application.extensions["calendar_feeds"]._ttl = 0.0  # rebuild for the new day
-    tomorrow = until(lambda: get(client, url), lambda r: vevents(r)[0].decoded("DTSTART").day == 21, timeout=60)
-    assert {str(e[names.FEED_GATE_PROPERTY]): str(e["UID"]) for e in vevents(tomorrow)
-            if str(e[names.FEED_GATE_PROPERTY]) in ("flux-system/freeze", "flux-system/approval")} == \
-        {key: today[key] for key in ("flux-system/freeze", "flux-system/approval")}
+    tomorrow = until(
+        lambda: get(client, url), lambda r: vevents(r)[0].decoded("DTSTART").day == 21, timeout=60
+    )
+    assert {
+        str(e[names.FEED_GATE_PROPERTY]): str(e["UID"])
+        for e in vevents(tomorrow)
+        if str(e[names.FEED_GATE_PROPERTY]) in ("flux-system/freeze", "flux-system/approval")
+    } == {key: today[key] for key in ("flux-system/freeze", "flux-system/approval")}
 
 
 def test_an_unchanged_feed_is_304(hub):
     client = hub[0]
     first = get(client, "/calendar.ics?gate=approval")
     assert first.headers["Cache-Control"] == "no-cache"
-    again = client.get("/calendar.ics?gate=approval", headers={**BEARER, "If-None-Match": first.headers["ETag"]})
+    again = client.get(
+        "/calendar.ics?gate=approval", headers={**BEARER, "If-None-Match": first.headers["ETag"]}
+    )
     assert again.status_code == 304 and again.data == b""
 
 
@@ -132,10 +153,13 @@ def test_a_toggle_is_in_the_next_answer(hub):
     url = "/calendar.ics?namespace=flux-system&gate=approval&days=3"
     assert len(vevents(get(client, url))) == 1  # closed by default: one event for the three days
     opened = [g for g in GATES if g["metadata"]["name"] != "approval"] + [
-        gate("approval", default="closed", annotations={names.OPEN_ANNOTATION: "2026-12-20T09:00:00Z"})]
+        gate("approval", default="closed", annotations={names.OPEN_ANNOTATION: "2026-12-20T09:00:00Z"})
+    ]
     write_gates(gates_dir, opened)
     store.reload()
     # The feed was built before the toggle: this request waits for the rebuild (not the 60 s TTL).
     events = vevents(client.get(url, headers=BEARER))
-    assert [(e.decoded("DTSTART").astimezone(NOW.tzinfo), e.decoded("DTEND").astimezone(NOW.tzinfo))
-            for e in events] == [(at("2026-12-20T00:00"), at("2026-12-20T09:00"))]
+    assert [
+        (e.decoded("DTSTART").astimezone(NOW.tzinfo), e.decoded("DTEND").astimezone(NOW.tzinfo))
+        for e in events
+    ] == [(at("2026-12-20T00:00"), at("2026-12-20T09:00"))]

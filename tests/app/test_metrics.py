@@ -18,27 +18,41 @@ DASHBOARD = Path(__file__).resolve().parents[2] / "manifests" / "monitoring" / "
 
 def samples(client) -> dict[str, float]:
     text = client.get("/metrics").get_data(as_text=True)
-    return {line.rpartition(" ")[0]: float(line.rpartition(" ")[2])
-            for line in text.splitlines() if line and not line.startswith("#")}
+    return {
+        line.rpartition(" ")[0]: float(line.rpartition(" ")[2])
+        for line in text.splitlines()
+        if line and not line.startswith("#")
+    }
 
 
 def post(client, doc):
     return client.post("/validate", data=orjson.dumps(doc), content_type="application/json")
 
 
-DENIED = ('gate_admission_reviews_total{endpoint="validate",kind="Kustomization",mode="enforce",'
-          'operation="UPDATE",verdict="denied"}')
+DENIED = (
+    'gate_admission_reviews_total{endpoint="validate",kind="Kustomization",mode="enforce",'
+    'operation="UPDATE",verdict="denied"}'
+)
 
 
 def test_counters_and_gauges(make_client):
     client = make_client([gate("sre-approval", default="closed"), gate("qa-approval")])
     before = samples(client).get(DENIED, 0.0)
     obj = flux(gates="flux-system/sre-approval")
-    assert post(client, review(request("UPDATE", changed(obj, path="./b"), obj))).get_json()["response"]["allowed"] is False
+    assert (
+        post(client, review(request("UPDATE", changed(obj, path="./b"), obj))).get_json()["response"][
+            "allowed"
+        ]
+        is False
+    )
     after = samples(client)
     assert after[DENIED] == before + 1
-    assert after['gate_admission_gate_open{name="sre-approval",namespace="flux-system",reason="Default"}'] == 0.0
-    assert after['gate_admission_gate_open{name="qa-approval",namespace="flux-system",reason="Default"}'] == 1.0
+    assert (
+        after['gate_admission_gate_open{name="sre-approval",namespace="flux-system",reason="Default"}'] == 0.0
+    )
+    assert (
+        after['gate_admission_gate_open{name="qa-approval",namespace="flux-system",reason="Default"}'] == 1.0
+    )
     assert after["gate_admission_gate_cache_ready"] == 1.0
     assert after['gate_admission_review_duration_seconds_count{endpoint="validate"}'] >= 1
 
@@ -61,7 +75,11 @@ def test_every_metric_the_dashboard_queries_is_exported(make_client):
     exprs = [t["expr"] for p in json.loads(DASHBOARD.read_text())["panels"] for t in p["targets"]]
     queried = {name for expr in exprs for name in re.findall(r"gate_admission_\w+", expr)}
     assert queried, "the dashboard queries nothing"
-    missing = {name for name in queried if name not in exported and re.sub(r"_(bucket|count|sum|total)$", "", name) not in exported}
+    missing = {
+        name
+        for name in queried
+        if name not in exported and re.sub(r"_(bucket|count|sum|total)$", "", name) not in exported
+    }
     assert not missing, f"the dashboard queries metrics we do not export: {sorted(missing)}"
 
 
@@ -110,13 +128,18 @@ def test_a_failed_handler_is_an_error_fail_closed_on_validate_and_open_on_mutate
     assert answer["allowed"] is False and answer["status"]["reason"] == "InternalError"
     assert answer["status"]["message"] == "gate-admission could not evaluate this request: lookup exploded"
     assert samples(client)[errors] == before + 1
-    mutated = client.post("/mutate", data=orjson.dumps(doc), content_type="application/json").get_json()["response"]
+    mutated = client.post("/mutate", data=orjson.dumps(doc), content_type="application/json").get_json()[
+        "response"
+    ]
     assert mutated["allowed"] is True and "lookup exploded" in mutated["warnings"][0]
 
 
 def _reviews(client, endpoint: str, verdict: str, mode: str = "enforce", operation: str = "UPDATE") -> float:
-    return samples(client).get(f'gate_admission_reviews_total{{endpoint="{endpoint}",kind="Kustomization",'
-                               f'mode="{mode}",operation="{operation}",verdict="{verdict}"}}', 0.0)
+    return samples(client).get(
+        f'gate_admission_reviews_total{{endpoint="{endpoint}",kind="Kustomization",'
+        f'mode="{mode}",operation="{operation}",verdict="{verdict}"}}',
+        0.0,
+    )
 
 
 def test_mutate_counts_what_it_did_a_hold_is_denied_or_audited_once_at_validate(make_client):
@@ -124,13 +147,18 @@ def test_mutate_counts_what_it_did_a_hold_is_denied_or_audited_once_at_validate(
     doc = review(request("UPDATE", changed(held, path="./b"), held))
     for mode, validated, mutated in (("enforce", "denied", "allowed"), ("audit", "audited", "patched")):
         client = make_client([gate("sre-approval", default="closed", mode=mode)])
-        before = {(e, v): _reviews(client, e, v, mode) for e in ("validate", "mutate")
-                  for v in ("denied", "audited", "allowed", "patched")}
+        before = {
+            (e, v): _reviews(client, e, v, mode)
+            for e in ("validate", "mutate")
+            for v in ("denied", "audited", "allowed", "patched")
+        }
         post(client, doc)
         client.post("/mutate", data=orjson.dumps(doc), content_type="application/json")
         moved = {key: _reviews(client, *key, mode) - value for key, value in before.items()}
-        assert {key for key, delta in moved.items() if delta} == {("validate", validated), ("mutate", mutated)}, \
-            (mode, moved)
+        assert {key for key, delta in moved.items() if delta} == {
+            ("validate", validated),
+            ("mutate", mutated),
+        }, (mode, moved)
 
 
 def test_a_failed_mutation_counts_as_an_error(gates_dir):
@@ -138,8 +166,10 @@ def test_a_failed_mutation_counts_as_an_error(gates_dir):
     client = app.test_client()
     obj = flux(gates="flux-system/g")
     doc = review(request("UPDATE", changed(obj, path="./b"), obj))
-    errors = ('gate_admission_reviews_total{endpoint="mutate",kind="Kustomization",mode="enforce",'
-              'operation="UPDATE",verdict="error"}')
+    errors = (
+        'gate_admission_reviews_total{endpoint="mutate",kind="Kustomization",mode="enforce",'
+        'operation="UPDATE",verdict="error"}'
+    )
     before = samples(client).get(errors, 0.0)
     assert client.post("/mutate", data=orjson.dumps(doc), content_type="application/json").status_code == 200
     assert samples(client)[errors] == before + 1

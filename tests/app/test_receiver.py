@@ -12,7 +12,12 @@ from admission.core.decision import Context, Settings
 from admission.core.names import APPROVAL_ANNOTATION_PREFIX
 from admission.webhook import handlers
 from admission.webhook.app import create_app
-from admission.core.names import CLOSE_ANNOTATION, MESSAGE_ANNOTATION, OPEN_ANNOTATION, REQUESTED_BY_ANNOTATION
+from admission.core.names import (
+    CLOSE_ANNOTATION,
+    MESSAGE_ANNOTATION,
+    OPEN_ANNOTATION,
+    REQUESTED_BY_ANNOTATION,
+)
 from admission.webhook.receiver import RateLimit, TokenFile, blueprint
 from admission.store.files import FileStore
 from tests.builders import gate, lookup_from, request
@@ -44,28 +49,48 @@ def receiver(tmp_path, gates_dir):
     gates = Gates()
     limit = RateLimit(rate=0.0001, burst=5)
     results = []
-    app = create_app(FileStore(gates_dir), clock=lambda: FIXED_NOW,
-                     receiver=blueprint(TokenFile(str(token_file)), gates.patch, lambda: FIXED_NOW, limit,
-                                        results.append))
+    app = create_app(
+        FileStore(gates_dir),
+        clock=lambda: FIXED_NOW,
+        receiver=blueprint(TokenFile(str(token_file)), gates.patch, lambda: FIXED_NOW, limit, results.append),
+    )
     return app.test_client(), gates, results, token_file
 
 
 def call(client, action="open", body=None, token=TOKEN, gate="flux-system/bypass-signoff"):
     headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
     data = body if isinstance(body, bytes) else orjson.dumps(body) if body is not None else b""
-    return client.post(f"/hooks/gates/{gate}/{action}", data=data, headers=headers, content_type="application/json")
+    return client.post(
+        f"/hooks/gates/{gate}/{action}", data=data, headers=headers, content_type="application/json"
+    )
 
 
 def test_open_with_message_and_duration(receiver):
     client, gates, results, _ = receiver
     resp = call(client, body={"message": "Patching a CVE", "for": "2h", "requestedBy": "chatops:bob"})
     assert resp.status_code == 200
-    assert resp.get_json() == {"gate": "flux-system/bypass-signoff", "action": "open",
-                               "requestedAt": "2026-06-10T12:00:00.000000Z", "closesAt": "2026-06-10T14:00:00.000000Z"}
-    assert gates.patches == [("flux-system", "bypass-signoff", {"metadata": {"annotations": {
-        OPEN_ANNOTATION: "2026-06-10T12:00:00.000000Z", CLOSE_ANNOTATION: "2026-06-10T14:00:00.000000Z",
-        MESSAGE_ANNOTATION: "Patching a CVE",
-        REQUESTED_BY_ANNOTATION: "gate-admission-receiver for 'chatops:bob' (unverified)"}}})]
+    assert resp.get_json() == {
+        "gate": "flux-system/bypass-signoff",
+        "action": "open",
+        "requestedAt": "2026-06-10T12:00:00.000000Z",
+        "closesAt": "2026-06-10T14:00:00.000000Z",
+    }
+    assert gates.patches == [
+        (
+            "flux-system",
+            "bypass-signoff",
+            {
+                "metadata": {
+                    "annotations": {
+                        OPEN_ANNOTATION: "2026-06-10T12:00:00.000000Z",
+                        CLOSE_ANNOTATION: "2026-06-10T14:00:00.000000Z",
+                        MESSAGE_ANNOTATION: "Patching a CVE",
+                        REQUESTED_BY_ANNOTATION: "gate-admission-receiver for 'chatops:bob' (unverified)",
+                    }
+                }
+            },
+        )
+    ]
     assert results == ["ok"]
 
 
@@ -73,7 +98,9 @@ def test_close_without_a_body(receiver):
     client, gates, _, _ = receiver
     assert call(client, "close").status_code == 200
     annotations = gates.patches[0][2]["metadata"]["annotations"]
-    assert CLOSE_ANNOTATION in annotations and annotations[REQUESTED_BY_ANNOTATION] == "gate-admission-receiver"
+    assert (
+        CLOSE_ANNOTATION in annotations and annotations[REQUESTED_BY_ANNOTATION] == "gate-admission-receiver"
+    )
 
 
 @pytest.mark.parametrize("token", [None, "", "wrong", TOKEN + "x", TOKEN[:-1], "Bearer"])
@@ -87,7 +114,9 @@ def test_missing_or_wrong_tokens_are_refused(receiver, token):
 
 def test_other_schemes_are_refused(receiver):
     client, gates, _, _ = receiver
-    resp = client.post("/hooks/gates/flux-system/bypass-signoff/open", headers={"Authorization": f"Basic {TOKEN}"})
+    resp = client.post(
+        "/hooks/gates/flux-system/bypass-signoff/open", headers={"Authorization": f"Basic {TOKEN}"}
+    )
     assert resp.status_code == 401 and gates.patches == []
 
 
@@ -98,18 +127,21 @@ def test_a_rotated_token_file_takes_effect(receiver):
     assert call(client, token="the-new-token-of-another-length").status_code == 200
 
 
-@pytest.mark.parametrize("body, why", [
-    (b"not json", "body must be JSON"),
-    ([1], "body must be a JSON object"),
-    ({"message": 5}, "message must be a string"),
-    ({"message": "x" * 2000}, "at most 1024"),
-    ({"for": "soon"}, "invalid duration"),
-    ({"reason": "x"}, "unknown fields"),
-    ({"message": "ok\r\x1b[2KFAKE: gate freeze is OPEN"}, "control characters"),
-    ({"message": "two\nlines"}, "control characters"),
-    ({"message": "rtl \u202e override"}, "control characters"),
-    ({"requestedBy": "bob\x1b]0;title\x07"}, "control characters"),
-])
+@pytest.mark.parametrize(
+    "body, why",
+    [
+        (b"not json", "body must be JSON"),
+        ([1], "body must be a JSON object"),
+        ({"message": 5}, "message must be a string"),
+        ({"message": "x" * 2000}, "at most 1024"),
+        ({"for": "soon"}, "invalid duration"),
+        ({"reason": "x"}, "unknown fields"),
+        ({"message": "ok\r\x1b[2KFAKE: gate freeze is OPEN"}, "control characters"),
+        ({"message": "two\nlines"}, "control characters"),
+        ({"message": "rtl \u202e override"}, "control characters"),
+        ({"requestedBy": "bob\x1b]0;title\x07"}, "control characters"),
+    ],
+)
 def test_bad_bodies_get_400(receiver, body, why):
     client, gates, _, _ = receiver
     resp = call(client, body=body)
@@ -134,8 +166,11 @@ def test_authenticated_calls_are_limited_per_caller(receiver):
     client, gates, results, _ = receiver
     codes = [call(client).status_code for _ in range(7)]
     assert codes[:5] == [200] * 5 and codes[5:] == [429] * 2
-    other = client.post("/hooks/gates/flux-system/bypass-signoff/open", headers={"Authorization": f"Bearer {TOKEN}"},
-                        environ_base={"REMOTE_ADDR": "10.0.0.9"})
+    other = client.post(
+        "/hooks/gates/flux-system/bypass-signoff/open",
+        headers={"Authorization": f"Bearer {TOKEN}"},
+        environ_base={"REMOTE_ADDR": "10.0.0.9"},
+    )
     assert other.status_code == 200
     resp = call(client)
     assert resp.status_code == 429 and resp.headers["Retry-After"] == "1"
@@ -153,7 +188,9 @@ def test_a_deleted_token_file_accepts_no_token(receiver):
 def test_requested_by_without_a_caller_value_is_the_receiver(receiver):
     client, gates, results, _ = receiver
     assert call(client, action="close").status_code == 200
-    assert gates.patches[-1][2]["metadata"]["annotations"][REQUESTED_BY_ANNOTATION] == "gate-admission-receiver"
+    assert (
+        gates.patches[-1][2]["metadata"]["annotations"][REQUESTED_BY_ANNOTATION] == "gate-admission-receiver"
+    )
 
 
 def test_a_missing_or_empty_token_file_is_an_error(tmp_path):
@@ -164,9 +201,20 @@ def test_a_missing_or_empty_token_file_is_an_error(tmp_path):
         TokenFile(str(tmp_path / "empty"))
 
 
-@pytest.mark.parametrize("gate_path", ["../bypass-signoff", "%2e%2e/bypass-signoff", "flux-system/..",
-                                       "flux-system/%2E%2E", "Flux-System/bypass-signoff", "flux-system/a%20b",
-                                       "flux-system/" + "a" * 254, "-x/bypass-signoff", "flux-system/a..b"])
+@pytest.mark.parametrize(
+    "gate_path",
+    [
+        "../bypass-signoff",
+        "%2e%2e/bypass-signoff",
+        "flux-system/..",
+        "flux-system/%2E%2E",
+        "Flux-System/bypass-signoff",
+        "flux-system/a%20b",
+        "flux-system/" + "a" * 254,
+        "-x/bypass-signoff",
+        "flux-system/a..b",
+    ],
+)
 def test_a_namespace_or_name_that_is_not_a_gates_is_refused_before_anything_else(receiver, gate_path):
     client, gates, results, _ = receiver
     gates.accept_all = True
@@ -175,14 +223,18 @@ def test_a_namespace_or_name_that_is_not_a_gates_is_refused_before_anything_else
     assert gates.patches == []
     if resp.status_code == 400 and results:
         assert "DNS-1123" in resp.get_json()["error"] and results == ["bad_request"]
-    elif resp.status_code == 400:  # not a path in its one spelling: refused before any route (docs/decisions/0053)
+    elif (
+        resp.status_code == 400
+    ):  # not a path in its one spelling: refused before any route (docs/decisions/0053)
         assert "path" in resp.get_json()["error"]
 
 
 def test_dot_dot_as_the_namespace_never_reaches_the_gate_writer(receiver):
     client, gates, results, _ = receiver
     gates.accept_all = True
-    resp = client.post("/hooks/gates/%2E%2E/bypass-signoff/open", headers={"Authorization": f"Bearer {TOKEN}"})
+    resp = client.post(
+        "/hooks/gates/%2E%2E/bypass-signoff/open", headers={"Authorization": f"Bearer {TOKEN}"}
+    )
     assert resp.status_code == 400 and gates.patches == [] and "path" in resp.get_json()["error"]
 
 
@@ -239,8 +291,15 @@ def test_the_rate_limit_holds_across_worker_processes(tmp_path, gates_dir):
     shared = tmp_path / "shared"
     shared.mkdir()
     repo = Path(__file__).resolve().parents[2]
-    workers = [subprocess.Popen([sys.executable, "-c", WORKER, str(token), str(gates_dir), str(shared), "30"],
-                                cwd=repo, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", WORKER, str(token), str(gates_dir), str(shared), "30"],
+            cwd=repo,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     granted = [int(worker.communicate(timeout=120)[0].strip() or 0) for worker in workers]
     assert sum(granted) == 10, granted
 
@@ -259,16 +318,31 @@ def approval_written(gates) -> tuple[str, dict]:
 
 def test_approve_writes_one_approval_of_the_content_for_the_object(receiver):
     client, gates, results, _ = receiver
-    body = {"content": REVISION, "for": "Kustomization/apps/podinfo", "message": "CHG-1234", "requestedBy": "chatops:bob"}
+    body = {
+        "content": REVISION,
+        "for": "Kustomization/apps/podinfo",
+        "message": "CHG-1234",
+        "requestedBy": "chatops:bob",
+    }
     resp = call(client, "approve", body)
     assert resp.status_code == 200 and results == ["ok"]
     key, value = approval_written(gates)
     assert key.startswith(APPROVAL_ANNOTATION_PREFIX)
-    assert resp.get_json() == {"gate": "flux-system/bypass-signoff", "action": "approve", "content": REVISION,
-                               "for": "Kustomization/apps/podinfo", "approval": key}
+    assert resp.get_json() == {
+        "gate": "flux-system/bypass-signoff",
+        "action": "approve",
+        "content": REVISION,
+        "for": "Kustomization/apps/podinfo",
+        "approval": key,
+    }
     # by is the caller as it said; the webhook keeps it only beside a relay's own name; at and
     # expires are the webhook's
-    assert value == {"content": REVISION, "for": "Kustomization/apps/podinfo", "message": "CHG-1234", "by": "chatops:bob"}
+    assert value == {
+        "content": REVISION,
+        "for": "Kustomization/apps/podinfo",
+        "message": "CHG-1234",
+        "by": "chatops:bob",
+    }
 
 
 def test_approve_without_for_is_for_every_object_and_without_a_caller_is_the_receiver(receiver):
@@ -286,16 +360,22 @@ def test_approve_checks_the_token_before_the_body(receiver):
     assert gates.patches == [] and results == ["unauthorized"] * 3
 
 
-@pytest.mark.parametrize("body, why", [
-    ({}, "content must name what waits"),
-    ({"content": "  "}, "content must name what waits"),
-    ({"content": REVISION, "for": "Pod/apps/web"}, "must be Kind/namespace/name of a gated kind"),
-    ({"content": REVISION, "for": "Kustomization/podinfo"}, "must be Kind/namespace/name of a gated kind"),
-    ({"content": REVISION + "\x1b[2K"}, "control characters"),
-    ({"content": REVISION, "ticket": "CHG-1"}, "unknown fields"),
-    ({"content": 5}, "content must be a string"),
-    ({"content": "x" * 600}, "longer than 512"),
-])
+@pytest.mark.parametrize(
+    "body, why",
+    [
+        ({}, "content must name what waits"),
+        ({"content": "  "}, "content must name what waits"),
+        ({"content": REVISION, "for": "Pod/apps/web"}, "must be Kind/namespace/name of a gated kind"),
+        (
+            {"content": REVISION, "for": "Kustomization/podinfo"},
+            "must be Kind/namespace/name of a gated kind",
+        ),
+        ({"content": REVISION + "\x1b[2K"}, "control characters"),
+        ({"content": REVISION, "ticket": "CHG-1"}, "unknown fields"),
+        ({"content": 5}, "content must be a string"),
+        ({"content": "x" * 600}, "longer than 512"),
+    ],
+)
 def test_approve_bodies_that_cannot_be_an_approval_get_400(receiver, body, why):
     client, gates, results, _ = receiver
     resp = call(client, "approve", body)
@@ -314,13 +394,21 @@ def test_approve_of_an_unknown_gate_or_one_it_may_not_write(receiver):
     assert gates.patches == []
 
 
-@pytest.mark.parametrize("relays, recorded", [
-    (frozenset({RECEIVER_SA}), f"chatops:bob via {RECEIVER_SA}"),
-    (frozenset(), RECEIVER_SA),  # a server that does not trust the receiver as a relay: its name alone
-])
+@pytest.mark.parametrize(
+    "relays, recorded",
+    [
+        (frozenset({RECEIVER_SA}), f"chatops:bob via {RECEIVER_SA}"),
+        (frozenset(), RECEIVER_SA),  # a server that does not trust the receiver as a relay: its name alone
+    ],
+)
 def test_the_webhook_records_the_caller_via_the_receiver_only_when_it_is_a_relay(receiver, relays, recorded):
     client, gates, _, _ = receiver
-    assert call(client, "approve", {"content": REVISION, "message": "CHG-1", "requestedBy": "chatops:bob"}).status_code == 200
+    assert (
+        call(
+            client, "approve", {"content": REVISION, "message": "CHG-1", "requestedBy": "chatops:bob"}
+        ).status_code
+        == 200
+    )
     [(_, _, patch)] = gates.patches
     written = patch["metadata"]["annotations"]
     context = Context(lookup_from([]), FIXED_NOW, Settings(approval_relays=relays))
@@ -330,6 +418,13 @@ def test_the_webhook_records_the_caller_via_the_receiver_only_when_it_is_a_relay
     [op] = orjson.loads(base64.b64decode(outcome["patch"]))
     stamped = orjson.loads(op["value"])
     assert stamped["by"] == recorded and stamped["at"] == "2026-06-10T12:00:00Z"
-    accepted = handlers.validate(request("UPDATE", gate("bypass-signoff", annotations={next(iter(written)): op["value"]}),
-                                         old, user=as_receiver), context).response
+    accepted = handlers.validate(
+        request(
+            "UPDATE",
+            gate("bypass-signoff", annotations={next(iter(written)): op["value"]}),
+            old,
+            user=as_receiver,
+        ),
+        context,
+    ).response
     assert accepted["allowed"]

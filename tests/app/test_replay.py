@@ -39,35 +39,35 @@ class Expect:
 GIT = dict(refs=(FREEZE, BYPASS), require="oneOf")
 KS = dict(refs=(SRE, QA))
 EXPECT = {
-    1: Expect(True, **GIT),                 # GitRepository CREATE by admin
-    3: Expect(True, **GIT),                 # first artifact written to status
-    5: Expect(True, **GIT),                 # artifact advances
-    7: Expect(False),                       # status conditions only
-    9: Expect(False),                       # finalizer added
+    1: Expect(True, **GIT),  # GitRepository CREATE by admin
+    3: Expect(True, **GIT),  # first artifact written to status
+    5: Expect(True, **GIT),  # artifact advances
+    7: Expect(False),  # status conditions only
+    9: Expect(False),  # finalizer added
     11: Expect(True, **KS, night_held=True),  # Kustomization CREATE by server-side apply
     13: Expect(True, **KS, night_held=True),  # spec change by server-side apply
-    15: Expect(False),                      # server-side apply with no change
-    17: Expect(False),                      # label only
-    19: Expect(False),                      # reconcile.fluxcd.io/requestedAt
-    21: Expect(False),                      # Kustomization status
-    23: Expect(False),                      # spec.suspend: true
-    25: Expect(False),                      # spec.suspend: false
+    15: Expect(False),  # server-side apply with no change
+    17: Expect(False),  # label only
+    19: Expect(False),  # reconcile.fluxcd.io/requestedAt
+    21: Expect(False),  # Kustomization status
+    23: Expect(False),  # spec.suspend: true
+    25: Expect(False),  # spec.suspend: false
     27: Expect(True, **KS, night_held=True),  # gates annotation removed: leaves a policy
-    29: Expect(False),                      # gates annotation added back: tightening
+    29: Expect(False),  # gates annotation added back: tightening
     31: Expect(True, refs=(SRE,), night_held=True),  # dry-run spec change
-    33: Expect(True, refs=(SRE,)),         # client-side apply CREATE
-    35: Expect(True, refs=(SRE,)),         # client-side apply spec change
-    37: Expect(True, refs=(FREEZE,)),      # HelmRelease CREATE
-    39: Expect(True, refs=(FREEZE,)),      # chart version bump
-    41: Expect(True, refs=(FREEZE,)),      # HelmRelease status records a new attempt (6.1.0; nothing applied yet)
+    33: Expect(True, refs=(SRE,)),  # client-side apply CREATE
+    35: Expect(True, refs=(SRE,)),  # client-side apply spec change
+    37: Expect(True, refs=(FREEZE,)),  # HelmRelease CREATE
+    39: Expect(True, refs=(FREEZE,)),  # chart version bump
+    41: Expect(True, refs=(FREEZE,)),  # HelmRelease status records a new attempt (6.1.0; nothing applied yet)
     43: Expect(True, refs=(FREEZE,), always_held=True),  # OCIRepository CREATE, suspendDuring @always
     45: Expect(True, refs=(FREEZE,), always_held=True),  # OCIRepository artifact
-    47: Expect(True),                       # HelmChart CREATE, no gates
-    49: Expect(True),                       # HelmChart artifact, no gates
-    51: Expect(True, **GIT),                # GitRepository DELETE
-    53: Expect(False),                      # finalizer removed by Flux
+    47: Expect(True),  # HelmChart CREATE, no gates
+    49: Expect(True),  # HelmChart artifact, no gates
+    51: Expect(True, **GIT),  # GitRepository DELETE
+    53: Expect(False),  # finalizer removed by Flux
     55: Expect(False),
-    57: Expect(True, refs=(SRE,)),         # Kustomization DELETE
+    57: Expect(True, refs=(SRE,)),  # Kustomization DELETE
     59: Expect(True, refs=(SRE,), night_held=True),  # delete-collection
 }
 
@@ -157,8 +157,11 @@ def test_mutate_patches(make_client, now, mode):
             suspended = during == "@always" or (during == "* 0-4 * * *" and now == NIGHT)
             # Absent says "not suspended" as false does: only a value that must change is written.
             assert patched["status"].get("suspended", False) is suspended, path.name
-            must_change = ["/status/suspended"] if request["object"]["status"].get("suspended", False) is not suspended \
+            must_change = (
+                ["/status/suspended"]
+                if request["object"]["status"].get("suspended", False) is not suspended
                 else []
+            )
             if mode == "enforce" and expected_held(expect, world, now):  # new content: a hold point
                 before = request["oldObject"].get("status") or {}
                 if request["kind"]["kind"] in kinds.SOURCE_KINDS:
@@ -169,7 +172,9 @@ def test_mutate_patches(make_client, now, mode):
                 assert [op["path"] for op in ops] == must_change, path.name
         elif mode == "audit" and request["operation"] != "DELETE" and expected_held(expect, world, now):
             record = orjson.loads(patched["metadata"]["annotations"]["gating.toolkit.fluxcd.io/audit"])
-            assert record["user"] == request["userInfo"]["username"] and "is held" in record["message"], path.name
+            assert record["user"] == request["userInfo"]["username"] and "is held" in record["message"], (
+                path.name
+            )
         else:
             assert ops == [], f"{path.name}: {ops}"
 

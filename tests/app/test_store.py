@@ -27,7 +27,8 @@ def test_kind_list_documents_and_other_kinds_are_read(gates_dir):
     (gates_dir / "list.yaml").write_text(
         "apiVersion: v1\nkind: List\nitems:\n"
         "- {apiVersion: gating.toolkit.fluxcd.io/v1alpha1, kind: Gate, metadata: {name: x, namespace: ns}, spec: {}}\n"
-        "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: unrelated}\n")
+        "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: unrelated}\n"
+    )
     store = FileStore(gates_dir)
     assert store.lookup("ns", "x", NOW).open and not store.problems
 
@@ -37,7 +38,8 @@ def test_an_unquoted_timestamp_means_what_kubectl_apply_would_make_of_it(gates_d
     (gates_dir / "g.yaml").write_text(
         "kind: Gate\nmetadata:\n  name: sre-approval\n  namespace: flux-system\n  annotations:\n"
         "    open.gate.fluxcd.io/requestedAt: 2026-06-10T11:00:00Z\n"
-        "    close.gate.fluxcd.io/requestedAt: 2026-06-10T13:00:00Z\nspec: {closed: true}\n")
+        "    close.gate.fluxcd.io/requestedAt: 2026-06-10T13:00:00Z\nspec: {closed: true}\n"
+    )
     state = FileStore(gates_dir).lookup("flux-system", "sre-approval", NOW)
     assert (state.open, state.reason) == (True, "OpenRequested"), state.message
 
@@ -153,7 +155,7 @@ def test_a_file_rewritten_in_place_is_read_only_once_it_holds_still(gates_dir):
     full = path.read_text()
     store = FileStore(gates_dir)
     # The writer has written up to "spec:" and pauses: an empty spec would be open by default.
-    path.write_text(full[:full.index("default: closed")])
+    path.write_text(full[: full.index("default: closed")])
     assert store.check() is False
     state = store.lookup("flux-system", "bypass-signoff", NOW)
     assert (state.open, state.reason) == (False, "Default"), "a half-written file opened a closed gate"
@@ -226,16 +228,18 @@ def test_a_writer_that_pauses_mid_write_never_has_its_half_written_file_read(gat
     if store._writes is None or store._writes.pending() is None:
         pytest.skip("no inotify here: only the hold-still rule applies")
     with open(path, "w") as writer:  # rewritten in place: truncated, then written in two goes
-        writer.write(full[:full.index("default: closed")])
+        writer.write(full[: full.index("default: closed")])
         writer.flush()
         write_gates(gates_dir, [gate("canary")], "canary.yaml")  # meanwhile another file changes
         until(lambda: (store.check(), store.lookup("flux-system", "canary", NOW).open)[1], bool, timeout=10)
         for _ in range(5):  # however many polls the pause lasts
             store.check()
             state = store.lookup("flux-system", "bypass-signoff", NOW)
-            assert (state.open, state.reason) == (False, "Default"), "a half-written file opened a closed gate"
+            assert (state.open, state.reason) == (False, "Default"), (
+                "a half-written file opened a closed gate"
+            )
         assert store.readiness()[1]["being_written"] == [str(path)]
-        writer.write(full[full.index("default: closed"):].replace("name: other", "name: other2"))
+        writer.write(full[full.index("default: closed") :].replace("name: other", "name: other2"))
     until(lambda: (store.check(), store.lookup("flux-system", "other2", NOW).open)[1], bool, timeout=10)
     assert not store.lookup("flux-system", "bypass-signoff", NOW).open
     assert "being_written" not in store.readiness()[1]
@@ -256,10 +260,20 @@ def test_a_file_replaced_by_rename_is_not_taken_for_one_being_written(gates_dir)
 # and ends with done-marker (closed by default): release-freeze may be open only in a store
 # that has read the new content to its last line.
 
-BYPASS, RELEASE, MARKER = ("flux-system", "bypass-signoff"), ("flux-system", "release-freeze"), ("flux-system", "done-marker")
-OLD = [gate("bypass-signoff", interval="30s", default="closed"), gate("release-freeze", interval="30s", default="closed")]
-NEW = [gate("bypass-signoff", interval="30s", default="closed"), gate("release-freeze", interval="30s", default="opened"),
-       gate("done-marker", interval="30s", default="closed")]
+BYPASS, RELEASE, MARKER = (
+    ("flux-system", "bypass-signoff"),
+    ("flux-system", "release-freeze"),
+    ("flux-system", "done-marker"),
+)
+OLD = [
+    gate("bypass-signoff", interval="30s", default="closed"),
+    gate("release-freeze", interval="30s", default="closed"),
+]
+NEW = [
+    gate("bypass-signoff", interval="30s", default="closed"),
+    gate("release-freeze", interval="30s", default="opened"),
+    gate("done-marker", interval="30s", default="closed"),
+]
 NEW_TEXT = yaml.safe_dump_all(NEW, sort_keys=False)
 # Up to `interval: 30s` of bypass-signoff: that much parses, and is open by default.
 HALF = NEW_TEXT.index("default: closed")
@@ -369,15 +383,19 @@ def _interleavings():
     from hypothesis import strategies as st
 
     points = st.frozensets(st.integers(1, 10), max_size=3)
-    action = st.one_of(st.tuples(st.just("write")),
-                       st.tuples(st.sampled_from(["check", "reload"]), st.integers(0, 3), points),
-                       st.tuples(st.just("start"), points))
+    action = st.one_of(
+        st.tuples(st.just("write")),
+        st.tuples(st.sampled_from(["check", "reload"]), st.integers(0, 3), points),
+        st.tuples(st.just("start"), points),
+    )
     cuts = st.lists(st.integers(1, len(NEW_TEXT) - 1), max_size=4)
     return st.tuples(cuts, st.lists(action, max_size=14))
 
 
 @pytest.mark.parametrize("config", CONFIGS)
-def test_no_interleaving_of_a_rewrite_with_polls_reloads_and_worker_starts_opens_a_closed_gate(config, monkeypatch):
+def test_no_interleaving_of_a_rewrite_with_polls_reloads_and_worker_starts_opens_a_closed_gate(
+    config, monkeypatch
+):
     """Every order of the writer's steps (open, pieces, close), and of polls, reloads and worker
     starts, with writer steps also made inside them at any of their reads: no store ever answers
     what no whole version of the file says, and each reads the new content once it is whole.
@@ -401,9 +419,16 @@ def test_no_interleaving_of_a_rewrite_with_polls_reloads_and_worker_starts_opens
             probe.stop()
     explored = []
 
-    @settings(max_examples=60, deadline=None, derandomize=True,
-              suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                     HealthCheck.filter_too_much])
+    @settings(
+        max_examples=60,
+        deadline=None,
+        derandomize=True,
+        suppress_health_check=[
+            HealthCheck.function_scoped_fixture,
+            HealthCheck.too_slow,
+            HealthCheck.filter_too_much,
+        ],
+    )
     @given(_interleavings())
     def run(case):
         cuts, actions = case
@@ -450,14 +475,27 @@ LIST_OF_FIVE = "apiVersion: v1\nkind: List\nitems: 5\n"
 
 def test_a_list_whose_items_are_not_a_list_is_one_bad_file_and_the_others_are_read(gates_dir):
     (gates_dir / "list.yaml").write_text(LIST_OF_FIVE)
-    team = write_gates(gates_dir, [gate("freeze", "team", default="closed"), gate("release", "team")], "team.yaml")
+    team = write_gates(
+        gates_dir, [gate("freeze", "team", default="closed"), gate("release", "team")], "team.yaml"
+    )
     store = FileStore(gates_dir)  # it raised, and the worker failed to boot
-    assert "list.yaml is broken: document 1 is a List whose items are not a list" in store.problems[str(gates_dir / "list.yaml")]
+    assert (
+        "list.yaml is broken: document 1 is a List whose items are not a list"
+        in store.problems[str(gates_dir / "list.yaml")]
+    )
     assert not store.lookup("team", "freeze", NOW).open and store.lookup("team", "release", NOW).open
     # Reloads go on: closing a gate elsewhere takes effect.
-    team.write_text(yaml.safe_dump_all([gate("freeze", "team", default="closed"), gate("release", "team", default="closed")]))
-    until(lambda: (store.check(), store.lookup("team", "release", NOW).open)[1], lambda is_open: not is_open,
-          timeout=10, interval=0)
+    team.write_text(
+        yaml.safe_dump_all(
+            [gate("freeze", "team", default="closed"), gate("release", "team", default="closed")]
+        )
+    )
+    until(
+        lambda: (store.check(), store.lookup("team", "release", NOW).open)[1],
+        lambda is_open: not is_open,
+        timeout=10,
+        interval=0,
+    )
     assert not store.lookup("team", "release", NOW).open
 
 
@@ -466,41 +504,98 @@ def test_a_bad_list_added_to_a_directory_already_read_does_not_stop_the_reloads(
     store = FileStore(gates_dir)
     (gates_dir / "list.yaml").write_text(LIST_OF_FIVE)
     team.write_text(yaml.safe_dump_all([gate("release", "team", default="closed")]))
-    until(lambda: (store.check(), store.lookup("team", "release", NOW).open)[1], lambda is_open: not is_open,
-          timeout=10, interval=0)
+    until(
+        lambda: (store.check(), store.lookup("team", "release", NOW).open)[1],
+        lambda is_open: not is_open,
+        timeout=10,
+        interval=0,
+    )
     assert not store.lookup("team", "release", NOW).open
     assert str(gates_dir / "list.yaml") in store.problems
 
 
 ODD_DOCUMENTS = [
-    "5", "just a string", "- a\n- b\n", "[1, 2]", "{}", "null", "~", "true", "1.5e300", ".nan",
-    LIST_OF_FIVE, "kind: List\nitems: {kind: Gate, metadata: {name: x}}\n", "kind: List\nitems: [5, [1]]\n",
-    "kind: GateList\nitems: 'text'\n", "kind: [Gate]\nmetadata: {name: x}\n", "kind: Gate\n",
-    "kind: Gate\nmetadata: {name: [x]}\n", "kind: Gate\nmetadata: {name: x, namespace: 5}\n",
-    "kind: Gate\nmetadata: {name: x, annotations: [a]}\n", "kind: Gate\nmetadata: {name: x, labels: {a: 1}}\n",
+    "5",
+    "just a string",
+    "- a\n- b\n",
+    "[1, 2]",
+    "{}",
+    "null",
+    "~",
+    "true",
+    "1.5e300",
+    ".nan",
+    LIST_OF_FIVE,
+    "kind: List\nitems: {kind: Gate, metadata: {name: x}}\n",
+    "kind: List\nitems: [5, [1]]\n",
+    "kind: GateList\nitems: 'text'\n",
+    "kind: [Gate]\nmetadata: {name: x}\n",
+    "kind: Gate\n",
+    "kind: Gate\nmetadata: {name: [x]}\n",
+    "kind: Gate\nmetadata: {name: x, namespace: 5}\n",
+    "kind: Gate\nmetadata: {name: x, annotations: [a]}\n",
+    "kind: Gate\nmetadata: {name: x, labels: {a: 1}}\n",
     "kind: Gate\nmetadata: {name: x, annotations: {open.gate.fluxcd.io/requestedAt: !!timestamp 2026-06-10T11:00:00Z}}\n",
     "kind: Gate\nmetadata: {name: x}\nspec: [closed]\n",
     "kind: Gate\nmetadata: {name: x}\nspec: {closed: [1], default: {a: b}, mode: [x], interval: 5, window: {}}\n",
-    "kind: GateKeeper\nmetadata: {name: k}\nspec: {gate: [x]}\n", "kind: GateKeeper\nmetadata: {name: k}\nspec: 5\n",
+    "kind: GateKeeper\nmetadata: {name: k}\nspec: {gate: [x]}\n",
+    "kind: GateKeeper\nmetadata: {name: k}\nspec: 5\n",
     "kind: GateKeeper\nmetadata: {name: k}\nspec: {gate: x, timeZone: [x],\n"
     "  cronjob: {closed: [[1], {cron: [x]}, {cron: '* * * * *', duration: [1]}]}}\n",
     "kind: GateKeeper\nmetadata: {name: k}\nspec: {gate: x, type: [x], cronjob: 5}\n",
-    "? [a, b]\n: c\n", "!!set {a, b}", "!!binary aGVsbG8=", "!!python/name:os.system", "!!omap [a: 1, b: 2]",
-    "a: &a [x]\nb: *a\n", "&a [*a]", "kind: Gate\nmetadata: {name: !!binary eA==}\n", "\t- tab", "a: b: c",
-    "'unterminated", "key: [unclosed", "%YAML 1.1\n%YAML 1.1\n---\na", "--- !<tag:x> {kind: Gate}",
-    "[" * 3000 + "]" * 3000, "kind: Gate\nmetadata: {name: x}\n" + "x: " + "y" * 50_000 + "\n",
+    "? [a, b]\n: c\n",
+    "!!set {a, b}",
+    "!!binary aGVsbG8=",
+    "!!python/name:os.system",
+    "!!omap [a: 1, b: 2]",
+    "a: &a [x]\nb: *a\n",
+    "&a [*a]",
+    "kind: Gate\nmetadata: {name: !!binary eA==}\n",
+    "\t- tab",
+    "a: b: c",
+    "'unterminated",
+    "key: [unclosed",
+    "%YAML 1.1\n%YAML 1.1\n---\na",
+    "--- !<tag:x> {kind: Gate}",
+    "[" * 3000 + "]" * 3000,
+    "kind: Gate\nmetadata: {name: x}\n" + "x: " + "y" * 50_000 + "\n",
 ]
 
 
 def _values():
     from hypothesis import strategies as st
 
-    scalars = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20) | \
-        st.sampled_from(["Gate", "GateKeeper", "List", "flux-system", "closed", "opened", "* * * * *", "30s",
-                         "2026-06-10T11:00:00Z", "gating.toolkit.fluxcd.io/v1alpha1", "v1", ""])
-    return st.recursive(scalars, lambda inner: st.lists(inner, max_size=4) |
-                        st.dictionaries(st.text(max_size=8) | st.integers() | st.booleans(), inner, max_size=4),
-                        max_leaves=16)
+    scalars = (
+        st.none()
+        | st.booleans()
+        | st.integers()
+        | st.floats()
+        | st.text(max_size=20)
+        | st.sampled_from(
+            [
+                "Gate",
+                "GateKeeper",
+                "List",
+                "flux-system",
+                "closed",
+                "opened",
+                "* * * * *",
+                "30s",
+                "2026-06-10T11:00:00Z",
+                "gating.toolkit.fluxcd.io/v1alpha1",
+                "v1",
+                "",
+            ]
+        )
+    )
+    return st.recursive(
+        scalars,
+        lambda inner: (
+            st.lists(inner, max_size=4)
+            | st.dictionaries(st.text(max_size=8) | st.integers() | st.booleans(), inner, max_size=4)
+        ),
+        max_leaves=16,
+    )
 
 
 def _odd_documents():
@@ -509,21 +604,45 @@ def _odd_documents():
     from hypothesis import strategies as st
 
     values = _values()
-    metadata = st.one_of(values, st.fixed_dictionaries({"name": st.just("x") | values}, optional={
-        "namespace": st.just("team") | values, "annotations": values, "labels": values}))
-    spec = st.one_of(values, st.dictionaries(
-        st.sampled_from(["default", "closed", "interval", "window", "mode", "gate", "type", "timeZone", "cronjob"]),
-        values, max_size=5))
-    obj = st.fixed_dictionaries({"kind": st.sampled_from(["Gate", "GateKeeper"]) | values},
-                                optional={"apiVersion": st.just("gating.toolkit.fluxcd.io/v1alpha1") | values,
-                                          "metadata": metadata, "spec": spec})
-    listed = st.fixed_dictionaries({"kind": st.sampled_from(["List", "GateList"])},
-                                   optional={"items": values | st.lists(obj | values, max_size=3)})
+    metadata = st.one_of(
+        values,
+        st.fixed_dictionaries(
+            {"name": st.just("x") | values},
+            optional={"namespace": st.just("team") | values, "annotations": values, "labels": values},
+        ),
+    )
+    spec = st.one_of(
+        values,
+        st.dictionaries(
+            st.sampled_from(
+                ["default", "closed", "interval", "window", "mode", "gate", "type", "timeZone", "cronjob"]
+            ),
+            values,
+            max_size=5,
+        ),
+    )
+    obj = st.fixed_dictionaries(
+        {"kind": st.sampled_from(["Gate", "GateKeeper"]) | values},
+        optional={
+            "apiVersion": st.just("gating.toolkit.fluxcd.io/v1alpha1") | values,
+            "metadata": metadata,
+            "spec": spec,
+        },
+    )
+    listed = st.fixed_dictionaries(
+        {"kind": st.sampled_from(["List", "GateList"])},
+        optional={"items": values | st.lists(obj | values, max_size=3)},
+    )
     docs = st.lists(obj | listed | values, min_size=1, max_size=4)
     dumped = docs.map(lambda d: yaml.safe_dump_all(d, sort_keys=False))
-    cut = st.tuples(dumped, st.floats(0, 1)).map(lambda t: t[0][:int(len(t[0]) * t[1])])
-    return st.one_of(dumped, cut, st.sampled_from(ODD_DOCUMENTS), st.text(max_size=200),
-                     st.lists(st.sampled_from(ODD_DOCUMENTS), min_size=2, max_size=4).map("\n---\n".join))
+    cut = st.tuples(dumped, st.floats(0, 1)).map(lambda t: t[0][: int(len(t[0]) * t[1])])
+    return st.one_of(
+        dumped,
+        cut,
+        st.sampled_from(ODD_DOCUMENTS),
+        st.text(max_size=200),
+        st.lists(st.sampled_from(ODD_DOCUMENTS), min_size=2, max_size=4).map("\n---\n".join),
+    )
 
 
 def test_any_yaml_document_in_the_gates_dir_is_one_reported_file_never_a_crash(tmp_path_factory):
@@ -536,7 +655,9 @@ def test_any_yaml_document_in_the_gates_dir_is_one_reported_file_never_a_crash(t
         gates_dir = tmp_path_factory.mktemp("odd")
         odd = gates_dir / "odd.yaml"
         odd.write_text(text)
-        good = write_gates(gates_dir, [gate("freeze", "other", default="closed"), gate("release", "other")], "good.yaml")
+        good = write_gates(
+            gates_dir, [gate("freeze", "other", default="closed"), gate("release", "other")], "good.yaml"
+        )
         store = FileStore(gates_dir)
         try:
             for where, why in store.problems.items():  # the file itself, or gates it defines twice
@@ -545,8 +666,11 @@ def test_any_yaml_document_in_the_gates_dir_is_one_reported_file_never_a_crash(t
             store.index.states(NOW)  # every gate read evaluates
             store.readiness()
             # The other files are read again: closing a gate there takes effect.
-            good.write_text(yaml.safe_dump_all([gate("freeze", "other", default="closed"),
-                                                gate("release", "other", default="closed")]))
+            good.write_text(
+                yaml.safe_dump_all(
+                    [gate("freeze", "other", default="closed"), gate("release", "other", default="closed")]
+                )
+            )
             store.reload()
             assert not store.lookup("other", "release", NOW).open and str(good) not in store.problems
         finally:
@@ -557,10 +681,13 @@ def test_any_yaml_document_in_the_gates_dir_is_one_reported_file_never_a_crash(t
 
 # -- a GateKeeper file that cannot be read: its gates are unknown, so closed ------------------
 
+
 def test_a_gatekeeper_file_broken_at_start_closes_the_gates_it_may_schedule(gates_dir):
     write_gates(gates_dir, [gate("release", default="opened")], "gates.yaml")
-    (gates_dir / "keepers.yaml").write_text("kind: GateKeeper\nmetadata: {name: freeze, namespace: flux-system\n"
-                                            "spec: {gate: release, cronjob: {closed: ['@always']}}\n")
+    (gates_dir / "keepers.yaml").write_text(
+        "kind: GateKeeper\nmetadata: {name: freeze, namespace: flux-system\n"
+        "spec: {gate: release, cronjob: {closed: ['@always']}}\n"
+    )
     store = FileStore(gates_dir)
     state = store.lookup("flux-system", "release", NOW)
     assert (state.open, state.reason) == (False, "Unknown"), state
@@ -571,8 +698,16 @@ def test_a_gatekeeper_file_broken_at_start_closes_the_gates_it_may_schedule(gate
 
 def test_a_gatekeeper_naming_no_gate_closes_the_gates_of_its_namespace_only(gates_dir):
     write_gates(gates_dir, [gate("release", "team"), gate("release", "other")], "gates.yaml")
-    write_gates(gates_dir, [{**keeper("freeze", "x", closed=["@always"], namespace="team"),
-                             "spec": {"gate": ["release"], "cronjob": {"closed": ["@always"]}}}], "keepers.yaml")
+    write_gates(
+        gates_dir,
+        [
+            {
+                **keeper("freeze", "x", closed=["@always"], namespace="team"),
+                "spec": {"gate": ["release"], "cronjob": {"closed": ["@always"]}},
+            }
+        ],
+        "keepers.yaml",
+    )
     store = FileStore(gates_dir)
     state = store.lookup("team", "release", NOW)
     assert (state.open, state.reason) == (False, "Unknown") and "names no gate (spec.gate)" in state.message
@@ -593,10 +728,15 @@ def test_a_gatekeeper_file_broken_after_a_good_read_closes_the_gates_its_keepers
     store = FileStore(gates_dir)
     assert store.lookup("flux-system", "release", NOW).open
     good = keepers.read_text()
-    keepers.write_text(good.replace("'@never'", "'@always'").replace("spec:", "spec: [", 1))  # an edit gone wrong
+    keepers.write_text(
+        good.replace("'@never'", "'@always'").replace("spec:", "spec: [", 1)
+    )  # an edit gone wrong
     store.reload()
     state = store.lookup("flux-system", "release", NOW)
-    assert (state.open, state.reason) == (False, "Invalid") and "gates file keepers.yaml is broken" in state.message
+    assert (state.open, state.reason) == (
+        False,
+        "Invalid",
+    ) and "gates file keepers.yaml is broken" in state.message
     keepers.write_text(good)
     store.reload()
     assert store.lookup("flux-system", "release", NOW).open
@@ -614,6 +754,7 @@ def test_a_gatekeeper_defined_in_two_files_closes_the_gates_both_schedule(gates_
 
 
 # -- an idle directory costs (next to) nothing -------------------------------------------------
+
 
 class _Listings:
     """Counts the directory listings (os.scandir) the store makes: the filesystem boundary."""
@@ -650,8 +791,12 @@ def test_an_idle_poll_lists_no_directory_and_reads_no_file(gates_dir, monkeypatc
     # A change anywhere, even in a directory made after the store started, is still seen.
     (gates_dir / "late").mkdir()
     write_gates(gates_dir / "late", [gate("late", "team-0", default="closed")], "late.yaml")
-    until(lambda: (store.check(), store.lookup("team-0", "late", NOW).reason)[1], lambda r: r == "Default",
-          timeout=10, interval=0)
+    until(
+        lambda: (store.check(), store.lookup("team-0", "late", NOW).reason)[1],
+        lambda r: r == "Default",
+        timeout=10,
+        interval=0,
+    )
     path = gates_dir / "late" / "late.yaml"
     path.write_text(path.read_text().replace("closed", "opened"))
     until(lambda: (store.check(), store.lookup("team-0", "late", NOW).open)[1], bool, timeout=10, interval=0)
@@ -666,8 +811,12 @@ def test_without_inotify_every_poll_lists_the_directory_and_sees_changes(gates_d
     assert listings.count >= 6  # the directory and its five subdirectories
     path = gates_dir / "team-0" / "g0.yaml"
     path.write_text(path.read_text().replace("spec: {}", "spec: {default: closed}"))
-    until(lambda: (store.check(), store.lookup("team-0", "g0", NOW).open)[1], lambda is_open: not is_open,
-          timeout=10, interval=0)
+    until(
+        lambda: (store.check(), store.lookup("team-0", "g0", NOW).open)[1],
+        lambda is_open: not is_open,
+        timeout=10,
+        interval=0,
+    )
     assert not store.lookup("team-0", "g0", NOW).open
 
 
@@ -686,13 +835,18 @@ def test_the_calendars_snapshot_carries_the_gates_of_unknown_state(gates_dir):
     (gates_dir / "keepers.yaml").write_text("kind: GateKeeper\nmetadata: {name: k, namespace: flux-system\n")
     gates, keepers, broken, unknown = FileStore(gates_dir).index.snapshot()
     index = GateIndex()  # as the calendar's builder process rebuilds it
-    index.replace_all(gates, keepers, {(ns, n): why for ns, n, why in broken},
-                      Unknowns(gates={(ns, n): why for ns, n, why in unknown}))
+    index.replace_all(
+        gates,
+        keepers,
+        {(ns, n): why for ns, n, why in broken},
+        Unknowns(gates={(ns, n): why for ns, n, why in unknown}),
+    )
     state = index.lookup("flux-system", "release", NOW)
     assert (state.open, state.reason) == (False, "Unknown") and "keepers.yaml is broken" in state.message
 
 
 # -- an entry that cannot be looked at: one broken file, the rest is read ---------------------
+
 
 def _loop(path):
     """Make ``path`` a symlink to itself: stat() fails with ELOOP, for real, even as root."""
@@ -724,8 +878,12 @@ def test_a_file_that_cannot_be_stated_closes_its_gates_and_the_others_are_still_
     assert ready and "other.yaml cannot be looked at" in detail["problems"][str(other)]
     assert str(gates_dir) not in detail["problems"]  # the directory itself was read
     write_gates(gates_dir, [gate("other")], "other.yaml.new").rename(other)
-    assert until(lambda: (store.check(), store.lookup("flux-system", "other", NOW).open)[1], bool,
-                 timeout=10, interval=0)
+    assert until(
+        lambda: (store.check(), store.lookup("flux-system", "other", NOW).open)[1],
+        bool,
+        timeout=10,
+        interval=0,
+    )
     assert str(other) not in store.problems
 
 
@@ -740,8 +898,12 @@ def test_a_file_never_read_that_cannot_be_stated_may_define_any_gate(gates_dir):
     # Edits made meanwhile are read: once the entry goes, the gates are what their files say now.
     release.write_text(yaml.safe_dump_all([gate("release"), gate("late")]))
     (gates_dir / "keepers.yaml").unlink()
-    assert until(lambda: (store.check(), store.lookup("flux-system", "late", NOW).open)[1], bool,
-                 timeout=10, interval=0)
+    assert until(
+        lambda: (store.check(), store.lookup("flux-system", "late", NOW).open)[1],
+        bool,
+        timeout=10,
+        interval=0,
+    )
     assert store.lookup("flux-system", "release", NOW).open and not store.problems
 
 
@@ -761,7 +923,9 @@ def _unlistable(monkeypatch, directory):
     monkeypatch.setattr(os, "scandir", scandir)
 
 
-def test_a_subdirectory_that_cannot_be_listed_closes_what_it_may_define_and_the_rest_is_read(gates_dir, monkeypatch):
+def test_a_subdirectory_that_cannot_be_listed_closes_what_it_may_define_and_the_rest_is_read(
+    gates_dir, monkeypatch
+):
     team = gates_dir / "team"
     team.mkdir()
     write_gates(team, [gate("release", "team")], "team.yaml")
@@ -778,8 +942,9 @@ def test_a_subdirectory_that_cannot_be_listed_closes_what_it_may_define_and_the_
         mine.write_text(yaml.safe_dump_all([gate("mine", default="closed")]))
         store.reload()
         assert str(gates_dir) not in store.problems  # the rest of the directory was read
-    assert until(lambda: (store.check(), store.lookup("team", "release", NOW).open)[1], bool,
-                 timeout=10, interval=0)
+    assert until(
+        lambda: (store.check(), store.lookup("team", "release", NOW).open)[1], bool, timeout=10, interval=0
+    )
     assert not store.lookup("flux-system", "mine", NOW).open  # the edit made meanwhile holds
     assert not store.problems
 
@@ -791,7 +956,14 @@ def test_a_gates_directory_that_cannot_be_listed_any_more_closes_every_gate(gate
         _unlistable(denied, gates_dir)
         store.reload()
         state = store.lookup("flux-system", "release", NOW)
-        assert (state.open, state.reason) == (False, "Unknown") and "cannot be listed (EACCES" in state.message
+        assert (state.open, state.reason) == (
+            False,
+            "Unknown",
+        ) and "cannot be listed (EACCES" in state.message
         assert store.readiness()[0]  # its gates are closed and say why (docs/decisions/0032)
-    assert until(lambda: (store.check(), store.lookup("flux-system", "release", NOW).open)[1], bool,
-                 timeout=10, interval=0)
+    assert until(
+        lambda: (store.check(), store.lookup("flux-system", "release", NOW).open)[1],
+        bool,
+        timeout=10,
+        interval=0,
+    )

@@ -23,8 +23,20 @@ CONTROLS = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u202
 
 @pytest.fixture
 def forged_gates(gates_dir):
-    write_gates(gates_dir, [gate("freeze", default="opened", annotations={
-        CLOSE_ANNOTATION: "2026-01-01T00:00:00Z", MESSAGE_ANNOTATION: FORGED, REQUESTED_BY_ANNOTATION: FORGED})])
+    write_gates(
+        gates_dir,
+        [
+            gate(
+                "freeze",
+                default="opened",
+                annotations={
+                    CLOSE_ANNOTATION: "2026-01-01T00:00:00Z",
+                    MESSAGE_ANNOTATION: FORGED,
+                    REQUESTED_BY_ANNOTATION: FORGED,
+                },
+            )
+        ],
+    )
     return str(gates_dir)
 
 
@@ -41,7 +53,9 @@ def shows_no_controls(text: str) -> None:
 
 @pytest.mark.parametrize("output", ["table", "json", "yaml"])
 def test_get_escapes_a_gates_message_and_requester(capsys, forged_gates, output):
-    code, out, _ = run(capsys, "get", "freeze", "-n", "flux-system", "--gates-dir", forged_gates, "-o", output)
+    code, out, _ = run(
+        capsys, "get", "freeze", "-n", "flux-system", "--gates-dir", forged_gates, "-o", output
+    )
     assert code == 0
     shows_no_controls(out)
     if output == "table":
@@ -62,7 +76,9 @@ def test_list_and_calendar_escape_gate_text(capsys, forged_gates, output):
 def test_check_escapes_object_names_and_the_decision_message(capsys, forged_gates, tmp_path):
     manifest = tmp_path / "m.yaml"
     manifest.write_text(yaml.safe_dump(flux(name="podinfo\r\x1b[2KFAKE", gates="flux-system/freeze")))
-    write_gates(Path(forged_gates), [gate("freeze", default="closed", annotations={MESSAGE_ANNOTATION: FORGED})])
+    write_gates(
+        Path(forged_gates), [gate("freeze", default="closed", annotations={MESSAGE_ANNOTATION: FORGED})]
+    )
     code, out, _ = run(capsys, "check", "-f", str(manifest), "--gates-dir", forged_gates)
     assert code == 1 and "would be denied" in out
     shows_no_controls(out)
@@ -78,8 +94,17 @@ def test_errors_escape_what_they_quote(capsys, forged_gates, tmp_path):
 
 @pytest.mark.parametrize("flag", ["-m", "--requested-by"])
 def test_open_refuses_a_message_or_requester_with_control_characters(capsys, flag):
-    code, out, err = run(capsys, "open", "freeze", "-n", "flux-system", flag, "ok\x1b[2K\rFAKE",
-                         "--kubeconfig", "/nonexistent/kubeconfig")
+    code, out, err = run(
+        capsys,
+        "open",
+        "freeze",
+        "-n",
+        "flux-system",
+        flag,
+        "ok\x1b[2K\rFAKE",
+        "--kubeconfig",
+        "/nonexistent/kubeconfig",
+    )
     assert code == cluster.EXIT_USAGE, (code, err)
     assert "control character" in err
     shows_no_controls(out + err)

@@ -18,5 +18,7 @@ def helm_binary() -> Path:
         return Path(os.environ["HELM_BINARIES"]) / "helm"
     built = subprocess.run([str(ROOT / "hack" / "go-binaries.sh"), "helm"], capture_output=True, text=True)
     if built.returncode != 0:
-        pytest.skip(f"the helm CLI could not be built (hack/go-binaries.sh helm): {built.stderr.strip()[-500:]}")
+        pytest.skip(
+            f"the helm CLI could not be built (hack/go-binaries.sh helm): {built.stderr.strip()[-500:]}"
+        )
     return Path(built.stdout.strip()) / "helm"

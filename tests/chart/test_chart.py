@@ -33,13 +33,17 @@ CERTS_JOB = "gate-admission-certs-init"
 @pytest.fixture(scope="module")
 def helm(helm_binary, tmp_path_factory):
     home = tmp_path_factory.mktemp("helm-home")  # no user configuration, no cache outside the test
-    env = {**os.environ, **{f"HELM_{kind}_HOME": str(home / kind.lower()) for kind in ("CONFIG", "CACHE", "DATA")}}
+    env = {
+        **os.environ,
+        **{f"HELM_{kind}_HOME": str(home / kind.lower()) for kind in ("CONFIG", "CACHE", "DATA")},
+    }
 
     def run(*args: str, check: bool = True) -> subprocess.CompletedProcess:
         result = subprocess.run([str(helm_binary), *args], capture_output=True, text=True, env=env, cwd=ROOT)
         if check:
             assert result.returncode == 0, result.stderr
         return result
+
     return run
 
 
@@ -60,6 +64,7 @@ def template_args(sets: tuple[str, ...], namespace: str, kube_version: str | Non
 @pytest.fixture(scope="module")
 def chart(helm):
     """The chart rendered with some --set values: its objects."""
+
     def render(*sets: str, namespace: str = NS, kube_version: str | None = None) -> list[dict]:
         out = helm(*template_args(sets, namespace, kube_version)).stdout
         docs = [d for d in yaml.safe_load_all(out) if d]
@@ -67,22 +72,31 @@ def chart(helm):
             if doc["kind"] == "Job" and doc["metadata"]["name"] == f"{CERTS_JOB}-1":
                 doc["metadata"]["name"] = CERTS_JOB
         return docs
+
     return render
 
 
 @pytest.fixture(scope="module")
 def kustomize(kubectl, tmp_path_factory):
     """manifests/ with components (and further resources) added, as a user's kustomization does."""
+
     def render(components: tuple[str, ...] = (), resources: tuple[str, ...] = ()) -> list[dict]:
         here = tmp_path_factory.mktemp("overlay")
         rel = Path(os.path.relpath(MANIFESTS, here))  # kustomize refuses absolute paths
-        (here / "kustomization.yaml").write_text(yaml.safe_dump({
-            "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-            "resources": [str(rel)] + [str(rel / r) for r in resources],
-            "components": [str(rel / "components" / c) for c in components]}))
+        (here / "kustomization.yaml").write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                    "kind": "Kustomization",
+                    "resources": [str(rel)] + [str(rel / r) for r in resources],
+                    "components": [str(rel / "components" / c) for c in components],
+                }
+            )
+        )
         out = subprocess.run([kubectl, "kustomize", str(here)], capture_output=True, text=True)
         assert out.returncode == 0, out.stderr
         return [d for d in yaml.safe_load_all(out.stdout) if d]
+
     return render
 
 
@@ -103,7 +117,9 @@ def assert_same_objects(rendered: list[dict], expected: list[dict]) -> None:
     got = {key(d): without_helm_annotations(d) for d in rendered}
     want = {key(d): d for d in expected}
     assert len(got) == len(rendered), "the chart renders an object twice"
-    assert sorted(got) == sorted(want), f"only the chart: {set(got) - set(want)}; only manifests/: {set(want) - set(got)}"
+    assert sorted(got) == sorted(want), (
+        f"only the chart: {set(got) - set(want)}; only manifests/: {set(want) - set(got)}"
+    )
     for k in want:
         assert got[k] == want[k], f"{k} differs"
 
@@ -114,26 +130,40 @@ def except_namespace(docs: list[dict]) -> list[dict]:
 
 # -- the chart is the manifests ------------------------------------------------------------------
 
+
 def test_the_charts_files_are_copies_of_the_manifests_files():
     # Copies, not symlinks: Helm logs each link on every command, and the chart directory copied
     # on its own would carry dangling ones.
     copies = sorted(p.relative_to(CHART / "files") for p in (CHART / "files").rglob("*") if p.is_file())
-    assert copies == [Path("crds/gating.toolkit.fluxcd.io_gatekeepers.yaml"), Path("crds/gating.toolkit.fluxcd.io_gates.yaml"),
-                      Path("grafana-dashboard.json")]
+    assert copies == [
+        Path("crds/gating.toolkit.fluxcd.io_gatekeepers.yaml"),
+        Path("crds/gating.toolkit.fluxcd.io_gates.yaml"),
+        Path("grafana-dashboard.json"),
+    ]
     for copy in copies:
         original = MANIFESTS / ("monitoring" if copy.suffix == ".json" else "") / copy
         assert not (CHART / "files" / copy).is_symlink()
-        assert (CHART / "files" / copy).read_bytes() == original.read_bytes(), f"cp {original} {CHART / 'files' / copy}"
+        assert (CHART / "files" / copy).read_bytes() == original.read_bytes(), (
+            f"cp {original} {CHART / 'files' / copy}"
+        )
 
 
 def test_the_chart_lints_strictly(helm, tmp_path):
     helm("lint", "--strict", str(CHART), "-n", NS)
     everything = tmp_path / "everything.yaml"
-    everything.write_text(yaml.safe_dump({
-        "certificates": {"source": "cert-manager"}, "receiver": {"enabled": True},
-        "calendarToken": {"enabled": True}, "fluxNotifications": {"enabled": True},
-        "monitoring": {"serviceMonitor": {"enabled": True}, "dashboard": {"enabled": True}},
-        "webhooks": {"variant": "pre-1.30"}, "namespace": {"create": True}}))
+    everything.write_text(
+        yaml.safe_dump(
+            {
+                "certificates": {"source": "cert-manager"},
+                "receiver": {"enabled": True},
+                "calendarToken": {"enabled": True},
+                "fluxNotifications": {"enabled": True},
+                "monitoring": {"serviceMonitor": {"enabled": True}, "dashboard": {"enabled": True}},
+                "webhooks": {"variant": "pre-1.30"},
+                "namespace": {"create": True},
+            }
+        )
+    )
     helm("lint", "--strict", str(CHART), "-n", NS, "-f", str(everything))
 
 
@@ -148,11 +178,16 @@ def test_default_values_render_the_manifests_in_the_release_namespace(chart, kus
 
 def test_what_only_helm_is_told(chart, helm):
     docs = chart()
-    told = {f"{d['kind']}/{d['metadata']['name']}": d["metadata"]["annotations"] for d in docs
-            if HELM_ONLY_ANNOTATIONS & set(d["metadata"].get("annotations", {}))}
+    told = {
+        f"{d['kind']}/{d['metadata']['name']}": d["metadata"]["annotations"]
+        for d in docs
+        if HELM_ONLY_ANNOTATIONS & set(d["metadata"].get("annotations", {}))
+    }
     keep = {"helm.sh/resource-policy": "keep"}
-    assert told == {"CustomResourceDefinition/gates.gating.toolkit.fluxcd.io": keep,
-                    "CustomResourceDefinition/gatekeepers.gating.toolkit.fluxcd.io": keep}
+    assert told == {
+        "CustomResourceDefinition/gates.gating.toolkit.fluxcd.io": keep,
+        "CustomResourceDefinition/gatekeepers.gating.toolkit.fluxcd.io": keep,
+    }
     raw = [d for d in yaml.safe_load_all(helm(*template_args((), NS, None)).stdout) if d]
     jobs = [d for d in raw if d["kind"] == "Job"]
     assert [j["metadata"]["name"] for j in jobs] == [f"{CERTS_JOB}-1"]  # the revision: a new Job per upgrade
@@ -160,13 +195,16 @@ def test_what_only_helm_is_told(chart, helm):
     assert not (CHART / "crds").exists()  # Helm would install those once and never upgrade them
 
 
-@pytest.mark.parametrize(("value", "component"), [
-    ("certificates.source=cert-manager", "cert-manager"),
-    ("receiver.enabled=true", "receiver"),
-    ("calendarToken.enabled=true", "calendar-token"),
-    ("fluxNotifications.enabled=true", "flux-notifications"),
-    ("webhooks.variant=pre-1.30", "pre-1.30"),
-])
+@pytest.mark.parametrize(
+    ("value", "component"),
+    [
+        ("certificates.source=cert-manager", "cert-manager"),
+        ("receiver.enabled=true", "receiver"),
+        ("calendarToken.enabled=true", "calendar-token"),
+        ("fluxNotifications.enabled=true", "flux-notifications"),
+        ("webhooks.variant=pre-1.30", "pre-1.30"),
+    ],
+)
 def test_each_component_value_renders_the_manifests_with_that_component(chart, kustomize, value, component):
     plain = except_namespace(kustomize())
     with_component = except_namespace(kustomize((component,)))
@@ -176,15 +214,23 @@ def test_each_component_value_renders_the_manifests_with_that_component(chart, k
 
 def test_monitoring_renders_manifests_monitoring(chart, kustomize):
     monitoring = except_namespace(kustomize(resources=("monitoring",)))
-    assert_same_objects(chart("monitoring.serviceMonitor.enabled=true", "monitoring.dashboard.enabled=true"), monitoring)
+    assert_same_objects(
+        chart("monitoring.serviceMonitor.enabled=true", "monitoring.dashboard.enabled=true"), monitoring
+    )
     plain = {key(d) for d in chart()}
-    assert [d["kind"] for d in chart("monitoring.serviceMonitor.enabled=true") if key(d) not in plain] == ["ServiceMonitor"]
-    assert [d["kind"] for d in chart("monitoring.dashboard.enabled=true") if key(d) not in plain] == ["ConfigMap"]
+    assert [d["kind"] for d in chart("monitoring.serviceMonitor.enabled=true") if key(d) not in plain] == [
+        "ServiceMonitor"
+    ]
+    assert [d["kind"] for d in chart("monitoring.dashboard.enabled=true") if key(d) not in plain] == [
+        "ConfigMap"
+    ]
 
 
 def test_the_network_policy_can_be_left_out(chart, kustomize):
     manifests = except_namespace(kustomize())
-    assert_same_objects(chart("networkPolicy.enabled=false"), [d for d in manifests if d["kind"] != "NetworkPolicy"])
+    assert_same_objects(
+        chart("networkPolicy.enabled=false"), [d for d in manifests if d["kind"] != "NetworkPolicy"]
+    )
 
 
 def test_the_webhook_variant_follows_the_cluster_version(chart, kustomize):
@@ -198,14 +244,18 @@ def test_the_webhook_variant_follows_the_cluster_version(chart, kustomize):
 
 # -- values --------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("value", "words"), [
-    ("mode=block", ("/mode", "enforce", "audit")),
-    ("server.replicas=-1", ("/server/replicas", "minimum")),
-    ("webhooks.failurePolicy=Sometimes", ("/webhooks/failurePolicy", "Fail", "Ignore")),
-    ("certificates.source=vault", ("/certificates/source", "cert-manager")),
-    ("webhooks.timeoutSeconds=31", ("/webhooks/timeoutSeconds", "maximum")),
-    ("recevier.enabled=true", ("recevier",)),  # a misspelt value is refused, not ignored
-])
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        ("mode=block", ("/mode", "enforce", "audit")),
+        ("server.replicas=-1", ("/server/replicas", "minimum")),
+        ("webhooks.failurePolicy=Sometimes", ("/webhooks/failurePolicy", "Fail", "Ignore")),
+        ("certificates.source=vault", ("/certificates/source", "cert-manager")),
+        ("webhooks.timeoutSeconds=31", ("/webhooks/timeoutSeconds", "maximum")),
+        ("recevier.enabled=true", ("recevier",)),  # a misspelt value is refused, not ignored
+    ],
+)
 def test_the_schema_refuses_a_bad_value(helm, value, words):
     result = helm(*template_args((value,), NS, None), check=False)
     assert result.returncode != 0 and "schema" in result.stderr, result.stderr
@@ -218,7 +268,9 @@ def containers_of(docs: list[dict]) -> list[tuple[str, dict]]:
     found = []
     for d in docs:
         spec = d.get("spec", {})
-        pod = spec.get("template", spec.get("jobTemplate", {}).get("spec", {}).get("template", {})).get("spec")
+        pod = spec.get("template", spec.get("jobTemplate", {}).get("spec", {}).get("template", {})).get(
+            "spec"
+        )
         for container in (pod or {}).get("containers", []):
             found.append((f"{d['kind']}/{d['metadata']['name']}", container))
     return found
@@ -231,45 +283,81 @@ def named(docs: list[dict], kind: str, name: str) -> dict:
 
 def test_mode_replicas_and_priority_reach_their_places(chart):
     docs = chart("mode=audit", "server.replicas=3", "controller.replicas=1", "priorityClassName=")
-    webhook, controller = named(docs, "Deployment", "gate-admission"), named(docs, "Deployment", "gate-admission-controller")
+    webhook, controller = (
+        named(docs, "Deployment", "gate-admission"),
+        named(docs, "Deployment", "gate-admission-controller"),
+    )
     env = {e["name"]: e.get("value") for e in webhook["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["GATE_ADMISSION_MODE"] == "audit"
     assert (webhook["spec"]["replicas"], controller["spec"]["replicas"]) == (3, 1)
     assert all("priorityClassName" not in d["spec"]["template"]["spec"] for d in (webhook, controller))
     default = named(chart(), "Deployment", "gate-admission")
-    assert {e["name"]: e.get("value") for e in default["spec"]["template"]["spec"]["containers"][0]["env"]}["GATE_ADMISSION_MODE"] == "enforce"
+    assert {e["name"]: e.get("value") for e in default["spec"]["template"]["spec"]["containers"][0]["env"]}[
+        "GATE_ADMISSION_MODE"
+    ] == "enforce"
 
 
 def test_the_image_is_every_pods_image(chart):
-    docs = chart("image.repository=registry.example/platform/gate-admission", "image.tag=1.2.3", "image.pullPolicy=Always")
+    docs = chart(
+        "image.repository=registry.example/platform/gate-admission",
+        "image.tag=1.2.3",
+        "image.pullPolicy=Always",
+    )
     containers = containers_of(docs)
-    assert sorted(owner for owner, _ in containers) == ["CronJob/gate-admission-certs", "Deployment/gate-admission",
-                                                         "Deployment/gate-admission-controller", "Job/gate-admission-certs-init"]
+    assert sorted(owner for owner, _ in containers) == [
+        "CronJob/gate-admission-certs",
+        "Deployment/gate-admission",
+        "Deployment/gate-admission-controller",
+        "Job/gate-admission-certs-init",
+    ]
     for owner, container in containers:
-        assert (container["image"], container["imagePullPolicy"]) == ("registry.example/platform/gate-admission:1.2.3", "Always"), owner
+        assert (container["image"], container["imagePullPolicy"]) == (
+            "registry.example/platform/gate-admission:1.2.3",
+            "Always",
+        ), owner
 
 
 def test_resources_reach_each_container(chart):
-    docs = chart("server.resources.limits.memory=1Gi", "controller.resources.requests.cpu=7m",
-                 "certificates.resources.limits.memory=99Mi")
+    docs = chart(
+        "server.resources.limits.memory=1Gi",
+        "controller.resources.requests.cpu=7m",
+        "certificates.resources.limits.memory=99Mi",
+    )
     by_owner = dict(containers_of(docs))
     assert by_owner["Deployment/gate-admission"]["resources"]["limits"] == {"memory": "1Gi"}
-    assert by_owner["Deployment/gate-admission-controller"]["resources"]["requests"] == {"cpu": "7m", "memory": "128Mi"}
+    assert by_owner["Deployment/gate-admission-controller"]["resources"]["requests"] == {
+        "cpu": "7m",
+        "memory": "128Mi",
+    }
     assert by_owner["Job/gate-admission-certs-init"]["resources"]["limits"] == {"memory": "99Mi"}
     assert by_owner["CronJob/gate-admission-certs"]["resources"]["limits"] == {"memory": "99Mi"}
 
 
 def entries(docs: list[dict]) -> dict[str, dict]:
-    return {hook["name"]: hook for d in docs if d["kind"].endswith("WebhookConfiguration") for hook in d["webhooks"]}
+    return {
+        hook["name"]: hook
+        for d in docs
+        if d["kind"].endswith("WebhookConfiguration")
+        for hook in d["webhooks"]
+    }
 
 
 @pytest.mark.parametrize("kube_version", ["1.36.0", "1.29.9"])
 def test_failure_policy_timeouts_and_namespaces_never_judged(chart, kube_version):
     defaults = entries(chart(kube_version=kube_version))
-    changed = entries(chart("webhooks.failurePolicy=Ignore", "webhooks.timeoutSeconds=9", "webhooks.failOpenTimeoutSeconds=2",
-                            "webhooks.namespacesNeverJudged={kube-system,flux-system}", kube_version=kube_version))
+    changed = entries(
+        chart(
+            "webhooks.failurePolicy=Ignore",
+            "webhooks.timeoutSeconds=9",
+            "webhooks.failOpenTimeoutSeconds=2",
+            "webhooks.namespacesNeverJudged={kube-system,flux-system}",
+            kube_version=kube_version,
+        )
+    )
     assert changed.keys() == defaults.keys()
-    approvals = {n for n in changed if n.startswith("validate-approvals.") or n.startswith("mutate-approvals.")}
+    approvals = {
+        n for n in changed if n.startswith("validate-approvals.") or n.startswith("mutate-approvals.")
+    }
     for name in approvals:  # who approved must never go unrecorded: Fail everywhere, whatever the values
         assert changed[name]["failurePolicy"] == "Fail" and "namespaceSelector" not in changed[name], name
     for name, hook in changed.items():
@@ -279,24 +367,44 @@ def test_failure_policy_timeouts_and_namespaces_never_judged(chart, kube_version
         holds = before["failurePolicy"] == "Fail"  # the entries that hold gated objects
         assert hook["failurePolicy"] == "Ignore", name
         assert (before["timeoutSeconds"], hook["timeoutSeconds"]) == ((5, 9) if holds else (3, 2)), name
-        assert hook["namespaceSelector"]["matchExpressions"][0]["values"] == ["kube-system", "flux-system", NS], name
+        assert hook["namespaceSelector"]["matchExpressions"][0]["values"] == [
+            "kube-system",
+            "flux-system",
+            NS,
+        ], name
     assert sum(d["failurePolicy"] == "Fail" for n, d in defaults.items() if n not in approvals) == 2
 
 
 def test_another_namespace_is_used_everywhere(chart, helm):
-    sets = ("certificates.source=cert-manager", "monitoring.serviceMonitor.enabled=true", "namespace.create=true")
+    sets = (
+        "certificates.source=cert-manager",
+        "monitoring.serviceMonitor.enabled=true",
+        "namespace.create=true",
+    )
     text = helm(*template_args(sets, "gates", None)).stdout
     assert NS not in text
     docs = [d for d in yaml.safe_load_all(text) if d]
     assert {d["metadata"].get("namespace") for d in docs} == {None, "gates"}
     for hook in entries(docs).values():
-        assert hook["clientConfig"]["service"] == {**hook["clientConfig"]["service"], "name": "gate-admission", "namespace": "gates"}
+        assert hook["clientConfig"]["service"] == {
+            **hook["clientConfig"]["service"],
+            "name": "gate-admission",
+            "namespace": "gates",
+        }
         if "namespaceSelector" in hook:  # (the approvals entries see every namespace)
             assert "gates" in hook["namespaceSelector"]["matchExpressions"][0]["values"]
     certificate = named(docs, "Certificate", "gate-admission")
-    assert certificate["spec"]["dnsNames"] == ["gate-admission.gates.svc", "gate-admission.gates.svc.cluster.local"]
-    assert named(docs, "ServiceMonitor", "gate-admission")["spec"]["endpoints"][0]["tlsConfig"]["serverName"] == "gate-admission.gates.svc"
+    assert certificate["spec"]["dnsNames"] == [
+        "gate-admission.gates.svc",
+        "gate-admission.gates.svc.cluster.local",
+    ]
+    assert (
+        named(docs, "ServiceMonitor", "gate-admission")["spec"]["endpoints"][0]["tlsConfig"]["serverName"]
+        == "gate-admission.gates.svc"
+    )
     job = chart(namespace="gates")
     args = dict(containers_of(job))["Job/gate-admission-certs-init"]["args"]
     assert "--service=gate-admission" in args and "--namespace=gates" in args
-    assert "--lease-namespace=gates" in dict(containers_of(job))["Deployment/gate-admission-controller"]["args"]
+    assert (
+        "--lease-namespace=gates" in dict(containers_of(job))["Deployment/gate-admission-controller"]["args"]
+    )

@@ -40,8 +40,9 @@ def image() -> str:
     """The project image, built from the Dockerfile (hack/image.sh) unless $GATE_IMAGE names one."""
     if os.environ.get("GATE_IMAGE"):
         return os.environ["GATE_IMAGE"]
-    return subprocess.run([str(ROOT / "hack" / "image.sh")], check=True, capture_output=True,
-                          text=True).stdout.strip()
+    return subprocess.run(
+        [str(ROOT / "hack" / "image.sh")], check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 # Package scope: the node (kubelet, containerd, its Pods) stops after the last test here, not at
@@ -76,23 +77,46 @@ def installed(cluster):
 
 
 def wait_installed(cluster: HostCluster, timeout: str = "240s") -> None:
-    cluster.kubectl("wait", "-n", NS, "--for=condition=complete", f"--timeout={timeout}",
-                    "job/gate-admission-certs-init", timeout=300)
+    cluster.kubectl(
+        "wait",
+        "-n",
+        NS,
+        "--for=condition=complete",
+        f"--timeout={timeout}",
+        "job/gate-admission-certs-init",
+        timeout=300,
+    )
     for deployment in ("gate-admission", "gate-admission-controller"):
-        cluster.kubectl("rollout", "status", "-n", NS, f"deployment/{deployment}", f"--timeout={timeout}",
-                        timeout=300)
+        cluster.kubectl(
+            "rollout", "status", "-n", NS, f"deployment/{deployment}", f"--timeout={timeout}", timeout=300
+        )
 
 
 def kubectl_gate(cluster: HostCluster, *args: str) -> subprocess.CompletedProcess:
     """`kubectl gate ...` as a user types it: kubectl finds the plugin on PATH."""
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "KUBECONFIG": str(cluster.kubeconfig())}
-    return subprocess.run([cluster.kubectl_path, "gate", *args], capture_output=True, text=True, env=env, timeout=60)
+    env = {
+        **os.environ,
+        "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+        "KUBECONFIG": str(cluster.kubeconfig()),
+    }
+    return subprocess.run(
+        [cluster.kubectl_path, "gate", *args], capture_output=True, text=True, env=env, timeout=60
+    )
 
 
 def pod_objects(cluster: HostCluster, component: str = "webhook") -> list[dict]:
     """The component's running Pods, not those already terminating."""
-    out = cluster.kubectl("get", "pods", "-n", NS, "-l", f"app.kubernetes.io/component={component}",
-                          "--field-selector=status.phase=Running", "-o", "json").stdout
+    out = cluster.kubectl(
+        "get",
+        "pods",
+        "-n",
+        NS,
+        "-l",
+        f"app.kubernetes.io/component={component}",
+        "--field-selector=status.phase=Running",
+        "-o",
+        "json",
+    ).stdout
     return [pod for pod in json.loads(out)["items"] if not pod["metadata"].get("deletionTimestamp")]
 
 
@@ -102,13 +126,21 @@ def pods(cluster: HostCluster, component: str = "webhook") -> list[str]:
 
 def no_webhook_pod(cluster: HostCluster) -> bool:
     """No webhook Pod at all, terminating ones included (they serve until they exit)."""
-    return not cluster.kubectl("get", "pods", "-n", NS, "-l", "app.kubernetes.io/component=webhook",
-                               "-o", "name").stdout.strip()
+    return not cluster.kubectl(
+        "get", "pods", "-n", NS, "-l", "app.kubernetes.io/component=webhook", "-o", "name"
+    ).stdout.strip()
 
 
 def webhook_ready(cluster: HostCluster, replicas: int = 2) -> bool:
-    out = cluster.kubectl("get", "deployment", "gate-admission", "-n", NS, "-o",
-                          "jsonpath={.status.readyReplicas}/{.status.updatedReplicas}/{.status.replicas}").stdout
+    out = cluster.kubectl(
+        "get",
+        "deployment",
+        "gate-admission",
+        "-n",
+        NS,
+        "-o",
+        "jsonpath={.status.readyReplicas}/{.status.updatedReplicas}/{.status.replicas}",
+    ).stdout
     return out == f"{replicas}/{replicas}/{replicas}"
 
 
@@ -120,7 +152,6 @@ def wait_webhook_ready(cluster: HostCluster, replicas: int = 2, timeout: float =
 def service_get(cluster: HostCluster, path: str) -> str:
     """GET a path of the webhook Service through the API server's service proxy (as a scraper
     inside the cluster reaches it: through the Service, by its name)."""
-    return cluster.kubectl("get", "--raw",
-                           f"/api/v1/namespaces/{NS}/services/https:gate-admission:443/proxy{path}").stdout
-
-
+    return cluster.kubectl(
+        "get", "--raw", f"/api/v1/namespaces/{NS}/services/https:gate-admission:443/proxy{path}"
+    ).stdout

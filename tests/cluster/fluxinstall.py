@@ -37,8 +37,9 @@ def chart_version(chart: Path = CHART) -> str:
 def helm_binary() -> Path:
     if os.environ.get("HELM_BINARIES"):
         return Path(os.environ["HELM_BINARIES"]) / "helm"
-    out = subprocess.run([str(ROOT / "hack" / "go-binaries.sh"), "helm"], check=True, capture_output=True,
-                         text=True).stdout.strip()
+    out = subprocess.run(
+        [str(ROOT / "hack" / "go-binaries.sh"), "helm"], check=True, capture_output=True, text=True
+    ).stdout.strip()
     return Path(out) / "helm"
 
 
@@ -47,11 +48,15 @@ class Helm:
 
     def __init__(self, workdir: Path):
         self.workdir = workdir
-        self.env = {**os.environ, **{f"HELM_{k}_HOME": str(workdir / f"helm-{k.lower()}")
-                                     for k in ("CONFIG", "CACHE", "DATA")}}
+        self.env = {
+            **os.environ,
+            **{f"HELM_{k}_HOME": str(workdir / f"helm-{k.lower()}") for k in ("CONFIG", "CACHE", "DATA")},
+        }
 
     def __call__(self, *args: str) -> str:
-        done = subprocess.run([str(helm_binary()), *args], capture_output=True, text=True, env=self.env, timeout=120)
+        done = subprocess.run(
+            [str(helm_binary()), *args], capture_output=True, text=True, env=self.env, timeout=120
+        )
         assert done.returncode == 0, f"helm {' '.join(args)}: {done.stderr}"
         return done.stdout
 
@@ -121,7 +126,9 @@ def previous_release(workdir: Path) -> Release | None:
         return None
     tree = workdir / f"release-{commit[:12]}"
     tree.mkdir(parents=True)
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit], check=True, capture_output=True).stdout
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", commit], check=True, capture_output=True
+    ).stdout
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(tree, filter="data")
     built = subprocess.run([str(tree / "hack" / "image.sh")], capture_output=True, text=True, timeout=1200)
@@ -134,6 +141,7 @@ def current_release() -> Release:
 
 
 # -- the README's install section ---------------------------------------------------------------
+
 
 def readme_blocks(language: str) -> list[str]:
     """The README's fenced blocks in ``language``, in order."""
@@ -160,14 +168,27 @@ def readme_commands(first: str) -> list[str]:
     raise AssertionError(f"README.md has no shell block starting with {first!r}")
 
 
-def run_readme_command(cluster, command: str, env: dict[str, str], cwd: Path = ROOT, timeout: float = 300) -> str:
+def run_readme_command(
+    cluster, command: str, env: dict[str, str], cwd: Path = ROOT, timeout: float = 300
+) -> str:
     """One README command as a user runs it: bash, in the repository (or ``cwd``), with kubectl,
     flux and helm on PATH and the cluster in $KUBECONFIG."""
-    path = os.pathsep.join([str(flux_dir()), str(Path(cluster.kubectl_path).parent), str(helm_binary().parent),
-                            os.environ["PATH"]])
-    done = subprocess.run(["bash", "-euo", "pipefail", "-c", command], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **env, "PATH": path,
-                                                "KUBECONFIG": str(cluster.kubeconfig())})
+    path = os.pathsep.join(
+        [
+            str(flux_dir()),
+            str(Path(cluster.kubectl_path).parent),
+            str(helm_binary().parent),
+            os.environ["PATH"],
+        ]
+    )
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", command],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **env, "PATH": path, "KUBECONFIG": str(cluster.kubeconfig())},
+    )
     assert done.returncode == 0, f"{command}\n{done.stdout}\n{done.stderr}"
     return done.stdout + done.stderr
 
@@ -188,10 +209,13 @@ def push_readme_chart(cluster, helm: Helm, registry: Registry, workdir: Path) ->
     (the package lands in ``workdir``, not in the repository)."""
     (workdir / "charts").symlink_to(ROOT / "charts")
     for command in readme_commands("helm package"):
-        run_readme_command(cluster, over_plain_http(command), {**helm.env, "REGISTRY": registry.address}, cwd=workdir)
+        run_readme_command(
+            cluster, over_plain_http(command), {**helm.env, "REGISTRY": registry.address}, cwd=workdir
+        )
 
 
 # -- what Flux made of it -----------------------------------------------------------------------
+
 
 def release(cluster, name: str = "gate-admission") -> dict:
     out = cluster.kubectl("get", "helmrelease", name, "-n", "flux-system", "-o", "json", check=False)
@@ -204,13 +228,18 @@ def running_version(hr: dict) -> str:
 
 
 def released(cluster, version: str) -> dict:
-    seen = until(lambda: release(cluster), lambda hr: ready(hr) == "True" and running_version(hr) == version,
-                 timeout=300, interval=1)
+    seen = until(
+        lambda: release(cluster),
+        lambda hr: ready(hr) == "True" and running_version(hr) == version,
+        timeout=300,
+        interval=1,
+    )
     assert ready(seen) == "True", condition(seen, "Ready")
     return seen
 
 
 def no_webhook_configuration(cluster) -> bool:
-    names = cluster.kubectl("get", "validatingwebhookconfigurations,mutatingwebhookconfigurations", "-o",
-                            "name").stdout
+    names = cluster.kubectl(
+        "get", "validatingwebhookconfigurations,mutatingwebhookconfigurations", "-o", "name"
+    ).stdout
     return "gate-admission" not in names

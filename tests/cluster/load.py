@@ -89,10 +89,12 @@ class Window:
 
     def summary(self) -> str:
         counts = self.counts()
-        return (f"{self.name}: {len(self.outcomes)} writes in {self.ended - self.started:.0f}s "
-                f"({self.rate():.1f}/s); webhook failures {counts['webhook']}, wrong verdicts {counts['wrong']}, "
-                f"failed closed (gate state unknown) {counts['unknown']}, API server unavailable "
-                f"{counts['apiserver']}; recovered {self.recovery():.1f}s after the start")
+        return (
+            f"{self.name}: {len(self.outcomes)} writes in {self.ended - self.started:.0f}s "
+            f"({self.rate():.1f}/s); webhook failures {counts['webhook']}, wrong verdicts {counts['wrong']}, "
+            f"failed closed (gate state unknown) {counts['unknown']}, API server unavailable "
+            f"{counts['apiserver']}; recovered {self.recovery():.1f}s after the start"
+        )
 
 
 class Writer(threading.Thread):
@@ -103,7 +105,9 @@ class Writer(threading.Thread):
         config = yaml.safe_load(kubeconfig.read_text())
         server = config["clusters"][0]["cluster"]["server"]
         self.host, self.port = server.removeprefix("https://").rsplit(":", 1)
-        self.tls = ssl.create_default_context(cafile=config["clusters"][0]["cluster"]["certificate-authority"])
+        self.tls = ssl.create_default_context(
+            cafile=config["clusters"][0]["cluster"]["certificate-authority"]
+        )
         self.token = config["users"][0]["user"]["token"]
         self.load, self.targets, self.interval = load, targets, 1.0 / rate
         self.conn: http.client.HTTPSConnection | None = None
@@ -113,10 +117,15 @@ class Writer(threading.Thread):
         for _ in range(2):  # a kept connection the API server closed meanwhile: once more on a new one
             try:
                 if self.conn is None:
-                    self.conn = http.client.HTTPSConnection(self.host, int(self.port), context=self.tls, timeout=30)
-                self.conn.request("PATCH", KUSTOMIZATIONS.format(namespace=target.namespace, name=target.name), body,
-                                  {"Authorization": f"Bearer {self.token}",
-                                   "Content-Type": "application/merge-patch+json"})
+                    self.conn = http.client.HTTPSConnection(
+                        self.host, int(self.port), context=self.tls, timeout=30
+                    )
+                self.conn.request(
+                    "PATCH",
+                    KUSTOMIZATIONS.format(namespace=target.namespace, name=target.name),
+                    body,
+                    {"Authorization": f"Bearer {self.token}", "Content-Type": "application/merge-patch+json"},
+                )
                 response = self.conn.getresponse()
                 text = response.read().decode(errors="replace")
                 try:
@@ -150,7 +159,9 @@ class WriteLoad:
         self.stopping = threading.Event()
         self.lock = threading.Lock()
         self.windows: list[Window] = []
-        self.writers = [Writer(self, kubeconfig, targets, rate / len(writers)) for kubeconfig, targets in writers]
+        self.writers = [
+            Writer(self, kubeconfig, targets, rate / len(writers)) for kubeconfig, targets in writers
+        ]
 
     def record(self, outcome: Outcome) -> None:
         with self.lock:
@@ -182,9 +193,11 @@ class WriteLoad:
 
 def targets(prefix: str) -> tuple[Target, Target, Target]:
     """Kustomizations in `apps` behind an open gate, behind a closed gate, and behind none."""
-    return (Target("apps", f"{prefix}-open", held=False, gated=True),
-            Target("apps", f"{prefix}-closed", held=True, gated=True),
-            Target("apps", f"{prefix}-free", held=False, gated=False))
+    return (
+        Target("apps", f"{prefix}-open", held=False, gated=True),
+        Target("apps", f"{prefix}-closed", held=True, gated=True),
+        Target("apps", f"{prefix}-free", held=False, gated=False),
+    )
 
 
 @contextmanager
@@ -193,21 +206,45 @@ def steady_load(cluster, prefix: str, rate: float) -> Iterator[WriteLoad]:
     writes to them from two identities at ``rate``/s, once every write gets its verdict."""
     opened, closed, free = targets(prefix)
     gates = [gate(t.name, annotations={OPEN_ANNOTATION: "2026-01-01T00:00:00Z"}) for t in (opened, closed)]
-    made = until(lambda: cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(gates), check=False),
-                 lambda r: r.returncode == 0, timeout=60)
+    made = until(
+        lambda: cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(gates), check=False),
+        lambda r: r.returncode == 0,
+        timeout=60,
+    )
     assert made.returncode == 0, made.stderr
     for target in (opened, closed, free):
-        manifest = kustomization(target.name, target.namespace,
-                                 gates=f"flux-system/{target.name}" if target.gated else None)
-        applied = until(lambda: cluster.kubectl("apply", "-f", "-", input=manifest, check=False),
-                        lambda r: r.returncode == 0, timeout=60)
+        manifest = kustomization(
+            target.name, target.namespace, gates=f"flux-system/{target.name}" if target.gated else None
+        )
+        applied = until(
+            lambda: cluster.kubectl("apply", "-f", "-", input=manifest, check=False),
+            lambda r: r.returncode == 0,
+            timeout=60,
+        )
         assert applied.returncode == 0, applied.stderr
-    cluster.kubectl("annotate", "gate", closed.name, "-n", "flux-system", "--overwrite",
-                    f"{OPEN_ANNOTATION}-", f"{CLOSE_ANNOTATION}=2026-06-01T00:00:00Z")
-    writers = [(cluster.kubeconfig(ADMIN), [opened, closed, free]), (cluster.kubeconfig(ALICE), [closed, free, opened])]
+    cluster.kubectl(
+        "annotate",
+        "gate",
+        closed.name,
+        "-n",
+        "flux-system",
+        "--overwrite",
+        f"{OPEN_ANNOTATION}-",
+        f"{CLOSE_ANNOTATION}=2026-06-01T00:00:00Z",
+    )
+    writers = [
+        (cluster.kubeconfig(ADMIN), [opened, closed, free]),
+        (cluster.kubeconfig(ALICE), [closed, free, opened]),
+    ]
     with WriteLoad(writers, rate) as running:
         with running.window("warm-up") as warm:
-            settled = until(lambda: warm.outcomes[-30:], lambda last: len(last) == 30 and all(
-                o.kind == "ok" for o in last), timeout=90, interval=0.5)
-            assert all(o.kind == "ok" for o in settled), [(o.target.name, o.status, o.message) for o in settled]
+            settled = until(
+                lambda: warm.outcomes[-30:],
+                lambda last: len(last) == 30 and all(o.kind == "ok" for o in last),
+                timeout=90,
+                interval=0.5,
+            )
+            assert all(o.kind == "ok" for o in settled), [
+                (o.target.name, o.status, o.message) for o in settled
+            ]
         yield running

@@ -49,25 +49,32 @@ RUN = Path("/run/fga-node")
 CNI_BIN = Path("/usr/lib/cni")
 PAUSE_IMAGE = "fga-pause:1"
 # Debian's packages that the node needs (hack/test.sh installs them).
-PACKAGES = {"containerd": "containerd", "runc": "runc", "iptables": "iptables", "conntrack": "conntrack",
-            "ip": "iproute2",
-            "docker": "docker.io",  # Debian's package of the Docker engine
-            }
+PACKAGES = {
+    "containerd": "containerd",
+    "runc": "runc",
+    "iptables": "iptables",
+    "conntrack": "conntrack",
+    "ip": "iproute2",
+    "docker": "docker.io",  # Debian's package of the Docker engine
+}
 
 
 def node_binaries() -> Path:
     """The kubelet, kube-proxy, controller-manager, scheduler and pause, built once and cached."""
     if os.environ.get("FGA_NODE_BINARIES"):
         return Path(os.environ["FGA_NODE_BINARIES"])
-    out = subprocess.run([str(ROOT / "hack" / "go-binaries.sh"), "node"], check=True,
-                         capture_output=True, text=True).stdout.strip()
+    out = subprocess.run(
+        [str(ROOT / "hack" / "go-binaries.sh"), "node"], check=True, capture_output=True, text=True
+    ).stdout.strip()
     return Path(out)
 
 
 def missing_prerequisites() -> list[str]:
     """What this machine lacks for a host node: root, Debian's packages, the CNI plugins."""
     missing = [] if os.geteuid() == 0 else ["root (the kubelet runs as root)"]
-    missing += [f"{command} ({package})" for command, package in PACKAGES.items() if not shutil.which(command)]
+    missing += [
+        f"{command} ({package})" for command, package in PACKAGES.items() if not shutil.which(command)
+    ]
     if not (CNI_BIN / "bridge").exists():
         missing.append("the CNI plugins (containernetworking-plugins)")
     if not Path("/sys/fs/cgroup/memory").exists() and not Path("/sys/fs/cgroup/cgroup.controllers").exists():
@@ -89,32 +96,54 @@ class HostCluster(ControlPlane):
 
     # -- the API server, reachable from Pods ------------------------------------------
     def apiserver_args(self) -> list[str]:
-        args = [a for a in super().apiserver_args()
-                if not a.startswith(("--bind-address", "--advertise-address", "--disable-admission-plugins"))]
+        args = [
+            a
+            for a in super().apiserver_args()
+            if not a.startswith(("--bind-address", "--advertise-address", "--disable-admission-plugins"))
+        ]
         # Bound on every address so that clients here keep using loopback while Pods come in
         # through the bridge; advertised on the bridge, which is the `kubernetes` Service's endpoint.
-        return [*args, "--bind-address=0.0.0.0", f"--advertise-address={GATEWAY}",
-                f"--tls-cert-file={self.workdir / 'apiserver.crt'}",
-                f"--tls-private-key-file={self.workdir / 'apiserver.key'}",
-                f"--service-cluster-ip-range={SERVICE_RANGE}",
-                # `kubectl logs` and `exec`: the kubelet trusts this client, signed by our CA.
-                f"--kubelet-client-certificate={self.workdir / 'kubelet-client.crt'}",
-                f"--kubelet-client-key={self.workdir / 'kubelet-client.key'}",
-                "--kubelet-preferred-address-types=InternalIP"]
+        return [
+            *args,
+            "--bind-address=0.0.0.0",
+            f"--advertise-address={GATEWAY}",
+            f"--tls-cert-file={self.workdir / 'apiserver.crt'}",
+            f"--tls-private-key-file={self.workdir / 'apiserver.key'}",
+            f"--service-cluster-ip-range={SERVICE_RANGE}",
+            # `kubectl logs` and `exec`: the kubelet trusts this client, signed by our CA.
+            f"--kubelet-client-certificate={self.workdir / 'kubelet-client.crt'}",
+            f"--kubelet-client-key={self.workdir / 'kubelet-client.key'}",
+            "--kubelet-preferred-address-types=InternalIP",
+        ]
 
     def _write_apiserver_cert(self) -> None:
         """A serving certificate for every name the API server is reached by, and its CA, which
         the controller-manager publishes to Pods (kube-root-ca.crt)."""
         now = datetime.now(timezone.utc)
         ca_key, ca_cert = make_ca(now, "fga-node-ca")
-        names = ["localhost", "127.0.0.1", GATEWAY, "10.96.0.1", "kubernetes", "kubernetes.default",
-                 "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"]
+        names = [
+            "localhost",
+            "127.0.0.1",
+            GATEWAY,
+            "10.96.0.1",
+            "kubernetes",
+            "kubernetes.default",
+            "kubernetes.default.svc",
+            "kubernetes.default.svc.cluster.local",
+        ]
         (self.workdir / "ca.crt").write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
-        for name, (key, cert) in {"apiserver": make_serving_cert(ca_key, ca_cert, names, now),
-                                  "kubelet-client": make_client_cert(ca_key, ca_cert, "kube-apiserver", now)}.items():
+        for name, (key, cert) in {
+            "apiserver": make_serving_cert(ca_key, ca_cert, names, now),
+            "kubelet-client": make_client_cert(ca_key, ca_cert, "kube-apiserver", now),
+        }.items():
             (self.workdir / f"{name}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-            (self.workdir / f"{name}.key").write_bytes(key.private_bytes(
-                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+            (self.workdir / f"{name}.key").write_bytes(
+                key.private_bytes(
+                    serialization.Encoding.PEM,
+                    serialization.PrivateFormat.PKCS8,
+                    serialization.NoEncryption(),
+                )
+            )
 
     def _write_kubeconfig(self, user) -> None:
         super()._write_kubeconfig(user)
@@ -132,16 +161,30 @@ class HostCluster(ControlPlane):
         make_bridge()
         self.start_etcd()
         self.start_apiserver()
-        self.start_part("kube-controller-manager", [
-            f"--kubeconfig={self.kubeconfig(ADMIN)}", "--leader-elect=false",
-            f"--service-account-private-key-file={self.workdir / 'sa.key'}",
-            f"--root-ca-file={self.workdir / 'ca.crt'}", "--use-service-account-credentials=true",
-            f"--secure-port={free_port()}", "--bind-address=127.0.0.1",
-            "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller",
-            "--concurrent-deployment-syncs=5", "--node-monitor-grace-period=40s"])
-        self.start_part("kube-scheduler", [
-            f"--kubeconfig={self.kubeconfig(ADMIN)}", "--leader-elect=false",
-            f"--secure-port={free_port()}", "--bind-address=127.0.0.1"])
+        self.start_part(
+            "kube-controller-manager",
+            [
+                f"--kubeconfig={self.kubeconfig(ADMIN)}",
+                "--leader-elect=false",
+                f"--service-account-private-key-file={self.workdir / 'sa.key'}",
+                f"--root-ca-file={self.workdir / 'ca.crt'}",
+                "--use-service-account-credentials=true",
+                f"--secure-port={free_port()}",
+                "--bind-address=127.0.0.1",
+                "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller",
+                "--concurrent-deployment-syncs=5",
+                "--node-monitor-grace-period=40s",
+            ],
+        )
+        self.start_part(
+            "kube-scheduler",
+            [
+                f"--kubeconfig={self.kubeconfig(ADMIN)}",
+                "--leader-elect=false",
+                f"--secure-port={free_port()}",
+                "--bind-address=127.0.0.1",
+            ],
+        )
         self.start_containerd()
         self.import_image(self.pause_image_archive())
         self.start_kubelet()
@@ -172,16 +215,38 @@ class HostCluster(ControlPlane):
         (STATE / "cni-conf").mkdir(parents=True, exist_ok=True)
         (STATE / "cni-conf" / "10-fga.conflist").write_text(json.dumps(CNI_CONFIG, indent=2))
         config = self.workdir / "containerd.toml"
-        config.write_text(CONTAINERD_CONFIG.format(root=STATE / "containerd", state=RUN / "containerd",
-                                                   socket=self.containerd_socket, pause=PAUSE_IMAGE,
-                                                   cni_bin=CNI_BIN, cni_conf=STATE / "cni-conf"))
-        self.start_part("containerd", ["--config", str(config)], binary=Path(shutil.which("containerd") or "containerd"))
-        wait_for(lambda: run("ctr", "--address", str(self.containerd_socket), "version", check=False).returncode == 0,
-                 30, "containerd")
+        config.write_text(
+            CONTAINERD_CONFIG.format(
+                root=STATE / "containerd",
+                state=RUN / "containerd",
+                socket=self.containerd_socket,
+                pause=PAUSE_IMAGE,
+                cni_bin=CNI_BIN,
+                cni_conf=STATE / "cni-conf",
+            )
+        )
+        self.start_part(
+            "containerd", ["--config", str(config)], binary=Path(shutil.which("containerd") or "containerd")
+        )
+        wait_for(
+            lambda: (
+                run("ctr", "--address", str(self.containerd_socket), "version", check=False).returncode == 0
+            ),
+            30,
+            "containerd",
+        )
 
     def ctr(self, *args: str, input: bytes | None = None, check: bool = True) -> subprocess.CompletedProcess:
-        return run("ctr", "--address", str(self.containerd_socket), "--namespace", "k8s.io", *args,
-                   input=input, check=check)
+        return run(
+            "ctr",
+            "--address",
+            str(self.containerd_socket),
+            "--namespace",
+            "k8s.io",
+            *args,
+            input=input,
+            check=check,
+        )
 
     def import_image(self, archive: bytes) -> None:
         """An image archive (`docker save`) into the node's image store, as `kind load` does."""
@@ -202,63 +267,118 @@ class HostCluster(ControlPlane):
     # -- kubelet and kube-proxy --------------------------------------------------------------
     def start_kubelet(self) -> None:
         config = self.workdir / "kubelet.yaml"
-        config.write_text(yaml.safe_dump({
-            "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
-            "address": GATEWAY, "port": free_port(), "readOnlyPort": 0, "healthzPort": free_port(),
-            "healthzBindAddress": "127.0.0.1",
-            "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
-                               "x509": {"clientCAFile": str(self.workdir / "ca.crt")}},
-            # Only the API server holds a certificate of that CA; whoever holds one may do anything.
-            "authorization": {"mode": "AlwaysAllow"},
-            "cgroupDriver": "cgroupfs", "failCgroupV1": False, "failSwapOn": False,
-            "containerRuntimeEndpoint": f"unix://{self.containerd_socket}",
-            "podLogsDir": str(STATE / "pod-logs"),
-            # Nothing here is reserved for the system, and no evictions: a test machine, not a fleet.
-            "enforceNodeAllocatable": ["pods"], "evictionHard": {"memory.available": "100Mi",
-                                                                 "nodefs.available": "1%", "imagefs.available": "1%"},
-            "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
-            "serializeImagePulls": False, "maxPods": 60, "rotateCertificates": False,
-            "serverTLSBootstrap": False, "protectKernelDefaults": False, "makeIPTablesUtilChains": False,
-            "localStorageCapacityIsolation": True,
-        }))
-        self.start_part("kubelet", [
-            f"--config={config}", f"--kubeconfig={self.kubeconfig(ADMIN)}",
-            f"--root-dir={STATE / 'kubelet'}", f"--hostname-override={NODE_NAME}", f"--node-ip={GATEWAY}",
-            f"--cert-dir={self.workdir / 'kubelet-pki'}", "--v=1"])
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "kubelet.config.k8s.io/v1beta1",
+                    "kind": "KubeletConfiguration",
+                    "address": GATEWAY,
+                    "port": free_port(),
+                    "readOnlyPort": 0,
+                    "healthzPort": free_port(),
+                    "healthzBindAddress": "127.0.0.1",
+                    "authentication": {
+                        "anonymous": {"enabled": False},
+                        "webhook": {"enabled": True},
+                        "x509": {"clientCAFile": str(self.workdir / "ca.crt")},
+                    },
+                    # Only the API server holds a certificate of that CA; whoever holds one may do anything.
+                    "authorization": {"mode": "AlwaysAllow"},
+                    "cgroupDriver": "cgroupfs",
+                    "failCgroupV1": False,
+                    "failSwapOn": False,
+                    "containerRuntimeEndpoint": f"unix://{self.containerd_socket}",
+                    "podLogsDir": str(STATE / "pod-logs"),
+                    # Nothing here is reserved for the system, and no evictions: a test machine, not a fleet.
+                    "enforceNodeAllocatable": ["pods"],
+                    "evictionHard": {
+                        "memory.available": "100Mi",
+                        "nodefs.available": "1%",
+                        "imagefs.available": "1%",
+                    },
+                    "imageGCHighThresholdPercent": 100,
+                    "imageGCLowThresholdPercent": 99,
+                    "serializeImagePulls": False,
+                    "maxPods": 60,
+                    "rotateCertificates": False,
+                    "serverTLSBootstrap": False,
+                    "protectKernelDefaults": False,
+                    "makeIPTablesUtilChains": False,
+                    "localStorageCapacityIsolation": True,
+                }
+            )
+        )
+        self.start_part(
+            "kubelet",
+            [
+                f"--config={config}",
+                f"--kubeconfig={self.kubeconfig(ADMIN)}",
+                f"--root-dir={STATE / 'kubelet'}",
+                f"--hostname-override={NODE_NAME}",
+                f"--node-ip={GATEWAY}",
+                f"--cert-dir={self.workdir / 'kubelet-pki'}",
+                "--v=1",
+            ],
+        )
 
     def start_kube_proxy(self) -> None:
         config = self.workdir / "kube-proxy.yaml"
-        config.write_text(yaml.safe_dump({
-            "apiVersion": "kubeproxy.config.k8s.io/v1alpha1", "kind": "KubeProxyConfiguration",
-            "mode": "iptables", "clusterCIDR": POD_SUBNET, "hostnameOverride": NODE_NAME,
-            "clientConnection": {"kubeconfig": str(self.kubeconfig(ADMIN))},
-            "bindAddress": "127.0.0.1", "healthzBindAddress": f"127.0.0.1:{free_port()}",
-            "metricsBindAddress": f"127.0.0.1:{free_port()}",
-            # Pods and the API server share one bridge without br_netfilter guarantees: masquerade
-            # Service traffic so replies come back through the rewrite.
-            "iptables": {"masqueradeAll": True},
-            # Leave the machine's conntrack sysctls as they are.
-            "conntrack": {"maxPerCore": 0, "min": 0},
-        }))
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+                    "kind": "KubeProxyConfiguration",
+                    "mode": "iptables",
+                    "clusterCIDR": POD_SUBNET,
+                    "hostnameOverride": NODE_NAME,
+                    "clientConnection": {"kubeconfig": str(self.kubeconfig(ADMIN))},
+                    "bindAddress": "127.0.0.1",
+                    "healthzBindAddress": f"127.0.0.1:{free_port()}",
+                    "metricsBindAddress": f"127.0.0.1:{free_port()}",
+                    # Pods and the API server share one bridge without br_netfilter guarantees: masquerade
+                    # Service traffic so replies come back through the rewrite.
+                    "iptables": {"masqueradeAll": True},
+                    # Leave the machine's conntrack sysctls as they are.
+                    "conntrack": {"maxPerCore": 0, "min": 0},
+                }
+            )
+        )
         self.start_part("kube-proxy", [f"--config={config}", "--v=1"])
 
     def node_ready(self) -> bool:
         for name in ("kubelet", "containerd", "kube-proxy", "kube-controller-manager", "kube-scheduler"):
             if name in self.parts and not self.parts[name].alive():
                 raise RuntimeError(f"{name} exited:\n" + self.parts[name].log()[-3000:])
-        out = self.kubectl("get", "node", NODE_NAME, "-o",
-                           "jsonpath={.status.conditions[?(@.type=='Ready')].status}", check=False)
+        out = self.kubectl(
+            "get",
+            "node",
+            NODE_NAME,
+            "-o",
+            "jsonpath={.status.conditions[?(@.type=='Ready')].status}",
+            check=False,
+        )
         return out.stdout.strip() == "True"
 
 
-
 CNI_CONFIG = {
-    "cniVersion": "1.0.0", "name": "fga",
-    "plugins": [{
-        "type": "bridge", "bridge": BRIDGE, "isGateway": True, "isDefaultGateway": True, "ipMasq": False, "hairpinMode": True,
-        "ipam": {"type": "host-local", "ranges": [[{"subnet": POD_SUBNET, "gateway": GATEWAY}]],
-                 "dataDir": str(STATE / "cni-ipam")},
-    }, {"type": "portmap", "capabilities": {"portMappings": True}}],
+    "cniVersion": "1.0.0",
+    "name": "fga",
+    "plugins": [
+        {
+            "type": "bridge",
+            "bridge": BRIDGE,
+            "isGateway": True,
+            "isDefaultGateway": True,
+            "ipMasq": False,
+            "hairpinMode": True,
+            "ipam": {
+                "type": "host-local",
+                "ranges": [[{"subnet": POD_SUBNET, "gateway": GATEWAY}]],
+                "dataDir": str(STATE / "cni-ipam"),
+            },
+        },
+        {"type": "portmap", "capabilities": {"portMappings": True}},
+    ],
 }
 
 # containerd 1.6 (Debian's): its CRI plugin, runc with cgroupfs (no systemd on these machines),

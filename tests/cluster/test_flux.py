@@ -31,18 +31,28 @@ def test_a_commit_waits_behind_the_in_cluster_webhook_and_lands_when_the_gate_op
     user = Cluster(cluster, ns)
     repo = git.repository(ns)
     first = repo.commit(manifests(ns, "1"), "version 1")
-    user.apply(gate("freeze", ns), git_repository("apps", repo.url),
-               kustomization("gated", "./a", "apps", {"gating.toolkit.fluxcd.io/gates": "freeze"}),
-               kustomization("free", "./b", "apps"))
-    seen = user.wait(lambda: (user.data("app-a"), user.data("app-b")),
-                     lambda d: d == ({"version": "1"}, {"version": "1"}), timeout=120)
+    user.apply(
+        gate("freeze", ns),
+        git_repository("apps", repo.url),
+        kustomization("gated", "./a", "apps", {"gating.toolkit.fluxcd.io/gates": "freeze"}),
+        kustomization("free", "./b", "apps"),
+    )
+    seen = user.wait(
+        lambda: (user.data("app-a"), user.data("app-b")),
+        lambda d: d == ({"version": "1"}, {"version": "1"}),
+        timeout=120,
+    )
     assert seen == ({"version": "1"}, {"version": "1"})
 
     assert user.gate("close", "freeze", "-n", ns, "-m", "release freeze").returncode == 0
     second = repo.commit(manifests(ns, "2"), "version 2")
-    assert user.wait(lambda: user.data("app-b"), lambda d: d == {"version": "2"}, timeout=120) == {"version": "2"}
-    held = user.wait(lambda: user.get("kustomization", "gated"),
-                     lambda k: ready(k) == "False" and "freeze" in condition(k, "Ready").get("message", ""))
+    assert user.wait(lambda: user.data("app-b"), lambda d: d == {"version": "2"}, timeout=120) == {
+        "version": "2"
+    }
+    held = user.wait(
+        lambda: user.get("kustomization", "gated"),
+        lambda k: ready(k) == "False" and "freeze" in condition(k, "Ready").get("message", ""),
+    )
     assert ready(held) == "False", held.get("status")
     assert held["status"]["lastAppliedRevision"] == first
     assert user.data("app-a") == {"version": "1"}
@@ -52,4 +62,6 @@ def test_a_commit_waits_behind_the_in_cluster_webhook_and_lands_when_the_gate_op
     assert landed == {"version": "2"}, user.get("kustomization", "gated").get("status")
     released = user.wait(lambda: user.get("kustomization", "gated"), lambda k: ready(k) == "True")
     assert released["status"]["lastAppliedRevision"] == second
-    FIGURES.append("real Flux: a commit held by the in-cluster webhook, released by the in-cluster controller")
+    FIGURES.append(
+        "real Flux: a commit held by the in-cluster webhook, released by the in-cluster controller"
+    )

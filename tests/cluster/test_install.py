@@ -23,28 +23,48 @@ def apply(cluster, manifest: str, user=ALICE, *args: str):
 
 
 def test_every_component_runs_from_the_image(cluster, installed):
-    webhook = json.loads(cluster.kubectl("get", "deployment", "gate-admission", "-n", NS, "-o", "json").stdout)
+    webhook = json.loads(
+        cluster.kubectl("get", "deployment", "gate-admission", "-n", NS, "-o", "json").stdout
+    )
     assert webhook["status"]["readyReplicas"] == 2
     running = json.loads(cluster.kubectl("get", "pods", "-n", NS, "-o", "json").stdout)["items"]
     images = {c["image"] for p in running for c in p["spec"]["containers"]}
     assert images == {"gate-admission:0.2.0"}
-    phases = sorted((p["metadata"]["labels"].get("app.kubernetes.io/component", "job"), p["status"]["phase"])
-                    for p in running)
+    phases = sorted(
+        (p["metadata"]["labels"].get("app.kubernetes.io/component", "job"), p["status"]["phase"])
+        for p in running
+    )
     assert phases.count(("webhook", "Running")) == 2
     assert ("controller", "Running") in phases
-    assert any(p["metadata"].get("labels", {}).get("job-name") == "gate-admission-certs-init"
-               and p["status"]["phase"] == "Succeeded" for p in running)
+    assert any(
+        p["metadata"].get("labels", {}).get("job-name") == "gate-admission-certs-init"
+        and p["status"]["phase"] == "Succeeded"
+        for p in running
+    )
     # The certificate Job injected the CA into both webhook configurations.
     for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration"):
-        bundle = cluster.kubectl("get", kind, "gate-admission", "-o",
-                                 "jsonpath={.webhooks[0].clientConfig.caBundle}").stdout
+        bundle = cluster.kubectl(
+            "get", kind, "gate-admission", "-o", "jsonpath={.webhooks[0].clientConfig.caBundle}"
+        ).stdout
         assert len(bundle) > 100
-    FIGURES.append(f"install: webhook pods {pods(cluster)} Ready; controller and certificate Job from the image")
+    FIGURES.append(
+        f"install: webhook pods {pods(cluster)} Ready; controller and certificate Job from the image"
+    )
 
 
 def test_a_gated_edit_is_refused_by_kubectl_apply_through_the_service(cluster, installed):
-    created = until(lambda: cluster.kubectl("apply", "-f", "-", check=False, input=yaml.safe_dump(
-        gate("install-freeze", annotations={OPEN_ANNOTATION: "2026-01-01T00:00:00Z"}))), lambda r: r.returncode == 0)
+    created = until(
+        lambda: cluster.kubectl(
+            "apply",
+            "-f",
+            "-",
+            check=False,
+            input=yaml.safe_dump(
+                gate("install-freeze", annotations={OPEN_ANNOTATION: "2026-01-01T00:00:00Z"})
+            ),
+        ),
+        lambda r: r.returncode == 0,
+    )
     assert created.returncode == 0, created.stderr
     manifest = kustomization("frontend", gates="flux-system/install-freeze")
     result = until(lambda: apply(cluster, manifest), lambda r: r.returncode == 0)
@@ -55,8 +75,13 @@ def test_a_gated_edit_is_refused_by_kubectl_apply_through_the_service(cluster, i
     change = kustomization("frontend", gates="flux-system/install-freeze", path="./deploy/v2")
     refused = until(lambda: apply(cluster, change), lambda r: r.returncode != 0, timeout=30)
     assert "Error from server (Forbidden)" in refused.stderr
-    assert DENIED + "Kustomization apps/frontend is held: gate 'flux-system/install-freeze' is closed" in refused.stderr
-    kept = cluster.kubectl("get", "kustomization", "frontend", "-n", "apps", "-o", "jsonpath={.spec.path}").stdout
+    assert (
+        DENIED + "Kustomization apps/frontend is held: gate 'flux-system/install-freeze' is closed"
+        in refused.stderr
+    )
+    kept = cluster.kubectl(
+        "get", "kustomization", "frontend", "-n", "apps", "-o", "jsonpath={.spec.path}"
+    ).stdout
     assert kept == "./deploy"
 
     shown = kubectl_gate(cluster, "get", "install-freeze", "-n", "flux-system")
@@ -65,13 +90,19 @@ def test_a_gated_edit_is_refused_by_kubectl_apply_through_the_service(cluster, i
     assert opened.returncode == 0, opened.stderr
     landed = until(lambda: apply(cluster, change), lambda r: r.returncode == 0, timeout=30)
     assert landed.returncode == 0, landed.stderr
-    assert cluster.kubectl("get", "kustomization", "frontend", "-n", "apps", "-o",
-                           "jsonpath={.spec.path}").stdout == "./deploy/v2"
+    assert (
+        cluster.kubectl(
+            "get", "kustomization", "frontend", "-n", "apps", "-o", "jsonpath={.spec.path}"
+        ).stdout
+        == "./deploy/v2"
+    )
 
 
 def test_metrics_are_scraped_through_the_service(cluster, installed):
     text = until(lambda: service_get(cluster, "/metrics"), lambda t: "gate_admission" in t, timeout=30)
-    samples = [line for line in text.splitlines() if line.startswith("gate_admission") and not line.startswith("#")]
+    samples = [
+        line for line in text.splitlines() if line.startswith("gate_admission") and not line.startswith("#")
+    ]
     assert samples, text[:2000]
     assert service_get(cluster, "/readyz").strip()
 
@@ -79,20 +110,28 @@ def test_metrics_are_scraped_through_the_service(cluster, installed):
 def test_the_network_policy_lets_the_api_server_in(cluster, installed):
     """The API server's calls arrive from outside the pod network (here: the node's bridge
     address): the policy must admit them on the webhook port, or every gated write fails."""
-    policy = json.loads(cluster.kubectl("get", "networkpolicy", "gate-admission", "-n", NS, "-o", "json").stdout)
+    policy = json.loads(
+        cluster.kubectl("get", "networkpolicy", "gate-admission", "-n", NS, "-o", "json").stdout
+    )
     ingress = policy["spec"]["ingress"]
     assert [rule.get("from") for rule in ingress] == [None]  # no source narrowing
     assert {(p["port"], p["protocol"]) for rule in ingress for p in rule["ports"]} == {(9443, "TCP")}
-    served = cluster.kubectl("get", "service", "gate-admission", "-n", NS, "-o",
-                             "jsonpath={.spec.ports[0].targetPort}").stdout
+    served = cluster.kubectl(
+        "get", "service", "gate-admission", "-n", NS, "-o", "jsonpath={.spec.ports[0].targetPort}"
+    ).stdout
     assert served == "https"
 
 
 @pytest.mark.parametrize("component", ["webhook", "controller"])
 def test_pods_are_placed_and_prioritised_for_a_fail_closed_webhook(cluster, installed, component):
     name = "gate-admission" if component == "webhook" else "gate-admission-controller"
-    spec = json.loads(cluster.kubectl("get", "deployment", name, "-n", NS, "-o", "json").stdout)["spec"]["template"]["spec"]
+    spec = json.loads(cluster.kubectl("get", "deployment", name, "-n", NS, "-o", "json").stdout)["spec"][
+        "template"
+    ]["spec"]
     assert spec.get("priorityClassName") == "system-cluster-critical"
-    running = json.loads(cluster.kubectl("get", "pods", "-n", NS, "-l", f"app.kubernetes.io/component={component}",
-                                         "-o", "json").stdout)["items"]
+    running = json.loads(
+        cluster.kubectl(
+            "get", "pods", "-n", NS, "-l", f"app.kubernetes.io/component={component}", "-o", "json"
+        ).stdout
+    )["items"]
     assert all(p["spec"].get("priority", 0) >= 2000000000 for p in running)

@@ -14,7 +14,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.cluster.conftest import FIGURES, NS, no_webhook_pod, pod_objects, pods, wait_installed, wait_webhook_ready
+from tests.cluster.conftest import (
+    FIGURES,
+    NS,
+    no_webhook_pod,
+    pod_objects,
+    pods,
+    wait_installed,
+    wait_webhook_ready,
+)
 from tests.cluster.load import Window, WriteLoad, steady_load
 from tests.polling import until
 
@@ -61,16 +69,22 @@ def describe(window) -> list:
 
 
 def test_a_rollout_restart_fails_no_admission(cluster, load):
-    window = measured(load, "rollout restart",
-                      lambda: cluster.kubectl("rollout", "restart", "-n", NS, "deployment/gate-admission"),
-                      lambda: rollout(cluster))
+    window = measured(
+        load,
+        "rollout restart",
+        lambda: cluster.kubectl("rollout", "restart", "-n", NS, "deployment/gate-admission"),
+        lambda: rollout(cluster),
+    )
     assert len(window.outcomes) > 10 * RATE and not window.failed(), describe(window)
 
 
 def test_an_image_change_fails_no_admission(cluster, load):
     # The same image under a new tag, loaded as a user loads a new build (kind load).
-    subprocess.run(["docker", "tag", os.environ.get("GATE_IMAGE", "gate-admission:0.2.0"), "gate-admission:0.2.1"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["docker", "tag", os.environ.get("GATE_IMAGE", "gate-admission:0.2.0"), "gate-admission:0.2.1"],
+        check=True,
+        capture_output=True,
+    )
     cluster.load_docker_image("gate-admission:0.2.1")
 
     def change() -> None:
@@ -84,14 +98,23 @@ def test_an_image_change_fails_no_admission(cluster, load):
 
 def test_deleting_a_webhook_pod_fails_no_admission(cluster, load):
     victim = pods(cluster)[0]
+
     def replaced() -> None:
-        gone = until(lambda: cluster.kubectl("get", "pod", "-n", NS, victim, check=False).returncode, bool,
-                     timeout=120, interval=1)
+        gone = until(
+            lambda: cluster.kubectl("get", "pod", "-n", NS, victim, check=False).returncode,
+            bool,
+            timeout=120,
+            interval=1,
+        )
         assert gone, f"{victim} still exists"
         wait_webhook_ready(cluster)
 
-    window = measured(load, "delete one webhook Pod",
-                      lambda: cluster.kubectl("delete", "pod", "-n", NS, victim, "--wait=false"), replaced)
+    window = measured(
+        load,
+        "delete one webhook Pod",
+        lambda: cluster.kubectl("delete", "pod", "-n", NS, victim, "--wait=false"),
+        replaced,
+    )
     assert victim not in pods(cluster)
     assert not window.failed(), describe(window)
 
@@ -108,8 +131,11 @@ def serving_masters() -> list[int]:
             parent_name = Path(f"/proc/{parent}/comm").read_text().strip()
         except (OSError, ValueError, IndexError):
             continue
-        if b"serve" in cmdline and any(part.endswith(b"gate-admission") for part in cmdline) \
-                and parent_name.startswith("containerd-shim"):
+        if (
+            b"serve" in cmdline
+            and any(part.endswith(b"gate-admission") for part in cmdline)
+            and parent_name.startswith("containerd-shim")
+        ):
             found.append(int(proc.name))
     return found
 
@@ -119,32 +145,52 @@ def test_a_sigkilled_webhook_process_is_measured(cluster, load):
     restarts it and the endpoints drop it. Measured and documented (docs/operations.md)."""
     masters = until(serving_masters, lambda found: len(found) == 2, timeout=30)
     assert len(masters) == 2, masters
+
     def restarts() -> int:
         return sum(pod["status"]["containerStatuses"][0]["restartCount"] for pod in pod_objects(cluster))
 
     before = restarts()
-    window = measured(load, "SIGKILL of one webhook process", lambda: os.kill(masters[0], signal.SIGKILL),
-                      lambda: (until(restarts, lambda n: n > before, timeout=60), wait_webhook_ready(cluster)))
+    window = measured(
+        load,
+        "SIGKILL of one webhook process",
+        lambda: os.kill(masters[0], signal.SIGKILL),
+        lambda: (until(restarts, lambda n: n > before, timeout=60), wait_webhook_ready(cluster)),
+    )
     assert restarts() > before
     assert not [o for o in window.failed() if o.kind == "wrong"], describe(window)
     assert all(o.target.gated for o in window.failed()), describe(window)  # ungated writes never see us
 
 
 def test_certificate_rotation_by_the_cronjob_fails_no_admission(cluster, load):
-    before = cluster.kubectl("get", "secret", "gate-admission-tls", "-n", NS, "-o", "jsonpath={.data.tls\\.crt}").stdout
-    cronjob = json.loads(cluster.kubectl("get", "cronjob", "gate-admission-certs", "-n", NS, "-o", "json").stdout)
-    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "rotate-now", "namespace": NS},
-           "spec": cronjob["spec"]["jobTemplate"]["spec"]}
+    before = cluster.kubectl(
+        "get", "secret", "gate-admission-tls", "-n", NS, "-o", "jsonpath={.data.tls\\.crt}"
+    ).stdout
+    cronjob = json.loads(
+        cluster.kubectl("get", "cronjob", "gate-admission-certs", "-n", NS, "-o", "json").stdout
+    )
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "rotate-now", "namespace": NS},
+        "spec": cronjob["spec"]["jobTemplate"]["spec"],
+    }
     job["spec"]["template"]["spec"]["containers"][0]["args"].append("--renew")  # due or not
 
     def rotated() -> bool:
-        now = cluster.kubectl("get", "secret", "gate-admission-tls", "-n", NS, "-o", "jsonpath={.data.tls\\.crt}").stdout
-        return now != before and all("serving certificate reloaded" in cluster.kubectl(
-            "logs", "-n", NS, pod, check=False).stdout for pod in pods(cluster))
+        now = cluster.kubectl(
+            "get", "secret", "gate-admission-tls", "-n", NS, "-o", "jsonpath={.data.tls\\.crt}"
+        ).stdout
+        return now != before and all(
+            "serving certificate reloaded" in cluster.kubectl("logs", "-n", NS, pod, check=False).stdout
+            for pod in pods(cluster)
+        )
 
-    window = measured(load, "certificate rotation (the CronJob's Job, on demand)",
-                      lambda: cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(job)),
-                      lambda: until(rotated, bool, timeout=180, interval=2))
+    window = measured(
+        load,
+        "certificate rotation (the CronJob's Job, on demand)",
+        lambda: cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(job)),
+        lambda: until(rotated, bool, timeout=180, interval=2),
+    )
     assert rotated(), cluster.kubectl("logs", "-n", NS, "job/rotate-now", check=False).stdout
     assert not window.failed(), describe(window)
 
@@ -185,14 +231,20 @@ def test_an_api_server_restart_recovers(cluster, load):
 
     def settled() -> None:
         wait_installed(cluster)
-        tail = until(lambda: window_of(load).outcomes[-2 * RATE:],
-                     lambda last: len(last) == 2 * RATE and all(o.kind == "ok" for o in last), timeout=120, interval=1)
+        tail = until(
+            lambda: window_of(load).outcomes[-2 * RATE :],
+            lambda last: len(last) == 2 * RATE and all(o.kind == "ok" for o in last),
+            timeout=120,
+            interval=1,
+        )
         assert all(o.kind == "ok" for o in tail), describe(window_of(load))
 
     window = measured(load, "API server restart", restart, settled)
     after = [o for o in window.outcomes if o.at > ready[0]]
     failed_after = [o for o in after if o.kind != "ok"]
     last = max((o.at for o in failed_after), default=ready[0]) - ready[0]
-    FIGURES.append(f"  after its /readyz ({ready[0] - window.started:.1f}s after the restart began): {len(after)} "
-                   f"writes, {len(failed_after)} without their verdict, the last {last:.1f}s after it")
+    FIGURES.append(
+        f"  after its /readyz ({ready[0] - window.started:.1f}s after the restart began): {len(after)} "
+        f"writes, {len(failed_after)} without their verdict, the last {last:.1f}s after it"
+    )
     assert not [o for o in window.outcomes if o.kind == "wrong"], describe(window)

@@ -13,10 +13,24 @@ import json
 import pytest
 import yaml
 
-from admission.core.names import CLOSE_ANNOTATION, GATES_ANNOTATION, OPEN_ANNOTATION, RECONCILE_REQUEST_ANNOTATION
+from admission.core.names import (
+    CLOSE_ANNOTATION,
+    GATES_ANNOTATION,
+    OPEN_ANNOTATION,
+    RECONCILE_REQUEST_ANNOTATION,
+)
 from tests.cluster.conftest import FIGURES, NS, no_webhook_pod, wait_webhook_ready
-from tests.cluster.fluxinstall import (Helm, Release, current_release, previous_release, push_readme_chart,
-                                      readme_objects, release, released, running_version)
+from tests.cluster.fluxinstall import (
+    Helm,
+    Release,
+    current_release,
+    previous_release,
+    push_readme_chart,
+    readme_objects,
+    release,
+    released,
+    running_version,
+)
 from tests.builders import gate
 from tests.cluster.load import steady_load
 from tests.e2e.controlplane import ROOT
@@ -32,8 +46,12 @@ def release_objects(registry: Registry, version: str) -> list[dict]:
     """The README's OCIRepository and HelmRelease, with the tests' registry (plain HTTP) and
     intervals short enough for a test to see drift corrected."""
     source, helm_release = readme_objects("OCIRepository", "HelmRelease")
-    source["spec"].update(url=source["spec"]["url"].replace("REGISTRY", registry.address), insecure=True,
-                          interval="5s", ref={"tag": version})
+    source["spec"].update(
+        url=source["spec"]["url"].replace("REGISTRY", registry.address),
+        insecure=True,
+        interval="5s",
+        ref={"tag": version},
+    )
     helm_release["spec"].update(interval="10s", timeout="4m")
     return [source, helm_release]
 
@@ -52,7 +70,9 @@ def releases(cluster, tmp_path_factory) -> tuple[Release | None, Release]:
 def flux_installed(cluster, installed, releases, tmp_path_factory):
     """The kubectl install removed, then the chart of the previous release (this one if the
     clone has no history) installed by Flux from an OCI registry holding both."""
-    removed = cluster.kubectl("delete", "-k", str(ROOT / "manifests"), "--timeout=180s", check=False, timeout=240)
+    removed = cluster.kubectl(
+        "delete", "-k", str(ROOT / "manifests"), "--timeout=180s", check=False, timeout=240
+    )
     assert removed.returncode == 0, removed.stderr
     workdir = tmp_path_factory.mktemp("via-flux")
     registry = Registry(tools_dir() / "registry", workdir)
@@ -65,13 +85,22 @@ def flux_installed(cluster, installed, releases, tmp_path_factory):
         push_readme_chart(cluster, helm, registry, workdir)  # this release, as the README pushes it
         if previous is not None:
             helm.push(helm.package(previous.chart, workdir / "previous"), registry)
-        cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(release_objects(registry, first.version)))
+        cluster.kubectl(
+            "apply", "-f", "-", input=yaml.safe_dump_all(release_objects(registry, first.version))
+        )
         released(cluster, first.version)
         wait_webhook_ready(cluster)
         yield controllers
     finally:
-        cluster.kubectl("delete", "ocirepository", "gate-admission", "-n", "flux-system", "--ignore-not-found",
-                        check=False)
+        cluster.kubectl(
+            "delete",
+            "ocirepository",
+            "gate-admission",
+            "-n",
+            "flux-system",
+            "--ignore-not-found",
+            check=False,
+        )
         controllers.stop()
         registry.stop()
 
@@ -86,39 +115,71 @@ def test_flux_installs_the_chart_and_its_webhook_holds_gated_objects(cluster, re
     installed = release(cluster)
     history = installed["status"]["history"][0]
     first = releases[0] or releases[1]
-    assert (history["chartName"], running_version(installed), history["status"]) == ("gate-admission", first.version,
-                                                                                   "deployed")
-    FIGURES.append(f"via Flux: HelmRelease (chartRef: OCIRepository, pushed with helm push) installed chart "
-                   f"{first.version} ({first.image}) and Ready")
+    assert (history["chartName"], running_version(installed), history["status"]) == (
+        "gate-admission",
+        first.version,
+        "deployed",
+    )
+    FIGURES.append(
+        f"via Flux: HelmRelease (chartRef: OCIRepository, pushed with helm push) installed chart "
+        f"{first.version} ({first.image}) and Ready"
+    )
 
 
-def test_a_chart_upgrade_by_flux_from_the_previous_release_fails_no_admission(cluster, releases, flux_installed, load):
+def test_a_chart_upgrade_by_flux_from_the_previous_release_fails_no_admission(
+    cluster, releases, flux_installed, load
+):
     previous, current = releases
     if previous is None:
         pytest.skip("this clone has no git history with an earlier chart version: nothing to upgrade from")
-    with load.window(f"upgrade by Flux (chart {previous.version} -> {current.version}, "
-                     f"{previous.image} -> {current.image})") as window:
-        cluster.kubectl("patch", "ocirepository", "gate-admission", "-n", "flux-system", "--type=merge",
-                        "-p", json.dumps({"spec": {"ref": {"tag": current.version}}}))
+    with load.window(
+        f"upgrade by Flux (chart {previous.version} -> {current.version}, "
+        f"{previous.image} -> {current.image})"
+    ) as window:
+        cluster.kubectl(
+            "patch",
+            "ocirepository",
+            "gate-admission",
+            "-n",
+            "flux-system",
+            "--type=merge",
+            "-p",
+            json.dumps({"spec": {"ref": {"tag": current.version}}}),
+        )
         released(cluster, current.version)
-        cluster.kubectl("rollout", "status", "-n", NS, "deployment/gate-admission", "--timeout=300s", timeout=320)
+        cluster.kubectl(
+            "rollout", "status", "-n", NS, "deployment/gate-admission", "--timeout=300s", timeout=320
+        )
         wait_webhook_ready(cluster)
         tail = len(window.outcomes) + 3 * RATE
         until(lambda: len(window.outcomes), lambda n: n >= tail, timeout=60, interval=0.2)
     FIGURES.append(window.summary())
-    images = cluster.kubectl("get", "deployment", "gate-admission", "-n", NS, "-o",
-                             "jsonpath={.spec.template.spec.containers[0].image}").stdout
+    images = cluster.kubectl(
+        "get",
+        "deployment",
+        "gate-admission",
+        "-n",
+        NS,
+        "-o",
+        "jsonpath={.spec.template.spec.containers[0].image}",
+    ).stdout
     assert images == current.image
     assert not window.failed(), [(o.target.name, o.status, o.message[:200]) for o in window.failed()[:5]]
 
 
-def test_flux_heals_a_deleted_webhook_deployment_and_gated_writes_fail_closed_meanwhile(cluster, flux_installed, load):
+def test_flux_heals_a_deleted_webhook_deployment_and_gated_writes_fail_closed_meanwhile(
+    cluster, flux_installed, load
+):
     with load.window("webhook Deployment deleted, restored by Flux") as window:
         cluster.kubectl("delete", "deployment", "gate-admission", "-n", NS, "--wait=false")
         gone = until(lambda: no_webhook_pod(cluster), bool, timeout=120, interval=0.5)
         assert gone
-        restored = until(lambda: cluster.kubectl("get", "deployment", "gate-admission", "-n", NS, check=False).returncode,
-                         lambda rc: rc == 0, timeout=180, interval=1)
+        restored = until(
+            lambda: cluster.kubectl("get", "deployment", "gate-admission", "-n", NS, check=False).returncode,
+            lambda rc: rc == 0,
+            timeout=180,
+            interval=1,
+        )
         assert restored == 0, condition(release(cluster), "Ready")
         wait_webhook_ready(cluster)
         tail = len(window.outcomes) + 3 * RATE
@@ -126,25 +187,40 @@ def test_flux_heals_a_deleted_webhook_deployment_and_gated_writes_fail_closed_me
     FIGURES.append(window.summary())
     assert not [o for o in window.outcomes if o.kind == "wrong"]  # never a held write allowed
     assert all(o.kind == "ok" for o in window.outcomes if not o.target.gated)  # ungated writes never see us
-    assert all(o.kind == "ok" for o in window.outcomes[-2 * RATE:])  # healed
+    assert all(o.kind == "ok" for o in window.outcomes[-2 * RATE :])  # healed
 
 
-def test_a_gate_on_the_release_that_installs_the_webhook_stops_flux_from_healing_it(cluster, flux_installed, load,
-                                                                                    tmp_path):
+def test_a_gate_on_the_release_that_installs_the_webhook_stops_flux_from_healing_it(
+    cluster, flux_installed, load, tmp_path
+):
     """docs/operations.md, "Do not gate the gate": what happens when someone does, and the way out."""
     controllers = flux_installed
-    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(
-        gate("self-freeze", annotations={CLOSE_ANNOTATION: "2026-06-01T00:00:00Z"})))
-    cluster.kubectl("annotate", "helmrelease", "gate-admission", "-n", "flux-system",
-                    f"{GATES_ANNOTATION}=flux-system/self-freeze")
+    cluster.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=yaml.safe_dump(gate("self-freeze", annotations={CLOSE_ANNOTATION: "2026-06-01T00:00:00Z"})),
+    )
+    cluster.kubectl(
+        "annotate",
+        "helmrelease",
+        "gate-admission",
+        "-n",
+        "flux-system",
+        f"{GATES_ANNOTATION}=flux-system/self-freeze",
+    )
     with load.window("the installing HelmRelease gated, its webhook Deployment deleted") as window:
         cluster.kubectl("delete", "deployment", "gate-admission", "-n", NS, "--wait=false")
         assert until(lambda: no_webhook_pod(cluster), bool, timeout=120, interval=0.5)
         # No replica answers, so the API server refuses helm-controller's writes of this
         # HelmRelease (its status carries a gate reference: failurePolicy Fail) and the release
         # is never repaired: the deadlock the rule prevents.
-        refused = until(lambda: controllers.log("helm-controller"),
-                        lambda log: "validate-status.gating.toolkit.fluxcd.io" in log, timeout=120, interval=1)
+        refused = until(
+            lambda: controllers.log("helm-controller"),
+            lambda log: "validate-status.gating.toolkit.fluxcd.io" in log,
+            timeout=120,
+            interval=1,
+        )
         assert "validate-status.gating.toolkit.fluxcd.io" in refused
         never = until(lambda: deployment_exists(cluster), bool, timeout=45, interval=1)
         assert not never
@@ -152,26 +228,57 @@ def test_a_gate_on_the_release_that_installs_the_webhook_stops_flux_from_healing
         # (helm-controller stores it in the HelmRelease's namespace). Our namespace is never
         # judged, so this apply goes through; once a replica answers, helm-controller's writes
         # are judged again, and allowed (drift correction brings nothing new).
-        manifest = Helm(tmp_path)("get", "manifest", "gate-admission", "-n", "flux-system",
-                                  f"--kubeconfig={cluster.kubeconfig()}")
+        manifest = Helm(tmp_path)(
+            "get", "manifest", "gate-admission", "-n", "flux-system", f"--kubeconfig={cluster.kubeconfig()}"
+        )
         cluster.kubectl("apply", "-f", "-", input=manifest)
         wait_webhook_ready(cluster)
         asked = "healed-" + str(len(window.outcomes))
-        cluster.kubectl("annotate", "helmrelease", "gate-admission", "-n", "flux-system", "--overwrite",
-                        f"{RECONCILE_REQUEST_ANNOTATION}={asked}")
-        handled = until(lambda: release(cluster), lambda hr: hr["status"].get("lastHandledReconcileAt") == asked
-                        and ready(hr) == "True", timeout=240, interval=1)  # after it corrects the drift
+        cluster.kubectl(
+            "annotate",
+            "helmrelease",
+            "gate-admission",
+            "-n",
+            "flux-system",
+            "--overwrite",
+            f"{RECONCILE_REQUEST_ANNOTATION}={asked}",
+        )
+        handled = until(
+            lambda: release(cluster),
+            lambda hr: hr["status"].get("lastHandledReconcileAt") == asked and ready(hr) == "True",
+            timeout=240,
+            interval=1,
+        )  # after it corrects the drift
         assert handled["status"].get("lastHandledReconcileAt") == asked, condition(handled, "Ready")
         assert ready(handled) == "True", condition(handled, "Ready")
         tail = len(window.outcomes) + 3 * RATE
         until(lambda: len(window.outcomes), lambda n: n >= tail, timeout=60, interval=0.2)
     FIGURES.append(window.summary())
     assert not [o for o in window.outcomes if o.kind == "wrong"]  # the freeze held throughout
-    assert all(o.kind == "ok" for o in window.outcomes[-2 * RATE:])  # the webhook answering again
-    cluster.kubectl("annotate", "gate", "self-freeze", "-n", "flux-system", "--overwrite",
-                    f"{OPEN_ANNOTATION}=2026-12-01T00:00:00Z", f"{CLOSE_ANNOTATION}-")
-    ungated = until(lambda: cluster.kubectl("annotate", "helmrelease", "gate-admission", "-n", "flux-system",
-                                            f"{GATES_ANNOTATION}-", check=False), lambda r: r.returncode == 0, timeout=30)
+    assert all(o.kind == "ok" for o in window.outcomes[-2 * RATE :])  # the webhook answering again
+    cluster.kubectl(
+        "annotate",
+        "gate",
+        "self-freeze",
+        "-n",
+        "flux-system",
+        "--overwrite",
+        f"{OPEN_ANNOTATION}=2026-12-01T00:00:00Z",
+        f"{CLOSE_ANNOTATION}-",
+    )
+    ungated = until(
+        lambda: cluster.kubectl(
+            "annotate",
+            "helmrelease",
+            "gate-admission",
+            "-n",
+            "flux-system",
+            f"{GATES_ANNOTATION}-",
+            check=False,
+        ),
+        lambda r: r.returncode == 0,
+        timeout=30,
+    )
     assert ungated.returncode == 0, ungated.stderr
 
 
@@ -180,8 +287,17 @@ def deployment_exists(cluster) -> bool:
 
 
 def test_deleting_the_helm_release_uninstalls_and_leaves_no_webhook(cluster, flux_installed, load):
-    cluster.kubectl("delete", "helmrelease", "gate-admission", "-n", "flux-system", "--timeout=180s", timeout=240)
-    left = until(lambda: cluster.kubectl("get", "validatingwebhookconfigurations,mutatingwebhookconfigurations",
-                                         "-o", "name").stdout, lambda out: "gate-admission" not in out, timeout=120)
+    cluster.kubectl(
+        "delete", "helmrelease", "gate-admission", "-n", "flux-system", "--timeout=180s", timeout=240
+    )
+    left = until(
+        lambda: (
+            cluster.kubectl(
+                "get", "validatingwebhookconfigurations,mutatingwebhookconfigurations", "-o", "name"
+            ).stdout
+        ),
+        lambda out: "gate-admission" not in out,
+        timeout=120,
+    )
     assert "gate-admission" not in left
     assert not cluster.kubectl("get", "deployments", "-n", NS, "-o", "name", check=False).stdout.strip()

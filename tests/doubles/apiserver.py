@@ -20,7 +20,9 @@ import yaml
 from admission.core import names
 from tests.doubles.mergepatch import merged
 
-_GATES = re.compile(rf"^/apis/{re.escape(names.GATING_GROUP)}/{names.GATING_VERSION}/namespaces/([^/]+)/{names.GATE_PLURAL}(?:/([^/?]+))?(?:\?.*)?$")
+_GATES = re.compile(
+    rf"^/apis/{re.escape(names.GATING_GROUP)}/{names.GATING_VERSION}/namespaces/([^/]+)/{names.GATE_PLURAL}(?:/([^/?]+))?(?:\?.*)?$"
+)
 _NAMESPACES = re.compile(r"^/api/v1/namespaces(?:\?.*)?$")
 
 
@@ -42,19 +44,42 @@ class ApiServerDouble:
                 self.wfile.write(raw)
 
             def _not_found(self) -> None:
-                self._answer(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound",
-                                   "message": f"{self.path} not found", "code": 404})
+                self._answer(
+                    404,
+                    {
+                        "kind": "Status",
+                        "apiVersion": "v1",
+                        "status": "Failure",
+                        "reason": "NotFound",
+                        "message": f"{self.path} not found",
+                        "code": 404,
+                    },
+                )
 
             def do_GET(self):  # noqa: N802 (http.server's name)
                 if _NAMESPACES.match(self.path):
                     spaces = sorted({ns for ns, _ in double.gates})
-                    return self._answer(200, {"kind": "NamespaceList", "apiVersion": "v1", "metadata": {},
-                                              "items": [{"metadata": {"name": ns}} for ns in spaces]})
+                    return self._answer(
+                        200,
+                        {
+                            "kind": "NamespaceList",
+                            "apiVersion": "v1",
+                            "metadata": {},
+                            "items": [{"metadata": {"name": ns}} for ns in spaces],
+                        },
+                    )
                 found = _GATES.match(self.path)
                 if found and not found.group(2):
                     items = [g for (ns, _), g in sorted(double.gates.items()) if ns == found.group(1)]
-                    return self._answer(200, {"kind": "GateList", "apiVersion": names.GATING_API_VERSION,
-                                              "metadata": {}, "items": items})
+                    return self._answer(
+                        200,
+                        {
+                            "kind": "GateList",
+                            "apiVersion": names.GATING_API_VERSION,
+                            "metadata": {},
+                            "items": items,
+                        },
+                    )
                 self._not_found()
 
             def do_PATCH(self):  # noqa: N802
@@ -79,12 +104,18 @@ class ApiServerDouble:
     def kubeconfig(self, path: Path, user: str = "alice", namespace: str | None = None) -> Path:
         """A kubeconfig whose current context is this server (with ``namespace``, when given)."""
         context = {"cluster": "double", "user": user, **({"namespace": namespace} if namespace else {})}
-        path.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "double",
-            "clusters": [{"name": "double", "cluster": {"server": self.url}}],
-            "users": [{"name": user, "user": {"token": "not-checked"}}],
-            "contexts": [{"name": "double", "context": context}],
-        }))
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "double",
+                    "clusters": [{"name": "double", "cluster": {"server": self.url}}],
+                    "users": [{"name": user, "user": {"token": "not-checked"}}],
+                    "contexts": [{"name": "double", "context": context}],
+                }
+            )
+        )
         return path
 
     def __enter__(self) -> "ApiServerDouble":

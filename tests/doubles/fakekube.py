@@ -117,14 +117,21 @@ class FakeKube:
     def get_namespaced_custom_object_status(self, group, version, namespace, plural, name) -> dict:
         return self.get_namespaced_custom_object(group, version, namespace, plural, name)
 
-    def patch_namespaced_custom_object_status(self, group, version, namespace, plural, name, body, **_) -> dict:
+    def patch_namespaced_custom_object_status(
+        self, group, version, namespace, plural, name, body, **_
+    ) -> dict:
         with self._lock:
             self._write("patch_namespaced_custom_object_status", (plural, namespace, name))
             current = self._get(plural, namespace, name)
             precondition = (body.get("metadata") or {}).get("resourceVersion")
             if precondition is not None and precondition != current["metadata"]["resourceVersion"]:
                 raise _error(409, "Conflict")
-            return self._put(plural, namespace, name, {**current, "status": merged(current.get("status"), body.get("status"))})
+            return self._put(
+                plural,
+                namespace,
+                name,
+                {**current, "status": merged(current.get("status"), body.get("status"))},
+            )
 
     # -- CoreV1Api: Events ----------------------------------------------------------------
     def create_namespaced_event(self, namespace: str, body: dict):
@@ -196,6 +203,7 @@ class FakeFluxCache:
 
     def __init__(self, kube: FakeKube):
         from admission.core.kinds import FLUX_KINDS
+
         self.kube, self.rows = kube, {row.kind: row for row in FLUX_KINDS}
         self.on_change = lambda kind, old, new: None
 

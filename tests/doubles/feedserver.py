@@ -34,8 +34,11 @@ def pem_pair(directory: Path, names: list[str]) -> tuple[bytes, Path, Path]:
     key, cert = make_serving_cert(ca_key, ca_cert, names, now)
     cert_path, key_path = directory / "tls.crt", directory / "tls.key"
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
     return ca_cert.public_bytes(serialization.Encoding.PEM), cert_path, key_path
 
 
@@ -72,7 +75,9 @@ class FeedServer:
             context.load_cert_chain(cert, key)
             self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True)
         self.port = self.httpd.server_address[1]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
         self.thread.start()
 
     def url(self, path: str, host: str = "127.0.0.1") -> str:
@@ -88,11 +93,15 @@ class FeedServer:
     def body(data: bytes, status: int = 200, headers: dict | None = None) -> Callable[[Handler], None]:
         def answer(handler: Handler) -> None:
             handler.send_response(status)
-            for key, value in {"Content-Type": "text/calendar", "Content-Length": str(len(data)),
-                               **(headers or {})}.items():
+            for key, value in {
+                "Content-Type": "text/calendar",
+                "Content-Length": str(len(data)),
+                **(headers or {}),
+            }.items():
                 handler.send_header(key, value)
             handler.end_headers()
             handler.wfile.write(data)
+
         return answer
 
     def hang(self, handler: Handler) -> None:
@@ -113,6 +122,7 @@ class FeedServer:
 
     def flood(self, size: int, declare: bool) -> Callable[[Handler], None]:
         """``size`` bytes of body, with or without Content-Length; counts what got written."""
+
         def answer(handler: Handler) -> None:
             handler.send_response(200)
             handler.send_header("Content-Type", "text/calendar")
@@ -131,10 +141,12 @@ class FeedServer:
             except OSError:
                 pass
             handler.close_connection = True
+
         return answer
 
     def etagged(self, data: bytes, etag: str) -> Callable[[Handler], None]:
         """``data`` with an ETag; 304 to a request that sends it back."""
+
         def answer(handler: Handler) -> None:
             if handler.headers.get("If-None-Match") == etag:
                 handler.send_response(304)
@@ -143,6 +155,7 @@ class FeedServer:
                 handler.end_headers()
                 return
             self.body(data, headers={"ETag": etag})(handler)
+
         return answer
 
 

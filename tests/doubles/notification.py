@@ -19,8 +19,16 @@ import threading
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-EVENT_FIELDS = {"involvedObject", "severity", "timestamp", "message", "reason", "metadata",
-                "reportingController", "reportingInstance"}
+EVENT_FIELDS = {
+    "involvedObject",
+    "severity",
+    "timestamp",
+    "message",
+    "reason",
+    "metadata",
+    "reportingController",
+    "reportingInstance",
+}
 REQUIRED = {"involvedObject", "severity", "timestamp", "message", "reason", "reportingController"}
 OBJECT_REFERENCE_FIELDS = {"kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath"}
 SEVERITIES = {"info", "error", "trace"}
@@ -36,7 +44,11 @@ def decode(raw: bytes) -> dict:
     if REQUIRED - set(event):
         raise ValueError(f"missing fields {sorted(REQUIRED - set(event))}")
     ref = event["involvedObject"]
-    if not isinstance(ref, dict) or set(ref) - OBJECT_REFERENCE_FIELDS or not {"kind", "name", "namespace"} <= set(ref):
+    if (
+        not isinstance(ref, dict)
+        or set(ref) - OBJECT_REFERENCE_FIELDS
+        or not {"kind", "name", "namespace"} <= set(ref)
+    ):
         raise ValueError(f"involvedObject is not an ObjectReference with kind, name, namespace: {ref!r}")
     if event["severity"] not in SEVERITIES:
         raise ValueError(f"severity {event['severity']!r} is not one of {sorted(SEVERITIES)}")
@@ -55,16 +67,19 @@ def cleanup_metadata(event: dict) -> dict:
     out = {"revision": event["metadata"]["revision"]} if "revision" in event.get("metadata", {}) else {}
     for key, value in (event.get("metadata") or {}).items():
         if group and key.startswith(group + "/") and key != f"{group}/checksum":
-            out[key[len(group) + 1:]] = value
+            out[key[len(group) + 1 :]] = value
     return out
 
 
 def matches(alert: dict, event: dict) -> bool:
     """notification-controller's Alert filter: kind, namespace, name (or *), and severity."""
     ref = event["involvedObject"]
-    return (ref["kind"] == alert["kind"] and ref["namespace"] == alert.get("namespace")
-            and alert.get("name", "*") in ("*", ref["name"])
-            and alert.get("eventSeverity", "info") in ("info", event["severity"]))
+    return (
+        ref["kind"] == alert["kind"]
+        and ref["namespace"] == alert.get("namespace")
+        and alert.get("name", "*") in ("*", ref["name"])
+        and alert.get("eventSeverity", "info") in ("info", event["severity"])
+    )
 
 
 class NotificationControllerDouble:

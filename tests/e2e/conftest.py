@@ -15,7 +15,17 @@ import yaml
 from admission.kube.webhookconfig import ca_bundle
 from tests.e2e.manifests import with_client_config
 from tests.conftest import write_gates
-from tests.e2e.controlplane import ADMIN, ALICE, CONTROLLER, FLUX, ROOT, ControlPlane, User, assets_dir, control_plane
+from tests.e2e.controlplane import (
+    ADMIN,
+    ALICE,
+    CONTROLLER,
+    FLUX,
+    ROOT,
+    ControlPlane,
+    User,
+    assets_dir,
+    control_plane,
+)
 from tests.polling import until, wait_for
 from tests.processes import BIN, GateServer, Process, free_port
 from tests.realflux.flux import flux_dir
@@ -26,8 +36,12 @@ WEBHOOK_HOST = os.environ.get("GATE_E2E_WEBHOOK_HOST", "127.0.0.1")
 
 
 def pytest_report_header(config):
-    cluster = "existing cluster at $KUBECONFIG" if os.environ.get("KUBECONFIG") else "own etcd + kube-apiserver"
-    return [f"e2e: {cluster}; Flux CRDs from the Flux controllers' own modules, with manifests/flux-crd-patches"]
+    cluster = (
+        "existing cluster at $KUBECONFIG" if os.environ.get("KUBECONFIG") else "own etcd + kube-apiserver"
+    )
+    return [
+        f"e2e: {cluster}; Flux CRDs from the Flux controllers' own modules, with manifests/flux-crd-patches"
+    ]
 
 
 def install_flux_crds(cluster: ControlPlane, workdir: Path) -> None:
@@ -38,9 +52,16 @@ def install_flux_crds(cluster: ControlPlane, workdir: Path) -> None:
     resources = sorted(path.name for path in crds.glob("*.yaml"))
     for name in resources:
         shutil.copy(crds / name, base / name)
-    (base / "kustomization.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-        "resources": resources, "components": [os.path.relpath(ROOT / "manifests" / "flux-crd-patches", base)]}))
+    (base / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": resources,
+                "components": [os.path.relpath(ROOT / "manifests" / "flux-crd-patches", base)],
+            }
+        )
+    )
     rendered = cluster.kubectl("kustomize", "--load-restrictor=LoadRestrictionsNone", str(base)).stdout
     cluster.kubectl("apply", "--server-side", "-f", "-", input=rendered)
     cluster.kubectl("wait", "--for=condition=established", "--timeout=60s", "crd", "--all")
@@ -117,15 +138,25 @@ def pre_1_30_webhooks(workdir: Path) -> Path:
     (manifests/components/pre-1.30), as a user of such a cluster would write it."""
     directory = workdir / "webhooks-pre-1.30"
     directory.mkdir(exist_ok=True)
-    (directory / "kustomization.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-        "resources": [os.path.relpath(ROOT / "manifests" / "webhooks", directory)],
-        "components": [os.path.relpath(ROOT / "manifests" / "components" / "pre-1.30", directory)]}))
+    (directory / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [os.path.relpath(ROOT / "manifests" / "webhooks", directory)],
+                "components": [os.path.relpath(ROOT / "manifests" / "components" / "pre-1.30", directory)],
+            }
+        )
+    )
     return directory
 
 
-def register_webhooks(cluster: ControlPlane, server: GateServer, port: int | None = None,
-                      kustomization: Path = ROOT / "manifests" / "webhooks") -> None:
+def register_webhooks(
+    cluster: ControlPlane,
+    server: GateServer,
+    port: int | None = None,
+    kustomization: Path = ROOT / "manifests" / "webhooks",
+) -> None:
     """Apply manifests/webhooks (or another ``kustomization`` of them), pointed at ``server``
     (or a balancer on ``port`` in front of it) by URL, with its CA bundle."""
     docs = list(yaml.safe_load_all(cluster.kubectl("kustomize", str(kustomization)).stdout))
@@ -159,8 +190,11 @@ def serving(cluster: ControlPlane, server: GateServer):
 
 def wait_until_webhooks_answer(cluster: ControlPlane, server: GateServer) -> None:
     """The API server loads webhook configurations asynchronously: wait until ours is asked."""
-    result = until(lambda: cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=SENTINEL, check=False),
-                   lambda r: "is held" in r.stderr, timeout=30)
+    result = until(
+        lambda: cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=SENTINEL, check=False),
+        lambda r: "is held" in r.stderr,
+        timeout=30,
+    )
     assert "is held" in result.stderr, f"webhook never answered: {result.stderr}\n{server.log()[-2000:]}"
 
 
@@ -182,8 +216,20 @@ class Gates:
 def controller_running(plane: ControlPlane, log_dir: Path, identity: str, *extra: str):
     """`gate-admission controller` as the controller's service account, ready, stopped after."""
     port = free_port()
-    proc = Process([str(BIN / "gate-admission"), "controller", "--kubeconfig", str(plane.kubeconfig(CONTROLLER)),
-                    "--health-port", str(port), "--identity", identity, *extra], log_dir / f"{identity}.log")
+    proc = Process(
+        [
+            str(BIN / "gate-admission"),
+            "controller",
+            "--kubeconfig",
+            str(plane.kubeconfig(CONTROLLER)),
+            "--health-port",
+            str(port),
+            "--identity",
+            identity,
+            *extra,
+        ],
+        log_dir / f"{identity}.log",
+    )
     try:
         wait_for(lambda: _answers(f"http://127.0.0.1:{port}/readyz"), 30, "controller /readyz")
         yield proc

@@ -43,31 +43,74 @@ class User:
 
 ADMIN = User("admin", ("system:masters",), "admin-token")
 ALICE = User("alice", ("developers",), "alice-token")
-FLUX = User("system:serviceaccount:flux-system:kustomize-controller",
-            ("system:serviceaccounts", "system:serviceaccounts:flux-system"), "flux-token")
+FLUX = User(
+    "system:serviceaccount:flux-system:kustomize-controller",
+    ("system:serviceaccounts", "system:serviceaccounts:flux-system"),
+    "flux-token",
+)
 # Flux's other controllers, for the test doubles (tests/doubles/flux).
-SOURCE_CONTROLLER = User("system:serviceaccount:flux-system:source-controller",
-                         ("system:serviceaccounts", "system:serviceaccounts:flux-system"), "source-token")
-HELM_CONTROLLER = User("system:serviceaccount:flux-system:helm-controller",
-                       ("system:serviceaccounts", "system:serviceaccounts:flux-system"), "helm-token")
-IMAGE_REFLECTOR = User("system:serviceaccount:flux-system:image-reflector-controller",
-                       ("system:serviceaccounts", "system:serviceaccounts:flux-system"), "image-token")
-NOTIFICATION_CONTROLLER = User("system:serviceaccount:flux-system:notification-controller",
-                                ("system:serviceaccounts", "system:serviceaccounts:flux-system"), "notify-token")
-IMAGE_AUTOMATION = User("system:serviceaccount:flux-system:image-automation-controller",
-                        ("system:serviceaccounts", "system:serviceaccounts:flux-system"), "automation-token")
-GATE_ADMISSION = User("system:serviceaccount:gate-admission-system:gate-admission",
-                      ("system:serviceaccounts", "system:serviceaccounts:gate-admission-system"), "webhook-token")
-CONTROLLER = User("system:serviceaccount:gate-admission-system:gate-admission-controller",
-                  ("system:serviceaccounts", "system:serviceaccounts:gate-admission-system"), "controller-token")
-CERTS = User("system:serviceaccount:gate-admission-system:gate-admission-certs",
-             ("system:serviceaccounts", "system:serviceaccounts:gate-admission-system"), "certs-token")
-USERS = (ADMIN, ALICE, FLUX, SOURCE_CONTROLLER, HELM_CONTROLLER, IMAGE_REFLECTOR, NOTIFICATION_CONTROLLER,
-         IMAGE_AUTOMATION, GATE_ADMISSION, CONTROLLER, CERTS)
+SOURCE_CONTROLLER = User(
+    "system:serviceaccount:flux-system:source-controller",
+    ("system:serviceaccounts", "system:serviceaccounts:flux-system"),
+    "source-token",
+)
+HELM_CONTROLLER = User(
+    "system:serviceaccount:flux-system:helm-controller",
+    ("system:serviceaccounts", "system:serviceaccounts:flux-system"),
+    "helm-token",
+)
+IMAGE_REFLECTOR = User(
+    "system:serviceaccount:flux-system:image-reflector-controller",
+    ("system:serviceaccounts", "system:serviceaccounts:flux-system"),
+    "image-token",
+)
+NOTIFICATION_CONTROLLER = User(
+    "system:serviceaccount:flux-system:notification-controller",
+    ("system:serviceaccounts", "system:serviceaccounts:flux-system"),
+    "notify-token",
+)
+IMAGE_AUTOMATION = User(
+    "system:serviceaccount:flux-system:image-automation-controller",
+    ("system:serviceaccounts", "system:serviceaccounts:flux-system"),
+    "automation-token",
+)
+GATE_ADMISSION = User(
+    "system:serviceaccount:gate-admission-system:gate-admission",
+    ("system:serviceaccounts", "system:serviceaccounts:gate-admission-system"),
+    "webhook-token",
+)
+CONTROLLER = User(
+    "system:serviceaccount:gate-admission-system:gate-admission-controller",
+    ("system:serviceaccounts", "system:serviceaccounts:gate-admission-system"),
+    "controller-token",
+)
+CERTS = User(
+    "system:serviceaccount:gate-admission-system:gate-admission-certs",
+    ("system:serviceaccounts", "system:serviceaccounts:gate-admission-system"),
+    "certs-token",
+)
+USERS = (
+    ADMIN,
+    ALICE,
+    FLUX,
+    SOURCE_CONTROLLER,
+    HELM_CONTROLLER,
+    IMAGE_REFLECTOR,
+    NOTIFICATION_CONTROLLER,
+    IMAGE_AUTOMATION,
+    GATE_ADMISSION,
+    CONTROLLER,
+    CERTS,
+)
 # The real Flux controllers (tests/realflux), each as its own service account.
-FLUX_CONTROLLER_USERS = {"source-controller": SOURCE_CONTROLLER, "kustomize-controller": FLUX,
-                         "helm-controller": HELM_CONTROLLER, "notification-controller": NOTIFICATION_CONTROLLER,
-                         "image-reflector-controller": IMAGE_REFLECTOR, "image-automation-controller": IMAGE_AUTOMATION}
+FLUX_CONTROLLER_USERS = {
+    "source-controller": SOURCE_CONTROLLER,
+    "kustomize-controller": FLUX,
+    "helm-controller": HELM_CONTROLLER,
+    "notification-controller": NOTIFICATION_CONTROLLER,
+    "image-reflector-controller": IMAGE_REFLECTOR,
+    "image-automation-controller": IMAGE_AUTOMATION,
+}
 # The API server authenticates to our webhooks with a client certificate (its
 # AdmissionConfiguration's kubeconfig, docs/operations.md "Who may call the webhook"); a test
 # server started with --client-ca-file=plane.webhook_client_ca requires it.
@@ -95,8 +138,9 @@ rules:
 
 def assets_dir() -> Path:
     """Where kube-apiserver and etcd are, building them once if needed."""
-    out = subprocess.run([str(ROOT / "hack" / "control-plane-binaries.sh")], check=True,
-                         capture_output=True, text=True).stdout.strip()
+    out = subprocess.run(
+        [str(ROOT / "hack" / "control-plane-binaries.sh")], check=True, capture_output=True, text=True
+    ).stdout.strip()
     return Path(out)
 
 
@@ -127,10 +171,18 @@ class ControlPlane:
     # -- lifecycle --------------------------------------------------------------------
     def _write_credentials(self) -> None:
         key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        (self.workdir / "sa.key").write_bytes(key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()))
-        (self.workdir / "sa.pub").write_bytes(key.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+        (self.workdir / "sa.key").write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.TraditionalOpenSSL,
+                serialization.NoEncryption(),
+            )
+        )
+        (self.workdir / "sa.pub").write_bytes(
+            key.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            )
+        )
         lines = [f'{u.token},{u.name},{u.name},"{",".join(u.groups)}"' for u in USERS]
         (self.workdir / "tokens.csv").write_text("\n".join(lines) + "\n")
         (self.workdir / "audit-policy.yaml").write_text(AUDIT_POLICY)
@@ -148,26 +200,61 @@ class ControlPlane:
         key, cert = make_client_cert(ca_key, ca_cert, "kube-apiserver", now)
         self.webhook_client_ca.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
         (self.workdir / "webhook-client.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        (self.workdir / "webhook-client.key").write_bytes(key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
-        (self.workdir / "webhook-kubeconfig.yaml").write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config",
-            "users": [{"name": WEBHOOK_KUBECONFIG_USER, "user": {
-                "client-certificate": str(self.workdir / "webhook-client.crt"),
-                "client-key": str(self.workdir / "webhook-client.key")}}]}))
-        webhook = {"apiVersion": "apiserver.config.k8s.io/v1", "kind": "WebhookAdmissionConfiguration",
-                   "kubeConfigFile": str(self.workdir / "webhook-kubeconfig.yaml")}
-        (self.workdir / "admission-config.yaml").write_text(yaml.safe_dump({
-            "apiVersion": "apiserver.config.k8s.io/v1", "kind": "AdmissionConfiguration",
-            "plugins": [{"name": name, "configuration": webhook}
-                        for name in ("ValidatingAdmissionWebhook", "MutatingAdmissionWebhook")]}))
+        (self.workdir / "webhook-client.key").write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            )
+        )
+        (self.workdir / "webhook-kubeconfig.yaml").write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "users": [
+                        {
+                            "name": WEBHOOK_KUBECONFIG_USER,
+                            "user": {
+                                "client-certificate": str(self.workdir / "webhook-client.crt"),
+                                "client-key": str(self.workdir / "webhook-client.key"),
+                            },
+                        }
+                    ],
+                }
+            )
+        )
+        webhook = {
+            "apiVersion": "apiserver.config.k8s.io/v1",
+            "kind": "WebhookAdmissionConfiguration",
+            "kubeConfigFile": str(self.workdir / "webhook-kubeconfig.yaml"),
+        }
+        (self.workdir / "admission-config.yaml").write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "apiserver.config.k8s.io/v1",
+                    "kind": "AdmissionConfiguration",
+                    "plugins": [
+                        {"name": name, "configuration": webhook}
+                        for name in ("ValidatingAdmissionWebhook", "MutatingAdmissionWebhook")
+                    ],
+                }
+            )
+        )
 
     def _write_kubeconfig(self, user: User) -> None:
         config = {
-            "apiVersion": "v1", "kind": "Config", "current-context": "envtest",
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "envtest",
             # kube-apiserver writes its self-signed certificate and CA here on first start.
-            "clusters": [{"name": "envtest", "cluster": {
-                "server": self.server, "certificate-authority": str(self.workdir / "apiserver-certs" / "apiserver.crt")}}],
+            "clusters": [
+                {
+                    "name": "envtest",
+                    "cluster": {
+                        "server": self.server,
+                        "certificate-authority": str(self.workdir / "apiserver-certs" / "apiserver.crt"),
+                    },
+                }
+            ],
             "users": [{"name": user.name, "user": {"token": user.token}}],
             "contexts": [{"name": "envtest", "context": {"cluster": "envtest", "user": user.name}}],
         }
@@ -184,15 +271,27 @@ class ControlPlane:
 
     def start_etcd(self) -> None:
         data = self.workdir / "etcd-data"
-        self.etcd = Process([
-            str(self.assets / "etcd"), "--data-dir", str(data), "--name", "envtest",
-            "--listen-client-urls", f"http://127.0.0.1:{self.etcd_port}",
-            "--advertise-client-urls", f"http://127.0.0.1:{self.etcd_port}",
-            "--listen-peer-urls", f"http://127.0.0.1:{self.peer_port}",
-            "--initial-advertise-peer-urls", f"http://127.0.0.1:{self.peer_port}",
-            "--initial-cluster", f"envtest=http://127.0.0.1:{self.peer_port}",
-            "--unsafe-no-fsync",
-        ], self.workdir / "etcd.log")
+        self.etcd = Process(
+            [
+                str(self.assets / "etcd"),
+                "--data-dir",
+                str(data),
+                "--name",
+                "envtest",
+                "--listen-client-urls",
+                f"http://127.0.0.1:{self.etcd_port}",
+                "--advertise-client-urls",
+                f"http://127.0.0.1:{self.etcd_port}",
+                "--listen-peer-urls",
+                f"http://127.0.0.1:{self.peer_port}",
+                "--initial-advertise-peer-urls",
+                f"http://127.0.0.1:{self.peer_port}",
+                "--initial-cluster",
+                f"envtest=http://127.0.0.1:{self.peer_port}",
+                "--unsafe-no-fsync",
+            ],
+            self.workdir / "etcd.log",
+        )
         wait_for(lambda: self._get(f"http://127.0.0.1:{self.etcd_port}/health", tls=False), 30, "etcd")
 
     def start_apiserver(self) -> None:
@@ -203,7 +302,9 @@ class ControlPlane:
         return [
             str(self.assets / "kube-apiserver"),
             f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
-            "--bind-address=127.0.0.1", f"--secure-port={self.port}", "--advertise-address=127.0.0.1",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={self.port}",
+            "--advertise-address=127.0.0.1",
             f"--cert-dir={self.workdir / 'apiserver-certs'}",
             f"--token-auth-file={self.workdir / 'tokens.csv'}",
             "--authorization-mode=RBAC",
@@ -249,8 +350,14 @@ class ControlPlane:
                 proc.stop()
 
     # -- clients ------------------------------------------------------------------
-    def kubectl(self, *args: str, user: User = ADMIN, input: str | None = None, check: bool = True,
-                timeout: float = 60) -> subprocess.CompletedProcess:
+    def kubectl(
+        self,
+        *args: str,
+        user: User = ADMIN,
+        input: str | None = None,
+        check: bool = True,
+        timeout: float = 60,
+    ) -> subprocess.CompletedProcess:
         cmd = [self.kubectl_path, f"--kubeconfig={self.kubeconfig(user)}", *args]
         result = subprocess.run(cmd, input=input, capture_output=True, text=True, timeout=timeout)
         if check and result.returncode != 0:
@@ -295,7 +402,10 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="envtest-"))
     plane = ControlPlane(workdir, assets_dir())
     plane.start()
-    print(f"export KUBECONFIG={plane.kubeconfig()}   # kube-apiserver {plane.server}, Ctrl-C stops it", flush=True)
+    print(
+        f"export KUBECONFIG={plane.kubeconfig()}   # kube-apiserver {plane.server}, Ctrl-C stops it",
+        flush=True,
+    )
     try:
         signal.pause()
     except KeyboardInterrupt:

@@ -15,7 +15,9 @@ def now_rfc3339() -> str:
     return format_time(datetime.now(timezone.utc))
 
 
-def _meta(name: str, namespace: str, gates: str | None, require: str | None, annotations: dict | None) -> dict:
+def _meta(
+    name: str, namespace: str, gates: str | None, require: str | None, annotations: dict | None
+) -> dict:
     ann = dict(annotations or {})
     if gates:
         ann["gating.toolkit.fluxcd.io/gates"] = gates
@@ -27,45 +29,110 @@ def _meta(name: str, namespace: str, gates: str | None, require: str | None, ann
     return meta
 
 
-def kustomization(name: str, namespace: str = "apps", *, gates: str | None = None, require: str | None = None,
-                  path: str = "./deploy", annotations: dict | None = None, spec_gates: object = None, **spec) -> str:
-    body = {"interval": "10m", "path": path, "prune": True,
-            "sourceRef": {"kind": "GitRepository", "name": "podinfo", "namespace": "flux-system"}, **spec}
+def kustomization(
+    name: str,
+    namespace: str = "apps",
+    *,
+    gates: str | None = None,
+    require: str | None = None,
+    path: str = "./deploy",
+    annotations: dict | None = None,
+    spec_gates: object = None,
+    **spec,
+) -> str:
+    body = {
+        "interval": "10m",
+        "path": path,
+        "prune": True,
+        "sourceRef": {"kind": "GitRepository", "name": "podinfo", "namespace": "flux-system"},
+        **spec,
+    }
     if spec_gates is not None:
         body["gates"] = spec_gates
-    return yaml.safe_dump({"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
-                           "metadata": _meta(name, namespace, gates, require, annotations), "spec": body})
+    return yaml.safe_dump(
+        {
+            "apiVersion": "kustomize.toolkit.fluxcd.io/v1",
+            "kind": "Kustomization",
+            "metadata": _meta(name, namespace, gates, require, annotations),
+            "spec": body,
+        }
+    )
 
 
-def git_repository(name: str, namespace: str = "flux-system", *, gates: str | None = None,
-                   require: str | None = None) -> str:
-    return yaml.safe_dump({"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository",
-                           "metadata": _meta(name, namespace, gates, require, None),
-                           "spec": {"interval": "1m", "url": "https://github.com/stefanprodan/podinfo",
-                                    "ref": {"branch": "master"}}})
+def git_repository(
+    name: str, namespace: str = "flux-system", *, gates: str | None = None, require: str | None = None
+) -> str:
+    return yaml.safe_dump(
+        {
+            "apiVersion": "source.toolkit.fluxcd.io/v1",
+            "kind": "GitRepository",
+            "metadata": _meta(name, namespace, gates, require, None),
+            "spec": {
+                "interval": "1m",
+                "url": "https://github.com/stefanprodan/podinfo",
+                "ref": {"branch": "master"},
+            },
+        }
+    )
 
 
 def oci_repository(name: str, namespace: str = "flux-system", *, gates: str | None = None) -> str:
-    return yaml.safe_dump({"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "OCIRepository",
-                           "metadata": _meta(name, namespace, gates, None, None),
-                           "spec": {"interval": "5m", "url": "oci://registry.example/stefanprodan/manifests/podinfo",
-                                    "ref": {"semver": "6.0.x"}}})
+    return yaml.safe_dump(
+        {
+            "apiVersion": "source.toolkit.fluxcd.io/v1",
+            "kind": "OCIRepository",
+            "metadata": _meta(name, namespace, gates, None, None),
+            "spec": {
+                "interval": "5m",
+                "url": "oci://registry.example/stefanprodan/manifests/podinfo",
+                "ref": {"semver": "6.0.x"},
+            },
+        }
+    )
 
 
-def helm_release(name: str, namespace: str = "apps", *, gates: str | None = None, version: str = "6.0.x") -> str:
-    return yaml.safe_dump({"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
-                           "metadata": _meta(name, namespace, gates, None, None),
-                           "spec": {"interval": "10m", "chart": {"spec": {
-                               "chart": "podinfo", "version": version,
-                               "sourceRef": {"kind": "HelmRepository", "name": "podinfo", "namespace": "flux-system"}}}}})
+def helm_release(
+    name: str, namespace: str = "apps", *, gates: str | None = None, version: str = "6.0.x"
+) -> str:
+    return yaml.safe_dump(
+        {
+            "apiVersion": "helm.toolkit.fluxcd.io/v2",
+            "kind": "HelmRelease",
+            "metadata": _meta(name, namespace, gates, None, None),
+            "spec": {
+                "interval": "10m",
+                "chart": {
+                    "spec": {
+                        "chart": "podinfo",
+                        "version": version,
+                        "sourceRef": {
+                            "kind": "HelmRepository",
+                            "name": "podinfo",
+                            "namespace": "flux-system",
+                        },
+                    }
+                },
+            },
+        }
+    )
 
 
 def artifact_patch(revision: str) -> str:
     digest = "sha256:" + (revision.encode().hex() * 64)[:64]
-    return json.dumps({"status": {"artifact": {
-        "revision": revision, "digest": digest, "path": f"x/{revision}.tar.gz", "size": 1000,
-        "url": f"http://source-controller.flux-system.svc.cluster.local./x/{revision}.tar.gz",
-        "lastUpdateTime": now_rfc3339()}}})
+    return json.dumps(
+        {
+            "status": {
+                "artifact": {
+                    "revision": revision,
+                    "digest": digest,
+                    "path": f"x/{revision}.tar.gz",
+                    "size": 1000,
+                    "url": f"http://source-controller.flux-system.svc.cluster.local./x/{revision}.tar.gz",
+                    "lastUpdateTime": now_rfc3339(),
+                }
+            }
+        }
+    )
 
 
 def with_client_config(doc: dict, bundle: str, url_base: str | None = None) -> dict:

@@ -24,8 +24,17 @@ from tests.polling import until
 from tests.processes import GateServer
 
 pytestmark = pytest.mark.e2e
-FAKETIME = next((p for p in ("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
-                             "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1") if os.path.exists(p)), None)
+FAKETIME = next(
+    (
+        p
+        for p in (
+            "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
+            "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
+        )
+        if os.path.exists(p)
+    ),
+    None,
+)
 
 
 @pytest.fixture(scope="module")
@@ -42,17 +51,34 @@ class Writer:
         # It references an open gate: the API server sends only such objects' writes to us
         # (matchConditions), and each of these must go through the webhook.
         plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(gate("writes", default="opened")))
-        created = until(lambda: plane.kubectl("apply", "-f", "-", input=kustomization(name, gates="flux-system/writes"),
-                                              user=ALICE, check=False), lambda r: r.returncode == 0)
-        assert created.returncode == 0, created.stderr  # the server's cache sees the new gate at once, or soon
+        created = until(
+            lambda: plane.kubectl(
+                "apply",
+                "-f",
+                "-",
+                input=kustomization(name, gates="flux-system/writes"),
+                user=ALICE,
+                check=False,
+            ),
+            lambda r: r.returncode == 0,
+        )
+        assert created.returncode == 0, (
+            created.stderr
+        )  # the server's cache sees the new gate at once, or soon
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run)
 
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                self.api.patch_namespaced_custom_object("kustomize.toolkit.fluxcd.io", "v1", "apps", "kustomizations",
-                                                        self.name, {"metadata": {"labels": {"n": str(self.done)}}})
+                self.api.patch_namespaced_custom_object(
+                    "kustomize.toolkit.fluxcd.io",
+                    "v1",
+                    "apps",
+                    "kustomizations",
+                    self.name,
+                    {"metadata": {"labels": {"n": str(self.done)}}},
+                )
                 self.done += 1
             except Exception as err:  # each one is a write a user would have seen fail
                 self.failures.append(f"{type(err).__name__}: {getattr(err, 'body', err)}"[:300])
@@ -71,11 +97,26 @@ class Writer:
         assert self.done >= start + more, f"writes stalled at {self.done}: {self.failures[-3:]}"
 
 
-def cluster_server(plane, tmp: Path, *extra: str, cert_dir: Path | None = None, env: dict | None = None,
-                   port: int | None = None) -> GateServer:
+def cluster_server(
+    plane,
+    tmp: Path,
+    *extra: str,
+    cert_dir: Path | None = None,
+    env: dict | None = None,
+    port: int | None = None,
+) -> GateServer:
     tmp.mkdir(parents=True, exist_ok=True)
-    server = GateServer(tmp, "--kubeconfig", str(plane.kubeconfig(GATE_ADMISSION)), "--event-period", "0",
-                        *extra, cert_dir=cert_dir, env=env, port=port)
+    server = GateServer(
+        tmp,
+        "--kubeconfig",
+        str(plane.kubeconfig(GATE_ADMISSION)),
+        "--event-period",
+        "0",
+        *extra,
+        cert_dir=cert_dir,
+        env=env,
+        port=port,
+    )
     server.wait_ready()
     return server
 
@@ -92,7 +133,8 @@ def test_a_killed_worker(plane, tmp_path):
             until(server.children, lambda pids: len(pids) == 2 and victim not in pids, timeout=30)
             writer.flows(100)
         REPORT["a gunicorn worker SIGKILLed while writes flow"] = (
-            f"{len(writer.failures)} failed of {writer.done + len(writer.failures)} writes")
+            f"{len(writer.failures)} failed of {writer.done + len(writer.failures)} writes"
+        )
         assert server.alive() and len(server.children()) == 2
         # A write in flight on the killed worker can fail (failurePolicy Fail); no more than that.
         assert len(writer.failures) <= 4, writer.failures
@@ -102,7 +144,10 @@ def test_a_killed_worker(plane, tmp_path):
 
 def test_sigterm_drains_two_replicas_behind_a_balancer_without_losing_a_write(plane, tmp_path):
     certs = tmp_path / "certs"
-    replicas = [cluster_server(plane, tmp_path / "a", cert_dir=certs), cluster_server(plane, tmp_path / "b", cert_dir=certs)]
+    replicas = [
+        cluster_server(plane, tmp_path / "a", cert_dir=certs),
+        cluster_server(plane, tmp_path / "b", cert_dir=certs),
+    ]
     balancer = Balancer([r.port for r in replicas])
     try:
         register_webhooks(plane, replicas[0], port=balancer.port)
@@ -117,7 +162,8 @@ def test_sigterm_drains_two_replicas_behind_a_balancer_without_losing_a_write(pl
                 replicas[i] = cluster_server(plane, tmp_path / f"{i}-new", cert_dir=certs, port=old.port)
                 writer.flows()
         REPORT["two replicas restarted in turn with SIGTERM behind a balancer"] = (
-            f"{len(writer.failures)} failed of {writer.done + len(writer.failures)} writes")
+            f"{len(writer.failures)} failed of {writer.done + len(writer.failures)} writes"
+        )
         assert writer.failures == [], writer.failures[:5]
         assert all(balancer.connections[r.port] > 0 for r in replicas)
     finally:
@@ -140,8 +186,19 @@ def test_the_clock_jumping_forward_across_a_window(plane, tmp_path):
     # hours old and replace it, so the reviews after the jump are polled until one answers
     # from a synced cache.
     env = {"LD_PRELOAD": FAKETIME, "FAKETIME_TIMESTAMP_FILE": str(clock), "FAKETIME_NO_CACHE": "1"}
-    plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(gate("jump", default="closed", window="1h", annotations={
-        "open.gate.fluxcd.io/requestedAt": now_rfc3339()})))
+    plane.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=yaml.safe_dump(
+            gate(
+                "jump",
+                default="closed",
+                window="1h",
+                annotations={"open.gate.fluxcd.io/requestedAt": now_rfc3339()},
+            )
+        ),
+    )
     server = cluster_server(plane, tmp_path, env=env)
     try:
         obj = flux(gates="flux-system/jump")
@@ -155,8 +212,11 @@ def test_the_clock_jumping_forward_across_a_window(plane, tmp_path):
             except OSError:  # a worker being replaced
                 return {"allowed": None, "status": {"message": ""}}
 
-        after = until(verdict, lambda r: "(Gate closed by default)" in r.get("status", {}).get("message", ""),
-                      timeout=30)
+        after = until(
+            verdict,
+            lambda r: "(Gate closed by default)" in r.get("status", {}).get("message", ""),
+            timeout=30,
+        )
         assert after["allowed"] is False
         assert "gate 'flux-system/jump' is closed (Gate closed by default)" in after["status"]["message"]
         REPORT["wall clock jumped 2h forward across a 1h window"] = "the gate closed at the next review"
@@ -171,12 +231,25 @@ def test_a_gate_deleted_while_referenced_closes_with_a_reason(plane, tmp_path):
         wait_until_webhooks_answer(plane, server)
         plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(gate("ephemeral")))
         change = kustomization("orphan", gates="flux-system/ephemeral")
-        assert until(lambda: plane.kubectl("apply", "-f", "-", input=change, user=ALICE, check=False),
-                     lambda r: r.returncode == 0).returncode == 0
+        assert (
+            until(
+                lambda: plane.kubectl("apply", "-f", "-", input=change, user=ALICE, check=False),
+                lambda r: r.returncode == 0,
+            ).returncode
+            == 0
+        )
         plane.kubectl("delete", "gate", "ephemeral", "-n", "flux-system")
-        result = until(lambda: plane.kubectl("apply", "-f", "-", input=kustomization(
-            "orphan", gates="flux-system/ephemeral", path="./v2"), user=ALICE, check=False),
-            lambda r: " is held: " in r.stderr)
+        result = until(
+            lambda: plane.kubectl(
+                "apply",
+                "-f",
+                "-",
+                input=kustomization("orphan", gates="flux-system/ephemeral", path="./v2"),
+                user=ALICE,
+                check=False,
+            ),
+            lambda r: " is held: " in r.stderr,
+        )
         assert "gate 'flux-system/ephemeral' is closed (Gate not found)" in result.stderr
     finally:
         server.stop()
@@ -200,8 +273,14 @@ def test_reviews_fail_safe_within_stale_after_of_losing_the_api_server(plane, tm
         def observe():
             verdict = validate(server, body)
             ready = server.request("GET", "/readyz")[0]
-            seen.append((time.monotonic() - killed, verdict["allowed"], verdict.get("status", {}).get("message", ""),
-                         ready))
+            seen.append(
+                (
+                    time.monotonic() - killed,
+                    verdict["allowed"],
+                    verdict.get("status", {}).get("message", ""),
+                    ready,
+                )
+            )
             return seen[-1][0]
 
         # Watch the first 15 s of the outage: reconnect attempts back off 0.2 s, 0.4 s, ... 6.4 s.
@@ -212,7 +291,8 @@ def test_reviews_fail_safe_within_stale_after_of_losing_the_api_server(plane, tm
         assert not wrong, f"answers after {stale_after + 1}s without the API server: {wrong[:5]}"
         REPORT["API server killed, --stale-after 3"] = (
             f"first 'gate state unknown' after {min(s[0] for s in seen if not s[1]):.1f}s; "
-            f"{len(late)} reviews after {stale_after + 1:.0f}s, all denied")
+            f"{len(late)} reviews after {stale_after + 1:.0f}s, all denied"
+        )
     finally:
         if not plane.apiserver.alive():
             plane.start_apiserver()

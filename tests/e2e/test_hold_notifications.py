@@ -23,8 +23,18 @@ from tests.builders import gate
 from tests.doubles.notification import NotificationControllerDouble
 from tests.e2e.conftest import controller_running, own_plane, serving, start_server
 from tests.e2e.controlplane import GATE_ADMISSION
-from tests.e2e.test_content_holds import (Flux, close_gate, cond, deployed, get, git_repository, kustomization,
-                                          open_gate, put, status)
+from tests.e2e.test_content_holds import (
+    Flux,
+    close_gate,
+    cond,
+    deployed,
+    get,
+    git_repository,
+    kustomization,
+    open_gate,
+    put,
+    status,
+)
 from tests.polling import until
 
 pytestmark = pytest.mark.e2e
@@ -39,8 +49,15 @@ def plane(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(plane, tmp_path_factory):
-    with serving(plane, start_server(tmp_path_factory.mktemp("notify-server"), None, "--kubeconfig",
-                                     str(plane.kubeconfig(GATE_ADMISSION)))) as srv:
+    with serving(
+        plane,
+        start_server(
+            tmp_path_factory.mktemp("notify-server"),
+            None,
+            "--kubeconfig",
+            str(plane.kubeconfig(GATE_ADMISSION)),
+        ),
+    ) as srv:
         yield srv
 
 
@@ -62,9 +79,19 @@ class RestartableController:
 
     def start(self) -> None:
         self._stack = ExitStack()
-        self.proc = self._stack.enter_context(controller_running(
-            self.plane, self.log_dir, "e2e-notify", "--no-leader-elect", "--notify",
-            "--notify-address", self.notifications.address, "--notify-period", "0"))
+        self.proc = self._stack.enter_context(
+            controller_running(
+                self.plane,
+                self.log_dir,
+                "e2e-notify",
+                "--no-leader-elect",
+                "--notify",
+                "--notify-address",
+                self.notifications.address,
+                "--notify-period",
+                "0",
+            )
+        )
         self.starts += 1
 
     def stop(self) -> None:
@@ -98,25 +125,38 @@ def flux(plane, server, controller):
 
 # -- helpers ---------------------------------------------------------------------------------
 
+
 def events_for(notifications, name: str, since: int = 0) -> list[dict]:
     """Events received (from the ``since``-th on) about the Kustomization apps/``name``."""
-    return [e for e in notifications.received[since:]
-            if e["involvedObject"]["kind"] == "Kustomization" and e["involvedObject"]["name"] == name]
+    return [
+        e
+        for e in notifications.received[since:]
+        if e["involvedObject"]["kind"] == "Kustomization" and e["involvedObject"]["name"] == name
+    ]
 
 
 def reasons(events: list[dict]) -> list[str]:
     return [e["reason"] for e in events]
 
 
-def hold_a_new_revision(plane, server, flux, name: str, gate_name: str, repo: str, first: str, second: str) -> dict:
+def hold_a_new_revision(
+    plane, server, flux, name: str, gate_name: str, repo: str, first: str, second: str
+) -> dict:
     """apps/``name`` applies ``first``; the gate closes; ``second`` is pushed and held. Its stored status."""
-    put(plane, gate(gate_name), git_repository(repo), kustomization(name, repo, gates=f"flux-system/{gate_name}"))
+    put(
+        plane,
+        gate(gate_name),
+        git_repository(repo),
+        kustomization(name, repo, gates=f"flux-system/{gate_name}"),
+    )
     flux.git.push("flux-system", repo, first)
     deployed(plane, flux, name, first)
     close_gate(plane, server, gate_name)
     flux.git.push("flux-system", repo, second)
-    stored = until(lambda: status(plane, "kustomization", name, "apps"),
-                   lambda s: cond(s, "Approved").get("reason") == "GateClosed")
+    stored = until(
+        lambda: status(plane, "kustomization", name, "apps"),
+        lambda s: cond(s, "Approved").get("reason") == "GateClosed",
+    )
     assert cond(stored, "Approved").get("status") == "False", (stored, flux.kustomize.errors("apps", name))
     return stored
 
@@ -124,45 +164,73 @@ def hold_a_new_revision(plane, server, flux, name: str, gate_name: str, repo: st
 def reconcile_while_held(plane, flux, name: str) -> None:
     """One more reconcile by the kustomize double (requestedAt), denied again at the new revision."""
     before = len(flux.kustomize.errors("apps", name))
-    plane.kubectl("annotate", "--overwrite", "kustomization", name, "-n", "apps",
-                  # RFC 3339 with nanoseconds, as `flux reconcile` writes it: distinct each time.
-                  f"reconcile.fluxcd.io/requestedAt={datetime.now(timezone.utc).isoformat(timespec='microseconds')}")
+    plane.kubectl(
+        "annotate",
+        "--overwrite",
+        "kustomization",
+        name,
+        "-n",
+        "apps",
+        # RFC 3339 with nanoseconds, as `flux reconcile` writes it: distinct each time.
+        f"reconcile.fluxcd.io/requestedAt={datetime.now(timezone.utc).isoformat(timespec='microseconds')}",
+    )
     errors = until(lambda: flux.kustomize.errors("apps", name), lambda e: len(e) > before)
     assert len(errors) > before and errors[-1].startswith("failed to update status: "), errors
 
 
 # -- a hold and its release, once each --------------------------------------------------------
 
+
 def test_a_held_kustomization_is_announced_once_and_its_release_once(plane, server, flux, notifications):
     """A Flux Alert fires once when a new commit waits at a closed gate and once when it proceeds."""
-    stored = hold_a_new_revision(plane, server, flux, "app-n", "freeze-n", "repo-n",
-                                 "main@sha1:nnnn0001", "main@sha1:nnnn0002")
+    stored = hold_a_new_revision(
+        plane, server, flux, "app-n", "freeze-n", "repo-n", "main@sha1:nnnn0001", "main@sha1:nnnn0002"
+    )
     held = until(lambda: events_for(notifications, "app-n"), lambda e: len(e) >= 1)
     assert reasons(held) == ["GateClosed"], held
     [event] = held
     assert event["severity"] == "info" and event["reportingController"] == "gate-admission-controller"
     assert event["reportingInstance"] == "e2e-notify"
     ref = event["involvedObject"]
-    assert (ref["apiVersion"], ref["kind"], ref["namespace"], ref["name"]) == \
-        (f"{GROUP}/v1", "Kustomization", "apps", "app-n"), ref
+    assert (ref["apiVersion"], ref["kind"], ref["namespace"], ref["name"]) == (
+        f"{GROUP}/v1",
+        "Kustomization",
+        "apps",
+        "app-n",
+    ), ref
     assert event["message"].startswith("Kustomization apps/app-n is held: "), event["message"]
     assert "gate 'flux-system/freeze-n'" in event["message"], event["message"]
     assert "main@sha1:nnnn0002 waits, serving main@sha1:nnnn0001" in event["message"], event["message"]
-    assert event["metadata"] == {f"{GROUP}/gates": "flux-system/freeze-n", f"{GROUP}/waiting": "main@sha1:nnnn0002",
-                                 f"{GROUP}/serving": "main@sha1:nnnn0001"}, event["metadata"]
+    assert event["metadata"] == {
+        f"{GROUP}/gates": "flux-system/freeze-n",
+        f"{GROUP}/waiting": "main@sha1:nnnn0002",
+        f"{GROUP}/serving": "main@sha1:nnnn0001",
+    }, event["metadata"]
     # What the user's Alert forwards (notification-controller strips the group prefix).
-    assert [(alert, e["reason"], e["metadata"]) for alert, e in notifications.dispatched
-            if e["involvedObject"]["name"] == "app-n"] == \
-        [(ALERT, "GateClosed", {"gates": "flux-system/freeze-n", "waiting": "main@sha1:nnnn0002",
-                                "serving": "main@sha1:nnnn0001"})]
+    assert [
+        (alert, e["reason"], e["metadata"])
+        for alert, e in notifications.dispatched
+        if e["involvedObject"]["name"] == "app-n"
+    ] == [
+        (
+            ALERT,
+            "GateClosed",
+            {
+                "gates": "flux-system/freeze-n",
+                "waiting": "main@sha1:nnnn0002",
+                "serving": "main@sha1:nnnn0001",
+            },
+        )
+    ]
 
     # The double keeps reconciling while held: each reconcile writes status (the write that
     # carries the new revision is denied again). None of these writes is a new hold.
     version = get(plane, "kustomization", "app-n", "apps")["metadata"]["resourceVersion"]
     for _ in range(2):
         reconcile_while_held(plane, flux, "app-n")
-    assert get(plane, "kustomization", "app-n", "apps")["metadata"]["resourceVersion"] != version, \
+    assert get(plane, "kustomization", "app-n", "apps")["metadata"]["resourceVersion"] != version, (
         "the double's reconciles while held wrote nothing: the test would prove nothing"
+    )
     assert cond(status(plane, "kustomization", "app-n", "apps"), "Approved") == cond(stored, "Approved")
 
     open_gate(plane, "freeze-n")
@@ -173,18 +241,24 @@ def test_a_held_kustomization_is_announced_once_and_its_release_once(plane, serv
     assert reasons(sent) == ["GateClosed", "HoldReleased"], [(e["reason"], e["message"]) for e in sent]
     released = sent[1]
     assert released["severity"] == "info"
-    assert released["message"].startswith("Kustomization apps/app-n released: main@sha1:nnnn0002 proceeds; "
-                                          "gate 'flux-system/freeze-n' is open"), released["message"]
-    assert released["metadata"] == {f"{GROUP}/gates": "flux-system/freeze-n",
-                                    f"{GROUP}/released": "main@sha1:nnnn0002"}, released["metadata"]
+    assert released["message"].startswith(
+        "Kustomization apps/app-n released: main@sha1:nnnn0002 proceeds; gate 'flux-system/freeze-n' is open"
+    ), released["message"]
+    assert released["metadata"] == {
+        f"{GROUP}/gates": "flux-system/freeze-n",
+        f"{GROUP}/released": "main@sha1:nnnn0002",
+    }, released["metadata"]
     assert notifications.refused == []
 
 
 # -- a controller restart ----------------------------------------------------------------------
 
+
 def test_a_controller_restart_does_not_announce_a_hold_again(plane, server, flux, controller, notifications):
     """Restarting the controller does not repeat an old hold to every Alert; its release still comes once."""
-    hold_a_new_revision(plane, server, flux, "app-r", "freeze-r", "repo-r", "main@sha1:rrrr0001", "main@sha1:rrrr0002")
+    hold_a_new_revision(
+        plane, server, flux, "app-r", "freeze-r", "repo-r", "main@sha1:rrrr0001", "main@sha1:rrrr0002"
+    )
     held = until(lambda: events_for(notifications, "app-r"), lambda e: len(e) >= 1)
     assert reasons(held) == ["GateClosed"], held
 
@@ -193,14 +267,26 @@ def test_a_controller_restart_does_not_announce_a_hold_again(plane, server, flux
     # The webhook keeps a condition's lastTransitionTime while its status stays.
     obj = get(plane, "kustomization", "app-r", "apps")
     an_hour_ago = format_time(datetime.now(timezone.utc) - timedelta(hours=1))
-    conditions = [dict(c, lastTransitionTime=an_hour_ago) if c.get("reason") == "GateClosed" else c
-                  for c in obj["status"]["conditions"]]
-    flux.kustomize.api.patch_status("Kustomization", "apps", "app-r", {
-        "metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]}, "status": {"conditions": conditions}},
-        flux.kustomize.manager)
+    conditions = [
+        dict(c, lastTransitionTime=an_hour_ago) if c.get("reason") == "GateClosed" else c
+        for c in obj["status"]["conditions"]
+    ]
+    flux.kustomize.api.patch_status(
+        "Kustomization",
+        "apps",
+        "app-r",
+        {
+            "metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
+            "status": {"conditions": conditions},
+        },
+        flux.kustomize.manager,
+    )
     approved = cond(status(plane, "kustomization", "app-r", "apps"), "Approved")
-    assert (approved.get("status"), approved.get("reason"), approved.get("lastTransitionTime")) == \
-        ("False", "GateClosed", an_hour_ago), approved
+    assert (approved.get("status"), approved.get("reason"), approved.get("lastTransitionTime")) == (
+        "False",
+        "GateClosed",
+        an_hour_ago,
+    ), approved
 
     seen = len(notifications.received)
     controller.restart()  # returns once /readyz answers: its caches listed every Flux object
@@ -209,11 +295,17 @@ def test_a_controller_restart_does_not_announce_a_hold_again(plane, server, flux
     # so once the release arrived, a hold announced on its first list would have arrived before.
     open_gate(plane, "freeze-r")
     deployed(plane, flux, "app-r", "main@sha1:rrrr0002")
-    after = until(lambda: events_for(notifications, "app-r", since=seen), lambda e: "HoldReleased" in reasons(e))
+    after = until(
+        lambda: events_for(notifications, "app-r", since=seen), lambda e: "HoldReleased" in reasons(e)
+    )
     assert reasons(after) == ["HoldReleased"], [(e["reason"], e["message"]) for e in after]
-    assert after[0]["message"].startswith("Kustomization apps/app-r released: main@sha1:rrrr0002 proceeds"), \
+    assert after[0]["message"].startswith("Kustomization apps/app-r released: main@sha1:rrrr0002 proceeds"), (
         after[0]["message"]
-    assert any(e["involvedObject"]["kind"] == "Gate" and e["involvedObject"]["name"] == "freeze-r"
-               and e["reason"] == "GateOpened" for e in notifications.received[seen:]), \
-        "the restarted controller sent no transition for the gate it opened"
+    )
+    assert any(
+        e["involvedObject"]["kind"] == "Gate"
+        and e["involvedObject"]["name"] == "freeze-r"
+        and e["reason"] == "GateOpened"
+        for e in notifications.received[seen:]
+    ), "the restarted controller sent no transition for the gate it opened"
     assert notifications.refused == []

@@ -44,20 +44,43 @@ def installed(plane):
 
 def test_the_manifests_render_and_apply_cleanly(plane, installed):
     kinds = sorted({d["kind"] for d in installed})
-    assert kinds == ["ClusterRole", "ClusterRoleBinding", "CronJob", "CustomResourceDefinition", "Deployment", "Job",
-                     "MutatingWebhookConfiguration", "Namespace", "NetworkPolicy", "PodDisruptionBudget", "Role", "RoleBinding",
-                     "Service", "ServiceAccount", "ValidatingWebhookConfiguration"]
-    listed = plane.kubectl("get", "deployments,services,poddisruptionbudgets,cronjobs,jobs", "-n", NS, "-o", "name").stdout
-    for name in ("deployment.apps/gate-admission", "deployment.apps/gate-admission-controller",
-                 "service/gate-admission", "poddisruptionbudget.policy/gate-admission",
-                 "cronjob.batch/gate-admission-certs", "job.batch/gate-admission-certs-init"):
+    assert kinds == [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "CronJob",
+        "CustomResourceDefinition",
+        "Deployment",
+        "Job",
+        "MutatingWebhookConfiguration",
+        "Namespace",
+        "NetworkPolicy",
+        "PodDisruptionBudget",
+        "Role",
+        "RoleBinding",
+        "Service",
+        "ServiceAccount",
+        "ValidatingWebhookConfiguration",
+    ]
+    listed = plane.kubectl(
+        "get", "deployments,services,poddisruptionbudgets,cronjobs,jobs", "-n", NS, "-o", "name"
+    ).stdout
+    for name in (
+        "deployment.apps/gate-admission",
+        "deployment.apps/gate-admission-controller",
+        "service/gate-admission",
+        "poddisruptionbudget.policy/gate-admission",
+        "cronjob.batch/gate-admission-certs",
+        "job.batch/gate-admission-certs-init",
+    ):
         assert name in listed
     again = plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(installed), check=False)
     assert again.returncode == 0 and "created" not in again.stdout  # idempotent
 
 
 def test_the_deployment_is_hardened(installed):
-    deploy = next(d for d in installed if d["kind"] == "Deployment" and d["metadata"]["name"] == "gate-admission")
+    deploy = next(
+        d for d in installed if d["kind"] == "Deployment" and d["metadata"]["name"] == "gate-admission"
+    )
     pod = deploy["spec"]["template"]["spec"]
     container = pod["containers"][0]
     assert deploy["spec"]["replicas"] == 2
@@ -76,7 +99,8 @@ def test_the_deployment_is_hardened(installed):
                 # unrecorded), and only a Gate write that adds or changes an approval: never what
                 # repairing the cluster or this webhook needs.
                 assert "namespaceSelector" not in hook and "approval.gating.toolkit.fluxcd.io/" in str(
-                    hook["matchConditions"])
+                    hook["matchConditions"]
+                )
                 continue
             excluded = hook["namespaceSelector"]["matchExpressions"][0]["values"]
             assert {"kube-system", NS} <= set(excluded)
@@ -87,38 +111,78 @@ def can_i(plane, user: str, *args: str) -> bool:
     return result.stdout.strip() == "yes"
 
 
-@pytest.mark.parametrize("user, allowed, denied", [
-    (GATE_ADMISSION.name,
-     [("list", "gates.gating.toolkit.fluxcd.io", "-A"), ("watch", "gatekeepers.gating.toolkit.fluxcd.io", "-A"),
-      ("create", "events", "-n", "apps"), ("watch", "gitrepositories.source.toolkit.fluxcd.io", "-A"),
-      ("list", "helmcharts.source.toolkit.fluxcd.io", "-A"), ("watch", "helmreleases.helm.toolkit.fluxcd.io", "-A"),
-      ("patch", "helmreleases.helm.toolkit.fluxcd.io", "--subresource=status", "-n", "apps"),
-      ("get", "helmreleases.helm.toolkit.fluxcd.io", "--subresource=status", "-n", "apps"),
-      ("get", "kustomizations.kustomize.toolkit.fluxcd.io", "-n", "apps")],  # read before its denial Event
-     [("get", "secrets", "-A"), ("list", "secrets", "-n", NS), ("patch", "gates.gating.toolkit.fluxcd.io", "-A"),
-      ("patch", "helmreleases.helm.toolkit.fluxcd.io", "-n", "apps"),
-      ("update", "helmreleases.helm.toolkit.fluxcd.io", "--subresource=status", "-n", "apps"),
-      ("patch", "kustomizations.kustomize.toolkit.fluxcd.io", "--subresource=status", "-n", "apps"),
-      ("patch", "kustomizations.kustomize.toolkit.fluxcd.io", "-A"), ("delete", "gates.gating.toolkit.fluxcd.io", "-A"),
-      ("patch", "gitrepositories.source.toolkit.fluxcd.io", "-A"),
-      ("watch", "kustomizations.kustomize.toolkit.fluxcd.io", "-A")]),
-    ("system:serviceaccount:gate-admission-system:gate-admission-controller",
-     [("patch", "gates.gating.toolkit.fluxcd.io", "--subresource=status", "-n", "flux-system"),
-      ("patch", "gatekeepers.gating.toolkit.fluxcd.io", "--subresource=status", "-n", "flux-system"),
-      ("patch", "kustomizations.kustomize.toolkit.fluxcd.io", "-n", "apps"),
-      ("list", "gitrepositories.source.toolkit.fluxcd.io", "-A"), ("create", "leases", "-n", NS),
-      ("watch", "helmcharts.source.toolkit.fluxcd.io", "-A"), ("patch", "imagepolicies.image.toolkit.fluxcd.io", "-A")],
-     [("get", "secrets", "-A"), ("patch", "gates.gating.toolkit.fluxcd.io", "-n", "flux-system"),
-      ("patch", "kustomizations.kustomize.toolkit.fluxcd.io", "--subresource=status", "-n", "apps"),
-      ("delete", "kustomizations.kustomize.toolkit.fluxcd.io", "-n", "apps"), ("create", "leases", "-n", "default"),
-      ("update", "helmreleases.helm.toolkit.fluxcd.io", "-n", "apps")]),
-    (CERTS.name,
-     [("get", "secrets", "-n", NS), ("update", "secrets", "-n", NS),
-      ("patch", "validatingwebhookconfigurations/gate-admission"),
-      ("patch", "mutatingwebhookconfigurations/gate-admission")],
-     [("get", "secrets", "-n", "flux-system"), ("get", "secrets", "-A"),
-      ("patch", "validatingwebhookconfigurations/other"), ("delete", "validatingwebhookconfigurations/gate-admission")]),
-])
+@pytest.mark.parametrize(
+    "user, allowed, denied",
+    [
+        (
+            GATE_ADMISSION.name,
+            [
+                ("list", "gates.gating.toolkit.fluxcd.io", "-A"),
+                ("watch", "gatekeepers.gating.toolkit.fluxcd.io", "-A"),
+                ("create", "events", "-n", "apps"),
+                ("watch", "gitrepositories.source.toolkit.fluxcd.io", "-A"),
+                ("list", "helmcharts.source.toolkit.fluxcd.io", "-A"),
+                ("watch", "helmreleases.helm.toolkit.fluxcd.io", "-A"),
+                ("patch", "helmreleases.helm.toolkit.fluxcd.io", "--subresource=status", "-n", "apps"),
+                ("get", "helmreleases.helm.toolkit.fluxcd.io", "--subresource=status", "-n", "apps"),
+                ("get", "kustomizations.kustomize.toolkit.fluxcd.io", "-n", "apps"),
+            ],  # read before its denial Event
+            [
+                ("get", "secrets", "-A"),
+                ("list", "secrets", "-n", NS),
+                ("patch", "gates.gating.toolkit.fluxcd.io", "-A"),
+                ("patch", "helmreleases.helm.toolkit.fluxcd.io", "-n", "apps"),
+                ("update", "helmreleases.helm.toolkit.fluxcd.io", "--subresource=status", "-n", "apps"),
+                ("patch", "kustomizations.kustomize.toolkit.fluxcd.io", "--subresource=status", "-n", "apps"),
+                ("patch", "kustomizations.kustomize.toolkit.fluxcd.io", "-A"),
+                ("delete", "gates.gating.toolkit.fluxcd.io", "-A"),
+                ("patch", "gitrepositories.source.toolkit.fluxcd.io", "-A"),
+                ("watch", "kustomizations.kustomize.toolkit.fluxcd.io", "-A"),
+            ],
+        ),
+        (
+            "system:serviceaccount:gate-admission-system:gate-admission-controller",
+            [
+                ("patch", "gates.gating.toolkit.fluxcd.io", "--subresource=status", "-n", "flux-system"),
+                (
+                    "patch",
+                    "gatekeepers.gating.toolkit.fluxcd.io",
+                    "--subresource=status",
+                    "-n",
+                    "flux-system",
+                ),
+                ("patch", "kustomizations.kustomize.toolkit.fluxcd.io", "-n", "apps"),
+                ("list", "gitrepositories.source.toolkit.fluxcd.io", "-A"),
+                ("create", "leases", "-n", NS),
+                ("watch", "helmcharts.source.toolkit.fluxcd.io", "-A"),
+                ("patch", "imagepolicies.image.toolkit.fluxcd.io", "-A"),
+            ],
+            [
+                ("get", "secrets", "-A"),
+                ("patch", "gates.gating.toolkit.fluxcd.io", "-n", "flux-system"),
+                ("patch", "kustomizations.kustomize.toolkit.fluxcd.io", "--subresource=status", "-n", "apps"),
+                ("delete", "kustomizations.kustomize.toolkit.fluxcd.io", "-n", "apps"),
+                ("create", "leases", "-n", "default"),
+                ("update", "helmreleases.helm.toolkit.fluxcd.io", "-n", "apps"),
+            ],
+        ),
+        (
+            CERTS.name,
+            [
+                ("get", "secrets", "-n", NS),
+                ("update", "secrets", "-n", NS),
+                ("patch", "validatingwebhookconfigurations/gate-admission"),
+                ("patch", "mutatingwebhookconfigurations/gate-admission"),
+            ],
+            [
+                ("get", "secrets", "-n", "flux-system"),
+                ("get", "secrets", "-A"),
+                ("patch", "validatingwebhookconfigurations/other"),
+                ("delete", "validatingwebhookconfigurations/gate-admission"),
+            ],
+        ),
+    ],
+)
 def test_service_accounts_hold_only_what_they_need(plane, installed, user, allowed, denied):
     for args in allowed:
         assert can_i(plane, user, *args), f"{user} should be able to {args}"
@@ -129,8 +193,9 @@ def test_service_accounts_hold_only_what_they_need(plane, installed, user, allow
 @pytest.fixture(scope="module")
 def local_server(plane, installed, tmp_path_factory):
     """Our server on this machine, reading gates with the webhook's own service account."""
-    server = start_server(tmp_path_factory.mktemp("install-server"), None,
-                          "--kubeconfig", str(plane.kubeconfig(GATE_ADMISSION)))
+    server = start_server(
+        tmp_path_factory.mktemp("install-server"), None, "--kubeconfig", str(plane.kubeconfig(GATE_ADMISSION))
+    )
     yield server
     server.stop()
 
@@ -142,9 +207,19 @@ def point_webhooks_at(plane, docs, server, bundle: str) -> None:
 
 
 def test_certs_inject_makes_the_api_server_trust_us(plane, installed, local_server):
-    plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(
-        {"apiVersion": "gating.toolkit.fluxcd.io/v1alpha1", "kind": "Gate",
-         "metadata": {"name": "install-gate", "namespace": "flux-system"}, "spec": {"closed": True}}))
+    plane.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=yaml.safe_dump(
+            {
+                "apiVersion": "gating.toolkit.fluxcd.io/v1alpha1",
+                "kind": "Gate",
+                "metadata": {"name": "install-gate", "namespace": "flux-system"},
+                "spec": {"closed": True},
+            }
+        ),
+    )
     point_webhooks_at(plane, installed, local_server, bundle="")
     manifest = kustomization("installed", gates="flux-system/install-gate")
 
@@ -154,21 +229,58 @@ def test_certs_inject_makes_the_api_server_trust_us(plane, installed, local_serv
     untrusted = until(apply, lambda r: "x509" in r.stderr or "certificate" in r.stderr)
     assert untrusted.returncode != 0 and "failed calling webhook" in untrusted.stderr, untrusted.stderr
 
-    result = subprocess.run([str(BIN / "gate-admission"), "certs", "--out", str(local_server.cert_dir), "--inject",
-                             "--kubeconfig", str(plane.kubeconfig(ADMIN))], capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [
+            str(BIN / "gate-admission"),
+            "certs",
+            "--out",
+            str(local_server.cert_dir),
+            "--inject",
+            "--kubeconfig",
+            str(plane.kubeconfig(ADMIN)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     assert "current:" in result.stdout and "ValidatingWebhookConfiguration/gate-admission" in result.stdout
     denied = until(apply, lambda r: " is held: " in r.stderr)
     assert "Kustomization apps/installed is held: gate 'flux-system/install-gate' is closed" in denied.stderr
-    again = subprocess.run([str(BIN / "gate-admission"), "certs", "--out", str(local_server.cert_dir), "--inject",
-                            "--kubeconfig", str(plane.kubeconfig(ADMIN))], capture_output=True, text=True, timeout=60)
+    again = subprocess.run(
+        [
+            str(BIN / "gate-admission"),
+            "certs",
+            "--out",
+            str(local_server.cert_dir),
+            "--inject",
+            "--kubeconfig",
+            str(plane.kubeconfig(ADMIN)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert "caBundle: already current" in again.stdout  # idempotent
 
 
 def certs_command(plane, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / "gate-admission"), "certs", "--secret", "gate-admission-tls",
-                           "--namespace", NS, "--kubeconfig", str(plane.kubeconfig(CERTS)), *extra],
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [
+            str(BIN / "gate-admission"),
+            "certs",
+            "--secret",
+            "gate-admission-tls",
+            "--namespace",
+            NS,
+            "--kubeconfig",
+            str(plane.kubeconfig(CERTS)),
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_certs_in_secrets_as_the_cronjob_runs_them(plane, installed):
@@ -179,7 +291,10 @@ def test_certs_in_secrets_as_the_cronjob_runs_them(plane, installed):
     assert tls.type == "kubernetes.io/tls" and {"tls.crt", "tls.key", "ca.crt"} <= set(tls.data)
     second = certs_command(plane)
     assert second.stdout.startswith("current:")
-    assert core.read_namespaced_secret("gate-admission-tls", NS).metadata.resource_version == tls.metadata.resource_version
+    assert (
+        core.read_namespaced_secret("gate-admission-tls", NS).metadata.resource_version
+        == tls.metadata.resource_version
+    )
     renewed = certs_command(plane, "--renew")
     assert renewed.stdout.startswith("issued:") and "renewal requested" in renewed.stdout
     after = core.read_namespaced_secret("gate-admission-tls", NS)
@@ -193,23 +308,52 @@ def served_serial(server) -> int:
 
 
 def test_certificate_rotation_under_load_loses_no_write(plane, installed, local_server):
-    point_webhooks_at(plane, installed, local_server,
-                      bundle=__import__("base64").b64encode((local_server.cert_dir / "ca.crt").read_bytes()).decode())
+    point_webhooks_at(
+        plane,
+        installed,
+        local_server,
+        bundle=__import__("base64").b64encode((local_server.cert_dir / "ca.crt").read_bytes()).decode(),
+    )
     api = client.CustomObjectsApi(api_client(str(plane.kubeconfig(ALICE))))
     # It references an open gate: only such objects' writes reach the webhook (matchConditions).
-    plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(
-        {"apiVersion": "gating.toolkit.fluxcd.io/v1alpha1", "kind": "Gate",
-         "metadata": {"name": "rotation-open", "namespace": "flux-system"}, "spec": {"default": "opened"}}))
-    created = until(lambda: plane.kubectl("apply", "-f", "-", input=kustomization("rotating", gates="flux-system/rotation-open"),
-                                          user=ALICE, check=False), lambda r: r.returncode == 0)
+    plane.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=yaml.safe_dump(
+            {
+                "apiVersion": "gating.toolkit.fluxcd.io/v1alpha1",
+                "kind": "Gate",
+                "metadata": {"name": "rotation-open", "namespace": "flux-system"},
+                "spec": {"default": "opened"},
+            }
+        ),
+    )
+    created = until(
+        lambda: plane.kubectl(
+            "apply",
+            "-f",
+            "-",
+            input=kustomization("rotating", gates="flux-system/rotation-open"),
+            user=ALICE,
+            check=False,
+        ),
+        lambda r: r.returncode == 0,
+    )
     assert created.returncode == 0, created.stderr
     stop, failures, writes = threading.Event(), [], [0]
 
     def writer():
         while not stop.is_set():
             try:
-                api.patch_namespaced_custom_object("kustomize.toolkit.fluxcd.io", "v1", "apps", "kustomizations",
-                                                   "rotating", {"metadata": {"labels": {"n": str(writes[0])}}})
+                api.patch_namespaced_custom_object(
+                    "kustomize.toolkit.fluxcd.io",
+                    "v1",
+                    "apps",
+                    "kustomizations",
+                    "rotating",
+                    {"metadata": {"labels": {"n": str(writes[0])}}},
+                )
                 writes[0] += 1
             except Exception as err:  # every failure is counted and shown
                 failures.append(repr(err))
@@ -220,8 +364,12 @@ def test_certificate_rotation_under_load_loses_no_write(plane, installed, local_
     try:
         for _ in range(3):
             start = writes[0]
-            result = subprocess.run([str(BIN / "gate-admission"), "certs", "--out", str(local_server.cert_dir),
-                                     "--renew"], capture_output=True, text=True, timeout=60)
+            result = subprocess.run(
+                [str(BIN / "gate-admission"), "certs", "--out", str(local_server.cert_dir), "--renew"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
             assert result.returncode == 0, result.stderr
             serial = until(lambda: served_serial(local_server), lambda s: s != serials[-1], timeout=10)
             assert serial != serials[-1], "the server kept the old certificate"
@@ -230,7 +378,9 @@ def test_certificate_rotation_under_load_loses_no_write(plane, installed, local_
     finally:
         stop.set()
         thread.join(30)
-    assert writes[0] >= 150 and failures == [], f"{len(failures)} failed writes of {writes[0]}: {failures[:3]}"
+    assert writes[0] >= 150 and failures == [], (
+        f"{len(failures)} failed writes of {writes[0]}: {failures[:3]}"
+    )
 
 
 # -- cert-manager variant: runs last in this module, as it re-applies the webhooks --
@@ -241,10 +391,16 @@ CERT_MANAGER_CRDS = Path(__file__).parent / "crds" / "minimal-cert-manager-crds.
 def with_component(plane, tmp_path_factory, component: str) -> list[dict]:
     """manifests/ with one of our components, rendered as a user's overlay would."""
     overlay = tmp_path_factory.mktemp(f"{component}-overlay")
-    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-        "resources": [os.path.relpath(ROOT / "manifests", overlay)],
-        "components": [os.path.relpath(ROOT / "manifests" / "components" / component, overlay)]}))
+    (overlay / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [os.path.relpath(ROOT / "manifests", overlay)],
+                "components": [os.path.relpath(ROOT / "manifests" / "components" / component, overlay)],
+            }
+        )
+    )
     return rendered(plane, overlay)
 
 
@@ -255,8 +411,13 @@ def cert_manager_variant(plane, tmp_path_factory) -> list[dict]:
 
 def test_the_flux_notifications_component_turns_notify_on_for_the_controller_only(plane, tmp_path_factory):
     docs = with_component(plane, tmp_path_factory, "flux-notifications")
-    envs = {d["metadata"]["name"]: {e["name"]: e.get("value") for e in d["spec"]["template"]["spec"]["containers"][0]
-                                    .get("env", [])} for d in docs if d["kind"] == "Deployment"}
+    envs = {
+        d["metadata"]["name"]: {
+            e["name"]: e.get("value") for e in d["spec"]["template"]["spec"]["containers"][0].get("env", [])
+        }
+        for d in docs
+        if d["kind"] == "Deployment"
+    }
     assert envs["gate-admission-controller"]["GATE_ADMISSION_NOTIFY"] == "true"
     assert "GATE_ADMISSION_NOTIFY" not in envs["gate-admission"]
 
@@ -269,10 +430,15 @@ def one(docs: list[dict], kind: str, name: str | None = None) -> dict:
 def test_both_certificate_variants_render(installed, cert_manager_variant):
     ours = {(d["kind"], d["metadata"]["name"]) for d in installed}
     theirs = {(d["kind"], d["metadata"]["name"]) for d in cert_manager_variant}
-    certs_machinery = {("Job", "gate-admission-certs-init"), ("CronJob", "gate-admission-certs"),
-                       ("ServiceAccount", "gate-admission-certs"), ("Role", "gate-admission-certs"),
-                       ("RoleBinding", "gate-admission-certs"), ("ClusterRole", "gate-admission-certs"),
-                       ("ClusterRoleBinding", "gate-admission-certs")}
+    certs_machinery = {
+        ("Job", "gate-admission-certs-init"),
+        ("CronJob", "gate-admission-certs"),
+        ("ServiceAccount", "gate-admission-certs"),
+        ("Role", "gate-admission-certs"),
+        ("RoleBinding", "gate-admission-certs"),
+        ("ClusterRole", "gate-admission-certs"),
+        ("ClusterRoleBinding", "gate-admission-certs"),
+    }
     assert certs_machinery <= ours and not certs_machinery & theirs
     assert theirs - ours == {("Issuer", "gate-admission-selfsigned"), ("Certificate", "gate-admission")}
     assert ours - theirs == certs_machinery
@@ -291,55 +457,90 @@ def test_the_cert_manager_variant_is_wired_to_the_deployment_service_and_webhook
     assert "--cert-dir=/certs" in pod["containers"][0]["args"]
     service = one(docs, "Service", "gate-admission")
     for config in (one(docs, "ValidatingWebhookConfiguration"), one(docs, "MutatingWebhookConfiguration")):
-        assert config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == \
-            f"{cert['metadata']['namespace']}/{cert['metadata']['name']}"
+        assert (
+            config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+            == f"{cert['metadata']['namespace']}/{cert['metadata']['name']}"
+        )
         for hook in config["webhooks"]:
             ref = hook["clientConfig"]["service"]
-            assert (ref["name"], ref["namespace"]) == (service["metadata"]["name"], service["metadata"]["namespace"])
+            assert (ref["name"], ref["namespace"]) == (
+                service["metadata"]["name"],
+                service["metadata"]["namespace"],
+            )
             # The API server connects to <service>.<namespace>.svc and checks that name.
             assert f"{ref['name']}.{ref['namespace']}.svc" in cert["spec"]["dnsNames"]
 
 
 def test_the_cert_manager_variant_applies_with_cert_managers_crds(plane, installed, cert_manager_variant):
     plane.kubectl("apply", "-f", str(CERT_MANAGER_CRDS))
-    plane.kubectl("wait", "--for=condition=established", "--timeout=60s",
-                  "crd/issuers.cert-manager.io", "crd/certificates.cert-manager.io")
+    plane.kubectl(
+        "wait",
+        "--for=condition=established",
+        "--timeout=60s",
+        "crd/issuers.cert-manager.io",
+        "crd/certificates.cert-manager.io",
+    )
     result = plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(cert_manager_variant), check=False)
     assert result.returncode == 0, result.stderr
-    stored = yaml.safe_load(plane.kubectl("get", "certificate", "gate-admission", "-n", NS, "-o", "yaml").stdout)
-    assert stored["spec"]["dnsNames"] == ["gate-admission.gate-admission-system.svc",
-                                          "gate-admission.gate-admission-system.svc.cluster.local"]
+    stored = yaml.safe_load(
+        plane.kubectl("get", "certificate", "gate-admission", "-n", NS, "-o", "yaml").stdout
+    )
+    assert stored["spec"]["dnsNames"] == [
+        "gate-admission.gate-admission-system.svc",
+        "gate-admission.gate-admission-system.svc.cluster.local",
+    ]
     assert stored["spec"]["privateKey"] == {"algorithm": "ECDSA", "size": 256, "rotationPolicy": "Always"}
     for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration"):
-        annotations = yaml.safe_load(plane.kubectl("get", kind, "gate-admission", "-o", "yaml").stdout)["metadata"]["annotations"]
+        annotations = yaml.safe_load(plane.kubectl("get", kind, "gate-admission", "-o", "yaml").stdout)[
+            "metadata"
+        ]["annotations"]
         assert annotations["cert-manager.io/inject-ca-from"] == "gate-admission-system/gate-admission"
     # The schema is checked: cert-manager would reject an unknown private key algorithm too.
-    broken = yaml.safe_dump({**one(cert_manager_variant, "Certificate"), "spec": {
-        **one(cert_manager_variant, "Certificate")["spec"], "privateKey": {"algorithm": "DSA"}}})
+    broken = yaml.safe_dump(
+        {
+            **one(cert_manager_variant, "Certificate"),
+            "spec": {**one(cert_manager_variant, "Certificate")["spec"], "privateKey": {"algorithm": "DSA"}},
+        }
+    )
     refused = plane.kubectl("apply", "-f", "-", input=broken, check=False)
     assert refused.returncode != 0 and "algorithm" in refused.stderr
 
 
 def _entries(docs: list[dict]) -> dict[str, dict]:
-    return {hook["name"]: hook for d in docs if d["kind"].endswith("WebhookConfiguration") for hook in d["webhooks"]}
+    return {
+        hook["name"]: hook
+        for d in docs
+        if d["kind"].endswith("WebhookConfiguration")
+        for hook in d["webhooks"]
+    }
 
 
 def test_the_webhooks_render_with_match_conditions_and_without_them_for_clusters_older_than_1_30(
-        plane, installed, tmp_path_factory):
+    plane, installed, tmp_path_factory
+):
     current = _entries(installed)
     assert set(current) == {entry.name for entry in matching.ENTRIES}
     for name, hook in current.items():
         entry = matching.BY_NAME[name]
-        assert (hook["matchConditions"], hook["failurePolicy"]) == (entry.match_conditions(), entry.failure_policy)
+        assert (hook["matchConditions"], hook["failurePolicy"]) == (
+            entry.match_conditions(),
+            entry.failure_policy,
+        )
 
     older_docs = with_component(plane, tmp_path_factory, "pre-1.30")
     older = _entries(older_docs)
     assert not any("matchConditions" in hook for hook in older.values())
-    assert set(older) == set(current) - {names.VALIDATE_INHERITED_WEBHOOK} | {names.VALIDATE_FAIL_CLOSED_WEBHOOK}
+    assert set(older) == set(current) - {names.VALIDATE_INHERITED_WEBHOOK} | {
+        names.VALIDATE_FAIL_CLOSED_WEBHOOK
+    }
     status, fail_closed = older[names.VALIDATE_STATUS_WEBHOOK], older[names.VALIDATE_FAIL_CLOSED_WEBHOOK]
     assert status["failurePolicy"] == "Ignore" and fail_closed["failurePolicy"] == "Fail"
-    assert status["objectSelector"]["matchExpressions"] == [{"key": names.FAIL_CLOSED_LABEL, "operator": "DoesNotExist"}]
-    assert fail_closed["objectSelector"]["matchExpressions"] == [{"key": names.FAIL_CLOSED_LABEL, "operator": "Exists"}]
+    assert status["objectSelector"]["matchExpressions"] == [
+        {"key": names.FAIL_CLOSED_LABEL, "operator": "DoesNotExist"}
+    ]
+    assert fail_closed["objectSelector"]["matchExpressions"] == [
+        {"key": names.FAIL_CLOSED_LABEL, "operator": "Exists"}
+    ]
     assert fail_closed["rules"] == status["rules"] == current[names.VALIDATE_STATUS_WEBHOOK]["rules"]
     # The inherited entry's rules are within validate-status's: nothing goes unregistered.
     inherited = {r for rule in current[names.VALIDATE_INHERITED_WEBHOOK]["rules"] for r in rule["resources"]}
@@ -347,6 +548,12 @@ def test_the_webhooks_render_with_match_conditions_and_without_them_for_clusters
     for name in set(current) & set(older) - {names.VALIDATE_STATUS_WEBHOOK}:
         assert older[name] == {k: v for k, v in current[name].items() if k != "matchConditions"}, name
     # Both are what the API server accepts (this one is 1.36: the component must only drop things).
-    result = plane.kubectl("apply", "--dry-run=server", "-f", "-", input=yaml.safe_dump_all(
-        [d for d in older_docs if d["kind"].endswith("WebhookConfiguration")]), check=False)
+    result = plane.kubectl(
+        "apply",
+        "--dry-run=server",
+        "-f",
+        "-",
+        input=yaml.safe_dump_all([d for d in older_docs if d["kind"].endswith("WebhookConfiguration")]),
+        check=False,
+    )
     assert result.returncode == 0, result.stderr

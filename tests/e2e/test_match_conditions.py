@@ -49,8 +49,14 @@ def server(plane, tmp_path_factory):
         probe = obj("ImageRepository", "probe", spec={"suspend": True})
         create(api, probe)
         before = reached(running)[matching.MUTATE]
-        seen = until(lambda: (status_patch(api, probe, {"status": {"canonicalImageName": "x"}}),
-                              reached(running)[matching.MUTATE])[1], lambda n: n > before, timeout=30)
+        seen = until(
+            lambda: (
+                status_patch(api, probe, {"status": {"canonicalImageName": "x"}}),
+                reached(running)[matching.MUTATE],
+            )[1],
+            lambda n: n > before,
+            timeout=30,
+        )
         assert seen > before, "the mutating webhook never answered"
         yield running
 
@@ -60,38 +66,55 @@ def custom(plane) -> client.CustomObjectsApi:
 
 
 def _plural(manifest: dict) -> str:
-    return names.GATE_PLURAL if manifest["kind"] == names.GATE_KIND else kinds.BY_KIND[manifest["kind"]].plural
+    return (
+        names.GATE_PLURAL if manifest["kind"] == names.GATE_KIND else kinds.BY_KIND[manifest["kind"]].plural
+    )
 
 
 def create(api, manifest: dict) -> dict:
     group, version = manifest["apiVersion"].split("/")
     body = {k: v for k, v in manifest.items() if k != "status"}
-    return api.create_namespaced_custom_object(group, version, manifest["metadata"]["namespace"], _plural(manifest),
-                                               body)
+    return api.create_namespaced_custom_object(
+        group, version, manifest["metadata"]["namespace"], _plural(manifest), body
+    )
 
 
 def patch(api, manifest: dict, body: dict) -> dict:
     group, version = manifest["apiVersion"].split("/")
-    return api.patch_namespaced_custom_object(group, version, manifest["metadata"]["namespace"], _plural(manifest),
-                                              manifest["metadata"]["name"], body)
+    return api.patch_namespaced_custom_object(
+        group,
+        version,
+        manifest["metadata"]["namespace"],
+        _plural(manifest),
+        manifest["metadata"]["name"],
+        body,
+    )
 
 
 def status_patch(api, manifest: dict, body: dict) -> dict:
     group, version = manifest["apiVersion"].split("/")
-    return api.patch_namespaced_custom_object_status(group, version, manifest["metadata"]["namespace"],
-                                                     _plural(manifest), manifest["metadata"]["name"], body)
+    return api.patch_namespaced_custom_object_status(
+        group,
+        version,
+        manifest["metadata"]["namespace"],
+        _plural(manifest),
+        manifest["metadata"]["name"],
+        body,
+    )
 
 
 def read(api, manifest: dict) -> dict:
     group, version = manifest["apiVersion"].split("/")
-    return api.get_namespaced_custom_object(group, version, manifest["metadata"]["namespace"], _plural(manifest),
-                                            manifest["metadata"]["name"])
+    return api.get_namespaced_custom_object(
+        group, version, manifest["metadata"]["namespace"], _plural(manifest), manifest["metadata"]["name"]
+    )
 
 
 def delete(api, manifest: dict) -> None:
     group, version = manifest["apiVersion"].split("/")
-    api.delete_namespaced_custom_object(group, version, manifest["metadata"]["namespace"], _plural(manifest),
-                                        manifest["metadata"]["name"])
+    api.delete_namespaced_custom_object(
+        group, version, manifest["metadata"]["namespace"], _plural(manifest), manifest["metadata"]["name"]
+    )
 
 
 def set_up(api, case: Case) -> dict | None:
@@ -128,15 +151,22 @@ def test_the_api_server_calls_our_endpoints_exactly_when_the_python_predicate_sa
     assert by_python == {matching.VALIDATE: case.validate, matching.MUTATE: case.mutate}, case.id
 
 
-def test_the_longest_conditions_list_an_object_can_hold_is_walked_within_the_api_servers_cel_budget(plane, server):
+def test_the_longest_conditions_list_an_object_can_hold_is_walked_within_the_api_servers_cel_budget(
+    plane, server
+):
     # mutate-status walks status.conditions: with a Blocked condition last, the API server must
     # finish the walk (an evaluation past the budget is an error, and the entry is skipped).
     api = custom(plane)
     big = obj("GitRepository", "big-status")
     create(api, big)
-    filler = [{"type": f"T{i}", "status": "True", "reason": "R", "message": "", "lastTransitionTime": TIME}
-              for i in range(9000)]
+    filler = [
+        {"type": f"T{i}", "status": "True", "reason": "R", "message": "", "lastTransitionTime": TIME}
+        for i in range(9000)
+    ]
     before = reached(server)
     status_patch(api, big, {"status": {"conditions": [*filler, condition(names.BLOCKED_CONDITION)]}})
     after = reached(server)
-    assert after[matching.MUTATE] > before[matching.MUTATE] and after[matching.VALIDATE] == before[matching.VALIDATE]
+    assert (
+        after[matching.MUTATE] > before[matching.MUTATE]
+        and after[matching.VALIDATE] == before[matching.VALIDATE]
+    )

@@ -54,7 +54,9 @@ def test_the_servers_certificate_must_chain_to_the_given_bundle_or_the_systems_r
         assert "certificate is not trusted" in refused(server, "/f.ics", auth=Auth(ca_pem=other.ca_pem))
     finally:
         other.stop()
-    assert "CA bundle cannot be used" in refused(server, "/f.ics", auth=Auth(ca_pem=b"-----BEGIN CERTIFICATE-----\nx"))
+    assert "CA bundle cannot be used" in refused(
+        server, "/f.ics", auth=Auth(ca_pem=b"-----BEGIN CERTIFICATE-----\nx")
+    )
 
 
 def test_a_bearer_token_or_basic_credentials_are_sent(server):
@@ -75,12 +77,18 @@ def test_an_unchanged_feed_is_not_sent_again(server):
     assert server.requests[-1][1]["If-None-Match"] == '"v1"'
 
 
-@pytest.mark.parametrize("answer, why", [
-    (FeedServer.body(b"oops", status=500), "HTTP 500 Internal Server Error"),
-    (FeedServer.body(b"", status=304), "HTTP 304"),  # not modified, though nothing was asked
-    (FeedServer.body(FEED, headers={"Content-Encoding": "gzip"}), "gzip-encoded; only identity is accepted"),
-    (FeedServer.body(b"", status=302), "HTTP 302 without a Location"),
-])
+@pytest.mark.parametrize(
+    "answer, why",
+    [
+        (FeedServer.body(b"oops", status=500), "HTTP 500 Internal Server Error"),
+        (FeedServer.body(b"", status=304), "HTTP 304"),  # not modified, though nothing was asked
+        (
+            FeedServer.body(FEED, headers={"Content-Encoding": "gzip"}),
+            "gzip-encoded; only identity is accepted",
+        ),
+        (FeedServer.body(b"", status=302), "HTTP 302 without a Location"),
+    ],
+)
 def test_errors_are_reported(server, answer, why):
     server.routes["/f.ics"] = answer
     assert why in refused(server, "/f.ics")
@@ -104,7 +112,9 @@ def test_a_50_mb_feed_is_refused_having_read_at_most_the_limit(server, declare):
     server.routes["/big.ics"] = server.flood(50 << 20, declare)
     policy = Policy(total_timeout=10, allowed_networks=LOOPBACK)
     why = refused(server, "/big.ics", policy=policy)
-    assert why == ("the feed is 52428800 bytes, more than 4194304" if declare else "the feed is more than 4194304 bytes")
+    assert why == (
+        "the feed is 52428800 bytes, more than 4194304" if declare else "the feed is more than 4194304 bytes"
+    )
     # What the server got out before the connection closed: the limit and socket buffers, not 50 MB.
     assert server.sent.get("/big.ics", 0) < (12 << 20)
 
@@ -115,7 +125,9 @@ def test_redirects_are_followed_on_the_same_host_only(server):
     assert get(server, "/moved.ics") == FEED
     server.routes["/away.ics"] = server.body(b"", 302, {"Location": server.url("/f.ics", host="localhost")})
     assert refused(server, "/away.ics") == "redirected to another host (localhost): not followed"
-    server.routes["/port.ics"] = server.body(b"", 307, {"Location": f"https://127.0.0.1:{server.port + 1}/f.ics"})
+    server.routes["/port.ics"] = server.body(
+        b"", 307, {"Location": f"https://127.0.0.1:{server.port + 1}/f.ics"}
+    )
     assert refused(server, "/port.ics") == "redirected to another host (127.0.0.1): not followed"
     server.routes["/down.ics"] = server.body(b"", 308, {"Location": f"http://127.0.0.1:{server.port}/f.ics"})
     assert "not followed" in refused(server, "/down.ics")
@@ -127,12 +139,29 @@ def test_loopback_private_and_link_local_targets_are_refused_unless_allowed(serv
     server.routes["/f.ics"] = server.body(FEED)
     seen = len(server.requests)
     why = refused(server, "/f.ics", policy=Policy(total_timeout=1.5))
-    assert why.startswith("127.0.0.1 resolves to 127.0.0.1: loopback, private, link-local or reserved addresses")
-    assert "localhost resolves to" in str(pytest.raises(FetchError, fetch, server.url("/f.ics", host="localhost"),
-                                                        policy=Policy(total_timeout=1.5)).value)
+    assert why.startswith(
+        "127.0.0.1 resolves to 127.0.0.1: loopback, private, link-local or reserved addresses"
+    )
+    assert "localhost resolves to" in str(
+        pytest.raises(
+            FetchError, fetch, server.url("/f.ics", host="localhost"), policy=Policy(total_timeout=1.5)
+        ).value
+    )
     assert len(server.requests) == seen  # refused before connecting
-    for address in ("10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254", "100.64.0.1", "0.0.0.0",
-                    "224.0.0.1", "::1", "fe80::1", "fc00::1", "::ffff:127.0.0.1", "::ffff:169.254.169.254"):
+    for address in (
+        "10.1.2.3",
+        "172.16.0.1",
+        "192.168.1.1",
+        "169.254.169.254",
+        "100.64.0.1",
+        "0.0.0.0",
+        "224.0.0.1",
+        "::1",
+        "fe80::1",
+        "fc00::1",
+        "::ffff:127.0.0.1",
+        "::ffff:169.254.169.254",
+    ):
         assert not allowed_address(address, Policy()), address
     assert allowed_address("93.184.215.14", Policy()) and allowed_address("2606:2800:21f:cb07::1", Policy())
     assert allowed_address("10.1.2.3", Policy(allowed_networks=parse_networks("10.0.0.0/8")))
@@ -165,12 +194,17 @@ def _teredo(server: str, client: str) -> str:
 
 
 INSIDE = ["127.0.0.1", "10.1.2.3", "169.254.169.254", "192.168.0.1", "100.64.0.1", "0.0.0.0"]
-FORMS = ([pytest.param(form.format(v4), id=f"{name} {v4}") for name, form in EMBEDDING.items() for v4 in INSIDE]
-         + [pytest.param(form.format(_hex(v4)), id=f"{name} {v4} in hex") for name, form in EMBEDDING.items()
-            for v4 in INSIDE[:2]]
-         + [pytest.param(_sixtofour(v4), id=f"6to4 {v4}") for v4 in INSIDE]
-         + [pytest.param(_teredo("65.54.227.120", v4), id=f"Teredo client {v4}") for v4 in INSIDE]
-         + [pytest.param(_teredo(v4, "93.184.215.14"), id=f"Teredo server {v4}") for v4 in INSIDE])
+FORMS = (
+    [pytest.param(form.format(v4), id=f"{name} {v4}") for name, form in EMBEDDING.items() for v4 in INSIDE]
+    + [
+        pytest.param(form.format(_hex(v4)), id=f"{name} {v4} in hex")
+        for name, form in EMBEDDING.items()
+        for v4 in INSIDE[:2]
+    ]
+    + [pytest.param(_sixtofour(v4), id=f"6to4 {v4}") for v4 in INSIDE]
+    + [pytest.param(_teredo("65.54.227.120", v4), id=f"Teredo client {v4}") for v4 in INSIDE]
+    + [pytest.param(_teredo(v4, "93.184.215.14"), id=f"Teredo server {v4}") for v4 in INSIDE]
+)
 
 
 @pytest.mark.parametrize("address", FORMS)
@@ -178,7 +212,9 @@ def test_an_ipv6_form_carrying_a_non_public_ipv4_address_is_refused(address):
     assert not allowed_address(address, Policy()), address
 
 
-@pytest.mark.parametrize("address", ["64:ff9b::93.184.215.14", _sixtofour("93.184.215.14"), "2606:2800:21f:cb07::1"])
+@pytest.mark.parametrize(
+    "address", ["64:ff9b::93.184.215.14", _sixtofour("93.184.215.14"), "2606:2800:21f:cb07::1"]
+)
 def test_public_ipv4_through_nat64_or_6to4_is_still_fetched(address):
     # An IPv6-only cluster's DNS64 answers every public feed with a 64:ff9b:: address.
     assert allowed_address(address, Policy()), address
@@ -187,7 +223,9 @@ def test_public_ipv4_through_nat64_or_6to4_is_still_fetched(address):
 def test_an_allowed_ipv4_network_is_allowed_through_nat64_too():
     policy = Policy(allowed_networks=parse_networks("10.0.0.0/8"))
     assert allowed_address("64:ff9b::10.1.2.3", policy) and allowed_address("::ffff:10.1.2.3", policy)
-    assert not allowed_address("64:ff9b::127.0.0.1", policy) and not allowed_address(_sixtofour("192.168.0.1"), policy)
+    assert not allowed_address("64:ff9b::127.0.0.1", policy) and not allowed_address(
+        _sixtofour("192.168.0.1"), policy
+    )
 
 
 def test_plain_http_only_when_allowed_and_never_with_credentials(tmp_path):

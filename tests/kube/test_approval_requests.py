@@ -20,18 +20,39 @@ KEY = names.APPROVAL_ANNOTATION_PREFIX + "a1"
 
 
 def approval(content: str = GIT_B, target: str = "*", expires: str = "2026-06-11T12:00:00Z") -> str:
-    return json.dumps({"content": content, "for": target, "message": "CHG-1", "by": "alice",
-                       "at": "2026-06-10T11:59:00Z", "expires": expires})
+    return json.dumps(
+        {
+            "content": content,
+            "for": target,
+            "message": "CHG-1",
+            "by": "alice",
+            "at": "2026-06-10T11:59:00Z",
+            "expires": expires,
+        }
+    )
 
 
 def source(name: str, serves: str, waits: str | None) -> dict:
     """A GitRepository behind gate freeze, serving ``serves``, with ``waits`` held (as the webhook's
     Blocked condition says)."""
-    conditions = [] if waits is None else [{
-        "type": names.BLOCKED_CONDITION, "status": "True", "reason": names.GATE_CLOSED_REASON,
-        "message": f"Reconciliation is blocked as gate 'flux-system/freeze' is closed: {waits} waits, serving {serves}"}]
-    return flux("GitRepository", name, gates="flux-system/freeze",
-                status={"artifact": {"revision": serves}, "conditions": conditions})
+    conditions = (
+        []
+        if waits is None
+        else [
+            {
+                "type": names.BLOCKED_CONDITION,
+                "status": "True",
+                "reason": names.GATE_CLOSED_REASON,
+                "message": f"Reconciliation is blocked as gate 'flux-system/freeze' is closed: {waits} waits, serving {serves}",
+            }
+        ]
+    )
+    return flux(
+        "GitRepository",
+        name,
+        gates="flux-system/freeze",
+        status={"artifact": {"revision": serves}, "conditions": conditions},
+    )
 
 
 class RecordingKube(FakeKube):
@@ -43,7 +64,9 @@ class RecordingKube(FakeKube):
 
     def patch_namespaced_custom_object(self, group, version, namespace, plural, name, body) -> dict:
         found = super().patch_namespaced_custom_object(group, version, namespace, plural, name, body)
-        value = ((body.get("metadata") or {}).get("annotations") or {}).get(names.RECONCILE_REQUEST_ANNOTATION)
+        value = ((body.get("metadata") or {}).get("annotations") or {}).get(
+            names.RECONCILE_REQUEST_ANNOTATION
+        )
         if value is not None:
             self.requested.append((name, value))
         return found
@@ -51,11 +74,15 @@ class RecordingKube(FakeKube):
 
 def setup(**approval_fields) -> tuple[RecordingKube, object, object]:
     kube = RecordingKube()
-    kube.add(names.GATE_PLURAL, gate("freeze", default="closed", annotations={KEY: approval(**approval_fields)}))
+    kube.add(
+        names.GATE_PLURAL, gate("freeze", default="closed", annotations={KEY: approval(**approval_fields)})
+    )
     kube.add("gitrepositories", source("podinfo", GIT_A, GIT_B))
     kube.add("gitrepositories", source("other", GIT_A, GIT_C))  # other content waits there
-    kube.add("gitrepositories", flux("GitRepository", "free", gates="flux-system/freeze",
-                                     status={"artifact": {"revision": GIT_B}}))  # serves it, nothing waits
+    kube.add(
+        "gitrepositories",
+        flux("GitRepository", "free", gates="flux-system/freeze", status={"artifact": {"revision": GIT_B}}),
+    )  # serves it, nothing waits
     ctl, cache = controller(kube)
     return kube, ctl, cache
 
@@ -105,7 +132,9 @@ def test_once_the_content_lands_the_requests_stop_and_the_approval_is_used():
     assert len(requests(kube)) == 1
     assert reasons(kube) == [names.APPROVAL_RECORDED_EVENT, names.APPROVAL_USED_EVENT]
     stored = kube.get(names.GATE_PLURAL, "flux-system", "freeze")
-    assert list(approvals.ended(stored)) == [KEY.removeprefix(names.APPROVAL_ANNOTATION_PREFIX)]  # in its status
+    assert list(approvals.ended(stored)) == [
+        KEY.removeprefix(names.APPROVAL_ANNOTATION_PREFIX)
+    ]  # in its status
     assert KEY in stored["metadata"]["annotations"]  # the controller does not write the Gate itself
     assert not ctl.requests
     cache.sync()
@@ -116,8 +145,14 @@ def test_once_the_content_lands_the_requests_stop_and_the_approval_is_used():
 def test_a_withdrawn_approval_is_not_requested_again():
     kube, ctl, cache = setup()
     ctl.reconcile(NOW)
-    kube.patch_namespaced_custom_object(names.GATING_GROUP, names.GATING_VERSION, "flux-system", names.GATE_PLURAL,
-                                        "freeze", {"metadata": {"annotations": {KEY: None}}})
+    kube.patch_namespaced_custom_object(
+        names.GATING_GROUP,
+        names.GATING_VERSION,
+        "flux-system",
+        names.GATE_PLURAL,
+        "freeze",
+        {"metadata": {"annotations": {KEY: None}}},
+    )
     cache.sync()
     ctl.reconcile(NOW + timedelta(minutes=5))
     assert len(requests(kube)) == 1 and not ctl.requests

@@ -27,16 +27,34 @@ UID = "uid-podinfo"
 
 
 def release(gates: str = HELD, **status) -> dict:
-    obj = flux("HelmRelease", name="podinfo", namespace="apps", gates=gates,
-               status={**hr_status(attempted=("6.5.0", "", V1), applied=("6.5.0", "", V1)), "conditions": [{"type": "Ready", "status": "Unknown", "reason": "Progressing",
-                                                       "message": "Running 'upgrade' action with timeout of 5m0s",
-                                                       "lastTransitionTime": "2026-06-10T10:00:00Z"}], **status})
+    obj = flux(
+        "HelmRelease",
+        name="podinfo",
+        namespace="apps",
+        gates=gates,
+        status={
+            **hr_status(attempted=("6.5.0", "", V1), applied=("6.5.0", "", V1)),
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "Unknown",
+                    "reason": "Progressing",
+                    "message": "Running 'upgrade' action with timeout of 5m0s",
+                    "lastTransitionTime": "2026-06-10T10:00:00Z",
+                }
+            ],
+            **status,
+        },
+    )
     obj["metadata"]["uid"] = UID
     return obj
 
 
 def denial(stored: dict, dry_run: bool = False, attempted=("6.5.0", "", V2)) -> dict:
-    attempted = {**stored, "status": {**stored["status"], **hr_status(attempted=attempted, applied=("6.5.0", "", V1))}}
+    attempted = {
+        **stored,
+        "status": {**stored["status"], **hr_status(attempted=attempted, applied=("6.5.0", "", V1))},
+    }
     return request("UPDATE", attempted, stored, sub_resource="status", user=FLUX_USER, dry_run=dry_run)
 
 
@@ -53,8 +71,16 @@ def kube():
 def writer(kube, gates=GATES.values(), mode="enforce", trust_reviews=True, **kwargs) -> DeniedAttempts:
     """Reviews are trusted (the API server authenticates with a client certificate) unless
     a test says otherwise."""
-    return DeniedAttempts(None, lookup_from(list(gates)), Settings(mode=mode), StaticSources(),
-                          clock=lambda: FIXED_NOW, custom=kube, trust_reviews=trust_reviews, **kwargs)
+    return DeniedAttempts(
+        None,
+        lookup_from(list(gates)),
+        Settings(mode=mode),
+        StaticSources(),
+        clock=lambda: FIXED_NOW,
+        custom=kube,
+        trust_reviews=trust_reviews,
+        **kwargs,
+    )
 
 
 @pytest.fixture
@@ -108,9 +134,19 @@ def test_a_controller_write_in_between_is_read_again_never_overwritten(kube):
         obj = real_read(*args)
         if not raced:  # helm-controller's conditions write lands after our read
             raced.append(True)
-            kube.patch_namespaced_custom_object_status("", "", "apps", "helmreleases", "podinfo", {"status": {
-                "conditions": obj["status"]["conditions"] + [{"type": "Reconciling", "status": "True",
-                                                              "reason": "Progressing", "message": "x"}]}})
+            kube.patch_namespaced_custom_object_status(
+                "",
+                "",
+                "apps",
+                "helmreleases",
+                "podinfo",
+                {
+                    "status": {
+                        "conditions": obj["status"]["conditions"]
+                        + [{"type": "Reconciling", "status": "True", "reason": "Progressing", "message": "x"}]
+                    }
+                },
+            )
         return obj
 
     kube.get_namespaced_custom_object_status = read_then_controller_writes
@@ -122,13 +158,22 @@ def test_a_controller_write_in_between_is_read_again_never_overwritten(kube):
 def test_nothing_is_written_once_released_in_audit_mode_for_dry_runs_or_other_kinds(kube):
     kube.add("helmreleases", release(gates="flux-system/open"))
     key = ("HelmRelease", "apps", "podinfo")
-    assert writer(kube).show(key, shown(denial(release())["object"])) == "current"  # the gate opened meanwhile
+    assert (
+        writer(kube).show(key, shown(denial(release())["object"])) == "current"
+    )  # the gate opened meanwhile
     kube.add("helmreleases", release())
     assert writer(kube, mode="audit").show(key, shown(denial(release())["object"])) == "current"
     shower = writer(kube)
     shower.record(denial(stored(kube), dry_run=True))
-    shower.record(request("UPDATE", flux(name="podinfo", gates=HELD, status={"lastAttemptedRevision": "b"}),
-                          flux(name="podinfo", gates=HELD), sub_resource="status", user=FLUX_USER))
+    shower.record(
+        request(
+            "UPDATE",
+            flux(name="podinfo", gates=HELD, status={"lastAttemptedRevision": "b"}),
+            flux(name="podinfo", gates=HELD),
+            sub_resource="status",
+            user=FLUX_USER,
+        )
+    )
     assert shower.pending == {}
     assert writer(kube).show(("HelmRelease", "apps", "gone"), (UID, None)) == "gone"
     assert writes(kube) == 0
@@ -142,8 +187,10 @@ def test_the_queue_is_bounded_and_keeps_only_the_attempt(kube):
         obj["spec"] = {"values": {"big": "x" * 10_000}}
         shower.record(denial(obj))
     assert [key[2] for key in shower.pending] == ["a", "b"]
-    assert shower.pending[("HelmRelease", "apps", "a")] == (UID, {"status": dict(hr_status(attempted=(
-        "6.5.0", "", V2), applied=None))})
+    assert shower.pending[("HelmRelease", "apps", "a")] == (
+        UID,
+        {"status": dict(hr_status(attempted=("6.5.0", "", V2), applied=None))},
+    )
 
 
 # -- forged reviews: what is written comes from the object the API server returns ---------
@@ -196,4 +243,6 @@ def test_reads_are_bounded_per_namespace(kube):
         obj["metadata"]["name"] = f"made-up-{i}"
         shower.record(denial(obj))
     outcomes = [shower.show(*shower._next()) for _ in range(50)]
-    assert outcomes.count("limited") == 45 and len(kube.reads) <= 5 * 3  # each read tries the table's versions
+    assert (
+        outcomes.count("limited") == 45 and len(kube.reads) <= 5 * 3
+    )  # each read tries the table's versions

@@ -25,12 +25,14 @@ from tests.polling import wait_for
 
 NOW = at("2026-12-20T10:00")
 POLICY = Policy(total_timeout=2.0, connect_timeout=1.0, allowed_networks=parse_networks("127.0.0.0/8"))
-FEED = ("BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//t//EN\r\nX-WR-TIMEZONE:Europe/Berlin\r\n"
-        "BEGIN:VEVENT\r\nUID:xmas@example\r\nSUMMARY:Christmas freeze\r\nDTSTART;VALUE=DATE:20261219\r\n"
-        "DTEND;VALUE=DATE:20261228\r\nEND:VEVENT\r\n"
-        "BEGIN:VEVENT\r\nUID:weekly@example\r\nSUMMARY:Release train\r\nDTSTART:20261201T090000Z\r\n"
-        "DTEND:20261201T100000Z\r\nRRULE:FREQ=WEEKLY\r\nCATEGORIES:release\r\nEND:VEVENT\r\n"
-        "END:VCALENDAR\r\n").encode()
+FEED = (
+    "BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//t//EN\r\nX-WR-TIMEZONE:Europe/Berlin\r\n"
+    "BEGIN:VEVENT\r\nUID:xmas@example\r\nSUMMARY:Christmas freeze\r\nDTSTART;VALUE=DATE:20261219\r\n"
+    "DTEND;VALUE=DATE:20261228\r\nEND:VEVENT\r\n"
+    "BEGIN:VEVENT\r\nUID:weekly@example\r\nSUMMARY:Release train\r\nDTSTART:20261201T090000Z\r\n"
+    "DTEND:20261201T100000Z\r\nRRULE:FREQ=WEEKLY\r\nCATEGORIES:release\r\nEND:VEVENT\r\n"
+    "END:VCALENDAR\r\n"
+).encode()
 
 
 class Clock:
@@ -55,17 +57,41 @@ def server(tmp_path):
 
 def setup(server: FeedServer, clock: Clock, **calendar) -> tuple[FakeKube, CalendarSync, list]:
     kube = FakeKube()
-    kube.add("secrets", {"metadata": {"name": "feed-token", "namespace": "flux-system"},
-                         "data": {"token": base64.b64encode(b"s3cret").decode()}})
+    kube.add(
+        "secrets",
+        {
+            "metadata": {"name": "feed-token", "namespace": "flux-system"},
+            "data": {"token": base64.b64encode(b"s3cret").decode()},
+        },
+    )
     kube.add(names.GATE_PLURAL, gate("freeze", default="opened"))
-    entry = {"url": server.url("/freeze.ics"), "name": "holidays", "secretRef": {"name": "feed-token"},
-             "caBundle": base64.b64encode(server.ca_pem).decode(), "interval": "15m", **calendar}
-    kube.add(names.GATEKEEPER_PLURAL, {"apiVersion": names.GATING_API_VERSION, "kind": names.GATEKEEPER_KIND,
-                                       "metadata": {"name": "feeds", "namespace": "flux-system", "generation": 2},
-                                       "spec": {"gate": "freeze", "calendars": [entry]}})
+    entry = {
+        "url": server.url("/freeze.ics"),
+        "name": "holidays",
+        "secretRef": {"name": "feed-token"},
+        "caBundle": base64.b64encode(server.ca_pem).decode(),
+        "interval": "15m",
+        **calendar,
+    }
+    kube.add(
+        names.GATEKEEPER_PLURAL,
+        {
+            "apiVersion": names.GATING_API_VERSION,
+            "kind": names.GATEKEEPER_KIND,
+            "metadata": {"name": "feeds", "namespace": "flux-system", "generation": 2},
+            "spec": {"gate": "freeze", "calendars": [entry]},
+        },
+    )
     events: list = []
-    sync = CalendarSync(kube, kube, lambda: kube.of(names.GATEKEEPER_PLURAL), clock=clock, policy=POLICY,
-                        parser=in_process, event=lambda obj, reason, message, now, kind: events.append((reason, kind, message)))
+    sync = CalendarSync(
+        kube,
+        kube,
+        lambda: kube.of(names.GATEKEEPER_PLURAL),
+        clock=clock,
+        policy=POLICY,
+        parser=in_process,
+        event=lambda obj, reason, message, now, kind: events.append((reason, kind, message)),
+    )
     return kube, sync, events
 
 
@@ -92,20 +118,40 @@ def test_a_feeds_coming_events_reach_the_gatekeepers_status_and_decide_the_gate(
     assert cal["lastSuccessTime"] == cal["lastFetchTime"] == "2026-12-20T10:00:00Z"
     assert cal["completeUntil"] == "2027-01-24T10:00:00Z"  # 35 days ahead
     assert cal["intervals"][:3] == [
-        {"start": "2026-12-18T23:00:00Z", "end": "2026-12-27T23:00:00Z", "uid": "xmas@example", "summary": "Christmas freeze"},
-        {"start": "2026-12-22T09:00:00Z", "end": "2026-12-22T10:00:00Z", "uid": "weekly@example", "summary": "Release train"},
-        {"start": "2026-12-29T09:00:00Z", "end": "2026-12-29T10:00:00Z", "uid": "weekly@example", "summary": "Release train"},
+        {
+            "start": "2026-12-18T23:00:00Z",
+            "end": "2026-12-27T23:00:00Z",
+            "uid": "xmas@example",
+            "summary": "Christmas freeze",
+        },
+        {
+            "start": "2026-12-22T09:00:00Z",
+            "end": "2026-12-22T10:00:00Z",
+            "uid": "weekly@example",
+            "summary": "Release train",
+        },
+        {
+            "start": "2026-12-29T09:00:00Z",
+            "end": "2026-12-29T10:00:00Z",
+            "uid": "weekly@example",
+            "summary": "Release train",
+        },
     ]
     assert len(cal["intervals"]) == 6  # Christmas and five Tuesdays
     condition = status["conditions"][0]
     assert (condition["type"], condition["status"], condition["reason"]) == (
-        names.CALENDARS_READY_CONDITION, "True", names.REASON_FETCHED)
+        names.CALENDARS_READY_CONDITION,
+        "True",
+        names.REASON_FETCHED,
+    )
     assert status["observedGeneration"] == 2 and events == []
     closed = gate_at(kube, NOW)
     assert (closed.open, closed.reason) == (False, names.REASON_SCHEDULED)
     assert closed.message == "Gate closed by GateKeeper 'feeds' calendar 'holidays' event 'Christmas freeze'"
     assert closed.next_transition == at("2026-12-27T23:00")  # midnight in Berlin
-    assert gate_at(kube, NOW + timedelta(hours=24)).reason == names.REASON_UNKNOWN  # not fetched again for a day
+    assert (
+        gate_at(kube, NOW + timedelta(hours=24)).reason == names.REASON_UNKNOWN
+    )  # not fetched again for a day
 
 
 def test_nothing_is_fetched_before_its_interval_and_an_unchanged_feed_costs_a_304(server):
@@ -129,8 +175,9 @@ def test_a_new_controller_fetches_when_status_says_the_interval_is_over(server):
     kube, sync, _ = setup(server, clock)
     sync.sync(NOW)
     fetched = len(server.requests)
-    successor = CalendarSync(kube, kube, lambda: kube.of(names.GATEKEEPER_PLURAL), clock=clock, policy=POLICY,
-                             parser=in_process)
+    successor = CalendarSync(
+        kube, kube, lambda: kube.of(names.GATEKEEPER_PLURAL), clock=clock, policy=POLICY, parser=in_process
+    )
     assert successor.sync(NOW + timedelta(minutes=5)) == NOW + timedelta(minutes=15)
     assert len(server.requests) == fetched
 
@@ -141,11 +188,13 @@ def hostile(server: FeedServer) -> dict:
         "no complete answer within 2s": server.hang,
         "the feed is more than 4194304 bytes": server.flood(50 << 20, declare=False),
         "not an iCalendar feed": server.body(b"<html>Sign in to continue</html>"),
-        "redirected to another host (localhost): not followed":
-            server.body(b"", 302, {"Location": server.url("/freeze.ics", host="localhost")}),
+        "redirected to another host (localhost): not followed": server.body(
+            b"", 302, {"Location": server.url("/freeze.ics", host="localhost")}
+        ),
         "the feed's events cannot be read": server.body(
             b"BEGIN:VCALENDAR\r\nVERSION:2.0\r\nBEGIN:VEVENT\r\nUID:x\r\nDTSTART:20261220T000000Z\r\n"
-            b"RRULE:FREQ=OFTEN\r\nEND:VEVENT\r\nEND:VCALENDAR\r\n"),
+            b"RRULE:FREQ=OFTEN\r\nEND:VEVENT\r\nEND:VCALENDAR\r\n"
+        ),
     }
 
 
@@ -163,7 +212,10 @@ def test_a_feed_that_turns_hostile_never_opens_a_closed_gate(server):
         cal = status["calendars"][0]
         assert why in cal["error"], (why, cal["error"])
         assert cal["intervals"] == good and cal["lastSuccessTime"] == "2026-12-20T10:00:00Z"
-        assert (status["conditions"][0]["status"], status["conditions"][0]["reason"]) == ("False", names.REASON_FETCH_FAILED)
+        assert (status["conditions"][0]["status"], status["conditions"][0]["reason"]) == (
+            "False",
+            names.REASON_FETCH_FAILED,
+        )
         assert why in status["conditions"][0]["message"]
         state = gate_at(kube, clock.now)
         assert (state.open, state.reason) == (False, names.REASON_SCHEDULED), why  # Christmas: still closed
@@ -180,8 +232,11 @@ def test_a_feed_that_turns_hostile_never_opens_a_closed_gate(server):
     # Past staleAfter the last good intervals no longer count: the gate is Unknown, still closed.
     stale = gate_at(kube, NOW + timedelta(hours=12))
     assert (stale.open, stale.reason) == (False, names.REASON_UNKNOWN)
-    assert "calendar 'holidays' is stale: last fetched successfully at 2026-12-20T10:00:00Z, more than 12h0m0s ago" \
-        in stale.message and "(the feed's events cannot be read" in stale.message
+    assert (
+        "calendar 'holidays' is stale: last fetched successfully at 2026-12-20T10:00:00Z, more than 12h0m0s ago"
+        in stale.message
+        and "(the feed's events cannot be read" in stale.message
+    )
     # Fixed: fetched again, a Normal Event, the condition True again.
     server.routes["/freeze.ics"] = server.body(FEED)
     clock.now += timedelta(hours=1)
@@ -197,8 +252,11 @@ def test_an_endless_expansion_costs_the_parsers_limits_and_keeps_the_gate_closed
     sync.sync(NOW)
     server.routes["/freeze.ics"] = server.body(
         b"BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:t\r\nBEGIN:VEVENT\r\nUID:s\r\nDTSTART:20251201T000000Z\r\n"
-        b"DTEND:20251201T000001Z\r\nRRULE:FREQ=SECONDLY;COUNT=1000000000\r\nEND:VEVENT\r\nEND:VCALENDAR\r\n")
-    sync.parser = functools.partial(parse_in_child, cpu_seconds=1)  # as the controller parses, with a tight limit
+        b"DTEND:20251201T000001Z\r\nRRULE:FREQ=SECONDLY;COUNT=1000000000\r\nEND:VEVENT\r\nEND:VCALENDAR\r\n"
+    )
+    sync.parser = functools.partial(
+        parse_in_child, cpu_seconds=1
+    )  # as the controller parses, with a tight limit
     clock.now = NOW + timedelta(hours=1)
     sync.sync(clock.now)
     cal = keeper_status(kube)["calendars"][0]
@@ -209,8 +267,18 @@ def test_an_endless_expansion_costs_the_parsers_limits_and_keeps_the_gate_closed
 def test_the_controllers_calendar_flags():
     from admission.cli.admission_commands import calendar_options
     from admission.cli.gate_admission import build_parser
-    args = build_parser().parse_args(["controller", "--calendar-allow-networks", "10.0.0.0/8, 127.0.0.1/32",
-                                      "--calendar-min-interval", "10s", "--calendar-timeout", "12"])
+
+    args = build_parser().parse_args(
+        [
+            "controller",
+            "--calendar-allow-networks",
+            "10.0.0.0/8, 127.0.0.1/32",
+            "--calendar-min-interval",
+            "10s",
+            "--calendar-timeout",
+            "12",
+        ]
+    )
     options = calendar_options(args)
     assert options["min_interval"] == timedelta(seconds=10)
     assert [str(n) for n in options["policy"].allowed_networks] == ["10.0.0.0/8", "127.0.0.1/32"]
@@ -227,8 +295,10 @@ def test_a_secret_that_cannot_be_used_is_the_calendars_error(server):
     assert cal["error"] == "Secret flux-system/missing: 404 Not Found" and "lastSuccessTime" not in cal
     state = gate_at(kube, NOW)
     assert state.reason == names.REASON_UNKNOWN
-    assert state.message == ("gate state unknown: GateKeeper 'feeds' calendar 'holidays' has not been fetched yet: "
-                             "Secret flux-system/missing: 404 Not Found")
+    assert state.message == (
+        "gate state unknown: GateKeeper 'feeds' calendar 'holidays' has not been fetched yet: "
+        "Secret flux-system/missing: 404 Not Found"
+    )
     assert len(server.requests) == 0  # no credentials, no request
 
 
@@ -276,12 +346,23 @@ class LiveCache(QuietStore):
 def test_the_controller_runs_the_loop_and_the_gate_status_follows_the_feed(server):
     clock = Clock()
     kube, _, _ = setup(server, clock)
-    ctl = Controller(None, store=LiveCache(kube), custom=kube, core=kube, flux=FakeFluxCache(kube), clock=clock,
-                     calendars={"policy": POLICY})
+    ctl = Controller(
+        None,
+        store=LiveCache(kube),
+        custom=kube,
+        core=kube,
+        flux=FakeFluxCache(kube),
+        clock=clock,
+        calendars={"policy": POLICY},
+    )
     worker = threading.Thread(target=ctl.run, daemon=True)
     worker.start()
     try:
-        wait_for(lambda: (keeper_status(kube).get("calendars") or [{}])[0].get("intervals"), 30, "the feed in status")
+        wait_for(
+            lambda: (keeper_status(kube).get("calendars") or [{}])[0].get("intervals"),
+            30,
+            "the feed in status",
+        )
         ctl.poke()  # as the GateKeeper's watch event would
         assert kube.get(names.GATE_PLURAL, "flux-system", "freeze")["status"]["state"] == names.STATE_CLOSED
 
@@ -290,8 +371,10 @@ def test_the_controller_runs_the_loop_and_the_gate_status_follows_the_feed(serve
 
         wait_for(lambda: reason() == names.REASON_SCHEDULED, 30, "the gate closed by the feed's event")
         status = kube.get(names.GATE_PLURAL, "flux-system", "freeze")["status"]
-        assert status["conditions"][0]["message"] == \
-            "Gate closed by GateKeeper 'feeds' calendar 'holidays' event 'Christmas freeze'"
+        assert (
+            status["conditions"][0]["message"]
+            == "Gate closed by GateKeeper 'feeds' calendar 'holidays' event 'Christmas freeze'"
+        )
         assert status["nextTransitionAt"] == "2026-12-27T23:00:00Z"
     finally:
         ctl.stop()
@@ -328,10 +411,21 @@ def keeper_status_of(kube: FakeKube, namespace: str, name: str) -> dict:
 
 
 def keeper(server: FeedServer, namespace: str, name: str, *paths: str) -> dict:
-    cals = [{"url": server.url(f"{path}?n={i}"), "name": f"{name}-{i}", "interval": "15m",
-             "caBundle": base64.b64encode(server.ca_pem).decode()} for i, path in enumerate(paths)]
-    return {"apiVersion": names.GATING_API_VERSION, "kind": names.GATEKEEPER_KIND,
-            "metadata": {"name": name, "namespace": namespace}, "spec": {"gate": "freeze", "calendars": cals}}
+    cals = [
+        {
+            "url": server.url(f"{path}?n={i}"),
+            "name": f"{name}-{i}",
+            "interval": "15m",
+            "caBundle": base64.b64encode(server.ca_pem).decode(),
+        }
+        for i, path in enumerate(paths)
+    ]
+    return {
+        "apiVersion": names.GATING_API_VERSION,
+        "kind": names.GATEKEEPER_KIND,
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"gate": "freeze", "calendars": cals},
+    }
 
 
 def test_a_fast_feed_is_written_while_another_namespaces_slow_feeds_are_still_being_fetched(server):
@@ -351,8 +445,16 @@ def test_a_fast_feed_is_written_while_another_namespaces_slow_feeds_are_still_be
 
     kube.patch_namespaced_custom_object_status = recording
     slow = Policy(total_timeout=4.0, connect_timeout=1.0, allowed_networks=parse_networks("127.0.0.0/8"))
-    sync = CalendarSync(kube, kube, lambda: [kube.get(names.GATEKEEPER_PLURAL, *key) for key in list(present)],
-                        clock=Clock(), policy=slow, parser=in_process, fetcher=fetching, workers=4)
+    sync = CalendarSync(
+        kube,
+        kube,
+        lambda: [kube.get(names.GATEKEEPER_PLURAL, *key) for key in list(present)],
+        clock=Clock(),
+        policy=slow,
+        parser=in_process,
+        fetcher=fetching,
+        workers=4,
+    )
     stopped, wake = threading.Event(), threading.Event()
     loop = threading.Thread(target=sync.run, args=(stopped, wake, lambda: True), daemon=True)
     loop.start()
@@ -368,8 +470,11 @@ def test_a_fast_feed_is_written_while_another_namespaces_slow_feeds_are_still_be
         assert status["calendars"][0]["intervals"]
         # The trickling GateKeeper's status shows each of its calendars as its fetch ends (the
         # deadline), while the others are still fetched: never more than 2 of the 4 slots at once.
-        wait_for(lambda: (keeper_status_of(kube, "tenant-a", "trickling").get("calendars") or [])[-1:],
-                 30, "the first trickling feeds' errors")
+        wait_for(
+            lambda: (keeper_status_of(kube, "tenant-a", "trickling").get("calendars") or [])[-1:],
+            30,
+            "the first trickling feeds' errors",
+        )
         slow_status = keeper_status_of(kube, "tenant-a", "trickling")
         assert "no complete answer within 4s" in slow_status["calendars"][0]["error"]
         assert slow_status["conditions"][0]["reason"] == names.REASON_FETCH_FAILED
@@ -394,24 +499,44 @@ def test_a_gatekeepers_status_is_written_as_each_of_its_calendars_is_fetched(ser
     kube, present = FakeKube(), [("flux-system", "feeds")]
     kube.add(names.GATE_PLURAL, gate("freeze", default="opened"))
     kube.add(names.GATEKEEPER_PLURAL, keeper(server, "flux-system", "feeds", "/freeze.ics", "/freeze.ics"))
-    sync = CalendarSync(kube, kube, lambda: [kube.get(names.GATEKEEPER_PLURAL, *key) for key in present],
-                        clock=Clock(), policy=POLICY, parser=in_process, fetcher=held)
+    sync = CalendarSync(
+        kube,
+        kube,
+        lambda: [kube.get(names.GATEKEEPER_PLURAL, *key) for key in present],
+        clock=Clock(),
+        policy=POLICY,
+        parser=in_process,
+        fetcher=held,
+    )
     stopped, wake = threading.Event(), threading.Event()
     loop = threading.Thread(target=sync.run, args=(stopped, wake, lambda: True), daemon=True)
     loop.start()
     try:
-        status = wait_for(lambda: keeper_status_of(kube, "flux-system", "feeds"), 15, "the first calendar's status")
+        status = wait_for(
+            lambda: keeper_status_of(kube, "flux-system", "feeds"), 15, "the first calendar's status"
+        )
         condition = status["conditions"][0]
         assert (condition["status"], condition["reason"]) == ("Unknown", names.REASON_FETCHING)
-        assert condition["message"] == ("1 of 2 calendar(s) fetched, 6 coming event(s) listed; "
-                                        "not fetched yet: calendar 'feeds-1'")
+        assert condition["message"] == (
+            "1 of 2 calendar(s) fetched, 6 coming event(s) listed; not fetched yet: calendar 'feeds-1'"
+        )
         assert [cal["url"] for cal in status["calendars"]] == [server.url("/freeze.ics?n=0")]
         state = gate_at(kube, NOW)
-        assert state.reason == names.REASON_UNKNOWN and "calendar 'feeds-1' has not been fetched yet" in state.message
+        assert (
+            state.reason == names.REASON_UNKNOWN
+            and "calendar 'feeds-1' has not been fetched yet" in state.message
+        )
         release.set()
-        wait_for(lambda: len(keeper_status_of(kube, "flux-system", "feeds")["calendars"]) == 2, 15, "both calendars")
+        wait_for(
+            lambda: len(keeper_status_of(kube, "flux-system", "feeds")["calendars"]) == 2,
+            15,
+            "both calendars",
+        )
         status = keeper_status_of(kube, "flux-system", "feeds")
-        assert (status["conditions"][0]["status"], status["conditions"][0]["reason"]) == ("True", names.REASON_FETCHED)
+        assert (status["conditions"][0]["status"], status["conditions"][0]["reason"]) == (
+            "True",
+            names.REASON_FETCHED,
+        )
         assert gate_at(kube, NOW).reason == names.REASON_SCHEDULED  # Christmas, from both
     finally:
         release.set()

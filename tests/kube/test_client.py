@@ -21,12 +21,26 @@ from tests.processes import free_port
 def unreachable(tmp_path):
     """A kubeconfig whose API server is a loopback port nothing listens on."""
     path = tmp_path / "kubeconfig"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "dead",
-        "clusters": [{"name": "dead", "cluster": {"server": f"https://127.0.0.1:{free_port()}",
-                                                  "insecure-skip-tls-verify": True}}],
-        "users": [{"name": "u", "user": {"token": "t"}}],
-        "contexts": [{"name": "dead", "context": {"cluster": "dead", "user": "u"}}]}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "dead",
+                "clusters": [
+                    {
+                        "name": "dead",
+                        "cluster": {
+                            "server": f"https://127.0.0.1:{free_port()}",
+                            "insecure-skip-tls-verify": True,
+                        },
+                    }
+                ],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "dead", "context": {"cluster": "dead", "user": "u"}}],
+            }
+        )
+    )
     return api_client(str(path))
 
 
@@ -47,7 +61,9 @@ def test_a_denial_event_the_api_server_cannot_take_is_one_line_without_a_traceba
     events.record(request("UPDATE", changed(stored, path="./v2"), stored))
     events.start()
     try:
-        wait_for(lambda: [r for r in caplog.records if r.name == "admission.events"], 15, "the failure's log line")
+        wait_for(
+            lambda: [r for r in caplog.records if r.name == "admission.events"], 15, "the failure's log line"
+        )
     finally:
         events.stop()
     lines = [r for r in caplog.records if r.levelno >= logging.WARNING]

@@ -76,9 +76,18 @@ def test_opening_records_an_event_and_asks_flux_to_reconcile_what_it_held():
     assert not kube.of("events")  # the first look records the state, not a transition
 
     opened_at = NOW + timedelta(minutes=5)
-    kube.add(names.GATE_PLURAL, gate("release", closed=True, annotations={
-        names.OPEN_ANNOTATION: format_time(opened_at), names.MESSAGE_ANNOTATION: "CAB approved",
-        names.REQUESTED_BY_ANNOTATION: "bob"}))
+    kube.add(
+        names.GATE_PLURAL,
+        gate(
+            "release",
+            closed=True,
+            annotations={
+                names.OPEN_ANNOTATION: format_time(opened_at),
+                names.MESSAGE_ANNOTATION: "CAB approved",
+                names.REQUESTED_BY_ANNOTATION: "bob",
+            },
+        ),
+    )
     cache.sync()
     later = opened_at + timedelta(seconds=1, microseconds=250)
     ctl.reconcile(later)
@@ -91,15 +100,22 @@ def test_opening_records_an_event_and_asks_flux_to_reconcile_what_it_held():
     assert "CAB approved" in event["message"] and "bob" in event["message"]
     assert status_of(kube, "release")["state"] == names.STATE_OPENED
 
-    requested = {(k[0], k[2]): kube.get(*k)["metadata"]["annotations"][names.RECONCILE_REQUEST_ANNOTATION]
-                 for m, k in kube.calls if m == "patch_namespaced_custom_object"}
+    requested = {
+        (k[0], k[2]): kube.get(*k)["metadata"]["annotations"][names.RECONCILE_REQUEST_ANNOTATION]
+        for m, k in kube.calls
+        if m == "patch_namespaced_custom_object"
+    }
     value = "2026-06-10T12:05:01.000250Z"  # distinct within the second: Flux must see a new request
-    assert requested == {("kustomizations", "shop"): value, ("helmreleases", "db"): value,
-                         ("kustomizations", "apps"): value}  # "both" is still held by "other"
+    assert requested == {
+        ("kustomizations", "shop"): value,
+        ("helmreleases", "db"): value,
+        ("kustomizations", "apps"): value,
+    }  # "both" is still held by "other"
 
 
 def test_a_failed_status_write_is_logged_and_made_on_the_next_pass():
     from kubernetes.client.rest import ApiException
+
     kube = FakeKube()
     kube.add(names.GATE_PLURAL, gate("a", closed=True))
     kube.add(names.GATE_PLURAL, gate("b", closed=True))
@@ -149,8 +165,16 @@ def test_an_opening_the_search_gave_up_on_is_acted_on_when_it_comes():
     # opening and releases what was held.
     kube = FakeKube()
     kube.add(names.GATE_PLURAL, gate("d", default="closed"))
-    kube.add(names.GATEKEEPER_PLURAL, keeper("k0", "d", closed=["*/15 * * * *"],
-                                             opened=["* 0-4 * * *", "0,15,30,45 * * * *"], timeZone="Europe/Berlin"))
+    kube.add(
+        names.GATEKEEPER_PLURAL,
+        keeper(
+            "k0",
+            "d",
+            closed=["*/15 * * * *"],
+            opened=["* 0-4 * * *", "0,15,30,45 * * * *"],
+            timeZone="Europe/Berlin",
+        ),
+    )
     kube.add("kustomizations", flux(name="shop", gates="flux-system/d"))
     ctl, cache = controller(kube)
     cache.index.replace_all(kube.of(names.GATE_PLURAL), kube.of(names.GATEKEEPER_PLURAL))

@@ -70,8 +70,13 @@ def test_repeats_in_one_period_raise_the_count_of_one_event(kube, events):
     wait_for(lambda: counts(kube).get(HELD) == 5, 10, "one Event counting five denials")
     [event] = kube.of("events")
     assert event["reason"] == names.GATE_CLOSED_EVENT and event["type"] == "Warning"
-    assert event["involvedObject"] == {"apiVersion": OBJ["apiVersion"], "kind": "Kustomization",
-                                       "namespace": "apps", "name": "shop", "uid": "uid-shop"}
+    assert event["involvedObject"] == {
+        "apiVersion": OBJ["apiVersion"],
+        "kind": "Kustomization",
+        "namespace": "apps",
+        "name": "shop",
+        "uid": "uid-shop",
+    }
     assert parse_time(event["firstTimestamp"]) == NOW and parse_time(event["lastTimestamp"]) == NOW
 
 
@@ -112,6 +117,7 @@ def test_an_event_another_worker_created_is_counted_not_duplicated(kube):
 
 # -- forged reviews: the server writes only what the API server shows ------------------------
 
+
 def forged(name: str, namespace: str = "kube-system", uid: str = "uid-forged") -> dict:
     obj = flux(name=name, namespace=namespace, gates="flux-system/freeze")
     obj["metadata"]["uid"] = uid
@@ -128,8 +134,12 @@ def test_forged_denials_of_objects_that_do_not_exist_write_no_event_and_reads_ar
     assert outcomes.count("unverified") == 6 and outcomes.count("limited") == 494
     assert len([r for r in kube.reads if r[1] == "kube-system"]) == 20
     # Shapes no API server sends are not even read: a path in a name, no uid, a kind we do not gate.
-    bad = [forged("../../api/v1/namespaces/kube-system/secrets"), forged("a/b"), forged("x", namespace=".."),
-           forged("no-uid", uid="")]
+    bad = [
+        forged("../../api/v1/namespaces/kube-system/secrets"),
+        forged("a/b"),
+        forged("x", namespace=".."),
+        forged("no-uid", uid=""),
+    ]
     other_kind = forged("widget")
     other_kind["kind"] = {"group": "evil.example", "version": "v1", "kind": "Widget"}
     for req in [*bad, other_kind]:
@@ -161,8 +171,11 @@ def test_the_event_says_what_the_stored_object_shows_never_the_reviews_text(kube
     app = create_app(store, Settings(), clock=lambda: NOW, events=events)
     lie = copy.deepcopy(OBJ)
     lie["metadata"]["annotations"][names.GATES_ANNOTATION] = "flux-system/CALL 555-0100 TO REOPEN"
-    answer = app.test_client().post("/validate", data=orjson.dumps(review(denial(lie))),
-                                    content_type="application/json").get_json()["response"]
+    answer = (
+        app.test_client()
+        .post("/validate", data=orjson.dumps(review(denial(lie))), content_type="application/json")
+        .get_json()["response"]
+    )
     assert answer["allowed"] is False and "CALL 555-0100" in answer["status"]["message"]
     assert drain(events) == ["created"]
     [event] = kube.of("events")
@@ -170,9 +183,18 @@ def test_the_event_says_what_the_stored_object_shows_never_the_reviews_text(kube
 
 
 def test_an_object_the_api_server_shows_unheld_gets_no_event(kube):
-    kube.add("kustomizations", {**flux(name="free", gates="flux-system/open"),
-                                "metadata": {"name": "free", "namespace": "apps", "uid": "uid-free",
-                                             "annotations": {names.GATES_ANNOTATION: "flux-system/open"}}})
+    kube.add(
+        "kustomizations",
+        {
+            **flux(name="free", gates="flux-system/open"),
+            "metadata": {
+                "name": "free",
+                "namespace": "apps",
+                "uid": "uid-free",
+                "annotations": {names.GATES_ANNOTATION: "flux-system/open"},
+            },
+        },
+    )
     events = recorder(kube)
     lie = flux(name="free", gates="flux-system/freeze")
     lie["metadata"]["uid"] = "uid-free"

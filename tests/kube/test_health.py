@@ -20,14 +20,32 @@ DEPLOYMENT = Path(__file__).resolve().parents[2] / "manifests" / "controller" / 
 def controller(tmp_path: Path, *extra: str):
     """`gate-admission controller` with an API server that never answers; its health port."""
     kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{free_port()}"}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-        "users": [{"name": "u", "user": {"token": "t"}}]}))
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "c",
+                "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{free_port()}"}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+            }
+        )
+    )
     port = free_port()
-    proc = Process([str(BIN / "gate-admission"), "controller", "--kubeconfig", str(kubeconfig), "--no-leader-elect",
-                    "--health-port", str(port), *extra], tmp_path / "controller.log")
+    proc = Process(
+        [
+            str(BIN / "gate-admission"),
+            "controller",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--no-leader-elect",
+            "--health-port",
+            str(port),
+            *extra,
+        ],
+        tmp_path / "controller.log",
+    )
     try:
         yield proc, port
     finally:
@@ -74,10 +92,16 @@ def test_the_deployment_binds_the_pod_ip_the_kubelet_probes():
     parsed = build_parser().parse_args(args)
     port = next(p for p in container["ports"] if p["name"] == "health")["containerPort"]
     assert parsed.health_address == "10.244.1.7" and parsed.health_port == port
-    assert container["readinessProbe"]["httpGet"]["port"] == container["livenessProbe"]["httpGet"]["port"] == "health"
+    assert (
+        container["readinessProbe"]["httpGet"]["port"]
+        == container["livenessProbe"]["httpGet"]["port"]
+        == "health"
+    )
 
 
 def test_an_address_it_cannot_listen_on_is_a_clear_error(tmp_path):
     with controller(tmp_path, "--health-address", "192.0.2.1") as (proc, _):  # TEST-NET-1: not this host's
         until(proc.alive, lambda alive: not alive, timeout=30)
-        assert proc.proc.returncode == 2 and "cannot listen on --health-address 192.0.2.1" in proc.log(), proc.log()
+        assert proc.proc.returncode == 2 and "cannot listen on --health-address 192.0.2.1" in proc.log(), (
+            proc.log()
+        )

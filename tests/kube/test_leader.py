@@ -24,8 +24,15 @@ class Clock:
 
 
 def elector(kube: FakeKube, identity: str, clock: Clock) -> LeaderElector:
-    return LeaderElector(None, "gate-admission-system", "controller", identity, lease_seconds=15,
-                         clock=clock, coordination=kube)
+    return LeaderElector(
+        None,
+        "gate-admission-system",
+        "controller",
+        identity,
+        lease_seconds=15,
+        clock=clock,
+        coordination=kube,
+    )
 
 
 def lease(kube: FakeKube) -> dict:
@@ -51,8 +58,10 @@ def test_the_first_takes_the_lease_and_the_second_waits_until_it_expires():
 
 def test_running_electors_agree_on_one_leader_and_the_other_takes_over_on_stop():
     kube = FakeKube()
-    electors = [LeaderElector(None, "gate-admission-system", "controller", name, renew_every=0.05,
-                              coordination=kube) for name in ("a", "b")]
+    electors = [
+        LeaderElector(None, "gate-admission-system", "controller", name, renew_every=0.05, coordination=kube)
+        for name in ("a", "b")
+    ]
     for e in electors:
         e.start()
     try:

@@ -46,10 +46,21 @@ def webhook(plane, tmp_path_factory):
     plane.kubectl("apply", "-f", str(ROOT / "manifests" / "components" / "receiver" / "rbac.yaml"))
     tmp = tmp_path_factory.mktemp("realflux-server")
     (tmp / "receiver-token").write_text(RECEIVER_TOKEN)
-    with serving(plane, start_server(tmp, None, "--kubeconfig", str(plane.kubeconfig(GATE_ADMISSION)),
-                                     "--client-ca-file", str(plane.webhook_client_ca),
-                                     "--receiver-token-file", str(tmp / "receiver-token"),
-                                     "--exempt-groups", BREAK_GLASS)) as server:
+    with serving(
+        plane,
+        start_server(
+            tmp,
+            None,
+            "--kubeconfig",
+            str(plane.kubeconfig(GATE_ADMISSION)),
+            "--client-ca-file",
+            str(plane.webhook_client_ca),
+            "--receiver-token-file",
+            str(tmp / "receiver-token"),
+            "--exempt-groups",
+            BREAK_GLASS,
+        ),
+    ) as server:
         yield server
 
 
@@ -68,9 +79,16 @@ def flux(plane, webhook, tmp_path_factory):
 @pytest.fixture(scope="session")
 def gate_controller(plane, webhook, flux, tmp_path_factory):
     """Our controller, announcing holds and releases to the real notification-controller."""
-    with controller_running(plane, tmp_path_factory.mktemp("realflux-controller"), "realflux", "--notify",
-                            "--notify-address", f"http://127.0.0.1:{flux.events_port}/",
-                            "--notify-period", "0") as proc:
+    with controller_running(
+        plane,
+        tmp_path_factory.mktemp("realflux-controller"),
+        "realflux",
+        "--notify",
+        "--notify-address",
+        f"http://127.0.0.1:{flux.events_port}/",
+        "--notify-period",
+        "0",
+    ) as proc:
         yield proc
 
 
@@ -107,16 +125,23 @@ class Cluster:
         self.plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(list(objects)))
 
     def get(self, kind: str, name: str, namespace: str | None = None) -> dict:
-        out = self.plane.kubectl("get", kind, name, "-n", namespace or self.namespace, "-o", "json", check=False)
+        out = self.plane.kubectl(
+            "get", kind, name, "-n", namespace or self.namespace, "-o", "json", check=False
+        )
         return json.loads(out.stdout) if out.returncode == 0 else {}
 
     def data(self, configmap: str, namespace: str | None = None) -> dict | None:
         return self.get("configmap", configmap, namespace).get("data")
 
     def gate(self, *args: str) -> subprocess.CompletedProcess:
-        env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "KUBECONFIG": str(self.plane.kubeconfig())}
-        return subprocess.run([self.plane.kubectl_path, "gate", *args], capture_output=True, text=True, env=env,
-                              timeout=60)
+        env = {
+            **os.environ,
+            "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+            "KUBECONFIG": str(self.plane.kubeconfig()),
+        }
+        return subprocess.run(
+            [self.plane.kubectl_path, "gate", *args], capture_output=True, text=True, env=env, timeout=60
+        )
 
     def flux(self, *args: str) -> subprocess.CompletedProcess:
         return flux_cli(self.plane, flux_dir(), *args)
@@ -139,8 +164,12 @@ def receiver(server, namespace: str, name: str, action: str, message: str = "") 
     """POST /hooks/gates/NS/NAME/ACTION with the receiver's token, as CI or ChatOps would; the status."""
     conn = server.connection()
     try:
-        conn.request("POST", f"/hooks/gates/{namespace}/{name}/{action}", body=json.dumps({"message": message}),
-                     headers={"Content-Type": "application/json", "Authorization": f"Bearer {RECEIVER_TOKEN}"})
+        conn.request(
+            "POST",
+            f"/hooks/gates/{namespace}/{name}/{action}",
+            body=json.dumps({"message": message}),
+            headers={"Content-Type": "application/json", "Authorization": f"Bearer {RECEIVER_TOKEN}"},
+        )
         resp = conn.getresponse()
         resp.read()
         return resp.status
@@ -154,5 +183,3 @@ def condition(obj: dict, kind: str) -> dict:
 
 def ready(obj: dict) -> str | None:
     return condition(obj, "Ready").get("status")
-
-

@@ -18,7 +18,9 @@ CONTROLLERS = tuple(FLUX_CONTROLLER_USERS)
 
 def built(what: str) -> Path:
     """The directory hack/go-binaries.sh built (or had cached) for ``what``."""
-    out = subprocess.run([str(ROOT / "hack" / "go-binaries.sh"), what], check=True, capture_output=True, text=True)
+    out = subprocess.run(
+        [str(ROOT / "hack" / "go-binaries.sh"), what], check=True, capture_output=True, text=True
+    )
     return Path(out.stdout.strip().splitlines()[-1])
 
 
@@ -49,17 +51,26 @@ class FluxControllers:
 
     def args(self, name: str) -> list[str]:
         health = self.health.setdefault(name, free_port())
-        args = [f"--metrics-addr=127.0.0.1:{free_port()}", f"--health-addr=127.0.0.1:{health}", "--log-level=debug"]
+        args = [
+            f"--metrics-addr=127.0.0.1:{free_port()}",
+            f"--health-addr=127.0.0.1:{health}",
+            "--log-level=debug",
+        ]
         events = f"http://127.0.0.1:{self.events_port}"
         if name == "notification-controller":
-            return args + [f"--events-addr=127.0.0.1:{self.events_port}",
-                           f"--receiverAddr=127.0.0.1:{self.receiver_port}"]
+            return args + [
+                f"--events-addr=127.0.0.1:{self.events_port}",
+                f"--receiverAddr=127.0.0.1:{self.receiver_port}",
+            ]
         args.append(f"--events-addr={events}")
         if name == "source-controller":
             storage = self.workdir / "source-storage"
             storage.mkdir(exist_ok=True)
-            args += [f"--storage-path={storage}", f"--storage-addr=127.0.0.1:{self.storage_port}",
-                     f"--storage-adv-addr=127.0.0.1:{self.storage_port}"]
+            args += [
+                f"--storage-path={storage}",
+                f"--storage-addr=127.0.0.1:{self.storage_port}",
+                f"--storage-adv-addr=127.0.0.1:{self.storage_port}",
+            ]
         if name == "image-reflector-controller":
             database = self.workdir / "image-reflector-db"
             database.mkdir(exist_ok=True)
@@ -70,9 +81,13 @@ class FluxControllers:
 
     def start(self, *names: str) -> "FluxControllers":
         for name in names or CONTROLLERS:
-            env = {"KUBECONFIG": str(self.plane.kubeconfig(FLUX_CONTROLLER_USERS[name])), "RUNTIME_NAMESPACE": FLUX_NAMESPACE}
-            self.procs[name] = Process([str(self.binaries / name), *self.args(name)],
-                                       self.workdir / f"{name}.log", env=env)
+            env = {
+                "KUBECONFIG": str(self.plane.kubeconfig(FLUX_CONTROLLER_USERS[name])),
+                "RUNTIME_NAMESPACE": FLUX_NAMESPACE,
+            }
+            self.procs[name] = Process(
+                [str(self.binaries / name), *self.args(name)], self.workdir / f"{name}.log", env=env
+            )
         for name in names or CONTROLLERS:
             wait_for(lambda: self._ready(name), 60, f"{name} /readyz")
         return self
@@ -96,8 +111,14 @@ class FluxControllers:
         self.procs.clear()
 
 
-def flux_cli(plane: ControlPlane, binaries: Path, *args: str, env: dict | None = None,
-             timeout: float = 60) -> subprocess.CompletedProcess:
+def flux_cli(
+    plane: ControlPlane, binaries: Path, *args: str, env: dict | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess:
     """The real flux CLI against the test cluster, as an admin types it."""
-    return subprocess.run([str(binaries / "flux"), f"--kubeconfig={plane.kubeconfig()}", *args], capture_output=True,
-                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [str(binaries / "flux"), f"--kubeconfig={plane.kubeconfig()}", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )

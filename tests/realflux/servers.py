@@ -23,8 +23,14 @@ from tests.polling import wait_for
 
 
 def configmap(name: str, namespace: str, data: dict[str, str]) -> str:
-    return yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap",
-                           "metadata": {"name": name, "namespace": namespace}, "data": data})
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": namespace},
+            "data": data,
+        }
+    )
 
 
 def tar_gz(files: dict[str, str]) -> bytes:
@@ -65,6 +71,7 @@ def serve_directory(root: Path, name: str) -> tuple[Quiet, str]:
 
 # -- Git -----------------------------------------------------------------------------------------
 
+
 class GitServer:
     """Bare repositories under ``root``, served read-write over smart HTTP by git http-backend."""
 
@@ -89,13 +96,23 @@ class GitServer:
                 body = self.rfile.read(length) if length else b""
                 if not length and self.headers.get("Transfer-Encoding", "").lower() == "chunked":
                     body = self._chunked()
-                env = {"GIT_PROJECT_ROOT": str(repos), "GIT_HTTP_EXPORT_ALL": "1", "PATH_INFO": path,
-                       "QUERY_STRING": query, "REQUEST_METHOD": self.command, "REMOTE_USER": "flux",
-                       "REMOTE_ADDR": "127.0.0.1", "CONTENT_TYPE": self.headers.get("Content-Type", ""),
-                       "CONTENT_LENGTH": str(len(body)), "PATH": "/usr/bin:/bin",
-                       "HTTP_CONTENT_ENCODING": self.headers.get("Content-Encoding", ""),
-                       "GIT_PROTOCOL": self.headers.get("Git-Protocol", "")}
-                out = subprocess.run(["git", "http-backend"], input=body, env=env, capture_output=True, timeout=60)
+                env = {
+                    "GIT_PROJECT_ROOT": str(repos),
+                    "GIT_HTTP_EXPORT_ALL": "1",
+                    "PATH_INFO": path,
+                    "QUERY_STRING": query,
+                    "REQUEST_METHOD": self.command,
+                    "REMOTE_USER": "flux",
+                    "REMOTE_ADDR": "127.0.0.1",
+                    "CONTENT_TYPE": self.headers.get("Content-Type", ""),
+                    "CONTENT_LENGTH": str(len(body)),
+                    "PATH": "/usr/bin:/bin",
+                    "HTTP_CONTENT_ENCODING": self.headers.get("Content-Encoding", ""),
+                    "GIT_PROTOCOL": self.headers.get("Git-Protocol", ""),
+                }
+                out = subprocess.run(
+                    ["git", "http-backend"], input=body, env=env, capture_output=True, timeout=60
+                )
                 head, _, payload = out.stdout.partition(b"\r\n\r\n")
                 status, headers = 200, []
                 for line in head.decode(errors="replace").split("\r\n"):
@@ -142,16 +159,26 @@ class GitRepo:
         self.work = bare.with_suffix(".work")
 
     def _git(self, *args: str) -> str:
-        env_args = ["-c", "user.name=test", "-c", "user.email=test@example.invalid", "-c", "commit.gpgsign=false"]
-        return subprocess.run(["git", *env_args, "-C", str(self.work), *args], check=True,
-                              capture_output=True, text=True).stdout.strip()
+        env_args = [
+            "-c",
+            "user.name=test",
+            "-c",
+            "user.email=test@example.invalid",
+            "-c",
+            "commit.gpgsign=false",
+        ]
+        return subprocess.run(
+            ["git", *env_args, "-C", str(self.work), *args], check=True, capture_output=True, text=True
+        ).stdout.strip()
 
     def commit(self, files: dict[str, str], message: str = "change") -> str:
         """Write ``files`` (path -> text; None removes) on the branch; Flux's revision of the commit."""
         if self.work.exists():
             self._git("pull", "-q", "--rebase", "origin", self.branch)
         else:
-            subprocess.run(["git", "clone", "-q", str(self.bare), str(self.work)], check=True, capture_output=True)
+            subprocess.run(
+                ["git", "clone", "-q", str(self.bare), str(self.work)], check=True, capture_output=True
+            )
             self._git("checkout", "-q", "-B", self.branch)
         for path, text in files.items():
             target = self.work / path
@@ -166,23 +193,41 @@ class GitRepo:
         return f"{self.branch}@sha1:{self._git('rev-parse', 'HEAD')}"
 
     def head(self) -> str:
-        sha = subprocess.run(["git", "-C", str(self.bare), "rev-parse", self.branch], check=True,
-                             capture_output=True, text=True).stdout.strip()
+        sha = subprocess.run(
+            ["git", "-C", str(self.bare), "rev-parse", self.branch],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
         return f"{self.branch}@sha1:{sha}"
 
     def show(self, path: str) -> str:
-        return subprocess.run(["git", "-C", str(self.bare), "show", f"{self.branch}:{path}"], check=True,
-                              capture_output=True, text=True).stdout
+        return subprocess.run(
+            ["git", "-C", str(self.bare), "show", f"{self.branch}:{path}"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
 
 
 # -- Helm charts ----------------------------------------------------------------------------------
 
+
 def chart_files(name: str, version: str, template: str, values: dict | None = None) -> dict[str, str]:
     """A chart whose one template is ``template`` (a ConfigMap, usually reading .Values)."""
-    return {f"{name}/Chart.yaml": yaml.safe_dump({"apiVersion": "v2", "name": name, "version": version,
-                                                  "appVersion": version, "type": "application"}),
-            f"{name}/values.yaml": yaml.safe_dump(values or {}),
-            f"{name}/templates/configmap.yaml": template}
+    return {
+        f"{name}/Chart.yaml": yaml.safe_dump(
+            {
+                "apiVersion": "v2",
+                "name": name,
+                "version": version,
+                "appVersion": version,
+                "type": "application",
+            }
+        ),
+        f"{name}/values.yaml": yaml.safe_dump(values or {}),
+        f"{name}/templates/configmap.yaml": template,
+    }
 
 
 CHART_TEMPLATE = """apiVersion: v1
@@ -210,10 +255,17 @@ class ChartRepository:
         package = tar_gz(chart_files(name, version, template))
         filename = f"{name}-{version}.tgz"
         (self.root / filename).write_bytes(package)
-        self.entries.setdefault(name, []).append({
-            "apiVersion": "v2", "name": name, "version": version, "appVersion": version,
-            "urls": [filename], "digest": hashlib.sha256(package).hexdigest(),
-            "created": "2026-01-01T00:00:00Z"})
+        self.entries.setdefault(name, []).append(
+            {
+                "apiVersion": "v2",
+                "name": name,
+                "version": version,
+                "appVersion": version,
+                "urls": [filename],
+                "digest": hashlib.sha256(package).hexdigest(),
+                "created": "2026-01-01T00:00:00Z",
+            }
+        )
         self._write_index()
 
     def _write_index(self) -> None:
@@ -241,14 +293,17 @@ class Registry:
 
     def __init__(self, binary: Path, log_dir: Path):
         out = log_dir / "registry.out"
-        self.proc = Process(["sh", "-c", f'exec "{binary}" --addr 127.0.0.1:0 > "{out}"'], log_dir / "registry.log")
+        self.proc = Process(
+            ["sh", "-c", f'exec "{binary}" --addr 127.0.0.1:0 > "{out}"'], log_dir / "registry.log"
+        )
         self.address = wait_for(lambda: out.read_text().strip(), 30, "the registry's address")
         self.url = f"http://{self.address}"
 
     def _request(self, method: str, path: str, body: bytes = b"", headers: dict | None = None):
         url = path if path.startswith("http") else self.url + path
-        request = urllib.request.Request(url, data=body if method in ("PUT", "POST") else None, method=method,
-                                         headers=headers or {})
+        request = urllib.request.Request(
+            url, data=body if method in ("PUT", "POST") else None, method=method, headers=headers or {}
+        )
         with urllib.request.urlopen(request, timeout=30) as resp:
             return resp.status, dict(resp.headers), resp.read()
 
@@ -258,16 +313,30 @@ class Registry:
         location = headers["Location"]
         location = location if location.startswith("http") else self.url + location
         sep = "&" if "?" in location else "?"
-        self._request("PUT", f"{location}{sep}digest={digest}", data, {"Content-Type": "application/octet-stream"})
+        self._request(
+            "PUT", f"{location}{sep}digest={digest}", data, {"Content-Type": "application/octet-stream"}
+        )
         return digest
 
-    def push(self, repo: str, tag: str, config: bytes, config_type: str, layers: list[tuple[bytes, str]],
-             annotations: dict | None = None) -> str:
+    def push(
+        self,
+        repo: str,
+        tag: str,
+        config: bytes,
+        config_type: str,
+        layers: list[tuple[bytes, str]],
+        annotations: dict | None = None,
+    ) -> str:
         """Push a manifest of ``layers`` under ``tag``; its digest."""
-        manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST,
-                    "config": {"mediaType": config_type, "digest": self.blob(repo, config), "size": len(config)},
-                    "layers": [{"mediaType": media, "digest": self.blob(repo, data), "size": len(data)}
-                               for data, media in layers]}
+        manifest = {
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "config": {"mediaType": config_type, "digest": self.blob(repo, config), "size": len(config)},
+            "layers": [
+                {"mediaType": media, "digest": self.blob(repo, data), "size": len(data)}
+                for data, media in layers
+            ],
+        }
         if annotations:
             manifest["annotations"] = annotations
         body = json.dumps(manifest).encode()
@@ -276,8 +345,14 @@ class Registry:
 
     def push_manifests(self, repo: str, tag: str, files: dict[str, str]) -> str:
         """An OCI artifact as `flux push artifact` makes it, for an OCIRepository."""
-        return self.push(repo, tag, b"{}", FLUX_CONFIG, [(tar_gz(files), FLUX_CONTENT)],
-                         {"org.opencontainers.image.revision": tag, "org.opencontainers.image.source": "test"})
+        return self.push(
+            repo,
+            tag,
+            b"{}",
+            FLUX_CONFIG,
+            [(tar_gz(files), FLUX_CONTENT)],
+            {"org.opencontainers.image.revision": tag, "org.opencontainers.image.source": "test"},
+        )
 
     def push_chart(self, repo: str, name: str, version: str, template: str = CHART_TEMPLATE) -> str:
         """A Helm chart as `helm push` stores it."""
@@ -287,10 +362,21 @@ class Registry:
 
     def push_image(self, repo: str, tag: str, marker: str = "") -> str:
         """A minimal image (one layer) tagged ``tag``; ``marker`` makes its digest differ."""
-        config = json.dumps({"architecture": "amd64", "os": "linux", "config": {"Labels": {"marker": marker or tag}},
-                             "rootfs": {"type": "layers", "diff_ids": []}}).encode()
-        return self.push(repo, tag, config, IMAGE_CONFIG, [(tar_gz({"marker": marker or tag}),
-                                                            "application/vnd.oci.image.layer.v1.tar+gzip")])
+        config = json.dumps(
+            {
+                "architecture": "amd64",
+                "os": "linux",
+                "config": {"Labels": {"marker": marker or tag}},
+                "rootfs": {"type": "layers", "diff_ids": []},
+            }
+        ).encode()
+        return self.push(
+            repo,
+            tag,
+            config,
+            IMAGE_CONFIG,
+            [(tar_gz({"marker": marker or tag}), "application/vnd.oci.image.layer.v1.tar+gzip")],
+        )
 
     def stop(self) -> None:
         self.proc.stop()

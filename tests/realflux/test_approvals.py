@@ -21,19 +21,43 @@ PREFIX = names.APPROVAL_ANNOTATION_PREFIX
 GATED = {"gating.toolkit.fluxcd.io/gates": "freeze"}
 # What alice may do in these tests: approve (patch Gates) after reading what waits.
 APPROVER_ROLE = {
-    "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "realflux-approver"},
-    "rules": [{"apiGroups": ["gating.toolkit.fluxcd.io"], "resources": ["gates"], "verbs": ["get", "list", "patch"]},
-              {"apiGroups": ["source.toolkit.fluxcd.io", "kustomize.toolkit.fluxcd.io", "helm.toolkit.fluxcd.io",
-                             "image.toolkit.fluxcd.io"], "resources": ["*"], "verbs": ["get", "list"]}]}
+    "apiVersion": "rbac.authorization.k8s.io/v1",
+    "kind": "ClusterRole",
+    "metadata": {"name": "realflux-approver"},
+    "rules": [
+        {
+            "apiGroups": ["gating.toolkit.fluxcd.io"],
+            "resources": ["gates"],
+            "verbs": ["get", "list", "patch"],
+        },
+        {
+            "apiGroups": [
+                "source.toolkit.fluxcd.io",
+                "kustomize.toolkit.fluxcd.io",
+                "helm.toolkit.fluxcd.io",
+                "image.toolkit.fluxcd.io",
+            ],
+            "resources": ["*"],
+            "verbs": ["get", "list"],
+        },
+    ],
+}
 APPROVER_BINDING = {
-    "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "realflux-approver"},
+    "apiVersion": "rbac.authorization.k8s.io/v1",
+    "kind": "ClusterRoleBinding",
+    "metadata": {"name": "realflux-approver"},
     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "realflux-approver"},
-    "subjects": [{"kind": "User", "name": ALICE.name, "apiGroup": "rbac.authorization.k8s.io"}]}
+    "subjects": [{"kind": "User", "name": ALICE.name, "apiGroup": "rbac.authorization.k8s.io"}],
+}
 
 
 def closed_gate(name: str, namespace: str, **spec) -> dict:
-    return {"apiVersion": "gating.toolkit.fluxcd.io/v1alpha1", "kind": "Gate",
-            "metadata": {"name": name, "namespace": namespace}, "spec": {"default": "closed", **spec}}
+    return {
+        "apiVersion": "gating.toolkit.fluxcd.io/v1alpha1",
+        "kind": "Gate",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"default": "closed", **spec},
+    }
 
 
 def approvals_on(cluster, gate: str = "freeze") -> dict[str, dict]:
@@ -41,17 +65,28 @@ def approvals_on(cluster, gate: str = "freeze") -> dict[str, dict]:
     stored = cluster.get("gate", gate)
     found = (stored.get("metadata") or {}).get("annotations") or {}
     over = approvals.ended(stored)
-    return {k: json.loads(v) for k, v in found.items() if k.startswith(PREFIX) and k.removeprefix(PREFIX) not in over}
+    return {
+        k: json.loads(v)
+        for k, v in found.items()
+        if k.startswith(PREFIX) and k.removeprefix(PREFIX) not in over
+    }
 
 
 def gate_as(cluster, user, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "KUBECONFIG": str(cluster.plane.kubeconfig(user))}
-    return subprocess.run([cluster.plane.kubectl_path, "gate", *args], capture_output=True, text=True, env=env, timeout=60)
+    env = {
+        **os.environ,
+        "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+        "KUBECONFIG": str(cluster.plane.kubeconfig(user)),
+    }
+    return subprocess.run(
+        [cluster.plane.kubectl_path, "gate", *args], capture_output=True, text=True, env=env, timeout=60
+    )
 
 
 def events(cluster, reason: str) -> list[str]:
-    out = cluster.plane.kubectl("get", "events", "-n", cluster.namespace, "--field-selector", f"reason={reason}",
-                                "-o", "json").stdout
+    out = cluster.plane.kubectl(
+        "get", "events", "-n", cluster.namespace, "--field-selector", f"reason={reason}", "-o", "json"
+    ).stdout
     return [e.get("message", "") for e in json.loads(out).get("items", [])]
 
 
@@ -67,7 +102,9 @@ def git_setup(cluster, git, **gate_spec):
     cluster.apply(closed_gate("freeze", ns, **gate_spec))
     assert cluster.gate("open", "freeze", "-n", ns, "-m", "first install").returncode == 0
     first = repo.commit(manifests(ns, "1"), "version 1")
-    cluster.apply(git_repository("apps", repo.url, dict(GATED)), kustomization("app", "./a", "apps", dict(GATED)))
+    cluster.apply(
+        git_repository("apps", repo.url, dict(GATED)), kustomization("app", "./a", "apps", dict(GATED))
+    )
     assert cluster.wait(lambda: cluster.data("app-a"), lambda d: d == {"version": "1"}) == {"version": "1"}
     assert cluster.gate("close", "freeze", "-n", ns, "-m", "release freeze").returncode == 0
     return repo, first
@@ -84,8 +121,15 @@ def test_an_approved_commit_lands_and_the_next_one_waits(cluster, git):
     assert pending.returncode == 0, pending.stderr
     rows = json.loads(pending.stdout)
     row = next(r for r in rows if r["kind"] == "GitRepository")
-    assert (row["waits"], row["serves"], row["gates"], row["approvals"]) == (second, first, [f"{ns}/freeze"], [])
-    assert row["approve"] == [f"kubectl gate approve freeze -n {ns} --for GitRepository/{ns}/apps --content {second} -m MESSAGE"]
+    assert (row["waits"], row["serves"], row["gates"], row["approvals"]) == (
+        second,
+        first,
+        [f"{ns}/freeze"],
+        [],
+    )
+    assert row["approve"] == [
+        f"kubectl gate approve freeze -n {ns} --for GitRepository/{ns}/apps --content {second} -m MESSAGE"
+    ]
     REPORT["kubectl gate pending (a commit waits)"] = "\n" + cluster.gate("pending", "-n", ns).stdout.rstrip()
 
     # No message: refused before anything is written.
@@ -96,17 +140,23 @@ def test_an_approved_commit_lands_and_the_next_one_waits(cluster, git):
     assert approved.returncode == 0, approved.stderr
     REPORT["kubectl gate approve freeze -m CHG-1234"] = "\n" + approved.stdout.rstrip()
     recorded = list(approvals_on(cluster).values())
-    assert [(a["content"], a["for"], a["by"], a["message"]) for a in recorded] == [(second, "*", "admin", "CHG-1234")]
+    assert [(a["content"], a["for"], a["by"], a["message"]) for a in recorded] == [
+        (second, "*", "admin", "CHG-1234")
+    ]
 
     # The source takes the approved commit; a commit pushed right after waits.
-    cluster.wait(lambda: cluster.get("gitrepository", "apps"), lambda g: g["status"]["artifact"]["revision"] == second)
+    cluster.wait(
+        lambda: cluster.get("gitrepository", "apps"), lambda g: g["status"]["artifact"]["revision"] == second
+    )
     third = repo.commit(manifests(ns, "3"), "version 3")
     assert cluster.wait(lambda: cluster.data("app-a"), lambda d: d == {"version": "2"}) == {"version": "2"}
     cluster.wait(lambda: blocked_waits(cluster, "gitrepository", "apps"), lambda m: third in m)
     assert third in blocked_waits(cluster, "gitrepository", "apps")
     assert cluster.get("gitrepository", "apps")["status"]["artifact"]["revision"] == second
-    applied = cluster.wait(lambda: cluster.get("kustomization", "app"),
-                           lambda k: k["status"].get("lastAppliedRevision") == second)
+    applied = cluster.wait(
+        lambda: cluster.get("kustomization", "app"),
+        lambda k: k["status"].get("lastAppliedRevision") == second,
+    )
     assert applied["status"]["lastAppliedRevision"] == second
 
     # The approval is used up once its content landed everywhere behind the gate, with an Event.
@@ -115,9 +165,12 @@ def test_an_approved_commit_lands_and_the_next_one_waits(cluster, git):
     assert used and f"approved by admin: {second} for * — CHG-1234" in used[0], used
     assert cluster.data("app-a") == {"version": "2"}
     after = json.loads(cluster.gate("pending", "-n", ns, "-o", "json").stdout)
-    assert [(r["kind"], r["waits"], r["approvals"]) for r in after if r["kind"] == "GitRepository"] == \
-        [("GitRepository", third, [])]
-    REPORT["kubectl gate pending (after the approved commit landed)"] = "\n" + cluster.gate("pending", "-n", ns).stdout.rstrip()
+    assert [(r["kind"], r["waits"], r["approvals"]) for r in after if r["kind"] == "GitRepository"] == [
+        ("GitRepository", third, [])
+    ]
+    REPORT["kubectl gate pending (after the approved commit landed)"] = (
+        "\n" + cluster.gate("pending", "-n", ns).stdout.rstrip()
+    )
 
 
 def test_the_approver_is_who_the_api_server_authenticated(cluster, git):
@@ -127,9 +180,15 @@ def test_the_approver_is_who_the_api_server_authenticated(cluster, git):
     cluster.plane.kubectl("annotate", "gate", "freeze", "-n", ns, f"{PREFIX}forged={forged}")
     assert [(a["by"], a["content"]) for a in approvals_on(cluster).values()] == [("admin", "main@sha1:0123")]
     # Malformed approvals are refused with a reason: no message, unknown fields.
-    for value in ({"content": "x", "for": "*"}, {"content": "x", "for": "*", "message": "m", "extra": 1}, "not json"):
+    for value in (
+        {"content": "x", "for": "*"},
+        {"content": "x", "for": "*", "message": "m", "extra": 1},
+        "not json",
+    ):
         text = value if isinstance(value, str) else json.dumps(value)
-        out = cluster.plane.kubectl("annotate", "gate", "freeze", "-n", ns, f"{PREFIX}bad={text}", check=False)
+        out = cluster.plane.kubectl(
+            "annotate", "gate", "freeze", "-n", ns, f"{PREFIX}bad={text}", check=False
+        )
         assert out.returncode != 0 and "approval refused" in out.stderr, out.stderr
     # Opening and closing never reach the approvals webhook entries.
     assert cluster.gate("open", "freeze", "-n", ns).returncode == 0
@@ -139,8 +198,12 @@ def test_the_approver_is_who_the_api_server_authenticated(cluster, git):
 
 def test_two_approvers_are_required_and_an_unused_approval_expires(cluster, git):
     ns = cluster.namespace
-    cluster.plane.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
-                                                                 "items": [APPROVER_ROLE, APPROVER_BINDING]}))
+    cluster.plane.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [APPROVER_ROLE, APPROVER_BINDING]}),
+    )
     repo, first = git_setup(cluster, git, approvals={"required": 2})
     second = repo.commit(manifests(ns, "2"), "version 2")
     cluster.wait(lambda: blocked_waits(cluster, "gitrepository", "apps"), lambda m: second in m)
@@ -168,8 +231,11 @@ def test_a_chart_version_approved_for_a_helm_release(cluster, charts):
     ns = cluster.namespace
     chart = f"demo-{ns}"
     charts.publish(chart, "1.0.0")
-    cluster.apply(closed_gate("freeze", ns, default="opened"), helm_repository("charts", charts.url),
-                  helm_release("app", chart, "charts", {"greeting": "hello"}))
+    cluster.apply(
+        closed_gate("freeze", ns, default="opened"),
+        helm_repository("charts", charts.url),
+        helm_release("app", chart, "charts", {"greeting": "hello"}),
+    )
     approved = {"chartVersion": "1.0.0", "greeting": "hello", "mode": "none"}
     assert wait_data(cluster, "app", approved) == approved
     assert cluster.gate("close", "freeze", "-n", ns).returncode == 0

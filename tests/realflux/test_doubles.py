@@ -51,6 +51,7 @@ WATCHED = (("gitrepositories", HELD_SOURCE), ("kustomizations", HELD_APP))
 
 # -- the doubles' own control plane --------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def double_plane(tmp_path_factory):
     yield from own_plane(tmp_path_factory.mktemp("doubles-plane"))
@@ -59,11 +60,18 @@ def double_plane(tmp_path_factory):
 @pytest.fixture(scope="module")
 def double_cluster(double_plane, tmp_path_factory):
     """Our server and controller on the doubles' plane, configured as in the real-Flux tier."""
-    server = start_server(tmp_path_factory.mktemp("doubles-server"), None, "--kubeconfig",
-                          str(double_plane.kubeconfig(GATE_ADMISSION)), "--client-ca-file",
-                          str(double_plane.webhook_client_ca))
-    with serving(double_plane, server), \
-            controller_running(double_plane, tmp_path_factory.mktemp("doubles-controller"), "doubles"):
+    server = start_server(
+        tmp_path_factory.mktemp("doubles-server"),
+        None,
+        "--kubeconfig",
+        str(double_plane.kubeconfig(GATE_ADMISSION)),
+        "--client-ca-file",
+        str(double_plane.webhook_client_ca),
+    )
+    with (
+        serving(double_plane, server),
+        controller_running(double_plane, tmp_path_factory.mktemp("doubles-controller"), "doubles"),
+    ):
         yield double_plane
 
 
@@ -72,7 +80,9 @@ class Doubles:
 
     def __init__(self, plane):
         storage = Storage()
-        self.git = SourceController(api_client(str(plane.kubeconfig(SOURCE_CONTROLLER))), "GitRepository", storage)
+        self.git = SourceController(
+            api_client(str(plane.kubeconfig(SOURCE_CONTROLLER))), "GitRepository", storage
+        )
         self.kustomize = KustomizeController(api_client(str(plane.kubeconfig(FLUX))), storage)
 
     def __enter__(self):
@@ -87,13 +97,18 @@ class Doubles:
 
 # -- the scenario ----------------------------------------------------------------------------
 
+
 def namespace_of(request) -> str:
     return "rf-doubles-" + hashlib.sha256(request.node.nodeid.encode()).hexdigest()[:6]
 
 
 def objects(url: str, namespace: str) -> list[dict]:
-    return [gate("freeze", namespace), git_repository(HELD_SOURCE, url, {GATES: "freeze"}), git_repository(SOURCE, url),
-            kustomization(HELD_APP, "./app", SOURCE, {GATES: "freeze"})]
+    return [
+        gate("freeze", namespace),
+        git_repository(HELD_SOURCE, url, {GATES: "freeze"}),
+        git_repository(SOURCE, url),
+        kustomization(HELD_APP, "./app", SOURCE, {GATES: "freeze"}),
+    ]
 
 
 def server_sees(cluster: Cluster, held: bool) -> None:
@@ -101,8 +116,12 @@ def server_sees(cluster: Cluster, held: bool) -> None:
     probe = kustomization("probe", "./", "none", {GATES: "freeze"})
     probe["metadata"]["namespace"] = cluster.namespace
     text = yaml.safe_dump(probe)
-    result = until(lambda: cluster.plane.kubectl("apply", "--dry-run=server", "-f", "-", input=text, check=False),
-                   lambda r: (" is held: " in r.stderr) == held, timeout=30, interval=0.2)
+    result = until(
+        lambda: cluster.plane.kubectl("apply", "--dry-run=server", "-f", "-", input=text, check=False),
+        lambda r: (" is held: " in r.stderr) == held,
+        timeout=30,
+        interval=0.2,
+    )
     assert (" is held: " in result.stderr) == held, result.stderr
 
 
@@ -111,12 +130,20 @@ def artifact(obj: dict) -> str | None:
 
 
 def landed(cluster: Cluster, revision: str) -> tuple[dict, dict]:
-    both = cluster.wait(lambda: (cluster.get("gitrepository", HELD_SOURCE), cluster.get("kustomization", HELD_APP)),
-                        lambda o: artifact(o[0]) == revision and ready(o[0]) == "True"
-                        and o[1].get("status", {}).get("lastAppliedRevision") == revision and ready(o[1]) == "True")
+    both = cluster.wait(
+        lambda: (cluster.get("gitrepository", HELD_SOURCE), cluster.get("kustomization", HELD_APP)),
+        lambda o: (
+            artifact(o[0]) == revision
+            and ready(o[0]) == "True"
+            and o[1].get("status", {}).get("lastAppliedRevision") == revision
+            and ready(o[1]) == "True"
+        ),
+    )
     source, app = both
     assert artifact(source) == revision and ready(source) == "True", source.get("status")
-    assert app.get("status", {}).get("lastAppliedRevision") == revision and ready(app) == "True", app.get("status")
+    assert app.get("status", {}).get("lastAppliedRevision") == revision and ready(app) == "True", app.get(
+        "status"
+    )
     return both
 
 
@@ -127,8 +154,10 @@ def scenario(cluster: Cluster, push, url: str) -> tuple[str, str]:
     # The Kustomization first, so that it is reconciled before its source exists, always.
     gate_object, held_source, source, app = objects(url, cluster.namespace)
     cluster.apply(gate_object, app)
-    waiting = cluster.wait(lambda: cluster.get("kustomization", HELD_APP),
-                           lambda k: condition(k, "Ready").get("reason") == "ArtifactFailed")
+    waiting = cluster.wait(
+        lambda: cluster.get("kustomization", HELD_APP),
+        lambda k: condition(k, "Ready").get("reason") == "ArtifactFailed",
+    )
     assert condition(waiting, "Ready").get("reason") == "ArtifactFailed", waiting.get("status")
     cluster.apply(held_source, source)
     landed(cluster, first)
@@ -137,23 +166,47 @@ def scenario(cluster: Cluster, push, url: str) -> tuple[str, str]:
     server_sees(cluster, held=True)
     second = push(2)
     held = cluster.wait(
-        lambda: (cluster.get("gitrepository", HELD_SOURCE), cluster.get("kustomization", HELD_APP),
-                 cluster.get("gitrepository", SOURCE)),
-        lambda o: condition(o[0], "Blocked").get("status") == "True" and artifact(o[2]) == second
-        and "freeze" in condition(o[1], "Ready").get("message", ""))
-    assert condition(held[0], "Blocked").get("status") == "True" and artifact(held[0]) == first, held[0].get("status")
+        lambda: (
+            cluster.get("gitrepository", HELD_SOURCE),
+            cluster.get("kustomization", HELD_APP),
+            cluster.get("gitrepository", SOURCE),
+        ),
+        lambda o: (
+            condition(o[0], "Blocked").get("status") == "True"
+            and artifact(o[2]) == second
+            and "freeze" in condition(o[1], "Ready").get("message", "")
+        ),
+    )
+    assert condition(held[0], "Blocked").get("status") == "True" and artifact(held[0]) == first, held[0].get(
+        "status"
+    )
     assert "freeze" in condition(held[1], "Ready").get("message", ""), held[1].get("status")
     assert held[1]["status"].get("lastAppliedRevision") == first, held[1].get("status")
     # Retries and polls while held are part of what is compared: wait for one of each (the
     # Kustomization's retry is refused again; the source's next poll sends revision 2 again).
     log, ns = cluster.plane.audit_log, cluster.namespace
-    refusals = until(lambda: [e for e in audit_writes(log, "kustomizations", ns, HELD_APP)
-                              if (e.get("responseStatus") or {}).get("code", 0) in (400, 403, 422)],
-                     lambda found: len(found) >= 3, timeout=60, interval=0.25)
+    refusals = until(
+        lambda: [
+            e
+            for e in audit_writes(log, "kustomizations", ns, HELD_APP)
+            if (e.get("responseStatus") or {}).get("code", 0) in (400, 403, 422)
+        ],
+        lambda found: len(found) >= 3,
+        timeout=60,
+        interval=0.25,
+    )
     assert len(refusals) >= 3, "the held Kustomization was never retried"
-    resent = until(lambda: [e for e in audit_writes(log, "gitrepositories", ns, HELD_SOURCE)
-                            if ((e.get("requestObject") or {}).get("status") or {}).get("artifact", {}).get("revision")
-                            == second], lambda found: len(found) >= 2, timeout=60, interval=0.25)
+    resent = until(
+        lambda: [
+            e
+            for e in audit_writes(log, "gitrepositories", ns, HELD_SOURCE)
+            if ((e.get("requestObject") or {}).get("status") or {}).get("artifact", {}).get("revision")
+            == second
+        ],
+        lambda found: len(found) >= 2,
+        timeout=60,
+        interval=0.25,
+    )
     assert len(resent) >= 2, "the held source never polled again"
 
     assert cluster.gate("open", "freeze", "-n", cluster.namespace).returncode == 0
@@ -163,15 +216,19 @@ def scenario(cluster: Cluster, push, url: str) -> tuple[str, str]:
 
 # -- the reduction ---------------------------------------------------------------------------
 
+
 def audit_writes(log: Path, resource: str, namespace: str, name: str) -> list[dict]:
     """The completed status writes of one object, in the order the API server answered them."""
     found = []
     for line in log.read_text().splitlines():
         event = json.loads(line)
         ref = event.get("objectRef") or {}
-        if (event.get("stage") == "ResponseComplete" and event.get("verb") in ("update", "patch")
-                and (ref.get("resource"), ref.get("subresource"), ref.get("namespace"), ref.get("name"))
-                == (resource, "status", namespace, name)):
+        if (
+            event.get("stage") == "ResponseComplete"
+            and event.get("verb") in ("update", "patch")
+            and (ref.get("resource"), ref.get("subresource"), ref.get("namespace"), ref.get("name"))
+            == (resource, "status", namespace, name)
+        ):
             found.append(event)
     return found
 
@@ -191,8 +248,10 @@ def condition_changes(before: list | None, after: list | None) -> list[str]:
     for kind in sorted(old.keys() | new.keys()):
         if kind not in new:
             out.append(f"{kind}: removed")
-        elif kind not in old or (old[kind].get("status"), old[kind].get("reason")) != \
-                (new[kind].get("status"), new[kind].get("reason")):
+        elif kind not in old or (old[kind].get("status"), old[kind].get("reason")) != (
+            new[kind].get("status"),
+            new[kind].get("reason"),
+        ):
             out.append(f"{kind}: {new[kind].get('status')}/{new[kind].get('reason')}")
         elif old[kind].get("message") != new[kind].get("message"):
             out.append(f"{kind}: message")
@@ -211,8 +270,10 @@ def field_changes(before: dict, after: dict, revisions: dict[str, str]) -> list[
             old = old if isinstance(old, dict) else {}
             # The size follows the archive's content, which the double does not have.
             subs = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k) and k != "size")
-            out.append("artifact: " + ",".join(f"{k}={symbolic(new.get(k), revisions)}" if k == "revision" else k
-                                                for k in subs))
+            out.append(
+                "artifact: "
+                + ",".join(f"{k}={symbolic(new.get(k), revisions)}" if k == "revision" else k for k in subs)
+            )
         elif isinstance(new, str) and any(r in new for r in revisions):
             out.append(f"{key}={symbolic(new, revisions)}")
         elif key == "observedGeneration":
@@ -223,8 +284,10 @@ def field_changes(before: dict, after: dict, revisions: dict[str, str]) -> list[
 
 
 def rewritten(event: dict) -> bool:
-    return any(key.startswith("mutation.webhook.admission.k8s.io/") and '"mutated":true' in value
-               for key, value in (event.get("annotations") or {}).items())
+    return any(
+        key.startswith("mutation.webhook.admission.k8s.io/") and '"mutated":true' in value
+        for key, value in (event.get("annotations") or {}).items()
+    )
 
 
 def is_conditions_request(event: dict) -> bool:
@@ -260,8 +323,14 @@ def reduce(events: list[dict], revisions: dict[str, str], done) -> list[tuple]:
             # A rewrite that leaves the stored status as it was depends only on whether our
             # controller's write came first: it counts as sent.
             rewrote = call["mutated"] and call["changed"]
-            out.append((tuple(call["shape"]), "rewritten" if rewrote else "as sent",
-                        tuple(sorted(call["changed"])), tuple(call["refused"])))
+            out.append(
+                (
+                    tuple(call["shape"]),
+                    "rewritten" if rewrote else "as sent",
+                    tuple(sorted(call["changed"])),
+                    tuple(call["refused"]),
+                )
+            )
         return call is not None and done(stored)
 
     for event in events:
@@ -276,12 +345,19 @@ def reduce(events: list[dict], revisions: dict[str, str], done) -> list[tuple]:
         if conditions_request or call is None or len(call["shape"]) == 2 or not call["conditions_first"]:
             if finish():
                 return out
-            call = {"shape": [], "changed": [], "refused": [], "mutated": False,
-                    "conditions_first": conditions_request}
+            call = {
+                "shape": [],
+                "changed": [],
+                "refused": [],
+                "mutated": False,
+                "conditions_first": conditions_request,
+            }
         which = "conditions" if conditions_request else "status"
         if 200 <= code < 300:
             after = (event.get("responseObject") or {}).get("status") or {}
-            call["changed"] += [c for c in field_changes(stored, after, revisions) if c not in call["changed"]]
+            call["changed"] += [
+                c for c in field_changes(stored, after, revisions) if c not in call["changed"]
+            ]
             stored = after
             call["mutated"] = call["mutated"] or rewritten(event)
             call["shape"].append(which)
@@ -302,8 +378,8 @@ def collapse(seq: list) -> list:
         changed = False
         for size in range(1, len(seq) // 2 + 1):
             for start in range(0, len(seq) - 2 * size + 1):
-                if seq[start:start + size] == seq[start + size:start + 2 * size]:
-                    del seq[start + size:start + 2 * size]
+                if seq[start : start + size] == seq[start + size : start + 2 * size]:
+                    del seq[start + size : start + 2 * size]
                     changed = True
                     break
             if changed:
@@ -315,26 +391,36 @@ def sequences(log: Path, namespace: str, first: str, second: str) -> dict[str, l
     revisions = {second: "R2", first: "R1"}
 
     def ready_at(status: dict, field: str) -> bool:
-        ok = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+        ok = any(
+            c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
+        )
         value = (status.get("artifact") or {}).get("revision") if field == "artifact" else status.get(field)
         return ok and value == second
 
-    done = {"gitrepositories": lambda s: ready_at(s, "artifact"),
-            "kustomizations": lambda s: ready_at(s, "lastAppliedRevision")}
-    return {resource: collapse(reduce(audit_writes(log, resource, namespace, name), revisions, done[resource]))
-            for resource, name in WATCHED}
+    done = {
+        "gitrepositories": lambda s: ready_at(s, "artifact"),
+        "kustomizations": lambda s: ready_at(s, "lastAppliedRevision"),
+    }
+    return {
+        resource: collapse(reduce(audit_writes(log, resource, namespace, name), revisions, done[resource]))
+        for resource, name in WATCHED
+    }
 
 
 def show(seq: list) -> str:
-    return "\n".join(f"  {'+'.join(shape)} ({outcome}): {'; '.join(changes) or '-'}"
-                     + (f" | refused: {'; '.join(refused)}" if refused else "")
-                     for shape, outcome, changes, refused in seq)
+    return "\n".join(
+        f"  {'+'.join(shape)} ({outcome}): {'; '.join(changes) or '-'}"
+        + (f" | refused: {'; '.join(refused)}" if refused else "")
+        for shape, outcome, changes, refused in seq
+    )
 
 
 # -- the test --------------------------------------------------------------------------------
 
-def test_the_doubles_write_status_as_the_real_controllers_do(plane, webhook, gate_controller, flux, git,
-                                                             double_cluster, request):
+
+def test_the_doubles_write_status_as_the_real_controllers_do(
+    plane, webhook, gate_controller, flux, git, double_cluster, request
+):
     ns = namespace_of(request)
 
     plane.kubectl("create", "namespace", ns)
@@ -343,8 +429,9 @@ def test_the_doubles_write_status_as_the_real_controllers_do(plane, webhook, gat
     revisions: list[str] = []
 
     def commit(n: int) -> str:
-        revisions.append(repo.commit({"app/configmap.yaml": configmap("app", ns, {"version": str(n)})},
-                                     f"version {n}"))
+        revisions.append(
+            repo.commit({"app/configmap.yaml": configmap("app", ns, {"version": str(n)})}, f"version {n}")
+        )
         return revisions[-1]
 
     first, second = scenario(real, commit, repo.url)
@@ -353,6 +440,7 @@ def test_the_doubles_write_status_as_the_real_controllers_do(plane, webhook, gat
     double_cluster.kubectl("create", "namespace", ns)
     doubled = Cluster(double_cluster, ns)
     with Doubles(double_cluster) as doubles:
+
         def push(n: int) -> str:
             for name in (HELD_SOURCE, SOURCE):
                 doubles.git.push(ns, name, revisions[n - 1])
@@ -361,9 +449,12 @@ def test_the_doubles_write_status_as_the_real_controllers_do(plane, webhook, gat
         scenario(doubled, push, repo.url)
     double_writes = sequences(double_cluster.audit_log, ns, first, second)
 
-    differ = [f"{resource}: the double's status writes differ from the real controller's\n"
-              f"real:\n{show(real_writes[resource])}\ndouble:\n{show(double_writes[resource])}"
-              for resource, _ in WATCHED if double_writes[resource] != real_writes[resource]]
+    differ = [
+        f"{resource}: the double's status writes differ from the real controller's\n"
+        f"real:\n{show(real_writes[resource])}\ndouble:\n{show(double_writes[resource])}"
+        for resource, _ in WATCHED
+        if double_writes[resource] != real_writes[resource]
+    ]
     assert not differ, "\n".join(differ)
 
 
@@ -373,8 +464,12 @@ RELEASE = "app"
 
 
 def values_map(mode: str) -> dict:
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "extra"},
-            "data": {"values.yaml": f"mode: {mode}\n"}}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "extra"},
+        "data": {"values.yaml": f"mode: {mode}\n"},
+    }
 
 
 def history_digest(release: dict) -> str | None:
@@ -386,62 +481,106 @@ def helm_scenario(cluster: Cluster, publish, chart: str, url: str) -> tuple[str,
     """Values 1 installed with the gate open, gate closed, values 2 held, gate opened, values 2
     upgraded; the two values digests."""
     publish("1.0.0")
-    cluster.apply(gate("freeze", cluster.namespace), helm_repository("charts", url), values_map("a"),
-                  helm_release(RELEASE, chart, "charts", {"greeting": "hello"},
-                               valuesFrom=[{"kind": "ConfigMap", "name": "extra"}]))
-    installed = cluster.wait(lambda: cluster.get("helmrelease", RELEASE),
-                             lambda r: ready(r) == "True" and history_digest(r))
+    cluster.apply(
+        gate("freeze", cluster.namespace),
+        helm_repository("charts", url),
+        values_map("a"),
+        helm_release(
+            RELEASE,
+            chart,
+            "charts",
+            {"greeting": "hello"},
+            valuesFrom=[{"kind": "ConfigMap", "name": "extra"}],
+        ),
+    )
+    installed = cluster.wait(
+        lambda: cluster.get("helmrelease", RELEASE), lambda r: ready(r) == "True" and history_digest(r)
+    )
     assert ready(installed) == "True" and history_digest(installed), installed.get("status")
     first = history_digest(installed)
 
     assert cluster.gate("close", "freeze", "-n", cluster.namespace).returncode == 0
     server_sees(cluster, held=True)
     cluster.apply(values_map("b"))
-    cluster.plane.kubectl("annotate", "--overwrite", "helmrelease", RELEASE, "-n", cluster.namespace,
-                          f"reconcile.fluxcd.io/requestedAt={cluster.namespace}-values-2")
-    waiting = cluster.wait(lambda: cluster.get("helmrelease", RELEASE),
-                           lambda r: condition(r, "Approved").get("status") == "False")
+    cluster.plane.kubectl(
+        "annotate",
+        "--overwrite",
+        "helmrelease",
+        RELEASE,
+        "-n",
+        cluster.namespace,
+        f"reconcile.fluxcd.io/requestedAt={cluster.namespace}-values-2",
+    )
+    waiting = cluster.wait(
+        lambda: cluster.get("helmrelease", RELEASE),
+        lambda r: condition(r, "Approved").get("status") == "False",
+    )
     assert condition(waiting, "Approved").get("reason") == "GateClosed", waiting.get("status")
-    refusals = until(lambda: [e for e in audit_writes(cluster.plane.audit_log, "helmreleases", cluster.namespace, RELEASE)
-                              if (e.get("responseStatus") or {}).get("code", 0) in (400, 403, 422)],
-                     lambda found: len(found) >= 3, timeout=60, interval=0.25)
+    refusals = until(
+        lambda: [
+            e
+            for e in audit_writes(cluster.plane.audit_log, "helmreleases", cluster.namespace, RELEASE)
+            if (e.get("responseStatus") or {}).get("code", 0) in (400, 403, 422)
+        ],
+        lambda found: len(found) >= 3,
+        timeout=60,
+        interval=0.25,
+    )
     assert len(refusals) >= 3, "the held HelmRelease was never retried"
 
     assert cluster.gate("open", "freeze", "-n", cluster.namespace).returncode == 0
-    upgraded = cluster.wait(lambda: cluster.get("helmrelease", RELEASE),
-                            lambda r: ready(r) == "True" and history_digest(r) not in (None, first))
+    upgraded = cluster.wait(
+        lambda: cluster.get("helmrelease", RELEASE),
+        lambda r: ready(r) == "True" and history_digest(r) not in (None, first),
+    )
     assert ready(upgraded) == "True" and history_digest(upgraded) not in (None, first), upgraded.get("status")
     return first, history_digest(upgraded)
 
 
 def release_writes(log: Path, namespace: str, first: str, second: str) -> list:
     def done(status: dict) -> bool:
-        ok = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+        ok = any(
+            c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
+        )
         return ok and ((status.get("history") or [{}])[0]).get("configDigest") == second
 
-    return collapse(reduce(audit_writes(log, "helmreleases", namespace, RELEASE),
-                           {second: "D2", first: "D1", "1.0.0": "C1"}, done))
+    return collapse(
+        reduce(
+            audit_writes(log, "helmreleases", namespace, RELEASE),
+            {second: "D2", first: "D1", "1.0.0": "C1"},
+            done,
+        )
+    )
 
 
-def test_the_helm_double_writes_status_as_helm_controller_does(plane, webhook, gate_controller, flux, charts,
-                                                               double_cluster, request):
+def test_the_helm_double_writes_status_as_helm_controller_does(
+    plane, webhook, gate_controller, flux, charts, double_cluster, request
+):
     ns = namespace_of(request)
     chart = f"demo-{ns}"
     plane.kubectl("create", "namespace", ns)
-    real = helm_scenario(Cluster(plane, ns), lambda version: charts.publish(chart, version), chart, charts.url)
+    real = helm_scenario(
+        Cluster(plane, ns), lambda version: charts.publish(chart, version), chart, charts.url
+    )
     real_writes = release_writes(plane.audit_log, ns, *real)
 
     double_cluster.kubectl("create", "namespace", ns)
     storage = Storage()
-    charts_double = SourceController(api_client(str(double_cluster.kubeconfig(SOURCE_CONTROLLER))), "HelmChart", storage)
+    charts_double = SourceController(
+        api_client(str(double_cluster.kubeconfig(SOURCE_CONTROLLER))), "HelmChart", storage
+    )
     helm_double = HelmController(api_client(str(double_cluster.kubeconfig(HELM_CONTROLLER))))
     charts_double.start()
     helm_double.start()
     try:
-        doubled = helm_scenario(Cluster(double_cluster, ns),
-                                lambda version: charts_double.publish(ns, "charts", chart, version), chart, charts.url)
+        doubled = helm_scenario(
+            Cluster(double_cluster, ns),
+            lambda version: charts_double.publish(ns, "charts", chart, version),
+            chart,
+            charts.url,
+        )
     finally:
         helm_double.stop()
         charts_double.stop()
     double_writes = release_writes(double_cluster.audit_log, ns, *doubled)
-    assert double_writes == real_writes, (f"real:\n{show(real_writes)}\ndouble:\n{show(double_writes)}")
+    assert double_writes == real_writes, f"real:\n{show(real_writes)}\ndouble:\n{show(double_writes)}"

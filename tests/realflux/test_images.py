@@ -28,22 +28,51 @@ def automated(cluster, git, registry, source_annotations: dict | None = None, **
     registry.push_image(f"{ns}/app", "1.0.0")
     repo = git.repository(ns)
     marker = '# {"$imagepolicy": "%s:app"}' % ns
-    repo.commit({"deploy/app.yaml": f"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app\n"
-                                    f"data:\n  image: {image}:1.0.0 {marker}\n"}, "app 1.0.0")
+    repo.commit(
+        {
+            "deploy/app.yaml": f"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app\n"
+            f"data:\n  image: {image}:1.0.0 {marker}\n"
+        },
+        "app 1.0.0",
+    )
     cluster.apply(
-        gate("freeze", ns), git_repository("apps", repo.url, source_annotations),
-        {"apiVersion": IMAGE_API, "kind": "ImageRepository", "metadata": {"name": "app"},
-         "spec": {"image": image, "interval": "3s", "insecure": True}},
-        {"apiVersion": IMAGE_API, "kind": "ImagePolicy",
-         "metadata": {"name": "app", "annotations": {"gating.toolkit.fluxcd.io/gates": "freeze"}},
-         "spec": {"imageRepositoryRef": {"name": "app"}, "policy": {"semver": {"range": ">=1.0.0"}}, **policy_spec}},
-        {"apiVersion": IMAGE_API, "kind": "ImageUpdateAutomation", "metadata": {"name": "app"},
-         "spec": {"interval": "3s", "sourceRef": {"kind": "GitRepository", "name": "apps"},
-                  "git": {"checkout": {"ref": {"branch": "main"}},
-                          "commit": {"author": {"name": "flux", "email": "flux@example.invalid"},
-                                     "messageTemplate": "image update"},
-                          "push": {"branch": "main"}},
-                  "update": {"path": "./deploy", "strategy": "Setters"}}})
+        gate("freeze", ns),
+        git_repository("apps", repo.url, source_annotations),
+        {
+            "apiVersion": IMAGE_API,
+            "kind": "ImageRepository",
+            "metadata": {"name": "app"},
+            "spec": {"image": image, "interval": "3s", "insecure": True},
+        },
+        {
+            "apiVersion": IMAGE_API,
+            "kind": "ImagePolicy",
+            "metadata": {"name": "app", "annotations": {"gating.toolkit.fluxcd.io/gates": "freeze"}},
+            "spec": {
+                "imageRepositoryRef": {"name": "app"},
+                "policy": {"semver": {"range": ">=1.0.0"}},
+                **policy_spec,
+            },
+        },
+        {
+            "apiVersion": IMAGE_API,
+            "kind": "ImageUpdateAutomation",
+            "metadata": {"name": "app"},
+            "spec": {
+                "interval": "3s",
+                "sourceRef": {"kind": "GitRepository", "name": "apps"},
+                "git": {
+                    "checkout": {"ref": {"branch": "main"}},
+                    "commit": {
+                        "author": {"name": "flux", "email": "flux@example.invalid"},
+                        "messageTemplate": "image update",
+                    },
+                    "push": {"branch": "main"},
+                },
+                "update": {"path": "./deploy", "strategy": "Setters"},
+            },
+        },
+    )
     return image, repo
 
 
@@ -55,8 +84,9 @@ def test_a_new_tag_waits_for_the_gate_then_is_committed(cluster, git, registry):
 
     assert cluster.gate("close", "freeze", "-n", ns).returncode == 0
     registry.push_image(f"{ns}/app", "1.1.0")
-    blocked = cluster.wait(lambda: cluster.get("imagepolicy", "app"),
-                           lambda p: condition(p, "Blocked").get("status") == "True")
+    blocked = cluster.wait(
+        lambda: cluster.get("imagepolicy", "app"), lambda p: condition(p, "Blocked").get("status") == "True"
+    )
     assert condition(blocked, "Blocked").get("reason") == "GateClosed", blocked.get("status")
     assert "1.1.0" in condition(blocked, "Blocked")["message"]
     assert latest_tag(blocked) == "1.0.0"
@@ -67,18 +97,26 @@ def test_a_new_tag_waits_for_the_gate_then_is_committed(cluster, git, registry):
     assert cluster.gate("open", "freeze", "-n", ns).returncode == 0
     committed = cluster.wait(lambda: repo.show("deploy/app.yaml"), lambda text: ":1.1.0" in text, timeout=60)
     assert f"{image}:1.1.0" in committed, committed
-    REPORT["real Flux: a new image tag is committed after kubectl gate open"] = f"{time.monotonic() - opened:.1f}s"
+    REPORT["real Flux: a new image tag is committed after kubectl gate open"] = (
+        f"{time.monotonic() - opened:.1f}s"
+    )
 
 
 def wait_blocked(cluster, tag: str) -> dict:
-    found = cluster.wait(lambda: cluster.get("imagepolicy", "app"),
-                         lambda p: condition(p, "Blocked").get("status") == "True" and
-                         f":{tag}@" in condition(p, "Blocked").get("message", ""))
+    found = cluster.wait(
+        lambda: cluster.get("imagepolicy", "app"),
+        lambda p: (
+            condition(p, "Blocked").get("status") == "True"
+            and f":{tag}@" in condition(p, "Blocked").get("message", "")
+        ),
+    )
     assert f":{tag}@" in condition(found, "Blocked").get("message", ""), found.get("status")
     return found
 
 
-def test_an_approved_tag_is_committed_by_the_automation_and_a_newer_one_waits(cluster, git, registry, tmp_path):
+def test_an_approved_tag_is_committed_by_the_automation_and_a_newer_one_waits(
+    cluster, git, registry, tmp_path
+):
     # Approvals of exact content (docs/decisions/0057): approve exactly the name:tag@digest that
     # `kubectl gate pending` shows; the real image-automation-controller commits it; the tag
     # pushed after it waits. The Git source is gated too (by an open gate): pending warns that
@@ -86,8 +124,13 @@ def test_an_approved_tag_is_committed_by_the_automation_and_a_newer_one_waits(cl
     ns = cluster.namespace
     cluster.apply(gate("deploy", ns))
     # The policy reflects each tag's digest, so the approval pins the image, not just its tag.
-    image, repo = automated(cluster, git, registry, {"gating.toolkit.fluxcd.io/gates": "deploy"},
-                            digestReflectionPolicy="IfNotPresent")
+    image, repo = automated(
+        cluster,
+        git,
+        registry,
+        {"gating.toolkit.fluxcd.io/gates": "deploy"},
+        digestReflectionPolicy="IfNotPresent",
+    )
     cluster.wait(lambda: cluster.get("imagepolicy", "app"), lambda p: latest_tag(p) == "1.0.0")
     assert cluster.gate("close", "freeze", "-n", ns, "-m", "image freeze").returncode == 0
     registry.push_image(f"{ns}/app", "1.1.0")
@@ -96,28 +139,50 @@ def test_an_approved_tag_is_committed_by_the_automation_and_a_newer_one_waits(cl
     pending = cluster.gate("pending", "-n", ns, "-o", "json")
     assert pending.returncode == 0, pending.stderr
     [row] = [r for r in json.loads(pending.stdout) if r["kind"] == "ImagePolicy"]
-    assert row["waits"].startswith(f"{image}:1.1.0@sha256:") and row["serves"].startswith(f"{image}:1.0.0@sha256:")
-    assert row["warnings"] == [f"it feeds ImageUpdateAutomation/{ns}/app, whose commits wait at GitRepository/{ns}/apps, "
-                               f"gated by {ns}/deploy: an image approved here lands once that commit is let through "
-                               "there too"]
+    assert row["waits"].startswith(f"{image}:1.1.0@sha256:") and row["serves"].startswith(
+        f"{image}:1.0.0@sha256:"
+    )
+    assert row["warnings"] == [
+        f"it feeds ImageUpdateAutomation/{ns}/app, whose commits wait at GitRepository/{ns}/apps, "
+        f"gated by {ns}/deploy: an image approved here lands once that commit is let through "
+        "there too"
+    ]
     assert ":1.0.0" in repo.show("deploy/app.yaml")  # nothing committed while it waits
     # kubectl gate check says the same of the policy alone: the automation and its Git source
     # are looked up in the cluster.
     manifest = tmp_path / "policy.json"
-    manifest.write_text(json.dumps({key: value for key, value in cluster.get("imagepolicy", "app").items()
-                                    if key in ("apiVersion", "kind", "metadata", "spec")}))
+    manifest.write_text(
+        json.dumps(
+            {
+                key: value
+                for key, value in cluster.get("imagepolicy", "app").items()
+                if key in ("apiVersion", "kind", "metadata", "spec")
+            }
+        )
+    )
     checked = cluster.gate("check", "-f", str(manifest), "-n", ns, "-o", "json")
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert [r["warnings"] for r in json.loads(checked.stdout)] == [row["warnings"]]
 
     approved_at = time.monotonic()
-    done = cluster.gate("approve", "freeze", "-n", ns, "--for", f"ImagePolicy/{ns}/app", "--content", row["waits"],
-                        "-m", "CHG-42")
+    done = cluster.gate(
+        "approve",
+        "freeze",
+        "-n",
+        ns,
+        "--for",
+        f"ImagePolicy/{ns}/app",
+        "--content",
+        row["waits"],
+        "-m",
+        "CHG-42",
+    )
     assert done.returncode == 0, done.stderr
     committed = cluster.wait(lambda: repo.show("deploy/app.yaml"), lambda text: ":1.1.0" in text, timeout=60)
     assert f"{image}:1.1.0" in committed, committed
-    REPORT["real Flux: an approved image tag is committed after kubectl gate approve"] = \
+    REPORT["real Flux: an approved image tag is committed after kubectl gate approve"] = (
         f"{time.monotonic() - approved_at:.1f}s"
+    )
     ended = cluster.wait(lambda: approvals.ended(cluster.get("gate", "freeze")), bool)
     assert [e["reason"] for e in ended.values()] == ["ApprovalUsed"], ended  # used: the policy serves it
 
@@ -126,7 +191,9 @@ def test_an_approved_tag_is_committed_by_the_automation_and_a_newer_one_waits(cl
     assert latest_tag(newer) == "1.1.0"
     # The automation keeps running (every 3 s) with nothing new to commit.
     runs = cluster.get("imageupdateautomation", "app")["status"].get("lastAutomationRunTime")
-    cluster.wait(lambda: cluster.get("imageupdateautomation", "app")["status"].get("lastAutomationRunTime"),
-                 lambda t: t != runs)
+    cluster.wait(
+        lambda: cluster.get("imageupdateautomation", "app")["status"].get("lastAutomationRunTime"),
+        lambda t: t != runs,
+    )
     assert ":1.1.0" in repo.show("deploy/app.yaml") and ":1.2.0" not in repo.show("deploy/app.yaml")
     assert latest_tag(cluster.get("imagepolicy", "app")) == "1.1.0"

@@ -36,8 +36,11 @@ class Endpoint:
         self.url = f"http://127.0.0.1:{self.http.server_address[1]}/"
 
     def about(self, name: str, reason: str) -> list[dict]:
-        return [e for e in list(self.received)
-                if e.get("involvedObject", {}).get("name") == name and e.get("reason") == reason]
+        return [
+            e
+            for e in list(self.received)
+            if e.get("involvedObject", {}).get("name") == name and e.get("reason") == reason
+        ]
 
 
 @pytest.fixture
@@ -52,13 +55,26 @@ def test_a_hold_and_its_release_reach_a_generic_provider(cluster, git, endpoint)
     repo = git.repository(ns)
     repo.commit({"app/configmap.yaml": configmap("app", ns, {"version": "1"})})
     cluster.apply(
-        {"apiVersion": "notification.toolkit.fluxcd.io/v1beta3", "kind": "Provider", "metadata": {"name": "hook"},
-         "spec": {"type": "generic", "address": endpoint.url}},
-        {"apiVersion": "notification.toolkit.fluxcd.io/v1beta3", "kind": "Alert", "metadata": {"name": "apps"},
-         "spec": {"providerRef": {"name": "hook"}, "eventSeverity": "info",
-                  "eventSources": [{"kind": "Kustomization", "name": "*"}]}},
-        gate("freeze", ns), git_repository("apps", repo.url),
-        kustomization("app", "./app", "apps", {"gating.toolkit.fluxcd.io/gates": "freeze"}))
+        {
+            "apiVersion": "notification.toolkit.fluxcd.io/v1beta3",
+            "kind": "Provider",
+            "metadata": {"name": "hook"},
+            "spec": {"type": "generic", "address": endpoint.url},
+        },
+        {
+            "apiVersion": "notification.toolkit.fluxcd.io/v1beta3",
+            "kind": "Alert",
+            "metadata": {"name": "apps"},
+            "spec": {
+                "providerRef": {"name": "hook"},
+                "eventSeverity": "info",
+                "eventSources": [{"kind": "Kustomization", "name": "*"}],
+            },
+        },
+        gate("freeze", ns),
+        git_repository("apps", repo.url),
+        kustomization("app", "./app", "apps", {"gating.toolkit.fluxcd.io/gates": "freeze"}),
+    )
     assert cluster.wait(lambda: cluster.data("app"), lambda d: d == {"version": "1"}) == {"version": "1"}
 
     assert cluster.gate("close", "freeze", "-n", ns).returncode == 0

@@ -18,9 +18,14 @@ from tests.polling import until
 from tests.processes import serving_gates_dir
 from tests.procfs import children
 
-GATES = [gate("change-freeze", default="opened"),
-         keeper("nightly", "change-freeze", closed=[{"cron": "0 1 * * *", "duration": "2h"}], timeZone="Europe/Berlin"),
-         gate("flappy", default="opened"), keeper("flaps", "flappy", closed=["*/2 * * * *"])]
+GATES = [
+    gate("change-freeze", default="opened"),
+    keeper(
+        "nightly", "change-freeze", closed=[{"cron": "0 1 * * *", "duration": "2h"}], timeZone="Europe/Berlin"
+    ),
+    gate("flappy", default="opened"),
+    keeper("flaps", "flappy", closed=["*/2 * * * *"]),
+]
 
 
 BUILT = 'gate_admission_calendar_builds_total{result="built"}'
@@ -29,8 +34,9 @@ BUILT = 'gate_admission_calendar_builds_total{result="built"}'
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     # --calendar-wait 0: a query with no feed yet answers 503 at once, whatever the machine's speed.
-    with serving_gates_dir(tmp_path_factory.mktemp("calendar"), GATES, "--workers", "2", "--threads", "4",
-                           "--calendar-wait", "0") as srv:
+    with serving_gates_dir(
+        tmp_path_factory.mktemp("calendar"), GATES, "--workers", "2", "--threads", "4", "--calendar-wait", "0"
+    ) as srv:
         yield srv
 
 
@@ -46,13 +52,17 @@ def get(server, path: str):
 
 def builders(server) -> list[int]:
     """The calendar builder processes: children of the server's workers."""
-    return [pid for worker in server.children() for pid in children(worker)
-            if b"admission.webhook.feeds" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    return [
+        pid
+        for worker in server.children()
+        for pid in children(worker)
+        if b"admission.webhook.feeds" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    ]
 
 
 def niceness(pid: int) -> int:
     stat = Path(f"/proc/{pid}/stat").read_text()
-    return int(stat[stat.rindex(")") + 2:].split()[16])  # field 19 of proc(5), counted after the name
+    return int(stat[stat.rindex(")") + 2 :].split()[16])  # field 19 of proc(5), counted after the name
 
 
 def test_a_fresh_servers_first_calendar_request_gets_the_calendar(tmp_path):
@@ -93,8 +103,9 @@ def test_the_feed_is_built_by_a_niced_child_process_while_reviews_go_on(server):
     deny = orjson.dumps(review(request("UPDATE", changed(held, path="./b"), held)))
     assert server.request("POST", "/validate", deny)[0] == 200
 
-    status, headers, body = until(lambda: get(server, "/calendar.ics?namespace=flux-system&days=14"),
-                                  lambda r: r[0] != 503, timeout=60)
+    status, headers, body = until(
+        lambda: get(server, "/calendar.ics?namespace=flux-system&days=14"), lambda r: r[0] != 503, timeout=60
+    )
     assert status == 200 and headers["Content-Type"] == "text/calendar; charset=utf-8"
     summaries = [str(e["SUMMARY"]) for e in Calendar.from_ical(body).walk("VEVENT")]
     assert summaries.count("Gate flux-system/change-freeze closed") == 14
@@ -104,7 +115,9 @@ def test_the_feed_is_built_by_a_niced_child_process_while_reviews_go_on(server):
 
 
 def test_the_server_log_stays_json_lines(server):
-    until(lambda: get(server, "/calendar.ics?namespace=flux-system&days=2"), lambda r: r[0] == 200, timeout=60)
+    until(
+        lambda: get(server, "/calendar.ics?namespace=flux-system&days=2"), lambda r: r[0] == 200, timeout=60
+    )
     lines = server.log().splitlines()
     assert json.loads(lines[0])["msg"] == "serving certificate written"  # --generate-certs, before serving
     for line in lines:  # a builder's stray output or traceback would show here

@@ -26,8 +26,11 @@ def client_ca(directory: Path, name: str) -> Path:
     """A CA (ca.crt, ca.key) in ``directory`` and a client certificate it signed for ``name``."""
     directory.mkdir()
     key, cert = certs.make_ca(utcnow(), common_name=f"{name}-ca")
-    (directory / "ca.key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                         serialization.NoEncryption()))
+    (directory / "ca.key").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
     (directory / "ca.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     certs.issue_client(directory, name, utcnow())
     return directory
@@ -37,8 +40,14 @@ def client_ca(directory: Path, name: str) -> Path:
 def server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("client-certs")
     trusted = client_ca(tmp / "apiserver", "kube-apiserver")
-    with serving_gates_dir(tmp, [gate("sre-approval", default="closed")], "--workers", "1",
-                           "--client-ca-file", str(trusted / "ca.crt")) as srv:
+    with serving_gates_dir(
+        tmp,
+        [gate("sre-approval", default="closed")],
+        "--workers",
+        "1",
+        "--client-ca-file",
+        str(trusted / "ca.crt"),
+    ) as srv:
         srv.trusted, srv.rogue = trusted, client_ca(tmp / "rogue", "kube-apiserver")
         yield srv
 
@@ -49,7 +58,12 @@ def post(server, path: str, cert_dir: Path | None = None, method: str = "POST") 
         context.load_cert_chain(str(cert_dir / "client.crt"), str(cert_dir / "client.key"))
     conn = http.client.HTTPSConnection("127.0.0.1", server.port, context=context, timeout=10)
     try:
-        conn.request(method, path, body=BODY if method == "POST" else None, headers={"Content-Type": "application/json"})
+        conn.request(
+            method,
+            path,
+            body=BODY if method == "POST" else None,
+            headers={"Content-Type": "application/json"},
+        )
         response = conn.getresponse()
         return response.status, response.read()
     finally:
@@ -87,8 +101,11 @@ def raw(server, target: str, headers: dict[str, str], cert_dir: Path | None = No
     sock = context.wrap_socket(raw_connect(server), server_hostname="localhost")
     try:
         fields = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
-        sock.sendall(f"POST {target} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n{fields}"
-                     f"Content-Length: {len(BODY)}\r\n\r\n".encode() + BODY)
+        sock.sendall(
+            f"POST {target} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n{fields}"
+            f"Content-Length: {len(BODY)}\r\n\r\n".encode()
+            + BODY
+        )
         head, body = read_answer(sock)
         return int(head.split(b" ")[1]), orjson.loads(body)
     finally:
@@ -96,12 +113,25 @@ def raw(server, target: str, headers: dict[str, str], cert_dir: Path | None = No
 
 
 # A public path that becomes /validate or /mutate once the WSGI server strips a SCRIPT_NAME header.
-SCRIPT_NAMES = [(f"/hooks/gates/{route}", {spelling: "/hooks/gates"})
-                for route in ("validate", "mutate") for spelling in ("SCRIPT_NAME", "Script_Name", "script_name")]
+SCRIPT_NAMES = [
+    (f"/hooks/gates/{route}", {spelling: "/hooks/gates"})
+    for route in ("validate", "mutate")
+    for spelling in ("SCRIPT_NAME", "Script_Name", "script_name")
+]
 # Other spellings of a review path: each must be refused, never routed to a review.
-OTHER_FORMS = ["//validate", "/./validate", "/hooks/gates/../../validate", "/hooks/gates/%2e%2e/%2e%2e/validate",
-               "/hooks/gates/x/..%2F..%2F..%2Fvalidate", "/%76alidate", "/validate/", "https://localhost/validate",
-               "http://localhost/hooks/gates/../../mutate", "/hooks//gates/x/y/open", "/hooks/gates/./x/y/open"]
+OTHER_FORMS = [
+    "//validate",
+    "/./validate",
+    "/hooks/gates/../../validate",
+    "/hooks/gates/%2e%2e/%2e%2e/validate",
+    "/hooks/gates/x/..%2F..%2F..%2Fvalidate",
+    "/%76alidate",
+    "/validate/",
+    "https://localhost/validate",
+    "http://localhost/hooks/gates/../../mutate",
+    "/hooks//gates/x/y/open",
+    "/hooks/gates/./x/y/open",
+]
 
 
 @pytest.mark.parametrize("target, headers", SCRIPT_NAMES + [(form, {}) for form in OTHER_FORMS])

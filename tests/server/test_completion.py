@@ -20,7 +20,9 @@ BASH_COMPLETION = Path("/usr/share/bash-completion/bash_completion")
 
 
 def bash(script: str) -> list[str]:
-    result = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60, env=ENV, cwd=ROOT)
+    result = subprocess.run(
+        ["bash", "-c", script], capture_output=True, text=True, timeout=60, env=ENV, cwd=ROOT
+    )
     assert result.returncode == 0, result.stderr
     return result.stdout.split()
 
@@ -39,49 +41,71 @@ printf '%s\\n' "${{COMPREPLY[@]}}"
 ARGCOMPLETE = "source <(gate-admission completion bash)"
 
 
-@pytest.mark.parametrize("words, expected", [
-    (["kubectl-gate", ""], ["list", "get", "open", "close", "check", "approve", "pending", "calendar"]),
-    (["kubectl-gate", "ca"], ["calendar"]),
-    (["kubectl-gate", "calendar", "--d"], ["--days"]),
-    (["kubectl-gate", "calendar", "-o", ""], ["table", "json", "yaml", "ics"]),
-    (["kubectl-gate", "get", "--gates-dir", str(GATES), "-n", "flux-system", ""],
-     ["bypass-signoff", "change-freeze", "maintenance", "qa-approval", "sre-approval"]),
-    (["kubectl-gate", "get", "--gates-dir", str(GATES), "-n", "flux-system", "s"], ["sre-approval"]),
-])
+@pytest.mark.parametrize(
+    "words, expected",
+    [
+        (["kubectl-gate", ""], ["list", "get", "open", "close", "check", "approve", "pending", "calendar"]),
+        (["kubectl-gate", "ca"], ["calendar"]),
+        (["kubectl-gate", "calendar", "--d"], ["--days"]),
+        (["kubectl-gate", "calendar", "-o", ""], ["table", "json", "yaml", "ics"]),
+        (
+            ["kubectl-gate", "get", "--gates-dir", str(GATES), "-n", "flux-system", ""],
+            ["bypass-signoff", "change-freeze", "maintenance", "qa-approval", "sre-approval"],
+        ),
+        (["kubectl-gate", "get", "--gates-dir", str(GATES), "-n", "flux-system", "s"], ["sre-approval"]),
+    ],
+)
 def test_bash_completes_kubectl_gate_with_argcomplete(words, expected):
     assert bash_complete(words, ARGCOMPLETE, "_python_argcomplete") == expected
 
 
 def test_bash_completes_gate_admission_too():
     assert bash_complete(["gate-admission", "comp"], ARGCOMPLETE, "_python_argcomplete") == ["completion"]
-    assert bash_complete(["gate-admission", "completion", ""], ARGCOMPLETE, "_python_argcomplete") == ["bash", "zsh"]
+    assert bash_complete(["gate-admission", "completion", ""], ARGCOMPLETE, "_python_argcomplete") == [
+        "bash",
+        "zsh",
+    ]
 
 
 def test_kubectl_plugin_completion_protocol():
     # What kubectl (1.26+) runs for `kubectl gate get ... <TAB>`: candidates, then the directive.
-    result = subprocess.run(["kubectl_complete-gate", "get", "--gates-dir", str(GATES), "-n", "flux-system", "m"],
-                            capture_output=True, text=True, timeout=60, env=ENV)
+    result = subprocess.run(
+        ["kubectl_complete-gate", "get", "--gates-dir", str(GATES), "-n", "flux-system", "m"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=ENV,
+    )
     assert result.stdout.splitlines() == ["maintenance", ":4"]
     first = subprocess.run(["kubectl_complete-gate", ""], capture_output=True, text=True, timeout=60, env=ENV)
     assert first.stdout.splitlines()[-1] == ":4"
-    assert "calendar\topen and closed intervals of each gate over the coming days" in first.stdout.splitlines()
+    assert (
+        "calendar\topen and closed intervals of each gate over the coming days" in first.stdout.splitlines()
+    )
 
 
-@pytest.mark.skipif(not shutil.which("kubectl") or not BASH_COMPLETION.exists(),
-                    reason="needs kubectl and bash-completion")
+@pytest.mark.skipif(
+    not shutil.which("kubectl") or not BASH_COMPLETION.exists(), reason="needs kubectl and bash-completion"
+)
 def test_kubectl_gate_completes_through_kubectls_own_bash_completion():
     setup = f"source {BASH_COMPLETION}; source <(kubectl completion bash)"
     assert bash_complete(["kubectl", "gate", "cal"], setup, "__start_kubectl") == ["calendar"]
-    assert bash_complete(["kubectl", "gate", "get", "--gates-dir", str(GATES), "-n", "flux-system", "b"],
-                         setup, "__start_kubectl") == ["bypass-signoff"]
+    assert bash_complete(
+        ["kubectl", "gate", "get", "--gates-dir", str(GATES), "-n", "flux-system", "b"],
+        setup,
+        "__start_kubectl",
+    ) == ["bypass-signoff"]
 
 
 @pytest.mark.skipif(not shutil.which("zsh"), reason="needs zsh")
-@pytest.mark.parametrize("buffer, expected", [
-    ("kubectl-gate cal", ["calendar:open and closed intervals of each gate over the coming days"]),
-    (f"kubectl-gate get --gates-dir {GATES} -n flux-system c", ["change-freeze:"]),
-    ("gate-admission completion z", ["zsh:"]),
-])
+@pytest.mark.parametrize(
+    "buffer, expected",
+    [
+        ("kubectl-gate cal", ["calendar:open and closed intervals of each gate over the coming days"]),
+        (f"kubectl-gate get --gates-dir {GATES} -n flux-system c", ["change-freeze:"]),
+        ("gate-admission completion z", ["zsh:"]),
+    ],
+)
 def test_zsh_completes_with_the_same_script(buffer, expected):
     # The generated script runs in real zsh; only _describe (the widget that draws the menu,
     # which needs a terminal) is replaced by one that prints the candidates it is given.
@@ -91,5 +115,7 @@ _describe() {{ print -rl -- "${{(@P)2}}" }}
 BUFFER='{buffer}'; CURSOR=${{#BUFFER}}; words=(${{=BUFFER}})
 _python_argcomplete
 """
-    result = subprocess.run(["zsh", "-f", "-c", script], capture_output=True, text=True, timeout=60, env=ENV, cwd=ROOT)
+    result = subprocess.run(
+        ["zsh", "-f", "-c", script], capture_output=True, text=True, timeout=60, env=ENV, cwd=ROOT
+    )
     assert result.stdout.split("\n")[:-1] == expected, result.stderr

@@ -112,7 +112,9 @@ def test_a_descriptor_limit_below_the_connection_limit_does_not_stop_the_worker(
             assert settled(workers[0]) is not None, srv.log()[-3000:]  # it took what it could, and lives
             assert judged_on(kept)
         assert srv.children() == workers, srv.log()[-3000:]
-        assert "out of file descriptors" not in srv.log()  # accept() never even failed: the cap kept below the limit
+        assert (
+            "out of file descriptors" not in srv.log()
+        )  # accept() never even failed: the cap kept below the limit
 
 
 def test_a_worker_out_of_descriptors_backs_off_and_keeps_serving(tmp_path):
@@ -127,6 +129,8 @@ def test_a_worker_out_of_descriptors_backs_off_and_keeps_serving(tmp_path):
             with flooding(srv, 64, [f"127.0.0.{n}" for n in range(2, 6)]):
                 assert judged_on(kept)  # the worker that held it is alive...
                 # ...and ran out of descriptors accepting the others.
-                assert "out of file descriptors" in until(srv.log, lambda log: "out of file descriptors" in log)
+                assert "out of file descriptors" in until(
+                    srv.log, lambda log: "out of file descriptors" in log
+                )
                 assert judged_on(kept)
         assert srv.children() == [worker], srv.log()[-3000:]

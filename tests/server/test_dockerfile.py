@@ -38,6 +38,7 @@ LOCK = REPO / "requirements.lock"
 
 # --- reading the Dockerfile: instructions one per logical line, stages split at FROM ---------
 
+
 @dataclass
 class Stage:
     base: str
@@ -59,7 +60,9 @@ class Stage:
 
     def exec_form(self, instruction: str) -> list[str]:
         (rest,) = self.args(instruction)[-1:] or [None]
-        assert rest and rest.startswith("["), f"{instruction} must be in exec form (a JSON array), not {rest!r}"
+        assert rest and rest.startswith("["), (
+            f"{instruction} must be in exec form (a JSON array), not {rest!r}"
+        )
         return json.loads(rest)
 
 
@@ -113,6 +116,7 @@ def venv_path() -> str:
 # --- .dockerignore, Docker's rule simplified: last matching pattern wins, `!` re-includes,
 # --- a pattern matching a parent directory matches everything under it ---------------------
 
+
 def _glob(pattern: str) -> re.Pattern:
     out, i = "", 0
     while i < len(pattern):
@@ -142,6 +146,7 @@ def dockerignored(relative: str) -> bool:
 
 # --- static checks --------------------------------------------------------------------------
 
+
 def test_both_stages_are_the_same_slim_python_base():
     builder, final = builder_and_final()
     assert builder.name == "builder"
@@ -152,7 +157,9 @@ def test_both_stages_are_the_same_slim_python_base():
 def test_final_stage_runs_as_a_numeric_non_root_user():
     (user,) = builder_and_final()[1].args("USER")
     uid, _, gid = user.partition(":")
-    assert uid.isdigit() and int(uid) != 0, f"USER {user}: numeric, so runAsNonRoot can check it, and not root"
+    assert uid.isdigit() and int(uid) != 0, (
+        f"USER {user}: numeric, so runAsNonRoot can check it, and not root"
+    )
     assert gid.isdigit() and int(gid) != 0, f"USER {user}: a numeric, non-root group too"
 
 
@@ -185,7 +192,9 @@ def _lock() -> dict[str, tuple[str, list[str]]]:
         name, _, version = spec.partition("==")
         assert version, f"requirements.lock: {spec!r} is not an exact pin"
         hashes = [option.removeprefix("--hash=") for option in options if option.startswith("--hash=sha256:")]
-        assert hashes and len(hashes) == len(options), f"requirements.lock: {name}: only --hash options, at least one"
+        assert hashes and len(hashes) == len(options), (
+            f"requirements.lock: {name}: only --hash options, at least one"
+        )
         entries[canonicalize_name(name)] = (version, hashes)
     return entries
 
@@ -196,11 +205,14 @@ def test_lock_pins_every_runtime_dependency_with_hashes():
     for dependency in map(Requirement, project["dependencies"]):
         name = canonicalize_name(dependency.name)
         assert name in lock, f"{dependency} is not in requirements.lock: run hack/lock-requirements.sh"
-        assert dependency.specifier.contains(lock[name][0], prereleases=True), \
+        assert dependency.specifier.contains(lock[name][0], prereleases=True), (
             f"requirements.lock pins {name}=={lock[name][0]}, outside {dependency}: run hack/lock-requirements.sh"
+        )
     for extra in project.get("optional-dependencies", {}).values():
         for dependency in map(Requirement, extra):
-            assert canonicalize_name(dependency.name) not in lock, f"test extra {dependency.name} is in the image lock"
+            assert canonicalize_name(dependency.name) not in lock, (
+                f"test extra {dependency.name} is in the image lock"
+            )
 
 
 def test_dockerignore_sends_what_the_build_copies_and_nothing_private():
@@ -209,8 +221,16 @@ def test_dockerignore_sends_what_the_build_copies_and_nothing_private():
         for source in copy.split()[:-1]:
             assert not dockerignored(source), f"COPY {source}: excluded by .dockerignore"
     assert not dockerignored("admission/__init__.py")
-    for private in (".git/config", ".venv/bin/python", "certs/ca.key", ".pytest_cache/v", ".hypothesis/x",
-                    "bench/results/x.json", "admission/__pycache__/app.cpython-311.pyc", "build/lib/x.py"):
+    for private in (
+        ".git/config",
+        ".venv/bin/python",
+        "certs/ca.key",
+        ".pytest_cache/v",
+        ".hypothesis/x",
+        "bench/results/x.json",
+        "admission/__pycache__/app.cpython-311.pyc",
+        "build/lib/x.py",
+    ):
         assert dockerignored(private), f"{private} would be sent to the builder"
 
 
@@ -220,38 +240,74 @@ def test_dockerignore_sends_what_the_build_copies_and_nothing_private():
 # the image's pip gets its packages from the registry its builder is configured with, and the
 # replay from the one this machine is; no address is named here. What would change *what* is
 # installed rather than where from (constraints, --user, a target) is dropped.
-PIP_DROPPED = {"PIP_CONSTRAINT", "PIP_REQUIREMENT", "PIP_USER", "PIP_TARGET", "PIP_PREFIX", "PIP_ROOT",
-               "PIP_REQUIRE_VIRTUALENV", "PIP_NO_BINARY", "PIP_ONLY_BINARY", "PIP_PRE", "PIP_UPGRADE"}
+PIP_DROPPED = {
+    "PIP_CONSTRAINT",
+    "PIP_REQUIREMENT",
+    "PIP_USER",
+    "PIP_TARGET",
+    "PIP_PREFIX",
+    "PIP_ROOT",
+    "PIP_REQUIRE_VIRTUALENV",
+    "PIP_NO_BINARY",
+    "PIP_ONLY_BINARY",
+    "PIP_PRE",
+    "PIP_UPGRADE",
+}
 
 
 def _clean_env() -> dict[str, str]:
-    return {key: value for key, value in os.environ.items()
-            if key not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME") and key not in PIP_DROPPED}
+    return {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME") and key not in PIP_DROPPED
+    }
 
 
 def _packages_unreachable() -> str | None:
     """Why pip cannot fetch a pinned package of the lock from this machine's sources, if so."""
     name, (version, _) = next(iter(_lock().items()))
     with tempfile.TemporaryDirectory() as scratch:
-        fetched = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                                  "--quiet", "--dest", scratch, f"{name}=={version}"],
-                                 capture_output=True, text=True, timeout=180, env=_clean_env())
+        fetched = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--quiet",
+                "--dest",
+                scratch,
+                f"{name}=={version}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            env=_clean_env(),
+        )
     if fetched.returncode != 0:
-        return (f"pip cannot fetch {name}=={version} from this machine's configured sources; the image's "
-                f"install step cannot be replayed: {fetched.stderr.strip()[-500:]}")
+        return (
+            f"pip cannot fetch {name}=={version} from this machine's configured sources; the image's "
+            f"install step cannot be replayed: {fetched.stderr.strip()[-500:]}"
+        )
     return None
 
 
 @dataclass
 class Image:
-    root: Path    # stands for the container's /
-    venv: Path    # the container's /opt/venv
+    root: Path  # stands for the container's /
+    venv: Path  # the container's /opt/venv
     final: Stage
     python: Path  # stands for the base image's python (and its pip)
 
     def pip(self, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([str(self.python), "-m", "pip", "--python", str(self.venv / "bin" / "python"), *args],
-                              capture_output=True, text=True, timeout=120, env=_clean_env())
+        return subprocess.run(
+            [str(self.python), "-m", "pip", "--python", str(self.venv / "bin" / "python"), *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=_clean_env(),
+        )
 
     def rooted(self, path: str) -> Path:
         return self.root / path.lstrip("/")
@@ -267,7 +323,9 @@ class Image:
     def command(self) -> list[str]:
         entrypoint, *rest = self.final.exec_form("ENTRYPOINT") + self.final.exec_form("CMD")
         found = shutil.which(entrypoint, path=self.env()["PATH"])
-        assert found and Path(found).parent == self.venv / "bin", f"{entrypoint} resolves to {found}, not the image's venv"
+        assert found and Path(found).parent == self.venv / "bin", (
+            f"{entrypoint} resolves to {found}, not the image's venv"
+        )
         return [found, *rest]
 
 
@@ -292,8 +350,14 @@ def _replay_builder(builder: Stage, root: Path, python: Path) -> None:
             target = root / dest.lstrip("/") if dest.startswith("/") else workdir / dest
             for source in sources:
                 if (REPO / source).is_dir():
-                    shutil.copytree(REPO / source, target, dirs_exist_ok=True, ignore=lambda d, names: [
-                        n for n in names if dockerignored(str((Path(d) / n).relative_to(REPO)))])
+                    shutil.copytree(
+                        REPO / source,
+                        target,
+                        dirs_exist_ok=True,
+                        ignore=lambda d, names: [
+                            n for n in names if dockerignored(str((Path(d) / n).relative_to(REPO)))
+                        ],
+                    )
                 else:
                     if dest.endswith("/"):
                         target.mkdir(parents=True, exist_ok=True)
@@ -302,12 +366,19 @@ def _replay_builder(builder: Stage, root: Path, python: Path) -> None:
             for part in rest.split("&&"):
                 words = shlex.split(part)
                 pruned = words[:2] == ["rm", "-rf"] and all(w.startswith(venv + "/") for w in words[2:])
-                assert pruned or words[0] in ("python", "python3") and words[1:2] == ["-m"] and words[2] in (
-                    "venv", "pip"), (f"RUN {rest}: this test replays only `python -m venv`, `python -m pip` and "
-                                     f"`rm -rf` inside the venv; teach it this one")
+                assert (
+                    pruned
+                    or words[0] in ("python", "python3")
+                    and words[1:2] == ["-m"]
+                    and words[2] in ("venv", "pip")
+                ), (
+                    f"RUN {rest}: this test replays only `python -m venv`, `python -m pip` and "
+                    f"`rm -rf` inside the venv; teach it this one"
+                )
             command = re.sub(rf"(?<![\w/.]){re.escape(venv)}(?=/|\s|$)", str(root / venv.lstrip("/")), rest)
-            result = subprocess.run(["sh", "-c", command], cwd=workdir, env=env, capture_output=True, text=True,
-                                    timeout=480)
+            result = subprocess.run(
+                ["sh", "-c", command], cwd=workdir, env=env, capture_output=True, text=True, timeout=480
+            )
             assert result.returncode == 0, f"RUN {rest}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
         elif name not in ("ENV", "ARG", "LABEL"):
             pytest.fail(f"builder step {name} {rest}: not replayed by this test; teach it")
@@ -338,20 +409,37 @@ def served(image: Image, tmp_path_factory):
     cert_dir = Path(env["GATE_ADMISSION_CERT_DIR"])
     env["TMPDIR"] = str(image.rooted("/tmp"))  # the writable /tmp the Dockerfile asks for (an emptyDir)
     Path(env["TMPDIR"]).mkdir()
-    made = subprocess.run([image.command()[0], "certs"], env={**_clean_env(), **env}, cwd=image.root,
-                          capture_output=True, text=True, timeout=60)
+    made = subprocess.run(
+        [image.command()[0], "certs"],
+        env={**_clean_env(), **env},
+        cwd=image.root,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert made.returncode == 0 and (cert_dir / "tls.crt").exists(), made.stdout + made.stderr
 
     class ImageServer(GateServer):  # GateServer's TLS client and readiness, around our command
         def __init__(self):
             self.port, self.cert_dir = free_port(), cert_dir
             self.url = f"https://127.0.0.1:{self.port}"
-            args = image.command() + ["--address", "127.0.0.1", "--port", str(self.port),
-                                      "--gates-dir", str(REPO / "examples" / "gates")]
+            args = image.command() + [
+                "--address",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--gates-dir",
+                str(REPO / "examples" / "gates"),
+            ]
             # Process adds os.environ: empty PYTHONPATH/PYTHONHOME count as unset, so this tree's
             # sources cannot shadow the installed wheel.
-            Process.__init__(self, args, tmp_path_factory.mktemp("image-serve") / "serve.log",
-                             env={**_clean_env(), "PYTHONPATH": "", "PYTHONHOME": "", **env}, cwd=image.root)
+            Process.__init__(
+                self,
+                args,
+                tmp_path_factory.mktemp("image-serve") / "serve.log",
+                env={**_clean_env(), "PYTHONPATH": "", "PYTHONHOME": "", **env},
+                cwd=image.root,
+            )
 
     server = ImageServer()
     try:
@@ -364,16 +452,26 @@ def served(image: Image, tmp_path_factory):
 @pytest.mark.timeout(900)  # the first test pays for the pip install (a minute or two)
 def test_image_venv_holds_exactly_the_lock_plus_the_project_wheel(image: Image):
     check = image.pip("check")
-    assert check.returncode == 0, f"the lock is not a complete closure (installed with --no-deps):\n{check.stdout}"
+    assert check.returncode == 0, (
+        f"the lock is not a complete closure (installed with --no-deps):\n{check.stdout}"
+    )
     installed = image.pip("list", "--format=json")
     assert installed.returncode == 0, installed.stderr
     names = {canonicalize_name(p["name"]): p["version"] for p in json.loads(installed.stdout)}
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     wanted = {name: version for name, (version, _) in _lock().items()}
     assert names == {**wanted, canonicalize_name(project["name"]): project["version"]}
-    where = subprocess.run([str(image.venv / "bin" / "python"), "-c", "import admission; print(admission.__file__)"],
-                           cwd=image.root, capture_output=True, text=True, timeout=60, env=_clean_env())
-    assert Path(where.stdout.strip()).is_relative_to(image.venv / "lib"), f"not installed from a wheel: {where}"
+    where = subprocess.run(
+        [str(image.venv / "bin" / "python"), "-c", "import admission; print(admission.__file__)"],
+        cwd=image.root,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=_clean_env(),
+    )
+    assert Path(where.stdout.strip()).is_relative_to(image.venv / "lib"), (
+        f"not installed from a wheel: {where}"
+    )
 
 
 @pytest.mark.timeout(900)

@@ -20,8 +20,11 @@ from tests.doubles.apiserver import ApiServerDouble
 from tests.fluxcli import require_flux
 from tests.processes import BIN
 
-GATES = [gate("bypass-signoff", default="closed"), gate("change-freeze", default="opened"),
-         gate("nightly", "team-a", default="opened")]
+GATES = [
+    gate("bypass-signoff", default="closed"),
+    gate("change-freeze", default="opened"),
+    gate("nightly", "team-a", default="opened"),
+]
 RFC_MESSAGE = "Patching a CVE: Signed off by Bob the builder"  # the gating RFC's `flux gate open` example
 SUBCOMMANDS = ["list", "get", "open", "close", "check", "approve", "pending", "calendar"]
 
@@ -42,11 +45,21 @@ def api(tmp_path_factory):
 def env(flux, api, tmp_path_factory) -> dict:
     """flux's environment: the plugin registered the documented way, in a directory of its own."""
     plugins = tmp_path_factory.mktemp("plugins")
-    env = {key: value for key, value in os.environ.items()
-           if key not in ("FLUX_SYSTEM_NAMESPACE", "FLUX_NS_FOLLOWS_KUBE_CONTEXT")}
-    env.update(FLUXCD_PLUGINS=str(plugins), KUBECONFIG=str(api.config), HOME=str(tmp_path_factory.mktemp("home")))
-    installed = subprocess.run([str(BIN / "gate-admission"), "install-flux-plugin"], capture_output=True, text=True,
-                               timeout=60, env=env)
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("FLUX_SYSTEM_NAMESPACE", "FLUX_NS_FOLLOWS_KUBE_CONTEXT")
+    }
+    env.update(
+        FLUXCD_PLUGINS=str(plugins), KUBECONFIG=str(api.config), HOME=str(tmp_path_factory.mktemp("home"))
+    )
+    installed = subprocess.run(
+        [str(BIN / "gate-admission"), "install-flux-plugin"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     assert installed.returncode == 0, installed.stderr
     return env
 
@@ -59,7 +72,9 @@ def gates(tmp_path_factory) -> str:
 
 
 def run(flux: Path, env: dict, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([str(flux), *args], capture_output=True, text=True, timeout=60, env=env, input=stdin)
+    return subprocess.run(
+        [str(flux), *args], capture_output=True, text=True, timeout=60, env=env, input=stdin
+    )
 
 
 def completion(flux: Path, env: dict, *words: str) -> tuple[list[str], str]:
@@ -83,7 +98,9 @@ def test_flux_gate_lists_and_gets_in_fluxs_namespace(flux, env, gates):
     listed = run(flux, env, "gate", "list", "--gates-dir", gates)
     assert listed.returncode == 0, listed.stderr
     assert [line.split()[:2] for line in listed.stdout.splitlines()[1:]] == [
-        ["bypass-signoff", "Closed"], ["change-freeze", "Opened"]]  # flux-system: flux's default
+        ["bypass-signoff", "Closed"],
+        ["change-freeze", "Opened"],
+    ]  # flux-system: flux's default
     # flux's own global flags before `gate` reach the plugin too, verbatim.
     other = run(flux, env, "-n", "team-a", "gate", "list", "--gates-dir", gates, "-o", "yaml")
     assert other.returncode == 0, other.stderr
@@ -98,7 +115,9 @@ def test_flux_gate_check_exits_1_when_an_apply_would_be_denied(flux, env, gates)
     held = yaml.safe_dump(flux_object(name="apps", namespace="flux-system", gates="bypass-signoff"))
     denied = run(flux, env, "gate", "check", "-f", "-", "--gates-dir", gates, stdin=held)
     assert denied.returncode == 1, denied.stderr
-    assert "would be denied" in denied.stdout and "gate 'flux-system/bypass-signoff' is closed" in denied.stdout
+    assert (
+        "would be denied" in denied.stdout and "gate 'flux-system/bypass-signoff' is closed" in denied.stdout
+    )
     free = yaml.safe_dump(flux_object(name="apps", namespace="flux-system", gates="change-freeze"))
     assert run(flux, env, "gate", "check", "-f", "-", "--gates-dir", gates, stdin=free).returncode == 0
 
@@ -129,11 +148,25 @@ def test_flux_completes_the_command_then_asks_the_plugin(flux, env, gates):
     lines, directive = completion(flux, env, "gate", "")
     assert [line.split("\t")[0] for line in lines] == SUBCOMMANDS and directive == ":4"
     assert "calendar\topen and closed intervals of each gate over the coming days" in lines
-    assert completion(flux, env, "gate", "get", "--gates-dir", gates, "") == (["bypass-signoff", "change-freeze"], ":4")
-    assert completion(flux, env, "gate", "get", "--gates-dir", gates, "-n", "team-a", "n") == (["nightly"], ":4")
-    assert completion(flux, env, "-n", "team-a", "gate", "get", "--gates-dir", gates, "") == (["nightly"], ":4")
+    assert completion(flux, env, "gate", "get", "--gates-dir", gates, "") == (
+        ["bypass-signoff", "change-freeze"],
+        ":4",
+    )
+    assert completion(flux, env, "gate", "get", "--gates-dir", gates, "-n", "team-a", "n") == (
+        ["nightly"],
+        ":4",
+    )
+    assert completion(flux, env, "-n", "team-a", "gate", "get", "--gates-dir", gates, "") == (
+        ["nightly"],
+        ":4",
+    )
     assert completion(flux, env, "gate", "check", "-f", "") == ([], ":0")  # the shell completes file names
-    assert run(flux, env, "__completeNoDesc", "gate", "c").stdout.splitlines() == ["close", "check", "calendar", ":4"]
+    assert run(flux, env, "__completeNoDesc", "gate", "c").stdout.splitlines() == [
+        "close",
+        "check",
+        "calendar",
+        ":4",
+    ]
 
 
 def test_flux_completes_gate_names_and_namespaces_from_the_cluster(flux, env):
@@ -155,7 +188,10 @@ def test_flag_names_come_from_the_plugin_and_from_flux_once_each(flux, env):
 def test_flux_plugin_uninstall_removes_the_link_only(flux, env, tmp_path):
     plugins = tmp_path / "plugins"
     own = {**env, "FLUXCD_PLUGINS": str(plugins)}
-    assert subprocess.run([str(BIN / "gate-admission"), "install-flux-plugin"], env=own, timeout=60).returncode == 0
+    assert (
+        subprocess.run([str(BIN / "gate-admission"), "install-flux-plugin"], env=own, timeout=60).returncode
+        == 0
+    )
     removed = run(flux, own, "plugin", "uninstall", "gate")
     assert removed.returncode == 0, removed.stderr
     assert not (plugins / "flux-gate").exists() and (BIN / "flux-gate").exists()

@@ -28,11 +28,15 @@ SOCKET_CALLS = {"accept"}
 def test_the_installed_gunicorn_is_one_the_seam_was_verified_with():
     from gunicorn import __version__
 
-    wanted = [Requirement(spec) for spec in tomllib.loads(PYPROJECT.read_text())["project"]["dependencies"]
-              if Requirement(spec).name == "gunicorn"]
+    wanted = [
+        Requirement(spec)
+        for spec in tomllib.loads(PYPROJECT.read_text())["project"]["dependencies"]
+        if Requirement(spec).name == "gunicorn"
+    ]
     assert len(wanted) == 1 and wanted[0].specifier.contains(__version__), (
         f"gunicorn {__version__} is installed, pyproject.toml wants {wanted}: "
-        "verify it (this file, then tests/server) before changing the range")
+        "verify it (this file, then tests/server) before changing the range"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +49,11 @@ def live():
     cfg = Config()
     worker = ThreadWorker(age=0, ppid=os.getpid(), sockets=[], app=None, timeout=30, cfg=cfg, log=None)
     ours, theirs = socket.socketpair()
-    objects = {"worker": worker, "conn": TConn(cfg, ours, ADDRESS, ADDRESS),
-               "parser": http.get_parser(cfg, ours, ADDRESS)}
+    objects = {
+        "worker": worker,
+        "conn": TConn(cfg, ours, ADDRESS, ADDRESS),
+        "parser": http.get_parser(cfg, ours, ADDRESS),
+    }
     objects["unreader"] = objects["parser"].unreader
     objects["method_queue"] = worker.method_queue
     try:
@@ -59,20 +66,32 @@ def live():
 
 def owners(live) -> dict:
     """The classes RELIES_ON names, found from the objects the seam actually gets."""
+
     def named(obj, name):
         found = [cls for cls in type(obj).__mro__ if cls.__name__ == name]
         assert found, f"gunicorn: {type(obj).__name__} no longer derives from a class named {name}"
         return found[0]
 
-    return {"ThreadWorker": type(live["worker"]), "Worker": named(live["worker"], "Worker"),
-            "TConn": type(live["conn"]), "Parser": named(live["parser"], "Parser"),
-            "Unreader": named(live["unreader"], "Unreader"), "PollableMethodQueue": type(live["method_queue"]),
-            "Config": type(live["worker"].cfg)}
+    return {
+        "ThreadWorker": type(live["worker"]),
+        "Worker": named(live["worker"], "Worker"),
+        "TConn": type(live["conn"]),
+        "Parser": named(live["parser"], "Parser"),
+        "Unreader": named(live["unreader"], "Unreader"),
+        "PollableMethodQueue": type(live["method_queue"]),
+        "Config": type(live["worker"].cfg),
+    }
 
 
 def instance_of(live, owner: str):
-    return {"ThreadWorker": live["worker"], "Worker": live["worker"], "TConn": live["conn"],
-            "Parser": live["parser"], "Unreader": live["unreader"], "PollableMethodQueue": live["method_queue"]}[owner]
+    return {
+        "ThreadWorker": live["worker"],
+        "Worker": live["worker"],
+        "TConn": live["conn"],
+        "Parser": live["parser"],
+        "Unreader": live["unreader"],
+        "PollableMethodQueue": live["method_queue"],
+    }[owner]
 
 
 def function_tree(classes: dict, where: str) -> ast.AST:
@@ -85,11 +104,20 @@ def function_tree(classes: dict, where: str) -> ast.AST:
 def assigns(tree: ast.AST, name: str) -> bool:
     """Whether ``tree`` assigns ``self.<name>`` (alone or in a tuple)."""
     for node in ast.walk(tree):
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
-            node, (ast.AnnAssign, ast.AugAssign)) else []
+        targets = (
+            node.targets
+            if isinstance(node, ast.Assign)
+            else [node.target]
+            if isinstance(node, (ast.AnnAssign, ast.AugAssign))
+            else []
+        )
         for target in targets:
             for part in ast.walk(target):
-                if isinstance(part, ast.Attribute) and part.attr == name and getattr(part.value, "id", None) == "self":
+                if (
+                    isinstance(part, ast.Attribute)
+                    and part.attr == name
+                    and getattr(part.value, "id", None) == "self"
+                ):
                     return True
     return False
 
@@ -114,7 +142,9 @@ def test_gunicorn_has_what_the_seam_relies_on(live, owner, name, kind, detail):
             assert inspect.isclass(found), f"{part} is no longer a class"
         else:
             assert kind == "function" and callable(found), f"{part} is no longer callable"
-            assert parameters(found)[:len(detail)] == detail, f"{part} takes {parameters(found)}, not {detail}"
+            assert parameters(found)[: len(detail)] == detail, (
+                f"{part} takes {parameters(found)}, not {detail}"
+            )
         return
     classes = owners(live)
     if kind == "setting":
@@ -125,12 +155,15 @@ def test_gunicorn_has_what_the_seam_relies_on(live, owner, name, kind, detail):
         assert callable(function), f"{part} is gone"
         found = parameters(function)
         if kind == "method":  # called by the seam: more parameters are fine if they have defaults
-            extra = list(inspect.signature(function).parameters.values())[len(params) + 1:]
-            assert found[:len(params)] == params and all(p.default is not p.empty or p.kind in (p.VAR_POSITIONAL,
-                       p.VAR_KEYWORD) for p in extra), f"{part} takes {found}, not {params}"
+            extra = list(inspect.signature(function).parameters.values())[len(params) + 1 :]
+            assert found[: len(params)] == params and all(
+                p.default is not p.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in extra
+            ), f"{part} takes {found}, not {params}"
         else:  # overridden by the seam: gunicorn calls it with exactly these
             assert found == params, f"{part} takes {found}, not {params}"
-            assert mentions(function_tree(classes, detail[1]), name), f"{part}: {detail[1]} no longer calls it"
+            assert mentions(function_tree(classes, detail[1]), name), (
+                f"{part}: {detail[1]} no longer calls it"
+            )
     else:
         assert kind == "attribute", f"unknown kind {kind!r} in RELIES_ON"
         set_in, read_in = detail
@@ -147,7 +180,9 @@ def test_the_seams_overrides_have_gunicorns_signatures():
         if kind == "hook" and owner in seam:
             ours = getattr(seam[owner], name)
             assert parameters(ours) == detail[0], f"gthread_seam: {owner}.{name} takes {parameters(ours)}"
-            assert name in vars(seam[owner]), f"gthread_seam does not override {owner}.{name}, yet lists it as a hook"
+            assert name in vars(seam[owner]), (
+                f"gthread_seam does not override {owner}.{name}, yet lists it as a hook"
+            )
 
 
 def gunicorn_names(*objects) -> set:
@@ -188,18 +223,27 @@ def test_the_seam_uses_nothing_of_gunicorns_it_does_not_list(live):
     relied = {name for _, name, _, _ in RELIES_ON}
     theirs = gunicorn_names(*live.values()) | set(live["worker"].cfg.settings)
     unlisted = (names_used(WEBHOOK / "gthread_seam.py") & theirs) - relied
-    assert not unlisted, f"gthread_seam uses (or shadows) gunicorn's {sorted(unlisted)}: add them to RELIES_ON"
+    assert not unlisted, (
+        f"gthread_seam uses (or shadows) gunicorn's {sorted(unlisted)}: add them to RELIES_ON"
+    )
     imported = gunicorn_imports(WEBHOOK / "gthread_seam.py")
     listed = {(owner, name) for owner, name, kind, _ in RELIES_ON if kind in ("module", "class")}
-    assert imported <= listed, f"gthread_seam imports {sorted(imported - listed)} from gunicorn, not in RELIES_ON"
+    assert imported <= listed, (
+        f"gthread_seam imports {sorted(imported - listed)} from gunicorn, not in RELIES_ON"
+    )
 
 
 def test_the_seam_lists_only_what_it_uses():
     # A stale entry would fail an upgrade for a part nothing relies on any more.
     relied = {name for _, name, _, _ in RELIES_ON}
     assert set(PASSED_THROUGH) <= relied
-    stale = relied - names_used(WEBHOOK / "gthread_seam.py") - set(PASSED_THROUGH) - {"__init__"} - {
-        name for _, name in gunicorn_imports(WEBHOOK / "gthread_seam.py")}
+    stale = (
+        relied
+        - names_used(WEBHOOK / "gthread_seam.py")
+        - set(PASSED_THROUGH)
+        - {"__init__"}
+        - {name for _, name in gunicorn_imports(WEBHOOK / "gthread_seam.py")}
+    )
     assert not stale, f"RELIES_ON lists {sorted(stale)}, which gthread_seam does not use"
 
 
@@ -209,17 +253,23 @@ def test_the_worker_reaches_gunicorn_only_through_the_seam(live):
         path = WEBHOOK / module
         assert not gunicorn_imports(path), f"{module} imports gunicorn: only gthread_seam may"
         reached = (names_used(path) & theirs) - set(PASSED_THROUGH) - SOCKET_CALLS
-        assert not reached, f"{module} uses (or shadows) gunicorn's {sorted(reached)}: go through gthread_seam"
+        assert not reached, (
+            f"{module} uses (or shadows) gunicorn's {sorted(reached)}: go through gthread_seam"
+        )
 
 
 def test_only_the_seam_imports_gunicorns_worker_and_parser_modules():
     for path in sorted((WEBHOOK.parent).rglob("*.py")):
         if path.name == "gthread_seam.py":
             continue
-        imported = {module if name is None or module != "gunicorn" else f"gunicorn.{name}"
-                    for module, name in gunicorn_imports(path)}
+        imported = {
+            module if name is None or module != "gunicorn" else f"gunicorn.{name}"
+            for module, name in gunicorn_imports(path)
+        }
         inner = {module for module in imported if module.startswith(("gunicorn.workers", "gunicorn.http"))}
-        assert not inner, f"{path.relative_to(WEBHOOK.parent.parent)} imports {sorted(inner)}: only gthread_seam may"
+        assert not inner, (
+            f"{path.relative_to(WEBHOOK.parent.parent)} imports {sorted(inner)}: only gthread_seam may"
+        )
 
 
 def test_the_logger_hook_the_server_overrides_is_still_called():
@@ -231,10 +281,13 @@ def test_the_logger_hook_the_server_overrides_is_still_called():
 
     from admission.webhook.server import GunicornLogger
 
-    assert callable(getattr(glogging.Logger, "_compute_access_log_enabled", None)), \
+    assert callable(getattr(glogging.Logger, "_compute_access_log_enabled", None)), (
         "gunicorn: glogging.Logger._compute_access_log_enabled is gone"
-    assert "self._compute_access_log_enabled()" in inspect.getsource(glogging.Logger.setup), \
+    )
+    assert "self._compute_access_log_enabled()" in inspect.getsource(glogging.Logger.setup), (
         "gunicorn: glogging.Logger.setup no longer calls _compute_access_log_enabled"
+    )
     assert GunicornLogger._compute_access_log_enabled is not glogging.Logger._compute_access_log_enabled
-    assert {"error_log", "access_log"} <= set(vars(glogging.Logger(Config()))), \
+    assert {"error_log", "access_log"} <= set(vars(glogging.Logger(Config()))), (
         "gunicorn: glogging.Logger no longer has error_log and access_log"
+    )

@@ -66,22 +66,31 @@ def test_opening_the_gate_as_the_readme_says_allows_the_same_review(server):
     sre = next(d for d in documents if d and d["metadata"]["name"] == "sre-approval")
     sre["metadata"].setdefault("annotations", {})[OPEN_ANNOTATION] = format_time(datetime.now(timezone.utc))
     approvals.write_text(yaml.safe_dump_all(documents))
-    answer = until(lambda: run(command, srv), lambda out: out["response"]["allowed"], timeout=10, interval=0.2)
+    answer = until(
+        lambda: run(command, srv), lambda out: out["response"]["allowed"], timeout=10, interval=0.2
+    )
     assert answer["response"]["allowed"] is True, answer
 
 
 def kubectl_gate(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / "kubectl-gate"), *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [str(BIN / "kubectl-gate"), *args], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
 
 
 def test_kubectl_gate_check_prints_what_the_readme_shows():
     text = EXAMPLE.read_text()
-    shown = re.search(r"\$ kubectl gate check (-f examples/podinfo.yaml --gates-dir examples/gates)\n(.*?)\n\s*```",
-                      text, flags=re.S)
+    shown = re.search(
+        r"\$ kubectl gate check (-f examples/podinfo.yaml --gates-dir examples/gates)\n(.*?)\n\s*```",
+        text,
+        flags=re.S,
+    )
     assert shown, "README.md lost its `kubectl gate check` example"
     done = kubectl_gate("check", *shown.group(1).split())
     assert done.returncode == 1  # held: "exit 1 when held", as the README says
-    assert [line.strip() for line in done.stdout.splitlines()] == [line.strip() for line in shown.group(2).splitlines()]
+    assert [line.strip() for line in done.stdout.splitlines()] == [
+        line.strip() for line in shown.group(2).splitlines()
+    ]
     as_json = re.search(r"`verdictText`.*?```json\n(.*?)```", text, flags=re.S)
     assert as_json, "README.md lost its `kubectl gate check -o json` example"
     done = kubectl_gate("check", *shown.group(1).split(), "-o", "json")

@@ -20,8 +20,14 @@ STATUS_REVIEW = kustomization_status_review()  # 132 KB: a thread judges it
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    with serving_gates_dir(tmp_path_factory.mktemp("framing"), [gate("sre-approval", default="closed")],
-                           "--workers", "2", "--threads", "4") as srv:
+    with serving_gates_dir(
+        tmp_path_factory.mktemp("framing"),
+        [gate("sre-approval", default="closed")],
+        "--workers",
+        "2",
+        "--threads",
+        "4",
+    ) as srv:
         yield srv
 
 
@@ -29,29 +35,47 @@ def held(answer: bytes) -> bool:
     return orjson.loads(answer)["response"]["allowed"] is False
 
 
-@pytest.mark.parametrize("lengths", [
-    [b"0000000000000000100"],  # padded: 100 to gunicorn, nothing the loop would read
-    [b"00000000100"],
-    [b"+100"], [b"1e2"], [b"0x64"], [b"100 100"], [b"-1"], [b""], [b"\xd9\xa1\xd9\xa0\xd9\xa0"],
-    [b"100", b"100"],  # repeated, even with one value
-    [b"100", b"99"],
-], ids=lambda lengths: b"|".join(lengths).decode("latin-1"))
+@pytest.mark.parametrize(
+    "lengths",
+    [
+        [b"0000000000000000100"],  # padded: 100 to gunicorn, nothing the loop would read
+        [b"00000000100"],
+        [b"+100"],
+        [b"1e2"],
+        [b"0x64"],
+        [b"100 100"],
+        [b"-1"],
+        [b""],
+        [b"\xd9\xa1\xd9\xa0\xd9\xa0"],
+        [b"100", b"100"],  # repeated, even with one value
+        [b"100", b"99"],
+    ],
+    ids=lambda lengths: b"|".join(lengths).decode("latin-1"),
+)
 def test_a_content_length_that_is_not_plain_digits_once_is_refused_at_once(server, lengths):
     sock = tls_connect(server)
-    sock.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\n" + b"".join(b"Content-Length: %s\r\n" % v for v in lengths)
-                 + b"Content-Type: application/json\r\n\r\n{")
+    sock.sendall(
+        b"POST /validate HTTP/1.1\r\nHost: x\r\n"
+        + b"".join(b"Content-Length: %s\r\n" % v for v in lengths)
+        + b"Content-Type: application/json\r\n\r\n{"
+    )
     head, body = read_answer(sock)
     assert head.startswith(b"HTTP/1.1 400 ") and b"Connection: close" in head, head
     assert "Content-Length" in orjson.loads(body)["error"]
-    assert until(lambda: still_waiting(sock), lambda waiting: not waiting) is False  # and the connection closes
+    assert (
+        until(lambda: still_waiting(sock), lambda waiting: not waiting) is False
+    )  # and the connection closes
     sock.close()
 
 
-@pytest.mark.parametrize("head", [
-    b"Content-Length : 100\r\n",  # gunicorn refuses a name with a space; the loop must not read a body for it
-    b"Transfer-Encoding : chunked\r\n",
-    b" Content-Length: 100\r\n",  # a folded line
-])
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"Content-Length : 100\r\n",  # gunicorn refuses a name with a space; the loop must not read a body for it
+        b"Transfer-Encoding : chunked\r\n",
+        b" Content-Length: 100\r\n",  # a folded line
+    ],
+)
 def test_header_names_read_differently_by_the_loop_and_gunicorn_are_refused(server, head):
     sock = tls_connect(server)
     sock.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\n" + head + b"\r\n{")
@@ -68,7 +92,9 @@ def test_padded_lengths_trickling_a_body_do_not_hold_the_threads(server):
     try:
         for _ in range(24):  # 3x the pod's 8 threads: however the kernel spreads them over the workers
             sock = tls_connect(server)
-            sock.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: 0000000000000000100\r\n\r\n{")
+            sock.sendall(
+                b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: 0000000000000000100\r\n\r\n{"
+            )
             trickling.append(sock)
         for _ in range(3):
             for sock in trickling:  # one more byte each, before every round of probes
@@ -87,8 +113,10 @@ def test_padded_lengths_trickling_a_body_do_not_hold_the_threads(server):
 @pytest.mark.parametrize("body", [BODY, STATUS_REVIEW], ids=["small review", "132 KB review"])
 def test_expect_100_continue_is_answered_before_the_body_is_sent(server, body):
     sock = tls_connect(server)
-    sock.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nExpect: 100-continue\r\n"
-                 b"Content-Length: %d\r\n\r\n" % len(body))
+    sock.sendall(
+        b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nExpect: 100-continue\r\n"
+        b"Content-Length: %d\r\n\r\n" % len(body)
+    )
     assert read_head(sock) == b"HTTP/1.1 100 Continue\r\n\r\n"  # before any byte of the body
     sock.sendall(body)
     head, answer = read_answer(sock)  # the final answer, and only one 100 before it
@@ -102,7 +130,9 @@ def test_expect_100_continue_is_answered_before_the_body_is_sent(server, body):
 
 def test_a_request_too_large_is_refused_instead_of_continued(server):
     sock = tls_connect(server)
-    sock.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 99999999\r\n\r\n")
+    sock.sendall(
+        b"POST /validate HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 99999999\r\n\r\n"
+    )
     assert read_head(sock).startswith(b"HTTP/1.1 413 ")
     sock.close()
 
@@ -113,10 +143,27 @@ def test_curl_posts_a_large_review_without_waiting_for_100_continue(server, tmp_
     path = tmp_path / "review.json"
     path.write_bytes(STATUS_REVIEW)
     result = subprocess.run(
-        ["curl", "--silent", "--show-error", "--cacert", str(server.cert_dir / "ca.crt"), "--expect100-timeout", "60",
-         "-H", "Content-Type: application/json", "-H", "Expect: 100-continue", "--data-binary", f"@{path}",
-         "-w", "\n%{http_code}", f"https://127.0.0.1:{server.port}/validate"],
-        capture_output=True, timeout=20 + ANSWER_WITHIN)
+        [
+            "curl",
+            "--silent",
+            "--show-error",
+            "--cacert",
+            str(server.cert_dir / "ca.crt"),
+            "--expect100-timeout",
+            "60",
+            "-H",
+            "Content-Type: application/json",
+            "-H",
+            "Expect: 100-continue",
+            "--data-binary",
+            f"@{path}",
+            "-w",
+            "\n%{http_code}",
+            f"https://127.0.0.1:{server.port}/validate",
+        ],
+        capture_output=True,
+        timeout=20 + ANSWER_WITHIN,
+    )
     answer, _, code = result.stdout.rpartition(b"\n")
     assert result.returncode == 0 and code == b"200", result.stderr
     assert held(answer)

@@ -20,8 +20,14 @@ from tests.procfs import listening_ports
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    with serving_gates_dir(tmp_path_factory.mktemp("serve"), [gate("sre-approval", default="closed"),
-                                                               gate("qa-approval")], "--workers", "2", "--threads", "4") as srv:
+    with serving_gates_dir(
+        tmp_path_factory.mktemp("serve"),
+        [gate("sre-approval", default="closed"), gate("qa-approval")],
+        "--workers",
+        "2",
+        "--threads",
+        "4",
+    ) as srv:
         yield srv
 
 
@@ -29,7 +35,9 @@ KS = flux(gates="flux-system/sre-approval")
 
 
 def test_reviews_over_https_verified_against_the_generated_ca(server):
-    status, out = server.request("POST", "/validate", orjson.dumps(review(request("UPDATE", changed(KS, path="./b"), KS))))
+    status, out = server.request(
+        "POST", "/validate", orjson.dumps(review(request("UPDATE", changed(KS, path="./b"), KS)))
+    )
     assert status == 200
     assert out["response"]["allowed"] is False
     assert "gate 'flux-system/sre-approval' is closed" in out["response"]["status"]["message"]
@@ -50,7 +58,9 @@ def test_keep_alive_serves_many_reviews_on_one_connection(server):
     try:
         for path in sorted(FIXTURES.glob("*-validate-*.json"))[:20] if FIXTURES.is_dir() else []:
             status, out = server.request("POST", "/validate", path.read_bytes(), conn=conn)
-            assert status == 200 and out["response"]["uid"] == orjson.loads(path.read_bytes())["request"]["uid"]
+            assert (
+                status == 200 and out["response"]["uid"] == orjson.loads(path.read_bytes())["request"]["uid"]
+            )
         status, _ = server.request("GET", "/healthz", conn=conn)
         assert status == 200
     finally:
@@ -62,8 +72,10 @@ def test_malformed_and_oversized_bodies_over_the_wire(server):
     # The limit is checked on Content-Length, before the body is read.
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
         with server.tls().wrap_socket(raw, server_hostname="localhost") as tls:
-            tls.sendall(b"POST /validate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
-                        b"Content-Length: %d\r\n\r\n" % (MAX_BODY + 1) + b"x" * 1024)
+            tls.sendall(
+                b"POST /validate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n" % (MAX_BODY + 1) + b"x" * 1024
+            )
             head = b""
             while b'"}' not in head:
                 chunk = tls.recv(4096)
@@ -71,8 +83,14 @@ def test_malformed_and_oversized_bodies_over_the_wire(server):
                 head += chunk
     assert head.startswith(b"HTTP/1.1 413") and b'{"error":' in head
     # The server is still answering after both.
-    assert server.request("POST", "/mutate", orjson.dumps(review(request("UPDATE", KS, KS, sub_resource="status",
-                                                                          user=FLUX_USER))))[0] == 200
+    assert (
+        server.request(
+            "POST",
+            "/mutate",
+            orjson.dumps(review(request("UPDATE", KS, KS, sub_resource="status", user=FLUX_USER))),
+        )[0]
+        == 200
+    )
 
 
 def test_plain_http_is_not_served(server):
@@ -100,8 +118,19 @@ def test_tls_older_than_1_2_is_refused(server):
 
 
 def test_serve_refuses_to_start_without_certificates(tmp_path):
-    result = subprocess.run([str(BIN / "gate-admission"), "serve", "--cert-dir", str(tmp_path / "none"),
-                             "--gates-dir", str(tmp_path)], capture_output=True, text=True, timeout=30)
+    result = subprocess.run(
+        [
+            str(BIN / "gate-admission"),
+            "serve",
+            "--cert-dir",
+            str(tmp_path / "none"),
+            "--gates-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert result.returncode == 2 and "TLS is required" in result.stderr
     assert [orjson.loads(line)["level"] for line in result.stderr.splitlines()] == ["error"]
 
@@ -111,11 +140,17 @@ def test_a_service_link_in_the_port_variable_is_a_usage_error_not_a_crash(tmp_pa
     named gate-admission (unless enableServiceLinks is false): the certificate Job and the
     controller must still start, and `serve` must say what is wrong."""
     env = {"PATH": str(BIN), "GATE_ADMISSION_PORT": "tcp://10.96.90.173:443"}
-    other = subprocess.run([str(BIN / "gate-admission"), "certs", "--help"], capture_output=True, text=True,
-                           timeout=30, env=env)
+    other = subprocess.run(
+        [str(BIN / "gate-admission"), "certs", "--help"], capture_output=True, text=True, timeout=30, env=env
+    )
     assert other.returncode == 0, other.stderr
-    served = subprocess.run([str(BIN / "gate-admission"), "serve", "--gates-dir", str(tmp_path)],
-                            capture_output=True, text=True, timeout=30, env=env)
+    served = subprocess.run(
+        [str(BIN / "gate-admission"), "serve", "--gates-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=env,
+    )
     assert served.returncode == 2 and "Traceback" not in served.stderr
     assert "'tcp://10.96.90.173:443' is not a port number" in served.stderr
     assert "enableServiceLinks: false" in served.stderr
@@ -134,8 +169,20 @@ clusters: [{{name: c, cluster: {{server: "https://127.0.0.1:{free_port()}", inse
 users: [{{name: u, user: {{token: t}}}}]
 contexts: [{{name: c, context: {{cluster: c, user: u}}}}]
 """)
-    result = subprocess.run([str(BIN / "gate-admission"), "certs", "--secret", "gate-admission-tls", "--inject",
-                             "--kubeconfig", str(kubeconfig)], capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [
+            str(BIN / "gate-admission"),
+            "certs",
+            "--secret",
+            "gate-admission-tls",
+            "--inject",
+            "--kubeconfig",
+            str(kubeconfig),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
     assert "gate-admission certs: the API server call failed: " in result.stderr
     assert "Connection refused" in result.stderr or "ConnectionRefused" in result.stderr, result.stderr
@@ -158,8 +205,11 @@ def test_every_line_the_server_writes_is_json_from_the_first(tmp_path):
 
 def test_metrics_add_up_across_workers(server):
     def validated_total() -> float:
-        return sum(value for name, value in server.metrics().items()
-                   if name.startswith('gate_admission_reviews_total{endpoint="validate"'))
+        return sum(
+            value
+            for name, value in server.metrics().items()
+            if name.startswith('gate_admission_reviews_total{endpoint="validate"')
+        )
 
     before = validated_total()
     body = orjson.dumps(review(request("CREATE", KS)))
@@ -169,11 +219,27 @@ def test_metrics_add_up_across_workers(server):
     assert totals == {before + 40}, f"scrapes disagree or miss a worker: {totals}"
 
 
-@pytest.mark.parametrize("flag, accepted", [("-tls1", False), ("-tls1_1", False), ("-tls1_2", True), ("-tls1_3", True)])
+@pytest.mark.parametrize(
+    "flag, accepted", [("-tls1", False), ("-tls1_1", False), ("-tls1_2", True), ("-tls1_3", True)]
+)
 def test_openssl_s_client_sees_tls_1_2_or_newer_only(server, flag, accepted):
-    result = subprocess.run(["openssl", "s_client", "-connect", f"127.0.0.1:{server.port}", flag,
-                             "-CAfile", str(server.cert_dir / "ca.crt"), "-verify_return_error", "-brief"],
-                            input="", capture_output=True, text=True, timeout=30)
+    result = subprocess.run(
+        [
+            "openssl",
+            "s_client",
+            "-connect",
+            f"127.0.0.1:{server.port}",
+            flag,
+            "-CAfile",
+            str(server.cert_dir / "ca.crt"),
+            "-verify_return_error",
+            "-brief",
+        ],
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     if accepted:
         assert result.returncode == 0 and "Verification: OK" in result.stderr, result.stderr
     else:
@@ -199,7 +265,7 @@ def test_a_gates_file_half_written_by_a_pausing_writer_never_opens_its_gate(tmp_
     try:
         srv.wait_ready()
         with open(path, "w") as writer:  # in place: truncated, half written, then a long pause
-            writer.write(full[:full.index("default: closed")])
+            writer.write(full[: full.index("default: closed")])
             writer.flush()
             detail = until(lambda: srv.request("GET", "/readyz")[1], lambda d: "being_written" in d)
             if "being_written" not in detail:
@@ -209,14 +275,18 @@ def test_a_gates_file_half_written_by_a_pausing_writer_never_opens_its_gate(tmp_
             write_gates(gates, [gate("canary", default="closed")], "canary.yaml")
             canary = flux(gates="flux-system/canary")
             canary_body = orjson.dumps(review(request("UPDATE", changed(canary, path="./b"), canary)))
-            until(lambda: srv.request("POST", "/validate", canary_body)[1]["response"]["status"]["message"],
-                  lambda m: "NotFound" not in m and "not found" not in m)
+            until(
+                lambda: srv.request("POST", "/validate", canary_body)[1]["response"]["status"]["message"],
+                lambda m: "NotFound" not in m and "not found" not in m,
+            )
             status, out = srv.request("POST", "/validate", body)
             assert status == 200 and out["response"]["allowed"] is False, out
-            writer.write(full[full.index("default: closed"):])
+            writer.write(full[full.index("default: closed") :])
         until(lambda: srv.request("GET", "/readyz")[1], lambda d: "being_written" not in d)
         status, out = srv.request("POST", "/validate", body)
-        assert out["response"]["allowed"] is False and "bypass-signoff" in out["response"]["status"]["message"]
+        assert (
+            out["response"]["allowed"] is False and "bypass-signoff" in out["response"]["status"]["message"]
+        )
     finally:
         srv.stop()
 
@@ -244,7 +314,9 @@ def test_a_malformed_gates_file_is_a_reported_problem_not_a_worker_that_cannot_b
         srv.wait_ready()
         # And the other files are still read: closing a gate takes effect.
         write_gates(gates, [gate("sre-approval", default="closed"), gate("qa-approval", default="closed")])
-        out = until(lambda: srv.request("POST", "/validate", body)[1], lambda o: o["response"]["allowed"] is False)
+        out = until(
+            lambda: srv.request("POST", "/validate", body)[1], lambda o: o["response"]["allowed"] is False
+        )
         assert "qa-approval' is closed" in out["response"]["status"]["message"]
         assert srv.alive()
     finally:

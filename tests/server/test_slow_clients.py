@@ -14,7 +14,15 @@ import time
 import orjson
 import pytest
 
-from tests.builders import changed, flux, gate, kustomization_status_review, padded_to_the_limit, request, review
+from tests.builders import (
+    changed,
+    flux,
+    gate,
+    kustomization_status_review,
+    padded_to_the_limit,
+    request,
+    review,
+)
 from tests.polling import until
 from tests.processes import GateServer, serving_gates_dir
 from tests.server.wire import ANSWER_WITHIN, post, read_answer, still_waiting, tls_connect
@@ -26,8 +34,14 @@ STATUS_REVIEW = kustomization_status_review()  # 132 KB: 1,200 inventory entries
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    with serving_gates_dir(tmp_path_factory.mktemp("slow"), [gate("sre-approval", default="closed")],
-                           "--workers", "2", "--threads", "4") as srv:
+    with serving_gates_dir(
+        tmp_path_factory.mktemp("slow"),
+        [gate("sre-approval", default="closed")],
+        "--workers",
+        "2",
+        "--threads",
+        "4",
+    ) as srv:
         yield srv
 
 
@@ -55,8 +69,10 @@ def test_idle_and_slow_clients_do_not_hold_the_threads(server):
                 held.append(sock)
             else:
                 sock = tls_connect(server)
-                sock.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(BODY)
-                             + BODY[:100])  # body cut short
+                sock.sendall(
+                    b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(BODY)
+                    + BODY[:100]
+                )  # body cut short
                 held.append(sock)
         for _ in range(10):
             assert review_answered(server)
@@ -92,11 +108,14 @@ def test_a_client_that_never_finishes_its_request_is_closed(server):
     sock.close()
 
 
-@pytest.mark.parametrize("head, status", [
-    (b"POST /validate HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", b"411"),
-    (b"POST /validate HTTP/1.1\r\nHost: x\r\n" + b"X-Pad: " + b"a" * 70000, b"431"),
-    (b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999\r\n\r\n", b"413"),
-])
+@pytest.mark.parametrize(
+    "head, status",
+    [
+        (b"POST /validate HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", b"411"),
+        (b"POST /validate HTTP/1.1\r\nHost: x\r\n" + b"X-Pad: " + b"a" * 70000, b"431"),
+        (b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999\r\n\r\n", b"413"),
+    ],
+)
 def test_requests_a_thread_could_wait_on_are_refused_before_they_reach_one(server, head, status):
     sock = tls_connect(server)
     sock.sendall(head)
@@ -110,12 +129,14 @@ def test_requests_a_thread_could_wait_on_are_refused_before_they_reach_one(serve
 
 
 def test_sigterm_keeps_serving_for_the_shutdown_delay_then_drains(tmp_path):
-    with serving_gates_dir(tmp_path, [gate("sre-approval", default="closed")], "--workers", "1",
-                           "--shutdown-delay", "4") as srv:
+    with serving_gates_dir(
+        tmp_path, [gate("sre-approval", default="closed")], "--workers", "1", "--shutdown-delay", "4"
+    ) as srv:
         kept = srv.connection()
         kept.request("GET", "/healthz")
         kept.getresponse().read()
         os.kill(srv.pid, signal.SIGTERM)  # as the kubelet does, to the master only
+
         # While the endpoint is being removed, new connections are still served, and every
         # answer closes its connection so the client moves to another replica.
         def on_a_new_connection() -> tuple[int, str | None]:
@@ -127,7 +148,10 @@ def test_sigterm_keeps_serving_for_the_shutdown_delay_then_drains(tmp_path):
             return resp.status, resp.getheader("Connection")
 
         # The master passes SIGTERM on to its worker: until the worker has it, answers keep alive.
-        assert until(on_a_new_connection, lambda answer: answer == (200, "close"), timeout=3) == (200, "close")
+        assert until(on_a_new_connection, lambda answer: answer == (200, "close"), timeout=3) == (
+            200,
+            "close",
+        )
         kept.request("POST", "/validate", body=BODY, headers={"Content-Type": "application/json"})
         resp = kept.getresponse()
         assert resp.status == 200 and resp.getheader("Connection") == "close"
@@ -141,7 +165,9 @@ def test_a_review_larger_than_two_api_server_objects_is_refused(server):
     """The API server sends at most two 3 MiB objects and an envelope: anything larger is not
     from it, and decoding it would hold a worker (review size limits)."""
     sock = tls_connect(server)
-    sock.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (6 * 1024 * 1024 + 300 * 1024))
+    sock.sendall(
+        b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (6 * 1024 * 1024 + 300 * 1024)
+    )
     answer = sock.recv(4096)
     sock.close()
     assert answer.startswith(b"HTTP/1.1 413"), answer
@@ -164,15 +190,21 @@ def small_reviews_answered_while_stalled(server: GateServer, start: bytes) -> No
 
 
 def test_stalled_large_uploads_do_not_delay_small_reviews(server):
-    small_reviews_answered_while_stalled(server, b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
-                                         % (5 * 1024 * 1024) + b"[" * 300_000)
+    small_reviews_answered_while_stalled(
+        server,
+        b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (5 * 1024 * 1024)
+        + b"[" * 300_000,
+    )
 
 
 def test_stalled_bodies_do_not_hold_the_loop_whatever_the_header_order(server):
     """Go's net/http and Python's http.client send Content-Length before other headers; a body
     that stops short must wait in the loop however its headers are ordered (strict framing)."""
-    small_reviews_answered_while_stalled(server, b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n"
-                                         b"Content-Type: application/json\r\n\r\n" % len(BODY) + BODY[:50])
+    small_reviews_answered_while_stalled(
+        server,
+        b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n"
+        b"Content-Type: application/json\r\n\r\n" % len(BODY) + BODY[:50],
+    )
 
 
 def test_small_reviews_are_answered_while_the_largest_reviews_are_judged(server):
@@ -192,11 +224,14 @@ def test_small_reviews_are_answered_while_the_largest_reviews_are_judged(server)
                 (answered if resp.status == 200 else failures).append(resp.status)
         finally:
             conn.close()
+
     senders = [threading.Thread(target=post_large) for _ in range(8)]
     for t in senders:
         t.start()
     try:
-        until(lambda: len(answered) + len(failures), lambda n: n >= 2, timeout=60)  # both workers busy with them
+        until(
+            lambda: len(answered) + len(failures), lambda n: n >= 2, timeout=60
+        )  # both workers busy with them
         for _ in range(10):
             assert review_answered(server)
         for _ in range(3):
@@ -243,7 +278,7 @@ def exchange(sock: ssl.SSLSocket, data: bytes, count: int, timeout: float = 60.0
         readable, writable, _ = select.select([sock], [sock] if unsent else [], [], 1.0)
         if writable:
             try:
-                unsent = unsent[sock.send(unsent):]
+                unsent = unsent[sock.send(unsent) :]
             except (ssl.SSLWantWriteError, ssl.SSLWantReadError):
                 pass
         if readable or sock.pending():
@@ -259,8 +294,8 @@ def exchange(sock: ssl.SSLSocket, data: bytes, count: int, timeout: float = 60.0
             if len(received) < end + 4 + length:
                 break
             assert head.startswith("http/1.1 200"), head
-            answers.append(orjson.loads(received[end + 4:end + 4 + length]))
-            received = received[end + 4 + length:]
+            answers.append(orjson.loads(received[end + 4 : end + 4 + length]))
+            received = received[end + 4 + length :]
     return answers
 
 
@@ -273,8 +308,11 @@ def test_pipelined_reviews_are_all_answered_in_order(server):
         doc = review(request("UPDATE", changed(KS, path="./b"), KS))
         doc["request"]["uid"] = f"pipelined-{i}"
         bodies.append(orjson.dumps(doc))
-    pipelined = b"".join(b"POST /validate?timeout=5s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                         b"Content-Length: %d\r\n\r\n%s" % (len(body), body) for body in bodies)
+    pipelined = b"".join(
+        b"POST /validate?timeout=5s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        for body in bodies
+    )
     sent = sock.send(pipelined[:65536])  # pipelined requests waiting in the server's buffer...
     assert review_answered(server)  # ...do not keep another client waiting
     answers = exchange(sock, pipelined[sent:], len(bodies))
@@ -290,8 +328,10 @@ def test_clients_that_ask_to_close_but_never_do_do_not_hold_the_loop(server):
     try:
         held.extend(tls_connect(server) for _ in range(12))
         for sock in held:  # all at once: each worker has several to close
-            sock.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n"
-                         b"Content-Length: %d\r\n\r\n%s" % (len(BODY), BODY))  # never read, never closed
+            sock.sendall(
+                b"POST /validate HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(BODY), BODY)
+            )  # never read, never closed
         for _ in range(5):
             assert review_answered(server)
     finally:
@@ -305,8 +345,10 @@ def misbehaving(server: GateServer, count: int) -> tuple[list[ssl.SSLSocket], li
     stalled, trickling = [], []
     for i in range(count):
         sock = tls_connect(server)
-        sock.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: 1000000\r\n\r\n{")
+        sock.sendall(
+            b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 1000000\r\n\r\n{"
+        )
         (stalled if i % 2 == 0 else trickling).append(sock)
     return stalled, trickling
 
@@ -323,7 +365,9 @@ def test_a_large_status_review_is_judged_while_uploads_stall_and_trickle(server,
                 sock.sendall(b" ")  # one more byte of the body each (JSON whitespace)
             status, answer = post(server, path, STATUS_REVIEW)
             response = orjson.loads(answer)["response"]
-            assert status == 200 and (response["allowed"] is False if path == "/validate" else "patch" in response)
+            assert status == 200 and (
+                response["allowed"] is False if path == "/validate" else "patch" in response
+            )
         # ...all while every misbehaving upload was still open, neither answered nor closed.
         assert [still_waiting(sock) for sock in stalled + trickling] == [True] * count
     finally:
@@ -360,8 +404,10 @@ def test_uploads_that_hold_too_many_bytes_are_refused_largest_first(tmp_path):
                 sock = tls_connect(srv)
                 size = 5_000_000 + i * 100_000
                 try:
-                    sock.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % size
-                                 + b" " * (size - 1000))
+                    sock.sendall(
+                        b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % size
+                        + b" " * (size - 1000)
+                    )
                 except OSError:
                     pass  # refused while sending: the largest at that moment
                 hoarders.append((size, sock))
@@ -369,8 +415,9 @@ def test_uploads_that_hold_too_many_bytes_are_refused_largest_first(tmp_path):
             assert refused and sum(size for size, _ in hoarders) - sum(refused) <= 64 * 1024 * 1024, refused
             status, answer = post(srv, "/validate", STATUS_REVIEW)
             assert status == 200 and orjson.loads(answer)["response"]["allowed"] is False
-            assert [still_waiting(sock) for size, sock in hoarders if size not in refused] == \
-                [True] * (len(hoarders) - len(refused))
+            assert [still_waiting(sock) for size, sock in hoarders if size not in refused] == [True] * (
+                len(hoarders) - len(refused)
+            )
         finally:
             for _, sock in hoarders:
                 sock.close()

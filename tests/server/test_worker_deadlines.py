@@ -31,8 +31,9 @@ def tls_pair(tmp_path):
     theirs_context = ssl.create_default_context(cafile=str(files.ca_cert))
     ours_raw, theirs_raw = socket.socketpair()
     theirs: list[ssl.SSLSocket] = []
-    handshake = threading.Thread(target=lambda: theirs.append(theirs_context.wrap_socket(theirs_raw,
-                                                                                         server_hostname="localhost")))
+    handshake = threading.Thread(
+        target=lambda: theirs.append(theirs_context.wrap_socket(theirs_raw, server_hostname="localhost"))
+    )
     handshake.start()
     ours = ours_context.wrap_socket(ours_raw, server_side=True)
     handshake.join()

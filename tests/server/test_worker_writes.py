@@ -67,6 +67,11 @@ def test_a_client_gone_while_its_answer_is_written_is_closed():
     conn.close = ours.close
     worker._flush(conn)
     client.close()
-    until(lambda: [key.data(key.fileobj) for key, _ in worker.poller.select(timeout=0.05)] and ours.fileno() == -1,
-          bool, timeout=10)
+    until(
+        lambda: (
+            [key.data(key.fileobj) for key, _ in worker.poller.select(timeout=0.05)] and ours.fileno() == -1
+        ),
+        bool,
+        timeout=10,
+    )
     assert not finished and conn not in worker.flushing and worker.nr_conns == 0

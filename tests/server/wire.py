@@ -24,9 +24,12 @@ def tls_connect(server: GateServer, source: str = "127.0.0.1") -> ssl.SSLSocket:
     return server.tls().wrap_socket(raw_connect(server, source), server_hostname="localhost")
 
 
-def connection(server: GateServer, source: str = "127.0.0.1", timeout: float = ANSWER_WITHIN) -> http.client.HTTPSConnection:
-    return http.client.HTTPSConnection("127.0.0.1", server.port, context=server.tls(), timeout=timeout,
-                                       source_address=(source, 0))
+def connection(
+    server: GateServer, source: str = "127.0.0.1", timeout: float = ANSWER_WITHIN
+) -> http.client.HTTPSConnection:
+    return http.client.HTTPSConnection(
+        "127.0.0.1", server.port, context=server.tls(), timeout=timeout, source_address=(source, 0)
+    )
 
 
 def post(server: GateServer, path: str, body: bytes, source: str = "127.0.0.1") -> tuple[int, bytes]:

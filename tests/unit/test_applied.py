@@ -14,7 +14,10 @@ def test_an_unchanged_manifest_applies_to_the_live_object_itself():
     live = applied_live(manifest, status={"observedGeneration": 1})
     new = applied(live, manifest)
     assert new["spec"] == live["spec"] and new["status"] == live["status"]
-    assert new["metadata"]["uid"] == "uid-live" and new["metadata"]["annotations"][GATES_ANNOTATION] == "flux-system/a"
+    assert (
+        new["metadata"]["uid"] == "uid-live"
+        and new["metadata"]["annotations"][GATES_ANNOTATION] == "flux-system/a"
+    )
 
 
 def test_fields_only_the_server_wrote_stay_and_fields_the_manifest_dropped_go():
@@ -49,5 +52,8 @@ def test_user_info_adds_the_groups_the_api_server_adds():
     assert user_info("alice") == {"username": "alice", "groups": ["system:authenticated"]}
     assert user_info("bob", ["sre", "sre"]) == {"username": "bob", "groups": ["sre", "system:authenticated"]}
     assert user_info("system:serviceaccount:flux-system:kc")["groups"] == [
-        "system:serviceaccounts", "system:serviceaccounts:flux-system", "system:authenticated"]
+        "system:serviceaccounts",
+        "system:serviceaccounts:flux-system",
+        "system:authenticated",
+    ]
     assert user_info("system:anonymous")["groups"] == []

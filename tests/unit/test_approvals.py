@@ -24,10 +24,23 @@ KEY2 = names.APPROVAL_ANNOTATION_PREFIX + "b2"
 SOURCE = "GitRepository/apps/podinfo"
 
 
-def stamped(content: str = GIT_B, target: str = "*", by: str = "alice", expires: str = "2026-06-11T12:00:00Z",
-            message: str = "CHG-1") -> str:
-    return json.dumps({"content": content, "for": target, "message": message, "by": by,
-                       "at": "2026-06-10T11:00:00Z", "expires": expires})
+def stamped(
+    content: str = GIT_B,
+    target: str = "*",
+    by: str = "alice",
+    expires: str = "2026-06-11T12:00:00Z",
+    message: str = "CHG-1",
+) -> str:
+    return json.dumps(
+        {
+            "content": content,
+            "for": target,
+            "message": message,
+            "by": by,
+            "at": "2026-06-10T11:00:00Z",
+            "expires": expires,
+        }
+    )
 
 
 def freeze(**annotations_and_spec) -> dict:
@@ -36,17 +49,30 @@ def freeze(**annotations_and_spec) -> dict:
 
 
 def source_write(gates: list[dict], old_rev: str = GIT_A, new_rev: str = GIT_B):
-    old = flux("GitRepository", gates="flux-system/freeze", spec={"interval": "1m"}, status={"artifact": art(old_rev)})
-    new = flux("GitRepository", gates="flux-system/freeze", spec={"interval": "1m"}, status={"artifact": art(new_rev)})
+    old = flux(
+        "GitRepository",
+        gates="flux-system/freeze",
+        spec={"interval": "1m"},
+        status={"artifact": art(old_rev)},
+    )
+    new = flux(
+        "GitRepository",
+        gates="flux-system/freeze",
+        spec={"interval": "1m"},
+        status={"artifact": art(new_rev)},
+    )
     req = request("UPDATE", new, old, sub_resource="status", user=FLUX_USER)
     return decide(req, Context(lookup_from(gates), FIXED_NOW, Settings()))
 
 
 # -- parsing and policy ------------------------------------------------------------------
 
+
 def test_a_stamped_approval_parses_and_an_unstamped_one_is_ignored_and_reported():
-    state = evaluate(compile_gate(freeze(annotations={KEY: stamped(), KEY2: json.dumps({"content": "x", "for": "*"})})),
-                     FIXED_NOW)
+    state = evaluate(
+        compile_gate(freeze(annotations={KEY: stamped(), KEY2: json.dumps({"content": "x", "for": "*"})})),
+        FIXED_NOW,
+    )
     assert [(a.content, a.target, a.by) for a in state.approvals] == [(GIT_B, "*", "alice")]
     assert any(p.startswith(f"ignoring {KEY2}") for p in state.problems)
     assert state.approvals[0].describe() == f"approved by alice: {GIT_B} for * — CHG-1"
@@ -56,23 +82,32 @@ def test_spec_approvals_that_cannot_be_evaluated_make_the_gate_invalid():
     for bad in ({"required": 0}, {"required": "2"}, {"messageRequired": "yes"}, {"other": 1}, []):
         state = evaluate(compile_gate(freeze(spec={"approvals": bad})), FIXED_NOW)
         assert state.reason == names.REASON_INVALID and not state.open, bad
-    assert evaluate(compile_gate(freeze(spec={"approvals": {"required": 2}})), FIXED_NOW).required_approvals == 2
+    assert (
+        evaluate(compile_gate(freeze(spec={"approvals": {"required": 2}})), FIXED_NOW).required_approvals == 2
+    )
 
 
 def test_refused_values_say_why():
     policy = approvals.Policy()
     assert approvals.refuse(json.dumps({"content": GIT_B, "for": "*", "message": "CHG-1"}), policy) is None
     assert "message is required" in approvals.refuse(json.dumps({"content": GIT_B, "for": "*"}), policy)
-    assert approvals.refuse(json.dumps({"content": GIT_B, "for": "*"}), approvals.Policy(message_required=False)) is None
+    assert (
+        approvals.refuse(json.dumps({"content": GIT_B, "for": "*"}), approvals.Policy(message_required=False))
+        is None
+    )
     assert "unknown field" in approvals.refuse(json.dumps({"content": GIT_B, "message": "m", "x": 1}), policy)
     assert "not JSON" in approvals.refuse("{", policy)
     assert "for" in approvals.refuse(json.dumps({"content": GIT_B, "for": "Pod/a/b", "message": "m"}), policy)
     assert "control" in approvals.refuse(json.dumps({"content": GIT_B, "message": "m\x1b[2J"}), policy)
-    assert "expires" in approvals.refuse(json.dumps({"content": GIT_B, "message": "m", "expires": "soon"}), policy)
+    assert "expires" in approvals.refuse(
+        json.dumps({"content": GIT_B, "message": "m", "expires": "soon"}), policy
+    )
 
 
 def test_the_stamp_replaces_whatever_the_client_said_and_relays_keep_their_caller():
-    raw = json.dumps({"content": GIT_B, "for": "*", "message": "m", "by": "mallory", "at": "1999-01-01T00:00:00Z"})
+    raw = json.dumps(
+        {"content": GIT_B, "for": "*", "message": "m", "by": "mallory", "at": "1999-01-01T00:00:00Z"}
+    )
     out = json.loads(approvals.stamp(raw, "alice", FIXED_NOW, timedelta(hours=1)))
     assert (out["by"], out["at"], out["expires"]) == ("alice", "2026-06-10T12:00:00Z", "2026-06-10T13:00:00Z")
     relay = "system:serviceaccount:gate-admission-system:gate-admission"
@@ -81,6 +116,7 @@ def test_the_stamp_replaces_whatever_the_client_said_and_relays_keep_their_calle
 
 
 # -- the hold points ---------------------------------------------------------------------
+
 
 def test_approved_content_passes_a_closed_gate_and_other_content_does_not():
     assert source_write([freeze()]).held
@@ -94,8 +130,11 @@ def test_approved_content_passes_a_closed_gate_and_other_content_does_not():
 
 def test_an_approval_the_controller_ended_in_the_status_lets_nothing_through():
     ended = freeze(annotations={KEY: stamped()})
-    ended["status"] = {names.ENDED_APPROVALS_FIELD: [{"id": "a1", "reason": names.APPROVAL_USED_EVENT,
-                                                      "at": "2026-06-10T11:30:00Z"}]}
+    ended["status"] = {
+        names.ENDED_APPROVALS_FIELD: [
+            {"id": "a1", "reason": names.APPROVAL_USED_EVENT, "at": "2026-06-10T11:30:00Z"}
+        ]
+    }
     assert source_write([ended]).held  # its content landed once: the same content again waits
     ended["status"][names.ENDED_APPROVALS_FIELD][0]["id"] = "other"
     assert not source_write([ended]).held
@@ -108,7 +147,9 @@ def test_an_expired_approval_lets_nothing_through():
 def test_two_distinct_approvers_when_two_are_required():
     spec = {"approvals": {"required": 2}}
     assert source_write([freeze(spec=spec, annotations={KEY: stamped()})]).held
-    assert source_write([freeze(spec=spec, annotations={KEY: stamped(), KEY2: stamped()})]).held  # same person twice
+    assert source_write(
+        [freeze(spec=spec, annotations={KEY: stamped(), KEY2: stamped()})]
+    ).held  # same person twice
     assert not source_write([freeze(spec=spec, annotations={KEY: stamped(), KEY2: stamped(by="bob")})]).held
 
 
@@ -122,26 +163,49 @@ def test_edits_stay_held_whatever_is_approved():
 def test_a_chart_version_approval_covers_a_release_whose_values_stay():
     gates = [freeze(annotations={KEY: stamped(content="6.6.0")})]
     old = flux("HelmRelease", gates="flux-system/freeze", spec={}, status=hr_status())
-    same_values = flux("HelmRelease", gates="flux-system/freeze", spec={}, status=hr_status(attempted=("6.6.0", "", "sha256:v1")))
-    new_values = flux("HelmRelease", gates="flux-system/freeze", spec={}, status=hr_status(attempted=("6.6.0", "", "sha256:v2")))
+    same_values = flux(
+        "HelmRelease",
+        gates="flux-system/freeze",
+        spec={},
+        status=hr_status(attempted=("6.6.0", "", "sha256:v1")),
+    )
+    new_values = flux(
+        "HelmRelease",
+        gates="flux-system/freeze",
+        spec={},
+        status=hr_status(attempted=("6.6.0", "", "sha256:v2")),
+    )
     context = Context(lookup_from(gates), FIXED_NOW, Settings())
-    assert not decide(request("UPDATE", same_values, old, sub_resource="status", user=FLUX_USER), context).held
+    assert not decide(
+        request("UPDATE", same_values, old, sub_resource="status", user=FLUX_USER), context
+    ).held
     assert decide(request("UPDATE", new_values, old, sub_resource="status", user=FLUX_USER), context).held
 
 
 def test_landed_means_served_where_it_is_approved_and_waiting_nowhere():
     approval = approvals.parse(KEY, stamped())
     assert not approvals.landed(approval, [approvals.Behind(SOURCE, GIT_A, (GIT_B,))])
-    assert not approvals.landed(approval, [approvals.Behind(SOURCE, GIT_B, ()),
-                                           approvals.Behind("Kustomization/apps/podinfo", GIT_A, (GIT_B,))])
-    assert approvals.landed(approval, [approvals.Behind(SOURCE, GIT_B, ()),
-                                       approvals.Behind("Kustomization/apps/podinfo", GIT_B, ())])
+    assert not approvals.landed(
+        approval,
+        [
+            approvals.Behind(SOURCE, GIT_B, ()),
+            approvals.Behind("Kustomization/apps/podinfo", GIT_A, (GIT_B,)),
+        ],
+    )
+    assert approvals.landed(
+        approval,
+        [approvals.Behind(SOURCE, GIT_B, ()), approvals.Behind("Kustomization/apps/podinfo", GIT_B, ())],
+    )
 
 
 # -- the webhooks on Gate writes ---------------------------------------------------------
 
+
 def _gate_review(annotations: dict, old_annotations: dict | None = None, user: str = "alice"):
-    new, old = freeze(annotations=annotations), freeze(annotations=old_annotations) if old_annotations is not None else None
+    new, old = (
+        freeze(annotations=annotations),
+        freeze(annotations=old_annotations) if old_annotations is not None else None,
+    )
     return request("UPDATE" if old else "CREATE", new, old, user={"username": user, "groups": []})
 
 
@@ -160,7 +224,9 @@ def test_the_mutating_webhook_stamps_the_writer_and_the_validating_one_checks_it
 
 def test_unchanged_approvals_and_toggles_are_not_judged():
     context = Context(lookup_from([]), FIXED_NOW, Settings())
-    same = handlers.validate(_gate_review({KEY: stamped(), names.OPEN_ANNOTATION: "2026-06-10T12:00:00Z"},
-                                          {KEY: stamped()}), context)
+    same = handlers.validate(
+        _gate_review({KEY: stamped(), names.OPEN_ANNOTATION: "2026-06-10T12:00:00Z"}, {KEY: stamped()}),
+        context,
+    )
     assert same.response["allowed"] and "patch" not in same.response
     assert at("2026-06-10T12:00") == FIXED_NOW

@@ -17,8 +17,14 @@ def load(path):
 
 
 def test_service_names_cover_every_way_to_reach_the_service():
-    assert NAMES == ["gate-admission", "gate-admission.flux-system", "gate-admission.flux-system.svc",
-                     "gate-admission.flux-system.svc.cluster.local", "localhost", "127.0.0.1"]
+    assert NAMES == [
+        "gate-admission",
+        "gate-admission.flux-system",
+        "gate-admission.flux-system.svc",
+        "gate-admission.flux-system.svc.cluster.local",
+        "localhost",
+        "127.0.0.1",
+    ]
 
 
 def test_ensure_creates_a_ca_and_a_serving_certificate_it_signed(tmp_path):
@@ -28,11 +34,17 @@ def test_ensure_creates_a_ca_and_a_serving_certificate_it_signed(tmp_path):
     assert leaf.issuer == ca.subject
     leaf.verify_directly_issued_by(ca)
     assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
-    assert ExtendedKeyUsageOID.SERVER_AUTH in leaf.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert (
+        ExtendedKeyUsageOID.SERVER_AUTH
+        in leaf.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    )
     sans = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert set(sans.get_values_for_type(x509.DNSName)) == set(NAMES[:-1])
     assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
-    assert oct(files.key.stat().st_mode & 0o777) == "0o600" and oct(files.ca_key.stat().st_mode & 0o777) == "0o600"
+    assert (
+        oct(files.key.stat().st_mode & 0o777) == "0o600"
+        and oct(files.ca_key.stat().st_mode & 0o777) == "0o600"
+    )
 
 
 def test_ensure_is_idempotent(tmp_path):

@@ -40,14 +40,22 @@ def test_spec_updates_are_changes_except_suspend_alone(kind):
 
 
 @pytest.mark.parametrize("kind", FLUX_KINDS)
-@pytest.mark.parametrize("meta", [
-    {"labels": {"team": "web"}},
-    {"annotations": {"gating.toolkit.fluxcd.io/gates": "g", "note": "x"}},
-    {"annotations": {"gating.toolkit.fluxcd.io/gates": "g", "reconcile.fluxcd.io/requestedAt": "2026-11-21T12:00:00Z"}},
-    {"finalizers": ["finalizers.fluxcd.io"]},
-    {"managedFields": [{"manager": "kubectl", "operation": "Update"}]},
-    {"annotations": {"gating.toolkit.fluxcd.io/gates": "g", "reconcile.fluxcd.io/suspended": "x"}},
-])
+@pytest.mark.parametrize(
+    "meta",
+    [
+        {"labels": {"team": "web"}},
+        {"annotations": {"gating.toolkit.fluxcd.io/gates": "g", "note": "x"}},
+        {
+            "annotations": {
+                "gating.toolkit.fluxcd.io/gates": "g",
+                "reconcile.fluxcd.io/requestedAt": "2026-11-21T12:00:00Z",
+            }
+        },
+        {"finalizers": ["finalizers.fluxcd.io"]},
+        {"managedFields": [{"manager": "kubectl", "operation": "Update"}]},
+        {"annotations": {"gating.toolkit.fluxcd.io/gates": "g", "reconcile.fluxcd.io/suspended": "x"}},
+    ],
+)
 def test_metadata_only_updates_are_never_changes(kind, meta):
     old = flux(kind, gates="g")
     assert gated_change(kind, "UPDATE", "", old, with_meta(old, **meta)) is None
@@ -55,10 +63,18 @@ def test_metadata_only_updates_are_never_changes(kind, meta):
 
 def test_removing_references_or_loosening_require_is_a_change():
     old = flux(gates="a, b")
-    assert gated_change("Kustomization", "UPDATE", "", old, flux(gates="a")) == "removes gate references 'apps/b'"
-    assert gated_change("Kustomization", "UPDATE", "", old, flux()) == "removes gate references 'apps/a', 'apps/b'"
-    assert gated_change("Kustomization", "UPDATE", "", old, flux(gates="a, b", require="oneOf")) \
+    assert (
+        gated_change("Kustomization", "UPDATE", "", old, flux(gates="a"))
+        == "removes gate references 'apps/b'"
+    )
+    assert (
+        gated_change("Kustomization", "UPDATE", "", old, flux())
+        == "removes gate references 'apps/a', 'apps/b'"
+    )
+    assert (
+        gated_change("Kustomization", "UPDATE", "", old, flux(gates="a, b", require="oneOf"))
         == "loosens require from all to oneOf"
+    )
     assert gated_change("Kustomization", "UPDATE", "", old, flux(gates="a, b, c")) is None
 
 
@@ -73,7 +89,10 @@ def test_spec_gates_edits_are_judged_as_policy_not_spec():
 def test_source_status_artifact_changes_are_changes(kind):
     old = flux(kind, status=artifact("main@sha1:aaa"))
     new = flux(kind, status=artifact("main@sha1:bbb"))
-    assert gated_change(kind, "UPDATE", "status", old, new) == "new content: main@sha1:bbb waits, serving main@sha1:aaa"
+    assert (
+        gated_change(kind, "UPDATE", "status", old, new)
+        == "new content: main@sha1:bbb waits, serving main@sha1:aaa"
+    )
     digest_only = flux(kind, status=artifact("main@sha1:aaa", "sha256:2"))
     assert gated_change(kind, "UPDATE", "status", old, digest_only)
     first = flux(kind, status={"conditions": []})
@@ -83,8 +102,14 @@ def test_source_status_artifact_changes_are_changes(kind):
 @pytest.mark.parametrize("kind", SOURCES)
 def test_other_source_status_updates_are_not_changes(kind):
     old = flux(kind, status={**artifact("main@sha1:aaa"), "conditions": []})
-    new = flux(kind, status={**artifact("main@sha1:aaa"), "conditions": [{"type": "Ready", "status": "True"}],
-                             "observedGeneration": 2})
+    new = flux(
+        kind,
+        status={
+            **artifact("main@sha1:aaa"),
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "observedGeneration": 2,
+        },
+    )
     assert gated_change(kind, "UPDATE", "status", old, new) is None
 
 
@@ -102,19 +127,36 @@ def test_connect_and_other_subresources_are_not_changes():
 
 
 def values_release(values):
-    return flux("HelmRelease", gates="g", spec={"interval": "10m", "chart": {"spec": {"chart": "podinfo"}},
-                                                "values": values})
+    return flux(
+        "HelmRelease",
+        gates="g",
+        spec={"interval": "10m", "chart": {"spec": {"chart": "podinfo"}}, "values": values},
+    )
 
 
 # Helm renders each of these pairs differently (`{{ if .Values.debug }}`, `{{ .Values.replicas }}`).
-@pytest.mark.parametrize("before, after", [
-    (False, 0), (True, 1), (1, True), (0, False), (0, -0.0), (0.0, -0.0), (1, 1.0), (1.0, 1), ("1", 1), (None, False),
-])
+@pytest.mark.parametrize(
+    "before, after",
+    [
+        (False, 0),
+        (True, 1),
+        (1, True),
+        (0, False),
+        (0, -0.0),
+        (0.0, -0.0),
+        (1, 1.0),
+        (1.0, 1),
+        ("1", 1),
+        (None, False),
+    ],
+)
 def test_a_values_edit_that_changes_only_a_type_or_sign_is_a_spec_change(before, after):
     old = values_release({"debug": before, "list": [before], "nested": {"deep": [{"v": before}]}})
-    for new in (values_release({"debug": after, "list": [before], "nested": {"deep": [{"v": before}]}}),
-                values_release({"debug": before, "list": [after], "nested": {"deep": [{"v": before}]}}),
-                values_release({"debug": before, "list": [before], "nested": {"deep": [{"v": after}]}})):
+    for new in (
+        values_release({"debug": after, "list": [before], "nested": {"deep": [{"v": before}]}}),
+        values_release({"debug": before, "list": [after], "nested": {"deep": [{"v": before}]}}),
+        values_release({"debug": before, "list": [before], "nested": {"deep": [{"v": after}]}}),
+    ):
         assert gated_change("HelmRelease", "UPDATE", "", old, new) == "spec change"
         assert gated_change("HelmRelease", "UPDATE", "", new, old) == "spec change"
 
@@ -130,12 +172,15 @@ OTHER = {"apiVersion": "v1", "kind": "ConfigMap", "name": "p", "uid": "2"}
 
 
 @pytest.mark.parametrize("kind", FLUX_KINDS)
-@pytest.mark.parametrize("before, after", [
-    (None, [OWNER]),  # a dangling owner: the garbage collector deletes the object at once
-    ([OWNER], [OWNER, OTHER]),
-    ([OWNER], [dict(OWNER, uid="3")]),
-    ([OWNER, OTHER], [OTHER]),  # the owner left may be gone
-])
+@pytest.mark.parametrize(
+    "before, after",
+    [
+        (None, [OWNER]),  # a dangling owner: the garbage collector deletes the object at once
+        ([OWNER], [OWNER, OTHER]),
+        ([OWNER], [dict(OWNER, uid="3")]),
+        ([OWNER, OTHER], [OTHER]),  # the owner left may be gone
+    ],
+)
 def test_adding_or_changing_owner_references_is_a_change(kind, before, after):
     old = flux(kind, gates="g")
     if before is not None:

@@ -15,59 +15,106 @@ GIT_A, GIT_B = "main@sha1:41ab", "main@sha1:9f2c"
 
 
 def art(revision: str, digest: str | None = None) -> dict:
-    return {"revision": revision, "digest": digest or f"sha256:{revision[-4:]}", "url": f"http://x/{revision}.tgz",
-            "path": f"x/{revision}.tgz", "size": 10, "lastUpdateTime": "2026-06-10T11:00:00Z"}
+    return {
+        "revision": revision,
+        "digest": digest or f"sha256:{revision[-4:]}",
+        "url": f"http://x/{revision}.tgz",
+        "path": f"x/{revision}.tgz",
+        "size": 10,
+        "lastUpdateTime": "2026-06-10T11:00:00Z",
+    }
 
 
 def hr_status(attempted=("6.5.0", "", "sha256:v1"), applied=("6.5.0", "", "sha256:v1")) -> dict:
-    status = dict(zip((names.LAST_ATTEMPTED_REVISION_FIELD, names.LAST_ATTEMPTED_REVISION_DIGEST_FIELD,
-                       names.LAST_ATTEMPTED_CONFIG_DIGEST_FIELD), attempted))
+    status = dict(
+        zip(
+            (
+                names.LAST_ATTEMPTED_REVISION_FIELD,
+                names.LAST_ATTEMPTED_REVISION_DIGEST_FIELD,
+                names.LAST_ATTEMPTED_CONFIG_DIGEST_FIELD,
+            ),
+            attempted,
+        )
+    )
     if applied is not None:
-        status["history"] = [{"chartVersion": applied[0], "ociDigest": applied[1], "configDigest": applied[2]}]
+        status["history"] = [
+            {"chartVersion": applied[0], "ociDigest": applied[1], "configDigest": applied[2]}
+        ]
     return status
 
 
 # ---- new content: the field rules (FLUX-WRITES.md) ---------------------------------------
 
+
 def test_a_new_artifact_revision_or_digest_is_new_content_other_fields_are_not():
     old = flux("GitRepository", status={"artifact": art(GIT_A)})
-    assert content.new_content("GitRepository", old, flux("GitRepository", status={"artifact": art(GIT_B)})) \
-        == (GIT_B, GIT_A)
-    assert content.new_content("GitRepository", old, flux("GitRepository", status={
-        "artifact": {**art(GIT_A), "digest": "sha256:other"}})) == (GIT_A, GIT_A)
+    assert content.new_content(
+        "GitRepository", old, flux("GitRepository", status={"artifact": art(GIT_B)})
+    ) == (GIT_B, GIT_A)
+    assert content.new_content(
+        "GitRepository",
+        old,
+        flux("GitRepository", status={"artifact": {**art(GIT_A), "digest": "sha256:other"}}),
+    ) == (GIT_A, GIT_A)
     moved = {**art(GIT_A), "url": "http://elsewhere", "lastUpdateTime": "2026-06-10T12:00:00Z"}
-    assert content.new_content("GitRepository", old, flux("GitRepository", status={"artifact": moved})) is None
+    assert (
+        content.new_content("GitRepository", old, flux("GitRepository", status={"artifact": moved})) is None
+    )
 
 
 def test_an_image_policy_choosing_another_image_is_new_content_in_either_field():
-    old = flux("ImagePolicy", status={"latestRef": {"name": "registry.example/a/b", "tag": "1.0.0", "digest": "sha256:1"}})
-    new = flux("ImagePolicy", status={"latestRef": {"name": "registry.example/a/b", "tag": "1.1.0", "digest": "sha256:2"}})
-    assert content.new_content("ImagePolicy", old, new) == ("registry.example/a/b:1.1.0@sha256:2", "registry.example/a/b:1.0.0@sha256:1")
+    old = flux(
+        "ImagePolicy",
+        status={"latestRef": {"name": "registry.example/a/b", "tag": "1.0.0", "digest": "sha256:1"}},
+    )
+    new = flux(
+        "ImagePolicy",
+        status={"latestRef": {"name": "registry.example/a/b", "tag": "1.1.0", "digest": "sha256:2"}},
+    )
+    assert content.new_content("ImagePolicy", old, new) == (
+        "registry.example/a/b:1.1.0@sha256:2",
+        "registry.example/a/b:1.0.0@sha256:1",
+    )
     older = flux("ImagePolicy", status={"latestImage": "registry.example/a/b:1.0.0"})
     newer = flux("ImagePolicy", status={"latestImage": "registry.example/a/b:1.1.0"})
-    assert content.new_content("ImagePolicy", older, newer) == ("registry.example/a/b:1.1.0", "registry.example/a/b:1.0.0")
+    assert content.new_content("ImagePolicy", older, newer) == (
+        "registry.example/a/b:1.1.0",
+        "registry.example/a/b:1.0.0",
+    )
 
 
-@pytest.mark.parametrize("old_attempt, new_attempt, applied, carries", [
-    (GIT_A, GIT_B, GIT_A, True),     # the write that records a new revision
-    (GIT_A, GIT_A, GIT_A, False),    # re-applying what was applied
-    (GIT_B, GIT_A, GIT_A, False),    # back to the applied revision
-    (GIT_B, GIT_B, GIT_A, False),    # an attempt already recorded is not recorded again
-    (None, GIT_A, None, True),       # the first revision ever
-])
+@pytest.mark.parametrize(
+    "old_attempt, new_attempt, applied, carries",
+    [
+        (GIT_A, GIT_B, GIT_A, True),  # the write that records a new revision
+        (GIT_A, GIT_A, GIT_A, False),  # re-applying what was applied
+        (GIT_B, GIT_A, GIT_A, False),  # back to the applied revision
+        (GIT_B, GIT_B, GIT_A, False),  # an attempt already recorded is not recorded again
+        (None, GIT_A, None, True),  # the first revision ever
+    ],
+)
 def test_a_kustomization_attempt_is_new_content_when_it_moves_away_from_the_applied_revision(
-        old_attempt, new_attempt, applied, carries):
+    old_attempt, new_attempt, applied, carries
+):
     def ks(attempt):
-        return flux(status={k: v for k, v in (("lastAttemptedRevision", attempt), ("lastAppliedRevision", applied)) if v})
+        return flux(
+            status={
+                k: v for k, v in (("lastAttemptedRevision", attempt), ("lastAppliedRevision", applied)) if v
+            }
+        )
+
     assert (content.new_content("Kustomization", ks(old_attempt), ks(new_attempt)) is not None) is carries
 
 
-@pytest.mark.parametrize("new_attempt, carries", [
-    (("6.5.1", "", "sha256:v1"), True),   # a new chart version
-    (("6.5.0", "", "sha256:v2"), True),   # new values
-    (("6.5.0", "sha256:o2", "sha256:v1"), True),  # a new OCI digest
-    (("6.5.0", "", "sha256:v1"), False),  # the applied release again
-])
+@pytest.mark.parametrize(
+    "new_attempt, carries",
+    [
+        (("6.5.1", "", "sha256:v1"), True),  # a new chart version
+        (("6.5.0", "", "sha256:v2"), True),  # new values
+        (("6.5.0", "sha256:o2", "sha256:v1"), True),  # a new OCI digest
+        (("6.5.0", "", "sha256:v1"), False),  # the applied release again
+    ],
+)
 def test_a_helmrelease_attempt_is_new_content_when_it_differs_from_history_0(new_attempt, carries):
     old = flux("HelmRelease", status=hr_status(attempted=("6.4.0", "", "sha256:v0")))
     new = flux("HelmRelease", status=hr_status(attempted=new_attempt))
@@ -87,12 +134,24 @@ def test_kinds_without_content_never_carry_any():
 
 # ---- what feeds a Kustomization or HelmRelease --------------------------------------------
 
+
 def test_upstream_of_a_kustomization_and_helmreleases_with_chart_or_chart_ref():
-    ks = flux(spec={"sourceRef": {"kind": "GitRepository", "name": "flux-system", "namespace": "flux-system"}})
+    ks = flux(
+        spec={"sourceRef": {"kind": "GitRepository", "name": "flux-system", "namespace": "flux-system"}}
+    )
     assert content.upstream("Kustomization", ks) == ("GitRepository", "flux-system", "flux-system")
-    hr = flux("HelmRelease", spec={"chart": {"spec": {"chart": "podinfo", "version": "6.x",
-                                                      "sourceRef": {"kind": "HelmRepository", "name": "podinfo",
-                                                                    "namespace": "flux-system"}}}})
+    hr = flux(
+        "HelmRelease",
+        spec={
+            "chart": {
+                "spec": {
+                    "chart": "podinfo",
+                    "version": "6.x",
+                    "sourceRef": {"kind": "HelmRepository", "name": "podinfo", "namespace": "flux-system"},
+                }
+            }
+        },
+    )
     assert content.upstream("HelmRelease", hr) == ("HelmChart", "flux-system", "apps-podinfo")
     oci = flux("HelmRelease", spec={"chartRef": {"kind": "OCIRepository", "name": "podinfo"}})
     assert content.upstream("HelmRelease", oci) == ("OCIRepository", "apps", "podinfo")
@@ -100,24 +159,52 @@ def test_upstream_of_a_kustomization_and_helmreleases_with_chart_or_chart_ref():
 
 def test_upstream_waits_compares_what_the_source_serves_with_what_was_applied():
     ks = flux(status={"lastAppliedRevision": GIT_A})
-    assert content.upstream_waits("Kustomization", ks, "GitRepository",
-                                  flux("GitRepository", status={"artifact": art(GIT_B)})) == (GIT_B, GIT_A)
-    assert content.upstream_waits("Kustomization", ks, "GitRepository",
-                                  flux("GitRepository", status={"artifact": art(GIT_A)})) is None
+    assert content.upstream_waits(
+        "Kustomization", ks, "GitRepository", flux("GitRepository", status={"artifact": art(GIT_B)})
+    ) == (GIT_B, GIT_A)
+    assert (
+        content.upstream_waits(
+            "Kustomization", ks, "GitRepository", flux("GitRepository", status={"artifact": art(GIT_A)})
+        )
+        is None
+    )
     assert content.upstream_waits("Kustomization", ks, "GitRepository", None) is None
     hr = flux("HelmRelease", status=hr_status())
-    assert content.upstream_waits("HelmRelease", hr, "HelmChart",
-                                  flux("HelmChart", status={"artifact": art("6.5.1")}))[0] == "6.5.1"
-    assert content.upstream_waits("HelmRelease", hr, "HelmChart",
-                                  flux("HelmChart", status={"artifact": art("6.5.0")})) is None
+    assert (
+        content.upstream_waits(
+            "HelmRelease", hr, "HelmChart", flux("HelmChart", status={"artifact": art("6.5.1")})
+        )[0]
+        == "6.5.1"
+    )
+    assert (
+        content.upstream_waits(
+            "HelmRelease", hr, "HelmChart", flux("HelmChart", status={"artifact": art("6.5.0")})
+        )
+        is None
+    )
 
 
 def test_the_owner_labels_helm_controller_sets_say_which_helmrelease_generated_a_chart():
     # "a-b-c" splits two ways; both HelmReleases exist and generate into flux-system.
     def release(namespace, name):
-        return flux("HelmRelease", name=name, namespace=namespace, spec={"chart": {"spec": {
-            "chart": "c", "sourceRef": {"kind": "HelmRepository", "name": "r", "namespace": "flux-system"}}}})
-    store = {("HelmRelease", "a", "b-c"): release("a", "b-c"), ("HelmRelease", "a-b", "c"): release("a-b", "c")}
+        return flux(
+            "HelmRelease",
+            name=name,
+            namespace=namespace,
+            spec={
+                "chart": {
+                    "spec": {
+                        "chart": "c",
+                        "sourceRef": {"kind": "HelmRepository", "name": "r", "namespace": "flux-system"},
+                    }
+                }
+            },
+        )
+
+    store = {
+        ("HelmRelease", "a", "b-c"): release("a", "b-c"),
+        ("HelmRelease", "a-b", "c"): release("a-b", "c"),
+    }
 
     def get(kind, namespace, name):
         return store.get((kind, namespace, name))
@@ -127,7 +214,9 @@ def test_the_owner_labels_helm_controller_sets_say_which_helmrelease_generated_a
         return flux("HelmChart", name=name, namespace=namespace, labels=labels)
 
     assert content.generating_releases(chart(), get) == (store[("HelmRelease", "a-b", "c")],)
-    assert content.generating_releases(chart(owner=("a", "b-c")), get) == (store[("HelmRelease", "a", "b-c")],)
+    assert content.generating_releases(chart(owner=("a", "b-c")), get) == (
+        store[("HelmRelease", "a", "b-c")],
+    )
     assert content.inherits_from(chart(), get) == content.generating_releases(chart(), get)
     # Not generated there: another namespace than the release's sourceRef says, no labels, or
     # the labels of the release that deployed it under a name of its own.
@@ -140,48 +229,85 @@ def test_the_owner_labels_helm_controller_sets_say_which_helmrelease_generated_a
 
 # ---- messages round-trip ------------------------------------------------------------------
 
+
 def test_the_issue_example_message_and_waiting():
-    message = HoldMessage.of(BLOCKED, ("gate 'flux-system/change-freeze' is closed",), NewContent(GIT_B, GIT_A)).format()
-    assert message == ("Reconciliation is blocked as gate 'flux-system/change-freeze' is closed: "
-                       "main@sha1:9f2c waits, serving main@sha1:41ab")
-    obj = flux("GitRepository", status={"conditions": [
-        {"type": "Blocked", "status": "True", "reason": "GateClosed", "message": message}]})
-    assert content.waiting(obj) == content.Waiting("GitRepository", GIT_B, GIT_A, ("flux-system/change-freeze",),
-                                                   message)
+    message = HoldMessage.of(
+        BLOCKED, ("gate 'flux-system/change-freeze' is closed",), NewContent(GIT_B, GIT_A)
+    ).format()
+    assert message == (
+        "Reconciliation is blocked as gate 'flux-system/change-freeze' is closed: "
+        "main@sha1:9f2c waits, serving main@sha1:41ab"
+    )
+    obj = flux(
+        "GitRepository",
+        status={
+            "conditions": [{"type": "Blocked", "status": "True", "reason": "GateClosed", "message": message}]
+        },
+    )
+    assert content.waiting(obj) == content.Waiting(
+        "GitRepository", GIT_B, GIT_A, ("flux-system/change-freeze",), message
+    )
 
 
 def test_approved_false_says_what_waits_on_kustomizations_and_nothing_else_does():
-    message = HoldMessage.of(APPROVED, ("gate 'flux-system/sre-approval' is closed",), NewContent(GIT_B, GIT_A)).format()
-    assert message.startswith("Reconciliation is waiting approval, gate 'flux-system/sre-approval' is closed.")
-    ks = flux(status={"conditions": [{"type": "Approved", "status": "False", "reason": "GateClosed",
-                                      "message": message}]})
+    message = HoldMessage.of(
+        APPROVED, ("gate 'flux-system/sre-approval' is closed",), NewContent(GIT_B, GIT_A)
+    ).format()
+    assert message.startswith(
+        "Reconciliation is waiting approval, gate 'flux-system/sre-approval' is closed."
+    )
+    ks = flux(
+        status={
+            "conditions": [
+                {"type": "Approved", "status": "False", "reason": "GateClosed", "message": message}
+            ]
+        }
+    )
     assert content.waiting(ks).waits == GIT_B and content.waiting(ks).gates == ("flux-system/sre-approval",)
-    approved = flux(status={"conditions": [{"type": "Approved", "status": "True", "reason": "GateOpened",
-                                            "message": "ok"}]})
+    approved = flux(
+        status={
+            "conditions": [{"type": "Approved", "status": "True", "reason": "GateOpened", "message": "ok"}]
+        }
+    )
     assert content.waiting(approved) is None
     assert content.waiting(flux(status={"conditions": [{"type": "Ready", "status": "True"}]})) is None
     assert content.waiting(flux()) is None and content.waiting(None) is None
 
 
-_GATE_KEYS = st.from_regex(r"[a-z0-9]([-a-z0-9]{0,8}[a-z0-9])?/[a-z0-9]([-a-z0-9.]{0,8}[a-z0-9])?", fullmatch=True)
+_GATE_KEYS = st.from_regex(
+    r"[a-z0-9]([-a-z0-9]{0,8}[a-z0-9])?/[a-z0-9]([-a-z0-9.]{0,8}[a-z0-9])?", fullmatch=True
+)
 _SEPARATOR = " waits, serving "
 _revisions = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=40).filter(
-    lambda t: ": " not in t and ". " not in t and _SEPARATOR not in t and not t.endswith((".", ":"))
-    and t == t.strip() and "\n" not in t)
-_serves = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40).filter(lambda t: _SEPARATOR not in t)
+    lambda t: (
+        ": " not in t
+        and ". " not in t
+        and _SEPARATOR not in t
+        and not t.endswith((".", ":"))
+        and t == t.strip()
+        and "\n" not in t
+    )
+)
+_serves = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40).filter(
+    lambda t: _SEPARATOR not in t
+)
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(_GATE_KEYS, min_size=1, max_size=4, unique=True), _revisions, _serves, st.booleans())
 def test_messages_round_trip(gates, waits, serves, blocked):
     clauses = tuple(holdmessage.gate_clause(g) for g in gates)
-    hold = holdmessage.parse(HoldMessage.of(BLOCKED if blocked else APPROVED, clauses, NewContent(waits, serves)).format())
+    hold = holdmessage.parse(
+        HoldMessage.of(BLOCKED if blocked else APPROVED, clauses, NewContent(waits, serves)).format()
+    )
     assert (hold.gates, hold.content.waits, hold.content.serves) == (tuple(gates), waits, serves)
 
 
 def test_messages_with_suspensions_round_trip_naming_only_gates():
-    clauses = ("suspended by reconcile.fluxcd.io/suspended ('db migration: step 2. wait')",
-               holdmessage.gate_clause("flux-system/a"))
+    clauses = (
+        "suspended by reconcile.fluxcd.io/suspended ('db migration: step 2. wait')",
+        holdmessage.gate_clause("flux-system/a"),
+    )
     hold = holdmessage.parse(HoldMessage.of(BLOCKED, clauses, NewContent(GIT_B, GIT_A)).format())
     assert (hold.gates, hold.content.waits, hold.content.serves) == (("flux-system/a",), GIT_B, GIT_A)
 
@@ -192,26 +318,49 @@ def test_other_messages_do_not_parse():
 
 
 def test_served_revisions_for_every_kind_with_content():
-    assert content.served_revision("GitRepository", flux("GitRepository", status={"artifact": art(GIT_A)})) == GIT_A
+    assert (
+        content.served_revision("GitRepository", flux("GitRepository", status={"artifact": art(GIT_A)}))
+        == GIT_A
+    )
     assert content.served_revision("Bucket", flux("Bucket", status={})) == "nothing"
     assert content.served_revision("Kustomization", flux(status={"lastAppliedRevision": GIT_A})) == GIT_A
-    assert content.served_revision("HelmRelease", flux("HelmRelease", status=hr_status())) \
+    assert (
+        content.served_revision("HelmRelease", flux("HelmRelease", status=hr_status()))
         == "6.5.0 (values sha256:v1)"
-    assert content.served_revision("ImagePolicy", flux("ImagePolicy", status={"latestImage": "a/b:1"})) == "a/b:1"
-    assert len(content.served_revision("GitRepository", flux("GitRepository", status={
-        "artifact": art("x" * 5000)}))) == content.MAX_TEXT
+    )
+    assert (
+        content.served_revision("ImagePolicy", flux("ImagePolicy", status={"latestImage": "a/b:1"}))
+        == "a/b:1"
+    )
+    assert (
+        len(
+            content.served_revision(
+                "GitRepository", flux("GitRepository", status={"artifact": art("x" * 5000)})
+            )
+        )
+        == content.MAX_TEXT
+    )
 
 
 # ---- each content kind is one value (core.contentkinds) -----------------------------------
 
+
 def test_each_kind_with_content_holds_one_value_that_the_functions_by_kind_ask():
     values = {k.kind: k.content for k in kinds.FLUX_KINDS if k.content is not None}
-    assert {type(v) for v in values.values()} == {contentkinds.Artifact, contentkinds.LatestImage,
-                                                  contentkinds.AttemptedRevision, contentkinds.AttemptedRelease}
+    assert {type(v) for v in values.values()} == {
+        contentkinds.Artifact,
+        contentkinds.LatestImage,
+        contentkinds.AttemptedRevision,
+        contentkinds.AttemptedRelease,
+    }
     for kind, value in values.items():
         assert content.of(kind) is value and value.hold_condition in (BLOCKED, APPROVED)
         assert value.keeps != value.records_attempts  # a held write is rewritten back or denied, never both
-        assert set(value.attempt(flux(kind, status={f: "x" for f in value.fields}))["status"]) == \
-            (set(value.fields) if value.records_attempts else set())
+        assert set(value.attempt(flux(kind, status={f: "x" for f in value.fields}))["status"]) == (
+            set(value.fields) if value.records_attempts else set()
+        )
     assert content.of("ExternalArtifact") is None and content.of("Gate") is None
-    assert content.attempt_of("Gate", flux()) == {"status": {}} and content.upstream("GitRepository", flux()) is None
+    assert (
+        content.attempt_of("Gate", flux()) == {"status": {}}
+        and content.upstream("GitRepository", flux()) is None
+    )

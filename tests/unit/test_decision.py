@@ -29,8 +29,10 @@ KS = flux(gates="flux-system/sre-approval, flux-system/qa-approval")
 def test_spec_message_example():
     d = judge(spec_update(flux(gates="flux-system/sre-approval")))
     assert not d.allowed and d.held and d.mode == "enforce" and d.change == "spec change"
-    assert d.message == ("Kustomization apps/podinfo is held: gate 'flux-system/sre-approval' is closed "
-                         "(Gate closed by default); require=all; changed: spec.path")
+    assert d.message == (
+        "Kustomization apps/podinfo is held: gate 'flux-system/sre-approval' is closed "
+        "(Gate closed by default); require=all; changed: spec.path"
+    )
 
 
 def test_require_all_held_while_any_gate_is_closed_and_lists_only_closed_ones():
@@ -60,18 +62,25 @@ def test_an_unusable_reference_is_closed_with_its_error():
 
 
 def test_the_next_opening_time_is_in_the_message_when_known():
-    planned = gate("sre-approval", default="closed", window="1h",
-                   annotations={OPEN_ANNOTATION: "2026-06-11T09:00:00Z"})
+    planned = gate(
+        "sre-approval", default="closed", window="1h", annotations={OPEN_ANNOTATION: "2026-06-11T09:00:00Z"}
+    )
     d = judge(spec_update(flux(gates="flux-system/sre-approval")), gates=[planned])
     assert "(Gate closed by default; opens at 2026-06-11T09:00:00Z)" in d.message
 
 
 def test_scheduled_freeze_names_the_gatekeeper_and_the_opening():
     k = keeper("change-freeze-gatekeeper", "change-freeze", closed=["* * 20-30 11 *"])
-    d = judge(spec_update(flux(gates="flux-system/change-freeze")), gates=[gate("change-freeze")],
-              keepers=[k], now=at("2026-11-21T20:00"))
-    assert ("gate 'flux-system/change-freeze' is closed (Gate closed by GateKeeper 'change-freeze-gatekeeper' "
-            "schedule '* * 20-30 11 *'; opens at 2026-12-01T00:00:00Z)") in d.message
+    d = judge(
+        spec_update(flux(gates="flux-system/change-freeze")),
+        gates=[gate("change-freeze")],
+        keepers=[k],
+        now=at("2026-11-21T20:00"),
+    )
+    assert (
+        "gate 'flux-system/change-freeze' is closed (Gate closed by GateKeeper 'change-freeze-gatekeeper' "
+        "schedule '* * 20-30 11 *'; opens at 2026-12-01T00:00:00Z)"
+    ) in d.message
 
 
 def test_open_gates_allow_and_report_the_judged_gates():
@@ -92,15 +101,19 @@ def test_create_and_delete_are_held(operation):
 
 
 def test_delete_by_namespace_controller_or_garbage_collector_always_passes():
-    for user in ("system:serviceaccount:kube-system:namespace-controller",
-                 "system:serviceaccount:kube-system:generic-garbage-collector"):
+    for user in (
+        "system:serviceaccount:kube-system:namespace-controller",
+        "system:serviceaccount:kube-system:generic-garbage-collector",
+    ):
         assert judge(request("DELETE", None, KS, user={"username": user, "groups": []})).allowed
 
 
 def test_adding_an_owner_reference_to_a_held_object_is_held():
     # A dangling owner would let the garbage collector delete what a closed gate holds.
     new = copy.deepcopy(KS)
-    new["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "ConfigMap", "name": "gone", "uid": "dead"}]
+    new["metadata"]["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "ConfigMap", "name": "gone", "uid": "dead"}
+    ]
     d = judge(request("UPDATE", new, KS))
     assert not d.allowed and d.change == "owner references change"
     assert d.message.endswith("require=all; changed: metadata.ownerReferences")
@@ -130,8 +143,10 @@ def a_delete_without_old_object(user=None):
 def test_a_delete_without_the_old_object_is_held_as_its_gates_cannot_be_read():
     d = judge(a_delete_without_old_object(), gates=(gate("sre-approval"), OPEN))  # held even if all are open
     assert not d.allowed and d.held and d.change == "deletion"
-    assert d.message == ("Kustomization apps/podinfo is held: the request carries no oldObject (the object being "
-                         "deleted), so whether its gates allow deleting it is unknown")
+    assert d.message == (
+        "Kustomization apps/podinfo is held: the request carries no oldObject (the object being "
+        "deleted), so whether its gates allow deleting it is unknown"
+    )
     audited = judge(a_delete_without_old_object(), settings=AUDIT)
     assert audited.allowed and audited.held and audited.mode == "audit"
 
@@ -165,11 +180,15 @@ def test_under_one_of_a_reference_added_to_an_open_gate_is_held_while_held():
     both_closed = [CLOSED, gate("qa-approval", closed=True), gate("open", "team")]
     d = judge(request("UPDATE", new, old), gates=both_closed)
     assert not d.allowed and d.change == "adds gate references 'team/open' under require oneOf"
-    assert d.message == ("Kustomization apps/podinfo is held: gate 'flux-system/sre-approval' is closed (Gate closed "
-                         "by default), gate 'flux-system/qa-approval' is closed (Gate closed by default); "
-                         "require=oneOf; adds gate references 'team/open' under require oneOf")
+    assert d.message == (
+        "Kustomization apps/podinfo is held: gate 'flux-system/sre-approval' is closed (Gate closed "
+        "by default), gate 'flux-system/qa-approval' is closed (Gate closed by default); "
+        "require=oneOf; adds gate references 'team/open' under require oneOf"
+    )
     # Not held, the same update passes: nothing is released that was held.
-    assert judge(request("UPDATE", new, old), gates=[CLOSED, gate("qa-approval"), gate("open", "team")]).allowed
+    assert judge(
+        request("UPDATE", new, old), gates=[CLOSED, gate("qa-approval"), gate("open", "team")]
+    ).allowed
 
 
 def test_a_policy_change_that_would_release_a_held_object_is_held_however_it_is_spelt():
@@ -179,8 +198,12 @@ def test_a_policy_change_that_would_release_a_held_object_is_held_however_it_is_
     new = flux(spec={"interval": "1m", "gates": [{"name": "approval", "namespace": "5"}]})
     d = judge(request("UPDATE", new, old), gates=[gate("approval", "5")])
     assert not d.allowed and d.held
-    assert d.message.startswith("Kustomization apps/podinfo is held: gate '5/approval' is closed (Gate is invalid: gate reference")
-    assert d.message.endswith("; require=all; the new gate policy would release it: gate '5/approval' is open")
+    assert d.message.startswith(
+        "Kustomization apps/podinfo is held: gate '5/approval' is closed (Gate is invalid: gate reference"
+    )
+    assert d.message.endswith(
+        "; require=all; the new gate policy would release it: gate '5/approval' is open"
+    )
 
 
 def test_an_update_must_satisfy_the_policy_it_enters():
@@ -192,15 +215,19 @@ def test_an_update_must_satisfy_the_policy_it_enters():
 
 def test_adding_a_closed_gate_without_other_changes_passes():
     old = flux(gates="flux-system/qa-approval")
-    assert judge(request("UPDATE", flux(gates="flux-system/qa-approval, flux-system/sre-approval"), old)).allowed
+    assert judge(
+        request("UPDATE", flux(gates="flux-system/qa-approval, flux-system/sre-approval"), old)
+    ).allowed
 
 
 def test_suspend_during_window_holds_like_a_closed_gate():
     obj = flux(annotations={"reconcile.fluxcd.io/suspendDuring": "* 0-4 * * *"})
     d = judge(spec_update(obj), now=at("2026-06-10T03:00"))
     assert not d.allowed
-    assert d.message == ("Kustomization apps/podinfo is held: suspended by reconcile.fluxcd.io/suspendDuring "
-                         "'* 0-4 * * *' until 2026-06-10T05:00:00Z; changed: spec.path")
+    assert d.message == (
+        "Kustomization apps/podinfo is held: suspended by reconcile.fluxcd.io/suspendDuring "
+        "'* 0-4 * * *' until 2026-06-10T05:00:00Z; changed: spec.path"
+    )
     assert judge(spec_update(obj)).allowed
 
 
@@ -228,8 +255,11 @@ def test_a_gate_in_audit_mode_only_warns_on_an_enforcing_server():
 
 
 def test_an_enforcing_gate_enforces_on_an_audit_server():
-    d = judge(spec_update(flux(gates="flux-system/hard")), gates=[gate("hard", closed=True, mode="enforce")],
-              settings=AUDIT)
+    d = judge(
+        spec_update(flux(gates="flux-system/hard")),
+        gates=[gate("hard", closed=True, mode="enforce")],
+        settings=AUDIT,
+    )
     assert not d.allowed and d.mode == "enforce"
 
 
@@ -247,8 +277,13 @@ def test_kinds_that_are_not_gated_pass_untouched():
 
 
 def test_status_writes_of_sources_that_advance_the_artifact_are_held():
-    repo = flux("GitRepository", "podinfo", "flux-system", gates="sre-approval",
-                status={"artifact": {"revision": "main@sha1:aaa", "digest": "sha256:1"}})
+    repo = flux(
+        "GitRepository",
+        "podinfo",
+        "flux-system",
+        gates="sre-approval",
+        status={"artifact": {"revision": "main@sha1:aaa", "digest": "sha256:1"}},
+    )
     newer = copy.deepcopy(repo)
     newer["status"]["artifact"] = {"revision": "main@sha1:bbb", "digest": "sha256:2"}
     d = judge(request("UPDATE", newer, repo, sub_resource="status", user=FLUX_USER))
@@ -259,8 +294,11 @@ def test_status_writes_of_sources_that_advance_the_artifact_are_held():
 
 
 def test_a_values_edit_from_false_to_0_is_held_and_the_message_names_it():
-    release = flux("HelmRelease", gates="flux-system/sre-approval",
-                   spec={"interval": "10m", "values": {"debug": False, "replicas": 1, "ratio": 0}})
+    release = flux(
+        "HelmRelease",
+        gates="flux-system/sre-approval",
+        spec={"interval": "10m", "values": {"debug": False, "replicas": 1, "ratio": 0}},
+    )
     new = changed(release, values={"debug": 0, "replicas": 1.0, "ratio": -0.0})
     d = judge(request("UPDATE", new, release))
     assert not d.allowed and d.change == "spec change"
@@ -271,7 +309,11 @@ def test_a_values_edit_from_false_to_0_is_held_and_the_message_names_it():
 def test_a_closed_gate_named_after_65_repeats_of_an_open_one_still_holds(operation):
     freeze, still_open = gate("freeze", closed=True), gate("open")
     obj = flux(gates=", ".join(["flux-system/open"] * 65 + ["flux-system/freeze"]))
-    req = {"CREATE": request("CREATE", obj), "UPDATE": spec_update(obj), "DELETE": request("DELETE", None, obj)}[operation]
+    req = {
+        "CREATE": request("CREATE", obj),
+        "UPDATE": spec_update(obj),
+        "DELETE": request("DELETE", None, obj),
+    }[operation]
     d = judge(req, gates=[freeze, still_open])
     assert not d.allowed and "gate 'flux-system/freeze' is closed" in d.message
     assert judge(req, gates=[gate("freeze"), still_open]).allowed

@@ -35,12 +35,41 @@ PACKAGE = ROOT / "admission"
 PACKAGES = ("core", "clock", "observability", "pki", "store", "ical", "kube", "webhook", "cli")
 TOP_DIRS = ("admission", "tests", "bench", "hack", "manifests", "charts", "examples", "docs")
 # Other libraries' calls the docs write as ``module.name()``.
-FOREIGN = frozenset({"os", "sys", "syscall", "hmac", "gc", "bytes", "request", "json", "orjson", "yaml", "ssl",
-                     "socket", "select", "fcntl", "signal", "time", "datetime", "zoneinfo", "cronsim", "icalendar",
-                     "recurring_ical_events", "flask", "gunicorn", "argcomplete", "kubernetes", "prometheus_client"})
+FOREIGN = frozenset(
+    {
+        "os",
+        "sys",
+        "syscall",
+        "hmac",
+        "gc",
+        "bytes",
+        "request",
+        "json",
+        "orjson",
+        "yaml",
+        "ssl",
+        "socket",
+        "select",
+        "fcntl",
+        "signal",
+        "time",
+        "datetime",
+        "zoneinfo",
+        "cronsim",
+        "icalendar",
+        "recurring_ical_events",
+        "flask",
+        "gunicorn",
+        "argcomplete",
+        "kubernetes",
+        "prometheus_client",
+    }
+)
 
 _BACKTICKED = re.compile(r"`([^`\n]+)`")
-_FULL = re.compile(r"(?<![\w./-])admission(?:\.[A-Za-z_]\w*)++(?![\w/-])")  # possessive: admission.k8s.io/v1 is no name
+_FULL = re.compile(
+    r"(?<![\w./-])admission(?:\.[A-Za-z_]\w*)++(?![\w/-])"
+)  # possessive: admission.k8s.io/v1 is no name
 _RELATIVE = re.compile(r"^\s*((?:%s)(?:\.[A-Za-z_]\w*)+)(?:\(.*\))?\s*$" % "|".join(PACKAGES))
 _CALL = re.compile(r"(?<![\w./-])([A-Za-z_]\w*)\.([A-Za-z_]\w*)\(")
 _PATH = re.compile(r"(?<![\w./-])((?:%s)/[\w./-]*[\w/])" % "|".join(TOP_DIRS))
@@ -48,8 +77,11 @@ _PACKAGE_PATH = re.compile(r"^\s*((?:%s)/[\w/]*\w\.py)\s*$" % "|".join(PACKAGES)
 _LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)\s]*)?\)")
 
 # "issue N", "items N", "ticket #N", "PR N", "bug N"; a lone "#N" after a space or a bracket (N a number).
-CITATION = re.compile(r"\b(?:issues?|items?|tickets?|tasks?|bugs?|PRs?|pull requests?)\s?#?\d+\b"
-                      r"|(?:^|(?<=[\s(\[]))#\d+\b", re.IGNORECASE | re.MULTILINE)
+CITATION = re.compile(
+    r"\b(?:issues?|items?|tickets?|tasks?|bugs?|PRs?|pull requests?)\s?#?\d+\b"
+    r"|(?:^|(?<=[\s(\[]))#\d+\b",
+    re.IGNORECASE | re.MULTILINE,
+)
 SKIP_DIRS = {".git", ".venv", "__pycache__", ".pytest_cache", ".hypothesis", "build", "dist", "node_modules"}
 SKIP_PATHS = {ROOT / "certs", ROOT / "bench" / "results"}
 
@@ -101,8 +133,10 @@ _FIELD = object()
 
 
 def _import(module: str) -> object | None:
-    if not (ROOT / Path(*module.split("."))).with_suffix(".py").exists() \
-            and not (ROOT / Path(*module.split(".")) / "__init__.py").exists():
+    if (
+        not (ROOT / Path(*module.split("."))).with_suffix(".py").exists()
+        and not (ROOT / Path(*module.split(".")) / "__init__.py").exists()
+    ):
         return None
     return importlib.import_module(module)
 
@@ -128,7 +162,10 @@ def resolve(dotted: str) -> str | None:
 
 def resolve_call(owner: str, attr: str) -> str | None:
     """None when ``owner.attr()`` names an attribute of a module or class of ``admission``."""
-    places = [*_modules_by_name().get(owner, ()), *(f"{m}.{owner}" for m in _classes_by_name().get(owner, ()))]
+    places = [
+        *_modules_by_name().get(owner, ()),
+        *(f"{m}.{owner}" for m in _classes_by_name().get(owner, ())),
+    ]
     if not places:
         return None if owner in FOREIGN else f"{owner!r} is no module or class of admission (nor in FOREIGN)"
     if any(resolve(f"{place}.{attr}") is None for place in places):
@@ -157,8 +194,11 @@ def names_in(text: str) -> list[tuple[str, str]]:
 
 
 def paths_in(text: str, where: Path) -> list[tuple[str, str]]:
-    wrong = [(m.group(1), "no such path") for m in _PATH.finditer(text)
-             if not (ROOT / m.group(1).rstrip(".")).exists()]
+    wrong = [
+        (m.group(1), "no such path")
+        for m in _PATH.finditer(text)
+        if not (ROOT / m.group(1).rstrip(".")).exists()
+    ]
     for target in _LINK.findall(text):
         if "://" in target or target.startswith("mailto:"):
             continue
@@ -169,16 +209,29 @@ def paths_in(text: str, where: Path) -> list[tuple[str, str]]:
 
 # -- the checker can fail --------------------------------------------------------------------------
 
+
 def test_each_form_resolves_what_exists_and_refuses_what_does_not():
     assert names_in("`admission.core.decision.decide` and admission.core.kinds.FLUX_KINDS") == []
-    assert names_in("`core.decision.decide`, `kube.fluxcache.FluxCache`, `core.timeline.intervals(cg, a, b)`") == []
+    assert (
+        names_in("`core.decision.decide`, `kube.fluxcache.FluxCache`, `core.timeline.intervals(cg, a, b)`")
+        == []
+    )
     assert names_in("`decision.decide()`, `kinds.lookup(group, kind)`, `GateIndex.lookup()`") == []
     assert names_in("`core/decision.py` and `admission/webhook/app.py`") == []
     assert names_in("`webhook.handlers.Outcome.error`: a dataclass field") == []
-    assert names_in("`status.artifact`, `spec.gates`, `decide`, `os.scandir()`, `gate-admission.gate-admission-system.svc`") == []
+    assert (
+        names_in(
+            "`status.artifact`, `spec.gates`, `decide`, `os.scandir()`, `gate-admission.gate-admission-system.svc`"
+        )
+        == []
+    )
     missing = [
-        "`admission.core.decision.no_such_function`", "admission.core.no_such_module", "`core.decision.NoSuchClass`",
-        "`decision.no_such_function()`", "`no_such_module.decide()`", "`core/no_such_module.py`",
+        "`admission.core.decision.no_such_function`",
+        "admission.core.no_such_module",
+        "`core.decision.NoSuchClass`",
+        "`decision.no_such_function()`",
+        "`no_such_module.decide()`",
+        "`core/no_such_module.py`",
         "`admission.webhook.handlers.Outcome.error.deeper`",
     ]
     for text in missing:
@@ -187,32 +240,64 @@ def test_each_form_resolves_what_exists_and_refuses_what_does_not():
 
 def test_paths_and_links_that_do_not_exist_are_found():
     here = ROOT / "docs" / "design.md"
-    assert paths_in("`tests/unit/test_docs_names.py`, [ops](operations.md#install), bench/README.md.", here) == []
+    assert (
+        paths_in("`tests/unit/test_docs_names.py`, [ops](operations.md#install), bench/README.md.", here)
+        == []
+    )
     assert paths_in("`tests/unit/no_such_test.py`", here)
     assert paths_in("[gone](decisions/9999-no-such-record.md)", here)
 
 
 def test_the_citation_pattern_is_narrow():
-    for cited in ("issue " + "12", "Issue " + "13's contract", "(issue " + "14, item " + "3)", "item " + "9:",
-                  "ticket #" + "4", "see #" + "12", "(#" + "7)", "PR " + "30", "tasks " + "2"):
+    for cited in (
+        "issue " + "12",
+        "Issue " + "13's contract",
+        "(issue " + "14, item " + "3)",
+        "item " + "9:",
+        "ticket #" + "4",
+        "see #" + "12",
+        "(#" + "7)",
+        "PR " + "30",
+        "tasks " + "2",
+    ):
         assert CITATION.search(cited), cited
-    for fine in ("0 12 * * MON#" + "5", "* * * * 5#" + "3", '"color": "#' + '299c46"', '"#' + '000000"', "RFC 5545",
-                 "RFC-0006", "docs/decisions/0012-owner-references.md", "HTTP 503", "items[0]", "for item in items:",
-                 "Issuer", "issues a certificate", "3 items", "x = 1  # 2 more"):
+    for fine in (
+        "0 12 * * MON#" + "5",
+        "* * * * 5#" + "3",
+        '"color": "#' + '299c46"',
+        '"#' + '000000"',
+        "RFC 5545",
+        "RFC-0006",
+        "docs/decisions/0012-owner-references.md",
+        "HTTP 503",
+        "items[0]",
+        "for item in items:",
+        "Issuer",
+        "issues a certificate",
+        "3 items",
+        "x = 1  # 2 more",
+    ):
         assert not CITATION.search(fine), fine
 
 
 # -- the repository -----------------------------------------------------------------------------
 
+
 def test_every_code_name_in_the_docs_exists():
-    wrong = [f"{path.relative_to(ROOT)}: {written}: {why}" for path in docs()
-             for written, why in names_in(path.read_text())]
+    wrong = [
+        f"{path.relative_to(ROOT)}: {written}: {why}"
+        for path in docs()
+        for written, why in names_in(path.read_text())
+    ]
     assert not wrong, "names in the docs that the code does not have:\n" + "\n".join(wrong)
 
 
 def test_every_path_and_link_in_the_docs_exists():
-    wrong = [f"{path.relative_to(ROOT)}: {written}: {why}" for path in docs()
-             for written, why in paths_in(path.read_text(), path)]
+    wrong = [
+        f"{path.relative_to(ROOT)}: {written}: {why}"
+        for path in docs()
+        for written, why in paths_in(path.read_text(), path)
+    ]
     assert not wrong, "paths in the docs that the repository does not have:\n" + "\n".join(wrong)
 
 
@@ -220,9 +305,13 @@ def test_design_section_references_name_a_section():
     """``docs/design.md, "Hold points"`` in code and docs names a heading of docs/design.md."""
     headings = {h.strip() for h in re.findall(r"^#+ (.+)$", (ROOT / "docs" / "design.md").read_text(), re.M)}
     cited = re.compile(r'design\.md[,:]? "([^"]+)"')
-    wrong = [f"{path.relative_to(ROOT)}:{number}: {section!r}"
-             for path in text_files() for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
-             for section in cited.findall(line) if not any(h.startswith(section) for h in headings)]
+    wrong = [
+        f"{path.relative_to(ROOT)}:{number}: {section!r}"
+        for path in text_files()
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+        for section in cited.findall(line)
+        if not any(h.startswith(section) for h in headings)
+    ]
     assert not wrong, "references to sections docs/design.md does not have:\n" + "\n".join(wrong)
 
 
@@ -234,8 +323,12 @@ def text_files() -> list[Path]:
         directory = stack.pop()
         for entry in sorted(directory.iterdir()):
             if entry.is_dir():
-                if entry.name not in SKIP_DIRS and not entry.name.endswith(".egg-info") and entry not in SKIP_PATHS \
-                        and not (entry.name.startswith(".") and entry.name != ".ci"):
+                if (
+                    entry.name not in SKIP_DIRS
+                    and not entry.name.endswith(".egg-info")
+                    and entry not in SKIP_PATHS
+                    and not (entry.name.startswith(".") and entry.name != ".ci")
+                ):
                     stack.append(entry)
             elif entry.is_file() and entry.stat().st_size < 4 << 20:
                 head = entry.read_bytes()[:8192]
@@ -245,8 +338,13 @@ def text_files() -> list[Path]:
 
 
 def test_nothing_cites_a_tracker():
-    found = [f"{path.relative_to(ROOT)}:{number}: {match.group(0)!r}: {line.strip()[:120]}"
-             for path in text_files() for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
-             for match in CITATION.finditer(line)]
-    assert not found, ("tracker citations (the tracker is not in the repository: say what the behaviour is):\n"
-                       + "\n".join(found))
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {match.group(0)!r}: {line.strip()[:120]}"
+        for path in text_files()
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+        for match in CITATION.finditer(line)
+    ]
+    assert not found, (
+        "tracker citations (the tracker is not in the repository: say what the behaviour is):\n"
+        + "\n".join(found)
+    )

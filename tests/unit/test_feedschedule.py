@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from admission.core.feedschedule import EPOCH, Feed, due_from_status, namespace_cap, next_due, next_wake, start_order
+from admission.core.feedschedule import (
+    EPOCH,
+    Feed,
+    due_from_status,
+    namespace_cap,
+    next_due,
+    next_wake,
+    start_order,
+)
 from tests.builders import at
 
 NOW = at("2026-12-20T10:00")
@@ -19,14 +27,26 @@ def test_a_calendar_is_due_an_interval_after_its_fetch_and_failures_back_off_up_
     interval = timedelta(minutes=15)
     assert next_due(NOW, interval, 0) == NOW + interval
     assert [next_due(NOW, interval, n) - NOW for n in range(1, 7)] == [
-        MINUTE, 2 * MINUTE, 4 * MINUTE, 8 * MINUTE, interval, interval]
+        MINUTE,
+        2 * MINUTE,
+        4 * MINUTE,
+        8 * MINUTE,
+        interval,
+        interval,
+    ]
     assert next_due(NOW, interval, 10**6) == NOW + interval  # no overflow however long it fails
-    assert next_due(NOW, timedelta(seconds=30), 1) == NOW + timedelta(seconds=30)  # never later than the interval
+    assert next_due(NOW, timedelta(seconds=30), 1) == NOW + timedelta(
+        seconds=30
+    )  # never later than the interval
     assert next_due(NOW, interval, 1, least=2 * MINUTE) == NOW + 2 * MINUTE  # --calendar-min-interval
 
 
 def test_the_next_wake_is_the_earliest_due_time_still_to_come():
-    feeds = [feed("a", "k", "1", NOW), feed("a", "k", "2", NOW + 5 * MINUTE), feed("b", "k", "3", NOW + 2 * MINUTE)]
+    feeds = [
+        feed("a", "k", "1", NOW),
+        feed("a", "k", "2", NOW + 5 * MINUTE),
+        feed("b", "k", "3", NOW + 2 * MINUTE),
+    ]
     assert next_wake(feeds, NOW) == NOW + 2 * MINUTE
     assert next_wake(feeds[:1], NOW) is None and next_wake([], NOW) is None
 
@@ -56,7 +76,10 @@ def test_free_slots_go_to_the_namespace_with_fewest_running_then_the_least_recen
     # Within a namespace, the earliest due first.
     assert [f.digest for f in order if f.namespace == "a"] == ["a2", "a1"]
     # a has a fetch running: the others go first although a was served longest ago.
-    assert [f.namespace for f in start_order(feeds, NOW, {"a": 1}, 2, 3, {"a": 1, "b": 2, "c": 3})] == ["b", "c"]
+    assert [f.namespace for f in start_order(feeds, NOW, {"a": 1}, 2, 3, {"a": 1, "b": 2, "c": 3})] == [
+        "b",
+        "c",
+    ]
 
 
 def test_a_new_gatekeepers_calendars_come_first_in_their_namespace():

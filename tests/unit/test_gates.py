@@ -12,7 +12,12 @@ from admission.core import names
 from admission.core.cron import MAX_CRON_LENGTH
 from admission.core.gates import evaluate, evaluate_gate, next_transition
 from admission.core.gatespec import compile_gate
-from admission.core.names import CLOSE_ANNOTATION, MESSAGE_ANNOTATION, OPEN_ANNOTATION, REQUESTED_BY_ANNOTATION
+from admission.core.names import (
+    CLOSE_ANNOTATION,
+    MESSAGE_ANNOTATION,
+    OPEN_ANNOTATION,
+    REQUESTED_BY_ANNOTATION,
+)
 from tests.builders import at, gate, keeper
 
 NOW = at("2026-06-10T12:00")  # a Wednesday, outside every freeze below
@@ -24,29 +29,36 @@ def state(obj, keepers=(), now=NOW):
 
 # --- default, the closed shorthand, contradictions -------------------------------------
 
-@pytest.mark.parametrize("spec, is_open, message", [
-    ({}, True, "Gate opened by default"),
-    ({"default": "opened"}, True, "Gate opened by default"),
-    ({"default": "closed"}, False, "Gate closed by default"),
-    ({"closed": True}, False, "Gate closed by default"),        # working-examples shorthand
-    ({"closed": False}, True, "Gate opened by default"),
-    ({"default": "closed", "closed": True}, False, "Gate closed by default"),
-])
+
+@pytest.mark.parametrize(
+    "spec, is_open, message",
+    [
+        ({}, True, "Gate opened by default"),
+        ({"default": "opened"}, True, "Gate opened by default"),
+        ({"default": "closed"}, False, "Gate closed by default"),
+        ({"closed": True}, False, "Gate closed by default"),  # working-examples shorthand
+        ({"closed": False}, True, "Gate opened by default"),
+        ({"default": "closed", "closed": True}, False, "Gate closed by default"),
+    ],
+)
 def test_default_state(spec, is_open, message):
     s = state(gate("g", **spec))
     assert (s.open, s.reason, s.message) == (is_open, names.REASON_DEFAULT, message)
 
 
-@pytest.mark.parametrize("spec, why", [
-    ({"default": "opened", "closed": True}, "spec.default 'opened' contradicts spec.closed: true"),
-    ({"default": "closed", "closed": False}, "spec.default 'closed' contradicts spec.closed: false"),
-    ({"default": "open"}, "spec.default 'open' must be 'opened' or 'closed'"),
-    ({"closed": "yes"}, "spec.closed 'yes' must be true or false"),
-    ({"window": "1 hour"}, "spec.window: invalid duration"),
-    ({"window": "0s"}, "spec.window '0s' must be positive"),
-    ({"interval": "soon"}, "spec.interval: invalid duration"),
-    ({"mode": "warn"}, "spec.mode 'warn' must be 'enforce' or 'audit'"),
-])
+@pytest.mark.parametrize(
+    "spec, why",
+    [
+        ({"default": "opened", "closed": True}, "spec.default 'opened' contradicts spec.closed: true"),
+        ({"default": "closed", "closed": False}, "spec.default 'closed' contradicts spec.closed: false"),
+        ({"default": "open"}, "spec.default 'open' must be 'opened' or 'closed'"),
+        ({"closed": "yes"}, "spec.closed 'yes' must be true or false"),
+        ({"window": "1 hour"}, "spec.window: invalid duration"),
+        ({"window": "0s"}, "spec.window '0s' must be positive"),
+        ({"interval": "soon"}, "spec.interval: invalid duration"),
+        ({"mode": "warn"}, "spec.mode 'warn' must be 'enforce' or 'audit'"),
+    ],
+)
 def test_a_gate_that_cannot_be_evaluated_is_invalid_and_closed_and_says_why(spec, why):
     s = state(gate("g", **spec))
     assert not s.open and s.reason == names.REASON_INVALID
@@ -66,6 +78,7 @@ def test_mode_override_is_carried():
 
 # --- manual toggles ----------------------------------------------------------------
 
+
 def toggled(open_at=None, close_at=None, **spec):
     ann = {}
     if open_at:
@@ -78,22 +91,34 @@ def toggled(open_at=None, close_at=None, **spec):
 def test_rfc_story_1_open_for_a_window_then_closed_by_default():
     obj = toggled(open_at="2021-03-26T10:00:00Z", default="closed", window="1h", interval="30s")
     s = state(obj, now=at("2021-03-26T10:30"))
-    assert (s.open, s.reason, s.message) == (True, names.REASON_OPEN_REQUESTED, "Gate scheduled for closing at 2021-03-26T11:00:00Z")
+    assert (s.open, s.reason, s.message) == (
+        True,
+        names.REASON_OPEN_REQUESTED,
+        "Gate scheduled for closing at 2021-03-26T11:00:00Z",
+    )
     assert s.requested_at == at("2021-03-26T10:00") and s.reset_to_default_at == at("2021-03-26T11:00")
     assert s.next_transition == at("2021-03-26T11:00")
     after = state(obj, now=at("2021-03-26T11:00"))
-    assert (after.open, after.reason, after.message) == (False, names.REASON_DEFAULT, "Gate closed by default")
+    assert (after.open, after.reason, after.message) == (
+        False,
+        names.REASON_DEFAULT,
+        "Gate closed by default",
+    )
 
 
 def test_rfc_story_1_close_ahead_of_schedule():
-    obj = toggled(open_at="2021-03-26T10:00:00Z", close_at="2021-03-26T10:10:00Z", default="closed", window="1h")
+    obj = toggled(
+        open_at="2021-03-26T10:00:00Z", close_at="2021-03-26T10:10:00Z", default="closed", window="1h"
+    )
     s = state(obj, now=at("2021-03-26T10:10"))
     assert (s.open, s.reason, s.message) == (False, names.REASON_CLOSE_REQUESTED, "Gate close requested")
     assert s.requested_at == at("2021-03-26T10:10")
 
 
 def test_rfc_maintenance_window_closed_for_24h_then_opens():
-    obj = gate("maintenance", annotations={CLOSE_ANNOTATION: "2021-03-26T10:00:00Z"}, default="opened", window="24h")
+    obj = gate(
+        "maintenance", annotations={CLOSE_ANNOTATION: "2021-03-26T10:00:00Z"}, default="opened", window="24h"
+    )
     s = state(obj, now=at("2021-03-26T10:00"))
     assert (s.open, s.reason) == (False, names.REASON_CLOSE_REQUESTED)
     assert s.message == "Gate scheduled for opening at 2021-03-27T10:00:00Z"
@@ -109,7 +134,9 @@ def test_without_a_window_a_toggle_holds_until_the_next_toggle():
 
 def test_the_latest_toggle_wins():
     assert not state(toggled(open_at="2026-06-10T09:00:00Z", close_at="2026-06-10T10:00:00Z")).open
-    assert state(toggled(open_at="2026-06-10T11:00:00Z", close_at="2026-06-10T10:00:00Z", default="closed")).open
+    assert state(
+        toggled(open_at="2026-06-10T11:00:00Z", close_at="2026-06-10T10:00:00Z", default="closed")
+    ).open
 
 
 def test_equal_timestamps_close_wins():
@@ -134,7 +161,9 @@ def test_a_future_toggle_does_not_hide_the_past_one():
 
 
 def test_an_expired_newer_toggle_does_not_revive_an_older_one():
-    obj = toggled(open_at="2026-06-10T08:00:00Z", close_at="2026-06-10T10:00:00Z", default="opened", window="1h")
+    obj = toggled(
+        open_at="2026-06-10T08:00:00Z", close_at="2026-06-10T10:00:00Z", default="opened", window="1h"
+    )
     assert state(obj, now=at("2026-06-10T10:30")).reason == names.REASON_CLOSE_REQUESTED
     s = state(obj, now=at("2026-06-10T11:30"))
     assert (s.open, s.reason) == (True, names.REASON_DEFAULT)
@@ -147,10 +176,15 @@ def test_unparseable_toggles_are_ignored_and_reported():
 
 
 def test_toggle_requester_and_message_are_carried():
-    obj = gate("bypass-signoff", closed=True, annotations={
-        OPEN_ANNOTATION: "2026-06-10T11:00:00Z",
-        MESSAGE_ANNOTATION: "Patching a CVE: Signed off by Bob the builder",
-        REQUESTED_BY_ANNOTATION: "bob"})
+    obj = gate(
+        "bypass-signoff",
+        closed=True,
+        annotations={
+            OPEN_ANNOTATION: "2026-06-10T11:00:00Z",
+            MESSAGE_ANNOTATION: "Patching a CVE: Signed off by Bob the builder",
+            REQUESTED_BY_ANNOTATION: "bob",
+        },
+    )
     s = state(obj)
     assert s.open and s.requested_by == "bob" and s.request_message.startswith("Patching a CVE")
 
@@ -165,7 +199,10 @@ def test_working_examples_gatekeeper_closes_during_black_friday_and_xmas():
     k = keeper("change-freeze-gatekeeper", "change-freeze", closed=FREEZE, type="cronexpression")
     black_friday = state(cf, [k], at("2026-11-21T20:00"))
     assert (black_friday.open, black_friday.reason) == (False, names.REASON_SCHEDULED)
-    assert black_friday.message == "Gate closed by GateKeeper 'change-freeze-gatekeeper' schedule '* * 20-30 11 *'"
+    assert (
+        black_friday.message
+        == "Gate closed by GateKeeper 'change-freeze-gatekeeper' schedule '* * 20-30 11 *'"
+    )
     assert black_friday.next_transition == at("2026-12-01T00:00")
     assert state(cf, [k], at("2026-12-24T12:00")).reason == names.REASON_SCHEDULED
     assert state(cf, [k], at("2026-12-05T12:00")).reason == names.REASON_DEFAULT
@@ -197,7 +234,7 @@ def test_a_toggle_overrides_the_schedule_while_it_holds():
 
 def test_window_entries_with_duration():
     k = keeper("no-deploy-friday", "g", closed=[{"cron": "0 18 * * 5", "duration": "62h"}])
-    assert not state(gate("g"), [k], at("2026-06-13T12:00")).open    # Saturday
+    assert not state(gate("g"), [k], at("2026-06-13T12:00")).open  # Saturday
     monday = state(gate("g"), [k], at("2026-06-15T08:00"))
     assert monday.open
 
@@ -210,16 +247,19 @@ def test_keepers_of_other_gates_or_namespaces_do_not_apply():
 
 def test_time_zone_of_a_keeper():
     k = keeper("berlin-nights", "g", closed=["* 0-5 * * *"], timeZone="Europe/Berlin")
-    assert not state(gate("g"), [k], at("2026-06-10T03:30")).open      # 05:30 CEST
-    assert state(gate("g"), [k], at("2026-06-10T04:00")).open          # 06:00 CEST
+    assert not state(gate("g"), [k], at("2026-06-10T03:30")).open  # 05:30 CEST
+    assert state(gate("g"), [k], at("2026-06-10T04:00")).open  # 06:00 CEST
 
 
-@pytest.mark.parametrize("spec, why", [
-    ({"type": "cronjob"}, "type 'cronjob' is not supported"),
-    ({"timeZone": "Mars/Olympus"}, "unknown time zone 'Mars/Olympus'"),
-    ({"cronjob": {"closed": ["61 * * * *"]}}, "invalid cron expression '61 * * * *'"),
-    ({"cronjob": {"closed": "* * * * *"}}, "cronjob.closed must be a list"),
-])
+@pytest.mark.parametrize(
+    "spec, why",
+    [
+        ({"type": "cronjob"}, "type 'cronjob' is not supported"),
+        ({"timeZone": "Mars/Olympus"}, "unknown time zone 'Mars/Olympus'"),
+        ({"cronjob": {"closed": ["61 * * * *"]}}, "invalid cron expression '61 * * * *'"),
+        ({"cronjob": {"closed": "* * * * *"}}, "cronjob.closed must be a list"),
+    ],
+)
 def test_a_keeper_that_cannot_be_evaluated_closes_its_gate(spec, why):
     bad = keeper("broken", "g")
     bad["spec"].update(spec)
@@ -249,7 +289,11 @@ def test_valid_until_is_the_first_time_anything_may_change():
 def test_not_found_and_unknown_are_closed():
     assert g.not_found("ns", "x").open is False and g.not_found("ns", "x").reason == names.REASON_NOT_FOUND
     u = g.unknown("ns", "x", "gate cache not synced")
-    assert (u.open, u.reason, u.message) == (False, names.REASON_UNKNOWN, "gate state unknown: gate cache not synced")
+    assert (u.open, u.reason, u.message) == (
+        False,
+        names.REASON_UNKNOWN,
+        "gate state unknown: gate cache not synced",
+    )
 
 
 # -- bounded evaluation cost -----------------------------------------------------------------
@@ -260,7 +304,10 @@ def test_more_schedule_entries_than_the_bounds_make_the_gate_invalid_and_closed(
     too_long = keeper("k", "g", closed=["0 0 29 2 *"] * (gatespec.MAX_ENTRIES_PER_LIST + 1))
     result = state(gate("g"), [too_long])
     assert (result.open, result.reason) == (False, names.REASON_INVALID)
-    assert f"cronjob.closed has {gatespec.MAX_ENTRIES_PER_LIST + 1} entries, more than {gatespec.MAX_ENTRIES_PER_LIST}" in result.message
+    assert (
+        f"cronjob.closed has {gatespec.MAX_ENTRIES_PER_LIST + 1} entries, more than {gatespec.MAX_ENTRIES_PER_LIST}"
+        in result.message
+    )
     many = [keeper(f"k{i}", "g", closed=["0 0 29 2 *"] * gatespec.MAX_ENTRIES_PER_LIST) for i in range(3)]
     result = state(gate("g"), many)
     assert (result.open, result.reason) == (False, names.REASON_INVALID)
@@ -275,11 +322,15 @@ def test_a_hostile_gatekeeper_costs_a_bounded_number_of_cron_searches(monkeypatc
 
     searches = []
     real = cron.CronSpec._sim
-    monkeypatch.setattr(cron.CronSpec, "_sim", lambda spec, *args: searches.append(spec.expr) or real(spec, *args))
+    monkeypatch.setattr(
+        cron.CronSpec, "_sim", lambda spec, *args: searches.append(spec.expr) or real(spec, *args)
+    )
     schedule._entry.cache_clear()
     cron._parse_cron.cache_clear()
     windows = [{"cron": f"{m} 0 29 2 *", "duration": "1m"} for m in range(gatespec.MAX_ENTRIES_PER_LIST - 2)]
-    hostile = keeper("k", "g", closed=ALTERNATING + windows, opened=[{"cron": "0 0 29 2 *", "duration": "1m"}] * 16)
+    hostile = keeper(
+        "k", "g", closed=ALTERNATING + windows, opened=[{"cron": "0 0 29 2 *", "duration": "1m"}] * 16
+    )
     compiled = compile_gate(gate("g"), [hostile])
     for minute in range(60):
         result = evaluate(compiled, at("2026-11-22T02:00") + timedelta(minutes=minute, seconds=30))
@@ -289,12 +340,17 @@ def test_a_hostile_gatekeeper_costs_a_bounded_number_of_cron_searches(monkeypatc
 
 # -- deciding needs no look-ahead; the next transition is searched for when asked ----------
 
-def test_deciding_searches_no_further_than_the_next_change_and_the_next_transition_waits_until_asked(monkeypatch):
+
+def test_deciding_searches_no_further_than_the_next_change_and_the_next_transition_waits_until_asked(
+    monkeypatch,
+):
     from admission.core import schedule
 
     asked = []
     real = schedule.Entry.state_and_next_change
-    monkeypatch.setattr(schedule.Entry, "state_and_next_change", lambda entry, now: asked.append(now) or real(entry, now))
+    monkeypatch.setattr(
+        schedule.Entry, "state_and_next_change", lambda entry, now: asked.append(now) or real(entry, now)
+    )
     k = keeper("k", "g", opened=["* 9-16 * * MON-FRI"], closed=[{"cron": "0 12 * * *", "duration": "1h"}])
     cg = compile_gate(gate("g", default="closed"), [k])
     s = evaluate(cg, at("2026-06-13T10:00"))  # a Saturday
@@ -307,7 +363,9 @@ def test_deciding_searches_no_further_than_the_next_change_and_the_next_transiti
 def test_a_gate_held_by_a_toggle_or_by_windows_that_never_end_opens_when_the_toggle_does():
     # Windows every 15 minutes lasting 30 overlap for ever: closed until the open request.
     quarter = {"cron": "*/15 * * * *", "duration": "30m"}
-    keepers = [keeper(f"k{i}", "g", closed=[quarter], timeZone=z) for i, z in enumerate(["UTC", "Europe/Berlin"])]
+    keepers = [
+        keeper(f"k{i}", "g", closed=[quarter], timeZone=z) for i, z in enumerate(["UTC", "Europe/Berlin"])
+    ]
     opens = at("2026-11-23T22:13")
     toggled = gate("g", annotations={names.OPEN_ANNOTATION: "2026-11-23T22:13:00Z"}, window="24h")
     s = evaluate(compile_gate(toggled, keepers), at("2026-11-22T02:13:30"))
@@ -319,21 +377,28 @@ def test_when_nothing_changes_within_the_horizon_the_state_is_looked_at_again_a_
     k = keeper("k", "g", closed=[{"cron": "0 0 29 2 *", "duration": "24h"}])
     s = evaluate(compile_gate(gate("g"), [k]), at("2026-11-22T02:13:30"))
     assert (s.open, s.next_transition, s.valid_until) == (True, None, at("2026-11-22T02:13:30") + g.VALIDITY)
-    assert evaluate(compile_gate(gate("g"), []), at("2026-11-22T02:13:30")).valid_until is None  # nothing can change
+    assert (
+        evaluate(compile_gate(gate("g"), []), at("2026-11-22T02:13:30")).valid_until is None
+    )  # nothing can change
 
 
 def test_an_unknown_next_transition_never_changes_the_state_or_claims_an_opening():
     from admission.core.decision import Context, Settings, decide
     from tests.builders import changed, flux, lookup_from, request
 
-    windows = [{"cron": f"{m} 0 L * {d}#5", "duration": "9600h"} for m, d in zip(range(16), [1, 2, 3, 4, 5, 6, 0] * 3)]
+    windows = [
+        {"cron": f"{m} 0 L * {d}#5", "duration": "9600h"}
+        for m, d in zip(range(16), [1, 2, 3, 4, 5, 6, 0] * 3)
+    ]
     hostile = keeper("k", "g", closed=windows)
     cg = compile_gate(gate("g"), [hostile])
     s = evaluate(cg, at("2026-11-22T02:13:30"))
     assert (s.open, s.reason, s.next_transition) == (False, names.REASON_SCHEDULED, None)
     obj = flux(gates="flux-system/g")
-    denied = decide(request("UPDATE", changed(obj, path="./v2"), obj),
-                    Context(lookup_from([gate("g")], [hostile]), at("2026-11-22T02:13:30"), Settings()))
+    denied = decide(
+        request("UPDATE", changed(obj, path="./v2"), obj),
+        Context(lookup_from([gate("g")], [hostile]), at("2026-11-22T02:13:30"), Settings()),
+    )
     assert not denied.allowed and "opens at" not in denied.message
 
 
@@ -351,7 +416,11 @@ def quarterly(*opened: str):
 def test_an_opening_19_hours_away_behind_quarter_hourly_closings_is_found():
     # The same entry closes and opens: it can never open the gate, so it is no reason to step.
     s = evaluate(quarterly(QUARTERS), at("2026-11-15T04:00"))
-    assert (s.open, s.valid_until, s.next_transition) == (False, at("2026-11-15T04:01"), at("2026-11-15T23:01"))
+    assert (s.open, s.valid_until, s.next_transition) == (
+        False,
+        at("2026-11-15T04:01"),
+        at("2026-11-15T23:01"),
+    )
     assert s.transition_unknown_after is None
 
 
@@ -370,10 +439,13 @@ def test_a_search_that_gives_up_says_until_when_nothing_changes_never_that_nothi
     assert state(gate("g", closed=True)).transition_unknown_after is None  # nothing changes: known
 
 
-@pytest.mark.parametrize("spec, why", [
-    ({"window": "99999999h"}, "spec.window '99999999h' is longer than 876000h"),
-    ({"interval": "9" * 31 + "h"}, "is too long"),
-])
+@pytest.mark.parametrize(
+    "spec, why",
+    [
+        ({"window": "99999999h"}, "spec.window '99999999h' is longer than 876000h"),
+        ({"interval": "9" * 31 + "h"}, "is too long"),
+    ],
+)
 def test_durations_too_long_to_add_to_a_date_make_the_gate_invalid_not_a_crash(spec, why):
     g_ = gate("g", annotations={names.OPEN_ANNOTATION: "2026-11-22T00:00:00Z"}, **spec)
     s = state(g_)
@@ -387,9 +459,17 @@ def test_a_toggle_beyond_the_horizon_is_still_the_next_transition():
 
 
 def test_the_gatekeeper_crd_states_the_bounds_the_code_enforces():
-    crd = yaml.safe_load((Path(__file__).resolve().parents[2] / "manifests" / "crds" /
-                          "gating.toolkit.fluxcd.io_gatekeepers.yaml").read_text())
-    cronjob = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["cronjob"]
+    crd = yaml.safe_load(
+        (
+            Path(__file__).resolve().parents[2]
+            / "manifests"
+            / "crds"
+            / "gating.toolkit.fluxcd.io_gatekeepers.yaml"
+        ).read_text()
+    )
+    cronjob = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"][
+        "cronjob"
+    ]
     for key in ("closed", "opened"):
         entries = cronjob["properties"][key]
         assert entries["maxItems"] == gatespec.MAX_ENTRIES_PER_LIST
@@ -397,16 +477,22 @@ def test_the_gatekeeper_crd_states_the_bounds_the_code_enforces():
         assert item["maxLength"] == item["properties"]["cron"]["maxLength"] == MAX_CRON_LENGTH
         assert item["maxProperties"] == 2  # cron and duration; the code refuses any other field
     from admission.core import subscriptions as s
+
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
     calendars = schema["spec"]["properties"]["calendars"]
     entry = calendars["items"]["properties"]
     assert calendars["maxItems"] == s.MAX_CALENDARS and set(entry) == s._FIELDS
     assert (entry["url"]["maxLength"], entry["name"]["maxLength"], entry["caBundle"]["maxLength"]) == (
-        s.MAX_URL, s.MAX_NAME, s.MAX_CA_BUNDLE)
+        s.MAX_URL,
+        s.MAX_NAME,
+        s.MAX_CA_BUNDLE,
+    )
     assert entry["filter"]["properties"]["summary"]["maxLength"] == s.MAX_PATTERN
     assert entry["filter"]["properties"]["categories"]["maxItems"] == s.MAX_CATEGORIES
     assert entry["action"]["enum"] == list(s.ACTIONS)
     status = schema["status"]["properties"]["calendars"]["items"]["properties"]
     assert status["intervals"]["maxItems"] == s.MAX_INTERVALS
-    assert (status["intervals"]["items"]["properties"]["summary"]["maxLength"], status["error"]["maxLength"]) == (
-        s.MAX_SUMMARY, s.MAX_ERROR)
+    assert (
+        status["intervals"]["items"]["properties"]["summary"]["maxLength"],
+        status["error"]["maxLength"],
+    ) == (s.MAX_SUMMARY, s.MAX_ERROR)

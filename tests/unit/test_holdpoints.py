@@ -50,8 +50,14 @@ def cond(obj, kind):
 
 
 def ready(message, status="True", reason="Succeeded"):
-    return {"type": "Ready", "status": status, "reason": reason, "message": message,
-            "lastTransitionTime": "2026-06-10T10:00:00Z", "observedGeneration": 3}
+    return {
+        "type": "Ready",
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": "2026-06-10T10:00:00Z",
+        "observedGeneration": 3,
+    }
 
 
 def source(status, gates=HELD, kind="GitRepository", **kw):
@@ -60,17 +66,24 @@ def source(status, gates=HELD, kind="GitRepository", **kw):
 
 # ---- sources ------------------------------------------------------------------------------
 
+
 def test_a_held_source_keeps_its_artifact_shows_blocked_and_ready_keeps_its_status():
     old = source({"artifact": art(GIT_A), "conditions": [ready(f"stored artifact for revision '{GIT_A}'")]})
-    new = source({"artifact": art(GIT_B), "observedGeneration": 4,
-                  "conditions": [ready(f"stored artifact for revision '{GIT_B}'")]})
+    new = source(
+        {
+            "artifact": art(GIT_B),
+            "observedGeneration": 4,
+            "conditions": [ready(f"stored artifact for revision '{GIT_B}'")],
+        }
+    )
     out = mutated(old, new)
     assert out["status"]["artifact"] == art(GIT_A)  # every field, not just the revision
     assert out["status"]["observedGeneration"] == 4  # the rest of status moves on
     blocked = cond(out, "Blocked")
     assert blocked["status"] == "True" and blocked["reason"] == "GateClosed"
-    assert blocked["message"] == (f"Reconciliation is blocked as gate '{HELD}' is closed: "
-                                  f"{GIT_B} waits, serving {GIT_A}")
+    assert blocked["message"] == (
+        f"Reconciliation is blocked as gate '{HELD}' is closed: {GIT_B} waits, serving {GIT_A}"
+    )
     assert cond(out, "Ready")["status"] == "True" and GIT_A in cond(out, "Ready")["message"]
     assert f"{GIT_B} waits" in cond(out, "Ready")["message"]
     # what reached the validating webhook carries no change: it passes
@@ -81,8 +94,9 @@ def test_the_conditions_write_before_the_artifact_keeps_blocked_and_ready_honest
     # source-controller sends the conditions first ("stored artifact for revision B"), then the artifact.
     stored = mutated(source({"artifact": art(GIT_A)}), source({"artifact": art(GIT_B)}))
     conditions_first = copy.deepcopy(stored)
-    conditions_first["status"]["conditions"] = [c for c in stored["status"]["conditions"] if c["type"] != "Ready"] + [
-        ready(f"stored artifact for revision '{GIT_B}'")]
+    conditions_first["status"]["conditions"] = [
+        c for c in stored["status"]["conditions"] if c["type"] != "Ready"
+    ] + [ready(f"stored artifact for revision '{GIT_B}'")]
     out = mutated(stored, conditions_first)
     assert cond(out, "Blocked") == cond(stored, "Blocked")
     assert cond(out, "Ready")["status"] == "True" and f"serving {GIT_A}" in cond(out, "Ready")["message"]
@@ -120,18 +134,43 @@ def test_audit_mode_holds_nothing_the_validating_webhook_records_it():
     # a gate in audit mode of its own, under an enforcing server
     audited = source({"artifact": art(GIT_A)}, gates="flux-system/audited")
     moved = source({"artifact": art(GIT_B)}, gates="flux-system/audited")
-    assert mutated(audited, moved)["status"]["artifact"] == art(GIT_B) and cond(mutated(audited, moved), "Blocked") is None
+    assert (
+        mutated(audited, moved)["status"]["artifact"] == art(GIT_B)
+        and cond(mutated(audited, moved), "Blocked") is None
+    )
 
 
 def test_a_generated_helmchart_inherits_its_helmreleases_gates():
-    release = flux("HelmRelease", name="podinfo", namespace="apps", gates=HELD, spec={"chart": {"spec": {
-        "chart": "podinfo", "version": "6.x", "sourceRef": {"kind": "HelmRepository", "name": "podinfo",
-                                                            "namespace": "flux-system"}}}})
+    release = flux(
+        "HelmRelease",
+        name="podinfo",
+        namespace="apps",
+        gates=HELD,
+        spec={
+            "chart": {
+                "spec": {
+                    "chart": "podinfo",
+                    "version": "6.x",
+                    "sourceRef": {"kind": "HelmRepository", "name": "podinfo", "namespace": "flux-system"},
+                }
+            }
+        },
+    )
     sources = StaticSources([release])
-    old = flux("HelmChart", name="apps-podinfo", namespace="flux-system", labels=OWNER,
-               status={"artifact": art("6.5.0")})
-    new = flux("HelmChart", name="apps-podinfo", namespace="flux-system", labels=OWNER,
-               status={"artifact": art("6.5.1")})
+    old = flux(
+        "HelmChart",
+        name="apps-podinfo",
+        namespace="flux-system",
+        labels=OWNER,
+        status={"artifact": art("6.5.0")},
+    )
+    new = flux(
+        "HelmChart",
+        name="apps-podinfo",
+        namespace="flux-system",
+        labels=OWNER,
+        status={"artifact": art("6.5.1")},
+    )
     out = mutated(old, new, sources=sources)
     assert out["status"]["artifact"] == art("6.5.0") and "6.5.1 waits" in cond(out, "Blocked")["message"]
     assert run(handlers.validate, old, new, sources=sources).response["allowed"] is False
@@ -141,23 +180,43 @@ def test_a_generated_helmchart_inherits_its_helmreleases_gates():
 
 # ---- ImagePolicy --------------------------------------------------------------------------
 
+
 def test_a_held_image_policy_keeps_its_latest_ref_and_latest_image():
     def policy(tag):
-        return flux("ImagePolicy", gates=HELD, status={
-            "latestRef": {"name": "registry.example/a/b", "tag": tag}, "latestImage": f"registry.example/a/b:{tag}",
-            "observedPreviousRef": {"name": "registry.example/a/b", "tag": "0.9"}})
+        return flux(
+            "ImagePolicy",
+            gates=HELD,
+            status={
+                "latestRef": {"name": "registry.example/a/b", "tag": tag},
+                "latestImage": f"registry.example/a/b:{tag}",
+                "observedPreviousRef": {"name": "registry.example/a/b", "tag": "0.9"},
+            },
+        )
+
     out = mutated(policy("1.0"), policy("1.1"))
-    assert out["status"]["latestRef"]["tag"] == "1.0" and out["status"]["latestImage"] == "registry.example/a/b:1.0"
-    assert cond(out, "Blocked")["message"].endswith("registry.example/a/b:1.1 waits, serving registry.example/a/b:1.0")
+    assert (
+        out["status"]["latestRef"]["tag"] == "1.0"
+        and out["status"]["latestImage"] == "registry.example/a/b:1.0"
+    )
+    assert cond(out, "Blocked")["message"].endswith(
+        "registry.example/a/b:1.1 waits, serving registry.example/a/b:1.0"
+    )
     assert run(handlers.validate, policy("1.0"), policy("1.1")).response["allowed"] is False
 
 
 # ---- Kustomization and HelmRelease --------------------------------------------------------
 
+
 def ks(status, gates=HELD):
-    return flux(gates=gates, spec={"interval": "10m", "path": "./deploy",
-                                   "sourceRef": {"kind": "GitRepository", "name": "flux-system",
-                                                 "namespace": "flux-system"}}, status=status)
+    return flux(
+        gates=gates,
+        spec={
+            "interval": "10m",
+            "path": "./deploy",
+            "sourceRef": {"kind": "GitRepository", "name": "flux-system", "namespace": "flux-system"},
+        },
+        status=status,
+    )
 
 
 def test_the_write_that_records_a_new_revision_is_denied_and_others_pass():
@@ -171,33 +230,53 @@ def test_the_write_that_records_a_new_revision_is_denied_and_others_pass():
     # conditions only, re-applying, the end-of-reconcile write of the applied revision: all pass
     reapply = {**applied, "lastHandledReconcileAt": "x", "conditions": [ready(f"Applied revision: {GIT_A}")]}
     assert run(handlers.validate, ks(applied), ks(reapply)).response["allowed"] is True
-    assert run(handlers.validate, ks(attempt), ks({**attempt, "conditions": [ready("x")]})).response["allowed"] is True
+    assert (
+        run(handlers.validate, ks(attempt), ks({**attempt, "conditions": [ready("x")]})).response["allowed"]
+        is True
+    )
     # not held: the same write passes
-    assert run(handlers.validate, ks(applied, gates="flux-system/open-gate"),
-               ks(attempt, gates="flux-system/open-gate")).response["allowed"] is True
+    assert (
+        run(
+            handlers.validate,
+            ks(applied, gates="flux-system/open-gate"),
+            ks(attempt, gates="flux-system/open-gate"),
+        ).response["allowed"]
+        is True
+    )
 
 
 def test_ready_and_approved_say_gate_closed_only_while_something_waits():
     git = flux("GitRepository", name="flux-system", namespace="flux-system", status={"artifact": art(GIT_B)})
-    applied = {"lastAppliedRevision": GIT_A, "lastAttemptedRevision": GIT_A,
-               "conditions": [ready(f"Applied revision: {GIT_A}")]}
+    applied = {
+        "lastAppliedRevision": GIT_A,
+        "lastAttemptedRevision": GIT_A,
+        "conditions": [ready(f"Applied revision: {GIT_A}")],
+    }
     progress = {**applied, "conditions": [ready("Reconciliation in progress", "Unknown", "Progressing")]}
     out = mutated(ks(applied), ks(progress), sources=StaticSources([git]))
     assert cond(out, "Ready")["status"] == "False" and cond(out, "Ready")["reason"] == "GateClosed"
-    assert cond(out, "Ready")["message"].startswith(f"Kustomization apps/podinfo is held: gate '{HELD}' is closed")
+    assert cond(out, "Ready")["message"].startswith(
+        f"Kustomization apps/podinfo is held: gate '{HELD}' is closed"
+    )
     assert cond(out, "Ready")["observedGeneration"] == 3
     approved = cond(out, "Approved")
     assert approved["status"] == "False" and approved["reason"] == "GateClosed"
-    assert approved["message"] == (f"Reconciliation is waiting approval, gate '{HELD}' is closed. "
-                                   f"{GIT_B} waits, serving {GIT_A}")
-    assert content.waiting(out) == content.Waiting("Kustomization", GIT_B, GIT_A, (HELD,), approved["message"])
+    assert approved["message"] == (
+        f"Reconciliation is waiting approval, gate '{HELD}' is closed. {GIT_B} waits, serving {GIT_A}"
+    )
+    assert content.waiting(out) == content.Waiting(
+        "Kustomization", GIT_B, GIT_A, (HELD,), approved["message"]
+    )
     # the source serves what was applied: a held object re-applying keeps its normal Ready
     same = flux("GitRepository", name="flux-system", namespace="flux-system", status={"artifact": art(GIT_A)})
     assert mutated(ks(applied), ks(progress), sources=StaticSources([same])) == ks(progress)
     # released: Approved goes, Ready is the controller's
     released = ks(out["status"], gates="flux-system/open-gate")
-    after = mutated(released, ks({**progress, "conditions": out["status"]["conditions"]}, gates="flux-system/open-gate"),
-                    sources=StaticSources([git]))
+    after = mutated(
+        released,
+        ks({**progress, "conditions": out["status"]["conditions"]}, gates="flux-system/open-gate"),
+        sources=StaticSources([git]),
+    )
     assert cond(after, "Approved") is None
 
 
@@ -206,14 +285,28 @@ def test_a_helmrelease_attempt_at_new_values_is_denied_the_applied_release_passe
     values = flux("HelmRelease", gates=HELD, status=hr_status(attempted=("6.5.0", "", "sha256:v2")))
     outcome = run(handlers.validate, old, values)
     assert outcome.response["allowed"] is False
-    assert "6.5.0 (values sha256:v2) waits, serving 6.5.0 (values sha256:v1)" in outcome.response["status"]["message"]
+    assert (
+        "6.5.0 (values sha256:v2) waits, serving 6.5.0 (values sha256:v1)"
+        in outcome.response["status"]["message"]
+    )
     again = flux("HelmRelease", gates=HELD, status={**hr_status(), "lastAttemptedGeneration": 4})
     assert run(handlers.validate, old, again).response["allowed"] is True
 
 
 def test_a_helmrelease_shows_a_new_chart_waiting_in_its_helmchart():
-    release = flux("HelmRelease", gates=HELD, status=hr_status(), spec={"chart": {"spec": {
-        "chart": "podinfo", "sourceRef": {"kind": "HelmRepository", "name": "podinfo", "namespace": "flux-system"}}}})
+    release = flux(
+        "HelmRelease",
+        gates=HELD,
+        status=hr_status(),
+        spec={
+            "chart": {
+                "spec": {
+                    "chart": "podinfo",
+                    "sourceRef": {"kind": "HelmRepository", "name": "podinfo", "namespace": "flux-system"},
+                }
+            }
+        },
+    )
     chart = flux("HelmChart", name="apps-podinfo", namespace="flux-system", status={"artifact": art("6.5.1")})
     out = mutated(release, release, sources=StaticSources([chart]))
     assert cond(out, "Approved")["message"].endswith("6.5.1 waits, serving 6.5.0 (values sha256:v1)")
@@ -262,12 +355,15 @@ def test_a_denied_values_attempt_is_shown_as_approved_false_and_ready_false():
     out = shown(STORED, DENIED)
     approved, ready_ = cond(out, "Approved"), cond(out, "Ready")
     assert (approved["status"], approved["reason"]) == ("False", "GateClosed")
-    assert approved["message"] == f"Reconciliation is waiting approval, gate '{HELD}' is closed. {VALUES_WAIT}"
+    assert (
+        approved["message"] == f"Reconciliation is waiting approval, gate '{HELD}' is closed. {VALUES_WAIT}"
+    )
     assert (ready_["status"], ready_["reason"]) == ("False", "GateClosed")
     assert ready_["message"].startswith(f"HelmRelease apps/podinfo is held: gate '{HELD}' is closed")
     assert ready_["message"].endswith(VALUES_WAIT)
-    assert content.waiting(out) == content.Waiting("HelmRelease", "6.5.0 (values sha256:v2)",
-                                                   "6.5.0 (values sha256:v1)", (HELD,), approved["message"])
+    assert content.waiting(out) == content.Waiting(
+        "HelmRelease", "6.5.0 (values sha256:v2)", "6.5.0 (values sha256:v1)", (HELD,), approved["message"]
+    )
     assert out["status"]["history"] == STORED["status"]["history"]  # only conditions are written
     # once shown, a second denial of the same reconcile writes nothing
     assert shown(out, DENIED) is None
@@ -275,11 +371,19 @@ def test_a_denied_values_attempt_is_shown_as_approved_false_and_ready_false():
 
 def test_nothing_is_shown_when_not_held_already_applied_reconciled_or_not_a_helmrelease():
     assert shown(hr(STORED["status"], gates="flux-system/open-gate"), DENIED) is None
-    assert shown(hr(STORED["status"], gates="flux-system/audited"), DENIED) is None  # audit mode holds nothing
+    assert (
+        shown(hr(STORED["status"], gates="flux-system/audited"), DENIED) is None
+    )  # audit mode holds nothing
     assert shown(hr(hr_status(attempted=V2, applied=V2)), DENIED) is None  # applied since
-    assert shown(hr({**hr_status(), "conditions": [ready("Release in-sync")]}), DENIED) is None  # Ready=True since
-    assert holdpoints.show_denied_attempt("Kustomization", ks({}), ks({"lastAttemptedRevision": GIT_B}),
-                                          held_now(STORED), FIXED_NOW) == {}
+    assert (
+        shown(hr({**hr_status(), "conditions": [ready("Release in-sync")]}), DENIED) is None
+    )  # Ready=True since
+    assert (
+        holdpoints.show_denied_attempt(
+            "Kustomization", ks({}), ks({"lastAttemptedRevision": GIT_B}), held_now(STORED), FIXED_NOW
+        )
+        == {}
+    )
 
 
 def test_the_shown_attempt_stays_on_the_controllers_writes_while_held_and_waiting():
@@ -315,20 +419,33 @@ def test_the_shown_attempt_goes_when_applied_reconciled_without_it_or_released()
 def test_a_helmrelease_whose_source_serves_a_new_chart_shows_the_chart_not_the_values():
     # what the mutating webhook shows on every write wins, so the two never rewrite each other
     release = hr(STORED["status"])
-    release["spec"] = {"chart": {"spec": {"chart": "podinfo", "sourceRef": {
-        "kind": "HelmRepository", "name": "podinfo", "namespace": "flux-system"}}}}
+    release["spec"] = {
+        "chart": {
+            "spec": {
+                "chart": "podinfo",
+                "sourceRef": {"kind": "HelmRepository", "name": "podinfo", "namespace": "flux-system"},
+            }
+        }
+    }
     chart = flux("HelmChart", name="apps-podinfo", namespace="flux-system", status={"artifact": art("6.5.1")})
     upstream_ = content.upstream_of("HelmRelease", release, StaticSources([chart]).get)
-    changes = holdpoints.show_denied_attempt("HelmRelease", release, DENIED, held_now(release), FIXED_NOW, upstream_)
+    changes = holdpoints.show_denied_attempt(
+        "HelmRelease", release, DENIED, held_now(release), FIXED_NOW, upstream_
+    )
     approved = conditions.find({"status": changes}, "Approved")
     assert approved["message"].endswith("6.5.1 waits, serving 6.5.0 (values sha256:v1)")
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.sampled_from([V1, V2, ("6.5.1", "", "sha256:v2")]), st.sampled_from(["True", "False", "Unknown", None]),
-       st.sampled_from([HELD, "flux-system/open-gate"]), st.booleans())
-def test_a_shown_attempt_stays_exactly_while_held_waiting_and_not_reported_ready(applied, ready_status, gates,
-                                                                                 keeps_conditions):
+@given(
+    st.sampled_from([V1, V2, ("6.5.1", "", "sha256:v2")]),
+    st.sampled_from(["True", "False", "Unknown", None]),
+    st.sampled_from([HELD, "flux-system/open-gate"]),
+    st.booleans(),
+)
+def test_a_shown_attempt_stays_exactly_while_held_waiting_and_not_reported_ready(
+    applied, ready_status, gates, keeps_conditions
+):
     out = hr(shown(STORED, DENIED)["status"], gates=gates)
     write = controller_write(out, ready_status or "Unknown", applied=applied)
     if ready_status is None:
@@ -343,15 +460,32 @@ def test_a_shown_attempt_stays_exactly_while_held_waiting_and_not_reported_ready
 
 # ---- properties ---------------------------------------------------------------------------
 
-CONTENT_KINDS = ["GitRepository", "OCIRepository", "HelmRepository", "HelmChart", "Bucket", "ExternalArtifact",
-                 "ImagePolicy", "Kustomization", "HelmRelease", "ImageRepository", "ImageUpdateAutomation"]
+CONTENT_KINDS = [
+    "GitRepository",
+    "OCIRepository",
+    "HelmRepository",
+    "HelmChart",
+    "Bucket",
+    "ExternalArtifact",
+    "ImagePolicy",
+    "Kustomization",
+    "HelmRelease",
+    "ImageRepository",
+    "ImageUpdateAutomation",
+]
 revisions = st.sampled_from([GIT_A, GIT_B, "main@sha1:77", "6.5.0", "6.5.1"])
-foreign_conditions = st.lists(st.fixed_dictionaries({
-    "type": st.sampled_from(["Ready", "Reconciling", "Healthy", "Stalled", "ArtifactInStorage"]),
-    "status": st.sampled_from(["True", "False", "Unknown"]),
-    "reason": st.sampled_from(["Succeeded", "Progressing", "Failed"]),
-    "message": st.one_of(revisions, st.text(max_size=20)),
-}), max_size=3, unique_by=lambda c: c["type"])
+foreign_conditions = st.lists(
+    st.fixed_dictionaries(
+        {
+            "type": st.sampled_from(["Ready", "Reconciling", "Healthy", "Stalled", "ArtifactInStorage"]),
+            "status": st.sampled_from(["True", "False", "Unknown"]),
+            "reason": st.sampled_from(["Succeeded", "Progressing", "Failed"]),
+            "message": st.one_of(revisions, st.text(max_size=20)),
+        }
+    ),
+    max_size=3,
+    unique_by=lambda c: c["type"],
+)
 
 
 @st.composite
@@ -360,7 +494,10 @@ def statuses(draw):
     if draw(st.booleans()):
         status["artifact"] = art(draw(revisions))
     if draw(st.booleans()):
-        status["latestRef"] = {"name": "registry.example/a/b", "tag": draw(st.sampled_from(["1.0", "1.1", "2.0"]))}
+        status["latestRef"] = {
+            "name": "registry.example/a/b",
+            "tag": draw(st.sampled_from(["1.0", "1.1", "2.0"])),
+        }
     if draw(st.booleans()):
         status["latestImage"] = f"registry.example/a/b:{draw(st.sampled_from(['1.0', '1.1']))}"
     if draw(st.booleans()):
@@ -368,29 +505,51 @@ def statuses(draw):
     if draw(st.booleans()):
         status["lastAttemptedRevision"] = draw(revisions)
     if draw(st.booleans()):
-        status.update(hr_status(attempted=(draw(revisions), "", draw(st.sampled_from(["sha256:v1", "sha256:v2"])))))
+        status.update(
+            hr_status(attempted=(draw(revisions), "", draw(st.sampled_from(["sha256:v1", "sha256:v2"]))))
+        )
     status["observedGeneration"] = draw(st.integers(1, 5))
     status["conditions"] = draw(foreign_conditions)
     return status
 
 
-upstream = StaticSources([
-    flux("GitRepository", name="flux-system", namespace="flux-system", status={"artifact": art(GIT_B)}),
-    flux("HelmRelease", name="podinfo", namespace="apps", gates=HELD, spec={"chart": {"spec": {"chart": "podinfo"}}}),
-])
+upstream = StaticSources(
+    [
+        flux("GitRepository", name="flux-system", namespace="flux-system", status={"artifact": art(GIT_B)}),
+        flux(
+            "HelmRelease",
+            name="podinfo",
+            namespace="apps",
+            gates=HELD,
+            spec={"chart": {"spec": {"chart": "podinfo"}}},
+        ),
+    ]
+)
 
 
 def write(kind, gates, old_status, new_status):
     name = "apps-podinfo" if kind == "HelmChart" else "podinfo"
-    spec = {"interval": "1m", "sourceRef": {"kind": "GitRepository", "name": "flux-system", "namespace": "flux-system"}}
-    return (flux(kind, name=name, namespace="apps", gates=gates, spec=spec, status=old_status),
-            flux(kind, name=name, namespace="apps", gates=gates, spec=spec, status=new_status))
+    spec = {
+        "interval": "1m",
+        "sourceRef": {"kind": "GitRepository", "name": "flux-system", "namespace": "flux-system"},
+    }
+    return (
+        flux(kind, name=name, namespace="apps", gates=gates, spec=spec, status=old_status),
+        flux(kind, name=name, namespace="apps", gates=gates, spec=spec, status=new_status),
+    )
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.sampled_from(CONTENT_KINDS), st.sampled_from([None, "flux-system/open-gate"]), statuses(), statuses(),
-       st.sampled_from(["enforce", "audit"]))
-def test_a_status_write_of_an_object_that_is_not_held_is_never_changed_or_denied(kind, gates, before, after, mode):
+@given(
+    st.sampled_from(CONTENT_KINDS),
+    st.sampled_from([None, "flux-system/open-gate"]),
+    statuses(),
+    statuses(),
+    st.sampled_from(["enforce", "audit"]),
+)
+def test_a_status_write_of_an_object_that_is_not_held_is_never_changed_or_denied(
+    kind, gates, before, after, mode
+):
     old, new = write(kind, gates, before, after)
     if kind == "HelmChart":  # a chart generated for a held HelmRelease is held: this one is not generated
         old["metadata"]["name"] = new["metadata"]["name"] = "podinfo"
@@ -399,8 +558,14 @@ def test_a_status_write_of_an_object_that_is_not_held_is_never_changed_or_denied
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.sampled_from(["GitRepository", "OCIRepository", "HelmRepository", "HelmChart", "Bucket", "ImagePolicy"]),
-       statuses(), statuses(), statuses())
+@given(
+    st.sampled_from(
+        ["GitRepository", "OCIRepository", "HelmRepository", "HelmChart", "Bucket", "ImagePolicy"]
+    ),
+    statuses(),
+    statuses(),
+    statuses(),
+)
 def test_a_held_sources_stored_content_never_changes(kind, stored, first, second):
     # any sequence of status writes, each through the mutating webhook then stored
     old, _ = write(kind, HELD, stored, stored)
@@ -414,7 +579,12 @@ def test_a_held_sources_stored_content_never_changes(kind, stored, first, second
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.sampled_from(CONTENT_KINDS), st.sampled_from([HELD, None, "flux-system/open-gate"]), statuses(), statuses())
+@given(
+    st.sampled_from(CONTENT_KINDS),
+    st.sampled_from([HELD, None, "flux-system/open-gate"]),
+    statuses(),
+    statuses(),
+)
 def test_the_rewrite_is_idempotent(kind, gates, before, after):
     old, new = write(kind, gates, before, after)
     once = mutated(old, new, sources=upstream)
@@ -437,12 +607,14 @@ def test_a_held_content_write_of_a_suspended_source_is_judged_once(monkeypatch):
     # suspension_of and new_content each ran twice on such a write: once in the verdict, once
     # more for status.suspended and for the decision's change.
     from admission.core import decision
+
     calls = {"suspension_of": 0, "new_content": 0}
 
     def counted(name, real):
         def wrapper(*args, **kwargs):
             calls[name] += 1
             return real(*args, **kwargs)
+
         return wrapper
 
     monkeypatch.setattr(decision, "suspension_of", counted("suspension_of", decision.suspension_of))
@@ -455,19 +627,26 @@ def test_a_held_content_write_of_a_suspended_source_is_judged_once(monkeypatch):
     assert outcome.decision.held and outcome.decision.held_what == decision.CONTENT
     assert {"op": "add", "path": "/status/suspended", "value": True} in outcome.patch
     assert calls == {"suspension_of": 1, "new_content": 1}, calls
+
+
 # ---- the whole mutation, decided in the core (core.mutation) ------------------------------
+
 
 def test_the_core_returns_every_change_as_plain_data_and_the_webhook_only_spells_it():
     suspended = flux(name="flux-system", namespace="flux-system", spec={"suspend": True}, status={})
-    found = mutation.judge(request("UPDATE", suspended, suspended, sub_resource="status", user=FLUX_USER),
-                           Context(LOOKUP, FIXED_NOW, Settings()))
+    found = mutation.judge(
+        request("UPDATE", suspended, suspended, sub_resource="status", user=FLUX_USER),
+        Context(LOOKUP, FIXED_NOW, Settings()),
+    )
     assert found.status == {"suspended": True} and found.annotations == {} and found.decision.allowed
     old, new = flux(gates=HELD), flux(gates=HELD, spec={"interval": "1m", "path": "./other"})
     found = mutation.judge(request("UPDATE", new, old), Context(LOOKUP, FIXED_NOW, Settings(mode="audit")))
     record = orjson.loads(found.annotations[names.AUDIT_ANNOTATION])
     assert found.status == {} and found.decision.held and record["change"] == "spec change"
     assert record["message"] == found.decision.message and record["user"] == "alice"
-    assert mutation.judge(request("UPDATE", new, old), Context(LOOKUP, FIXED_NOW, Settings())).annotations == {}
+    assert (
+        mutation.judge(request("UPDATE", new, old), Context(LOOKUP, FIXED_NOW, Settings())).annotations == {}
+    )
 
 
 def test_a_held_status_written_whole_says_suspended_too():

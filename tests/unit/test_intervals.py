@@ -20,8 +20,10 @@ def closed(cg, start, end):
 
 def test_a_window_in_a_spring_forward_gap_starts_right_after_the_gap():
     # 02:00 Berlin does not exist on 2026-03-29: cron (and so the gate) starts at 03:00 CEST.
-    cg = compile_gate(gate("nightly", default="opened"),
-                      [keeper("k", "nightly", closed=[{"cron": "0 2 * * *", "duration": "1h"}], timeZone="Europe/Berlin")])
+    cg = compile_gate(
+        gate("nightly", default="opened"),
+        [keeper("k", "nightly", closed=[{"cron": "0 2 * * *", "duration": "1h"}], timeZone="Europe/Berlin")],
+    )
     assert closed(cg, "2026-03-28T00:00", "2026-03-31T00:00") == [
         (at("2026-03-28T01:00"), at("2026-03-28T02:00")),  # 02:00 CET
         (at("2026-03-29T01:00"), at("2026-03-29T02:00")),  # 03:00 CEST, right after the gap
@@ -30,8 +32,10 @@ def test_a_window_in_a_spring_forward_gap_starts_right_after_the_gap():
 
 
 def test_an_hour_that_happens_twice_at_fall_back_is_closed_twice_as_long():
-    cg = compile_gate(gate("night", default="opened"),
-                      [keeper("k", "night", closed=["* 2 * * *"], timeZone="Europe/Berlin")])
+    cg = compile_gate(
+        gate("night", default="opened"),
+        [keeper("k", "night", closed=["* 2 * * *"], timeZone="Europe/Berlin")],
+    )
     assert closed(cg, "2026-10-24T00:00", "2026-10-26T12:00") == [
         (at("2026-10-24T00:00"), at("2026-10-24T01:00")),
         (at("2026-10-25T00:00"), at("2026-10-25T02:00")),  # 02:00-03:00 CEST, then 02:00-03:00 CET
@@ -40,8 +44,10 @@ def test_an_hour_that_happens_twice_at_fall_back_is_closed_twice_as_long():
 
 
 def test_a_freeze_across_new_year_is_one_closed_interval_in_local_time():
-    cg = compile_gate(gate("change-freeze", default="opened"),
-                      [keeper("k", "change-freeze", closed=["* * 20-31 12 *", "* * 1-2 1 *"], timeZone="Europe/Berlin")])
+    cg = compile_gate(
+        gate("change-freeze", default="opened"),
+        [keeper("k", "change-freeze", closed=["* * 20-31 12 *", "* * 1-2 1 *"], timeZone="Europe/Berlin")],
+    )
     result = intervals(cg, at("2026-12-01T00:00"), at("2027-01-15T00:00"))
     assert [(i.start, i.end, i.open) for i in result] == [
         (at("2026-12-01T00:00"), at("2026-12-19T23:00"), True),
@@ -53,28 +59,53 @@ def test_a_freeze_across_new_year_is_one_closed_interval_in_local_time():
 
 
 def test_intervals_agree_with_evaluate_at_every_boundary_and_between():
-    cg = compile_gate(gate("mixed", default="closed", window="2h",
-                           annotations={OPEN_ANNOTATION: "2026-06-11T09:00:00Z", REQUESTED_BY_ANNOTATION: "bob"}),
-                      [keeper("k", "mixed", opened=[{"cron": "0 9 * * 1-5", "duration": "8h"}], timeZone="America/New_York"),
-                       keeper("f", "mixed", closed=["* * * * 5"], timeZone="America/New_York")])
+    cg = compile_gate(
+        gate(
+            "mixed",
+            default="closed",
+            window="2h",
+            annotations={OPEN_ANNOTATION: "2026-06-11T09:00:00Z", REQUESTED_BY_ANNOTATION: "bob"},
+        ),
+        [
+            keeper(
+                "k", "mixed", opened=[{"cron": "0 9 * * 1-5", "duration": "8h"}], timeZone="America/New_York"
+            ),
+            keeper("f", "mixed", closed=["* * * * 5"], timeZone="America/New_York"),
+        ],
+    )
     result = intervals(cg, at("2026-06-08T00:00"), at("2026-06-15T00:00"))
     for interval in result:
-        for t in (interval.start, interval.start + (interval.end - interval.start) / 2, interval.end - timedelta(seconds=1)):
+        for t in (
+            interval.start,
+            interval.start + (interval.end - interval.start) / 2,
+            interval.end - timedelta(seconds=1),
+        ):
             assert evaluate(cg, t).open == interval.open, (t, interval)
     for a, b in zip(result, result[1:]):
         assert a.end == b.start and a.open != b.open
 
 
 def test_a_planned_open_shows_as_an_open_interval_with_who_asked():
-    cg = compile_gate(gate("approval", default="closed", annotations={
-        OPEN_ANNOTATION: "2026-06-12T14:00:00Z", CLOSE_ANNOTATION: "2026-06-12T16:00:00Z", REQUESTED_BY_ANNOTATION: "bob"}))
+    cg = compile_gate(
+        gate(
+            "approval",
+            default="closed",
+            annotations={
+                OPEN_ANNOTATION: "2026-06-12T14:00:00Z",
+                CLOSE_ANNOTATION: "2026-06-12T16:00:00Z",
+                REQUESTED_BY_ANNOTATION: "bob",
+            },
+        )
+    )
     result = intervals(cg, at("2026-06-10T00:00"), at("2026-06-14T00:00"))
     assert [(i.start, i.end, i.open) for i in result] == [
         (at("2026-06-10T00:00"), at("2026-06-12T14:00"), False),
         (at("2026-06-12T14:00"), at("2026-06-12T16:00"), True),
         (at("2026-06-12T16:00"), at("2026-06-14T00:00"), False),
     ]
-    assert result[1].reason == names.REASON_OPEN_REQUESTED and result[1].message == "Gate open requested by bob"
+    assert (
+        result[1].reason == names.REASON_OPEN_REQUESTED and result[1].message == "Gate open requested by bob"
+    )
     assert str(time_zone(cg)) == "UTC"
 
 

@@ -80,10 +80,12 @@ def test_the_validating_entries_see_every_main_resource_and_the_status_of_kinds_
 
 def test_the_mutating_entries_see_every_main_resource_and_every_status():
     rules = {h["name"]: _hook_rules(h) for h in _hooks("MutatingWebhookConfiguration")}
-    assert {g: sorted(r) for g, r in rules[names.MUTATE_WEBHOOK].items()} == \
-        {g: sorted(r) for g, r in kinds.resources_by_group().items()}
-    assert {r for rs in rules[names.MUTATE_STATUS_WEBHOOK].values() for r in rs} == \
-        {f"{k.plural}/status" for k in kinds.FLUX_KINDS}
+    assert {g: sorted(r) for g, r in rules[names.MUTATE_WEBHOOK].items()} == {
+        g: sorted(r) for g, r in kinds.resources_by_group().items()
+    }
+    assert {r for rs in rules[names.MUTATE_STATUS_WEBHOOK].values() for r in rs} == {
+        f"{k.plural}/status" for k in kinds.FLUX_KINDS
+    }
 
 
 def test_controller_rbac_covers_exactly_the_gated_kinds():
@@ -93,7 +95,9 @@ def test_controller_rbac_covers_exactly_the_gated_kinds():
     for rule in role["rules"]:
         for group in rule["apiGroups"]:
             if group in flux_groups:
-                assert sorted(rule["verbs"]) == ["list", "patch", "watch"], rule  # a watch cache, and requestedAt
+                assert sorted(rule["verbs"]) == ["list", "patch", "watch"], (
+                    rule
+                )  # a watch cache, and requestedAt
                 granted.setdefault(group, set()).update(rule["resources"])
     assert granted == {g: set(r) for g, r in kinds.resources_by_group().items()}
 

@@ -27,4 +27,6 @@ def test_the_layout_table_matches_the_tree():
     assert set(rows) == packages | modules
     for package in packages:
         tree = {p.stem for p in (PACKAGE / package).glob("*.py") if p.stem != "__init__"}
-        assert rows[package] == tree, f"admission.{package}: table {sorted(rows[package])}, tree {sorted(tree)}"
+        assert rows[package] == tree, (
+            f"admission.{package}: table {sorted(rows[package])}, tree {sorted(tree)}"
+        )

@@ -13,8 +13,10 @@ from tests.matching_cases import CASES, OWNER, Case
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_the_python_predicate_calls_the_endpoints_the_table_says(case: Case):
     req = case.request()
-    assert (matching.concerns(matching.VALIDATE, req), matching.concerns(matching.MUTATE, req)) == \
-        (case.validate, case.mutate)
+    assert (matching.concerns(matching.VALIDATE, req), matching.concerns(matching.MUTATE, req)) == (
+        case.validate,
+        case.mutate,
+    )
 
 
 def test_a_request_reaches_at_most_one_entry_per_endpoint():
@@ -50,9 +52,13 @@ def test_a_field_of_the_wrong_type_is_not_ours_as_the_fail_open_entries_erring_o
 
 def test_status_suspended_reaches_the_mutating_entry_only_when_it_must_change():
     def status_write(spec_suspend, suspended):
-        obj = flux("GitRepository", spec={"suspend": spec_suspend} if spec_suspend is not None else {},
-                   status={} if suspended is None else {"suspended": suspended})
+        obj = flux(
+            "GitRepository",
+            spec={"suspend": spec_suspend} if spec_suspend is not None else {},
+            status={} if suspended is None else {"suspended": suspended},
+        )
         return matching.concerns(matching.MUTATE, request("UPDATE", obj, obj, sub_resource="status"))
+
     assert status_write(True, None) and status_write(True, False) and status_write(True, True)
     assert status_write(None, True) and status_write(False, True)
     assert not status_write(None, None) and not status_write(False, False) and not status_write(None, False)
@@ -62,6 +68,7 @@ def test_a_chart_is_generated_only_under_the_name_its_owner_labels_give():
     def status_write(name, labels):
         chart = flux("HelmChart", name=name, namespace="flux-system", labels=labels)
         return matching.concerns(matching.VALIDATE, request("UPDATE", chart, chart, sub_resource="status"))
+
     assert status_write("apps-podinfo", OWNER)
     assert not status_write("podinfo", OWNER)
     assert not status_write("apps-podinfo", {names.HELM_NAME_LABEL: "podinfo"})
@@ -71,10 +78,14 @@ def test_a_chart_is_generated_only_under_the_name_its_owner_labels_give():
 
 def test_the_cel_names_every_string_the_python_twin_reads():
     cel = "\n".join(e.condition.cel for e in matching.ENTRIES)
-    for value in (*matching.HOLDING_ANNOTATIONS, *matching.HOLD_CONDITIONS, names.HELM_NAME_LABEL,
-                  names.HELM_NAMESPACE_LABEL, matching.GENERATED_KIND):
+    for value in (
+        *matching.HOLDING_ANNOTATIONS,
+        *matching.HOLD_CONDITIONS,
+        names.HELM_NAME_LABEL,
+        names.HELM_NAMESPACE_LABEL,
+        matching.GENERATED_KIND,
+    ):
         assert f"'{value}'" in cel
     for entry in matching.ENTRIES:
         assert entry.condition.cel.count("(") == entry.condition.cel.count(")"), entry.name
         assert '"' not in entry.condition.cel
-

@@ -17,7 +17,10 @@ def test_the_webhook_pods_take_ingress_on_the_webhook_port_only():
     [deployment] = _docs(SERVER / "deployment.yaml")
     [policy] = _docs(SERVER / "networkpolicy.yaml")
     assert "networkpolicy.yaml" in yaml.safe_load((SERVER / "kustomization.yaml").read_text())["resources"]
-    assert policy["kind"] == "NetworkPolicy" and policy["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+    assert (
+        policy["kind"] == "NetworkPolicy"
+        and policy["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+    )
     pod = deployment["spec"]["template"]
     assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
     assert policy["spec"]["policyTypes"] == ["Ingress"]

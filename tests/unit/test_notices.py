@@ -11,22 +11,43 @@ from tests.builders import at, flux, gate, keeper, lookup_from
 NOW = at("2026-12-21T10:00")
 FREEZE = gate("change-freeze", default="opened")
 FREEZE_KEEPER = keeper("freeze", "change-freeze", closed=["* * 20-31 12 *"], timeZone="Europe/Berlin")
-OPENED = gate("change-freeze", default="opened", annotations={
-    names.OPEN_ANNOTATION: "2026-12-21T09:59:00Z", names.REQUESTED_BY_ANNOTATION: "bob",
-    names.MESSAGE_ANNOTATION: "Patching a CVE"})
+OPENED = gate(
+    "change-freeze",
+    default="opened",
+    annotations={
+        names.OPEN_ANNOTATION: "2026-12-21T09:59:00Z",
+        names.REQUESTED_BY_ANNOTATION: "bob",
+        names.MESSAGE_ANNOTATION: "Patching a CVE",
+    },
+)
 BLOCKED = "Reconciliation is blocked as gate 'flux-system/change-freeze' is closed: main@sha1:9f2c waits, serving main@sha1:41ab"
 
 
 def source(*conditions: dict) -> dict:
-    return flux("GitRepository", "podinfo", "flux-system", gates="flux-system/change-freeze",
-                status={"conditions": list(conditions), "artifact": {"revision": "main@sha1:41ab"}})
+    return flux(
+        "GitRepository",
+        "podinfo",
+        "flux-system",
+        gates="flux-system/change-freeze",
+        status={"conditions": list(conditions), "artifact": {"revision": "main@sha1:41ab"}},
+    )
 
 
 def blocked(message: str = BLOCKED) -> dict:
-    return {"type": names.BLOCKED_CONDITION, "status": "True", "reason": names.GATE_CLOSED_REASON, "message": message}
+    return {
+        "type": names.BLOCKED_CONDITION,
+        "status": "True",
+        "reason": names.GATE_CLOSED_REASON,
+        "message": message,
+    }
 
 
-READY = {"type": "Ready", "status": "True", "reason": "Succeeded", "message": "stored artifact for revision 'main@sha1:41ab'"}
+READY = {
+    "type": "Ready",
+    "status": "True",
+    "reason": "Succeeded",
+    "message": "stored artifact for revision 'main@sha1:41ab'",
+}
 
 
 def test_a_new_hold_is_one_notice_with_gates_revisions_and_expected_opening():
@@ -35,8 +56,12 @@ def test_a_new_hold_is_one_notice_with_gates_revisions_and_expected_opening():
     assert found.message.startswith("GitRepository flux-system/podinfo is held: " + BLOCKED)
     assert "gate 'flux-system/change-freeze': Gate closed by GateKeeper 'freeze'" in found.message
     assert found.message.endswith("expected to open at 2026-12-31T23:00:00Z)")  # midnight Berlin
-    assert found.metadata == {"gates": "flux-system/change-freeze", "waiting": "main@sha1:9f2c",
-                              "serving": "main@sha1:41ab", "opensAt": "2026-12-31T23:00:00Z"}
+    assert found.metadata == {
+        "gates": "flux-system/change-freeze",
+        "waiting": "main@sha1:9f2c",
+        "serving": "main@sha1:41ab",
+        "opensAt": "2026-12-31T23:00:00Z",
+    }
 
 
 def test_status_writes_that_keep_the_hold_as_it_was_send_nothing():
@@ -55,25 +80,42 @@ def test_another_revision_waiting_is_a_new_hold():
 def test_a_release_says_what_proceeds_and_who_opened_the_gate():
     found = notice(source(blocked()), source(READY), lookup_from([OPENED], [FREEZE_KEEPER]), NOW)
     assert found.what == RELEASED and found.reason == RELEASED_REASON
-    assert found.message == ("GitRepository flux-system/podinfo released: main@sha1:9f2c proceeds; gate "
-                             "'flux-system/change-freeze' is open (Gate open requested; requested by bob: 'Patching a CVE')")
-    assert found.metadata == {"gates": "flux-system/change-freeze", "released": "main@sha1:9f2c", "requestedBy": "bob"}
+    assert found.message == (
+        "GitRepository flux-system/podinfo released: main@sha1:9f2c proceeds; gate "
+        "'flux-system/change-freeze' is open (Gate open requested; requested by bob: 'Patching a CVE')"
+    )
+    assert found.metadata == {
+        "gates": "flux-system/change-freeze",
+        "released": "main@sha1:9f2c",
+        "requestedBy": "bob",
+    }
 
 
 def test_a_kustomization_waiting_for_approval_is_held_and_released():
-    waiting = {"type": names.APPROVED_CONDITION, "status": "False", "reason": names.GATE_CLOSED_REASON,
-               "message": "Reconciliation is waiting approval, gate 'flux-system/sre-approval' is closed."}
+    waiting = {
+        "type": names.APPROVED_CONDITION,
+        "status": "False",
+        "reason": names.GATE_CLOSED_REASON,
+        "message": "Reconciliation is waiting approval, gate 'flux-system/sre-approval' is closed.",
+    }
     approval = gate("sre-approval", default="closed")
     ks = flux(gates="flux-system/sre-approval", status={"conditions": [READY]})
     held = flux(gates="flux-system/sre-approval", status={"conditions": [waiting]})
     found = notice(ks, held, lookup_from([approval]), NOW)
-    assert found.what == HELD and found.message.endswith("(gate 'flux-system/sre-approval': Gate closed by default; "
-                                                         "no opening is scheduled)")
+    assert found.what == HELD and found.message.endswith(
+        "(gate 'flux-system/sre-approval': Gate closed by default; no opening is scheduled)"
+    )
     assert "opensAt" not in found.metadata
     approved = {"type": names.APPROVED_CONDITION, "status": "True", "reason": "Approved", "message": "ok"}
-    done = notice(held, flux(gates="flux-system/sre-approval", status={"conditions": [approved]}),
-                  lookup_from([gate("sre-approval", default="opened")]), NOW)
-    assert done.what == RELEASED and done.message.startswith("Kustomization apps/podinfo released: the held change proceeds")
+    done = notice(
+        held,
+        flux(gates="flux-system/sre-approval", status={"conditions": [approved]}),
+        lookup_from([gate("sre-approval", default="opened")]),
+        NOW,
+    )
+    assert done.what == RELEASED and done.message.startswith(
+        "Kustomization apps/podinfo released: the held change proceeds"
+    )
 
 
 def test_other_conditions_and_deletions_send_nothing():
@@ -99,27 +141,49 @@ def test_expected_opening_is_the_last_under_all_and_the_first_under_one_of():
 def test_a_hold_whose_opening_was_not_found_in_time_never_says_no_opening_is_scheduled():
     # Closed every quarter hour, open at night: the search gives up long before 00:01 Berlin.
     approval = gate("sre-approval", default="closed")
-    nights = keeper("nights", "sre-approval", closed=["*/15 * * * *"], opened=["* 0-4 * * *", "0,15,30,45 * * * *"],
-                    timeZone="Europe/Berlin")
-    waiting = {"type": names.APPROVED_CONDITION, "status": "False", "reason": names.GATE_CLOSED_REASON,
-               "message": "Reconciliation is waiting approval, gate 'flux-system/sre-approval' is closed."}
-    found = notice(flux(gates="flux-system/sre-approval", status={"conditions": [READY]}),
-                   flux(gates="flux-system/sre-approval", status={"conditions": [waiting]}),
-                   lookup_from([approval], [nights]), NOW)
+    nights = keeper(
+        "nights",
+        "sre-approval",
+        closed=["*/15 * * * *"],
+        opened=["* 0-4 * * *", "0,15,30,45 * * * *"],
+        timeZone="Europe/Berlin",
+    )
+    waiting = {
+        "type": names.APPROVED_CONDITION,
+        "status": "False",
+        "reason": names.GATE_CLOSED_REASON,
+        "message": "Reconciliation is waiting approval, gate 'flux-system/sre-approval' is closed.",
+    }
+    found = notice(
+        flux(gates="flux-system/sre-approval", status={"conditions": [READY]}),
+        flux(gates="flux-system/sre-approval", status={"conditions": [waiting]}),
+        lookup_from([approval], [nights]),
+        NOW,
+    )
     assert "no opening is scheduled" not in found.message and "opensAt" not in found.metadata
-    assert found.message.endswith(f"when it opens is not known, not before {found.metadata['opensNotBefore']})")
+    assert found.message.endswith(
+        f"when it opens is not known, not before {found.metadata['opensNotBefore']})"
+    )
 
 
 def test_revisions_with_dots_ellipses_and_spaces_are_read_whole():
-    chart = BLOCKED.replace("main@sha1:9f2c", "6.1.0@sha256:ab12…").replace("main@sha1:41ab", "6.0.2@sha256:cd34…")
+    chart = BLOCKED.replace("main@sha1:9f2c", "6.1.0@sha256:ab12…").replace(
+        "main@sha1:41ab", "6.0.2@sha256:cd34…"
+    )
     found = notice(source(READY), source(READY, blocked(chart)), lookup_from([FREEZE], [FREEZE_KEEPER]), NOW)
-    assert (found.metadata["waiting"], found.metadata["serving"]) == ("6.1.0@sha256:ab12…", "6.0.2@sha256:cd34…")
+    assert (found.metadata["waiting"], found.metadata["serving"]) == (
+        "6.1.0@sha256:ab12…",
+        "6.0.2@sha256:cd34…",
+    )
     # A HelmRelease's values: what waits has spaces in it, and is read as the webhook wrote it.
-    values = BLOCKED.replace("main@sha1:9f2c", "6.5.0 (values sha256:v2)").replace("main@sha1:41ab",
-                                                                                   "6.5.0 (values sha256:v1)")
+    values = BLOCKED.replace("main@sha1:9f2c", "6.5.0 (values sha256:v2)").replace(
+        "main@sha1:41ab", "6.5.0 (values sha256:v1)"
+    )
     found = notice(source(READY), source(READY, blocked(values)), lookup_from([FREEZE], [FREEZE_KEEPER]), NOW)
-    assert (found.metadata["waiting"], found.metadata["serving"]) == ("6.5.0 (values sha256:v2)",
-                                                                      "6.5.0 (values sha256:v1)")
+    assert (found.metadata["waiting"], found.metadata["serving"]) == (
+        "6.5.0 (values sha256:v2)",
+        "6.5.0 (values sha256:v1)",
+    )
 
 
 def test_a_hold_first_seen_is_announced_only_if_it_began_recently():
@@ -131,7 +195,12 @@ def test_a_hold_first_seen_is_announced_only_if_it_began_recently():
         if stamp is not None:
             condition["lastTransitionTime"] = stamp
         return source(READY, condition)
-    assert notice(None, held_since("2026-12-21T09:00:00Z"), lookup, NOW) is None  # announced by the last controller
+
+    assert (
+        notice(None, held_since("2026-12-21T09:00:00Z"), lookup, NOW) is None
+    )  # announced by the last controller
     assert notice(None, held_since("2026-12-21T09:58:00Z"), lookup, NOW).what == HELD  # may have been missed
     assert notice(None, held_since(None), lookup, NOW).what == HELD  # unknown: said rather than lost
-    assert notice(source(READY), held_since("2026-12-21T09:00:00Z"), lookup, NOW).what == HELD  # seen to begin
+    assert (
+        notice(source(READY), held_since("2026-12-21T09:00:00Z"), lookup, NOW).what == HELD
+    )  # seen to begin

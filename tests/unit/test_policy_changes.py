@@ -34,8 +34,12 @@ def objects(draw) -> dict:
         spec["gates"] = listed
     elif listed:
         spec["gates"] = {"refs": listed, **({"require": r} if (r := draw(st.sampled_from(REQUIRES))) else {})}
-    return flux(namespace=NAMESPACE, gates=", ".join(annotated) if annotated else None,
-                require=draw(st.sampled_from(REQUIRES)), spec=spec)
+    return flux(
+        namespace=NAMESPACE,
+        gates=", ".join(annotated) if annotated else None,
+        require=draw(st.sampled_from(REQUIRES)),
+        spec=spec,
+    )
 
 
 def held_by_gates(policy: Policy, open_gates: set[tuple[str, str]]) -> bool:
@@ -54,17 +58,25 @@ def asks_at_least_as_much(old: Policy, new: Policy) -> bool:
 @settings(max_examples=400, deadline=None)
 @given(objects(), objects(), st.sets(st.sampled_from(GATES)))
 # Two closed gates under oneOf, and a reference added to an open gate of another namespace.
-@example(flux(namespace=NAMESPACE, gates="a, b", require="oneOf"),
-         flux(namespace=NAMESPACE, gates="a, b, team/x", require="oneOf"), {("team", "x")})
+@example(
+    flux(namespace=NAMESPACE, gates="a, b", require="oneOf"),
+    flux(namespace=NAMESPACE, gates="a, b, team/x", require="oneOf"),
+    {("team", "x")},
+)
 # An object gated anew under oneOf: nothing held it, so nothing is loosened (it was held as
 # "loosens require from all to oneOf").
-@example(flux(namespace=NAMESPACE, spec={"path": "./deploy"}),
-         flux(namespace=NAMESPACE, require="oneOf", spec={"path": "./deploy", "gates": ["a", "b"]}), set())
+@example(
+    flux(namespace=NAMESPACE, spec={"path": "./deploy"}),
+    flux(namespace=NAMESPACE, require="oneOf", spec={"path": "./deploy", "gates": ["a", "b"]}),
+    set(),
+)
 def test_a_policy_change_that_would_release_a_held_object_is_held(old, new, open_gates):
     new = copy.deepcopy(new)
     new["metadata"]["name"] = old["metadata"]["name"]
-    gates = [gate(name, namespace, default="opened" if (namespace, name) in open_gates else "closed")
-             for namespace, name in GATES]
+    gates = [
+        gate(name, namespace, default="opened" if (namespace, name) in open_gates else "closed")
+        for namespace, name in GATES
+    ]
     decision = decide(request("UPDATE", new, old), Context(lookup_from(gates), NOW, Settings()))
     before, after = policy_of(old), policy_of(new)
     if held_by_gates(before, open_gates) and not held_by_gates(after, open_gates):

@@ -36,8 +36,12 @@ def test_rfc_spec_gates_list_shape():
 
 
 def test_working_examples_spec_gates_shape():
-    obj = flux("GitRepository", "flux-system", "flux-system",
-               spec={"gates": {"require": "oneOf", "refs": ["change-freeze", "bypass-signoff"]}})
+    obj = flux(
+        "GitRepository",
+        "flux-system",
+        "flux-system",
+        spec={"gates": {"require": "oneOf", "refs": ["change-freeze", "bypass-signoff"]}},
+    )
     policy = policy_of(obj)
     assert [r.key for r in policy.refs] == ["flux-system/change-freeze", "flux-system/bypass-signoff"]
     assert policy.require == "oneOf"
@@ -72,7 +76,9 @@ def test_no_references():
 def test_loosening_removes_references_or_relaxes_require():
     before = policy_of(flux(gates="a, b"))
     assert loosens(before, policy_of(flux(gates="a"))) == "removes gate references 'apps/b'"
-    assert loosens(before, policy_of(flux(gates="a, b", require="oneOf"))) == "loosens require from all to oneOf"
+    assert (
+        loosens(before, policy_of(flux(gates="a, b", require="oneOf"))) == "loosens require from all to oneOf"
+    )
     assert loosens(before, policy_of(flux(gates="a, b, c"))) is None
     assert loosens(policy_of(flux(gates="a, b", require="oneOf")), before) is None
 
@@ -80,8 +86,10 @@ def test_loosening_removes_references_or_relaxes_require():
 def test_under_one_of_adding_a_reference_loosens():
     # One more gate that can release it: its opening alone would be enough.
     one_of = policy_of(flux(gates="a, b", require="oneOf"))
-    assert loosens(one_of, policy_of(flux(gates="a, b, team/c", require="oneOf"))) \
+    assert (
+        loosens(one_of, policy_of(flux(gates="a, b, team/c", require="oneOf")))
         == "adds gate references 'team/c' under require oneOf"
+    )
     assert loosens(one_of, policy_of(flux(gates="a, b, c"))) is None  # and require all: tighter
     assert loosens(policy_of(flux()), policy_of(flux(gates="a, b", require="oneOf"))) is None  # gated anew
 
@@ -132,8 +140,10 @@ def test_spec_suspend_or_schedule():
 @pytest.mark.parametrize("require", [["oneOf"], {"a": 1}])
 def test_a_require_that_is_a_list_or_a_mapping_means_all(require):
     # Found by bench/fuzz.py: set() of the asked values raised TypeError (unhashable).
-    for obj in (flux(gates="a, b", annotations={"gating.toolkit.fluxcd.io/require": require}),
-                flux(spec={"gates": {"require": require, "refs": ["a", "b"]}})):
+    for obj in (
+        flux(gates="a, b", annotations={"gating.toolkit.fluxcd.io/require": require}),
+        flux(spec={"gates": {"require": require, "refs": ["a", "b"]}}),
+    ):
         policy = policy_of(obj)
         assert policy.require == "all" and any("is not 'all' or 'oneOf'" in n for n in policy.notes)
 
@@ -161,14 +171,28 @@ def test_too_many_references_hold_the_object_and_say_why():
 SIXTY_FIVE_OPEN_THEN_FREEZE = ["flux-system/open"] * 65 + ["flux-system/freeze"]
 
 
-@pytest.mark.parametrize("obj", [
-    flux(gates=", ".join(SIXTY_FIVE_OPEN_THEN_FREEZE)),
-    flux(gates=",".join(SIXTY_FIVE_OPEN_THEN_FREEZE)),
-    flux(spec={"gates": [{"name": r.split("/")[1], "namespace": "flux-system"} for r in SIXTY_FIVE_OPEN_THEN_FREEZE]}),
-    flux(spec={"gates": {"refs": SIXTY_FIVE_OPEN_THEN_FREEZE}}),
-    flux(gates=", ".join(["flux-system/open"] * 65), spec={"gates": [{"name": "freeze", "namespace": "flux-system"}]}),
-    flux(namespace="flux-system", gates=", ".join(["open", " flux-system/open", "/open"] * 30 + ["freeze"])),
-])
+@pytest.mark.parametrize(
+    "obj",
+    [
+        flux(gates=", ".join(SIXTY_FIVE_OPEN_THEN_FREEZE)),
+        flux(gates=",".join(SIXTY_FIVE_OPEN_THEN_FREEZE)),
+        flux(
+            spec={
+                "gates": [
+                    {"name": r.split("/")[1], "namespace": "flux-system"} for r in SIXTY_FIVE_OPEN_THEN_FREEZE
+                ]
+            }
+        ),
+        flux(spec={"gates": {"refs": SIXTY_FIVE_OPEN_THEN_FREEZE}}),
+        flux(
+            gates=", ".join(["flux-system/open"] * 65),
+            spec={"gates": [{"name": "freeze", "namespace": "flux-system"}]},
+        ),
+        flux(
+            namespace="flux-system", gates=", ".join(["open", " flux-system/open", "/open"] * 30 + ["freeze"])
+        ),
+    ],
+)
 def test_repeating_a_gate_never_pushes_another_out(obj):
     assert [ref.key for ref in policy_of(obj).refs] == ["flux-system/open", "flux-system/freeze"]
 
@@ -180,7 +204,8 @@ def test_the_longest_valid_references_fit_the_annotation_and_a_longer_one_is_hel
     assert len(refs) == 64 and not any(ref.error for ref in refs)
     longer = policy_of(flux(gates=", ".join(longest) + ", " + longest[0])).refs
     assert [ref.error for ref in longer] == [
-        "the gating.toolkit.fluxcd.io/gates annotation is 20733 characters long, more than the 20416 allowed"]
+        "the gating.toolkit.fluxcd.io/gates annotation is 20733 characters long, more than the 20416 allowed"
+    ]
 
 
 def test_spec_gates_with_more_entries_than_read_are_held_even_when_they_repeat():

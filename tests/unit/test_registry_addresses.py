@@ -20,15 +20,37 @@ REPO = Path(__file__).resolve().parents[2]
 # Package registries (Python, Go, Debian, JavaScript, Rust, Java, Ruby, PHP, .NET) and container
 # registries; each as (name, top-level domain), joined below.
 _HOSTS = [
-    ("pypi", "org"), ("files.pythonhosted", "org"), ("pythonhosted", "org"), ("test.pypi", "org"),
-    ("proxy.golang", "org"), ("sum.golang", "org"), ("goproxy", "io"),
-    ("deb.debian", "org"), ("security.debian", "org"), ("ftp.debian", "org"), ("archive.ubuntu", "com"),
-    ("registry.npmjs", "org"), ("registry.yarnpkg", "com"),
-    ("crates", "io"), ("static.crates", "io"), ("index.crates", "io"),
-    ("repo.maven.apache", "org"), ("repo1.maven", "org"), ("central.sonatype", "com"),
-    ("rubygems", "org"), ("packagist", "org"), ("nuget", "org"),
-    ("ghcr", "io"), ("docker", "io"), ("registry-1.docker", "io"), ("index.docker", "io"), ("quay", "io"),
-    ("gcr", "io"), ("registry.k8s", "io"), ("public.ecr", "aws"), ("mcr.microsoft", "com"),
+    ("pypi", "org"),
+    ("files.pythonhosted", "org"),
+    ("pythonhosted", "org"),
+    ("test.pypi", "org"),
+    ("proxy.golang", "org"),
+    ("sum.golang", "org"),
+    ("goproxy", "io"),
+    ("deb.debian", "org"),
+    ("security.debian", "org"),
+    ("ftp.debian", "org"),
+    ("archive.ubuntu", "com"),
+    ("registry.npmjs", "org"),
+    ("registry.yarnpkg", "com"),
+    ("crates", "io"),
+    ("static.crates", "io"),
+    ("index.crates", "io"),
+    ("repo.maven.apache", "org"),
+    ("repo1.maven", "org"),
+    ("central.sonatype", "com"),
+    ("rubygems", "org"),
+    ("packagist", "org"),
+    ("nuget", "org"),
+    ("ghcr", "io"),
+    ("docker", "io"),
+    ("registry-1.docker", "io"),
+    ("index.docker", "io"),
+    ("quay", "io"),
+    ("gcr", "io"),
+    ("registry.k8s", "io"),
+    ("public.ecr", "aws"),
+    ("mcr.microsoft", "com"),
 ]
 HOSTS = sorted({".".join(parts) for parts in _HOSTS}, key=len, reverse=True)
 # A host, not part of a longer name ("my-crates.iox" or "notdocker.io.example.com" do not count).
@@ -64,8 +86,15 @@ def test_the_pattern_finds_each_host_and_only_as_a_host():
     for host in HOSTS:
         assert _PATTERN.search(f"fetch https://{host}/simple/x"), host
         assert _PATTERN.search(f"image: {host.upper()}/team/app:1.0"), host
-    for innocent in ("registry.example/a/b", "example.org", "flux-gate-admission", "my-crates.iox",
-                     "notdocker.io.example.com", "dockerfile", "quay"):
+    for innocent in (
+        "registry.example/a/b",
+        "example.org",
+        "flux-gate-admission",
+        "my-crates.iox",
+        "notdocker.io.example.com",
+        "dockerfile",
+        "quay",
+    ):
         assert not _PATTERN.search(innocent), innocent
 
 
@@ -76,10 +105,15 @@ def test_a_debian_package_named_like_a_host_is_allowed_only_as_a_package():
 
 
 def offenders_in(line: str) -> list[str]:
-    return [m.group(1) for m in _PATTERN.finditer(line)
-            if not (m.group(1).lower() in _PACKAGE_NAMES and _PACKAGE_CONTEXT.search(line))]
+    return [
+        m.group(1)
+        for m in _PATTERN.finditer(line)
+        if not (m.group(1).lower() in _PACKAGE_NAMES and _PACKAGE_CONTEXT.search(line))
+    ]
 
 
 def test_no_tracked_file_names_a_registry_host():
     found = offenders(tracked_files())
-    assert not found, "registry hosts in the repository (use the machine's configured sources):\n" + "\n".join(found)
+    assert not found, (
+        "registry hosts in the repository (use the machine's configured sources):\n" + "\n".join(found)
+    )

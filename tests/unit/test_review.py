@@ -5,8 +5,17 @@ import base64
 import orjson
 import pytest
 
-from admission.webhook.review import (MAX_CONTAINERS, MAX_UID, ReviewError, allowed, complete, denied, errored,
-                                      parse_review, patched)
+from admission.webhook.review import (
+    MAX_CONTAINERS,
+    MAX_UID,
+    ReviewError,
+    allowed,
+    complete,
+    denied,
+    errored,
+    parse_review,
+    patched,
+)
 from tests.builders import flux, request, review
 
 
@@ -35,25 +44,28 @@ def mutated(path, value):
     return body(doc)
 
 
-@pytest.mark.parametrize("raw, why", [
-    (b"", "not valid JSON"),
-    (b"{", "not valid JSON"),
-    (b"[]", "must be a JSON object"),
-    (mutated(["kind"], "Pod"), "kind must be AdmissionReview"),
-    (mutated(["apiVersion"], "admission.k8s.io/v2"), "apiVersion must be one of"),
-    (mutated(["request"], None), "request must be an object"),
-    (mutated(["request", "uid"], KeyError), "request.uid"),
-    (mutated(["request", "uid"], ""), "request.uid"),
-    (mutated(["request", "kind"], "Kustomization"), "request.kind"),
-    (mutated(["request", "kind", "kind"], 5), "request.kind"),
-    (mutated(["request", "operation"], "PATCH"), "request.operation"),
-    (mutated(["request", "userInfo"], KeyError), "request.userInfo"),
-    (mutated(["request", "userInfo", "groups"], "admins"), "groups must be a list of strings"),
-    (mutated(["request", "object"], "yaml"), "request.object"),
-    (mutated(["request", "object"], None), "a CREATE needs request.object"),
-    (mutated(["request", "dryRun"], "yes"), "request.dryRun"),
-    (mutated(["request", "subResource"], 1), "request.subResource"),
-])
+@pytest.mark.parametrize(
+    "raw, why",
+    [
+        (b"", "not valid JSON"),
+        (b"{", "not valid JSON"),
+        (b"[]", "must be a JSON object"),
+        (mutated(["kind"], "Pod"), "kind must be AdmissionReview"),
+        (mutated(["apiVersion"], "admission.k8s.io/v2"), "apiVersion must be one of"),
+        (mutated(["request"], None), "request must be an object"),
+        (mutated(["request", "uid"], KeyError), "request.uid"),
+        (mutated(["request", "uid"], ""), "request.uid"),
+        (mutated(["request", "kind"], "Kustomization"), "request.kind"),
+        (mutated(["request", "kind", "kind"], 5), "request.kind"),
+        (mutated(["request", "operation"], "PATCH"), "request.operation"),
+        (mutated(["request", "userInfo"], KeyError), "request.userInfo"),
+        (mutated(["request", "userInfo", "groups"], "admins"), "groups must be a list of strings"),
+        (mutated(["request", "object"], "yaml"), "request.object"),
+        (mutated(["request", "object"], None), "a CREATE needs request.object"),
+        (mutated(["request", "dryRun"], "yes"), "request.dryRun"),
+        (mutated(["request", "subResource"], 1), "request.subResource"),
+    ],
+)
 def test_malformed_reviews_are_refused_with_a_reason(raw, why):
     with pytest.raises(ReviewError, match=why):
         parse_review(raw)
@@ -74,14 +86,21 @@ def test_a_delete_may_have_no_old_object():
 def test_complete_echoes_uid_and_api_version():
     doc = review(request("CREATE", flux()), "admission.k8s.io/v1beta1")
     out = complete(doc, allowed())
-    assert out == {"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview",
-                   "response": {"allowed": True, "uid": doc["request"]["uid"]}}
+    assert out == {
+        "apiVersion": "admission.k8s.io/v1beta1",
+        "kind": "AdmissionReview",
+        "response": {"allowed": True, "uid": doc["request"]["uid"]},
+    }
 
 
 def test_constructors():
     assert denied("no") == {"allowed": False, "status": {"code": 403, "reason": "Forbidden", "message": "no"}}
     assert errored("boom")["status"] == {"code": 500, "reason": "InternalError", "message": "boom"}
-    assert allowed(warnings=["w"], audit={"k": "v"}) == {"allowed": True, "warnings": ["w"], "auditAnnotations": {"k": "v"}}
+    assert allowed(warnings=["w"], audit={"k": "v"}) == {
+        "allowed": True,
+        "warnings": ["w"],
+        "auditAnnotations": {"k": "v"},
+    }
     ops = [{"op": "add", "path": "/status/suspended", "value": True}]
     p = patched(ops)
     assert p["patchType"] == "JSONPatch" and orjson.loads(base64.b64decode(p["patch"])) == ops
@@ -93,10 +112,19 @@ def test_long_messages_are_bounded():
 
 
 def test_a_uid_over_the_limit_says_so():
-    body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-            "request": {"uid": "u" * (MAX_UID + 1), "kind": {"group": "", "version": "v1", "kind": "X"},
-                        "operation": "DELETE", "userInfo": {}}}
-    with pytest.raises(ReviewError, match=f"request.uid is {MAX_UID + 1} characters long, more than {MAX_UID}"):
+    body = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "u" * (MAX_UID + 1),
+            "kind": {"group": "", "version": "v1", "kind": "X"},
+            "operation": "DELETE",
+            "userInfo": {},
+        },
+    }
+    with pytest.raises(
+        ReviewError, match=f"request.uid is {MAX_UID + 1} characters long, more than {MAX_UID}"
+    ):
         parse_review(orjson.dumps(body))
 
 

@@ -7,28 +7,31 @@ from admission.core.schedule import parse_entry
 from tests.builders import at
 
 
-@pytest.mark.parametrize("expr, now, active", [
-    ("* * 20-30 11 *", "2026-11-20T00:00", True),      # Black Friday, first minute
-    ("* * 20-30 11 *", "2026-11-30T23:59", True),      # last minute
-    ("* * 20-30 11 *", "2026-12-01T00:00", False),
-    ("* * 20-30 11 *", "2026-11-19T23:59", False),
-    ("* 0-4 * * *", "2026-05-01T04:59", True),         # covers 00:00-04:59
-    ("* 0-4 * * *", "2026-05-01T05:00", False),
-    ("0 18 * * 5", "2026-11-20T18:00", True),          # a Friday, only that minute
-    ("0 18 * * 5", "2026-11-20T18:01", False),
-    ("@always", "2026-01-01T00:00", True),
-    ("@never", "2026-01-01T00:00", False),
-    ("@daily", "2026-01-01T00:00", True),
-    ("@daily", "2026-01-01T00:01", False),
-    ("@hourly", "2026-01-01T07:00", True),
-    ("@weekly", "2026-11-22T00:00", True),             # a Sunday
-    ("@monthly", "2026-11-01T00:00", True),
-    ("@yearly", "2027-01-01T00:00", True),
-    ("*/15 * * * *", "2026-01-01T10:45", True),
-    ("*/15 * * * *", "2026-01-01T10:46", False),
-    ("* * * * MON-FRI", "2026-11-21T12:00", False),     # a Saturday
-    ("* * * DEC *", "2026-12-24T12:00", True),
-])
+@pytest.mark.parametrize(
+    "expr, now, active",
+    [
+        ("* * 20-30 11 *", "2026-11-20T00:00", True),  # Black Friday, first minute
+        ("* * 20-30 11 *", "2026-11-30T23:59", True),  # last minute
+        ("* * 20-30 11 *", "2026-12-01T00:00", False),
+        ("* * 20-30 11 *", "2026-11-19T23:59", False),
+        ("* 0-4 * * *", "2026-05-01T04:59", True),  # covers 00:00-04:59
+        ("* 0-4 * * *", "2026-05-01T05:00", False),
+        ("0 18 * * 5", "2026-11-20T18:00", True),  # a Friday, only that minute
+        ("0 18 * * 5", "2026-11-20T18:01", False),
+        ("@always", "2026-01-01T00:00", True),
+        ("@never", "2026-01-01T00:00", False),
+        ("@daily", "2026-01-01T00:00", True),
+        ("@daily", "2026-01-01T00:01", False),
+        ("@hourly", "2026-01-01T07:00", True),
+        ("@weekly", "2026-11-22T00:00", True),  # a Sunday
+        ("@monthly", "2026-11-01T00:00", True),
+        ("@yearly", "2027-01-01T00:00", True),
+        ("*/15 * * * *", "2026-01-01T10:45", True),
+        ("*/15 * * * *", "2026-01-01T10:46", False),
+        ("* * * * MON-FRI", "2026-11-21T12:00", False),  # a Saturday
+        ("* * * DEC *", "2026-12-24T12:00", True),
+    ],
+)
 def test_minute_match_strings_are_active_in_every_matching_minute(expr, now, active):
     assert parse_cron(expr).matches(at(now)) is active
 
@@ -45,14 +48,17 @@ def test_time_zone_and_cron_tz_prefix_read_the_wall_clock_of_that_zone():
     assert parse_cron("CRON_TZ=America/New_York * 9 * * *", "Europe/Berlin").matches(at("2026-11-21T14:30"))
 
 
-@pytest.mark.parametrize("expr, why", [
-    ("* * *", "five fields"),
-    ("61 * * * *", "invalid cron"),
-    ("* * * * * *", "five fields"),
-    ("@every 1h", "unknown cron macro"),
-    ("CRON_TZ=Mars/Olympus * * * * *", "unknown time zone"),
-    ("", "non-empty"),
-])
+@pytest.mark.parametrize(
+    "expr, why",
+    [
+        ("* * *", "five fields"),
+        ("61 * * * *", "invalid cron"),
+        ("* * * * * *", "five fields"),
+        ("@every 1h", "unknown cron macro"),
+        ("CRON_TZ=Mars/Olympus * * * * *", "unknown time zone"),
+        ("", "non-empty"),
+    ],
+)
 def test_bad_cron_strings_say_why(expr, why):
     with pytest.raises(ScheduleError, match=why):
         parse_cron(expr)
@@ -63,16 +69,19 @@ def test_unknown_default_zone_is_an_error():
         parse_cron("* * * * *", "Nowhere/Land")
 
 
-@pytest.mark.parametrize("expr, now, flip", [
-    ("* * 20-30 11 *", "2026-11-21T20:00", "2026-12-01T00:00"),
-    ("* * 20-30 11 *", "2026-06-01T00:00", "2026-11-20T00:00"),
-    ("* 0-4 * * *", "2026-11-22T02:10:30", "2026-11-22T05:00"),
-    ("* 0-4 * * *", "2026-11-21T20:00", "2026-11-22T00:00"),
-    ("0 18 * * 5", "2026-11-20T18:00", "2026-11-20T18:01"),
-    ("0 18 * * 5", "2026-11-21T00:00", "2026-11-27T18:00"),
-    ("*/15 * * * *", "2026-01-01T10:46", "2026-01-01T11:00"),
-    ("* * 15-31 12 *", "2026-12-20T00:00", "2027-01-01T00:00"),
-])
+@pytest.mark.parametrize(
+    "expr, now, flip",
+    [
+        ("* * 20-30 11 *", "2026-11-21T20:00", "2026-12-01T00:00"),
+        ("* * 20-30 11 *", "2026-06-01T00:00", "2026-11-20T00:00"),
+        ("* 0-4 * * *", "2026-11-22T02:10:30", "2026-11-22T05:00"),
+        ("* 0-4 * * *", "2026-11-21T20:00", "2026-11-22T00:00"),
+        ("0 18 * * 5", "2026-11-20T18:00", "2026-11-20T18:01"),
+        ("0 18 * * 5", "2026-11-21T00:00", "2026-11-27T18:00"),
+        ("*/15 * * * *", "2026-01-01T10:46", "2026-01-01T11:00"),
+        ("* * 15-31 12 *", "2026-12-20T00:00", "2027-01-01T00:00"),
+    ],
+)
 def test_next_flip_is_the_first_minute_the_match_changes(expr, now, flip):
     assert parse_cron(expr).next_flip(at(now)) == at(flip)
 
@@ -101,9 +110,9 @@ def test_minute_match_follows_the_wall_clock_across_dst():
 
 def test_windows_last_duration_from_each_fire_time():
     friday = parse_entry({"cron": "0 18 * * 5", "duration": "62h"})
-    assert friday.active(at("2026-11-20T18:00"))           # Friday 18:00
-    assert friday.active(at("2026-11-23T07:59:59"))        # Monday 07:59:59
-    assert not friday.active(at("2026-11-23T08:00"))       # Monday 08:00
+    assert friday.active(at("2026-11-20T18:00"))  # Friday 18:00
+    assert friday.active(at("2026-11-23T07:59:59"))  # Monday 07:59:59
+    assert not friday.active(at("2026-11-23T08:00"))  # Monday 08:00
     assert not friday.active(at("2026-11-20T17:59:59"))
     assert friday.next_change(at("2026-11-21T12:00")) == at("2026-11-23T08:00")
     assert friday.next_change(at("2026-11-23T09:00")) == at("2026-11-27T18:00")
@@ -112,8 +121,8 @@ def test_windows_last_duration_from_each_fire_time():
 def test_windows_open_once_across_a_dst_fall_back():
     # 02:30 happens twice in Berlin on 2026-10-25; the window opens at the first only.
     entry = parse_entry({"cron": "30 2 * * *", "duration": "30m"}, "Europe/Berlin")
-    assert entry.active(at("2026-10-25T00:45"))       # 02:45 CEST
-    assert not entry.active(at("2026-10-25T01:45"))   # 02:45 CET: no second opening
+    assert entry.active(at("2026-10-25T00:45"))  # 02:45 CEST
+    assert not entry.active(at("2026-10-25T01:45"))  # 02:45 CET: no second opening
     assert entry.next_change(at("2026-10-25T01:00")) == at("2026-10-26T01:30")
 
 
@@ -128,17 +137,20 @@ def test_windows_in_a_spring_forward_gap_open_right_after_it():
 def test_durations_are_elapsed_time_not_wall_clock():
     # A 24h window that spans the spring-forward night ends at 19:00 local, not 18:00.
     entry = parse_entry({"cron": "0 18 28 3 *", "duration": "24h"}, "Europe/Berlin")
-    assert entry.active(at("2026-03-29T15:59"))       # 17:59 CEST
-    assert not entry.active(at("2026-03-29T17:00"))   # 19:00 CEST = 24h after 18:00 CET
+    assert entry.active(at("2026-03-29T15:59"))  # 17:59 CEST
+    assert not entry.active(at("2026-03-29T17:00"))  # 19:00 CEST = 24h after 18:00 CET
 
 
-@pytest.mark.parametrize("item, why", [
-    ({"cron": "0 18 * * 5", "duration": "forever"}, "invalid duration"),
-    ({"cron": "0 18 * * 5", "duration": "-1h"}, "must be positive"),
-    ({"cron": "0 18 * * 5", "length": "1h"}, "unknown fields"),
-    ({"duration": "1h"}, "non-empty string"),
-    (42, "cron string"),
-])
+@pytest.mark.parametrize(
+    "item, why",
+    [
+        ({"cron": "0 18 * * 5", "duration": "forever"}, "invalid duration"),
+        ({"cron": "0 18 * * 5", "duration": "-1h"}, "must be positive"),
+        ({"cron": "0 18 * * 5", "length": "1h"}, "unknown fields"),
+        ({"duration": "1h"}, "non-empty string"),
+        (42, "cron string"),
+    ],
+)
 def test_bad_entries_say_why(item, why):
     with pytest.raises(ScheduleError, match=why):
         parse_entry(item)

@@ -21,18 +21,57 @@ from admission.core.schedule import Entry, parse_entry
 from tests.builders import at
 
 UTC = timezone.utc
-ZONES = ["UTC", "Europe/Berlin", "America/New_York", "America/Santiago", "America/Nuuk",
-         "Australia/Lord_Howe", "Asia/Kathmandu", "America/Havana", "Africa/Casablanca"]
-EXPRESSIONS = [
-    "30 2 * * *", "0 0 * * *", "30 23 * * 6", "*/15 * * * *", "* 2 * * *", "0 0 29 2 *",
-    "0 12 * * MON#5", "5 3 L 2 1#5", "0 0 LW * *", "0 9 * * 1L", "*/30 0 */31 * 0#1",
-    "59 23 31 12 *", "0 1-3 * * SUN", "15,45 0-1 * 3,10 0", "0-58 * * * *", "* 9-16 * * MON-FRI",
+ZONES = [
+    "UTC",
+    "Europe/Berlin",
+    "America/New_York",
+    "America/Santiago",
+    "America/Nuuk",
+    "Australia/Lord_Howe",
+    "Asia/Kathmandu",
+    "America/Havana",
+    "Africa/Casablanca",
 ]
-STRINGS = ["* 2 * * *", "0-58 * * * *", "* 9-16 * * MON-FRI", "* * 29 2 *", "* 0 * * 1#5",
-           "*/20 23,0 * * *", "* * L * *", "* 1-3 * 3,4,9,10 0"]
-WINDOWS = [("30 23 * * *", "2h"), ("*/15 * * * *", "30m"), ("0 18 * * 5", "62h"), ("0 0 29 2 *", "24h"),
-           ("59 23 31 12 *", "3h"), ("0 12 * * MON#5", "90m"), ("* 9-16 * * MON-FRI", "1m"),
-           ("0 * * * *", "61m"), ("30 2 * * *", "25h"), ("0 0 L * *", "9600h")]
+EXPRESSIONS = [
+    "30 2 * * *",
+    "0 0 * * *",
+    "30 23 * * 6",
+    "*/15 * * * *",
+    "* 2 * * *",
+    "0 0 29 2 *",
+    "0 12 * * MON#5",
+    "5 3 L 2 1#5",
+    "0 0 LW * *",
+    "0 9 * * 1L",
+    "*/30 0 */31 * 0#1",
+    "59 23 31 12 *",
+    "0 1-3 * * SUN",
+    "15,45 0-1 * 3,10 0",
+    "0-58 * * * *",
+    "* 9-16 * * MON-FRI",
+]
+STRINGS = [
+    "* 2 * * *",
+    "0-58 * * * *",
+    "* 9-16 * * MON-FRI",
+    "* * 29 2 *",
+    "* 0 * * 1#5",
+    "*/20 23,0 * * *",
+    "* * L * *",
+    "* 1-3 * 3,4,9,10 0",
+]
+WINDOWS = [
+    ("30 23 * * *", "2h"),
+    ("*/15 * * * *", "30m"),
+    ("0 18 * * 5", "62h"),
+    ("0 0 29 2 *", "24h"),
+    ("59 23 31 12 *", "3h"),
+    ("0 12 * * MON#5", "90m"),
+    ("* 9-16 * * MON-FRI", "1m"),
+    ("0 * * * *", "61m"),
+    ("30 2 * * *", "25h"),
+    ("0 0 L * *", "9600h"),
+]
 
 
 def transitions(name: str, start: datetime, end: datetime) -> list[datetime]:
@@ -44,7 +83,11 @@ def transitions(name: str, start: datetime, end: datetime) -> list[datetime]:
             lo, hi = t, nxt
             while hi - lo > timedelta(minutes=1):
                 mid = lo + (hi - lo) / 2
-                lo, hi = (mid, hi) if mid.astimezone(tz).utcoffset() == lo.astimezone(tz).utcoffset() else (lo, mid)
+                lo, hi = (
+                    (mid, hi)
+                    if mid.astimezone(tz).utcoffset() == lo.astimezone(tz).utcoffset()
+                    else (lo, mid)
+                )
             found.append(hi)
         t = nxt
     return found
@@ -55,11 +98,23 @@ def instants(name: str) -> list[datetime]:
     out = []
     for change in transitions(name, at("2026-11-01T00:00"), at("2027-11-01T00:00")):
         out += [change + timedelta(minutes=m) for m in (-181, -61, -1, 0, 1, 59, 121)]
-    out += [at(t) for t in ("2026-11-22T02:13:30", "2026-11-30T11:59", "2026-12-31T23:30", "2027-01-01T00:00:30",
-                            "2028-02-28T23:59", "2028-02-29T12:00", "2027-03-29T12:00")]
+    out += [
+        at(t)
+        for t in (
+            "2026-11-22T02:13:30",
+            "2026-11-30T11:59",
+            "2026-12-31T23:30",
+            "2027-01-01T00:00:30",
+            "2028-02-28T23:59",
+            "2028-02-29T12:00",
+            "2027-03-29T12:00",
+        )
+    ]
     rng = random.Random(name)
-    out += [at("2026-11-01T00:00") + timedelta(minutes=rng.randrange(400 * 24 * 60), seconds=rng.randrange(60))
-            for _ in range(4)]
+    out += [
+        at("2026-11-01T00:00") + timedelta(minutes=rng.randrange(400 * 24 * 60), seconds=rng.randrange(60))
+        for _ in range(4)
+    ]
     return out
 
 
@@ -108,7 +163,10 @@ def test_next_and_last_fire_are_cronsims_own(name):
         for now in instants(name):
             want = reference_next_fire(spec, now)
             got = spec.next_fire(now)
-            assert got == (want if want is not None and want <= now + HORIZON - timedelta(days=1) else got), (expr, now)
+            assert got == (want if want is not None and want <= now + HORIZON - timedelta(days=1) else got), (
+                expr,
+                now,
+            )
             if want is not None and want > now + HORIZON + timedelta(days=1):
                 assert got is None, (expr, now)
             want = reference_last_fire(spec, now)
@@ -161,8 +219,11 @@ def test_overlapping_windows_end_where_fires_first_leave_a_gap(name):
             want = reference_window_end(entry, first, now + timedelta(days=3))
             # Exact on days of steady clock; across a clock change a time it is open until at least.
             assert end is None or want is None or end <= want, (expr, duration, now, end, want)
-            steady = not transitions(name, now - entry.duration, min(want or now + timedelta(days=3), now + timedelta(days=3))
-                                     + timedelta(hours=3))
+            steady = not transitions(
+                name,
+                now - entry.duration,
+                min(want or now + timedelta(days=3), now + timedelta(days=3)) + timedelta(hours=3),
+            )
             if steady and want is not None:
                 assert end == want, (expr, duration, now, end, want)
 
@@ -178,9 +239,14 @@ def test_a_remembered_answer_is_the_answer_a_new_search_gives():
                 now += timedelta(minutes=rng.choice([1, 7, 59, 180, 60 * 24]), seconds=rng.randrange(60))
                 cold = Entry(warm.spec, warm.duration)
                 assert warm.active(now) == cold.active(now), (expr, duration, now)
-                assert warm.stable_until(now) == Entry(warm.spec, warm.duration).stable_until(now), (expr, duration, now)
-                assert warm.state_and_next_change(now) == Entry(warm.spec, warm.duration).state_and_next_change(now), \
-                    (expr, duration, now)
+                assert warm.stable_until(now) == Entry(warm.spec, warm.duration).stable_until(now), (
+                    expr,
+                    duration,
+                    now,
+                )
+                assert warm.state_and_next_change(now) == Entry(
+                    warm.spec, warm.duration
+                ).state_and_next_change(now), (expr, duration, now)
 
 
 @pytest.mark.parametrize("expr", EXPRESSIONS)
@@ -192,10 +258,14 @@ def test_a_search_copies_the_parsed_expression_as_cronsim_would_build_it(expr, n
     for start in (at("2026-03-29T00:59:59"), at("2026-10-25T01:30:00.5"), at("2026-11-22T02:13:30")):
         local = start.astimezone(spec.zone)
         for reverse in (False, True):
-            assert vars(spec._sim(local, reverse)) == vars(CronSim(spec.expr, local, reverse)), (start, reverse)
+            assert vars(spec._sim(local, reverse)) == vars(CronSim(spec.expr, local, reverse)), (
+                start,
+                reverse,
+            )
 
 
 # -- edges pinned -----------------------------------------------------------------------------
+
 
 def test_a_5th_monday_is_found_without_walking_the_days():
     assert parse_cron("0 12 * * MON#5").next_fire(at("2026-11-22T00:00")) == at("2026-11-30T12:00")
@@ -217,7 +287,9 @@ def test_windows_across_midnight_and_the_year_end():
     assert late.active(at("2026-12-31T23:30")) and late.active(at("2027-01-01T01:29"))
     assert late.next_change(at("2027-01-01T00:15")) == at("2027-01-01T01:30")
     new_year = parse_entry({"cron": "0 22 31 12 *", "duration": "4h"}, "Europe/Berlin")
-    assert new_year.active(at("2027-01-01T00:30")) and new_year.next_change(at("2027-01-01T00:30")) == at("2027-01-01T01:00")
+    assert new_year.active(at("2027-01-01T00:30")) and new_year.next_change(at("2027-01-01T00:30")) == at(
+        "2027-01-01T01:00"
+    )
 
 
 def test_windows_that_overlap_end_when_the_last_one_does():

@@ -2,7 +2,12 @@
 
 from admission.core.gates import evaluate
 from admission.core.gatespec import compile_gate
-from admission.core.names import CLOSE_ANNOTATION, MESSAGE_ANNOTATION, OPEN_ANNOTATION, REQUESTED_BY_ANNOTATION
+from admission.core.names import (
+    CLOSE_ANNOTATION,
+    MESSAGE_ANNOTATION,
+    OPEN_ANNOTATION,
+    REQUESTED_BY_ANNOTATION,
+)
 from admission.core.status import gate_status, status_differs, transition_message, was_open
 from tests.builders import at, gate
 
@@ -12,17 +17,30 @@ def state_of(obj, now):
 
 
 def test_rfc_story_1_status_after_an_open_request():
-    obj = gate("sre-approval", default="closed", window="1h", annotations={OPEN_ANNOTATION: "2021-03-26T10:00:00Z"})
+    obj = gate(
+        "sre-approval", default="closed", window="1h", annotations={OPEN_ANNOTATION: "2021-03-26T10:00:00Z"}
+    )
     obj["metadata"]["generation"] = 2
     now = at("2021-03-26T10:00")
     status = gate_status(obj, state_of(obj, now), now)
     assert status == {
-        "state": "Opened", "observedGeneration": 2,
-        "requestedAt": "2021-03-26T10:00:00Z", "resetToDefaultAt": "2021-03-26T11:00:00Z",
-        "nextTransitionAt": "2021-03-26T11:00:00Z", "problems": None, "approvals": None,
-        "conditions": [{"type": "Opened", "status": "True", "observedGeneration": 2,
-                        "lastTransitionTime": "2021-03-26T10:00:00Z", "reason": "OpenRequested",
-                        "message": "Gate scheduled for closing at 2021-03-26T11:00:00Z"}],
+        "state": "Opened",
+        "observedGeneration": 2,
+        "requestedAt": "2021-03-26T10:00:00Z",
+        "resetToDefaultAt": "2021-03-26T11:00:00Z",
+        "nextTransitionAt": "2021-03-26T11:00:00Z",
+        "problems": None,
+        "approvals": None,
+        "conditions": [
+            {
+                "type": "Opened",
+                "status": "True",
+                "observedGeneration": 2,
+                "lastTransitionTime": "2021-03-26T10:00:00Z",
+                "reason": "OpenRequested",
+                "message": "Gate scheduled for closing at 2021-03-26T11:00:00Z",
+            }
+        ],
     }
 
 
@@ -35,13 +53,17 @@ def test_last_transition_time_moves_only_when_the_state_flips():
     assert not status_differs(obj, again)
     obj["metadata"]["annotations"] = {OPEN_ANNOTATION: "2026-01-03T00:00:00Z"}
     flipped = gate_status(obj, state_of(obj, at("2026-01-03T00:00")), at("2026-01-03T00:00"))
-    assert flipped["conditions"][0]["lastTransitionTime"] == "2026-01-03T00:00:00Z" and status_differs(obj, flipped)
+    assert flipped["conditions"][0]["lastTransitionTime"] == "2026-01-03T00:00:00Z" and status_differs(
+        obj, flipped
+    )
 
 
 def test_a_fresher_previous_status_wins_over_the_objects():
     obj = gate("g", default="closed")
     previous = gate_status(obj, state_of(obj, at("2026-01-01T00:00")), at("2026-01-01T00:00"))
-    status = gate_status(obj, state_of(obj, at("2026-01-05T00:00")), at("2026-01-05T00:00"), previous=previous)
+    status = gate_status(
+        obj, state_of(obj, at("2026-01-05T00:00")), at("2026-01-05T00:00"), previous=previous
+    )
     assert status["conditions"][0]["lastTransitionTime"] == "2026-01-01T00:00:00Z"
 
 
@@ -66,10 +88,16 @@ def test_was_open_reads_the_stored_condition():
 
 
 def test_transition_messages_carry_the_toggle_message_and_requester():
-    obj = gate("bypass-signoff", closed=True, annotations={
-        OPEN_ANNOTATION: "2026-01-01T00:00:00Z", MESSAGE_ANNOTATION: "Patching a CVE", REQUESTED_BY_ANNOTATION: "bob"})
+    obj = gate(
+        "bypass-signoff",
+        closed=True,
+        annotations={
+            OPEN_ANNOTATION: "2026-01-01T00:00:00Z",
+            MESSAGE_ANNOTATION: "Patching a CVE",
+            REQUESTED_BY_ANNOTATION: "bob",
+        },
+    )
     text = transition_message(state_of(obj, at("2026-01-01T00:00")))
     assert text == "opening gate: 'Patching a CVE' (requested by bob); Gate open requested"
     plain = transition_message(state_of(gate("g", closed=True), at("2026-01-01T00:00")))
     assert plain == "closing gate; Gate closed by default"
-

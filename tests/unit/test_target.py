@@ -7,13 +7,36 @@ import pytest
 from admission.webhook.framing import Refused
 from admission.webhook.target import admit, request_path
 
-ONE_SPELLING = [("/validate", "/validate"), ("/validate?timeout=10s", "/validate"), ("/", "/"),
-                ("/hooks/gates/flux-system/sre.approval/open", "/hooks/gates/flux-system/sre.approval/open"),
-                ("/calendar.ics?namespace=a&gate=b&days=7", "/calendar.ics"), ("/a/.../b", "/a/.../b")]
-OTHER_SPELLINGS = ["//validate", "/./validate", "/a/../validate", "/a/..", "/a/.", "/validate/", "/%76alidate",
-                   "/hooks/gates/%2e%2e/validate", "https://localhost/validate", "localhost:443", "*", "",
-                   "validate", "/validate#x", "/validate?a#b", "/vali date", "/validate;x", "/vällidate",
-                   "/validate\x00", "/validate\n"]
+ONE_SPELLING = [
+    ("/validate", "/validate"),
+    ("/validate?timeout=10s", "/validate"),
+    ("/", "/"),
+    ("/hooks/gates/flux-system/sre.approval/open", "/hooks/gates/flux-system/sre.approval/open"),
+    ("/calendar.ics?namespace=a&gate=b&days=7", "/calendar.ics"),
+    ("/a/.../b", "/a/.../b"),
+]
+OTHER_SPELLINGS = [
+    "//validate",
+    "/./validate",
+    "/a/../validate",
+    "/a/..",
+    "/a/.",
+    "/validate/",
+    "/%76alidate",
+    "/hooks/gates/%2e%2e/validate",
+    "https://localhost/validate",
+    "localhost:443",
+    "*",
+    "",
+    "validate",
+    "/validate#x",
+    "/validate?a#b",
+    "/vali date",
+    "/validate;x",
+    "/vällidate",
+    "/validate\x00",
+    "/validate\n",
+]
 
 
 @pytest.mark.parametrize("target, path", ONE_SPELLING)
@@ -43,7 +66,9 @@ def test_without_a_certificate_only_public_paths_pass():
         assert refused(target, certified=False)[0] == 403, target
 
 
-@pytest.mark.parametrize("name", ["SCRIPT_NAME", "Script_Name", "script_name", "X_Forwarded_For", "PATH_INFO"])
+@pytest.mark.parametrize(
+    "name", ["SCRIPT_NAME", "Script_Name", "script_name", "X_Forwarded_For", "PATH_INFO"]
+)
 def test_a_header_name_with_an_underscore_is_refused_whoever_sends_it(name):
     for certified in (False, True):
         status, why = refused("/hooks/gates/validate", f"{name}: /hooks/gates", certified=certified)

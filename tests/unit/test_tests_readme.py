@@ -87,10 +87,23 @@ SAMPLE = """Intro names `tests/builders.py`.
 
 
 def test_the_checker_finds_what_is_missing_and_what_is_misplaced():
-    paths = {"tests/builders.py", "tests/unit", "tests/unit/test_a.py", "tests/unit/test_b.py", "tests/e2e",
-             "tests/e2e/crds", "tests/kube/test_c.py"}
-    assert named(SAMPLE) == {"tests/builders.py", "tests/unit", "tests/unit/test_a.py", "tests/e2e",
-                             "tests/e2e/crds", "tests/unit/test_b.py"}
+    paths = {
+        "tests/builders.py",
+        "tests/unit",
+        "tests/unit/test_a.py",
+        "tests/unit/test_b.py",
+        "tests/e2e",
+        "tests/e2e/crds",
+        "tests/kube/test_c.py",
+    }
+    assert named(SAMPLE) == {
+        "tests/builders.py",
+        "tests/unit",
+        "tests/unit/test_a.py",
+        "tests/e2e",
+        "tests/e2e/crds",
+        "tests/unit/test_b.py",
+    }
     assert unnamed(SAMPLE, paths) == ["tests/kube/test_c.py"]
     assert misplaced(SAMPLE, paths) == ["tests/unit/test_b.py (not in the section of tests/unit)"]
 
@@ -107,6 +120,7 @@ def test_the_tree_holds_modules_and_directories_but_no_package_markers(tmp_path)
 
 # -- the repository -------------------------------------------------------------------------------
 
+
 def test_every_path_link_and_code_name_in_it_exists():
     text = README.read_text()
     wrong = [f"{written}: {why}" for written, why in [*paths_in(text, README), *names_in(text)]]
@@ -115,8 +129,10 @@ def test_every_path_link_and_code_name_in_it_exists():
 
 def test_every_module_and_directory_under_tests_is_in_it():
     missing = unnamed(README.read_text(), tree())
-    assert not missing, ("tests/README.md does not name these (add each to its tier's table, or to the doubles' "
-                         "or helpers' table):\n" + "\n".join(missing))
+    assert not missing, (
+        "tests/README.md does not name these (add each to its tier's table, or to the doubles' "
+        "or helpers' table):\n" + "\n".join(missing)
+    )
 
 
 def test_each_file_of_a_tier_is_in_its_tiers_section():

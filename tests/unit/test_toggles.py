@@ -5,7 +5,12 @@ import pytest
 
 from admission.core.controls import escaped, has_controls
 from admission.core.gates import evaluate_gate
-from admission.core.names import CLOSE_ANNOTATION, MESSAGE_ANNOTATION, OPEN_ANNOTATION, REQUESTED_BY_ANNOTATION
+from admission.core.names import (
+    CLOSE_ANNOTATION,
+    MESSAGE_ANNOTATION,
+    OPEN_ANNOTATION,
+    REQUESTED_BY_ANNOTATION,
+)
 from admission.core.toggles import toggle_patch
 from tests.builders import at, gate
 
@@ -24,9 +29,15 @@ def applied(obj, patch):
 
 def test_open_writes_time_message_and_requester():
     patch = toggle_patch("open", NOW, "Patching a CVE", "bob")
-    assert patch == {"metadata": {"annotations": {
-        OPEN_ANNOTATION: "2026-11-21T20:00:00.000000Z", MESSAGE_ANNOTATION: "Patching a CVE",
-        REQUESTED_BY_ANNOTATION: "bob"}}}
+    assert patch == {
+        "metadata": {
+            "annotations": {
+                OPEN_ANNOTATION: "2026-11-21T20:00:00.000000Z",
+                MESSAGE_ANNOTATION: "Patching a CVE",
+                REQUESTED_BY_ANNOTATION: "bob",
+            }
+        }
+    }
 
 
 def test_open_for_a_duration_plans_the_close():
@@ -46,19 +57,33 @@ def test_without_a_message_the_old_one_is_removed():
     assert toggle_patch("close", NOW)["metadata"]["annotations"][MESSAGE_ANNOTATION] is None
 
 
-@pytest.mark.parametrize("args, why", [
-    (("toggle", NOW), "action must be open or close"),
-    (("open", NOW, None, None, "soon"), "invalid duration"),
-    (("open", NOW, None, None, "-1h"), "must be positive"),
-    (("close", NOW, None, None, "1h"), "only makes sense when opening"),
-])
+@pytest.mark.parametrize(
+    "args, why",
+    [
+        (("toggle", NOW), "action must be open or close"),
+        (("open", NOW, None, None, "soon"), "invalid duration"),
+        (("open", NOW, None, None, "-1h"), "must be positive"),
+        (("close", NOW, None, None, "1h"), "only makes sense when opening"),
+    ],
+)
 def test_bad_toggles_say_why(args, why):
     with pytest.raises(ValueError, match=why):
         toggle_patch(*args)
 
 
-@pytest.mark.parametrize("text", ["a\x1b[2Kb", "carriage\rreturn", "two\nlines", "c1 \x9b csi", "del\x7f",
-                                  "rtl \u202e", "isolate \u2066", "separator \u2028"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a\x1b[2Kb",
+        "carriage\rreturn",
+        "two\nlines",
+        "c1 \x9b csi",
+        "del\x7f",
+        "rtl \u202e",
+        "isolate \u2066",
+        "separator \u2028",
+    ],
+)
 def test_a_message_or_requester_with_control_characters_is_refused(text):
     for fields in ({"message": text}, {"requested_by": text}):
         with pytest.raises(ValueError, match="control characters"):

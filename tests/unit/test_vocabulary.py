@@ -17,9 +17,14 @@ OBJECTS = PACKAGE / "core" / "objects.py"
 CLOCK = PACKAGE / "clock.py"
 # Log lines name an object by its kind, as kopf does ({"Gate": {"namespace": ..., "name": ...}}).
 LOG_KEYS = {names.GATE_KIND, names.GATEKEEPER_KIND}
-VOCABULARY = {value for key, value in vars(names).items()
-              if key.isupper() and isinstance(value, str) and value not in LOG_KEYS
-              and (any(c in value for c in "./:") or value[:1].isupper())}
+VOCABULARY = {
+    value
+    for key, value in vars(names).items()
+    if key.isupper()
+    and isinstance(value, str)
+    and value not in LOG_KEYS
+    and (any(c in value for c in "./:") or value[:1].isupper())
+}
 
 
 def modules():
@@ -52,9 +57,14 @@ def docstrings(tree: ast.AST) -> set[int]:
 def strings_outside(home: Path, spelt: Callable[[str], bool]) -> list[str]:
     """The string constants (docstrings aside) of every module but ``home`` that ``spelt`` finds."""
     skip = set().union(*(docstrings(_tree(path)) for path in modules()))
-    return [f"{where}: {node.value!r}" for where, node in nodes_outside(home)
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip
-            and spelt(node.value)]
+    return [
+        f"{where}: {node.value!r}"
+        for where, node in nodes_outside(home)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and id(node) not in skip
+        and spelt(node.value)
+    ]
 
 
 def test_flux_and_gating_strings_are_written_only_in_names():
@@ -63,29 +73,46 @@ def test_flux_and_gating_strings_are_written_only_in_names():
 
 
 def test_instants_are_formatted_only_in_timefmt():
-    found = [f"{where}: .{node.attr}" for where, node in nodes_outside(TIMEFMT)
-             if isinstance(node, ast.Attribute) and node.attr in ("strftime", "isoformat")]
+    found = [
+        f"{where}: .{node.attr}"
+        for where, node in nodes_outside(TIMEFMT)
+        if isinstance(node, ast.Attribute) and node.attr in ("strftime", "isoformat")
+    ]
     assert not found, "use admission.core.timefmt:\n" + "\n".join(found)
 
 
 def _reads_metadata(node: ast.AST) -> bool:
-    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
-            and bool(node.args) and isinstance(node.args[0], ast.Constant) and node.args[0].value == "metadata")
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "get"
+        and bool(node.args)
+        and isinstance(node.args[0], ast.Constant)
+        and node.args[0].value == "metadata"
+    )
 
 
 def test_metadata_is_read_only_through_the_one_accessor():
     # obj.get("metadata") or {} by hand is where a null or a list in a review's metadata becomes
     # a crash (code that checks isinstance before it writes is fine).
-    found = [where for where, node in nodes_outside(OBJECTS)
-             if (_reads_metadata(node) and len(node.args) == 2)
-             or (isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or) and _reads_metadata(node.values[0]))]
+    found = [
+        where
+        for where, node in nodes_outside(OBJECTS)
+        if (_reads_metadata(node) and len(node.args) == 2)
+        or (isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or) and _reads_metadata(node.values[0]))
+    ]
     assert not found, "use admission.core.objects.metadata:\n" + "\n".join(found)
 
 
 def test_the_time_is_read_only_through_the_one_clock():
-    found = [f"{where}: {node.value.id}.{node.attr}" for where, node in nodes_outside(CLOCK)
-             if isinstance(node, ast.Attribute) and node.attr in ("now", "utcnow", "today")
-             and isinstance(node.value, ast.Name) and node.value.id in ("datetime", "date")]
+    found = [
+        f"{where}: {node.value.id}.{node.attr}"
+        for where, node in nodes_outside(CLOCK)
+        if isinstance(node, ast.Attribute)
+        and node.attr in ("now", "utcnow", "today")
+        and isinstance(node.value, ast.Name)
+        and node.value.id in ("datetime", "date")
+    ]
     assert not found, "use admission.clock.utcnow:\n" + "\n".join(found)
 
 
@@ -97,7 +124,9 @@ QUOTED = re.compile("|".join(rf"['\"]{re.escape(value)}['\"]" for value in sorte
 
 def test_modes_and_other_closed_sets_are_spelled_only_in_names():
     found = strings_outside(NAMES, lambda value: value in CLOSED_SETS or bool(QUOTED.search(value)))
-    assert not found, "use admission.core.names (ENFORCE, AUDIT, MODES, REQUIRE_ALL, ...):\n" + "\n".join(found)
+    assert not found, "use admission.core.names (ENFORCE, AUDIT, MODES, REQUIRE_ALL, ...):\n" + "\n".join(
+        found
+    )
 
 
 # f"{kind}/{namespace}/{name}" by hand (a webhook entry, Kind/configuration/entry, is not an object's)
@@ -105,7 +134,11 @@ OBJECT_LABEL = re.compile(r"""f["'][^"']*\{[^}]*kind[^}]*\}/\{[^}]*namespace""")
 
 
 def test_objects_are_labelled_kind_namespace_name_by_one_builder():
-    found = [f"{path.relative_to(PACKAGE.parent)}:{number}"
-             for path in modules() if path != OBJECTS
-             for number, line in enumerate(path.read_text().splitlines(), 1) if OBJECT_LABEL.search(line)]
+    found = [
+        f"{path.relative_to(PACKAGE.parent)}:{number}"
+        for path in modules()
+        if path != OBJECTS
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if OBJECT_LABEL.search(line)
+    ]
     assert not found, "use admission.core.objects.label:\n" + "\n".join(found)

@@ -30,8 +30,15 @@ import yaml
 from kubernetes.client.rest import ApiException
 
 from admission.core import names
-from tests.doubles.flux.patch import (PatchError, StatusPatcher, deferred_patch, condition, delete_condition, now_text,
-                                     set_condition)
+from tests.doubles.flux.patch import (
+    PatchError,
+    StatusPatcher,
+    deferred_patch,
+    condition,
+    delete_condition,
+    now_text,
+    set_condition,
+)
 from tests.doubles.flux.runner import Applied, Double, ReconcileError, artifact_revision, requested_at
 
 TIMEOUT = "5m0s"
@@ -55,7 +62,9 @@ def _merge(base: dict, over: dict) -> dict:
     value here, not a deletion: this is no merge patch)."""
     out = dict(base)
     for key, value in over.items():
-        out[key] = _merge(out[key], value) if isinstance(out.get(key), dict) and isinstance(value, dict) else value
+        out[key] = (
+            _merge(out[key], value) if isinstance(out.get(key), dict) and isinstance(value, dict) else value
+        )
     return out
 
 
@@ -77,34 +86,59 @@ class HelmController(Double):
             if ref.get("kind", "ConfigMap") != "ConfigMap":
                 continue
             try:
-                data = self.api.core.read_namespaced_config_map(ref["name"], release["metadata"]["namespace"]).data or {}
+                data = (
+                    self.api.core.read_namespaced_config_map(
+                        ref["name"], release["metadata"]["namespace"]
+                    ).data
+                    or {}
+                )
             except ApiException as err:
-                raise ReconcileError(f"could not resolve ConfigMap chart values reference "
-                                     f"'{release['metadata']['namespace']}/{ref['name']}': {err.reason}") from None
+                raise ReconcileError(
+                    f"could not resolve ConfigMap chart values reference "
+                    f"'{release['metadata']['namespace']}/{ref['name']}': {err.reason}"
+                ) from None
             values = _merge(values, yaml.safe_load(data.get(ref.get("valuesKey") or "values.yaml", "")) or {})
         return _merge(values, spec.get("values") or {})
 
     def _chart(self, release: dict) -> dict:
         chart_spec = ((release.get("spec") or {}).get("chart") or {}).get("spec") or {}
         namespace, name = chart_of(release)
-        wanted = {"chart": chart_spec.get("chart"), "version": chart_spec.get("version") or "*",
-                  "sourceRef": {"kind": (chart_spec.get("sourceRef") or {}).get("kind", "HelmRepository"),
-                                "name": (chart_spec.get("sourceRef") or {}).get("name")},
-                  "interval": chart_spec.get("interval") or "10m", "reconcileStrategy": "ChartVersion"}
+        wanted = {
+            "chart": chart_spec.get("chart"),
+            "version": chart_spec.get("version") or "*",
+            "sourceRef": {
+                "kind": (chart_spec.get("sourceRef") or {}).get("kind", "HelmRepository"),
+                "name": (chart_spec.get("sourceRef") or {}).get("name"),
+            },
+            "interval": chart_spec.get("interval") or "10m",
+            "reconcileStrategy": "ChartVersion",
+        }
         # helm-controller applies the chart with its release's owner labels (fluxcd/pkg/ssa
         # SetOwnerLabels): the webhook finds the release, and the API server sends its status, by them.
-        labels = {names.HELM_NAME_LABEL: release["metadata"]["name"],
-                  names.HELM_NAMESPACE_LABEL: release["metadata"]["namespace"]}
+        labels = {
+            names.HELM_NAME_LABEL: release["metadata"]["name"],
+            names.HELM_NAMESPACE_LABEL: release["metadata"]["namespace"],
+        }
         chart = self.api.get("HelmChart", namespace, name)
         if chart is None:
-            self.api.create("HelmChart", namespace, {"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "HelmChart",
-                                                     "metadata": {"name": name, "namespace": namespace,
-                                                                  "labels": labels},
-                                                     "spec": wanted}, self.manager)
+            self.api.create(
+                "HelmChart",
+                namespace,
+                {
+                    "apiVersion": "source.toolkit.fluxcd.io/v1",
+                    "kind": "HelmChart",
+                    "metadata": {"name": name, "namespace": namespace, "labels": labels},
+                    "spec": wanted,
+                },
+                self.manager,
+            )
             raise ReconcileError(f"HelmChart '{namespace}/{name}' is not ready")
-        if any((chart.get("spec") or {}).get(k) != v for k, v in wanted.items()) or \
-                any((chart["metadata"].get("labels") or {}).get(k) != v for k, v in labels.items()):
-            self.api.patch("HelmChart", namespace, name, {"metadata": {"labels": labels}, "spec": wanted}, self.manager)
+        if any((chart.get("spec") or {}).get(k) != v for k, v in wanted.items()) or any(
+            (chart["metadata"].get("labels") or {}).get(k) != v for k, v in labels.items()
+        ):
+            self.api.patch(
+                "HelmChart", namespace, name, {"metadata": {"labels": labels}, "spec": wanted}, self.manager
+            )
             raise ReconcileError("latest generation of object has not been reconciled")
         if chart["metadata"].get("generation") != (chart.get("status") or {}).get("observedGeneration"):
             raise ReconcileError("latest generation of object has not been reconciled")
@@ -152,40 +186,96 @@ class HelmController(Double):
         status["storageNamespace"] = meta["namespace"]
         history = list(status.get("history") or [])
         current = history[0] if history else None
-        action = "install" if current is None else (
-            "upgrade" if (current.get("chartVersion"), current.get("configDigest")) != (chart_version, config_digest)
-            else None)
+        action = (
+            "install"
+            if current is None
+            else (
+                "upgrade"
+                if (current.get("chartVersion"), current.get("configDigest"))
+                != (chart_version, config_digest)
+                else None
+            )
+        )
         if action:
-            set_condition(obj, "Reconciling", "True", "Progressing", f"Running '{action}' action with timeout of {TIMEOUT}")
-            set_condition(obj, "Ready", "Unknown", "Progressing", f"Running '{action}' action with timeout of {TIMEOUT}")
+            set_condition(
+                obj,
+                "Reconciling",
+                "True",
+                "Progressing",
+                f"Running '{action}' action with timeout of {TIMEOUT}",
+            )
+            set_condition(
+                obj, "Ready", "Unknown", "Progressing", f"Running '{action}' action with timeout of {TIMEOUT}"
+            )
             patcher.patch(obj)  # a failure here: no Helm action, no Event (only a log line)
             number = (current or {}).get("version", 0) + 1
             self._release(obj, chart_version, config_digest, values, trigger)
             chart_name = (chart.get("spec") or {}).get("chart")
-            history.insert(0, {"name": meta["name"], "namespace": meta["namespace"], "version": number,
-                               "status": "deployed", "chartName": chart_name, "chartVersion": chart_version,
-                               "appVersion": chart_version, "configDigest": config_digest,
-                               "digest": "sha256:" + hashlib.sha256(f"{chart_version}{config_digest}".encode()).hexdigest(),
-                               "firstDeployed": now_text(), "lastDeployed": now_text()})
+            history.insert(
+                0,
+                {
+                    "name": meta["name"],
+                    "namespace": meta["namespace"],
+                    "version": number,
+                    "status": "deployed",
+                    "chartName": chart_name,
+                    "chartVersion": chart_version,
+                    "appVersion": chart_version,
+                    "configDigest": config_digest,
+                    "digest": "sha256:"
+                    + hashlib.sha256(f"{chart_version}{config_digest}".encode()).hexdigest(),
+                    "firstDeployed": now_text(),
+                    "lastDeployed": now_text(),
+                },
+            )
             status["history"] = history[:5]
-            status["inventory"] = {"entries": [{"id": f"{meta['namespace']}_{meta['name']}-release__ConfigMap",
-                                                "v": "v1"}]}
+            status["inventory"] = {
+                "entries": [{"id": f"{meta['namespace']}_{meta['name']}-release__ConfigMap", "v": "v1"}]
+            }
             status["lastAttemptedReleaseAction"] = action
-            status["lastAttemptedReleaseActionDuration"] = f"{number}s"  # a duration; its value is the double's
-            set_condition(obj, "Released", "True", f"{action.capitalize()}Succeeded",
-                          f"Helm {action} succeeded for release {meta['namespace']}/{meta['name']}.v{number} "
-                          f"with chart {chart_name}@{chart_version}")
-            set_condition(obj, "Ready", "True", f"{action.capitalize()}Succeeded",
-                          f"Helm {action} succeeded for release {meta['namespace']}/{meta['name']}.v{number} "
-                          f"with chart {chart_name}@{chart_version}")
+            status["lastAttemptedReleaseActionDuration"] = (
+                f"{number}s"  # a duration; its value is the double's
+            )
+            set_condition(
+                obj,
+                "Released",
+                "True",
+                f"{action.capitalize()}Succeeded",
+                f"Helm {action} succeeded for release {meta['namespace']}/{meta['name']}.v{number} "
+                f"with chart {chart_name}@{chart_version}",
+            )
+            set_condition(
+                obj,
+                "Ready",
+                "True",
+                f"{action.capitalize()}Succeeded",
+                f"Helm {action} succeeded for release {meta['namespace']}/{meta['name']}.v{number} "
+                f"with chart {chart_name}@{chart_version}",
+            )
             patcher.patch(obj)  # the action's outcome, before the deferred patch
         else:
-            set_condition(obj, "Ready", "True", "ReconciliationSucceeded", "Release in-sync with desired state")
+            set_condition(
+                obj, "Ready", "True", "ReconciliationSucceeded", "Release in-sync with desired state"
+            )
 
     def _release(self, obj: dict, chart_version: str, config_digest: str, values: dict, trigger: str) -> None:
         meta = obj["metadata"]
-        self.api.put_config_map(meta["namespace"], f"{meta['name']}-release",
-                                {"chartVersion": chart_version, "configDigest": config_digest,
-                                 "values": json.dumps(values, sort_keys=True)}, self.manager)
-        self.applied.append(Applied((self.kind, meta["namespace"], meta["name"]), chart_version, time.monotonic(),
-                                    trigger, {"configDigest": config_digest, "values": values}))
+        self.api.put_config_map(
+            meta["namespace"],
+            f"{meta['name']}-release",
+            {
+                "chartVersion": chart_version,
+                "configDigest": config_digest,
+                "values": json.dumps(values, sort_keys=True),
+            },
+            self.manager,
+        )
+        self.applied.append(
+            Applied(
+                (self.kind, meta["namespace"], meta["name"]),
+                chart_version,
+                time.monotonic(),
+                trigger,
+                {"configDigest": config_digest, "values": values},
+            )
+        )

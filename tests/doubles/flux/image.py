@@ -44,8 +44,11 @@ class ImageReflectorController(Double):
         if obj is None:
             raise LookupError(f"ImageRepository {namespace}/{repository}")
         patcher = StatusPatcher(self.api, "ImageRepository", obj, self.manager)
-        obj.setdefault("status", {})["lastScanResult"] = {"tagCount": len(tags), "scanTime": now_text(),
-                                                          "latestTags": sorted(tags, key=_version_key)[-10:]}
+        obj.setdefault("status", {})["lastScanResult"] = {
+            "tagCount": len(tags),
+            "scanTime": now_text(),
+            "latestTags": sorted(tags, key=_version_key)[-10:],
+        }
         obj["status"]["canonicalImageName"] = (obj.get("spec") or {}).get("image")
         obj["status"]["observedGeneration"] = obj["metadata"].get("generation")
         set_condition(obj, "Ready", "True", "Succeeded", f"successful scan: found {len(tags)} tags")

@@ -25,8 +25,15 @@ import time
 
 from kubernetes.client.rest import ApiException
 
-from tests.doubles.flux.patch import (PatchError, StatusPatcher, deferred_patch, condition, delete_condition, now_text,
-                                     set_condition)
+from tests.doubles.flux.patch import (
+    PatchError,
+    StatusPatcher,
+    deferred_patch,
+    condition,
+    delete_condition,
+    now_text,
+    set_condition,
+)
 from tests.doubles.flux.runner import Applied, Double, ReconcileError, artifact_revision, requested_at
 from tests.doubles.flux.source import SOURCE_KINDS, Storage
 
@@ -45,14 +52,21 @@ class KustomizeController(Double):
 
     def _source_key(self, obj: dict) -> tuple[str, str, str]:
         ref = (obj.get("spec") or {}).get("sourceRef") or {}
-        return ref.get("kind", "GitRepository"), ref.get("namespace") or obj["metadata"]["namespace"], ref.get("name")
+        return (
+            ref.get("kind", "GitRepository"),
+            ref.get("namespace") or obj["metadata"]["namespace"],
+            ref.get("name"),
+        )
 
     def related(self, kind, old, new):
         if artifact_revision(old) == artifact_revision(new) or new is None:
             return []
         meta = new["metadata"]
-        return [key for key, ks in list(self.cache[self.kind].items())
-                if self._source_key(ks) == (kind, meta["namespace"], meta["name"])]
+        return [
+            key
+            for key, ks in list(self.cache[self.kind].items())
+            if self._source_key(ks) == (kind, meta["namespace"], meta["name"])
+        ]
 
     def reconcile(self, obj: dict, trigger: str) -> None:
         if (obj.get("spec") or {}).get("suspend"):
@@ -83,25 +97,45 @@ class KustomizeController(Double):
         assert source_kind in SOURCE_KINDS
         source = self.api.get(source_kind, source_ns, source_name)
         if source is None:
-            set_condition(obj, "Ready", "False", "ArtifactFailed",
-                          f"{source_kind}.source.toolkit.fluxcd.io \"{source_name}\" not found")
+            set_condition(
+                obj,
+                "Ready",
+                "False",
+                "ArtifactFailed",
+                f'{source_kind}.source.toolkit.fluxcd.io "{source_name}" not found',
+            )
             return  # requeued at the retry interval; the source's artifact triggers it sooner
         artifact = (source.get("status") or {}).get("artifact")
         if not artifact:
-            set_condition(obj, "Ready", "False", "ArtifactFailed",
-                          f"Source artifact not found, retrying in {DEPENDENCY_REQUEUE}")
+            set_condition(
+                obj,
+                "Ready",
+                "False",
+                "ArtifactFailed",
+                f"Source artifact not found, retrying in {DEPENDENCY_REQUEUE}",
+            )
             return  # requeued; the source's artifact triggers it sooner
         revision = artifact["revision"]
         # 1.
         set_condition(obj, "Ready", "Unknown", "Progressing", "Reconciliation in progress")
-        set_condition(obj, "Reconciling", "True", "Progressing",
-                      f"Fetching manifests for revision {revision} with a timeout of {TIMEOUT}")
+        set_condition(
+            obj,
+            "Reconciling",
+            "True",
+            "Progressing",
+            f"Fetching manifests for revision {revision} with a timeout of {TIMEOUT}",
+        )
         patcher.patch(obj)
         content = self.storage.get(artifact["path"])
         # 2. The first write carrying the new revision.
         obj["status"]["lastAttemptedRevision"] = revision
-        set_condition(obj, "Reconciling", "True", "Progressing",
-                      f"Building manifests for revision {revision} with a timeout of {TIMEOUT}")
+        set_condition(
+            obj,
+            "Reconciling",
+            "True",
+            "Progressing",
+            f"Building manifests for revision {revision} with a timeout of {TIMEOUT}",
+        )
         try:
             patcher.patch(obj)
         except PatchError as err:
@@ -109,14 +143,21 @@ class KustomizeController(Double):
             self._warn(obj, message)
             raise ReconcileError(message) from None
         # 3.
-        set_condition(obj, "Reconciling", "True", "Progressing",
-                      f"Detecting drift for revision {revision} with a timeout of {TIMEOUT}")
+        set_condition(
+            obj,
+            "Reconciling",
+            "True",
+            "Progressing",
+            f"Detecting drift for revision {revision} with a timeout of {TIMEOUT}",
+        )
         patcher.patch(obj)
         self._apply(obj, revision, content, trigger)
         # 4. Health checks only with spec.wait or spec.healthChecks.
         spec = obj.get("spec") or {}
         if spec.get("wait") or spec.get("healthChecks"):
-            set_condition(obj, "Healthy", "Unknown", "Progressing", "Running health checks with a timeout of " + TIMEOUT)
+            set_condition(
+                obj, "Healthy", "Unknown", "Progressing", "Running health checks with a timeout of " + TIMEOUT
+            )
             patcher.patch(obj)
             set_condition(obj, "Healthy", "True", "Succeeded", "Health check passed")
         else:
@@ -124,29 +165,58 @@ class KustomizeController(Double):
         # 5. What the deferred end-of-reconcile patch (reconcile()) writes on success.
         status = obj["status"]
         status["lastAppliedRevision"] = revision
-        status["inventory"] = {"entries": [{"id": f"{meta['namespace']}_{meta['name']}-applied__ConfigMap", "v": "v1"}]}
-        status["history"] = [{"digest": artifact["digest"], "firstReconciled": now_text(), "lastReconciled": now_text(),
-                              "lastReconciledDuration": "1s", "lastReconciledStatus": "ReconciliationSucceeded",
-                              "totalReconciliations": 1, "metadata": {"revision": revision}}]
+        status["inventory"] = {
+            "entries": [{"id": f"{meta['namespace']}_{meta['name']}-applied__ConfigMap", "v": "v1"}]
+        }
+        status["history"] = [
+            {
+                "digest": artifact["digest"],
+                "firstReconciled": now_text(),
+                "lastReconciled": now_text(),
+                "lastReconciledDuration": "1s",
+                "lastReconciledStatus": "ReconciliationSucceeded",
+                "totalReconciliations": 1,
+                "metadata": {"revision": revision},
+            }
+        ]
         set_condition(obj, "Ready", "True", "ReconciliationSucceeded", f"Applied revision: {revision}")
 
     def _apply(self, obj: dict, revision: str, content: str, trigger: str) -> None:
         meta = obj["metadata"]
-        self.api.put_config_map(meta["namespace"], f"{meta['name']}-applied", {"revision": revision, "content": content},
-                                self.manager)
-        self.applied.append(Applied((self.kind, meta["namespace"], meta["name"]), revision, time.monotonic(), trigger))
+        self.api.put_config_map(
+            meta["namespace"],
+            f"{meta['name']}-applied",
+            {"revision": revision, "content": content},
+            self.manager,
+        )
+        self.applied.append(
+            Applied((self.kind, meta["namespace"], meta["name"]), revision, time.monotonic(), trigger)
+        )
 
     def _warn(self, obj: dict, message: str) -> None:
         """The Warning Event Flux records (a notification to notification-controller goes with it)."""
         meta = obj["metadata"]
         stamp = now_text()
         try:
-            self.api.core.create_namespaced_event(meta["namespace"], {
-                "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
-                "involvedObject": {"apiVersion": obj.get("apiVersion"), "kind": self.kind, "name": meta["name"],
-                                   "namespace": meta["namespace"], "uid": meta.get("uid")},
-                "type": "Warning", "reason": "ReconciliationFailed", "message": message[:1024],
-                "source": {"component": "kustomize-controller"}, "firstTimestamp": stamp, "lastTimestamp": stamp,
-                "count": 1})
+            self.api.core.create_namespaced_event(
+                meta["namespace"],
+                {
+                    "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+                    "involvedObject": {
+                        "apiVersion": obj.get("apiVersion"),
+                        "kind": self.kind,
+                        "name": meta["name"],
+                        "namespace": meta["namespace"],
+                        "uid": meta.get("uid"),
+                    },
+                    "type": "Warning",
+                    "reason": "ReconciliationFailed",
+                    "message": message[:1024],
+                    "source": {"component": "kustomize-controller"},
+                    "firstTimestamp": stamp,
+                    "lastTimestamp": stamp,
+                    "count": 1,
+                },
+            )
         except ApiException:
             pass

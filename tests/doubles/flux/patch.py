@@ -53,23 +53,30 @@ class Api:
 
     def patch_status(self, kind: str, namespace: str, name: str, body: dict, manager: str) -> dict:
         group, version, plural = self.coords(kind)
-        return self.custom.patch_namespaced_custom_object_status(group, version, namespace, plural, name, body,
-                                                                 field_manager=manager, _content_type=MERGE)
+        return self.custom.patch_namespaced_custom_object_status(
+            group, version, namespace, plural, name, body, field_manager=manager, _content_type=MERGE
+        )
 
     def patch(self, kind: str, namespace: str, name: str, body: dict, manager: str) -> dict:
         group, version, plural = self.coords(kind)
-        return self.custom.patch_namespaced_custom_object(group, version, namespace, plural, name, body,
-                                                          field_manager=manager, _content_type=MERGE)
+        return self.custom.patch_namespaced_custom_object(
+            group, version, namespace, plural, name, body, field_manager=manager, _content_type=MERGE
+        )
 
     def create(self, kind: str, namespace: str, body: dict, manager: str) -> dict:
         group, version, plural = self.coords(kind)
-        return self.custom.create_namespaced_custom_object(group, version, namespace, plural, body,
-                                                           field_manager=manager)
+        return self.custom.create_namespaced_custom_object(
+            group, version, namespace, plural, body, field_manager=manager
+        )
 
     def put_config_map(self, namespace: str, name: str, data: dict[str, str], manager: str) -> None:
         """What a double "applied" to the cluster, where the tests read it: a ConfigMap."""
-        body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace},
-                "data": data}
+        body = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": namespace},
+            "data": data,
+        }
         try:
             self.core.replace_namespaced_config_map(name, namespace, body, field_manager=manager)
         except ApiException as err:
@@ -90,13 +97,20 @@ def set_condition(obj: dict, kind: str, status: str, reason: str, message: str) 
     """Set one condition as Flux's conditions.Set does: the transition time moves with the status."""
     status_ = obj.setdefault("status", {})
     found = condition(obj, kind)
-    entry = {"type": kind, "status": status, "reason": reason, "message": message,
-             "observedGeneration": (obj.get("metadata") or {}).get("generation"),
-             "lastTransitionTime": found["lastTransitionTime"] if found and found.get("status") == status
-             else now_text()}
+    entry = {
+        "type": kind,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "observedGeneration": (obj.get("metadata") or {}).get("generation"),
+        "lastTransitionTime": found["lastTransitionTime"]
+        if found and found.get("status") == status
+        else now_text(),
+    }
     rest = [c for c in conditions(obj) if c.get("type") != kind]
-    status_["conditions"] = rest + [entry] if found is None else \
-        [entry if c.get("type") == kind else c for c in conditions(obj)]
+    status_["conditions"] = (
+        rest + [entry] if found is None else [entry if c.get("type") == kind else c for c in conditions(obj)]
+    )
 
 
 def delete_condition(obj: dict, kind: str) -> None:
@@ -129,6 +143,7 @@ class PatchError(Exception):
 
 def api_message(err: ApiException) -> str:
     import json
+
     try:
         return json.loads(err.body).get("message") or str(err.reason)
     except (TypeError, ValueError, AttributeError):
@@ -174,8 +189,10 @@ class StatusPatcher:
             latest = self.api.get(self.kind, self.namespace, self.name)
             if latest is None:
                 raise ApiException(status=404, reason="NotFound")
-            body = {"metadata": {"resourceVersion": latest["metadata"]["resourceVersion"]},
-                    "status": {"conditions": _apply_condition_changes(self.before, obj, latest)}}
+            body = {
+                "metadata": {"resourceVersion": latest["metadata"]["resourceVersion"]},
+                "status": {"conditions": _apply_condition_changes(self.before, obj, latest)},
+            }
             try:
                 stored = self.api.patch_status(self.kind, self.namespace, self.name, body, self.manager)
                 obj["metadata"]["resourceVersion"] = stored["metadata"]["resourceVersion"]
@@ -185,7 +202,7 @@ class StatusPatcher:
                 self.requests.append(("conditions", body, api_message(err)))
                 if err.status != 409 or step == CONFLICT_STEPS - 1:
                     raise
-                time.sleep(0.01 * 2 ** step)  # the helper's exponential backoff between steps
+                time.sleep(0.01 * 2**step)  # the helper's exponential backoff between steps
 
 
 def deferred_patch(patcher: "StatusPatcher", obj: dict, error: Exception | None) -> None:

@@ -72,8 +72,13 @@ class Double:
     watched: tuple[str, ...] = ()
     manager: str = ""
 
-    def __init__(self, api_client: client.ApiClient, versions: dict[str, str] | None = None,
-                 retry_first: float = 0.75, retry_cap: float = 900.0):
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        versions: dict[str, str] | None = None,
+        retry_first: float = 0.75,
+        retry_cap: float = 900.0,
+    ):
         self.api = Api(api_client, versions)
         self.retry_first, self.retry_cap = retry_first, retry_cap
         self.cache: dict[str, dict[tuple[str, str], dict]] = {k: {} for k in (self.kind, *self.watched)}
@@ -144,12 +149,16 @@ class Double:
             if record.error is None:
                 self.written[key] = copy.deepcopy(obj.get("status") or {})
                 self._failures.pop(key, None)
-                interval = parse_duration(str((obj.get("spec") or {}).get("interval") or "10m")).total_seconds()
+                interval = parse_duration(
+                    str((obj.get("spec") or {}).get("interval") or "10m")
+                ).total_seconds()
                 self.enqueue(key[1], key[2], "interval", delay=interval)
             else:
                 failures = self._failures.get(key, 0)
                 self._failures[key] = failures + 1
-                self.enqueue(key[1], key[2], "retry", delay=min(self.retry_cap, self.retry_first * 2 ** failures))
+                self.enqueue(
+                    key[1], key[2], "retry", delay=min(self.retry_cap, self.retry_first * 2**failures)
+                )
 
     # -- watches ------------------------------------------------------------------------
     def _seen(self, kind: str, event: str, obj: dict) -> None:
@@ -185,8 +194,14 @@ class Double:
                 while not self._stopped.is_set():
                     stream = watch.Watch()
                     self._streams.add(stream)
-                    for event in stream.stream(custom.list_cluster_custom_object, group, version, plural,
-                                               resource_version=rv, timeout_seconds=30):
+                    for event in stream.stream(
+                        custom.list_cluster_custom_object,
+                        group,
+                        version,
+                        plural,
+                        resource_version=rv,
+                        timeout_seconds=30,
+                    ):
                         obj = event["object"]
                         rv = obj.get("metadata", {}).get("resourceVersion", rv)
                         self._seen(kind, event["type"], obj)
@@ -197,8 +212,11 @@ class Double:
     # -- lifecycle ----------------------------------------------------------------------
     def start(self) -> "Double":
         for kind in dict.fromkeys((self.kind, *self.watched)):
-            self._threads.append(threading.Thread(target=self._watch, args=(kind,), daemon=True,
-                                                  name=f"{type(self).__name__}-{kind}"))
+            self._threads.append(
+                threading.Thread(
+                    target=self._watch, args=(kind,), daemon=True, name=f"{type(self).__name__}-{kind}"
+                )
+            )
         self._threads.append(threading.Thread(target=self._work, daemon=True, name=type(self).__name__))
         for thread in self._threads:
             thread.start()

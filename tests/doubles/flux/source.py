@@ -91,14 +91,20 @@ class SourceController(Double):
         self.charts.setdefault((namespace, repository, chart), []).append(version)
         for (ns, name), obj in list(self.cache[self.kind].items()):
             spec = obj.get("spec") or {}
-            if spec.get("chart") == chart and (spec.get("sourceRef") or {}).get("name") == repository and ns == namespace:
+            if (
+                spec.get("chart") == chart
+                and (spec.get("sourceRef") or {}).get("name") == repository
+                and ns == namespace
+            ):
                 self.enqueue(ns, name, "upstream")
 
     def _newest(self, obj: dict) -> str | None:
         meta, spec = obj["metadata"], obj.get("spec") or {}
         if self.kind != "HelmChart":
             return self.upstream.get((meta["namespace"], meta["name"]))
-        versions = self.charts.get((meta["namespace"], (spec.get("sourceRef") or {}).get("name"), spec.get("chart")), [])
+        versions = self.charts.get(
+            (meta["namespace"], (spec.get("sourceRef") or {}).get("name"), spec.get("chart")), []
+        )
         fitting = [v for v in versions if matches(v, spec.get("version"))]
         return max(fitting, key=_version_key) if fitting else None
 
@@ -121,8 +127,12 @@ class SourceController(Double):
         # reconcile fails if that write does); otherwise it stays in memory.
         self._progressive(obj, False, "reconciliation in progress")
         if meta.get("generation") != status.get("observedGeneration"):
-            self._progressive(obj, False, f"processing object: new generation "
-                                          f"{status.get('observedGeneration') or 0} -> {meta.get('generation')}")
+            self._progressive(
+                obj,
+                False,
+                f"processing object: new generation "
+                f"{status.get('observedGeneration') or 0} -> {meta.get('generation')}",
+            )
             patcher.patch(obj)
         elif requested_at(obj) != status.get("lastHandledReconcileAt"):
             patcher.patch(obj)
@@ -145,14 +155,21 @@ class SourceController(Double):
             path = f"{directory}{digest.split(':')[1][:16]}.tar.gz"
             self.storage.put(path, content)
             obj.setdefault("status", {})["artifact"] = {
-                "revision": revision, "digest": digest, "path": path, "size": len(content),
-                "url": f"http://source-controller.flux-system.svc.cluster.local./{path}", "lastUpdateTime": now_text()}
+                "revision": revision,
+                "digest": digest,
+                "path": path,
+                "size": len(content),
+                "url": f"http://source-controller.flux-system.svc.cluster.local./{path}",
+                "lastUpdateTime": now_text(),
+            }
         # The deferred end-of-reconcile patch (an up-to-date artifact is left as it is).
         obj["status"]["observedGeneration"] = meta.get("generation")
         if requested_at(obj):
             obj["status"]["lastHandledReconcileAt"] = requested_at(obj)
         delete_condition(obj, "ArtifactOutdated")
-        set_condition(obj, "ArtifactInStorage", "True", "Succeeded", f"stored artifact for revision '{revision}'")
+        set_condition(
+            obj, "ArtifactInStorage", "True", "Succeeded", f"stored artifact for revision '{revision}'"
+        )
         set_condition(obj, "Ready", "True", "Succeeded", f"stored artifact for revision '{revision}'")
         delete_condition(obj, "Reconciling")
         patcher.patch(obj)
