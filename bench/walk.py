@@ -4,8 +4,8 @@ Usage: python bench/walk.py [--show]
 Traces (sys.settrace) the validate and mutate handlers over two representative requests, a
 status write of a held GitRepository carrying a new artifact and a spec edit of a held
 Kustomization, and prints per walk: stays (runs in one module), returns to a module already left,
-and climbs from admission.core back up to admission.webhook; then the same with accessors folded
-(a visit to a module that calls no other of ours is no stay). ``--show`` prints each folded walk;
+and climbs from admission.core back up to admission.webhook; then the same with plumbing folded
+(a call into the accessor modules, or one that calls no other module of ours but those, is no stay). ``--show`` prints each folded walk;
 ``--calls NAME,...`` counts the calls of our functions of those names (say, ``suspension_of``).
 """
 
@@ -21,12 +21,22 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from admission.core import names  # noqa: E402
 from admission.core.decision import Context, Settings  # noqa: E402
+from admission.store.index import GateIndex  # noqa: E402
 from admission.webhook import handlers  # noqa: E402
-from tests.builders import ALICE, FLUX_USER, flux, gate, lookup_from, request  # noqa: E402
+from tests.builders import ALICE, FLUX_USER, flux, gate, request  # noqa: E402
 from tests.conftest import FIXED_NOW  # noqa: E402
 
 HELD = "flux-system/change-freeze"
-LOOKUP = lookup_from([gate("change-freeze", default="closed")])
+
+
+def _store() -> GateIndex:
+    """The gate as the server's store holds it: compiled once, its state memoised."""
+    index = GateIndex()
+    index.put_gate(gate("change-freeze", default="closed"))
+    return index
+
+
+LOOKUP = _store().lookup
 ENFORCE, AUDIT = (
     Context(LOOKUP, FIXED_NOW, Settings()),
     Context(LOOKUP, FIXED_NOW, Settings(mode=names.AUDIT)),
@@ -75,18 +85,26 @@ def _ours(frame: FrameType | None) -> str | None:
     return None
 
 
+# Where every module reads a field or builds a string: folded, a walk shows the design's moves.
+ACCESSORS = {f"admission.core.{m}" for m in ("objects", "lazy", "jsonvalues", "timefmt", "controls")}
+
+
 class Visit:
     """One call into one of our modules from another, and the visits it makes in turn."""
 
     def __init__(self, module: str):
         self.module, self.visits = module, []  # type: str, list[Visit]
 
+    def plumbing(self) -> bool:
+        """A call into the accessor modules, or one that calls no other module of ours but those."""
+        return self.module in ACCESSORS or all(v.module in ACCESSORS for v in self.visits)
+
     def stays(self, fold: bool) -> list[str]:
         """This visit's walk: its module, each visit's walk, and its module again after each.
-        ``fold``: a visit that goes nowhere else (an accessor, a Lazy) is not a stay of its own."""
+        ``fold``: plumbing (an accessor, a Lazy, a helper that calls only those) is no stay."""
         walked = [self.module]
         for visit in self.visits:
-            if fold and not visit.visits:
+            if fold and visit.plumbing():
                 continue
             walked += visit.stays(fold) + [self.module]
         return walked
@@ -148,7 +166,7 @@ def main() -> None:
             root = walk(handler, req, context, calls)
             stays, folded = _merged(root.stays(fold=False)), _merged(root.stays(fold=True))
             counted = "".join(f", {n}() {c}x" for n, c in calls.items())
-            print(f"{name:8} {label}: {summary(stays)}; accessors folded: {summary(folded)}{counted}")
+            print(f"{name:8} {label}: {summary(stays)}; plumbing folded: {summary(folded)}{counted}")
             if args.show:
                 print("    " + " > ".join(s.removeprefix("admission.") for s in folded))
 
