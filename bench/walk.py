@@ -47,23 +47,20 @@ def _artifact(revision: str) -> dict:
     return {"revision": revision, "digest": "sha256:" + revision[-1] * 8, "url": "http://s/a.tar.gz"}
 
 
+def _source(revision: str) -> dict:
+    return flux(
+        "GitRepository",
+        name="flux-system",
+        namespace="flux-system",
+        gates=HELD,
+        status={"artifact": _artifact(revision)},
+    )
+
+
 def requests() -> list[tuple[str, dict, Context]]:
     """The representative requests (as in tests/unit/test_holdpoints.py and tests/unit/test_decision.py),
     the spec edit also in audit mode, where the mutating webhook records the would-be hold."""
-    old_src = flux(
-        "GitRepository",
-        name="flux-system",
-        namespace="flux-system",
-        gates=HELD,
-        status={"artifact": _artifact("main@sha1:a")},
-    )
-    new_src = flux(
-        "GitRepository",
-        name="flux-system",
-        namespace="flux-system",
-        gates=HELD,
-        status={"artifact": _artifact("main@sha1:b")},
-    )
+    old_src, new_src = _source("main@sha1:a"), _source("main@sha1:b")
     old_ks = flux(gates=HELD, spec={"interval": "10m", "path": "./deploy"})
     new_ks = flux(gates=HELD, spec={"interval": "10m", "path": "./other"})
     status_write = request("UPDATE", new_src, old_src, sub_resource="status", user=FLUX_USER)

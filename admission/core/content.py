@@ -17,7 +17,7 @@ from admission.core import names
 from admission.core.conditions import holding_condition
 from admission.core.contentkinds import NOTHING, ContentKind, generated_chart_namespace
 from admission.core.holdmessage import NewContent
-from admission.core.objects import Object, metadata
+from admission.core.objects import Object, mapping, metadata
 
 Get = Callable[[str, str, str], "Object | None"]  # (kind, namespace, name) -> the stored object
 MAX_TEXT = contentkinds.MAX_TEXT  # a revision longer than this is cut in messages
@@ -32,10 +32,6 @@ class Waiting:
     serves: str
     gates: tuple[str, ...]  # the closed gates named in the message ("ns/name")
     message: str
-
-
-def _mapping(value: object) -> Object:
-    return value if isinstance(value, dict) else {}
 
 
 def of(kind: str) -> ContentKind | None:
@@ -125,7 +121,7 @@ def generator(chart: Object) -> tuple[str, str] | None:
     namespace ends (both may hold dashes), and the webhooks' matchConditions read the same
     (admission.core.matching)."""
     meta = metadata(chart)
-    labels = _mapping(meta.get("labels"))
+    labels = mapping(meta.get("labels"))
     namespace, name = labels.get(names.HELM_NAMESPACE_LABEL), labels.get(names.HELM_NAME_LABEL)
     if isinstance(namespace, str) and isinstance(name, str) and meta.get("name") == f"{namespace}-{name}":
         return namespace, name
@@ -140,7 +136,7 @@ def generating_releases(chart: Object, get: Get) -> tuple[Object, ...]:
     release = get("HelmRelease", *owner) if owner else None
     if release is None:
         return ()
-    spec = _mapping(release.get("spec"))
+    spec = mapping(release.get("spec"))
     if (
         isinstance(spec.get("chart"), dict)
         and not spec.get("chartRef")

@@ -14,7 +14,7 @@ from typing import ClassVar
 from admission.core import names
 from admission.core.holdmessage import NewContent
 from admission.core.jsonvalues import same
-from admission.core.objects import Object, metadata, status_of
+from admission.core.objects import Object, mapping, metadata, status_of
 
 NOTHING = "nothing"  # what a source serves before its first artifact
 MAX_TEXT = 200  # a revision longer than this is cut in messages (a message must stay readable)
@@ -22,10 +22,6 @@ MAX_TEXT = 200  # a revision longer than this is cut in messages (a message must
 Ref = tuple[str, str, str]  # (kind, namespace, name)
 # A HelmRelease's release content: chart version, OCI digest, values digest.
 Release = tuple[str, str, str]
-
-
-def _mapping(value: object) -> Object:
-    return value if isinstance(value, dict) else {}
 
 
 def _text(value: object) -> str:
@@ -55,9 +51,7 @@ def _namespace(obj: Object) -> str:
 
 def generated_chart_namespace(release: Object) -> str:
     """Where helm-controller creates a HelmRelease's HelmChart: its sourceRef's namespace."""
-    ref = _mapping(
-        _mapping(_mapping(_mapping(release.get("spec")).get("chart")).get("spec")).get("sourceRef")
-    )
+    ref = mapping(mapping(mapping(mapping(release.get("spec")).get("chart")).get("spec")).get("sourceRef"))
     return str(ref.get("namespace") or metadata(release).get("namespace") or "default")
 
 
@@ -195,7 +189,7 @@ class _Attempted(ContentKind):
         return self.recorded({"status": {**status_of(stored), **status_of(self.attempt(attempted))}})
 
     def upstream(self, obj: Object) -> Ref | None:
-        return _ref(_mapping(obj.get("spec")).get("sourceRef"), _namespace(obj))
+        return _ref(mapping(obj.get("spec")).get("sourceRef"), _namespace(obj))
 
 
 @dataclass(frozen=True)
@@ -220,7 +214,7 @@ class AttemptedRevision(_Attempted):
     def upstream_waits(
         self, obj: Object | None, source_kind: str, source: Object | None
     ) -> NewContent | None:
-        revision = _mapping(Artifact.of(source)).get("revision")
+        revision = mapping(Artifact.of(source)).get("revision")
         applied = _revision(obj, names.LAST_APPLIED_REVISION_FIELD)
         if isinstance(revision, str) and revision and revision != applied:
             return NewContent(_text(revision), self.serves(obj))
@@ -293,7 +287,7 @@ class AttemptedRelease(_Attempted):
         return (carried.waits,)
 
     def upstream(self, obj: Object) -> Ref | None:
-        spec = _mapping(obj.get("spec"))
+        spec = mapping(obj.get("spec"))
         if not isinstance(spec.get("chartRef"), dict) and isinstance(spec.get("chart"), dict):
             return (
                 "HelmChart",
@@ -305,7 +299,7 @@ class AttemptedRelease(_Attempted):
     def upstream_waits(
         self, obj: Object | None, source_kind: str, source: Object | None
     ) -> NewContent | None:
-        revision = _mapping(Artifact.of(source)).get("revision")
+        revision = mapping(Artifact.of(source)).get("revision")
         if not isinstance(revision, str) or not revision:
             return None
         history = self.applied(obj)

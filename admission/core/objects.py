@@ -31,6 +31,11 @@ def object_key(obj: Object | None) -> Key:
     return str(meta.get("namespace") or "default"), str(meta.get("name") or "")
 
 
+def mapping(value: object) -> Object:
+    """``value`` when it is a mapping (a JSON object), else an empty one."""
+    return value if isinstance(value, dict) else {}
+
+
 def status_of(obj: Object | None) -> Object:
     """``obj.status`` when it is a mapping, else an empty one."""
     status = obj.get("status") if isinstance(obj, dict) else None
