@@ -1,5 +1,10 @@
 #!/usr/bin/env bash
-# Install everything the tests need on a fresh machine, then run them all.
+# Install what the tests asked for need, then run them. Arguments go to pytest.
+#   hack/test.sh                  every tier: what CI runs (.ci/run)
+#   hack/test.sh tests/unit -x    the fast loop: tests/unit, tests/app, tests/kube, tests/ical and
+#                                 tests/server need only .venv, so naming only those builds
+#                                 nothing, starts nothing and asks no network once .venv exists
+# What each tier needs, installed only for the tiers named (all when none is):
 #   - the real Kubernetes (kube-apiserver, etcd, kubectl) and the real Flux (controllers, CLI,
 #     CRDs) for the end-to-end tiers, and the helm CLI for the chart's tests (tests/chart),
 #     built once from their Go modules and cached in ~/.cache/flux-gate-admission
@@ -8,11 +13,35 @@
 #     stopped at the end), the project image built from the Dockerfile (hack/image.sh), and a
 #     node's parts (kubelet, kube-proxy, controller-manager, scheduler; hack/go-binaries.sh node)
 #     with Debian's containerd, runc, CNI plugins and iptables
-#   - .venv with the project and its test extras
-# Arguments go to pytest, e.g. hack/test.sh tests/unit -x
+#   - .venv with the project and its test extras (made, or brought up to date when
+#     pyproject.toml changed)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 started=$(date +%s)
+
+# The tiers the arguments name: a path under tests/ names its tier (tests/unit/test_x.py::t is
+# tests/unit); no path, or tests/ itself, names them all. Anything else (an option, or an
+# option's value such as -k's) names none.
+tiers=" " whole=1
+for arg in "$@"; do
+  [[ $arg == -* ]] && continue
+  path=${arg%%::*} path=${path#./} path=${path%/}
+  [[ -e $path ]] || continue
+  whole=0
+  case $path in
+    tests/*/*|tests/*) tier=${path#tests/} tier=${tier%%/*}; tiers+="$tier " ;;
+    *) tiers=" all "; break ;;
+  esac
+done
+(( whole )) && tiers=" all "
+# wants TIER...: whether any of these tiers runs.
+wants() {
+  local tier
+  [[ $tiers == *" all "* || $tiers == *" tests "* ]] && return 0
+  for tier in "$@"; do [[ $tiers == *" $tier "* ]] && return 0; done
+  return 1
+}
+
 # Debian packages the tests use: openssl (TLS version checks), faketime (a clock that jumps),
 # zsh and bash-completion (shell completion of kubectl gate, run in the real shells).
 missing=()
@@ -20,42 +49,62 @@ command -v openssl >/dev/null || missing+=(openssl)
 command -v zsh >/dev/null || missing+=(zsh)
 [[ -e /usr/share/bash-completion/bash_completion ]] || missing+=(bash-completion)
 [[ -e /usr/lib/$(uname -m)-linux-gnu/faketime/libfaketimeMT.so.1 ]] || missing+=(faketime)
-# The real-cluster tier's node and image (tests/cluster/node.py, hack/image.sh).
-# command:Debian package
-for pair in dockerd:docker.io `# the Docker engine's package` debootstrap:debootstrap containerd:containerd runc:runc iptables:iptables \
-            conntrack:conntrack ip:iproute2; do
-  command -v "${pair%%:*}" >/dev/null || [[ -x "/usr/sbin/${pair%%:*}" ]] || missing+=("${pair#*:}")
-done
-[[ -x /usr/lib/cni/bridge ]] || missing+=(containernetworking-plugins)
+if wants cluster; then
+  # The real-cluster tier's node and image (tests/cluster/node.py, hack/image.sh).
+  # command:Debian package
+  for pair in dockerd:docker.io `# the Docker engine's package` debootstrap:debootstrap containerd:containerd runc:runc iptables:iptables \
+              conntrack:conntrack ip:iproute2; do
+    command -v "${pair%%:*}" >/dev/null || [[ -x "/usr/sbin/${pair%%:*}" ]] || missing+=("${pair#*:}")
+  done
+  [[ -x /usr/lib/cni/bridge ]] || missing+=(containernetworking-plugins)
+fi
 if (( ${#missing[@]} )); then
   SUDO=""; [[ $(id -u) -eq 0 ]] || SUDO="sudo"
   $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
-KUBEBUILDER_ASSETS="$(hack/control-plane-binaries.sh)"
-FLUX_BINARIES="$(hack/go-binaries.sh flux)"
-TEST_TOOLS="$(hack/go-binaries.sh tools)"
-FGA_NODE_BINARIES="$(hack/go-binaries.sh node)"
-HELM_BINARIES="$(hack/go-binaries.sh helm)"
-export KUBEBUILDER_ASSETS FLUX_BINARIES TEST_TOOLS FGA_NODE_BINARIES HELM_BINARIES
-echo "control plane: $KUBEBUILDER_ASSETS; Flux: $FLUX_BINARIES; tools: $TEST_TOOLS; node: $FGA_NODE_BINARIES; helm: $HELM_BINARIES ($(( $(date +%s) - started ))s)"
+
+# The Go-built binaries, each only for the tiers that run it (tests/README.md, "Running").
+built=()
+if wants e2e realflux chart cluster; then
+  KUBEBUILDER_ASSETS="$(hack/control-plane-binaries.sh)"; export KUBEBUILDER_ASSETS; built+=("control plane: $KUBEBUILDER_ASSETS")
+fi
+if wants e2e realflux cluster; then
+  FLUX_BINARIES="$(hack/go-binaries.sh flux)"; export FLUX_BINARIES; built+=("Flux: $FLUX_BINARIES")
+fi
+if wants realflux cluster; then
+  TEST_TOOLS="$(hack/go-binaries.sh tools)"; export TEST_TOOLS; built+=("tools: $TEST_TOOLS")
+fi
+if wants cluster; then
+  FGA_NODE_BINARIES="$(hack/go-binaries.sh node)"; export FGA_NODE_BINARIES; built+=("node: $FGA_NODE_BINARIES")
+fi
+if wants chart cluster; then
+  HELM_BINARIES="$(hack/go-binaries.sh helm)"; export HELM_BINARIES; built+=("helm: $HELM_BINARIES")
+fi
+(( ${#built[@]} )) && echo "$(IFS=';'; echo "${built[*]}") ($(( $(date +%s) - started ))s)"
+
 # The real-cluster tier needs root (the kubelet) and a Docker engine; as root with Docker up, a
 # missing part fails it rather than skipping it.
 dockerd_pid=""
-if [[ $(id -u) -eq 0 ]]; then
+if wants cluster && [[ $(id -u) -eq 0 ]]; then
   dockerd_pid="$(hack/dockerd.sh)"
   trap 'hack/dockerd.sh stop "$dockerd_pid"' EXIT
   GATE_IMAGE="$(hack/image.sh)"
   export GATE_IMAGE FGA_CLUSTER=required
   echo "image: $GATE_IMAGE ($(( $(date +%s) - started ))s)"
 fi
+
+# .venv: installed when made, and again only when pyproject.toml changed since (an editable
+# install builds in an isolated environment, which asks the package index).
 [[ -x .venv/bin/python ]] || python3 -m venv .venv
-.venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
-# Run in full (no test named: every argument an option), the real-cluster tier runs in a pytest
-# of its own beside the other tiers: it mostly waits on Kubernetes (half a core on average), its
-# node and ports are its own, and a warm CI run then takes the longer of the two instead of both.
-# Its report follows the others'; either failing fails the run.
-whole=1
-for arg in "$@"; do [[ $arg == -* ]] || whole=0; done
+if [[ ! -e .venv/.installed || pyproject.toml -nt .venv/.installed ]]; then
+  .venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
+  touch .venv/.installed
+fi
+
+# Run in full (no test named), the real-cluster tier runs in a pytest of its own beside the
+# other tiers: it mostly waits on Kubernetes (half a core on average), its node and ports are
+# its own, and a warm CI run then takes the longer of the two instead of both. Its report
+# follows the others'; either failing fails the run.
 if [[ ${FGA_CLUSTER:-} == required && $whole == 1 ]]; then
   cluster_log="$(mktemp)" cluster_tmp="$(mktemp -d)"
   .venv/bin/python -m pytest "$@" -p no:cacheprovider --basetemp "$cluster_tmp" tests/cluster >"$cluster_log" 2>&1 &
