@@ -7,7 +7,8 @@ Exit codes a script can rely on:
   3  not found (the gate, or the namespace's gates)
   4  forbidden (RBAC) or unauthorized
   5  no cluster (no kubeconfig, API server unreachable)
-  6  ``--gates-dir``: a gates file (or the directory) cannot be used; each problem is printed on
+  6  ``--gates-dir``: a gates file (or the directory) cannot be used, or a gate it defines is
+     invalid (an unknown field, a bad zone, cron or duration); every problem is printed on
      stderr, and the answer printed is the server's with that directory (the gates such a file
      may define are closed). ``check`` exits 1 rather than 6 when something would be denied.
 """

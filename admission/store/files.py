@@ -437,6 +437,17 @@ class FileStore:
             broken,
             Unknowns(everything, unknown_ns, unknown_gates),
         )
+        for key, (path, _) in sorted(gates.items()):
+            compiled = self.index.compiled(*key)
+            if key not in broken and compiled is not None and compiled.errors:
+                # Closed (Invalid) already; said here too, so that CI (exit 6) and /readyz see it.
+                where = f"{key[0]}/{key[1]}"
+                problems.setdefault(
+                    where, f"gate {where} in {self._name(path)} is invalid: {'; '.join(compiled.errors)}"
+                )
+        for where, why in problems.items():
+            if self.problems.get(where) != why:
+                log.error("gates directory problem", extra={"directory": self._top, "error": why})
         self.problems = problems
         self.being_written = sorted(path for path, entry in self._files.items() if entry.writing)
         self._dirty = False
