@@ -31,8 +31,17 @@ def api(tmp_path):
         yield double
 
 
-@pytest.mark.parametrize("flags", [["--for", "2days"], ["--for=-1h"], ["-m", "two\nlines"]])
-def test_a_bad_flag_is_a_usage_error_with_or_without_a_cluster(tmp_path, capsys, flags):
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["open", "freeze", "--for", "2days"],
+        ["open", "freeze", "--for=-1h"],
+        ["open", "freeze", "-m", "two\nlines"],
+        ["open", "freeze", "--for", "9000000h"],  # a close past year 3000 would be ignored
+        ["approve", "freeze", "-m", "CHG-1", "--expires", "100000000h"],  # past datetime's last year
+    ],
+)
+def test_a_bad_flag_is_a_usage_error_with_or_without_a_cluster(tmp_path, capsys, command):
     unreachable = tmp_path / "kubeconfig"
     unreachable.write_text(
         json.dumps(
@@ -47,7 +56,7 @@ def test_a_bad_flag_is_a_usage_error_with_or_without_a_cluster(tmp_path, capsys,
         )
     )
     for kubeconfig in (tmp_path / "none", unreachable):
-        code, _, err = run(["open", "freeze", *flags, "--kubeconfig", str(kubeconfig)], capsys)
+        code, _, err = run([*command, "--kubeconfig", str(kubeconfig)], capsys)
         assert code == cluster.EXIT_USAGE, err
         assert err.startswith("error: ") and "Traceback" not in err
 
