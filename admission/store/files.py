@@ -439,12 +439,17 @@ class FileStore:
         )
         for key, (path, _) in sorted(gates.items()):
             compiled = self.index.compiled(*key)
-            if key not in broken and compiled is not None and compiled.errors:
-                # Closed (Invalid) already; said here too, so that CI (exit 6) and /readyz see it.
-                where = f"{key[0]}/{key[1]}"
-                problems.setdefault(
-                    where, f"gate {where} in {self._name(path)} is invalid: {'; '.join(compiled.errors)}"
-                )
+            if key in broken or compiled is None:
+                continue
+            # Closed (Invalid) already, or input ignored (a toggle that cannot be read): said here
+            # too, so that CI (exit 6) and /readyz see what was written wrong.
+            where = f"{key[0]}/{key[1]}"
+            said = [f"is invalid: {'; '.join(compiled.errors)}"] if compiled.errors else []
+            said += (
+                [f"has input that is ignored: {'; '.join(compiled.problems)}"] if compiled.problems else []
+            )
+            if said:
+                problems.setdefault(where, f"gate {where} in {self._name(path)} {' and '.join(said)}")
         for where, why in problems.items():
             if self.problems.get(where) != why:
                 log.error("gates directory problem", extra={"directory": self._top, "error": why})
