@@ -30,11 +30,11 @@ class GunicornLogger(glogging.Logger):
     def _compute_access_log_enabled(self) -> bool:
         return False
 
-    def info(self, msg: str, *args: Any, **kwargs: Any) -> None:
+    def info(self, msg: object, *args: object, **kwargs: Any) -> None:
         # With reuse_port the master holds no socket (each worker binds its own), so gunicorn's
         # "Listening at: %s (%s)" names none: say the address the workers listen on.
-        if msg.startswith("Listening at:") and args and not args[0]:
-            msg, args = "Listening at: %s (%s)", (", ".join(f"https://{b}" for b in self.cfg.bind), *args[1:])
+        if str(msg).startswith("Listening at:") and args and not args[0]:
+            args = (", ".join(f"https://{b}" for b in self.cfg.bind), *args[1:])
         super().info(msg, *args, **kwargs)
 
     def setup(self, cfg: Config) -> None:
