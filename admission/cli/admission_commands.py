@@ -8,6 +8,7 @@ import os
 import ssl
 import sys
 from pathlib import Path
+from typing import Any
 
 from admission.cli.settings import policy_settings
 from admission.cli.settings import csv as _csv
@@ -22,17 +23,40 @@ def _cert_names(args: argparse.Namespace) -> list[str]:
     return certs.service_names(args.service, args.namespace) + sorted(_csv(args.extra_sans))
 
 
-def make_certs(args: argparse.Namespace) -> int:
-    if not (args.secret or args.inject):
-        return _make_certs(args)
-    from admission.kube.client import CALL_ERRORS, describe_error
+def _cluster(args: argparse.Namespace, command: str) -> Any:
+    """The API client for --kubeconfig (else in-cluster, else ~/.kube/config), or SystemExit(2)
+    with one line that says none was found and what to pass instead."""
+    from kubernetes.config import ConfigException
+
+    from admission.kube.client import api_client
 
     try:
-        return _make_certs(args)
-    except CALL_ERRORS as err:
-        # A Job's log line, not a traceback: the Job retries (backoffLimit), and whoever reads
-        # `kubectl logs` sees why each try failed.
-        print(f"gate-admission certs: the API server call failed: {describe_error(err)}", file=sys.stderr)
+        return api_client(args.kubeconfig)
+    except (ConfigException, OSError, ValueError) as err:
+        why = f"no cluster: {' '.join(str(err).split())}; pass --kubeconfig"
+        if command == "serve":  # a JSON line, as every line the server writes
+            log.error(f"{why} (or --gates-dir DIR to read gates from files), or run in a Pod")
+        else:
+            print(f"gate-admission {command}: {why}, or run in a Pod", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def make_certs(args: argparse.Namespace) -> int:
+    try:
+        if not (args.secret or args.inject):
+            return _make_certs(args)
+        from admission.kube.client import CALL_ERRORS, describe_error
+
+        try:
+            return _make_certs(args)
+        except CALL_ERRORS as err:
+            # A Job's log line, not a traceback: the Job retries (backoffLimit), and whoever reads
+            # `kubectl logs` sees why each try failed.
+            print(f"gate-admission certs: the API server call failed: {describe_error(err)}", file=sys.stderr)
+            return 1
+    except OSError as err:  # --out (or --client-cert's files) cannot be written
+        where = f" {err.filename}" if err.filename else ""
+        print(f"gate-admission certs: cannot write{where}: {err.strerror or err}", file=sys.stderr)
         return 1
 
 
@@ -40,9 +64,7 @@ def _make_certs(args: argparse.Namespace) -> int:
     now = utcnow()
     api = None
     if args.secret or args.inject:
-        from admission.kube.client import api_client
-
-        api = api_client(args.kubeconfig)
+        api = _cluster(args, "certs")
     if args.secret:
         from admission.kube.certs import sync_secrets
 
@@ -186,9 +208,19 @@ def serve(args: argparse.Namespace) -> int:
     from admission.webhook import server
 
     logs.configure(args.log_level)  # the master's lines, from the first one, are JSON; workers inherit it
+    if args.gates_dir and not os.path.isdir(args.gates_dir):
+        # A mistyped path would serve "gate not found" (closed) for every gate, with the server Ready.
+        log.error(f"--gates-dir {args.gates_dir}: not a directory")
+        return 2
+    if not args.gates_dir:
+        _cluster(args, "serve")  # said once here, not as a traceback per worker
     files = certs.CertFiles(Path(args.cert_dir))
     if args.generate_certs:
-        _, renewed = certs.ensure(args.cert_dir, _cert_names(args), utcnow())
+        try:
+            _, renewed = certs.ensure(args.cert_dir, _cert_names(args), utcnow())
+        except OSError as err:
+            log.error(f"--cert-dir {args.cert_dir}: cannot write certificates: {err.strerror or err}")
+            return 2
         if renewed:
             log.info(
                 "serving certificate written",
@@ -267,11 +299,10 @@ def run_controller(args: argparse.Namespace) -> int:
     from admission.kube.controller import Controller
     from admission.kube.health import serve_health
     from admission.kube.leader import LeaderElector
-    from admission.kube.client import api_client
 
     logs.configure(args.log_level)
     calendars = calendar_options(args)  # a bad flag exits before anything starts
-    api = api_client(args.kubeconfig)
+    api = _cluster(args, "controller")
     stop = threading.Event()
     fatal: list[str] = []
 

@@ -30,7 +30,7 @@ from admission.core import halfrelease
 from admission.core import names
 from admission.core.conditions import holding_condition
 from admission.core.objects import annotations as annotations_of, label, metadata
-from admission.core.timefmt import parse_duration
+from admission.core.timefmt import bounded, parse_duration
 
 
 def _target(obj: dict) -> str:
@@ -206,8 +206,8 @@ def cmd_approve(args: argparse.Namespace) -> int:
     expires = None
     if args.expires:
         try:
-            expires = utcnow() + parse_duration(args.expires)
-        except ValueError as err:
+            expires = bounded(utcnow() + parse_duration(args.expires))
+        except (ValueError, OverflowError) as err:  # an expiry this late would not be read back
             raise GateError(f"--expires: {err}", EXIT_USAGE) from None
     cluster = connect(args)
     namespace = args.namespace or cluster.namespace

@@ -8,9 +8,18 @@ from typing import Any, Callable
 
 import orjson
 
-EXIT_OK, EXIT_DENIED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_FORBIDDEN, EXIT_NO_CLUSTER, EXIT_BAD_GATES_DIR = range(
-    7
-)
+(
+    EXIT_OK,
+    EXIT_DENIED,
+    EXIT_USAGE,
+    EXIT_NOT_FOUND,
+    EXIT_FORBIDDEN,
+    EXIT_NO_CLUSTER,
+    EXIT_BAD_GATES_DIR,
+    EXIT_CONFLICT,
+    EXIT_REFUSED,
+    EXIT_API_ERROR,
+) = range(10)
 
 
 class GateError(Exception):
@@ -46,6 +55,20 @@ def kubeconfig_context(args: argparse.Namespace) -> dict[str, Any]:
     if args.context and context is None:
         raise GateError(f"context {args.context!r} not found in kubeconfig", EXIT_USAGE)
     return context or {}
+
+
+def context_namespace(args: argparse.Namespace) -> str:
+    """-n, else the kubeconfig context's namespace, else ``default``: without connecting, so that
+    commands reading --gates-dir default to the namespace the cluster commands do."""
+    if args.namespace:
+        return str(args.namespace)
+    from kubernetes import config
+
+    try:
+        details = kubeconfig_context(args).get("context") or {}
+    except (config.ConfigException, OSError, ValueError):  # no kubeconfig: nothing to follow
+        return "default"
+    return str(details.get("namespace") or "default")
 
 
 def connect(args: argparse.Namespace) -> Cluster:
@@ -88,7 +111,14 @@ def api_errors(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Na
                 raise GateError(detail, EXIT_NOT_FOUND) from None
             if err.status in (401, 403):
                 raise GateError(f"forbidden: {detail}", EXIT_FORBIDDEN) from None
-            raise GateError(f"API error {err.status}: {detail}", EXIT_NO_CLUSTER) from None
+            # The API server answered: the cluster is there, and retrying blindly may not help.
+            if err.status == 409:
+                raise GateError(
+                    f"conflict: {detail} (the object changed meanwhile: run the command again)", EXIT_CONFLICT
+                ) from None
+            if err.status in (400, 422):
+                raise GateError(f"refused by the API server as invalid: {detail}", EXIT_REFUSED) from None
+            raise GateError(f"the API server answered {err.status}: {detail}", EXIT_API_ERROR) from None
         except HTTPError as err:
             raise GateError(f"no cluster: {err}", EXIT_NO_CLUSTER) from None
 

@@ -32,7 +32,9 @@ def gate_names(prefix: str, parsed_args: argparse.Namespace, **_) -> list[str]:
         if getattr(parsed_args, "gates_dir", None):
             from admission.store.files import FileStore
 
-            namespace = namespace or "default"
+            from admission.cli.cluster import context_namespace
+
+            namespace = namespace or context_namespace(parsed_args)  # as `get` will read it
             store = FileStore(parsed_args.gates_dir, inotify=False)  # one read: no watch to set up
             return sorted(
                 n for ns, n in map(object_key, store.index.gates()) if ns == namespace and is_name(n)

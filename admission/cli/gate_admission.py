@@ -21,10 +21,22 @@ def _bool_env(flag: str) -> bool:
 
 
 def _positive(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
     return value
+
+
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
+def _log_level(text: str) -> str:
+    if text.lower() not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a log level ({', '.join(LOG_LEVELS)})")
+    return text.lower()
 
 
 def _port(text: str) -> int:
@@ -113,11 +125,12 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
         help="GET /calendar.ics requires this token (bearer, or basic auth's password; checked in "
         "constant time): for spoke clusters that follow this one's gates. Default: no token",
     )
-    p.add_argument("--workers", type=int, default=int(_env("workers", 2)))
+    # Strings through `type`, so that a bad GATE_ADMISSION_WORKERS is a usage error too.
+    p.add_argument("--workers", type=_positive, default=str(_env("workers", 2)), help="worker processes")
     p.add_argument(
         "--threads",
-        type=int,
-        default=int(_env("threads", 4)),
+        type=_positive,
+        default=str(_env("threads", 4)),
         help="threads per worker; more only adds GIL contention to a CPU-bound server (bench/README.md)",
     )
     p.add_argument(
@@ -134,7 +147,9 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
         help="connections one client address may hold open to each worker (default 256, and at most "
         "half of a worker's connections); more are closed as they are accepted",
     )
-    p.add_argument("--log-level", default=_env("log-level", "info"))
+    p.add_argument(
+        "--log-level", type=_log_level, default=_env("log-level", "info"), help=", ".join(LOG_LEVELS)
+    )
     p.set_defaults(func=serve)
 
 
@@ -240,7 +255,9 @@ def _add_controller(sub: argparse._SubParsersAction) -> None:
         default=float(_env("calendar-timeout", 30)),
         help="seconds one calendar fetch may take in all: DNS, connect, TLS, headers and body (default 30)",
     )
-    p.add_argument("--log-level", default=_env("log-level", "info"))
+    p.add_argument(
+        "--log-level", type=_log_level, default=_env("log-level", "info"), help=", ".join(LOG_LEVELS)
+    )
     p.set_defaults(func=run_controller)
 
 

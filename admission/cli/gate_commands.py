@@ -11,7 +11,16 @@ from typing import Callable, Iterable, TextIO
 import orjson
 import yaml
 
-from admission.cli.cluster import EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, Cluster, GateError, api_errors, connect
+from admission.cli.cluster import (
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_USAGE,
+    Cluster,
+    GateError,
+    api_errors,
+    connect,
+    context_namespace,
+)
 from admission.cli.settings import env_mode
 from admission.clock import utcnow
 from admission.core import content
@@ -24,7 +33,7 @@ from admission.core.references import policy_of
 from admission.store.calendar import feed_rows, feeds_of, feeds_text
 from admission.store.index import GateIndex
 from admission.core.timefmt import format_time
-from admission.core.toggles import refuse_controls, toggle_patch
+from admission.core.toggles import toggle_patch
 
 
 # -- where gates come from --------------------------------------------------------------
@@ -84,7 +93,7 @@ def _name(obj: dict) -> str:
 def lookup_gates(args: argparse.Namespace) -> tuple[Cluster | None, GateIndex, datetime, str | None]:
     """The cluster (None offline), its gates, now, and the namespace to look in."""
     cluster = None if args.gates_dir else connect(args)
-    namespace = args.namespace or (cluster.namespace if cluster else None)
+    namespace = cluster.namespace if cluster else context_namespace(args)
     return cluster, _index(args, cluster), utcnow(), namespace
 
 
@@ -292,8 +301,8 @@ def cmd_toggle(args: argparse.Namespace) -> int:
     if args.gates_dir:
         raise GateError("open and close write to the cluster; --gates-dir is read-only", EXIT_USAGE)
     message = _message(args)
-    try:
-        refuse_controls(message=message, requestedBy=args.requested_by)  # said before asking for a cluster
+    try:  # every flag checked before asking for a cluster: a typo is a usage error wherever it runs
+        toggle_patch(args.action, utcnow(), message, args.requested_by, getattr(args, "for_", None))
     except ValueError as err:
         raise GateError(str(err), EXIT_USAGE) from None
     cluster = connect(args)

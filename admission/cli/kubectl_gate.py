@@ -7,9 +7,14 @@ Exit codes a script can rely on:
   3  not found (the gate, or the namespace's gates)
   4  forbidden (RBAC) or unauthorized
   5  no cluster (no kubeconfig, API server unreachable)
-  6  ``--gates-dir``: a gates file (or the directory) cannot be used; each problem is printed on
-     stderr, and the answer printed is the server's with that directory (the gates such a file
-     may define are closed). ``check`` exits 1 rather than 6 when something would be denied.
+  6  ``--gates-dir``: a gates file (or the directory) cannot be used, or a gate it defines is
+     invalid (an unknown field, a bad zone, cron or duration) or has input that is ignored (a
+     toggle that cannot be read); every problem is printed on stderr, and the answer printed is
+     the server's with that directory (the gates such a file may define are closed). ``check``
+     exits 1 rather than 6 when something would be denied.
+  7  conflict (409): the object changed meanwhile; run the command again
+  8  the API server refused the request as invalid (400, 422)
+  9  the API server answered another error (5xx, 429, ...)
 """
 
 from __future__ import annotations

@@ -18,13 +18,13 @@ from admission.core.subscriptions import (
     find_status,
     parse_calendars,
 )
-from admission.core.timefmt import format_duration, format_time, parse_time
+from admission.core.timefmt import bounded, format_duration, format_time, parse_time
 
 
 def _instant(text: object) -> datetime:
     """A status timestamp: the controller's own format read directly, anything else as RFC 3339."""
     if type(text) is str and len(text) == 20 and text[19] == "Z" and text[10] == "T":
-        return datetime.fromisoformat(text)  # UTC (3.11 reads the Z)
+        return bounded(datetime.fromisoformat(text), text)  # UTC (3.11 reads the Z)
     return parse_time(text)
 
 

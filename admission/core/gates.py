@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -312,15 +313,43 @@ def _all_changes(changes: list[datetime | None], indices: list[int]) -> list[dat
     return found
 
 
+# What arithmetic on instants raises when it leaves the calendar (an OverflowError; a ValueError
+# for a year past 9999). Bounded input (timefmt.LATEST, MAX_GATE_DURATION) keeps it from
+# happening; should it all the same, that one gate is invalid: its readers (every gate's metrics,
+# the calendar, a listing) must not fail with it.
+OUT_OF_RANGE = (OverflowError, ValueError)
+
+
+def out_of_range(cg: CompiledGate, now: datetime, err: Exception) -> GateState:
+    """The state of a gate whose evaluation at ``now`` left the calendar: invalid, closed."""
+    state = invalid(cg.namespace, cg.name, f"cannot be evaluated at {format_time(now)}: {err}")
+    return dataclasses.replace(state, mode=cg.mode, problems=cg.problems)
+
+
+def _searched(cg: CompiledGate, now: datetime) -> Transition:
+    try:
+        return search_transition(cg, now)
+    except OUT_OF_RANGE:  # nothing is known after now: asked again from there, never "open"
+        return Transition(unknown_after=now)
+
+
 def evaluate(cg: CompiledGate, now: datetime) -> GateState:
-    """The state of a compiled gate at ``now``; its next transition is searched for when asked."""
+    """The state of a compiled gate at ``now``; its next transition is searched for when asked.
+    Never raises for a gate's content: one that cannot be evaluated is invalid (closed)."""
+    try:
+        return _evaluate(cg, now)
+    except OUT_OF_RANGE as err:
+        return out_of_range(cg, now, err)
+
+
+def _evaluate(cg: CompiledGate, now: datetime) -> GateState:
     cause = cause_of(cg, now)
     if cg.fixed:
         return GateState(
             cg.namespace, cg.name, False, cause.reason, cause.message, mode=cg.mode, problems=cg.problems
         )
     valid_until = _valid_until(cg, now)
-    transition = Lazy(functools.partial(search_transition, cg, now))
+    transition = Lazy(functools.partial(_searched, cg, now))
     toggle = cause.toggle
     if toggle is None:
         return GateState(

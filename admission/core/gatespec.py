@@ -20,6 +20,14 @@ MAX_ENTRIES = 32  # schedule entries of one gate, over all its GateKeepers
 MAX_GATE_DURATION = timedelta(days=100 * 365)  # spec.window, spec.interval
 MAX_ENTRIES_PER_LIST = 16  # the CRD's maxItems for cronjob.closed and cronjob.opened
 
+# The fields a Gate or GateKeeper has (the CRDs'): any other is a typo, which must not pass as an
+# absent field (``spec: {defualt: closed}`` would read as an open gate). The API server prunes
+# them from cluster objects; files and the CRD's free-form parts keep them.
+OBJECT_FIELDS = ("apiVersion", "kind", "metadata", "spec", "status")
+GATE_FIELDS = ("default", "closed", "window", "interval", "mode", "approvals")
+KEEPER_FIELDS = ("gate", "type", "timeZone", "cronjob", "calendars")
+CRONJOB_FIELDS = ("closed", "opened")
+
 # What a gate's schedule is made of: cron entries, and its GateKeepers' calendars with their guards.
 GateEntry: TypeAlias = "Entry | CalendarEntry | CalendarGuard"
 
@@ -64,6 +72,14 @@ def _spec(obj: object) -> dict[str, Any] | None:
     return {} if spec is None else spec if isinstance(spec, dict) else None
 
 
+def unknown_fields(value: dict[str, Any], known: tuple[str, ...], where: str) -> list[str]:
+    """One line per field of ``value`` that is not ``known``, naming the fields that are."""
+    return [
+        f"{where}{key!s} is not a known field (known: {', '.join(known)})"
+        for key in sorted(map(str, set(value) - set(known)))
+    ]
+
+
 def _go_duration(spec: dict[str, Any], key: str, errors: list[str]) -> timedelta | None:
     raw = spec.get(key)
     if raw is None:
@@ -91,6 +107,7 @@ def compile_gate(gate: dict[str, Any], keepers: Iterable[dict[str, Any]] = ()) -
     spec = _spec(gate)
     if spec is None:
         return CompiledGate(namespace, name, errors=("spec must be an object",))
+    errors += unknown_fields(gate, OBJECT_FIELDS, "") + unknown_fields(spec, GATE_FIELDS, "spec.")
 
     default = spec.get("default")
     closed = spec.get("closed")
@@ -138,6 +155,8 @@ def compile_gate(gate: dict[str, Any], keepers: Iterable[dict[str, Any]] = ()) -
         kname = str(kmeta.get("name") or "")
         keeper_names.append(kname)
         try:
+            if isinstance(keeper, dict) and (extra := unknown_fields(keeper, OBJECT_FIELDS, "")):
+                raise ScheduleError("; ".join(extra))
             closed_part, opened_part = _keeper_entries(kspec)
             feeds = keeper_calendars(kname, kspec, keeper.get("status") if isinstance(keeper, dict) else None)
         except ScheduleError as err:
@@ -179,6 +198,9 @@ def _str_or_none(value: object) -> str | None:
 
 
 def _keeper_entries(spec: dict[str, Any]) -> tuple[list[Entry], list[Entry]]:
+    unknown = unknown_fields(spec, KEEPER_FIELDS, "spec.")
+    if unknown:
+        raise ScheduleError("; ".join(unknown))
     kind = spec.get("type", "cronexpression")
     if kind != "cronexpression":
         raise ScheduleError(f"type {kind!r} is not supported: use 'cronexpression'")
@@ -189,6 +211,9 @@ def _keeper_entries(spec: dict[str, Any]) -> tuple[list[Entry], list[Entry]]:
     cronjob = spec.get("cronjob") or {}
     if not isinstance(cronjob, dict):
         raise ScheduleError("cronjob must be an object with 'closed' and 'opened' lists")
+    unknown = unknown_fields(cronjob, CRONJOB_FIELDS, "spec.cronjob.")
+    if unknown:
+        raise ScheduleError("; ".join(unknown))
     parts: list[list[Entry]] = []
     for key in ("closed", "opened"):
         items = cronjob.get(key) or []

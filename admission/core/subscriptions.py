@@ -118,6 +118,9 @@ def _ref(item: dict[str, Any], key: str, where: str) -> dict[str, Any] | None:
         return None
     if not isinstance(ref, dict) or not isinstance(ref.get("name"), str) or not 0 < len(ref["name"]) <= 253:
         raise ScheduleError(f"{where}.{key} must be {{name: <a Secret in the GateKeeper's namespace>}}")
+    unknown = set(ref) - ({"name", "key"} if key == "caSecretRef" else {"name"})
+    if unknown:
+        raise ScheduleError(f"{where}.{key} has unknown fields {sorted(map(str, unknown))}")
     return ref
 
 

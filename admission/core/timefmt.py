@@ -6,6 +6,11 @@ import re
 from datetime import date, datetime, timedelta, timezone
 
 UTC = timezone.utc
+# No instant we read may be this late: a toggle, an approval's expiry or a calendar's interval
+# dated near year 9999 would overflow the arithmetic every reader does with it (a toggle plus its
+# window, a search from it), and one such value would break every gate's metrics and calendars.
+# Nothing we plan reaches this far, so a later instant is input we refuse.
+LATEST = datetime(3000, 1, 1, tzinfo=UTC)
 
 _GO_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
 _UNIT_SECONDS = {
@@ -72,7 +77,17 @@ def parse_time(text: object) -> datetime:
         raise ValueError(f"invalid timestamp {text!r}: use RFC 3339 such as 2021-03-26T10:00:00Z") from None
     if value.tzinfo is None:
         raise ValueError(f"invalid timestamp {text!r}: a time zone offset (such as Z) is required")
-    return value.astimezone(UTC)
+    return bounded(value.astimezone(UTC), text)
+
+
+def bounded(value: datetime, text: object = None) -> datetime:
+    """``value``, or ValueError when it is not before LATEST."""
+    if value >= LATEST:
+        raise ValueError(
+            f"timestamp {text if text is not None else format_time(value)!r} is too late: "
+            f"instants from {format_time(LATEST)} on are refused"
+        )
+    return value
 
 
 def format_time(value: datetime) -> str:

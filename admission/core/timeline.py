@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime, tzinfo
 
 from admission.core import names
-from admission.core.gates import cause_of, change_points
+from admission.core.gates import OUT_OF_RANGE, cause_of, change_points, out_of_range
 from admission.core.gatespec import CompiledGate
 from admission.core.localtime import UTC
 from admission.core.schedule import Entry
@@ -56,8 +56,13 @@ def intervals(
     out: list[Interval] = []
     cur = start
     for _ in range(max_steps):
-        is_open, reason, message = _calendar_cause(cg, cur)
-        points = [p for p in change_points(cg, cur) if p > cur] if not cg.fixed else []
+        try:
+            is_open, reason, message = _calendar_cause(cg, cur)
+            points = [p for p in change_points(cg, cur) if p > cur] if not cg.fixed else []
+        except OUT_OF_RANGE as err:  # as evaluate says it: invalid (closed) from here, and why
+            state = out_of_range(cg, cur, err)
+            out.append(Interval(cur, end, False, state.reason, state.message, known=False))
+            return out
         nxt = min(min(points), end) if points else end
         if out and out[-1].open == is_open and out[-1].known:
             out[-1] = Interval(out[-1].start, nxt, is_open, out[-1].reason, out[-1].message)

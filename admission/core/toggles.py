@@ -6,7 +6,7 @@ from datetime import datetime, timedelta
 
 from admission.core import names
 from admission.core.controls import has_controls
-from admission.core.timefmt import format_distinct_time, parse_duration
+from admission.core.timefmt import LATEST, bounded, format_distinct_time, parse_duration
 
 ACTIONS = ("open", "close")
 
@@ -49,5 +49,11 @@ def toggle_patch(
         length = parse_duration(duration)
         if length <= timedelta(0):
             raise ValueError(f"duration {duration!r} must be positive")
-        annotations[names.CLOSE_ANNOTATION] = format_distinct_time(now + length)
+        try:  # a close past the horizon would be ignored when read: the gate would stay open
+            until = bounded(now + length)
+        except (OverflowError, ValueError):
+            raise ValueError(
+                f"duration {duration!r} ends too late: the close must come before {LATEST.year}"
+            ) from None
+        annotations[names.CLOSE_ANNOTATION] = format_distinct_time(until)
     return {"metadata": {"annotations": annotations}}

@@ -56,10 +56,14 @@ def _suspension_annotations(obj: dict | None) -> dict:
 
 
 def _interval(gate: dict) -> timedelta:
+    """How soon to look at ``gate`` again: its spec.interval, never later than the pass every gate
+    gets anyway (a tenant's ``interval: 99999999h`` added to now would leave the calendar, and
+    fail the pass of every gate)."""
     try:
-        return parse_duration((gate.get("spec") or {}).get("interval") or "1m")
+        interval = parse_duration((gate.get("spec") or {}).get("interval") or "1m")
     except ValueError:
         return DEFAULT_INTERVAL
+    return interval if timedelta(0) < interval < DEFAULT_INTERVAL else DEFAULT_INTERVAL
 
 
 class Controller(ApprovalLanding):

@@ -437,6 +437,22 @@ class FileStore:
             broken,
             Unknowns(everything, unknown_ns, unknown_gates),
         )
+        for key, (path, _) in sorted(gates.items()):
+            compiled = self.index.compiled(*key)
+            if key in broken or compiled is None:
+                continue
+            # Closed (Invalid) already, or input ignored (a toggle that cannot be read): said here
+            # too, so that CI (exit 6) and /readyz see what was written wrong.
+            where = f"{key[0]}/{key[1]}"
+            said = [f"is invalid: {'; '.join(compiled.errors)}"] if compiled.errors else []
+            said += (
+                [f"has input that is ignored: {'; '.join(compiled.problems)}"] if compiled.problems else []
+            )
+            if said:
+                problems.setdefault(where, f"gate {where} in {self._name(path)} {' and '.join(said)}")
+        for where, why in problems.items():
+            if self.problems.get(where) != why:
+                log.error("gates directory problem", extra={"directory": self._top, "error": why})
         self.problems = problems
         self.being_written = sorted(path for path, entry in self._files.items() if entry.writing)
         self._dirty = False

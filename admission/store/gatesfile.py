@@ -46,36 +46,37 @@ class Scope:
             self.namespaces.add(namespace)
 
 
-def _check(doc: dict[str, Any]) -> str | None:
-    """Why a Gate or GateKeeper document cannot be used (None: it can). Values inside ``spec``
+def _check(doc: dict[str, Any]) -> list[str]:
+    """Why a Gate or GateKeeper document cannot be used (none: it can). Values inside ``spec``
     are the gate's to judge (a gate that cannot be evaluated is Invalid), but a GateKeeper must
     say which gate it schedules, or it would be dropped and that gate left open."""
     kind = doc["kind"]
+    problems = []
     api = doc.get("apiVersion")
     if api is not None and api != names.GATING_API_VERSION:
-        return f"{kind} has apiVersion {api!r}, want {names.GATING_API_VERSION}"
+        problems.append(f"{kind} has apiVersion {api!r}, want {names.GATING_API_VERSION}")
     meta = doc.get("metadata")
     if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
-        return f"a {kind} has no metadata.name"
+        return problems + [f"a {kind} has no metadata.name"]
     what = f"{kind} {meta['name']!r}"
     namespace = meta.get("namespace")
     if namespace is not None and not (isinstance(namespace, str) and namespace):
-        return f"{what} has a metadata.namespace that is not a name"
+        problems.append(f"{what} has a metadata.namespace that is not a name")
     for part in ("labels", "annotations"):
         values = meta.get(part)
         if values is not None and not (
             isinstance(values, dict)
             and all(isinstance(k, str) and isinstance(v, str) for k, v in values.items())
         ):
-            return f"{what} has metadata.{part} that are not a mapping of strings"
+            problems.append(f"{what} has metadata.{part} that are not a mapping of strings")
     spec = doc.get("spec")
     if spec is not None and not isinstance(spec, dict):
-        return f"{what} has a spec that is not a mapping"
-    if kind == names.GATEKEEPER_KIND and not (
+        problems.append(f"{what} has a spec that is not a mapping")
+    elif kind == names.GATEKEEPER_KIND and not (
         isinstance(spec, dict) and isinstance(spec.get("gate"), str) and spec["gate"]
     ):
-        return f"{what} names no gate (spec.gate)"
-    return None
+        problems.append(f"{what} names no gate (spec.gate)")
+    return problems
 
 
 @dataclass
@@ -94,8 +95,8 @@ def _describe(err: BaseException) -> str:
 
 
 def parse(text: str) -> Parsed:
-    """The Gates and GateKeepers of a gates file, the first reason it cannot be used, and what
-    it may define. Any shape of YAML is an answer, never an exception."""
+    """The Gates and GateKeepers of a gates file, every reason it cannot be used (in one line),
+    and what it may define. Any shape of YAML is an answer, never an exception."""
     found: list[dict[str, Any]] = []
     problems: list[str] = []
     scope = Scope()
@@ -120,14 +121,12 @@ def parse(text: str) -> Parsed:
                 if item.get("kind") not in (names.GATE_KIND, names.GATEKEEPER_KIND):
                     continue  # other objects may share the directory
                 scope.object(item)
-                why = _check(item)
-                if why is not None:
-                    problems.append(why)
+                problems += _check(item)
                 found.append(item)
     except (yaml.YAMLError, RecursionError, ValueError, TypeError) as err:
         problems.append(_describe(err))
         scope.text(text[start:])  # from the end of the last document read
-    return Parsed(found, problems[0] if problems else None, scope)
+    return Parsed(found, "; ".join(problems) if problems else None, scope)
 
 
 def gates_of(doc: dict[str, Any]) -> Key | None:

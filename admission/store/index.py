@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Iterable, Mapping
 
-from admission.core.gates import GateState, evaluate, not_found, unknown
+from admission.core.gates import GateState, evaluate, invalid, not_found, unknown
 from admission.core.gatespec import CompiledGate, compile_gate
 from admission.core.objects import Key, object_key
 
@@ -80,7 +80,11 @@ class GateIndex:
             and (state.valid_until is None or now < state.valid_until)
         ):
             return state
-        state = evaluate(slot.compiled, now)
+        try:
+            state = evaluate(slot.compiled, now)
+        except Exception as err:  # a bug: this gate is closed and says so, every other is answered
+            log.exception("evaluating a gate failed", extra={"gate": f"{namespace}/{name}"})
+            return invalid(namespace, name, f"cannot be evaluated ({type(err).__name__})")
         slot.state, slot.computed_at = state, now
         return state
 

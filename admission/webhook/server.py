@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import logging
+import socket
 import sys
 from typing import Any, Callable, Protocol
 
@@ -28,6 +30,13 @@ class GunicornLogger(glogging.Logger):
     def _compute_access_log_enabled(self) -> bool:
         return False
 
+    def info(self, msg: object, *args: object, **kwargs: Any) -> None:
+        # With reuse_port the master holds no socket (each worker binds its own), so gunicorn's
+        # "Listening at: %s (%s)" names none: say the address the workers listen on.
+        if str(msg).startswith("Listening at:") and args and not args[0]:
+            args = (", ".join(f"https://{b}" for b in self.cfg.bind), *args[1:])
+        super().info(msg, *args, **kwargs)
+
     def setup(self, cfg: Config) -> None:
         super().setup(cfg)
         for log in (self.error_log, self.access_log):
@@ -47,12 +56,47 @@ def _child_exit(server: Arbiter, worker: _ForkedWorker) -> None:
     worker_exited(worker.pid)
 
 
+class PortInUse(Exception):
+    """The address cannot be listened on by this server alone."""
+
+
+def claim_port(address: str, port: int) -> socket.socket:
+    """A lock on ``port`` for this server's life (a socket its workers close), or PortInUse.
+
+    Each worker binds its own SO_REUSEPORT socket, and the kernel lets any process of the same
+    user join them: a second server on the port would take half the connections and answer with
+    its own gates. So the port is claimed first: by name, against another gate-admission in this
+    network namespace (even one starting at the same moment), and by a bind without
+    SO_REUSEPORT, against any socket listening there (whose port the workers could never bind:
+    gunicorn would replace them for ever)."""
+    lock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        lock.bind(f"\0gate-admission-serve:{port}")
+    except OSError as err:
+        lock.close()
+        if err.errno != errno.EADDRINUSE:
+            raise PortInUse(f"cannot claim port {port}: {err.strerror or err}") from None
+        raise PortInUse(f"port {port} is in use by another gate-admission serve") from None
+    host = address.strip("[]")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, port))
+    except OSError as err:
+        lock.close()
+        why = "address already in use" if err.errno == errno.EADDRINUSE else (err.strerror or str(err))
+        raise PortInUse(f"cannot listen on {address}:{port}: {why}") from None
+    return lock
+
+
 class Server(BaseApplication):
     """gunicorn, configured in code; each worker builds its own app (and gate store)."""
 
     def __init__(self, app_factory: Callable[[], Flask], options: dict[str, Any]):
         self.app_factory = app_factory
         self.options = options
+        self.port_lock: socket.socket | None = None
         super().__init__()
 
     def load_config(self) -> None:
@@ -74,11 +118,24 @@ class Server(BaseApplication):
             sys.exit(1)
 
     def run(self) -> None:
+        address, _, port = str(self.cfg.bind[0]).rpartition(":")
+        try:
+            self.port_lock = claim_port(address, int(port))
+        except PortInUse as err:
+            logging.getLogger("gunicorn.error").error(str(err))
+            sys.exit(1)
+        # The master keeps the claim; a worker (and what it forks: the calendar builders) must not,
+        # or one left behind would keep the port claimed after the server has gone.
+        self.cfg.set("post_fork", self._close_claim)
         try:
             Arbiter(self).run()
         except RuntimeError as err:
             logging.getLogger("gunicorn.error").error(str(err))
             sys.exit(1)
+
+    def _close_claim(self, server: Arbiter, worker: object) -> None:
+        if self.port_lock is not None:
+            self.port_lock.close()
 
 
 def worker_class(

@@ -334,7 +334,7 @@ def test_a_broken_gates_file_is_reported_on_stderr_with_exit_6_never_a_traceback
     )
 
     assert (
-        kubectl_gate.main(["list", "--gates-dir", str(gates_dir), "-o", "json"])
+        kubectl_gate.main(["list", "--gates-dir", str(gates_dir), "-A", "-o", "json"])
         == kubectl_gate.EXIT_BAD_GATES_DIR
         == 6
     )

@@ -77,8 +77,8 @@ def test_without_n_flux_gate_works_in_fluxs_namespace_as_flux_commands_do(gates,
     assert listed(flux_gate.main, ["list", "--gates-dir", gates, "-n", "team-a"], capsys) == [
         "team-a/nightly"
     ]
-    # kubectl gate keeps kubectl's: the context's namespace, and every gate offline
-    assert len(listed(kubectl_gate.main, ["list", "--gates-dir", gates], capsys)) == 3
+    # kubectl gate keeps kubectl's: the context's namespace (offline too, as `get`), -A every gate
+    assert len(listed(kubectl_gate.main, ["list", "--gates-dir", gates, "-A"], capsys)) == 3
 
 
 def test_fluxs_namespace_variables_and_flag(gates, capsys, monkeypatch, no_flux_env, api):

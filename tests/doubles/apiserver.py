@@ -32,6 +32,8 @@ class ApiServerDouble:
     def __init__(self, gates: list[dict] = ()):
         self.gates = {(g["metadata"]["namespace"], g["metadata"]["name"]): g for g in gates}
         self.patches: list[tuple[str, str, str, dict]] = []
+        # A Gate whose patches the API server refuses: (code, reason), answered as its Status is.
+        self.refuse: dict[tuple[str, str], tuple[int, str]] = {}
         double = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -43,18 +45,21 @@ class ApiServerDouble:
                 self.end_headers()
                 self.wfile.write(raw)
 
-            def _not_found(self) -> None:
+            def _failure(self, code: int, reason: str, message: str) -> None:
                 self._answer(
-                    404,
+                    code,
                     {
                         "kind": "Status",
                         "apiVersion": "v1",
                         "status": "Failure",
-                        "reason": "NotFound",
-                        "message": f"{self.path} not found",
-                        "code": 404,
+                        "reason": reason,
+                        "message": message,
+                        "code": code,
                     },
                 )
+
+            def _not_found(self) -> None:
+                self._failure(404, "NotFound", f"{self.path} not found")
 
             def do_GET(self):  # noqa: N802 (http.server's name)
                 if _NAMESPACES.match(self.path):
@@ -91,6 +96,9 @@ class ApiServerDouble:
                 double.patches.append((*key, self.headers.get("Content-Type", ""), body))
                 if key not in double.gates:
                     return self._not_found()
+                if key in double.refuse:
+                    code, reason = double.refuse[key]
+                    return self._failure(code, reason, f'gates.{names.GATING_GROUP} "{key[1]}": {reason}')
                 double.gates[key] = merged(double.gates[key], body)
                 self._answer(200, double.gates[key])
 

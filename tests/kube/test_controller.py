@@ -62,6 +62,20 @@ def test_status_is_written_once_per_change_of_state():
     assert len(status_writes(kube)) == writes  # nothing changed, nothing written
 
 
+def test_a_gate_dated_or_timed_near_year_9999_stops_no_other_gates_status():
+    kube = FakeKube()
+    kube.add(names.GATE_PLURAL, gate("slow", interval="99999999h"))
+    late = {names.CLOSE_ANNOTATION: "9999-12-31T23:59:59Z"}
+    kube.add(names.GATE_PLURAL, gate("late", annotations=late, window="1h"))
+    kube.add(names.GATE_PLURAL, gate("freeze", closed=True))
+    ctl, _ = controller(kube)
+    wake = ctl.reconcile(NOW)
+    assert NOW < wake <= NOW + timedelta(minutes=1)
+    assert status_of(kube, "freeze")["state"] == names.STATE_CLOSED
+    assert status_of(kube, "slow")["state"] == names.STATE_CLOSED  # Invalid: longer than 100 years
+    assert any("too late" in p for p in status_of(kube, "late")["problems"])
+
+
 def test_opening_records_an_event_and_asks_flux_to_reconcile_what_it_held():
     kube = FakeKube()
     kube.add(names.GATE_PLURAL, gate("release", closed=True))

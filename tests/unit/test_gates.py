@@ -496,3 +496,31 @@ def test_the_gatekeeper_crd_states_the_bounds_the_code_enforces():
         status["intervals"]["items"]["properties"]["summary"]["maxLength"],
         status["error"]["maxLength"],
     ) == (s.MAX_SUMMARY, s.MAX_ERROR)
+
+
+# --- instants at the end of the calendar: one gate invalid, never a reader broken ---------
+
+
+def test_a_toggle_dated_past_the_horizon_is_ignored_and_said_so():
+    obj = gate("late", annotations={CLOSE_ANNOTATION: "9999-12-31T23:59:59Z"}, window="1h")
+    s = state(obj)
+    assert s.open and s.reason == names.REASON_DEFAULT
+    assert any("too late" in p for p in s.problems)
+    assert s.next_transition is None
+
+
+def test_evaluation_that_leaves_the_calendar_makes_the_gate_invalid_not_an_exception():
+    from datetime import datetime, timezone
+
+    from admission.core.timeline import intervals
+
+    # As bounded parsing never builds it: a toggle at the last second datetime holds, and a window.
+    late = datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone.utc)
+    cg = gatespec.CompiledGate(
+        "ns", "late", window=timedelta(hours=1), toggles=(gatespec.Toggle(late, False),)
+    )
+    s = evaluate(cg, NOW)
+    assert (s.open, s.reason) == (False, names.REASON_INVALID)
+    assert "cannot be evaluated" in s.message
+    spans = intervals(cg, NOW, NOW + timedelta(days=14))
+    assert [(i.open, i.reason, i.known) for i in spans] == [(False, names.REASON_INVALID, False)]

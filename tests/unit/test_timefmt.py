@@ -2,7 +2,7 @@ from datetime import timedelta
 
 import pytest
 
-from admission.core.timefmt import format_duration, format_time, parse_duration, parse_time
+from admission.core.timefmt import LATEST, format_duration, format_time, parse_duration, parse_time
 from tests.builders import at
 
 
@@ -49,6 +49,16 @@ def test_rfc3339_timestamps_parse_to_utc(text):
 def test_bad_timestamps_are_refused(text):
     with pytest.raises(ValueError):
         parse_time(text)
+
+
+@pytest.mark.parametrize(
+    "text", ["9999-12-31T23:59:59Z", "3000-01-01T00:00:00Z", "3000-01-01T03:00:00+02:00"]
+)
+def test_instants_past_the_horizon_are_refused(text):
+    # Arithmetic from them (a toggle plus its window) would leave the calendar.
+    with pytest.raises(ValueError, match="too late"):
+        parse_time(text)
+    assert parse_time("2999-12-31T23:59:59Z") < LATEST
 
 
 def test_times_format_as_kubernetes_does():

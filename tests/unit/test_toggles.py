@@ -64,6 +64,9 @@ def test_without_a_message_the_old_one_is_removed():
         (("open", NOW, None, None, "soon"), "invalid duration"),
         (("open", NOW, None, None, "-1h"), "must be positive"),
         (("close", NOW, None, None, "1h"), "only makes sense when opening"),
+        # A close that would be read as "too late" (ignored): the gate would stay open for good.
+        (("open", NOW, None, None, "9000000h"), "ends too late"),
+        (("open", NOW, None, None, "100000000h"), "ends too late"),  # past datetime's last year
     ],
 )
 def test_bad_toggles_say_why(args, why):
