@@ -89,7 +89,9 @@ def pending_rows(
         target = _target(obj)
         found = []
         for key in gate_keys:
-            parsed, _ = approvals.parse_all(annotations_of(gates.get(key)))
+            stored = gates.get(key) or {}
+            policy, _ = approvals.parse_policy(stored.get("spec") or {})
+            parsed, _ = approvals.parse_all(annotations_of(stored), policy)
             found += [
                 dict(a.row(), gate=key)
                 for a in parsed

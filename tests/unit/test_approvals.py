@@ -30,6 +30,7 @@ def stamped(
     by: str = "alice",
     expires: str = "2026-06-11T12:00:00Z",
     message: str = "CHG-1",
+    required: int = 1,
 ) -> str:
     return json.dumps(
         {
@@ -39,6 +40,7 @@ def stamped(
             "by": by,
             "at": "2026-06-10T11:00:00Z",
             "expires": expires,
+            "required": required,
         }
     )
 
@@ -108,10 +110,14 @@ def test_the_stamp_replaces_whatever_the_client_said_and_relays_keep_their_calle
     raw = json.dumps(
         {"content": GIT_B, "for": "*", "message": "m", "by": "mallory", "at": "1999-01-01T00:00:00Z"}
     )
-    out = json.loads(approvals.stamp(raw, "alice", FIXED_NOW, timedelta(hours=1)))
+    out = json.loads(approvals.stamp(raw, "alice", FIXED_NOW, timedelta(hours=1), under=approvals.Policy()))
     assert (out["by"], out["at"], out["expires"]) == ("alice", "2026-06-10T12:00:00Z", "2026-06-10T13:00:00Z")
     relay = "system:serviceaccount:gate-admission-system:gate-admission"
-    relayed = json.loads(approvals.stamp(raw, relay, FIXED_NOW, timedelta(hours=1), frozenset({relay})))
+    relayed = json.loads(
+        approvals.stamp(
+            raw, relay, FIXED_NOW, timedelta(hours=1), frozenset({relay}), under=approvals.Policy()
+        )
+    )
     assert relayed["by"] == f"mallory via {relay}"
 
 
@@ -230,3 +236,79 @@ def test_unchanged_approvals_and_toggles_are_not_judged():
     )
     assert same.response["allowed"] and "patch" not in same.response
     assert at("2026-06-10T12:00") == FIXED_NOW
+
+
+# -- the policy an approval was given under (issue 37, item 1) ------------------------------
+
+
+def _policy_review(old_spec: dict, new_spec: dict, annotations: dict, user: str = "alice"):
+    old = freeze(spec={"approvals": old_spec})
+    new = freeze(spec={"approvals": new_spec}, annotations=annotations)
+    return request("UPDATE", new, old, user={"username": user, "groups": []})
+
+
+def test_an_approval_in_the_write_that_loosens_the_policy_is_refused_by_both_entries():
+    context = Context(lookup_from([]), FIXED_NOW, Settings())
+    with_message = json.dumps({"content": GIT_B, "for": "*", "message": "CHG-1"})
+    without_message = json.dumps({"content": GIT_B, "for": "*"})
+    for old_spec, new_spec, value in (
+        ({"required": 2}, {"required": 1}, with_message),
+        ({"required": 2}, {}, with_message),
+        ({"messageRequired": True}, {"messageRequired": False}, without_message),
+    ):
+        for answer in (handlers.mutate, handlers.validate):
+            refused = answer(_policy_review(old_spec, new_spec, {KEY: value}), context).response
+            assert not refused["allowed"], (old_spec, new_spec, answer)
+            assert "loosens spec.approvals" in refused["status"]["message"], refused
+
+
+def test_the_stamp_records_the_stricter_policy_and_the_validating_entry_holds_it_to_that():
+    context = Context(lookup_from([]), FIXED_NOW, Settings())
+    raw = json.dumps({"content": GIT_B, "for": "*", "message": "CHG-1", "required": 1})
+    outcome = handlers.mutate(_policy_review({"required": 1}, {"required": 2}, {KEY: raw}), context)
+    ops = orjson.loads(base64.b64decode(outcome.response["patch"]))
+    assert json.loads(ops[0]["value"])["required"] == 2  # the client's 1 is replaced
+    # Without the mutating entry, a value claiming a looser policy is refused.
+    claimed = handlers.validate(
+        _policy_review({"required": 2}, {"required": 2}, {KEY: stamped(required=1)}), context
+    ).response
+    assert (
+        not claimed["allowed"] and "is not the gate's spec.approvals.required" in claimed["status"]["message"]
+    )
+    assert handlers.validate(
+        _policy_review({"required": 2}, {"required": 2}, {KEY: stamped(required=2)}), context
+    ).response["allowed"]
+
+
+def test_approvals_given_under_a_stricter_policy_stop_counting_when_it_is_lowered():
+    # alice approved while two approvers were required, then lowered it to one in a write of
+    # its own (which the approvals entries never see): her approval does not count.
+    lowered = freeze(spec={"approvals": {"required": 1}}, annotations={KEY: stamped(required=2)})
+    assert source_write([lowered]).held
+    state = evaluate(compile_gate(lowered), FIXED_NOW)
+    assert state.approvals == ()
+    assert any("given while spec.approvals.required was 2, now 1" in p for p in state.problems), (
+        state.problems
+    )
+    # An approval given after the lowering counts under it.
+    again = freeze(
+        spec={"approvals": {"required": 1}}, annotations={KEY: stamped(required=2), KEY2: stamped(required=1)}
+    )
+    assert not source_write([again]).held
+    # Raising the policy keeps earlier approvals counting: they still need distinct approvers.
+    raised = {"approvals": {"required": 2}}
+    assert source_write([freeze(spec=raised, annotations={KEY: stamped(required=1)})]).held
+    assert not source_write(
+        [freeze(spec=raised, annotations={KEY: stamped(required=1), KEY2: stamped(by="bob", required=2)})]
+    ).held
+    # Requiring a message later: an approval without one stops counting.
+    quiet = freeze(spec={"approvals": {"messageRequired": True}}, annotations={KEY: stamped(message="")})
+    assert source_write([quiet]).held
+
+
+def test_an_approval_that_does_not_say_its_policy_is_ignored_and_reported():
+    legacy = json.loads(stamped())
+    del legacy["required"]
+    state = evaluate(compile_gate(freeze(annotations={KEY: json.dumps(legacy)})), FIXED_NOW)
+    assert state.approvals == ()
+    assert any("does not say which spec.approvals.required" in p for p in state.problems)
