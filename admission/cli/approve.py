@@ -59,12 +59,23 @@ def _gate(cluster: Any, namespace: str, name: str) -> dict:
         raise
 
 
-def approve_command(gate: str, target: str, waits: str) -> str:
-    """The exact command that approves ``waits`` for ``target`` behind ``gate`` (namespace/name)."""
+def approve_command(gate: str, target: str, identity: str | None) -> str:
+    """The exact command that approves ``identity`` (what waits, whole: ``content.approval_of``)
+    for ``target`` behind ``gate`` (namespace/name); when it cannot be known, why not."""
     namespace, name = gate.split("/", 1)
+    if identity is None:
+        return f"cannot be approved: {UNKNOWN}; open gate {gate} instead"
     return (
-        f"kubectl gate approve {name} -n {namespace} --for {target} --content {shlex.quote(waits)} -m MESSAGE"
+        f"kubectl gate approve {name} -n {namespace} --for {target} --content {shlex.quote(identity)} "
+        "-m MESSAGE"
     )
+
+
+# Why what waits has no identity an approval can name (content.approval_of is None).
+UNKNOWN = (
+    "what waits is not known whole (its text was cut, or the chart or the values it lands with "
+    "were not found)"
+)
 
 
 def pending_rows(
@@ -87,6 +98,7 @@ def pending_rows(
         if namespace and meta.get("namespace") != namespace and not only:
             continue
         target = _target(obj)
+        identity = content.approval_of(obj, waiting.waits, get)
         found = []
         for key in gate_keys:
             stored = gates.get(key) or {}
@@ -108,7 +120,7 @@ def pending_rows(
                 "since": condition.get("lastTransitionTime") if condition else None,
                 "gates": gate_keys,
                 "approvals": found,
-                "approve": [approve_command(key, target, waiting.waits) for key in gate_keys],
+                "approve": [approve_command(key, target, identity) for key in gate_keys],
                 "warnings": halfrelease.warnings(obj, get, listing),
             }
         )
@@ -191,13 +203,15 @@ def cmd_pending(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _waiting(objects: list[dict], key: str, target: str | None) -> list[tuple[str, str]]:
-    """(object, content) of each object where new content waits behind gate ``key``."""
+def _waiting(objects: list[dict], key: str, target: str | None) -> list[tuple[str, str, str | None]]:
+    """(object, what waits as shown, what an approval names: None when unknown) of each object
+    where new content waits behind gate ``key``."""
+    get, _ = lookups(objects)
     found = []
     for obj in objects:
         waiting = content.waiting(obj)
         if waiting is not None and waiting.waits and key in waiting.gates and target in (None, _target(obj)):
-            found.append((_target(obj), waiting.waits))
+            found.append((_target(obj), waiting.waits, content.approval_of(obj, waiting.waits, get)))
     return found
 
 
@@ -221,16 +235,21 @@ def cmd_approve(args: argparse.Namespace) -> int:
     if policy.message_required and not (args.message or "").strip():
         raise GateError("a message is required (-m: a ticket, a reason)", EXIT_USAGE)
     waiting = _waiting(_objects(cluster), key, args.for_)
+    unknown = [f"{t} waits {w}: {UNKNOWN}" for t, w, identity in waiting if identity is None]
     if args.content is not None:
-        if not any(approvals.pins(args.content, waits) for _, waits in waiting):
-            shown = "; ".join(f"{t} waits {w}" for t, w in waiting) or "nothing waits"
+        # Exactly what an object waits for, whole: a prefix (a version without its chart) is
+        # not what anyone reviewed.
+        if not any(identity == args.content for _, _, identity in waiting):
+            shown = "; ".join(f"{t} waits {i or w}" for t, w, i in waiting) or "nothing waits"
             raise GateError(f"{args.content} does not wait behind gate {key} ({shown})", EXIT_DENIED)
         contents = [args.content]
     else:
-        contents = list(dict.fromkeys(waits for _, waits in waiting))
+        contents = list(dict.fromkeys(identity for _, _, identity in waiting if identity is not None))
         if not contents:
             raise GateError(
-                f"nothing waits behind gate {key}" + (f" for {args.for_}" if args.for_ else ""), EXIT_DENIED
+                "; ".join(unknown)
+                or f"nothing waits behind gate {key}" + (f" for {args.for_}" if args.for_ else ""),
+                EXIT_DENIED,
             )
     target = args.for_ or approvals.ANY
     now = utcnow()
@@ -248,7 +267,8 @@ def cmd_approve(args: argparse.Namespace) -> int:
         args.name,
         {"metadata": {"annotations": written}},
     )
-    gate_commands.show([f"approved {text} for {target} behind gate {key}" for text in contents])
+    done = [f"approved {text} for {target} behind gate {key}" for text in contents]
+    gate_commands.show(done + ([] if args.content is not None else [f"not approved: {u}" for u in unknown]))
     return EXIT_OK
 
 

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Iterable, Mapping
 
 from admission.core import kinds
 from admission.core import names
+from admission.core.contentkinds import ChartContent
 from admission.core.controls import has_controls
 from admission.core.timefmt import format_time, parse_time
 
@@ -347,9 +348,23 @@ def describe(approvals: Iterable[Approval]) -> str:
 
 
 def pins(content: str, served: str) -> bool:
-    """Whether an object serving (or having applied) ``served`` serves approved ``content``: the
-    same text, or a release of that chart version with the values it had (``1.1.0 (values ...)``)."""
-    return served == content or served.startswith(content + " (") or served.startswith(content + "@")
+    """Whether an object serving (or having applied, or waiting for) ``served``, as its messages
+    show it, serves approved ``content``: the same text; for a chart approved with the values a
+    release applies, also that chart as its HelmChart shows it and that release as it shows it
+    (its status names neither the source nor a HelmChart's digest). What the controller reads to
+    say an approval landed; the hold points compare whole identities (``admitting``)."""
+    if served == content:
+        return True
+    chart = ChartContent.parse(content)
+    return (
+        chart is not None
+        and bool(chart.values)
+        and served
+        in (
+            replace(chart, values="").text(),
+            *chart.applied_as(),
+        )
+    )
 
 
 @dataclass(frozen=True)

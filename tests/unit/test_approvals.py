@@ -10,6 +10,7 @@ from datetime import timedelta
 import orjson
 
 from admission.core import approvals
+from admission.core import content
 from admission.core import names
 from admission.core.decision import Context, Settings, decide
 from admission.core.gates import evaluate
@@ -166,26 +167,92 @@ def test_edits_stay_held_whatever_is_approved():
     assert decide(request("UPDATE", new, old), Context(lookup, FIXED_NOW, Settings())).held
 
 
-def test_a_chart_version_approval_covers_a_release_whose_values_stay():
-    gates = [freeze(annotations={KEY: stamped(content="6.6.0")})]
-    old = flux("HelmRelease", gates="flux-system/freeze", spec={}, status=hr_status())
-    same_values = flux(
+CHART_SPEC = {"chart": "podinfo", "sourceRef": {"kind": "HelmRepository", "name": "charts"}}
+CHART_A = "chart podinfo 6.6.0@sha256:aaaa from HelmRepository/flux-system/charts"
+
+
+def helm_objects(chart_digest: str = "sha256:aaaa", chart_name: str = "podinfo") -> tuple[dict, dict, dict]:
+    """A HelmRelease behind gate freeze (6.5.0, values v1 applied), its generated HelmChart
+    before and after it fetched 6.6.0 (at ``chart_digest``)."""
+    release = flux(
         "HelmRelease",
         gates="flux-system/freeze",
-        spec={},
-        status=hr_status(attempted=("6.6.0", "", "sha256:v1")),
+        spec={
+            "chart": {
+                "spec": {
+                    "chart": chart_name,
+                    "sourceRef": {"kind": "HelmRepository", "name": "charts", "namespace": "flux-system"},
+                }
+            }
+        },
+        status=hr_status(),
     )
-    new_values = flux(
+    labels = {names.HELM_NAME_LABEL: "podinfo", names.HELM_NAMESPACE_LABEL: "apps"}
+    spec = dict(CHART_SPEC, chart=chart_name)
+    old = flux("HelmChart", "apps-podinfo", "flux-system", labels=labels, spec=spec)
+    old["status"] = {"artifact": art("6.5.0", "sha256:5555")}
+    new = flux("HelmChart", "apps-podinfo", "flux-system", labels=labels, spec=spec)
+    new["status"] = {"artifact": art("6.6.0", chart_digest)}
+    return release, old, new
+
+
+def helm_context(approved: str, *objects: dict) -> Context:
+    known = {(o["kind"], o["metadata"]["namespace"], o["metadata"]["name"]): o for o in objects}
+    return Context(
+        lookup_from([freeze(annotations={KEY: stamped(content=approved)})]),
+        FIXED_NOW,
+        Settings(),
+        lambda kind, namespace, name: known.get((kind, namespace, name)),
+    )
+
+
+def chart_write(approved: str, chart_digest: str = "sha256:aaaa", chart_name: str = "podinfo"):
+    release, old, new = helm_objects(chart_digest, chart_name)
+    request_ = request("UPDATE", new, old, sub_resource="status", user=FLUX_USER)
+    return decide(request_, helm_context(approved, release, old))
+
+
+def release_write(
+    approved: str, values: str = "sha256:v1", serving: str = "sha256:aaaa", chart_name="podinfo"
+):
+    release, _, chart = helm_objects(serving, chart_name)
+    attempt = json.loads(json.dumps(release))
+    attempt["status"] = hr_status(attempted=("6.6.0", "", values))
+    request_ = request("UPDATE", attempt, release, sub_resource="status", user=FLUX_USER)
+    return decide(request_, helm_context(approved, release, chart))
+
+
+def test_a_chart_approval_names_source_chart_version_digest_and_values_and_lands_at_both_hold_points():
+    whole = f"{CHART_A} (values sha256:v1)"
+    # One approval lets the chart through its HelmChart, then the release that applies it.
+    assert not chart_write(whole).held
+    assert not release_write(whole).held
+    # The version alone, or the chart without the values, is not what was reviewed.
+    for partial in ("6.6.0", "6.6.0@sha256:aaaa", CHART_A, "6.6.0 (values sha256:v1)"):
+        assert chart_write(partial).held, partial
+        assert release_write(partial).held, partial
+    # Other bytes at that version, another chart at that version, other values: all wait.
+    assert chart_write(whole, chart_digest="sha256:bbbb").held
+    assert chart_write(whole, chart_name="other").held
+    assert release_write(whole, serving="sha256:bbbb").held
+    assert release_write(whole, chart_name="other").held
+    assert release_write(whole, values="sha256:v2").held
+    assert not release_write(f"{CHART_A} (values sha256:v2)", values="sha256:v2").held
+
+
+def test_an_oci_chart_approval_names_its_digest():
+    release = flux(
         "HelmRelease",
         gates="flux-system/freeze",
-        spec={},
-        status=hr_status(attempted=("6.6.0", "", "sha256:v2")),
+        spec={"chartRef": {"kind": "OCIRepository", "name": "podinfo"}},
+        status=hr_status(),
     )
-    context = Context(lookup_from(gates), FIXED_NOW, Settings())
-    assert not decide(
-        request("UPDATE", same_values, old, sub_resource="status", user=FLUX_USER), context
-    ).held
-    assert decide(request("UPDATE", new_values, old, sub_resource="status", user=FLUX_USER), context).held
+    for digest, held in (("sha256:0c1", False), ("sha256:bad", True)):
+        attempt = json.loads(json.dumps(release))
+        attempt["status"] = hr_status(attempted=("6.6.0+0c1", digest, "sha256:v1"))
+        approved = "chart 6.6.0+0c1@sha256:0c1 from OCIRepository/apps/podinfo (values sha256:v1)"
+        request_ = request("UPDATE", attempt, release, sub_resource="status", user=FLUX_USER)
+        assert decide(request_, helm_context(approved, release)).held is held, digest
 
 
 def test_landed_means_served_where_it_is_approved_and_waiting_nowhere():
@@ -238,7 +305,7 @@ def test_unchanged_approvals_and_toggles_are_not_judged():
     assert at("2026-06-10T12:00") == FIXED_NOW
 
 
-# -- the policy an approval was given under (issue 37, item 1) ------------------------------
+# -- the policy an approval was given under ----------------------------------------
 
 
 def _policy_review(old_spec: dict, new_spec: dict, annotations: dict, user: str = "alice"):
@@ -312,3 +379,23 @@ def test_an_approval_that_does_not_say_its_policy_is_ignored_and_reported():
     state = evaluate(compile_gate(freeze(annotations={KEY: json.dumps(legacy)})), FIXED_NOW)
     assert state.approvals == ()
     assert any("does not say which spec.approvals.required" in p for p in state.problems)
+
+
+# -- whole identities, never display text ----------------------------------------
+
+
+def test_an_approval_is_compared_with_the_whole_revision_never_with_the_text_messages_show():
+    branch = "release/" + "x" * 182  # a branch name Git allows, ~190 characters
+    first, second = f"{branch}@sha1:{'1' * 40}", f"{branch}@sha1:{'2' * 40}"
+    assert not source_write([freeze(annotations={KEY: stamped(content=first)})], new_rev=first).held
+    assert source_write([freeze(annotations={KEY: stamped(content=first)})], new_rev=second).held
+    # What a message shows of a longer revision is cut: no approval of it lets anything through.
+    longer = f"{'y' * 600}@sha1:{'1' * 40}"
+    shown = source_write([freeze()], new_rev=longer).change or ""
+    cut = next(w for w in shown.split() if w.endswith("…"))
+    assert (
+        len(cut) == content.MAX_TEXT
+        and content.approval_of(flux("GitRepository"), cut, lambda *_: None) is None
+    )
+    assert source_write([freeze(annotations={KEY: stamped(content=cut)})], new_rev=longer).held
+    assert source_write([freeze(annotations={KEY: stamped(content=cut)})], new_rev=longer[:-1] + "2").held
