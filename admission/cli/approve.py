@@ -215,6 +215,30 @@ def _waiting(objects: list[dict], key: str, target: str | None) -> list[tuple[st
     return found
 
 
+def to_approve(
+    objects: list[dict], key: str, target: str | None, wanted: str | None
+) -> tuple[list[str], list[str]]:
+    """What ``approve`` writes an approval of behind gate ``key`` (for ``target``): ``wanted``
+    when an object waits for exactly that, whole; else each whole identity that waits. Also
+    what waits but cannot be approved, and why. GateError when nothing is to be approved."""
+    waiting = _waiting(objects, key, target)
+    unknown = [f"{t} waits {w}: {UNKNOWN}" for t, w, identity in waiting if identity is None]
+    if wanted is not None:
+        # Exactly what an object waits for, whole: a prefix (a version without its chart) is
+        # not what anyone reviewed.
+        if not any(identity == wanted for _, _, identity in waiting):
+            shown = "; ".join(f"{t} waits {i or w}" for t, w, i in waiting) or "nothing waits"
+            raise GateError(f"{wanted} does not wait behind gate {key} ({shown})", EXIT_DENIED)
+        return [wanted], []
+    contents = list(dict.fromkeys(identity for _, _, identity in waiting if identity is not None))
+    if not contents:
+        raise GateError(
+            "; ".join(unknown) or f"nothing waits behind gate {key}" + (f" for {target}" if target else ""),
+            EXIT_DENIED,
+        )
+    return contents, unknown
+
+
 @api_errors
 def cmd_approve(args: argparse.Namespace) -> int:
     if args.for_ is not None and not approvals.valid_target(args.for_):
@@ -234,23 +258,7 @@ def cmd_approve(args: argparse.Namespace) -> int:
     policy, _ = approvals.parse_policy((gate.get("spec") or {}))
     if policy.message_required and not (args.message or "").strip():
         raise GateError("a message is required (-m: a ticket, a reason)", EXIT_USAGE)
-    waiting = _waiting(_objects(cluster), key, args.for_)
-    unknown = [f"{t} waits {w}: {UNKNOWN}" for t, w, identity in waiting if identity is None]
-    if args.content is not None:
-        # Exactly what an object waits for, whole: a prefix (a version without its chart) is
-        # not what anyone reviewed.
-        if not any(identity == args.content for _, _, identity in waiting):
-            shown = "; ".join(f"{t} waits {i or w}" for t, w, i in waiting) or "nothing waits"
-            raise GateError(f"{args.content} does not wait behind gate {key} ({shown})", EXIT_DENIED)
-        contents = [args.content]
-    else:
-        contents = list(dict.fromkeys(identity for _, _, identity in waiting if identity is not None))
-        if not contents:
-            raise GateError(
-                "; ".join(unknown)
-                or f"nothing waits behind gate {key}" + (f" for {args.for_}" if args.for_ else ""),
-                EXIT_DENIED,
-            )
+    contents, unknown = to_approve(_objects(cluster), key, args.for_, args.content)
     target = args.for_ or approvals.ANY
     now = utcnow()
     written = {}
@@ -268,7 +276,7 @@ def cmd_approve(args: argparse.Namespace) -> int:
         {"metadata": {"annotations": written}},
     )
     done = [f"approved {text} for {target} behind gate {key}" for text in contents]
-    gate_commands.show(done + ([] if args.content is not None else [f"not approved: {u}" for u in unknown]))
+    gate_commands.show(done + [f"not approved: {u}" for u in unknown])
     return EXIT_OK
 
 

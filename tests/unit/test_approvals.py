@@ -8,13 +8,17 @@ import json
 from datetime import timedelta
 
 import orjson
+import pytest
 
+from admission.cli.approve import pending_rows, to_approve
+from admission.cli.cluster import EXIT_DENIED, GateError
 from admission.core import approvals
 from admission.core import content
 from admission.core import names
 from admission.core.decision import Context, Settings, decide
 from admission.core.gates import evaluate
 from admission.core.gatespec import compile_gate
+from admission.core.holdmessage import HoldMessage, NewContent
 from admission.webhook import handlers
 from tests.builders import FLUX_USER, at, flux, gate, lookup_from, request
 from tests.conftest import FIXED_NOW
@@ -399,3 +403,59 @@ def test_an_approval_is_compared_with_the_whole_revision_never_with_the_text_mes
     )
     assert source_write([freeze(annotations={KEY: stamped(content=cut)})], new_rev=longer).held
     assert source_write([freeze(annotations={KEY: stamped(content=cut)})], new_rev=longer[:-1] + "2").held
+
+
+# -- kubectl gate approve: what it writes, whole ---------------------------------------------
+
+
+def held_by_freeze(obj: dict, waits: str, serves: str) -> dict:
+    """``obj`` with the hold condition the webhook writes while gate flux-system/freeze holds ``waits``."""
+    condition = content.of(obj["kind"]).hold_condition
+    message = HoldMessage.of(condition, ("gate 'flux-system/freeze' is closed",), NewContent(waits, serves))
+    obj.setdefault("status", {})["conditions"] = [
+        {
+            "type": condition,
+            "status": "True" if condition == names.BLOCKED_CONDITION else "False",
+            "reason": names.GATE_CLOSED_REASON,
+            "message": message.format(),
+        }
+    ]
+    return obj
+
+
+def test_approve_writes_the_whole_chart_and_refuses_content_that_is_not_exactly_what_waits():
+    release, old, _ = helm_objects()
+    chart = held_by_freeze(
+        old, CHART_A, "chart podinfo 6.5.0@sha256:5555 from HelmRepository/flux-system/charts"
+    )
+    whole = f"{CHART_A} (values sha256:v1)"
+    assert to_approve([release, chart], "flux-system/freeze", None, None) == ([whole], [])
+    assert to_approve([release, chart], "flux-system/freeze", None, whole) == ([whole], [])
+    for partial in ("6.6.0", "6.6.0 (values sha256:v1)", CHART_A, whole[:-1]):
+        with pytest.raises(GateError) as refused:
+            to_approve([release, chart], "flux-system/freeze", None, partial)
+        assert refused.value.code == EXIT_DENIED and f"waits {whole}" in str(refused.value), partial
+    [row] = pending_rows([release, chart], {}, FIXED_NOW)
+    assert row["approve"] == [
+        "kubectl gate approve freeze -n flux-system --for HelmChart/flux-system/apps-podinfo "
+        f"--content '{whole}' -m MESSAGE"
+    ]
+    # The release, held for new values once the chart landed: its chart as its HelmChart serves it.
+    _, _, landed = helm_objects()
+    values = held_by_freeze(release, "6.6.0 (values sha256:v2)", "6.5.0 (values sha256:v1)")
+    assert to_approve([values, landed], "flux-system/freeze", None, None) == (
+        [f"{CHART_A} (values sha256:v2)"],
+        [],
+    )
+
+
+def test_approve_refuses_what_a_message_shows_cut():
+    longer = f"{'y' * 600}@sha1:{'1' * 40}"
+    shown = source_write([freeze()], new_rev=longer).change or ""
+    cut = next(w for w in shown.split() if w.endswith("…"))
+    repo = held_by_freeze(flux("GitRepository", gates="flux-system/freeze", spec={}), cut, GIT_A)
+    with pytest.raises(GateError) as refused:
+        to_approve([repo], "flux-system/freeze", None, None)
+    assert "is not known whole" in str(refused.value)
+    with pytest.raises(GateError):
+        to_approve([repo], "flux-system/freeze", None, cut)
