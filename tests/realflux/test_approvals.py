@@ -1,12 +1,13 @@
 """Approvals of exact content with the real Flux controllers (docs/decisions/0057): an approved
 commit lands through a closed gate and the commit pushed after it waits; the approver is who the
 API server says wrote the approval; two approvers where two are required; an approval that
-expires unused; a chart version approved for a HelmRelease."""
+expires unused; a chart approved whole (source, name, version, digest, values) for a HelmRelease."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 
 from admission.core import approvals, names
@@ -241,8 +242,19 @@ def test_a_chart_version_approved_for_a_helm_release(cluster, charts):
     assert cluster.gate("close", "freeze", "-n", ns).returncode == 0
     charts.publish(chart, "1.1.0")
     cluster.wait(lambda: blocked_waits(cluster, "helmchart", f"{ns}-app"), lambda m: "1.1.0" in m)
-    done = cluster.gate("approve", "freeze", "-n", ns, "--content", "1.1.0", "-m", "CHG-77")
+    # A version alone is not what anyone reviewed: the chart is named whole, with its values.
+    version_only = cluster.gate("approve", "freeze", "-n", ns, "--content", "1.1.0", "-m", "CHG-77")
+    assert version_only.returncode == 1 and "does not wait behind gate" in version_only.stderr
+    done = cluster.gate("approve", "freeze", "-n", ns, "-m", "CHG-77")
     assert done.returncode == 0, done.stderr
+    [recorded] = [a["content"] for a in approvals_on(cluster).values()]
+    applied = cluster.get("helmrelease", "app")["status"]["history"][0]["configDigest"]
+    assert re.fullmatch(
+        rf"chart {re.escape(chart)} 1\.1\.0@sha256:[0-9a-f]{{64}} from HelmRepository/{ns}/charts "
+        rf"\(values {re.escape(applied)}\)",
+        recorded,
+    ), recorded
+    REPORT["kubectl gate approve: a chart approved whole"] = recorded
     expected = {"chartVersion": "1.1.0", "greeting": "hello", "mode": "none"}
     assert wait_data(cluster, "app", expected) == expected, cluster.get("helmrelease", "app").get("status")
     assert cluster.wait(lambda: approvals_on(cluster), lambda a: not a, timeout=60) == {}
