@@ -459,3 +459,26 @@ def test_approve_refuses_what_a_message_shows_cut():
     assert "is not known whole" in str(refused.value)
     with pytest.raises(GateError):
         to_approve([repo], "flux-system/freeze", None, cut)
+
+
+def test_a_chart_approval_lands_once_the_chart_and_the_release_serve_it():
+    whole = f"{CHART_A} (values sha256:v1)"
+    approval = approvals.parse(KEY, stamped(content=whole))
+    chart, release = "HelmChart/flux-system/apps-podinfo", "HelmRelease/apps/podinfo"
+    # The chart landed; the release still waits for it at its source: not landed yet.
+    assert not approvals.landed(
+        approval,
+        [
+            approvals.Behind(chart, CHART_A, ()),
+            approvals.Behind(release, "6.5.0 (values sha256:v1)", (CHART_A,)),
+        ],
+    )
+    assert approvals.waiting_for(
+        approval, [approvals.Behind(release, "6.5.0 (values sha256:v1)", (CHART_A,))]
+    ) == [release]
+    assert approvals.landed(
+        approval,
+        [approvals.Behind(chart, CHART_A, ()), approvals.Behind(release, "6.6.0 (values sha256:v1)", ())],
+    )
+    # The same version with other values is not what it approved.
+    assert not approvals.pins(whole, "6.6.0 (values sha256:v2)") and not approvals.pins(whole, "6.6.0")
