@@ -59,12 +59,23 @@ def _gate(cluster: Any, namespace: str, name: str) -> dict:
         raise
 
 
-def approve_command(gate: str, target: str, waits: str) -> str:
-    """The exact command that approves ``waits`` for ``target`` behind ``gate`` (namespace/name)."""
+def approve_command(gate: str, target: str, identity: str | None) -> str:
+    """The exact command that approves ``identity`` (what waits, whole: ``content.approval_of``)
+    for ``target`` behind ``gate`` (namespace/name); when it cannot be known, why not."""
     namespace, name = gate.split("/", 1)
+    if identity is None:
+        return f"cannot be approved: {UNKNOWN}; open gate {gate} instead"
     return (
-        f"kubectl gate approve {name} -n {namespace} --for {target} --content {shlex.quote(waits)} -m MESSAGE"
+        f"kubectl gate approve {name} -n {namespace} --for {target} --content {shlex.quote(identity)} "
+        "-m MESSAGE"
     )
+
+
+# Why what waits has no identity an approval can name (content.approval_of is None).
+UNKNOWN = (
+    "what waits is not known whole (its text was cut, or the chart or the values it lands with "
+    "were not found)"
+)
 
 
 def pending_rows(
@@ -87,9 +98,12 @@ def pending_rows(
         if namespace and meta.get("namespace") != namespace and not only:
             continue
         target = _target(obj)
+        identity = content.approval_of(obj, waiting.waits, get)
         found = []
         for key in gate_keys:
-            parsed, _ = approvals.parse_all(annotations_of(gates.get(key)))
+            stored = gates.get(key) or {}
+            policy, _ = approvals.parse_policy(stored.get("spec") or {})
+            parsed, _ = approvals.parse_all(annotations_of(stored), policy)
             found += [
                 dict(a.row(), gate=key)
                 for a in parsed
@@ -106,7 +120,7 @@ def pending_rows(
                 "since": condition.get("lastTransitionTime") if condition else None,
                 "gates": gate_keys,
                 "approvals": found,
-                "approve": [approve_command(key, target, waiting.waits) for key in gate_keys],
+                "approve": [approve_command(key, target, identity) for key in gate_keys],
                 "warnings": halfrelease.warnings(obj, get, listing),
             }
         )
@@ -189,14 +203,40 @@ def cmd_pending(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _waiting(objects: list[dict], key: str, target: str | None) -> list[tuple[str, str]]:
-    """(object, content) of each object where new content waits behind gate ``key``."""
+def _waiting(objects: list[dict], key: str, target: str | None) -> list[tuple[str, str, str | None]]:
+    """(object, what waits as shown, what an approval names: None when unknown) of each object
+    where new content waits behind gate ``key``."""
+    get, _ = lookups(objects)
     found = []
     for obj in objects:
         waiting = content.waiting(obj)
         if waiting is not None and waiting.waits and key in waiting.gates and target in (None, _target(obj)):
-            found.append((_target(obj), waiting.waits))
+            found.append((_target(obj), waiting.waits, content.approval_of(obj, waiting.waits, get)))
     return found
+
+
+def to_approve(
+    objects: list[dict], key: str, target: str | None, wanted: str | None
+) -> tuple[list[str], list[str]]:
+    """What ``approve`` writes an approval of behind gate ``key`` (for ``target``): ``wanted``
+    when an object waits for exactly that, whole; else each whole identity that waits. Also
+    what waits but cannot be approved, and why. GateError when nothing is to be approved."""
+    waiting = _waiting(objects, key, target)
+    unknown = [f"{t} waits {w}: {UNKNOWN}" for t, w, identity in waiting if identity is None]
+    if wanted is not None:
+        # Exactly what an object waits for, whole: a prefix (a version without its chart) is
+        # not what anyone reviewed.
+        if not any(identity == wanted for _, _, identity in waiting):
+            shown = "; ".join(f"{t} waits {i or w}" for t, w, i in waiting) or "nothing waits"
+            raise GateError(f"{wanted} does not wait behind gate {key} ({shown})", EXIT_DENIED)
+        return [wanted], []
+    contents = list(dict.fromkeys(identity for _, _, identity in waiting if identity is not None))
+    if not contents:
+        raise GateError(
+            "; ".join(unknown) or f"nothing waits behind gate {key}" + (f" for {target}" if target else ""),
+            EXIT_DENIED,
+        )
+    return contents, unknown
 
 
 @api_errors
@@ -218,18 +258,7 @@ def cmd_approve(args: argparse.Namespace) -> int:
     policy, _ = approvals.parse_policy((gate.get("spec") or {}))
     if policy.message_required and not (args.message or "").strip():
         raise GateError("a message is required (-m: a ticket, a reason)", EXIT_USAGE)
-    waiting = _waiting(_objects(cluster), key, args.for_)
-    if args.content is not None:
-        if not any(approvals.pins(args.content, waits) for _, waits in waiting):
-            shown = "; ".join(f"{t} waits {w}" for t, w in waiting) or "nothing waits"
-            raise GateError(f"{args.content} does not wait behind gate {key} ({shown})", EXIT_DENIED)
-        contents = [args.content]
-    else:
-        contents = list(dict.fromkeys(waits for _, waits in waiting))
-        if not contents:
-            raise GateError(
-                f"nothing waits behind gate {key}" + (f" for {args.for_}" if args.for_ else ""), EXIT_DENIED
-            )
+    contents, unknown = to_approve(_objects(cluster), key, args.for_, args.content)
     target = args.for_ or approvals.ANY
     now = utcnow()
     written = {}
@@ -246,7 +275,8 @@ def cmd_approve(args: argparse.Namespace) -> int:
         args.name,
         {"metadata": {"annotations": written}},
     )
-    gate_commands.show([f"approved {text} for {target} behind gate {key}" for text in contents])
+    done = [f"approved {text} for {target} behind gate {key}" for text in contents]
+    gate_commands.show(done + [f"not approved: {u}" for u in unknown])
     return EXIT_OK
 
 

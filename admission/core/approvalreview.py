@@ -2,7 +2,11 @@
 approval is malformed, else the approver stamped (mutating) and checked (validating).
 
 The API server calls these entries only when an approval annotation is new or changed
-(admission.core.matching), so opening and closing a gate never depends on the webhook.
+(admission.core.matching), so opening and closing a gate never depends on the webhook. A write
+that adds an approval and loosens ``spec.approvals`` at once is refused; an approval is stamped
+with the stricter of the policies before and after the write, and counts only under that one
+or a stricter one (``approvals.does_not_count``), so a later write lowering the policy, which
+these entries never see, cannot make it count either.
 """
 
 from __future__ import annotations
@@ -35,6 +39,11 @@ def _recorded(gate: Object, keys: list[str], values: dict[str, str]) -> Decision
     return Decision(allowed=True, gated=True, change="approval", approved=approvals.describe(found) or None)
 
 
+def _policy(gate: Object) -> approvals.Policy:
+    spec = gate.get("spec")
+    return approvals.parse_policy(spec if isinstance(spec, dict) else {})[0]
+
+
 def judge(request: AdmissionRequest, context: Context, stamping: bool) -> tuple[Decision, dict[str, str]]:
     """The decision on a Gate write, and (``stamping``: the mutating webhook) the values its new
     or changed approvals must be recorded with: ``by`` the user the API server authenticated,
@@ -47,8 +56,16 @@ def judge(request: AdmissionRequest, context: Context, stamping: bool) -> tuple[
     keys = approvals.changed(annotations_of(old), written)
     if not keys:
         return ALLOWED, {}
-    spec = new.get("spec")
-    policy, _ = approvals.parse_policy(spec if isinstance(spec, dict) else {})
+    policy = _policy(new)
+    before = _policy(old) if isinstance(old, dict) else policy
+    loosened = before.loosened_by(policy)
+    if loosened:
+        problems = [
+            f"this write loosens spec.approvals ({loosened}): change the policy in a write of its own "
+            "(approvals given under the stricter one then stop counting), then approve"
+        ]
+        return _refused(new, problems), {}
+    policy = before.stricter(policy)
     problems = [f"{key}: {why}" for key in keys if (why := approvals.refuse(written[key], policy))]
     if problems:
         return _refused(new, problems), {}
@@ -56,14 +73,23 @@ def judge(request: AdmissionRequest, context: Context, stamping: bool) -> tuple[
     relays = context.settings.approval_relays
     if stamping:
         expiry = gatespec.approval_expiry(new)
-        stamped = {key: approvals.stamp(written[key], user, context.now, expiry, relays) for key in keys}
+        stamped = {
+            key: approvals.stamp(written[key], user, context.now, expiry, relays, under=policy)
+            for key in keys
+        }
         return _recorded(new, keys, stamped), stamped
     for key in keys:
         try:
-            by = approvals.parse(key, written[key]).by
+            recorded = approvals.parse(key, written[key])
         except ValueError as err:
             problems.append(f"{key}: {err}")
             continue
+        by = recorded.by
         if by != user and not (user in relays and by.endswith(f" via {user}")):
             problems.append(f"{key}: by {by!r} is not who wrote it ({user!r})")
+        if recorded.required != policy.required:
+            problems.append(
+                f"{key}: required {recorded.required} is not the gate's spec.approvals.required "
+                f"({policy.required})"
+            )
     return (_refused(new, problems), {}) if problems else (_recorded(new, keys, written), {})

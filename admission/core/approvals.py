@@ -5,25 +5,30 @@ An approval is one annotation on the Gate, ``approval.gating.toolkit.fluxcd.io/<
 value is compact JSON: ``content`` (what waits, exactly as the hold message shows it), ``for``
 (``Kind/namespace/name`` or ``*``), ``message``, ``expires``, and ``by``/``at``, which only the
 webhook writes: whatever a client puts there is replaced with the identity the API server
-authenticated (``stamp``). A closed gate counts as open for a status write whose new content
-is approved (``admitting``), and for nothing else.
+authenticated (``stamp``), and ``required``, the approvers the gate's policy asked for when it
+was given (the stricter of the policy before and after the write that recorded it). An approval
+counts only while the gate asks for at least that many (``does_not_count``): lowering
+``spec.approvals`` never makes an approval given before or with it count. A closed gate counts
+as open for a status write whose new content is approved (``admitting``), and for nothing else.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Iterable, Mapping
 
 from admission.core import kinds
 from admission.core import names
+from admission.core.contentkinds import ChartContent
 from admission.core.controls import has_controls
 from admission.core.timefmt import format_time, parse_time
 
 CONTENT, FOR, MESSAGE, EXPIRES, BY, AT = "content", "for", "message", "expires", "by", "at"
-FIELDS = (CONTENT, FOR, MESSAGE, EXPIRES, BY, AT)
+REQUIRED = "required"  # stamped: spec.approvals.required in force when it was given
+FIELDS = (CONTENT, FOR, MESSAGE, EXPIRES, BY, AT, REQUIRED)
 DEFAULT_EXPIRY = timedelta(hours=24)  # a gate without spec.window: how long an unused approval lasts
 MAX_TEXT = 512  # content and message: longer is refused (a revision is < 100 characters)
 MAX_REQUIRED = 10  # spec.approvals.required
@@ -53,6 +58,7 @@ class Approval:
     by: str
     at: datetime
     expires: datetime
+    required: int = 1  # the approvers the gate asked for when it was given
 
     def live(self, now: datetime) -> bool:
         return now < self.expires
@@ -65,7 +71,7 @@ class Approval:
         text = f"approved by {self.by}: {self.content} for {self.target}"
         return text + (f" — {self.message}" if self.message else "")
 
-    def row(self) -> dict[str, str]:
+    def row(self) -> dict[str, str | int]:
         """Its stable JSON shape (Gate status, ``kubectl gate`` output)."""
         return {
             "id": self.key.removeprefix(names.APPROVAL_ANNOTATION_PREFIX),
@@ -75,6 +81,7 @@ class Approval:
             BY: self.by,
             AT: format_time(self.at),
             EXPIRES: format_time(self.expires),
+            REQUIRED: self.required,
         }
 
 
@@ -84,6 +91,19 @@ class Policy:
 
     required: int = 1
     message_required: bool = True
+
+    def stricter(self, other: Policy) -> Policy:
+        """What both ask for: the policy an approval written while one replaces the other is given under."""
+        return Policy(max(self.required, other.required), self.message_required or other.message_required)
+
+    def loosened_by(self, new: Policy) -> str | None:
+        """How ``new`` asks for less than this policy (None: it does not)."""
+        looser = []
+        if new.required < self.required:
+            looser.append(f"required {self.required} -> {new.required}")
+        if self.message_required and not new.message_required:
+            looser.append("messageRequired true -> false")
+        return ", ".join(looser) or None
 
 
 def parse_policy(spec: Mapping[str, object]) -> tuple[Policy, list[str]]:
@@ -133,7 +153,7 @@ def value(
     return _dump(fields)
 
 
-def _dump(fields: Mapping[str, str]) -> str:
+def _dump(fields: Mapping[str, str | int]) -> str:
     return json.dumps(fields, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -194,11 +214,18 @@ def changed(old: Mapping[str, object], new: Mapping[str, object]) -> list[str]:
 
 
 def stamp(
-    raw: object, user: str, now: datetime, default_expiry: timedelta, relays: frozenset[str] = frozenset()
+    raw: object,
+    user: str,
+    now: datetime,
+    default_expiry: timedelta,
+    relays: frozenset[str] = frozenset(),
+    *,
+    under: Policy,
 ) -> str:
     """The value recorded for an approval ``user`` wrote at ``now``: ``by`` is ``user`` whatever
     the client said, except that a relay (the receiver, writing for a caller it authenticated)
-    keeps its caller's name beside its own; ``at`` is now; ``expires`` defaults to the gate's."""
+    keeps its caller's name beside its own; ``at`` is now; ``expires`` defaults to the gate's;
+    ``required`` is ``under``'s (the policy in force, whatever the client said)."""
     found = _fields(raw)
     caller = found.get(BY)
     by = f"{caller} via {user}" if user in relays and isinstance(caller, str) and caller.strip() else user
@@ -211,7 +238,7 @@ def stamp(
         BY: by,
         AT: format_time(now),
     }
-    return _dump(fields)
+    return _dump({**fields, REQUIRED: under.required})
 
 
 def parse(key: str, raw: object) -> Approval:
@@ -227,19 +254,52 @@ def parse(key: str, raw: object) -> Approval:
         raise ValueError("content, for or message is missing or malformed")
     if not isinstance(by, str) or not by or AT not in found:
         raise ValueError("it was not recorded through the webhook (no by/at)")
+    required = found.get(REQUIRED)
+    if isinstance(required, bool) or not isinstance(required, int) or not 1 <= required <= MAX_REQUIRED:
+        raise ValueError("it does not say which spec.approvals.required it was given under: approve again")
     return Approval(
-        key, content, str(target), message, by, parse_time(found[AT]), parse_time(found.get(EXPIRES))
+        key,
+        content,
+        str(target),
+        message,
+        by,
+        parse_time(found[AT]),
+        parse_time(found.get(EXPIRES)),
+        required,
     )
 
 
-def parse_all(annotations: Mapping[str, object]) -> tuple[tuple[Approval, ...], list[str]]:
-    """Every stamped approval on a Gate, and the problems of those ignored."""
+def does_not_count(approval: Approval, policy: Policy) -> str | None:
+    """Why a stamped approval does not count under the gate's policy now (None: it counts).
+    Given while the gate asked for more approvers than it does now, it never counts: one person
+    must not meet ``required: N`` by approving and then lowering N (or by doing both at once)."""
+    if approval.required > policy.required:
+        return (
+            f"given while spec.approvals.required was {approval.required}, now {policy.required}: "
+            "an approval counts only under the policy it was given under or a stricter one"
+        )
+    if policy.message_required and not approval.message.strip():
+        return "it has no message and spec.approvals.messageRequired is true"
+    return None
+
+
+def parse_all(
+    annotations: Mapping[str, object], policy: Policy | None = None
+) -> tuple[tuple[Approval, ...], list[str]]:
+    """Every stamped approval on a Gate that counts under ``policy`` (the gate's now; None: any),
+    and the problems of those ignored."""
     found, problems = [], []
     for key in keys(annotations):
         try:
-            found.append(parse(key, annotations[key]))
+            approval = parse(key, annotations[key])
         except ValueError as err:
             problems.append(f"ignoring {key}: {err}")
+            continue
+        why = does_not_count(approval, policy) if policy is not None else None
+        if why:
+            problems.append(f"ignoring {key}: {why}")
+        else:
+            found.append(approval)
     return tuple(found), problems
 
 
@@ -288,9 +348,23 @@ def describe(approvals: Iterable[Approval]) -> str:
 
 
 def pins(content: str, served: str) -> bool:
-    """Whether an object serving (or having applied) ``served`` serves approved ``content``: the
-    same text, or a release of that chart version with the values it had (``1.1.0 (values ...)``)."""
-    return served == content or served.startswith(content + " (") or served.startswith(content + "@")
+    """Whether an object serving (or having applied, or waiting for) ``served``, as its messages
+    show it, serves approved ``content``: the same text; for a chart approved with the values a
+    release applies, also that chart as its HelmChart shows it and that release as it shows it
+    (its status names neither the source nor a HelmChart's digest). What the controller reads to
+    say an approval landed; the hold points compare whole identities (``admitting``)."""
+    if served == content:
+        return True
+    chart = ChartContent.parse(content)
+    return (
+        chart is not None
+        and bool(chart.values)
+        and served
+        in (
+            replace(chart, values="").text(),
+            *chart.applied_as(),
+        )
+    )
 
 
 @dataclass(frozen=True)

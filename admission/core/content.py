@@ -20,7 +20,7 @@ from admission.core.holdmessage import NewContent
 from admission.core.objects import Object, mapping, metadata
 
 Get = Callable[[str, str, str], "Object | None"]  # (kind, namespace, name) -> the stored object
-MAX_TEXT = contentkinds.MAX_TEXT  # a revision longer than this is cut in messages
+MAX_TEXT = contentkinds.MAX_TEXT  # a revision longer than this is cut in messages (display only)
 
 
 @dataclass(frozen=True)
@@ -58,12 +58,27 @@ def new_content(kind: str, old: Object | None, new: Object | None) -> NewContent
     return found.brings(old, new) if found is not None else None
 
 
-def approvable(kind: str, new: Object | None, carried: NewContent) -> tuple[str, ...]:
-    """The texts an approval may name to let this write's new content through: what waits, as
-    every message shows it; for a HelmRelease whose values stay those it applied, also the chart
-    version alone (and ``version@digest``), as its chart source shows it waiting."""
+def approvable(
+    kind: str, new: Object | None, carried: NewContent, get: Get | None, parents: tuple[Object, ...] = ()
+) -> tuple[str, ...]:
+    """The identities an approval may name to let this write's new content through, whole (never
+    a message's text, which may be cut): a revision, a digest, an image; a chart as its source,
+    name, version, digest and (for what a release applies) values digest
+    (``contentkinds.ChartContent``). ``get`` finds the chart a HelmRelease applies; ``parents``
+    are the releases a generated HelmChart inherits gates from."""
     found = of(kind)
-    return found.approvable(new, carried) if found is not None else (carried.waits,)
+    return found.approvable(new, carried, get, parents) if found is not None else ()
+
+
+def approval_of(obj: Object, waits: str, get: Get) -> str | None:
+    """What an approval names to let ``waits`` through, as ``obj``'s hold message shows it
+    waiting (``kubectl gate approve`` and ``pending``): the identity its hold point compares
+    whole, or None when that cannot be known (a cut text; a chart whose source is not found)."""
+    kind = obj.get("kind")
+    found = of(kind) if isinstance(kind, str) else None
+    if found is None:
+        return None
+    return found.approval_of(obj, waits, get, inherits_from(obj, get))
 
 
 def recorded_attempt(kind: str, obj: Object | None) -> NewContent | None:

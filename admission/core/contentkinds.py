@@ -8,8 +8,9 @@ by kind. Pure: reads plain dicts. Below ``kinds`` (which imports it), so it neve
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
+import re
+from dataclasses import dataclass, replace
+from typing import Callable, ClassVar
 
 from admission.core import names
 from admission.core.holdmessage import NewContent
@@ -17,16 +18,85 @@ from admission.core.jsonvalues import same
 from admission.core.objects import Object, mapping, metadata, status_of
 
 NOTHING = "nothing"  # what a source serves before its first artifact
-MAX_TEXT = 200  # a revision longer than this is cut in messages (a message must stay readable)
+# A revision longer than this is cut in messages (a message must stay readable). Display only:
+# approvals are compared with the whole identity (``approvable``), never with this text, and an
+# approval's content is at most as long (admission.core.approvals.MAX_TEXT), so whatever can be
+# approved is shown whole, and a cut text names nothing an approval can match.
+MAX_TEXT = 512
+CUT = "…"
 
 Ref = tuple[str, str, str]  # (kind, namespace, name)
 # A HelmRelease's release content: chart version, OCI digest, values digest.
 Release = tuple[str, str, str]
+Get = Callable[[str, str, str], "Object | None"]  # (kind, namespace, name) -> the stored object
+
+
+def _whole(value: object) -> str:
+    return value if isinstance(value, str) else "" if value is None else str(value)
 
 
 def _text(value: object) -> str:
-    text = value if isinstance(value, str) else "" if value is None else str(value)
-    return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 1] + "…"
+    text = _whole(value)
+    return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 1] + CUT
+
+
+def cut(text: str) -> bool:
+    """Whether a message's text was cut (it names no whole identity)."""
+    return len(text) >= MAX_TEXT and text.endswith(CUT)
+
+
+_CHART = re.compile(
+    r"^chart (?:(?P<chart>\S+) )?(?P<version>[^\s@]+)(?:@(?P<digest>\S+))? from (?P<source>\S+)"
+    r"(?: \(values (?P<values>\S+)\))?$"
+)
+
+
+@dataclass(frozen=True)
+class ChartContent:
+    """A chart as an approval names it, whole: its source (``Kind/namespace/name``), its name
+    (none for an OCIRepository), version, digest (where one exists) and, for what a release
+    applies, the values digest."""
+
+    chart: str
+    version: str
+    digest: str
+    source: str
+    values: str = ""
+
+    def text(self) -> str:
+        name = f"{self.chart} " if self.chart else ""
+        text = f"chart {name}{self.version}" + (f"@{self.digest}" if self.digest else "")
+        return f"{text} from {self.source}" + (f" (values {self.values})" if self.values else "")
+
+    @classmethod
+    def parse(cls, text: str) -> ChartContent | None:
+        found = _CHART.match(text)
+        if found is None:
+            return None
+        parts = found.groupdict()
+        return cls(*(parts[k] or "" for k in ("chart", "version", "digest", "source", "values")))
+
+    def applied_as(self) -> tuple[str, ...]:
+        """How a HelmRelease shows it applied or waiting (``AttemptedRelease.text``): its
+        status names no source, and a digest only for an OCIRepository's chart."""
+        if not self.values:
+            return ()
+        shown = {AttemptedRelease.text((self.version, "", self.values))}
+        if self.digest:
+            shown.add(AttemptedRelease.text((self.version, self.digest, self.values)))
+        return tuple(sorted(shown))
+
+
+def chart_of(chart: Object | None) -> ChartContent | None:
+    """What a HelmChart serves, as an approval names it (no values: a chart has none)."""
+    artifact = mapping(status_of(chart).get(names.ARTIFACT_FIELD))
+    spec = mapping(mapping(chart).get("spec"))
+    ref = _ref(spec.get("sourceRef"), _namespace(mapping(chart)))
+    revision, name = artifact.get("revision"), spec.get("chart")
+    if ref is None or not isinstance(revision, str) or not revision or not isinstance(name, str):
+        return None
+    digest = artifact.get("digest")
+    return ChartContent(name, revision, digest if isinstance(digest, str) else "", "/".join(ref))
 
 
 def _revision(obj: Object | None, field: str) -> str:
@@ -87,10 +157,24 @@ class ContentKind:
         """``(waits, serves)`` for the attempt a denied status write recorded, against what ``stored`` applied."""
         return None
 
-    def approvable(self, new: Object | None, carried: NewContent) -> tuple[str, ...]:
-        """The texts an approval may name to let this write's new content through: what waits,
-        as every message shows it."""
-        return (carried.waits,)
+    def identity(self, obj: Object | None) -> str:
+        """What the object serves, whole (``serves`` is what messages show of it)."""
+        raise NotImplementedError
+
+    def approvable(
+        self, new: Object | None, carried: NewContent, get: Get | None, parents: tuple[Object, ...]
+    ) -> tuple[str, ...]:
+        """The identities an approval may name to let this write's new content through: what
+        the write carries, whole (never the text messages show, which may be cut). ``get``
+        finds other Flux objects, ``parents`` are those the object inherits gates from."""
+        return (self.identity(new),)
+
+    def approval_of(
+        self, obj: Object, waits: str, get: Get | None, parents: tuple[Object, ...]
+    ) -> str | None:
+        """What an approval names to let ``waits`` (as ``obj``'s hold message shows it) through;
+        None when that cannot be known (a cut text, a chart whose source is not found)."""
+        return None if cut(waits) else waits
 
     def upstream(self, obj: Object) -> Ref | None:
         """The source the object applies (its spec is a mapping): ``(kind, namespace, name)``."""
@@ -137,11 +221,47 @@ class Artifact(_Kept):
         found = self.of(obj)
         return (found.get("revision"), found.get("digest")) if found else (None, None)
 
-    def serves(self, obj: Object | None) -> str:
+    def identity(self, obj: Object | None) -> str:
         found = self.of(obj)
         if not found:
             return NOTHING
-        return _text(found.get("revision") or found.get("digest")) or NOTHING
+        return _whole(found.get("revision") or found.get("digest")) or NOTHING
+
+    def serves(self, obj: Object | None) -> str:
+        return _text(self.identity(obj))
+
+
+@dataclass(frozen=True)
+class ChartArtifact(Artifact):
+    """A HelmChart's ``status.artifact``, shown and approved as the chart it is: source, name,
+    version and digest; a generated chart's approval also names the values its HelmRelease
+    applies, as that release's own hold point will (one approval lands both)."""
+
+    def identity(self, obj: Object | None) -> str:
+        chart = chart_of(obj)
+        return chart.text() if chart is not None else super().identity(obj)
+
+    def approvable(
+        self, new: Object | None, carried: NewContent, get: Get | None, parents: tuple[Object, ...]
+    ) -> tuple[str, ...]:
+        chart = chart_of(new)
+        if chart is None:
+            return ()
+        if not parents:
+            return (chart.text(),)
+        applied = [AttemptedRelease.applied(p) for p in parents]
+        return tuple(replace(chart, values=a[2]).text() for a in applied if a is not None and a[2])
+
+    def approval_of(
+        self, obj: Object, waits: str, get: Get | None, parents: tuple[Object, ...]
+    ) -> str | None:
+        chart = ChartContent.parse(waits)
+        if chart is None or cut(waits):
+            return None
+        if not parents:
+            return chart.text()
+        applied = AttemptedRelease.applied(parents[0])
+        return replace(chart, values=applied[2]).text() if applied is not None and applied[2] else None
 
 
 @dataclass(frozen=True)
@@ -155,14 +275,17 @@ class LatestImage(_Kept):
         status = status_of(obj)
         return {f: status.get(f) for f in self.fields if f in status}
 
-    def serves(self, obj: Object | None) -> str:
+    def identity(self, obj: Object | None) -> str:
         status = status_of(obj)
         ref = status.get(names.LATEST_REF_FIELD)
         if isinstance(ref, dict) and (ref.get("name") or ref.get("tag")):
             text = f"{ref.get('name') or ''}:{ref.get('tag') or ''}"
-            return _text(text + (f"@{ref['digest']}" if ref.get("digest") else ""))
+            return text + (f"@{ref['digest']}" if ref.get("digest") else "")
         latest = status.get(names.LATEST_IMAGE_FIELD)
-        return _text(latest) if latest else NOTHING
+        return _whole(latest) if latest else NOTHING
+
+    def serves(self, obj: Object | None) -> str:
+        return _text(self.identity(obj))
 
 
 @dataclass(frozen=True)
@@ -202,8 +325,17 @@ class AttemptedRevision(_Attempted):
     def _attempted(self, obj: Object | None) -> object:
         return _revision(obj, names.LAST_ATTEMPTED_REVISION_FIELD)
 
+    def identity(self, obj: Object | None) -> str:
+        return _revision(obj, names.LAST_APPLIED_REVISION_FIELD) or NOTHING
+
     def serves(self, obj: Object | None) -> str:
-        return _text(_revision(obj, names.LAST_APPLIED_REVISION_FIELD)) or NOTHING
+        return _text(self.identity(obj))
+
+    def approvable(
+        self, new: Object | None, carried: NewContent, get: Get | None, parents: tuple[Object, ...]
+    ) -> tuple[str, ...]:
+        attempted = _revision(new, names.LAST_ATTEMPTED_REVISION_FIELD)
+        return (attempted,) if attempted else ()
 
     def recorded(self, obj: Object | None) -> NewContent | None:
         attempted = _revision(obj, names.LAST_ATTEMPTED_REVISION_FIELD)
@@ -266,25 +398,57 @@ class AttemptedRelease(_Attempted):
             text += f"@{oci_digest}"
         if config_digest:
             text += f" (values {config_digest})"
-        return _text(text)
+        return text
+
+    @staticmethod
+    def parse_text(text: str) -> Release | None:
+        """``text``'s release back (None for any other text)."""
+        found = re.match(r"^([^\s@]+)(?:@(\S+))?(?: \(values (\S+)\))?$", text)
+        if found is None or text == NOTHING:
+            return None
+        version, oci_digest, config_digest = found.groups()
+        return version, oci_digest or "", config_digest or ""
+
+    def identity(self, obj: Object | None) -> str:
+        return self.text(self.applied(obj))
 
     def serves(self, obj: Object | None) -> str:
-        return self.text(self.applied(obj))
+        return _text(self.identity(obj))
+
+    def chart(self, release: Object, version: str, oci_digest: str, get: Get | None) -> ChartContent | None:
+        """The chart ``release`` applies at ``version``, whole: from an OCIRepository, its digest
+        as the release records it; from a HelmChart (its own, or a chartRef), what that chart
+        serves, when it serves that version (None: unknown, so nothing can approve it)."""
+        ref = self.upstream(release)
+        if ref is None or not version:
+            return None
+        if ref[0] == "OCIRepository":
+            return ChartContent("", version, oci_digest, "/".join(ref)) if oci_digest else None
+        chart = chart_of(get(*ref)) if ref[0] == "HelmChart" and get is not None else None
+        return chart if chart is not None and chart.version == version else None
+
+    def approvable(
+        self, new: Object | None, carried: NewContent, get: Get | None, parents: tuple[Object, ...]
+    ) -> tuple[str, ...]:
+        # The chart, whole, and the values digest: a chart version alone is not what was reviewed.
+        version, oci_digest, config_digest = self._attempted(new)
+        chart = self.chart(new, version, oci_digest, get) if isinstance(new, dict) else None
+        return (replace(chart, values=config_digest).text(),) if chart is not None and config_digest else ()
+
+    def approval_of(
+        self, obj: Object, waits: str, get: Get | None, parents: tuple[Object, ...]
+    ) -> str | None:
+        release = self.parse_text(waits)
+        if release is None or cut(waits):
+            return None
+        chart = self.chart(obj, release[0], release[1], get)
+        return replace(chart, values=release[2]).text() if chart is not None and release[2] else None
 
     def recorded(self, obj: Object | None) -> NewContent | None:
         release, history = self._attempted(obj), self.applied(obj)
         if any(release) and release != history:
-            return NewContent(self.text(release), self.text(history))
+            return NewContent(_text(self.text(release)), _text(self.text(history)))
         return None
-
-    def approvable(self, new: Object | None, carried: NewContent) -> tuple[str, ...]:
-        # Values that stay those it applied: also the chart version alone (and version@digest),
-        # as its chart source shows it waiting.
-        version, oci_digest, config_digest = self._attempted(new)
-        history = self.applied(new)
-        if version and history is not None and config_digest == history[2]:
-            return (carried.waits, version) + ((f"{version}@{oci_digest}",) if oci_digest else ())
-        return (carried.waits,)
 
     def upstream(self, obj: Object) -> Ref | None:
         spec = mapping(obj.get("spec"))
@@ -305,15 +469,18 @@ class AttemptedRelease(_Attempted):
         history = self.applied(obj)
         if source_kind == "HelmChart":  # the artifact's revision is the chart version
             if history is None or revision != history[0]:
-                return NewContent(_text(revision), self.text(history))
+                chart = chart_of(source)
+                shown = chart.text() if chart is not None else revision  # as the chart shows it
+                return NewContent(_text(shown), self.serves(obj))
         elif source_kind == "OCIRepository":  # "<tag>@sha256:<digest>": history keeps the digest
             digest = revision.rpartition("@")[2]
             if history is None or (digest and digest != history[1]):
-                return NewContent(_text(revision), self.text(history))
+                return NewContent(_text(revision), self.serves(obj))
         return None
 
 
 ARTIFACT = Artifact()
+CHART_ARTIFACT = ChartArtifact()
 LATEST_IMAGE = LatestImage()
 ATTEMPTED_REVISION = AttemptedRevision()
 ATTEMPTED_RELEASE = AttemptedRelease()

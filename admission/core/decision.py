@@ -236,14 +236,16 @@ def approved_for(
 ) -> tuple[Context, list[approvals.Approval]]:
     """The context in which a closed gate counts as open for this status write because it
     approves the exact content the write carries (``carried``: content.new_content, read by the
-    caller), for the object, what it inherits its gates from, or ``*``, and the approvals that
-    do. Any other write, and every other gate, as before."""
+    caller; compared as ``content.approvable``'s whole identities), for the object, what it
+    inherits its gates from, or ``*``, and the approvals that do. Any other write, and every
+    other gate, as before."""
     if carried is None or not isinstance(new, dict):
         return context, []
     # Read only when a closed gate has approvals to match: most status writes meet none.
     obj, brings = new, carried  # (narrowed, for the lambdas)
-    identities = Lazy(lambda: content.approvable(kind, obj, brings))
-    targets = Lazy(lambda: tuple(target_of(o) for o in (obj, *context.parents(obj))))
+    parents = Lazy(lambda: context.parents(obj))
+    identities = Lazy(lambda: content.approvable(kind, obj, brings, context.get, parents.value))
+    targets = Lazy(lambda: tuple(target_of(o) for o in (obj, *parents.value)))
     used: list[approvals.Approval] = []
     closed_lookup = context.lookup
 

@@ -138,7 +138,8 @@ def compile_gate(gate: dict[str, Any], keepers: Iterable[dict[str, Any]] = ()) -
             toggles.append(Toggle(parse_time(raw), is_open))
         except ValueError as err:
             problems.append(f"ignoring {key}: {err}")
-    approved, approval_problems = approvals_.parse_all(annotations)
+    # Counted under the policy now: lowering it never makes an approval given before count.
+    approved, approval_problems = approvals_.parse_all(annotations, approval_policy)
     over = approvals_.ended(gate)  # used or expired: the controller said so in the status
     approved = tuple(a for a in approved if a.key.removeprefix(names.APPROVAL_ANNOTATION_PREFIX) not in over)
     problems += approval_problems

@@ -5,8 +5,8 @@ print them.
 
 The inputs: the source a Kustomization or HelmRelease applies, what it ``dependsOn``, a
 HelmRelease's ``valuesFrom`` (ConfigMaps and Secrets: no gate holds them, a change there waits
-at the release as a new values digest, approved apart from the chart version its source
-holds), and the ImageUpdateAutomations an ImagePolicy feeds (an approved image lands as a
+at the release as a new values digest: a chart approved with the old values does not land
+with it), and the ImageUpdateAutomations an ImagePolicy feeds (an approved image lands as a
 commit, which then waits at the Git source the automation pushes to, if that is gated).
 """
 
@@ -87,7 +87,8 @@ def _values_from(release: dict[str, Any], namespace: str) -> list[str]:
         return []
     return [
         f"its values come from {', '.join(names)}, which no gate holds: a change there waits here as a "
-        "new values digest, approved apart from a chart version its source holds; approve each to land both"
+        "new values digest, and a chart approved with the old values does not land with the new ones: "
+        "approve the chart with the values that wait here"
     ]
 
 

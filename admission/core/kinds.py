@@ -5,7 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from admission.core import names
-from admission.core.contentkinds import ARTIFACT, ATTEMPTED_RELEASE, ATTEMPTED_REVISION, LATEST_IMAGE
+from admission.core.contentkinds import (
+    ARTIFACT,
+    ATTEMPTED_RELEASE,
+    ATTEMPTED_REVISION,
+    CHART_ARTIFACT,
+    LATEST_IMAGE,
+)
 from admission.core.contentkinds import Artifact, ContentKind
 
 
@@ -65,7 +71,7 @@ FLUX_KINDS: tuple[FluxKind, ...] = (
     FluxKind("GitRepository", names.SOURCE_GROUP, "gitrepositories", _SOURCE_VERSIONS, ARTIFACT),
     FluxKind("OCIRepository", names.SOURCE_GROUP, "ocirepositories", _SOURCE_VERSIONS, ARTIFACT),
     FluxKind("HelmRepository", names.SOURCE_GROUP, "helmrepositories", _SOURCE_VERSIONS, ARTIFACT),
-    FluxKind("HelmChart", names.SOURCE_GROUP, "helmcharts", _SOURCE_VERSIONS, ARTIFACT),
+    FluxKind("HelmChart", names.SOURCE_GROUP, "helmcharts", _SOURCE_VERSIONS, CHART_ARTIFACT),
     FluxKind("Bucket", names.SOURCE_GROUP, "buckets", _SOURCE_VERSIONS, ARTIFACT),
     # Serves an artifact, but its producer (source-watcher) server-side applies status with force
     # and garbage-collects old artifacts without reading the stored status: one written back

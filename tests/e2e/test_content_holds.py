@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from datetime import datetime, timedelta, timezone
 
@@ -476,12 +477,19 @@ def test_a_helm_release_waits_for_new_charts_at_its_chart_and_for_new_values_at_
     )
     assert chart["artifact"]["revision"] == "6.0.0", chart
     assert "gate 'flux-system/freeze-c' is closed" in cond(chart, "Blocked")["message"]
-    assert "6.1.0 waits, serving 6.0.0" in cond(chart, "Blocked")["message"]
+    # A chart is shown as an approval names it, whole: name, version, digest, source.
+    serves = f"chart podinfo 6.0.0@{chart['artifact']['digest']} from HelmRepository/flux-system/charts"
+    waits = re.search(
+        r"(chart podinfo 6\.1\.0@sha256:[0-9a-f]+ from HelmRepository/flux-system/charts) waits, serving "
+        + re.escape(serves),
+        cond(chart, "Blocked")["message"],
+    )
+    assert waits, cond(chart, "Blocked")["message"]
     waiting = json.loads(kubectl_gate(plane, "get", "freeze-c", "-n", "flux-system", "-o", "json").stdout)[
         "waiting"
     ]
     assert {(w["kind"], w["name"], w["waits"], w["serves"]) for w in waiting} >= {
-        ("HelmChart", "apps-app-c", "6.1.0", "6.0.0")
+        ("HelmChart", "apps-app-c", waits[1], serves)
     }
     assert get(plane, "helmrelease", "app-c", "apps")["metadata"]["resourceVersion"] == untouched, (
         "a held chart must not touch its HelmRelease"

@@ -28,6 +28,7 @@ def approval(content: str = GIT_B, target: str = "*", expires: str = "2026-06-11
             "by": "alice",
             "at": "2026-06-10T11:59:00Z",
             "expires": expires,
+            "required": 1,
         }
     )
 

@@ -1,12 +1,14 @@
 """Approvals of exact content with the real Flux controllers (docs/decisions/0057): an approved
 commit lands through a closed gate and the commit pushed after it waits; the approver is who the
 API server says wrote the approval; two approvers where two are required; an approval that
-expires unused; a chart version approved for a HelmRelease."""
+expires unused; a chart approved whole (source, name, version, digest, values) for a HelmRelease,
+from a Helm and from an OCI repository."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 
 from admission.core import approvals, names
@@ -241,8 +243,46 @@ def test_a_chart_version_approved_for_a_helm_release(cluster, charts):
     assert cluster.gate("close", "freeze", "-n", ns).returncode == 0
     charts.publish(chart, "1.1.0")
     cluster.wait(lambda: blocked_waits(cluster, "helmchart", f"{ns}-app"), lambda m: "1.1.0" in m)
-    done = cluster.gate("approve", "freeze", "-n", ns, "--content", "1.1.0", "-m", "CHG-77")
+    # A version alone is not what anyone reviewed: the chart is named whole, with its values.
+    version_only = cluster.gate("approve", "freeze", "-n", ns, "--content", "1.1.0", "-m", "CHG-77")
+    assert version_only.returncode == 1 and "does not wait behind gate" in version_only.stderr
+    done = cluster.gate("approve", "freeze", "-n", ns, "-m", "CHG-77")
     assert done.returncode == 0, done.stderr
+    [recorded] = [a["content"] for a in approvals_on(cluster).values()]
+    applied = cluster.get("helmrelease", "app")["status"]["history"][0]["configDigest"]
+    assert re.fullmatch(
+        rf"chart {re.escape(chart)} 1\.1\.0@sha256:[0-9a-f]{{64}} from HelmRepository/{ns}/charts "
+        rf"\(values {re.escape(applied)}\)",
+        recorded,
+    ), recorded
+    REPORT["kubectl gate approve: a chart approved whole"] = recorded
     expected = {"chartVersion": "1.1.0", "greeting": "hello", "mode": "none"}
     assert wait_data(cluster, "app", expected) == expected, cluster.get("helmrelease", "app").get("status")
+    assert cluster.wait(lambda: approvals_on(cluster), lambda a: not a, timeout=60) == {}
+
+
+def test_an_oci_chart_is_approved_whole_and_its_version_alone_is_refused(cluster, registry):
+    ns = cluster.namespace
+    registry.push_chart(f"{ns}/charts", "demo", "1.0.0")
+    cluster.apply(
+        closed_gate("freeze", ns, default="opened"),
+        helm_repository("charts", f"oci://{registry.address}/{ns}/charts", type="oci", insecure=True),
+        helm_release("app", "demo", "charts"),
+    )
+    first = {"chartVersion": "1.0.0", "greeting": "hello", "mode": "none"}
+    assert wait_data(cluster, "app", first) == first
+    assert cluster.gate("close", "freeze", "-n", ns).returncode == 0
+    registry.push_chart(f"{ns}/charts", "demo", "1.1.0")
+    cluster.wait(lambda: blocked_waits(cluster, "helmchart", f"{ns}-app"), lambda m: "1.1.0" in m)
+    refused = cluster.gate("approve", "freeze", "-n", ns, "--content", "1.1.0", "-m", "CHG-78")
+    assert refused.returncode == 1 and "does not wait behind gate" in refused.stderr, refused.stderr
+    done = cluster.gate("approve", "freeze", "-n", ns, "-m", "CHG-78")
+    assert done.returncode == 0, done.stderr
+    [recorded] = [a["content"] for a in approvals_on(cluster).values()]
+    assert re.fullmatch(
+        rf"chart demo 1\.1\.0\S*@sha256:[0-9a-f]{{64}} from HelmRepository/{ns}/charts \(values sha256:\S+\)",
+        recorded,
+    ), recorded
+    released = {"chartVersion": "1.1.0", "greeting": "hello", "mode": "none"}
+    assert wait_data(cluster, "app", released) == released, cluster.get("helmrelease", "app").get("status")
     assert cluster.wait(lambda: approvals_on(cluster), lambda a: not a, timeout=60) == {}

@@ -8,12 +8,17 @@ import json
 from datetime import timedelta
 
 import orjson
+import pytest
 
+from admission.cli.approve import pending_rows, to_approve
+from admission.cli.cluster import EXIT_DENIED, GateError
 from admission.core import approvals
+from admission.core import content
 from admission.core import names
 from admission.core.decision import Context, Settings, decide
 from admission.core.gates import evaluate
 from admission.core.gatespec import compile_gate
+from admission.core.holdmessage import HoldMessage, NewContent
 from admission.webhook import handlers
 from tests.builders import FLUX_USER, at, flux, gate, lookup_from, request
 from tests.conftest import FIXED_NOW
@@ -30,6 +35,7 @@ def stamped(
     by: str = "alice",
     expires: str = "2026-06-11T12:00:00Z",
     message: str = "CHG-1",
+    required: int = 1,
 ) -> str:
     return json.dumps(
         {
@@ -39,6 +45,7 @@ def stamped(
             "by": by,
             "at": "2026-06-10T11:00:00Z",
             "expires": expires,
+            "required": required,
         }
     )
 
@@ -108,10 +115,14 @@ def test_the_stamp_replaces_whatever_the_client_said_and_relays_keep_their_calle
     raw = json.dumps(
         {"content": GIT_B, "for": "*", "message": "m", "by": "mallory", "at": "1999-01-01T00:00:00Z"}
     )
-    out = json.loads(approvals.stamp(raw, "alice", FIXED_NOW, timedelta(hours=1)))
+    out = json.loads(approvals.stamp(raw, "alice", FIXED_NOW, timedelta(hours=1), under=approvals.Policy()))
     assert (out["by"], out["at"], out["expires"]) == ("alice", "2026-06-10T12:00:00Z", "2026-06-10T13:00:00Z")
     relay = "system:serviceaccount:gate-admission-system:gate-admission"
-    relayed = json.loads(approvals.stamp(raw, relay, FIXED_NOW, timedelta(hours=1), frozenset({relay})))
+    relayed = json.loads(
+        approvals.stamp(
+            raw, relay, FIXED_NOW, timedelta(hours=1), frozenset({relay}), under=approvals.Policy()
+        )
+    )
     assert relayed["by"] == f"mallory via {relay}"
 
 
@@ -160,26 +171,92 @@ def test_edits_stay_held_whatever_is_approved():
     assert decide(request("UPDATE", new, old), Context(lookup, FIXED_NOW, Settings())).held
 
 
-def test_a_chart_version_approval_covers_a_release_whose_values_stay():
-    gates = [freeze(annotations={KEY: stamped(content="6.6.0")})]
-    old = flux("HelmRelease", gates="flux-system/freeze", spec={}, status=hr_status())
-    same_values = flux(
+CHART_SPEC = {"chart": "podinfo", "sourceRef": {"kind": "HelmRepository", "name": "charts"}}
+CHART_A = "chart podinfo 6.6.0@sha256:aaaa from HelmRepository/flux-system/charts"
+
+
+def helm_objects(chart_digest: str = "sha256:aaaa", chart_name: str = "podinfo") -> tuple[dict, dict, dict]:
+    """A HelmRelease behind gate freeze (6.5.0, values v1 applied), its generated HelmChart
+    before and after it fetched 6.6.0 (at ``chart_digest``)."""
+    release = flux(
         "HelmRelease",
         gates="flux-system/freeze",
-        spec={},
-        status=hr_status(attempted=("6.6.0", "", "sha256:v1")),
+        spec={
+            "chart": {
+                "spec": {
+                    "chart": chart_name,
+                    "sourceRef": {"kind": "HelmRepository", "name": "charts", "namespace": "flux-system"},
+                }
+            }
+        },
+        status=hr_status(),
     )
-    new_values = flux(
+    labels = {names.HELM_NAME_LABEL: "podinfo", names.HELM_NAMESPACE_LABEL: "apps"}
+    spec = dict(CHART_SPEC, chart=chart_name)
+    old = flux("HelmChart", "apps-podinfo", "flux-system", labels=labels, spec=spec)
+    old["status"] = {"artifact": art("6.5.0", "sha256:5555")}
+    new = flux("HelmChart", "apps-podinfo", "flux-system", labels=labels, spec=spec)
+    new["status"] = {"artifact": art("6.6.0", chart_digest)}
+    return release, old, new
+
+
+def helm_context(approved: str, *objects: dict) -> Context:
+    known = {(o["kind"], o["metadata"]["namespace"], o["metadata"]["name"]): o for o in objects}
+    return Context(
+        lookup_from([freeze(annotations={KEY: stamped(content=approved)})]),
+        FIXED_NOW,
+        Settings(),
+        lambda kind, namespace, name: known.get((kind, namespace, name)),
+    )
+
+
+def chart_write(approved: str, chart_digest: str = "sha256:aaaa", chart_name: str = "podinfo"):
+    release, old, new = helm_objects(chart_digest, chart_name)
+    request_ = request("UPDATE", new, old, sub_resource="status", user=FLUX_USER)
+    return decide(request_, helm_context(approved, release, old))
+
+
+def release_write(
+    approved: str, values: str = "sha256:v1", serving: str = "sha256:aaaa", chart_name="podinfo"
+):
+    release, _, chart = helm_objects(serving, chart_name)
+    attempt = json.loads(json.dumps(release))
+    attempt["status"] = hr_status(attempted=("6.6.0", "", values))
+    request_ = request("UPDATE", attempt, release, sub_resource="status", user=FLUX_USER)
+    return decide(request_, helm_context(approved, release, chart))
+
+
+def test_a_chart_approval_names_source_chart_version_digest_and_values_and_lands_at_both_hold_points():
+    whole = f"{CHART_A} (values sha256:v1)"
+    # One approval lets the chart through its HelmChart, then the release that applies it.
+    assert not chart_write(whole).held
+    assert not release_write(whole).held
+    # The version alone, or the chart without the values, is not what was reviewed.
+    for partial in ("6.6.0", "6.6.0@sha256:aaaa", CHART_A, "6.6.0 (values sha256:v1)"):
+        assert chart_write(partial).held, partial
+        assert release_write(partial).held, partial
+    # Other bytes at that version, another chart at that version, other values: all wait.
+    assert chart_write(whole, chart_digest="sha256:bbbb").held
+    assert chart_write(whole, chart_name="other").held
+    assert release_write(whole, serving="sha256:bbbb").held
+    assert release_write(whole, chart_name="other").held
+    assert release_write(whole, values="sha256:v2").held
+    assert not release_write(f"{CHART_A} (values sha256:v2)", values="sha256:v2").held
+
+
+def test_an_oci_chart_approval_names_its_digest():
+    release = flux(
         "HelmRelease",
         gates="flux-system/freeze",
-        spec={},
-        status=hr_status(attempted=("6.6.0", "", "sha256:v2")),
+        spec={"chartRef": {"kind": "OCIRepository", "name": "podinfo"}},
+        status=hr_status(),
     )
-    context = Context(lookup_from(gates), FIXED_NOW, Settings())
-    assert not decide(
-        request("UPDATE", same_values, old, sub_resource="status", user=FLUX_USER), context
-    ).held
-    assert decide(request("UPDATE", new_values, old, sub_resource="status", user=FLUX_USER), context).held
+    for digest, held in (("sha256:0c1", False), ("sha256:bad", True)):
+        attempt = json.loads(json.dumps(release))
+        attempt["status"] = hr_status(attempted=("6.6.0+0c1", digest, "sha256:v1"))
+        approved = "chart 6.6.0+0c1@sha256:0c1 from OCIRepository/apps/podinfo (values sha256:v1)"
+        request_ = request("UPDATE", attempt, release, sub_resource="status", user=FLUX_USER)
+        assert decide(request_, helm_context(approved, release)).held is held, digest
 
 
 def test_landed_means_served_where_it_is_approved_and_waiting_nowhere():
@@ -230,3 +307,178 @@ def test_unchanged_approvals_and_toggles_are_not_judged():
     )
     assert same.response["allowed"] and "patch" not in same.response
     assert at("2026-06-10T12:00") == FIXED_NOW
+
+
+# -- the policy an approval was given under ----------------------------------------
+
+
+def _policy_review(old_spec: dict, new_spec: dict, annotations: dict, user: str = "alice"):
+    old = freeze(spec={"approvals": old_spec})
+    new = freeze(spec={"approvals": new_spec}, annotations=annotations)
+    return request("UPDATE", new, old, user={"username": user, "groups": []})
+
+
+def test_an_approval_in_the_write_that_loosens_the_policy_is_refused_by_both_entries():
+    context = Context(lookup_from([]), FIXED_NOW, Settings())
+    with_message = json.dumps({"content": GIT_B, "for": "*", "message": "CHG-1"})
+    without_message = json.dumps({"content": GIT_B, "for": "*"})
+    for old_spec, new_spec, value in (
+        ({"required": 2}, {"required": 1}, with_message),
+        ({"required": 2}, {}, with_message),
+        ({"messageRequired": True}, {"messageRequired": False}, without_message),
+    ):
+        for answer in (handlers.mutate, handlers.validate):
+            refused = answer(_policy_review(old_spec, new_spec, {KEY: value}), context).response
+            assert not refused["allowed"], (old_spec, new_spec, answer)
+            assert "loosens spec.approvals" in refused["status"]["message"], refused
+
+
+def test_the_stamp_records_the_stricter_policy_and_the_validating_entry_holds_it_to_that():
+    context = Context(lookup_from([]), FIXED_NOW, Settings())
+    raw = json.dumps({"content": GIT_B, "for": "*", "message": "CHG-1", "required": 1})
+    outcome = handlers.mutate(_policy_review({"required": 1}, {"required": 2}, {KEY: raw}), context)
+    ops = orjson.loads(base64.b64decode(outcome.response["patch"]))
+    assert json.loads(ops[0]["value"])["required"] == 2  # the client's 1 is replaced
+    # Without the mutating entry, a value claiming a looser policy is refused.
+    claimed = handlers.validate(
+        _policy_review({"required": 2}, {"required": 2}, {KEY: stamped(required=1)}), context
+    ).response
+    assert (
+        not claimed["allowed"] and "is not the gate's spec.approvals.required" in claimed["status"]["message"]
+    )
+    assert handlers.validate(
+        _policy_review({"required": 2}, {"required": 2}, {KEY: stamped(required=2)}), context
+    ).response["allowed"]
+
+
+def test_approvals_given_under_a_stricter_policy_stop_counting_when_it_is_lowered():
+    # alice approved while two approvers were required, then lowered it to one in a write of
+    # its own (which the approvals entries never see): her approval does not count.
+    lowered = freeze(spec={"approvals": {"required": 1}}, annotations={KEY: stamped(required=2)})
+    assert source_write([lowered]).held
+    state = evaluate(compile_gate(lowered), FIXED_NOW)
+    assert state.approvals == ()
+    assert any("given while spec.approvals.required was 2, now 1" in p for p in state.problems), (
+        state.problems
+    )
+    # An approval given after the lowering counts under it.
+    again = freeze(
+        spec={"approvals": {"required": 1}}, annotations={KEY: stamped(required=2), KEY2: stamped(required=1)}
+    )
+    assert not source_write([again]).held
+    # Raising the policy keeps earlier approvals counting: they still need distinct approvers.
+    raised = {"approvals": {"required": 2}}
+    assert source_write([freeze(spec=raised, annotations={KEY: stamped(required=1)})]).held
+    assert not source_write(
+        [freeze(spec=raised, annotations={KEY: stamped(required=1), KEY2: stamped(by="bob", required=2)})]
+    ).held
+    # Requiring a message later: an approval without one stops counting.
+    quiet = freeze(spec={"approvals": {"messageRequired": True}}, annotations={KEY: stamped(message="")})
+    assert source_write([quiet]).held
+
+
+def test_an_approval_that_does_not_say_its_policy_is_ignored_and_reported():
+    legacy = json.loads(stamped())
+    del legacy["required"]
+    state = evaluate(compile_gate(freeze(annotations={KEY: json.dumps(legacy)})), FIXED_NOW)
+    assert state.approvals == ()
+    assert any("does not say which spec.approvals.required" in p for p in state.problems)
+
+
+# -- whole identities, never display text ----------------------------------------
+
+
+def test_an_approval_is_compared_with_the_whole_revision_never_with_the_text_messages_show():
+    branch = "release/" + "x" * 182  # a branch name Git allows, ~190 characters
+    first, second = f"{branch}@sha1:{'1' * 40}", f"{branch}@sha1:{'2' * 40}"
+    assert not source_write([freeze(annotations={KEY: stamped(content=first)})], new_rev=first).held
+    assert source_write([freeze(annotations={KEY: stamped(content=first)})], new_rev=second).held
+    # What a message shows of a longer revision is cut: no approval of it lets anything through.
+    longer = f"{'y' * 600}@sha1:{'1' * 40}"
+    shown = source_write([freeze()], new_rev=longer).change or ""
+    cut = next(w for w in shown.split() if w.endswith("…"))
+    assert (
+        len(cut) == content.MAX_TEXT
+        and content.approval_of(flux("GitRepository"), cut, lambda *_: None) is None
+    )
+    assert source_write([freeze(annotations={KEY: stamped(content=cut)})], new_rev=longer).held
+    assert source_write([freeze(annotations={KEY: stamped(content=cut)})], new_rev=longer[:-1] + "2").held
+
+
+# -- kubectl gate approve: what it writes, whole ---------------------------------------------
+
+
+def held_by_freeze(obj: dict, waits: str, serves: str) -> dict:
+    """``obj`` with the hold condition the webhook writes while gate flux-system/freeze holds ``waits``."""
+    condition = content.of(obj["kind"]).hold_condition
+    message = HoldMessage.of(condition, ("gate 'flux-system/freeze' is closed",), NewContent(waits, serves))
+    obj.setdefault("status", {})["conditions"] = [
+        {
+            "type": condition,
+            "status": "True" if condition == names.BLOCKED_CONDITION else "False",
+            "reason": names.GATE_CLOSED_REASON,
+            "message": message.format(),
+        }
+    ]
+    return obj
+
+
+def test_approve_writes_the_whole_chart_and_refuses_content_that_is_not_exactly_what_waits():
+    release, old, _ = helm_objects()
+    chart = held_by_freeze(
+        old, CHART_A, "chart podinfo 6.5.0@sha256:5555 from HelmRepository/flux-system/charts"
+    )
+    whole = f"{CHART_A} (values sha256:v1)"
+    assert to_approve([release, chart], "flux-system/freeze", None, None) == ([whole], [])
+    assert to_approve([release, chart], "flux-system/freeze", None, whole) == ([whole], [])
+    for partial in ("6.6.0", "6.6.0 (values sha256:v1)", CHART_A, whole[:-1]):
+        with pytest.raises(GateError) as refused:
+            to_approve([release, chart], "flux-system/freeze", None, partial)
+        assert refused.value.code == EXIT_DENIED and f"waits {whole}" in str(refused.value), partial
+    [row] = pending_rows([release, chart], {}, FIXED_NOW)
+    assert row["approve"] == [
+        "kubectl gate approve freeze -n flux-system --for HelmChart/flux-system/apps-podinfo "
+        f"--content '{whole}' -m MESSAGE"
+    ]
+    # The release, held for new values once the chart landed: its chart as its HelmChart serves it.
+    _, _, landed = helm_objects()
+    values = held_by_freeze(release, "6.6.0 (values sha256:v2)", "6.5.0 (values sha256:v1)")
+    assert to_approve([values, landed], "flux-system/freeze", None, None) == (
+        [f"{CHART_A} (values sha256:v2)"],
+        [],
+    )
+
+
+def test_approve_refuses_what_a_message_shows_cut():
+    longer = f"{'y' * 600}@sha1:{'1' * 40}"
+    shown = source_write([freeze()], new_rev=longer).change or ""
+    cut = next(w for w in shown.split() if w.endswith("…"))
+    repo = held_by_freeze(flux("GitRepository", gates="flux-system/freeze", spec={}), cut, GIT_A)
+    with pytest.raises(GateError) as refused:
+        to_approve([repo], "flux-system/freeze", None, None)
+    assert "is not known whole" in str(refused.value)
+    with pytest.raises(GateError):
+        to_approve([repo], "flux-system/freeze", None, cut)
+
+
+def test_a_chart_approval_lands_once_the_chart_and_the_release_serve_it():
+    whole = f"{CHART_A} (values sha256:v1)"
+    approval = approvals.parse(KEY, stamped(content=whole))
+    chart, release = "HelmChart/flux-system/apps-podinfo", "HelmRelease/apps/podinfo"
+    # The chart landed; the release still waits for it at its source: not landed yet.
+    assert not approvals.landed(
+        approval,
+        [
+            approvals.Behind(chart, CHART_A, ()),
+            approvals.Behind(release, "6.5.0 (values sha256:v1)", (CHART_A,)),
+        ],
+    )
+    assert approvals.waiting_for(
+        approval, [approvals.Behind(release, "6.5.0 (values sha256:v1)", (CHART_A,))]
+    ) == [release]
+    assert approvals.landed(
+        approval,
+        [approvals.Behind(chart, CHART_A, ()), approvals.Behind(release, "6.6.0 (values sha256:v1)", ())],
+    )
+    # The same version with other values is not what it approved.
+    assert not approvals.pins(whole, "6.6.0 (values sha256:v2)") and not approvals.pins(whole, "6.6.0")

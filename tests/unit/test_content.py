@@ -349,6 +349,7 @@ def test_each_kind_with_content_holds_one_value_that_the_functions_by_kind_ask()
     values = {k.kind: k.content for k in kinds.FLUX_KINDS if k.content is not None}
     assert {type(v) for v in values.values()} == {
         contentkinds.Artifact,
+        contentkinds.ChartArtifact,  # a HelmChart's artifact: shown and approved as the chart it is
         contentkinds.LatestImage,
         contentkinds.AttemptedRevision,
         contentkinds.AttemptedRelease,
