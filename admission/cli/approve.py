@@ -30,7 +30,7 @@ from admission.core import halfrelease
 from admission.core import names
 from admission.core.conditions import holding_condition
 from admission.core.objects import annotations as annotations_of, label, metadata
-from admission.core.timefmt import parse_duration
+from admission.core.timefmt import format_duration, parse_duration
 
 
 def _target(obj: dict) -> str:
@@ -206,9 +206,15 @@ def cmd_approve(args: argparse.Namespace) -> int:
     expires = None
     if args.expires:
         try:
-            expires = utcnow() + parse_duration(args.expires)
+            lasts = parse_duration(args.expires)
         except ValueError as err:
             raise GateError(f"--expires: {err}", EXIT_USAGE) from None
+        if lasts > approvals.MAX_EXPIRY:
+            raise GateError(
+                f"--expires {args.expires}: an approval lasts at most {format_duration(approvals.MAX_EXPIRY)}",
+                EXIT_USAGE,
+            )
+        expires = utcnow() + lasts
     cluster = connect(args)
     namespace = args.namespace or cluster.namespace
     gate = _gate(cluster, namespace, args.name)
@@ -288,7 +294,7 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser, completes: Callable[.
     p.add_argument(
         "--expires",
         metavar="DURATION",
-        help="unused approvals end after this long (default: the gate's window, else 24h)",
+        help="unused approvals end after this long, 168h at most (default: the gate's window, else 24h)",
     )
     p.add_argument(
         "--withdraw", action="store_true", help="remove approvals (those of --content/--for, else all)"

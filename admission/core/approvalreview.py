@@ -7,6 +7,7 @@ The API server calls these entries only when an approval annotation is new or ch
 
 from __future__ import annotations
 
+from admission.core import approvalrecord
 from admission.core import approvals
 from admission.core import gatespec
 from admission.core import names
@@ -50,6 +51,9 @@ def judge(request: AdmissionRequest, context: Context, stamping: bool) -> tuple[
     spec = new.get("spec")
     policy, _ = approvals.parse_policy(spec if isinstance(spec, dict) else {})
     problems = [f"{key}: {why}" for key in keys if (why := approvals.refuse(written[key], policy))]
+    problems += approvalrecord.refusals(
+        old if isinstance(old, dict) else None, new, keys, context.now, stamped=not stamping
+    )
     if problems:
         return _refused(new, problems), {}
     user = request["userInfo"].get("username", "")

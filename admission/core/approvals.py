@@ -25,6 +25,11 @@ from admission.core.timefmt import format_time, parse_time
 CONTENT, FOR, MESSAGE, EXPIRES, BY, AT = "content", "for", "message", "expires", "by", "at"
 FIELDS = (CONTENT, FOR, MESSAGE, EXPIRES, BY, AT)
 DEFAULT_EXPIRY = timedelta(hours=24)  # a gate without spec.window: how long an unused approval lasts
+# The longest an approval lasts after it was stamped, whatever its ``expires`` says: an ended
+# approval is remembered at least this long after its annotation is withdrawn, so a copy of it
+# written back later is dead (admission.core.approvalrecord, docs/decisions/0070).
+MAX_EXPIRY = timedelta(days=7)
+CLOCK_SKEW = timedelta(minutes=1)  # how far ahead of this clock another pod's stamp may be
 MAX_TEXT = 512  # content and message: longer is refused (a revision is < 100 characters)
 MAX_REQUIRED = 10  # spec.approvals.required
 ID_LENGTH = 16  # hex digits of an approval's id: its key stays well under 63 characters
@@ -55,7 +60,11 @@ class Approval:
     expires: datetime
 
     def live(self, now: datetime) -> bool:
-        return now < self.expires
+        # Stamped in the future (beyond clock skew): not an approval yet, and not ended either.
+        return self.at - CLOCK_SKEW <= now < self.expires
+
+    def expired(self, now: datetime) -> bool:
+        return now >= self.expires
 
     def covers(self, targets: Iterable[str]) -> bool:
         return self.target == ANY or self.target in targets
@@ -227,9 +236,9 @@ def parse(key: str, raw: object) -> Approval:
         raise ValueError("content, for or message is missing or malformed")
     if not isinstance(by, str) or not by or AT not in found:
         raise ValueError("it was not recorded through the webhook (no by/at)")
-    return Approval(
-        key, content, str(target), message, by, parse_time(found[AT]), parse_time(found.get(EXPIRES))
-    )
+    at = parse_time(found[AT])
+    expires = min(parse_time(found.get(EXPIRES)), at + MAX_EXPIRY)  # written before the bound, or forged
+    return Approval(key, content, str(target), message, by, at, expires)
 
 
 def parse_all(annotations: Mapping[str, object]) -> tuple[tuple[Approval, ...], list[str]]:
