@@ -24,6 +24,7 @@ from admission.cli.cluster import (
     connect,
 )
 from admission.clock import utcnow
+from admission.core import approvalrecord
 from admission.core import approvals
 from admission.core import content
 from admission.core import halfrelease
@@ -90,6 +91,7 @@ def pending_rows(
         found = []
         for key in gate_keys:
             parsed, _ = approvals.parse_all(annotations_of(gates.get(key)))
+            parsed, _ = approvalrecord.counting(gates.get(key) or {}, parsed)  # ended ones admit nothing
             found += [
                 dict(a.row(), gate=key)
                 for a in parsed

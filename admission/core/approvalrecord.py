@@ -49,12 +49,18 @@ def _too_many(held: tuple[int, int], verb: str) -> str:
     )
 
 
-def ignored(gate: Object) -> str | None:
-    """Why none of a Gate's approvals counts (None: they do): it holds more than the bound."""
+def counting(
+    gate: Object, parsed: Iterable[approvals.Approval]
+) -> tuple[tuple[approvals.Approval, ...], str | None]:
+    """Of a Gate's ``parsed`` approvals, those that may count: none the controller ended (they
+    are listed in its status), and none at all when it holds more than the bound (its ended list
+    might not take one more ending: one could admit, fail to end, and admit again); and why
+    none counts then."""
     held = count(annotations_of(gate), approvals.ended(gate))
-    if sum(held) <= MAX_APPROVALS:
-        return None
-    return f"ignoring every approval: {_too_many(held, 'holds')}; withdraw some"
+    if sum(held) > MAX_APPROVALS:
+        return (), f"ignoring every approval: {_too_many(held, 'holds')}; withdraw some"
+    over = approvals.ended(gate)
+    return tuple(a for a in parsed if a.key.removeprefix(names.APPROVAL_ANNOTATION_PREFIX) not in over), None
 
 
 def _ended_at(entry: Entry) -> datetime | None:

@@ -123,12 +123,8 @@ def compile_gate(gate: dict[str, Any], keepers: Iterable[dict[str, Any]] = ()) -
         except ValueError as err:
             problems.append(f"ignoring {key}: {err}")
     approved, approval_problems = approvals_.parse_all(annotations)
-    over = approvals_.ended(gate)  # used or expired: the controller said so in the status
-    approved = tuple(a for a in approved if a.key.removeprefix(names.APPROVAL_ANNOTATION_PREFIX) not in over)
-    problems += approval_problems
-    if (too_many := approvalrecord.ignored(gate)) is not None:
-        approved = ()  # its ended list could not record one more ending: none may admit
-        problems.append(too_many)
+    approved, too_many = approvalrecord.counting(gate, approved)  # not ended, and not too many
+    problems += approval_problems + ([too_many] if too_many else [])
 
     closed_entries: list[tuple[str, GateEntry]] = []
     opened_entries: list[tuple[str, GateEntry]] = []

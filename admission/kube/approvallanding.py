@@ -212,11 +212,14 @@ class ApprovalLanding:
                 self.requests.pop((f"{key[0]}/{key[1]}", approval.key), None)
                 self.approvals_seen.get(key, {}).pop(approval.key, None)
                 self._announce(key, gate, entry["reason"], what, approval, now)
-            for entry in approvalrecord.newly_withdrawn(gate, written):
+            withdrawn = approvalrecord.newly_withdrawn(gate, written)
+            if withdrawn:  # one Event for all: withdrawing many at once is one act
+                shown = ", ".join(f"{e['id']} ({e['reason']} at {e[approvals.AT]})" for e in withdrawn[:10])
+                more = f" and {len(withdrawn) - 10} more" if len(withdrawn) > 10 else ""
                 message = (
-                    f"ended approval withdrawn: {entry['id']} ({entry['reason']} at {entry[approvals.AT]}); "
-                    f"it stays in {names.ENDED_APPROVALS_FIELD} for {format_duration(approvalrecord.REMEMBER)} "
-                    "after it ended"
+                    f"ended approval{'s' if len(withdrawn) > 1 else ''} withdrawn: {shown}{more}; listed in "
+                    f"{names.ENDED_APPROVALS_FIELD} until {format_duration(approvalrecord.REMEMBER)} after "
+                    "they ended, so a copy written back stays ended"
                 )
                 log.info(message, extra={"Gate": {"namespace": key[0], "name": key[1]}})
                 self._event(gate, names.APPROVAL_WITHDRAWN_EVENT, message, now)

@@ -22,7 +22,7 @@ from admission.core.gates import evaluate
 from admission.core.gatespec import approval_expiry, compile_gate
 from admission.core.timefmt import format_time
 from admission.webhook import handlers
-from tests.builders import lookup_from, request
+from tests.builders import flux, lookup_from, request
 from tests.conftest import FIXED_NOW
 from tests.unit.test_approvals import GIT_B, KEY, freeze, source_write, stamped
 
@@ -183,3 +183,36 @@ def test_kubectl_gate_approve_refuses_a_longer_expiry_before_connecting(capsys):
         ["approve", "freeze", "-m", "CHG-1", "--expires", "200h", "--kubeconfig", "/nope"]
     )
     assert code == 2 and "an approval lasts at most 168h0m0s" in capsys.readouterr().err
+
+
+def test_pending_shows_no_approval_that_ended_or_does_not_count():
+    from admission.cli.approve import pending_rows
+    from tests.unit.test_content import GIT_A as SERVED
+
+    held = flux(
+        "GitRepository",
+        gates="flux-system/freeze",
+        status={
+            "artifact": {"revision": SERVED},
+            "conditions": [
+                {
+                    "type": names.BLOCKED_CONDITION,
+                    "status": "True",
+                    "reason": names.GATE_CLOSED_REASON,
+                    "message": f"Reconciliation is blocked as gate 'flux-system/freeze' is closed: {GIT_B} waits, serving {SERVED}",
+                }
+            ],
+        },
+    )
+    used = freeze(annotations={KEY: stamped()})
+    rows = pending_rows([held], {"flux-system/freeze": used}, FIXED_NOW)
+    assert [a["by"] for a in rows[0]["approvals"]] == ["alice"]
+    used["status"] = {
+        names.ENDED_APPROVALS_FIELD: [
+            {"id": "a1", "reason": names.APPROVAL_USED_EVENT, "at": "2026-06-10T11:30:00Z"}
+        ]
+    }
+    rows = pending_rows([held], {"flux-system/freeze": used}, FIXED_NOW)
+    assert rows[0]["waits"] == GIT_B and rows[0]["approvals"] == []  # it will not land it again
+    crowded = freeze(annotations={**many(approvalrecord.MAX_APPROVALS, start=1), KEY: stamped()})
+    assert pending_rows([held], {"flux-system/freeze": crowded}, FIXED_NOW)[0]["approvals"] == []
