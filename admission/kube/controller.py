@@ -186,7 +186,7 @@ class Controller(ApprovalLanding):
             self.last_open[key] = was_open(gate.get("status"))
         desired = gate_status(gate, state, now, previous=self.written.get(key))
         if self.written.get(key) != desired and status_differs(gate, desired):
-            self.custom.patch_namespaced_custom_object_status(
+            stored = self.custom.patch_namespaced_custom_object_status(
                 names.GATING_GROUP,
                 names.GATING_VERSION,
                 key[0],
@@ -195,6 +195,8 @@ class Controller(ApprovalLanding):
                 {"status": desired},
             )
             self.written[key] = desired
+            if isinstance(stored, dict) and annotations_of(stored) == annotations_of(gate):
+                gate = stored  # the approvals judged, at its new resourceVersion (ending them needs it)
         before = self.last_open[key]
         self.last_open[key] = state.open
         if before is not None and before != state.open:
