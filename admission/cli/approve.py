@@ -24,13 +24,14 @@ from admission.cli.cluster import (
     connect,
 )
 from admission.clock import utcnow
+from admission.core import approvalrecord
 from admission.core import approvals
 from admission.core import content
 from admission.core import halfrelease
 from admission.core import names
 from admission.core.conditions import holding_condition
 from admission.core.objects import annotations as annotations_of, label, metadata
-from admission.core.timefmt import bounded, parse_duration
+from admission.core.timefmt import format_duration, parse_duration
 
 
 def _target(obj: dict) -> str:
@@ -104,6 +105,7 @@ def pending_rows(
             stored = gates.get(key) or {}
             policy, _ = approvals.parse_policy(stored.get("spec") or {})
             parsed, _ = approvals.parse_all(annotations_of(stored), policy)
+            parsed, _ = approvalrecord.counting(stored, parsed)  # ended ones admit nothing
             found += [
                 dict(a.row(), gate=key)
                 for a in parsed
@@ -246,9 +248,15 @@ def cmd_approve(args: argparse.Namespace) -> int:
     expires = None
     if args.expires:
         try:
-            expires = bounded(utcnow() + parse_duration(args.expires))
-        except (ValueError, OverflowError) as err:  # an expiry this late would not be read back
+            lasts = parse_duration(args.expires)
+        except (ValueError, OverflowError) as err:
             raise GateError(f"--expires: {err}", EXIT_USAGE) from None
+        if lasts > approvals.MAX_EXPIRY:
+            raise GateError(
+                f"--expires {args.expires}: an approval lasts at most {format_duration(approvals.MAX_EXPIRY)}",
+                EXIT_USAGE,
+            )
+        expires = utcnow() + lasts
     cluster = connect(args)
     namespace = args.namespace or cluster.namespace
     gate = _gate(cluster, namespace, args.name)
@@ -318,7 +326,7 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser, completes: Callable[.
     p.add_argument(
         "--expires",
         metavar="DURATION",
-        help="unused approvals end after this long (default: the gate's window, else 24h)",
+        help="unused approvals end after this long, 168h at most (default: the gate's window, else 24h)",
     )
     p.add_argument(
         "--withdraw", action="store_true", help="remove approvals (those of --content/--for, else all)"

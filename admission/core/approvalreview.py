@@ -11,6 +11,7 @@ these entries never see, cannot make it count either.
 
 from __future__ import annotations
 
+from admission.core import approvalrecord
 from admission.core import approvals
 from admission.core import gatespec
 from admission.core import names
@@ -67,6 +68,9 @@ def judge(request: AdmissionRequest, context: Context, stamping: bool) -> tuple[
         return _refused(new, problems), {}
     policy = before.stricter(policy)
     problems = [f"{key}: {why}" for key in keys if (why := approvals.refuse(written[key], policy))]
+    problems += approvalrecord.refusals(
+        old if isinstance(old, dict) else None, new, keys, context.now, stamped=not stamping
+    )
     if problems:
         return _refused(new, problems), {}
     user = request["userInfo"].get("username", "")

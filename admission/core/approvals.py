@@ -30,6 +30,11 @@ CONTENT, FOR, MESSAGE, EXPIRES, BY, AT = "content", "for", "message", "expires",
 REQUIRED = "required"  # stamped: spec.approvals.required in force when it was given
 FIELDS = (CONTENT, FOR, MESSAGE, EXPIRES, BY, AT, REQUIRED)
 DEFAULT_EXPIRY = timedelta(hours=24)  # a gate without spec.window: how long an unused approval lasts
+# The longest an approval lasts after it was stamped, whatever its ``expires`` says: an ended
+# approval is remembered at least this long after its annotation is withdrawn, so a copy of it
+# written back later is dead (admission.core.approvalrecord, docs/decisions/0070).
+MAX_EXPIRY = timedelta(days=7)
+CLOCK_SKEW = timedelta(minutes=1)  # how far ahead of this clock another pod's stamp may be
 MAX_TEXT = 512  # content and message: longer is refused (a revision is < 100 characters)
 MAX_REQUIRED = 10  # spec.approvals.required
 ID_LENGTH = 16  # hex digits of an approval's id: its key stays well under 63 characters
@@ -61,7 +66,11 @@ class Approval:
     required: int = 1  # the approvers the gate asked for when it was given
 
     def live(self, now: datetime) -> bool:
-        return now < self.expires
+        # Stamped in the future (beyond clock skew): not an approval yet, and not ended either.
+        return self.at - CLOCK_SKEW <= now < self.expires
+
+    def expired(self, now: datetime) -> bool:
+        return now >= self.expires
 
     def covers(self, targets: Iterable[str]) -> bool:
         return self.target == ANY or self.target in targets
@@ -257,16 +266,9 @@ def parse(key: str, raw: object) -> Approval:
     required = found.get(REQUIRED)
     if isinstance(required, bool) or not isinstance(required, int) or not 1 <= required <= MAX_REQUIRED:
         raise ValueError("it does not say which spec.approvals.required it was given under: approve again")
-    return Approval(
-        key,
-        content,
-        str(target),
-        message,
-        by,
-        parse_time(found[AT]),
-        parse_time(found.get(EXPIRES)),
-        required,
-    )
+    at = parse_time(found[AT])
+    expires = min(parse_time(found.get(EXPIRES)), at + MAX_EXPIRY)  # written before the bound, or forged
+    return Approval(key, content, str(target), message, by, at, expires, required)
 
 
 def does_not_count(approval: Approval, policy: Policy) -> str | None:

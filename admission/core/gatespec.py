@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Iterable, TypeAlias
 
+from admission.core import approvalrecord
 from admission.core import approvals as approvals_
 from admission.core import names
 from admission.core.approvals import Approval
@@ -140,9 +141,8 @@ def compile_gate(gate: dict[str, Any], keepers: Iterable[dict[str, Any]] = ()) -
             problems.append(f"ignoring {key}: {err}")
     # Counted under the policy now: lowering it never makes an approval given before count.
     approved, approval_problems = approvals_.parse_all(annotations, approval_policy)
-    over = approvals_.ended(gate)  # used or expired: the controller said so in the status
-    approved = tuple(a for a in approved if a.key.removeprefix(names.APPROVAL_ANNOTATION_PREFIX) not in over)
-    problems += approval_problems
+    approved, too_many = approvalrecord.counting(gate, approved)  # not ended, and not too many
+    problems += approval_problems + ([too_many] if too_many else [])
 
     closed_entries: list[tuple[str, GateEntry]] = []
     opened_entries: list[tuple[str, GateEntry]] = []
@@ -227,6 +227,7 @@ def _keeper_entries(spec: dict[str, Any]) -> tuple[list[Entry], list[Entry]]:
 
 
 def approval_expiry(gate: dict[str, Any]) -> timedelta:
-    """How long an approval written without ``expires`` lasts: the gate's window, else a day."""
+    """How long an approval written without ``expires`` lasts: the gate's window, else a day (at
+    most ``approvals.MAX_EXPIRY``)."""
     spec = _spec(gate) or {}
-    return _go_duration(spec, "window", []) or approvals_.DEFAULT_EXPIRY
+    return min(_go_duration(spec, "window", []) or approvals_.DEFAULT_EXPIRY, approvals_.MAX_EXPIRY)

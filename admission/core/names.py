@@ -24,6 +24,8 @@ APPROVAL_ANY_TARGET = "*"  # an approval "for" every object behind the gate
 # A Gate's status list of approvals that ended (used or expired): written by the controller, which
 # may write a Gate's status but not the Gate (it must not be able to open one).
 ENDED_APPROVALS_FIELD = "endedApprovals"
+ENDED_APPROVALS_MAX_ITEMS = 256  # the CRD's maxItems for it (admission.core.approvalrecord stays below)
+WITHDRAWN_AT_FIELD = "withdrawnAt"  # on an ended approval whose annotation was withdrawn since
 
 # On Flux objects.
 GATES_ANNOTATION = f"{GATING_GROUP}/gates"
@@ -61,6 +63,7 @@ REASON_APPROVED = "ContentApproved"  # a closed gate counted open for one write 
 APPROVAL_RECORDED_EVENT = "ApprovalRecorded"
 APPROVAL_USED_EVENT = "ApprovalUsed"  # its content landed: the controller ends it (ENDED_APPROVALS_FIELD)
 APPROVAL_EXPIRED_EVENT = "ApprovalExpired"
+APPROVAL_WITHDRAWN_EVENT = "ApprovalWithdrawn"  # its annotation was removed (live, or ended before)
 
 # How a Flux object's gates combine (its require annotation).
 Require = Literal["all", "oneOf"]

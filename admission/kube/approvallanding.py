@@ -6,13 +6,14 @@ import logging
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from admission.core import approvalrecord
 from admission.core import approvals
 from admission.core import content
 from admission.core import names
 from admission.core.gates import GateState
-from admission.core.objects import metadata
+from admission.core.objects import annotations as annotations_of, mapping, metadata
 from admission.kube.client import CALL_ERRORS, describe_error
-from admission.core.timefmt import format_distinct_time
+from admission.core.timefmt import format_distinct_time, format_duration
 
 if TYPE_CHECKING:
     from kubernetes import client
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("admission.controller")
 Key = tuple[str, str, str]  # kind, namespace, name
+CONFLICT_RETRIES = 5  # writes of a Gate's ended approvals, each after reading the Gate again
 
 
 def kind_key(kind: str, obj: dict[str, Any] | None) -> Key:
@@ -36,9 +38,8 @@ class ApprovalLanding:
     custom: client.CustomObjectsApi
     flux: FluxCache
     notifier: FluxNotifier | None
-    approvals_seen: dict[tuple[str, str], set[str]]  # approval keys seen per gate
-    gone: set[str]  # approvals ended (used or expired), until the watch shows it
-    ended: dict[tuple[str, str], dict[str, dict[str, str]]]  # what this process wrote, per gate
+    approvals_seen: dict[tuple[str, str], dict[str, approvals.Approval]]  # announced, per gate
+    gone: dict[tuple[str, str], set[str]]  # per gate: approvals this process ended, until its cache shows it
     # (gate "ns/name", approval key) -> (reconcile requests made for it - 1, when the next is due)
     requests: dict[tuple[str, str], tuple[int, datetime]]
 
@@ -68,38 +69,57 @@ class ApprovalLanding:
         return found
 
     def _approvals(self, key: tuple[str, str], gate: dict, state: GateState, now: datetime) -> None:
-        """Announce new approvals and have what they approve land at once; end the used and the
-        expired ones (in the Gate's status), each with an Event."""
-        live = {a.key: a for a in state.approvals if a.key not in self.gone}
-        self.gone &= set(a.key for a in state.approvals)  # the watch has not shown the removal yet
-        seen = self.approvals_seen.setdefault(key, set())
-        fresh = [a for k, a in live.items() if k not in seen]
-        seen.intersection_update(live)
-        seen.update(k for k, a in live.items() if a.live(now))
+        """Announce new (and rewritten) approvals and have what they approve land at once; end
+        the used and the expired ones (in the Gate's status), announce the withdrawn ones, each
+        with an Event."""
+        gone = self.gone.setdefault(key, set())
+        gone &= {a.key for a in state.approvals}  # this gate's own: the others' caches may lag
+        live = {a.key: a for a in state.approvals if a.key not in gone}
+        seen = self.approvals_seen.setdefault(key, {})
+        annotated = set(approvals.keys(annotations_of(gate)))
+        over = approvals.ended(gate)
+        for withdrawn in [seen.pop(k) for k in list(seen) if k not in annotated]:
+            if withdrawn.key.removeprefix(names.APPROVAL_ANNOTATION_PREFIX) not in over:
+                self._announce(
+                    key, gate, names.APPROVAL_WITHDRAWN_EVENT, "approval withdrawn", withdrawn, now
+                )
+        fresh = [a for k, a in live.items() if seen.get(k) != a]  # new, or rewritten under its key
+        seen.update((k, a) for k, a in live.items() if a.live(now))
         gate_key = f"{key[0]}/{key[1]}"
         for request in [r for r in self.requests if r[0] == gate_key and r[1] not in live]:
             del self.requests[request]  # withdrawn, or removed by an earlier pass
-        if not live:
-            return
-        behind = self._behind(gate_key) if self.flux.untrusted() is None else None
+        behind = self._behind(gate_key) if live and self.flux.untrusted() is None else None
         for approval in fresh:
             if approval.live(now):
-                self._event(gate, names.APPROVAL_RECORDED_EVENT, approval.describe(), now)
-                self._notify(gate, names.APPROVAL_RECORDED_EVENT, approval.describe(), approval, now)
-                log.info(
-                    "approval recorded",
-                    extra={"Gate": {"namespace": key[0], "name": key[1]}, "approval": approval.describe()},
-                )
+                self._announce(key, gate, names.APPROVAL_RECORDED_EVENT, "", approval, now)
                 self.requests[(gate_key, approval.key)] = (-1, now)  # due at once (or once Flux is trusted)
         if behind is not None:
             self._request_reconciles_for(gate_key, list(live.values()), behind, now)
+        endings = []
         for approval in live.values():
-            if not approval.live(now):
-                self._end_approval(
-                    key, gate, approval, names.APPROVAL_EXPIRED_EVENT, "approval expired unused", now
-                )
-            elif behind is not None and approvals.landed(approval, [b for _, _, b in behind]):
-                self._end_approval(key, gate, approval, names.APPROVAL_USED_EVENT, "approval used", now)
+            if approval.expired(now):
+                endings.append((approval, names.APPROVAL_EXPIRED_EVENT, "approval expired unused"))
+            elif (
+                behind is not None
+                and approval.live(now)
+                and approvals.landed(approval, [b for _, _, b in behind])
+            ):
+                endings.append((approval, names.APPROVAL_USED_EVENT, "approval used"))
+        self._keep_record(key, gate, endings, now)
+
+    def _announce(
+        self,
+        key: tuple[str, str],
+        gate: dict,
+        reason: str,
+        what: str,
+        approval: approvals.Approval,
+        now: datetime,
+    ) -> None:
+        message = f"{what}: {approval.describe()}" if what else approval.describe()
+        log.info(message, extra={"Gate": {"namespace": key[0], "name": key[1]}, "reason": reason})
+        self._event(gate, reason, message, now)
+        self._notify(gate, reason, message, approval, now)
 
     def _request_reconciles_for(
         self,
@@ -137,43 +157,73 @@ class ApprovalLanding:
         """When a reconcile request for approved content is due next (the loop wakes then)."""
         return min((at for _, at in self.requests.values()), default=None)
 
-    def _end_approval(
+    def _keep_record(
         self,
         key: tuple[str, str],
         gate: dict,
-        approval: approvals.Approval,
-        reason: str,
-        what: str,
+        endings: list[tuple[approvals.Approval, str, str]],
         now: datetime,
     ) -> None:
+        """End ``endings`` in the Gate's ``status.endedApprovals`` and keep that list
+        (``approvalrecord.record``: withdrawn entries marked, long-withdrawn ones dropped), in one
+        write made only if the Gate is still the one they were judged on (its resourceVersion):
+        another writer (a leader before this one, a withdrawal) makes it conflict, and the Gate
+        is read again and the write redone, so no entry is lost and no rewritten approval ended."""
         # Ended in the Gate's status, not by removing the annotation: the controller may write a
-        # Gate's status, never the Gate itself (that would let it open gates). The list is the
-        # stored one and those this process ended since (the cache may not show them yet), kept
-        # to approvals still annotated.
-        annotated = {
-            k.removeprefix(names.APPROVAL_ANNOTATION_PREFIX)
-            for k in approvals.keys(metadata(gate).get("annotations") or {})
-        }
-        ended = {**approvals.ended(gate), **self.ended.get(key, {})}
-        entry = approvals.ended_entry(approval, reason, now)
-        ended[entry["id"]] = entry
-        ended = {i: e for i, e in ended.items() if i in annotated}
-        body = {"status": {names.ENDED_APPROVALS_FIELD: sorted(ended.values(), key=lambda e: e["id"])}}
-        try:
-            self.custom.patch_namespaced_custom_object_status(
-                names.GATING_GROUP, names.GATING_VERSION, key[0], names.GATE_PLURAL, key[1], body
-            )
-        except CALL_ERRORS as err:
-            log.warning("approval not ended", extra={"approval": approval.key, "error": describe_error(err)})
+        # Gate's status, never the Gate itself (that would let it open gates).
+        judged = annotations_of(gate)
+        for attempt in range(CONFLICT_RETRIES):
+            current, over = annotations_of(gate), approvals.ended(gate)
+            ending = [
+                (approval, approvals.ended_entry(approval, reason, now), what)
+                for approval, reason, what in endings
+                if current.get(approval.key) == judged.get(approval.key)
+                and approval.key.removeprefix(names.APPROVAL_ANNOTATION_PREFIX) not in over
+            ]
+            written = approvalrecord.record(gate, [entry for _, entry, _ in ending], now)
+            if written == approvalrecord.stored(gate):
+                return
+            version = metadata(gate).get("resourceVersion")
+            body: dict = {"status": {names.ENDED_APPROVALS_FIELD: written}}
+            if version:
+                body["metadata"] = {"resourceVersion": version}
+            try:
+                self.custom.patch_namespaced_custom_object_status(
+                    names.GATING_GROUP, names.GATING_VERSION, key[0], names.GATE_PLURAL, key[1], body
+                )
+            except CALL_ERRORS as err:
+                if getattr(err, "status", None) == 409 and attempt + 1 < CONFLICT_RETRIES:
+                    try:
+                        gate = mapping(
+                            self.custom.get_namespaced_custom_object(
+                                names.GATING_GROUP, names.GATING_VERSION, key[0], names.GATE_PLURAL, key[1]
+                            )
+                        )
+                        continue
+                    except CALL_ERRORS as reread:
+                        err = reread
+                log.warning(
+                    "approvals not ended",
+                    extra={"Gate": {"namespace": key[0], "name": key[1]}, "error": describe_error(err)},
+                )
+                return
+            for approval, entry, what in ending:
+                self.gone.setdefault(key, set()).add(approval.key)
+                self.requests.pop((f"{key[0]}/{key[1]}", approval.key), None)
+                self.approvals_seen.get(key, {}).pop(approval.key, None)
+                self._announce(key, gate, entry["reason"], what, approval, now)
+            withdrawn = approvalrecord.newly_withdrawn(gate, written)
+            if withdrawn:  # one Event for all: withdrawing many at once is one act
+                shown = ", ".join(f"{e['id']} ({e['reason']} at {e[approvals.AT]})" for e in withdrawn[:10])
+                more = f" and {len(withdrawn) - 10} more" if len(withdrawn) > 10 else ""
+                message = (
+                    f"ended approval{'s' if len(withdrawn) > 1 else ''} withdrawn: {shown}{more}; listed in "
+                    f"{names.ENDED_APPROVALS_FIELD} until {format_duration(approvalrecord.REMEMBER)} after "
+                    "they ended, so a copy written back stays ended"
+                )
+                log.info(message, extra={"Gate": {"namespace": key[0], "name": key[1]}})
+                self._event(gate, names.APPROVAL_WITHDRAWN_EVENT, message, now)
             return
-        self.ended[key] = ended
-        self.gone.add(approval.key)
-        self.requests.pop((f"{key[0]}/{key[1]}", approval.key), None)
-        self.approvals_seen.get(key, set()).discard(approval.key)
-        message = f"{what}: {approval.describe()}"
-        log.info(message, extra={"Gate": {"namespace": key[0], "name": key[1]}})
-        self._event(gate, reason, message, now)
-        self._notify(gate, reason, message, approval, now)
 
     def _notify(
         self, gate: dict, reason: str, message: str, approval: approvals.Approval, now: datetime

@@ -100,9 +100,8 @@ class Controller(ApprovalLanding):
         self.pending: set[tuple[str, str]] = set()  # gates opened while the Flux cache was untrusted
         self.suspended: dict[Key, bool] = {}  # held by a suspension at the last pass
         self._suspendable: set[Key] = set()  # objects that carry (or carried) a suspension annotation
-        self.approvals_seen: dict[tuple[str, str], set[str]] = {}  # approval keys seen per gate
-        self.gone: set[str] = set()  # approvals ended (used or expired), until the watch shows it
-        self.ended: dict[tuple[str, str], dict[str, dict[str, str]]] = {}  # what this process wrote, per gate
+        self.approvals_seen: dict[tuple[str, str], dict] = {}  # approvals announced, per gate
+        self.gone: dict[tuple[str, str], set[str]] = {}  # approvals this process ended, per gate
         # (gate "ns/name", approval key) -> (reconcile requests made for it - 1, when the next is due)
         self.requests: dict[tuple[str, str], tuple[int, datetime]] = {}
         self._lock = threading.Lock()
@@ -170,6 +169,8 @@ class Controller(ApprovalLanding):
         for key in set(self.last_open) - seen:  # deleted gates
             self.last_open.pop(key, None)
             self.written.pop(key, None)
+            self.approvals_seen.pop(key, None)
+            self.gone.pop(key, None)
         for request in [r for r in self.requests if tuple(r[0].split("/", 1)) not in seen]:
             del self.requests[request]
         due = self.next_request()
@@ -189,7 +190,7 @@ class Controller(ApprovalLanding):
             self.last_open[key] = was_open(gate.get("status"))
         desired = gate_status(gate, state, now, previous=self.written.get(key))
         if self.written.get(key) != desired and status_differs(gate, desired):
-            self.custom.patch_namespaced_custom_object_status(
+            stored = self.custom.patch_namespaced_custom_object_status(
                 names.GATING_GROUP,
                 names.GATING_VERSION,
                 key[0],
@@ -198,6 +199,8 @@ class Controller(ApprovalLanding):
                 {"status": desired},
             )
             self.written[key] = desired
+            if isinstance(stored, dict) and annotations_of(stored) == annotations_of(gate):
+                gate = stored  # the approvals judged, at its new resourceVersion (ending them needs it)
         before = self.last_open[key]
         self.last_open[key] = state.open
         if before is not None and before != state.open:

@@ -27,6 +27,7 @@ import threading
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from admission.core import names
 from tests.doubles.mergepatch import merged
 
 _SERDE = client.ApiClient()
@@ -126,12 +127,11 @@ class FakeKube:
             precondition = (body.get("metadata") or {}).get("resourceVersion")
             if precondition is not None and precondition != current["metadata"]["resourceVersion"]:
                 raise _error(409, "Conflict")
-            return self._put(
-                plural,
-                namespace,
-                name,
-                {**current, "status": merged(current.get("status"), body.get("status"))},
-            )
+            status = merged(current.get("status"), body.get("status"))
+            ended = (status or {}).get(names.ENDED_APPROVALS_FIELD) or []
+            if plural == names.GATE_PLURAL and len(ended) > names.ENDED_APPROVALS_MAX_ITEMS:
+                raise _error(422, "Unprocessable Entity")  # the Gate CRD's maxItems
+            return self._put(plural, namespace, name, {**current, "status": status})
 
     # -- CoreV1Api: Events ----------------------------------------------------------------
     def create_namespaced_event(self, namespace: str, body: dict):
