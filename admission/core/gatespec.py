@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 from typing import Any, Iterable, TypeAlias
 
 from admission.core import approvals as approvals_
+from admission.core import approvalseal
 from admission.core import names
 from admission.core.approvals import Approval
 from admission.core.calendarentries import CalendarEntry, CalendarGuard, keeper_calendars
@@ -50,8 +51,9 @@ class CompiledGate:
     # Why the gate's definition cannot be known (a gates file that may define or schedule it
     # was never read whole): closed, reason Unknown, whatever else is known of it.
     unknown: str | None = None
-    approvals: tuple[Approval, ...] = ()
+    approvals: tuple[Approval, ...] = ()  # sealed by the webhook: these may count
     required_approvals: int = 1
+    unverified_approvals: tuple[Approval, ...] = ()  # shown as unverified, never counted
 
     @property
     def fixed(self) -> bool:
@@ -82,8 +84,11 @@ def _go_duration(spec: dict[str, Any], key: str, errors: list[str]) -> timedelta
     return value
 
 
-def compile_gate(gate: dict[str, Any], keepers: Iterable[dict[str, Any]] = ()) -> CompiledGate:
-    """Parse a Gate and the GateKeepers that name it; errors make it Invalid, never raise."""
+def compile_gate(
+    gate: dict[str, Any], keepers: Iterable[dict[str, Any]] = (), approval_key: bytes | None = None
+) -> CompiledGate:
+    """Parse a Gate and the GateKeepers that name it; errors make it Invalid, never raise.
+    ``approval_key`` verifies the webhook's seal on approvals: without it none counts."""
     meta = metadata(gate)
     namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
     errors: list[str] = []
@@ -121,10 +126,16 @@ def compile_gate(gate: dict[str, Any], keepers: Iterable[dict[str, Any]] = ()) -
             toggles.append(Toggle(parse_time(raw), is_open))
         except ValueError as err:
             problems.append(f"ignoring {key}: {err}")
-    approved, approval_problems = approvals_.parse_all(annotations)
+    parsed, approval_problems = approvals_.parse_all(annotations, str(meta.get("uid") or ""), approval_key)
     over = approvals_.ended(gate)  # used or expired: the controller said so in the status
-    approved = tuple(a for a in approved if a.key.removeprefix(names.APPROVAL_ANNOTATION_PREFIX) not in over)
+    parsed = tuple(a for a in parsed if a.key.removeprefix(names.APPROVAL_ANNOTATION_PREFIX) not in over)
+    approved = tuple(a for a in parsed if a.unverified is None)
+    unverified = tuple(a for a in parsed if a.unverified is not None)
     problems += approval_problems
+    # A reader without the key (kubectl gate) cannot tell: not the approval's problem.
+    problems += [
+        f"ignoring {a.key}: {a.unverified}" for a in unverified if a.unverified != approvalseal.NO_KEY
+    ]
 
     closed_entries: list[tuple[str, GateEntry]] = []
     opened_entries: list[tuple[str, GateEntry]] = []
@@ -171,6 +182,7 @@ def compile_gate(gate: dict[str, Any], keepers: Iterable[dict[str, Any]] = ()) -
         tuple(sorted(keeper_names)),
         approvals=approved,
         required_approvals=approval_policy.required,
+        unverified_approvals=unverified,
     )
 
 
