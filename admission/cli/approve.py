@@ -87,14 +87,13 @@ def pending_rows(
         if namespace and meta.get("namespace") != namespace and not only:
             continue
         target = _target(obj)
-        found = []
+        found, unverified = [], []
         for key in gate_keys:
+            # No approval key here: verified only as the Gate's status (the controller's) lists it.
             parsed, _ = approvals.parse_all(annotations_of(gates.get(key)))
-            found += [
-                dict(a.row(), gate=key)
-                for a in parsed
-                if a.live(now) and a.covers((target,)) and approvals.pins(a.content, waiting.waits)
-            ]
+            for a in approvals.read_without_key(parsed, gates.get(key) or {}):
+                if a.live(now) and a.covers((target,)) and approvals.pins(a.content, waiting.waits):
+                    (found if a.unverified is None else unverified).append(dict(a.row(), gate=key))
         condition = holding_condition(obj, str(obj.get("kind")))
         rows.append(
             {
@@ -106,6 +105,7 @@ def pending_rows(
                 "since": condition.get("lastTransitionTime") if condition else None,
                 "gates": gate_keys,
                 "approvals": found,
+                "unverifiedApprovals": unverified,
                 "approve": [approve_command(key, target, waiting.waits) for key in gate_keys],
                 "warnings": halfrelease.warnings(obj, get, listing),
             }
@@ -170,7 +170,13 @@ def cmd_pending(args: argparse.Namespace) -> int:
             {
                 **r,
                 "gates": ", ".join(r["gates"]),
-                "approvals": ", ".join(sorted({a["by"] for a in r["approvals"]})) or "none",
+                "approvals": ", ".join(
+                    sorted(
+                        {a["by"] for a in r["approvals"]}
+                        | {f"{a['by']} (unverified)" for a in r["unverifiedApprovals"]}
+                    )
+                )
+                or "none",
             }
             for r in rows
         ]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Iterable, Mapping
 
@@ -313,6 +313,33 @@ def vouched(gate: Mapping[str, object]) -> dict[str, dict[str, str]]:
         for r in rows or []
         if isinstance(r, dict) and isinstance(r.get("id"), str) and UNVERIFIED not in r
     }
+
+
+NOT_VOUCHED = (
+    "the Gate's status does not list it as verified: the controller, which holds the key, "
+    "has not verified it (yet)"
+)
+
+
+def read_without_key(approvals: Iterable[Approval], gate: Mapping[str, object]) -> tuple[Approval, ...]:
+    """``approvals`` as a reader without the key (``kubectl gate``) may show them: verified
+    where the Gate's status lists exactly this approval as verified (``vouched``), else
+    unverified, with the controller's reason when its status gives one."""
+    listed = vouched(gate)
+    status = gate.get("status")
+    rows = status.get("unverifiedApprovals") if isinstance(status, dict) else None
+    why = {str(r.get("id")): str(r.get(UNVERIFIED)) for r in rows or [] if isinstance(r, dict)}
+    shown = []
+    for a in approvals:
+        if a.unverified != approvalseal.NO_KEY:
+            shown.append(a)
+            continue
+        row = {k: v for k, v in a.row().items() if k != UNVERIFIED}
+        if listed.get(row["id"]) == row:
+            shown.append(replace(a, unverified=None))
+        else:
+            shown.append(replace(a, unverified=why.get(row["id"]) or NOT_VOUCHED))
+    return tuple(shown)
 
 
 def ended(gate: Mapping[str, object]) -> dict[str, dict[str, str]]:

@@ -356,3 +356,35 @@ def test_a_relayed_name_is_shown_and_never_counted_as_an_approver():
     assert source_write([two]).held  # one token, one approver, whatever names its callers gave
     one = evaluate(compile_gate(two, approval_key=APPROVAL_KEY), FIXED_NOW).approvals[0]
     assert "(requested by 'alice', unverified)" in one.describe() or "'bob'" in one.describe()
+
+
+def test_kubectl_gate_pending_without_the_key_counts_only_what_the_controller_verified():
+    from admission.cli.approve import pending_rows
+
+    recorded = freeze(annotations={KEY: stamped(), KEY2: stamped(by="mallory")})
+    # The controller (it holds the key) verified KEY only, as its status says; KEY2 is forged.
+    state = evaluate(compile_gate(recorded, approval_key=APPROVAL_KEY), FIXED_NOW)
+    forged = copy.deepcopy(recorded)
+    forged["metadata"]["annotations"][KEY2] = stamped(by="mallory")  # its seal dropped
+    recorded["status"] = gate_status(recorded, state, FIXED_NOW)
+    forged["status"] = recorded["status"]
+    forged["status"]["approvals"] = [r for r in forged["status"]["approvals"] if r["id"] == "a1"]
+    held = flux("GitRepository", gates="flux-system/freeze", status={"artifact": art(GIT_A)})
+    held["status"]["conditions"] = [
+        {
+            "type": names.BLOCKED_CONDITION,
+            "status": "True",
+            "reason": names.GATE_CLOSED_REASON,
+            "lastTransitionTime": "2026-06-10T11:00:00Z",
+            "message": f"Reconciliation is blocked as gate 'flux-system/freeze' is closed: {GIT_B} waits, serving {GIT_A}",
+        }
+    ]
+    [row] = pending_rows([held], {"flux-system/freeze": forged}, FIXED_NOW)
+    assert [a["by"] for a in row["approvals"]] == ["alice"]
+    assert [(a["by"], a["unverified"]) for a in row["unverifiedApprovals"]] == [
+        ("mallory", approvals.NOT_VOUCHED)
+    ]
+    # A status entry that does not match what the annotation now says vouches for nothing.
+    forged["metadata"]["annotations"][KEY] = stamped(message="changed afterwards")
+    [row] = pending_rows([held], {"flux-system/freeze": forged}, FIXED_NOW)
+    assert row["approvals"] == [] and len(row["unverifiedApprovals"]) == 2
