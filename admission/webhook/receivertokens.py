@@ -87,16 +87,14 @@ def parse(raw: bytes) -> list[Token]:
     text = raw.decode("utf-8", errors="strict").strip()
     if not text:
         raise ValueError("the file is empty")
-    if not text.lstrip().startswith("-"):
-        if any(c.isspace() for c in text):
-            raise ValueError("a bare token has no spaces; a list of tokens is YAML starting with '- '")
+    if not any(c.isspace() for c in text):  # a YAML list has "- " or line breaks: never a token
         return [Token("receiver", text.encode(), bare=True)]
     try:
         entries = yaml.safe_load(text)
     except yaml.YAMLError as err:
         raise ValueError(f"not YAML: {str(err).splitlines()[0]}") from None
     if not isinstance(entries, list) or not entries:
-        raise ValueError("a list of tokens must be a YAML list of objects")
+        raise ValueError("a token file holds one bare token (no spaces) or a YAML list of tokens")
     if len(entries) > MAX_TOKENS:
         raise ValueError(f"{len(entries)} tokens, more than {MAX_TOKENS}")
     tokens: list[Token] = []

@@ -553,7 +553,7 @@ def test_one_token_is_one_approver_whatever_names_its_callers_give(approver):
         ("- name: ci\n  token: ci-token-0123456789\n  namespaces: [Bad]\n", "namespaces"),
         ("- name: ci\n  token: ci-token-0123456789\n  scope: all\n", "unknown field"),
         (f"- name: a\n  token: {CI}\n- name: b\n  token: {CI}\n", "same token"),
-        ("two words", "bare token has no spaces"),
+        ("two words", "one bare token"),
         ("- [", "not YAML"),
     ],
 )

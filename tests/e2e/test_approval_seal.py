@@ -23,7 +23,7 @@ pytestmark = pytest.mark.e2e
 NS = "apps"
 GATE = "seal-freeze"
 REPO = "sealed-src"
-OLD, NEW = "main@sha1:aaaa", "main@sha1:bbbb"
+OLD, NEW, NEWER = "main@sha1:aaaa", "main@sha1:bbbb", "main@sha1:cccc"
 APPROVAL_ENTRIES = (names.MUTATE_APPROVALS_WEBHOOK, names.VALIDATE_APPROVALS_WEBHOOK)
 
 
@@ -179,22 +179,22 @@ def test_an_approval_forged_while_the_entries_were_absent_never_counts_and_shows
     assert (row["id"], row["by"]) == ("forged", "bob") and "no seal" in row["unverified"], row
     assert not status(seen).get("approvals")
     assert any("forged" in p and "no seal" in p for p in status(seen).get("problems", [])), status(seen)
-    # The webhook's own cache has it too (the controller's status came from the same watch
-    # events); the held revision still waits.
-    assert serves(write_artifact(plane, NEW)) == OLD
-
-    # An approval made through the webhook (sealed) lets the same revision through.
-    real = approve(plane, "real", {"content": NEW, "for": "*", "message": "CHG-2"})
+    # An approval made through the webhook (sealed), of other content, written after it: once that
+    # lands, the webhook's cache has seen the forged one too (one watch, in order)...
+    real = approve(plane, "real", {"content": NEWER, "for": "*", "message": "CHG-2"})
     assert real.returncode == 0, real.stderr
-    landed = until(lambda: write_artifact(plane, NEW), lambda r: serves(r) == NEW, timeout=30)
-    assert serves(landed) == NEW, landed.stderr
+    landed = until(lambda: write_artifact(plane, NEWER), lambda r: serves(r) == NEWER, timeout=30)
+    assert serves(landed) == NEWER, landed.stderr
+    # ... and the revision the forged approval names still waits.
+    assert serves(write_artifact(plane, NEW)) == NEWER
+    assert "bob" not in json.dumps((stored_gate(plane).get("status") or {}).get("approvals") or [])
 
 
 def test_without_the_mutating_entry_the_validating_one_refuses_a_client_chosen_by_and_at(held, server):
     plane = held
     without_entries(plane, (names.MUTATE_APPROVALS_WEBHOOK,))
     chosen = {
-        "content": "main@sha1:cccc",
+        "content": "main@sha1:dddd",
         "for": "*",
         "message": "CHG-3",
         "by": ADMIN.name,  # the writer's own name: the old check let it through with any at
