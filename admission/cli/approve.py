@@ -87,10 +87,15 @@ def pending_rows(
         if namespace and meta.get("namespace") != namespace and not only:
             continue
         target = _target(obj)
-        found, unverified = [], []
+        found: list[dict[str, str]] = []
+        unverified: list[dict[str, str]] = []
         for key in gate_keys:
             # No approval key here: verified only as the Gate's status (the controller's) lists it.
             parsed, _ = approvals.parse_all(annotations_of(gates.get(key)))
+            over = approvals.ended(gates.get(key) or {})  # used or expired: they admit nothing
+            parsed = tuple(
+                a for a in parsed if a.key.removeprefix(names.APPROVAL_ANNOTATION_PREFIX) not in over
+            )
             for a in approvals.read_without_key(parsed, gates.get(key) or {}):
                 if a.live(now) and a.covers((target,)) and approvals.pins(a.content, waiting.waits):
                     (found if a.unverified is None else unverified).append(dict(a.row(), gate=key))
