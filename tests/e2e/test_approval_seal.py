@@ -118,8 +118,17 @@ def without_entries(plane, drop: tuple[str, ...]) -> None:
     (or an install from a build without them) leaves them."""
     for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration"):
         config = json.loads(plane.kubectl("get", kind, "gate-admission", "-o", "json").stdout)
-        config["webhooks"] = [w for w in config["webhooks"] if w["name"] not in drop]
-        plane.kubectl("replace", "-f", "-", input=json.dumps(config))
+        gone = [i for i, w in enumerate(config["webhooks"]) if w["name"] in drop]
+        ops = [
+            op
+            for i in reversed(gone)
+            for op in (
+                {"op": "test", "path": f"/webhooks/{i}/name", "value": config["webhooks"][i]["name"]},
+                {"op": "remove", "path": f"/webhooks/{i}"},
+            )
+        ]
+        if ops:
+            plane.kubectl("patch", kind, "gate-admission", "--type=json", "-p", json.dumps(ops))
 
 
 def entries_back(plane, server) -> None:
