@@ -32,10 +32,11 @@ MISMATCH = (
 
 def canonical(gate_uid: str, key: str, fields: Mapping[str, object]) -> bytes:
     """The bytes a seal is computed over: the format, the Gate's uid, the annotation's key, and
-    every field of the value but the seal, in sorted order with no insignificant space."""
+    every field of the value but the seal, in sorted order with no insignificant space. ASCII
+    with escapes: any string JSON can carry (a lone surrogate too) has one spelling here."""
     body = {name: value for name, value in fields.items() if name != FIELD}
     document = [VERSION, gate_uid, key, body]
-    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
 
 
 def seal(secret: bytes, gate_uid: str, key: str, fields: Mapping[str, object]) -> str:
@@ -54,5 +55,7 @@ def unverified(secret: bytes | None, gate_uid: str, key: str, fields: Mapping[st
     given = fields.get(FIELD)
     if not isinstance(given, str) or not given:
         return UNSEALED
+    if not given.isascii():  # never one of ours
+        return MISMATCH
     expected = seal(secret, gate_uid, key, fields)
     return None if hmac.compare_digest(given.encode(), expected.encode()) else MISMATCH

@@ -318,6 +318,10 @@ def test_the_seal_covers_every_field_of_the_value_whatever_fields_come_later():
     assert approvalseal.canonical("u", KEY, {"b": "1", "a": "2"}) == approvalseal.canonical(
         "u", KEY, {"a": "2", "b": "1", "seal": "x"}
     )
+    # Whatever a forger puts in the JSON (a lone surrogate, a seal that is not ASCII), an answer.
+    odd = {**fields, "message": "\ud800", "seal": "v1:\u00e9"}
+    assert approvalseal.unverified(APPROVAL_KEY, "uid-1", KEY, odd) == approvalseal.MISMATCH
+    assert approvalseal.seal(APPROVAL_KEY, "uid-1", KEY, odd).startswith("v1:")
 
 
 def test_the_validating_webhook_refuses_an_at_the_mutating_one_did_not_write_now():
