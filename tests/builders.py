@@ -38,6 +38,27 @@ def gate(name: str, namespace: str = "flux-system", annotations: dict | None = N
     return {"apiVersion": names.GATING_API_VERSION, "kind": "Gate", "metadata": meta, "spec": spec}
 
 
+# The webhook's approval key in tests: lookup_from verifies approvals with it, sealed() seals them.
+APPROVAL_KEY = b"0123456789abcdef0123456789abcdef-test"
+
+
+def sealed(gate_obj: dict, key: bytes = APPROVAL_KEY) -> dict:
+    """``gate_obj`` as the API server holds it after the webhook recorded its approvals: a uid
+    (when it has none) and every approval annotation sealed for it (admission.core.approvalseal)."""
+    import json
+
+    from admission.core import approvalseal, approvals
+
+    meta = gate_obj.setdefault("metadata", {})
+    meta.setdefault("uid", f"uid-{meta.get('namespace')}-{meta.get('name')}")
+    found = meta.get("annotations") or {}
+    for k in approvals.keys(found):
+        fields = json.loads(found[k])
+        fields[approvalseal.FIELD] = approvalseal.seal(key, meta["uid"], k, fields)
+        found[k] = json.dumps(fields)
+    return gate_obj
+
+
 def keeper(
     name: str,
     gate_name: str,
@@ -151,7 +172,7 @@ def lookup_from(gate_objects: list[dict] = (), keeper_objects: list[dict] = ()):
 
     def lookup(namespace, name, now):
         obj = by_key.get((namespace, name))
-        return evaluate_gate(obj, keeper_objects, now) if obj else not_found(namespace, name)
+        return evaluate_gate(obj, keeper_objects, now, APPROVAL_KEY) if obj else not_found(namespace, name)
 
     return lookup
 

@@ -7,6 +7,7 @@ import logging
 import os
 import ssl
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,7 @@ def _cluster(args: argparse.Namespace, command: str) -> Any:
 
 def make_certs(args: argparse.Namespace) -> int:
     try:
-        if not (args.secret or args.inject):
+        if not (args.secret or args.inject or getattr(args, "approval_key_secret", None)):
             return _make_certs(args)
         from admission.kube.client import CALL_ERRORS, describe_error
 
@@ -63,7 +64,7 @@ def make_certs(args: argparse.Namespace) -> int:
 def _make_certs(args: argparse.Namespace) -> int:
     now = utcnow()
     api = None
-    if args.secret or args.inject:
+    if args.secret or args.inject or getattr(args, "approval_key_secret", None):
         api = _cluster(args, "certs")
     if args.secret:
         from admission.kube.certs import sync_secrets
@@ -86,21 +87,48 @@ def _make_certs(args: argparse.Namespace) -> int:
 
         changed = inject(api, ca_pem, args.webhook_config)
         print("caBundle: " + (", ".join(changed) if changed else "already current"))
+    if getattr(args, "approval_key_secret", None):
+        from admission.kube.certs import ensure_approval_key
+
+        made = ensure_approval_key(api, args.namespace, args.approval_key_secret)
+        print(
+            f"{'created' if made else 'current'}: Secret {args.namespace}/{args.approval_key_secret} (approval key)"
+        )
     return 0
+
+
+def approval_key(args: argparse.Namespace, cert_dir: str | None = None) -> bytes | None:
+    """The key approvals are sealed with: --approval-key-file, else (``cert_dir``: serve
+    --generate-certs) approval.key there, made when missing; None (logged) when there is none."""
+    from admission.pki import approvalkey
+
+    path = getattr(args, "approval_key_file", None)
+    try:
+        if path:
+            return approvalkey.read(path)
+        if cert_dir is not None:
+            return approvalkey.ensure(Path(cert_dir) / approvalkey.FILE_NAME)[0]
+    except (OSError, ValueError) as err:
+        log.error(f"approval key: {err}")
+        raise SystemExit(2) from None
+    log.warning("no --approval-key-file: approvals are not recorded, and none counts")
+    return None
 
 
 def _app_factory(args: argparse.Namespace):
     from admission.webhook.app import create_app
 
-    settings = policy_settings(args)
+    # A gates directory is written by whoever may write its files: no approval there is sealed.
+    key = None if args.gates_dir else approval_key(args, args.cert_dir if args.generate_certs else None)
+    settings = replace(policy_settings(args), approval_key=key)
     if args.receiver_token_file:
         if args.gates_dir:
             log.error("the receiver writes Gates in the cluster; it cannot be used with --gates-dir")
             raise SystemExit(2)
-        from admission.webhook.receiver import TokenFile
+        from admission.webhook.receiver import ReceiverTokens
 
         try:
-            TokenFile(args.receiver_token_file)
+            ReceiverTokens(args.receiver_token_file)
         except (OSError, ValueError) as err:
             log.error(f"receiver token: {err}")
             raise SystemExit(2) from None
@@ -128,7 +156,7 @@ def _app_factory(args: argparse.Namespace):
             from admission.kube.gatewriter import cluster_patcher
 
             api = api_client(args.kubeconfig)
-            store = ClusterStore(api, stale_after=args.stale_after)
+            store = ClusterStore(api, stale_after=args.stale_after, approval_key=key)
             from admission.core.kinds import CACHED_KINDS
             from admission.kube.fluxcache import FluxCache
 
@@ -140,7 +168,7 @@ def _app_factory(args: argparse.Namespace):
 
                 # Rate limits in files every worker maps: one limit for the pod, not one per worker.
                 receiver = hooks.blueprint(
-                    hooks.TokenFile(args.receiver_token_file),
+                    hooks.ReceiverTokens(args.receiver_token_file),
                     cluster_patcher(api),
                     utcnow,
                     record=lambda result: RECEIVER.labels(result).inc(),
@@ -322,8 +350,13 @@ def run_controller(args: argparse.Namespace) -> int:
         notifier = FluxNotifier(
             args.notify_address, args.notify_gates_address, instance=args.identity, period=args.notify_period
         )
+    key = approval_key(args)
     controller = Controller(
-        api, is_leader=elector.is_leader if elector else None, notifier=notifier, calendars=calendars
+        api,
+        is_leader=elector.is_leader if elector else None,
+        notifier=notifier,
+        calendars=calendars,
+        approval_key=key,
     )
     if args.health_port:
         try:

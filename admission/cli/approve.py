@@ -26,6 +26,7 @@ from admission.cli.cluster import (
 from admission.clock import utcnow
 from admission.core import approvalrecord
 from admission.core import approvals
+from admission.core import approvalview
 from admission.core import content
 from admission.core import halfrelease
 from admission.core import names
@@ -100,17 +101,17 @@ def pending_rows(
             continue
         target = _target(obj)
         identity = content.approval_of(obj, waiting.waits, get)
-        found = []
+        found: list[dict[str, str | int]] = []
+        unverified: list[dict[str, str | int]] = []
         for key in gate_keys:
             stored = gates.get(key) or {}
             policy, _ = approvals.parse_policy(stored.get("spec") or {})
+            # No approval key here: verified only as the Gate's status (the controller's) lists it.
             parsed, _ = approvals.parse_all(annotations_of(stored), policy)
             parsed, _ = approvalrecord.counting(stored, parsed)  # ended ones admit nothing
-            found += [
-                dict(a.row(), gate=key)
-                for a in parsed
-                if a.live(now) and a.covers((target,)) and approvals.pins(a.content, waiting.waits)
-            ]
+            for a in approvalview.read_without_key(parsed, stored):
+                if a.live(now) and a.covers((target,)) and approvals.pins(a.content, waiting.waits):
+                    (found if a.unverified is None else unverified).append(dict(a.row(), gate=key))
         condition = holding_condition(obj, str(obj.get("kind")))
         rows.append(
             {
@@ -122,6 +123,7 @@ def pending_rows(
                 "since": condition.get("lastTransitionTime") if condition else None,
                 "gates": gate_keys,
                 "approvals": found,
+                "unverifiedApprovals": unverified,
                 "approve": [approve_command(key, target, identity) for key in gate_keys],
                 "warnings": halfrelease.warnings(obj, get, listing),
             }
@@ -186,7 +188,13 @@ def cmd_pending(args: argparse.Namespace) -> int:
             {
                 **r,
                 "gates": ", ".join(r["gates"]),
-                "approvals": ", ".join(sorted({a["by"] for a in r["approvals"]})) or "none",
+                "approvals": ", ".join(
+                    sorted(
+                        {a["by"] for a in r["approvals"]}
+                        | {f"{a['by']} (unverified)" for a in r["unverifiedApprovals"]}
+                    )
+                )
+                or "none",
             }
             for r in rows
         ]
@@ -289,7 +297,8 @@ def cmd_approve(args: argparse.Namespace) -> int:
 
 
 def _withdraw(args: argparse.Namespace, cluster: Any, namespace: str, gate: dict) -> int:
-    found, _ = approvals.parse_all(annotations_of(gate))
+    parsed, _ = approvals.parse_all(annotations_of(gate))
+    found = approvalview.read_without_key(parsed, gate)  # forged ones too: withdrawing is how they go
     gone = [a for a in found if args.content in (None, a.content) and args.for_ in (None, a.target)]
     if not gone:
         raise GateError(f"no approval to withdraw on gate {namespace}/{args.name}", EXIT_NOT_FOUND)

@@ -92,7 +92,15 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--receiver-token-file",
         default=_env("receiver-token-file"),
-        help="bearer token for POST /hooks/gates/...; the receiver is off without one",
+        help="the receiver's tokens (one bare token, or a YAML list of named, scoped tokens) for "
+        "POST /hooks/gates/...; the receiver is off without one",
+    )
+    p.add_argument(
+        "--approval-key-file",
+        default=_env("approval-key-file"),
+        help="the key approvals are sealed with (every replica the same; default with "
+        "--generate-certs: approval.key in --cert-dir, made when missing); without one no "
+        "approval is recorded or counts",
     )
     p.add_argument(
         "--event-period",
@@ -181,6 +189,12 @@ def _add_certs(sub: argparse._SubParsersAction) -> None:
         "certificate the API server presents to `serve --client-ca-file`",
     )
     p.add_argument("--kubeconfig", default=_env("kubeconfig"), help="cluster for --secret and --inject")
+    p.add_argument(
+        "--approval-key-secret",
+        default=_env("approval-key-secret"),
+        help="also create Secret NAME in --namespace holding the key approvals are sealed with, "
+        "when it does not exist (never replaced)",
+    )
     p.set_defaults(func=make_certs)
 
 
@@ -194,6 +208,12 @@ def _add_controller(sub: argparse._SubParsersAction) -> None:
         action=argparse.BooleanOptionalAction,
         default=_env("leader-elect", "true") != "false",
         help="hold a Lease so that one replica acts (default on)",
+    )
+    p.add_argument(
+        "--approval-key-file",
+        default=_env("approval-key-file"),
+        help="the webhook's approval key, to verify approvals with; without it none is shown as "
+        "verified, announced or ended as used",
     )
     p.add_argument("--lease-namespace", default=_env("lease-namespace", "gate-admission-system"))
     p.add_argument("--lease-name", default=_env("lease-name", "gate-admission-controller"))

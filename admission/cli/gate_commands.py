@@ -23,6 +23,7 @@ from admission.cli.cluster import (
 )
 from admission.cli.settings import env_mode
 from admission.clock import utcnow
+from admission.core import approvalview
 from admission.core import content
 from admission.core import names
 from admission.core.controls import escaped
@@ -199,13 +200,20 @@ def cmd_get(args: argparse.Namespace) -> int:
         raise GateError(f"gate {namespace}/{args.name} not found", EXIT_NOT_FOUND)
     state = index.lookup(namespace, args.name, now)
     info = _state_row(state)
+    # This command holds no approval key: an approval shows as verified only where the Gate's
+    # status (the controller's, which holds it) lists exactly it as verified (approvalview.read_without_key).
+    gate_obj = next((g for g in index.gates() if object_key(g) == (namespace, args.name)), {})
+    shown = approvalview.read_without_key(state.approvals + state.unverified_approvals, gate_obj)
+    verified = [a for a in shown if a.unverified is None and a.live(now)]
+    unverified = [a for a in shown if a.unverified is not None]
     info.update(
         {
             "requestedAt": format_time(state.requested_at) if state.requested_at else None,
             "requestedBy": state.requested_by,
             "requestMessage": state.request_message,
             "problems": list(state.problems),
-            "approvals": [a.row() for a in state.approvals if a.live(now)],
+            "approvals": [a.row() for a in verified],
+            "unverifiedApprovals": [a.row() for a in unverified],
         }
     )
     held_by = []
@@ -262,11 +270,8 @@ def cmd_get(args: argparse.Namespace) -> int:
                 )
             )
         lines += [f"{'Problem:':<15}{p}" for p in state.problems]
-        lines += [
-            f"{'Approval:':<15}{a.describe()} (until {a.row()['expires']})"
-            for a in state.approvals
-            if a.live(now)
-        ]
+        lines += [f"{'Approval:':<15}{a.describe()} (until {a.row()['expires']})" for a in verified]
+        lines += [f"{'Unverified:':<15}{a.describe()} (counts for nothing)" for a in unverified]
         rows = [
             {
                 "kind": o["kind"],

@@ -11,6 +11,8 @@ these entries never see, cannot make it count either.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from admission.core import approvalrecord
 from admission.core import approvals
 from admission.core import gatespec
@@ -37,6 +39,7 @@ def _recorded(gate: Object, keys: list[str], values: dict[str, str]) -> Decision
             found.append(approvals.parse(key, values[key]))
         except ValueError:
             continue
+    found = [replace(a, unverified=None) for a in found]  # sealed here, or checked just before
     return Decision(allowed=True, gated=True, change="approval", approved=approvals.describe(found) or None)
 
 
@@ -48,8 +51,11 @@ def _policy(gate: Object) -> approvals.Policy:
 def judge(request: AdmissionRequest, context: Context, stamping: bool) -> tuple[Decision, dict[str, str]]:
     """The decision on a Gate write, and (``stamping``: the mutating webhook) the values its new
     or changed approvals must be recorded with: ``by`` the user the API server authenticated,
-    ``at`` now. The validating webhook (``stamping`` False) sees the stamped values, and refuses
-    any whose ``by`` is not the writer's: an approval nobody stamped is never recorded."""
+    ``at`` now, sealed for this Gate and key with the server's key. The validating webhook
+    (``stamping`` False) sees the stamped values, and refuses any whose seal does not verify,
+    whose ``at`` is not now, or whose ``by`` is not the writer's: an approval nobody stamped, or
+    one stamped earlier and written again while the mutating entry was absent, is never recorded.
+    A Gate being created has no uid yet to seal for: it is approved once it exists."""
     new, old = request.get("object"), request.get("oldObject")
     if request["operation"] not in ("CREATE", "UPDATE") or not isinstance(new, dict):
         return ALLOWED, {}
@@ -73,27 +79,37 @@ def judge(request: AdmissionRequest, context: Context, stamping: bool) -> tuple[
     )
     if problems:
         return _refused(new, problems), {}
+    secret, uid = context.settings.approval_key, str(metadata(new).get("uid") or "")
+    if request["operation"] == "CREATE":
+        return _refused(new, ["a Gate is approved once it exists: create it, then approve"]), {}
+    if not secret:
+        return _refused(new, ["this server holds no approval key: it cannot record approvals that count"]), {}
     user = request["userInfo"].get("username", "")
     relays = context.settings.approval_relays
     if stamping:
         expiry = gatespec.approval_expiry(new)
         stamped = {
-            key: approvals.stamp(written[key], user, context.now, expiry, relays, under=policy)
+            key: approvals.stamp(
+                written[key], user, context.now, expiry, relays, (secret, uid, key), under=policy
+            )
             for key in keys
         }
         return _recorded(new, keys, stamped), stamped
     for key in keys:
         try:
-            recorded = approvals.parse(key, written[key])
+            found = approvals.parse(key, written[key], uid, secret)
         except ValueError as err:
             problems.append(f"{key}: {err}")
             continue
-        by = recorded.by
-        if by != user and not (user in relays and by.endswith(f" via {user}")):
-            problems.append(f"{key}: by {by!r} is not who wrote it ({user!r})")
-        if recorded.required != policy.required:
+        if found.unverified:
+            problems.append(f"{key}: not recorded by the approval webhook ({found.unverified})")
+        elif abs(found.at - context.now) > approvals.STAMP_SKEW:
+            problems.append(f"{key}: at {found.row()['at']} is not now: it was not stamped by this write")
+        elif found.by != user and not (user in relays and found.by.endswith(f" via {user}")):
+            problems.append(f"{key}: by {found.by!r} is not who wrote it ({user!r})")
+        if found.required != policy.required:
             problems.append(
-                f"{key}: required {recorded.required} is not the gate's spec.approvals.required "
+                f"{key}: required {found.required} is not the gate's spec.approvals.required "
                 f"({policy.required})"
             )
     return (_refused(new, problems), {}) if problems else (_recorded(new, keys, written), {})

@@ -8,7 +8,10 @@ webhook writes: whatever a client puts there is replaced with the identity the A
 authenticated (``stamp``), and ``required``, the approvers the gate's policy asked for when it
 was given (the stricter of the policy before and after the write that recorded it). An approval
 counts only while the gate asks for at least that many (``does_not_count``): lowering
-``spec.approvals`` never makes an approval given before or with it count. A closed gate counts
+``spec.approvals`` never makes an approval given before or with it count. The whole value is
+sealed for this Gate and key (admission.core.approvalseal): an approval whose seal does not
+verify is shown as unverified and counts for nothing. A relay's ``requestedBy`` (the name a
+receiver's caller gave) is shown beside ``by`` and is never an approver. A closed gate counts
 as open for a status write whose new content is approved (``admitting``), and for nothing else.
 """
 
@@ -20,6 +23,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Iterable, Mapping
 
+from admission.core import approvalseal
 from admission.core import kinds
 from admission.core import names
 from admission.core.contentkinds import ChartContent
@@ -28,7 +32,13 @@ from admission.core.timefmt import format_time, parse_time
 
 CONTENT, FOR, MESSAGE, EXPIRES, BY, AT = "content", "for", "message", "expires", "by", "at"
 REQUIRED = "required"  # stamped: spec.approvals.required in force when it was given
-FIELDS = (CONTENT, FOR, MESSAGE, EXPIRES, BY, AT, REQUIRED)
+REQUESTED_BY = "requestedBy"  # a relay's caller's own words: shown, never counted as an approver
+SEAL = approvalseal.FIELD
+FIELDS = (CONTENT, FOR, MESSAGE, EXPIRES, BY, AT, REQUIRED, REQUESTED_BY, SEAL)
+# How far the ``at`` the validating webhook sees may be from its own clock: the mutating
+# webhook wrote it moments before in the same request (replicas' clocks may differ a little).
+# An older sealed value is a replay, written while the mutating entry was absent.
+STAMP_SKEW = timedelta(minutes=2)
 DEFAULT_EXPIRY = timedelta(hours=24)  # a gate without spec.window: how long an unused approval lasts
 # The longest an approval lasts after it was stamped, whatever its ``expires`` says: an ended
 # approval is remembered at least this long after its annotation is withdrawn, so a copy of it
@@ -39,6 +49,7 @@ MAX_TEXT = 512  # content and message: longer is refused (a revision is < 100 ch
 MAX_REQUIRED = 10  # spec.approvals.required
 ID_LENGTH = 16  # hex digits of an approval's id: its key stays well under 63 characters
 ANY = names.APPROVAL_ANY_TARGET
+UNVERIFIED = "unverified"  # a row's reason its seal does not verify
 # When the controller sees a new approval it asks Flux to reconcile what waits for it, then asks
 # again after each of these while that content still waits: the webhook pods' gate caches may
 # see the approval a moment after the controller did, and a held write they deny is otherwise
@@ -64,6 +75,8 @@ class Approval:
     at: datetime
     expires: datetime
     required: int = 1  # the approvers the gate asked for when it was given
+    requested_by: str = ""  # a relay's caller's own words (unverified)
+    unverified: str | None = None  # why the webhook's seal does not verify (None: it does)
 
     def live(self, now: datetime) -> bool:
         # Stamped in the future (beyond clock skew): not an approval yet, and not ended either.
@@ -77,12 +90,15 @@ class Approval:
 
     def describe(self) -> str:
         """The one sentence Events, logs, notifications and ``kubectl gate`` print."""
-        text = f"approved by {self.by}: {self.content} for {self.target}"
-        return text + (f" — {self.message}" if self.message else "")
+        said = f" (requested by {self.requested_by!r}, unverified)" if self.requested_by else ""
+        text = f"approved by {self.by}{said}: {self.content} for {self.target}"
+        text += f" — {self.message}" if self.message else ""
+        return text + (f" [unverified: {self.unverified}]" if self.unverified else "")
 
     def row(self) -> dict[str, str | int]:
-        """Its stable JSON shape (Gate status, ``kubectl gate`` output)."""
-        return {
+        """Its stable JSON shape (Gate status, ``kubectl gate`` output); ``requestedBy`` and
+        ``unverified`` only when set."""
+        row: dict[str, str | int] = {
             "id": self.key.removeprefix(names.APPROVAL_ANNOTATION_PREFIX),
             CONTENT: self.content,
             FOR: self.target,
@@ -92,6 +108,11 @@ class Approval:
             EXPIRES: format_time(self.expires),
             REQUIRED: self.required,
         }
+        if self.requested_by:
+            row[REQUESTED_BY] = self.requested_by
+        if self.unverified:
+            row[UNVERIFIED] = self.unverified
+        return row
 
 
 @dataclass(frozen=True)
@@ -150,13 +171,21 @@ def new_id(content: str, target: str, nonce: str) -> str:
 
 
 def value(
-    content: str, target: str, message: str, expires: datetime | None, caller: str | None = None
+    content: str,
+    target: str,
+    message: str,
+    expires: datetime | None,
+    caller: str | None = None,
+    requested_by: str | None = None,
 ) -> str:
-    """What a client writes: the webhook adds ``by`` and ``at`` (a relay's ``caller`` is kept
-    beside its own name, anyone else's is replaced)."""
+    """What a client writes: the webhook adds ``by`` and ``at`` (a relay's ``caller``, the identity
+    it authenticated, is kept beside its own name; anyone else's is replaced). ``requested_by``
+    is a relay's caller's own words, kept and shown as such."""
     fields: dict[str, str] = {CONTENT: content, FOR: target, MESSAGE: message}
     if caller:
         fields[BY] = caller
+    if requested_by:
+        fields[REQUESTED_BY] = requested_by
     if expires is not None:
         fields[EXPIRES] = format_time(expires)
     return _dump(fields)
@@ -202,6 +231,9 @@ def refuse(raw: object, policy: Policy) -> str | None:
         return f"for {target!r} must be Kind/namespace/name of a gated kind, or '*'"
     if not isinstance(message, str):
         return "message must be a string"
+    said = found.get(REQUESTED_BY, "")
+    if not isinstance(said, str) or len(said) > MAX_TEXT or has_controls(said):
+        return f"{REQUESTED_BY} must be a string of at most {MAX_TEXT} characters, without control characters"
     if policy.message_required and not message.strip():
         return "a message is required (a ticket, a reason): the gate's spec.approvals.messageRequired"
     for what, text in ((CONTENT, content), (MESSAGE, message)):
@@ -227,19 +259,22 @@ def stamp(
     user: str,
     now: datetime,
     default_expiry: timedelta,
-    relays: frozenset[str] = frozenset(),
+    relays: frozenset[str],
+    seal_with: tuple[bytes, str, str],
     *,
     under: Policy,
 ) -> str:
     """The value recorded for an approval ``user`` wrote at ``now``: ``by`` is ``user`` whatever
     the client said, except that a relay (the receiver, writing for a caller it authenticated)
-    keeps its caller's name beside its own; ``at`` is now; ``expires`` defaults to the gate's;
-    ``required`` is ``under``'s (the policy in force, whatever the client said)."""
+    keeps its caller's identity beside its own; ``at`` is now; ``expires`` defaults to the gate's;
+    ``required`` is ``under``'s (the policy in force, whatever the client said); and the whole
+    value is sealed with ``seal_with`` (the server's key, the Gate's uid, the annotation's key),
+    so that only a value recorded here verifies."""
     found = _fields(raw)
     caller = found.get(BY)
     by = f"{caller} via {user}" if user in relays and isinstance(caller, str) and caller.strip() else user
     expires = found.get(EXPIRES)
-    fields = {
+    fields: dict[str, str | int] = {
         CONTENT: str(found.get(CONTENT)),
         FOR: str(found.get(FOR, ANY)),
         MESSAGE: str(found.get(MESSAGE, "")),
@@ -247,20 +282,30 @@ def stamp(
         BY: by,
         AT: format_time(now),
     }
-    return _dump({**fields, REQUIRED: under.required})
+    fields[REQUIRED] = under.required
+    said = found.get(REQUESTED_BY)
+    if user in relays and isinstance(said, str) and said.strip():
+        fields[REQUESTED_BY] = said
+    secret, gate_uid, key = seal_with
+    fields[SEAL] = approvalseal.seal(secret, gate_uid, key, fields)
+    return _dump(fields)
 
 
-def parse(key: str, raw: object) -> Approval:
-    """A stamped approval; ValueError says why it is not one (it is then ignored, and reported)."""
+def parse(key: str, raw: object, gate_uid: str = "", secret: bytes | None = None) -> Approval:
+    """A stamped approval; ValueError says why it is not one (it is then ignored, and reported).
+    Its ``unverified`` says why the webhook's seal does not verify with ``secret`` for the Gate
+    with ``gate_uid`` (such an approval is shown, and counts for nothing)."""
     found = _fields(raw)
     content, target, message, by = (found.get(f) for f in (CONTENT, FOR, MESSAGE, BY))
+    said = found.get(REQUESTED_BY, "")
     if (
         not isinstance(content, str)
         or not content
         or not valid_target(target)
         or not isinstance(message, str)
+        or not isinstance(said, str)
     ):
-        raise ValueError("content, for or message is missing or malformed")
+        raise ValueError("content, for, message or requestedBy is missing or malformed")
     if not isinstance(by, str) or not by or AT not in found:
         raise ValueError("it was not recorded through the webhook (no by/at)")
     required = found.get(REQUIRED)
@@ -268,7 +313,18 @@ def parse(key: str, raw: object) -> Approval:
         raise ValueError("it does not say which spec.approvals.required it was given under: approve again")
     at = parse_time(found[AT])
     expires = min(parse_time(found.get(EXPIRES)), at + MAX_EXPIRY)  # written before the bound, or forged
-    return Approval(key, content, str(target), message, by, at, expires, required)
+    return Approval(
+        key,
+        content,
+        str(target),
+        message,
+        by,
+        at,
+        expires,
+        required,
+        said,
+        approvalseal.unverified(secret, gate_uid, key, found),
+    )
 
 
 def does_not_count(approval: Approval, policy: Policy) -> str | None:
@@ -286,14 +342,18 @@ def does_not_count(approval: Approval, policy: Policy) -> str | None:
 
 
 def parse_all(
-    annotations: Mapping[str, object], policy: Policy | None = None
+    annotations: Mapping[str, object],
+    policy: Policy | None = None,
+    *,
+    gate_uid: str = "",
+    secret: bytes | None = None,
 ) -> tuple[tuple[Approval, ...], list[str]]:
     """Every stamped approval on a Gate that counts under ``policy`` (the gate's now; None: any),
-    and the problems of those ignored."""
+    verified or not (``unverified`` says), and the problems of those ignored."""
     found, problems = [], []
     for key in keys(annotations):
         try:
-            approval = parse(key, annotations[key])
+            approval = parse(key, annotations[key], gate_uid, secret)
         except ValueError as err:
             problems.append(f"ignoring {key}: {err}")
             continue
@@ -335,9 +395,15 @@ def admitting(
 ) -> tuple[Approval, ...]:
     """The live approvals that let a write through: of one content among ``identities`` (what
     the write carries), for one of ``targets`` (the object, or what it inherits gates from) or
-    ``*``, by at least ``required`` distinct approvers; () when none does."""
+    ``*``, by at least ``required`` distinct approvers (``by``: identities the API server, or a
+    relay for a token it authenticated, established; never a caller's ``requestedBy``), each
+    sealed by the webhook; () when none does."""
     ids, targets = tuple(identities), tuple(targets)
-    fitting = [a for a in approvals if a.live(now) and a.content in ids and a.covers(targets)]
+    fitting = [
+        a
+        for a in approvals
+        if a.unverified is None and a.live(now) and a.content in ids and a.covers(targets)
+    ]
     for approved in dict.fromkeys(a.content for a in fitting):
         same = [a for a in fitting if a.content == approved]
         if len({a.by for a in same}) >= required:

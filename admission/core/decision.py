@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Callable, Final
 
@@ -44,6 +44,9 @@ class Settings:
     # Who may write an approval for a caller it authenticated (the receiver's identity): its
     # approvals record "<caller> via <relay>" (admission.core.approvals.stamp).
     approval_relays: frozenset[str] = frozenset()
+    # The key the webhook seals approvals with (admission.core.approvalseal); without it the
+    # webhook records none. Never printed.
+    approval_key: bytes | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,7 @@ class GateState:
     problems: tuple[str, ...] = ()  # ignored input, reported in status
     approvals: tuple[Approval, ...] = ()  # stamped approvals of exact content (admission.core.approvals)
     required_approvals: int = 1  # distinct approvers an approval needs (spec.approvals.required)
+    unverified_approvals: tuple[Approval, ...] = ()  # not sealed by the webhook: shown, never counted
     valid_until: datetime | None = None  # nothing can change before this (None: never)
     # When it next opens (closed) or closes (open): searched for on first use, since deciding
     # does not need it; a denial's message, the status and the notifications do.
@@ -364,6 +365,7 @@ def _evaluate(cg: CompiledGate, now: datetime) -> GateState:
             transition=transition,
             approvals=cg.approvals,
             required_approvals=cg.required_approvals,
+            unverified_approvals=cg.unverified_approvals,
         )
     ends = toggle.at + cg.window if cg.window is not None else None
     message = cause.message
@@ -385,9 +387,16 @@ def _evaluate(cg: CompiledGate, now: datetime) -> GateState:
         transition=transition,
         approvals=cg.approvals,
         required_approvals=cg.required_approvals,
+        unverified_approvals=cg.unverified_approvals,
     )
 
 
-def evaluate_gate(gate: dict[str, Any], keepers: Iterable[dict[str, Any]], now: datetime) -> GateState:
-    """The state of ``gate`` at ``now`` under the GateKeepers that name it."""
-    return evaluate(compile_gate(gate, keepers), now)
+def evaluate_gate(
+    gate: dict[str, Any],
+    keepers: Iterable[dict[str, Any]],
+    now: datetime,
+    approval_key: bytes | None = None,
+) -> GateState:
+    """The state of ``gate`` at ``now`` under the GateKeepers that name it (``approval_key``:
+    the webhook's, to verify approvals with)."""
+    return evaluate(compile_gate(gate, keepers, approval_key), now)

@@ -8,6 +8,7 @@ from typing import Any, Iterable, TypeAlias
 
 from admission.core import approvalrecord
 from admission.core import approvals as approvals_
+from admission.core import approvalseal
 from admission.core import names
 from admission.core.approvals import Approval
 from admission.core.calendarentries import CalendarEntry, CalendarGuard, keeper_calendars
@@ -59,8 +60,9 @@ class CompiledGate:
     # Why the gate's definition cannot be known (a gates file that may define or schedule it
     # was never read whole): closed, reason Unknown, whatever else is known of it.
     unknown: str | None = None
-    approvals: tuple[Approval, ...] = ()
+    approvals: tuple[Approval, ...] = ()  # sealed by the webhook: these may count
     required_approvals: int = 1
+    unverified_approvals: tuple[Approval, ...] = ()  # shown as unverified, never counted
 
     @property
     def fixed(self) -> bool:
@@ -99,8 +101,11 @@ def _go_duration(spec: dict[str, Any], key: str, errors: list[str]) -> timedelta
     return value
 
 
-def compile_gate(gate: dict[str, Any], keepers: Iterable[dict[str, Any]] = ()) -> CompiledGate:
-    """Parse a Gate and the GateKeepers that name it; errors make it Invalid, never raise."""
+def compile_gate(
+    gate: dict[str, Any], keepers: Iterable[dict[str, Any]] = (), approval_key: bytes | None = None
+) -> CompiledGate:
+    """Parse a Gate and the GateKeepers that name it; errors make it Invalid, never raise.
+    ``approval_key`` verifies the webhook's seal on approvals: without it none counts."""
     meta = metadata(gate)
     namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
     errors: list[str] = []
@@ -140,9 +145,17 @@ def compile_gate(gate: dict[str, Any], keepers: Iterable[dict[str, Any]] = ()) -
         except ValueError as err:
             problems.append(f"ignoring {key}: {err}")
     # Counted under the policy now: lowering it never makes an approval given before count.
-    approved, approval_problems = approvals_.parse_all(annotations, approval_policy)
-    approved, too_many = approvalrecord.counting(gate, approved)  # not ended, and not too many
+    parsed, approval_problems = approvals_.parse_all(
+        annotations, approval_policy, gate_uid=str(meta.get("uid") or ""), secret=approval_key
+    )
+    parsed, too_many = approvalrecord.counting(gate, parsed)  # not ended, and not too many
+    approved = tuple(a for a in parsed if a.unverified is None)
+    unverified = tuple(a for a in parsed if a.unverified is not None)
     problems += approval_problems + ([too_many] if too_many else [])
+    # A reader without the key (kubectl gate) cannot tell: not the approval's problem.
+    problems += [
+        f"ignoring {a.key}: {a.unverified}" for a in unverified if a.unverified != approvalseal.NO_KEY
+    ]
 
     closed_entries: list[tuple[str, GateEntry]] = []
     opened_entries: list[tuple[str, GateEntry]] = []
@@ -191,6 +204,7 @@ def compile_gate(gate: dict[str, Any], keepers: Iterable[dict[str, Any]] = ()) -
         tuple(sorted(keeper_names)),
         approvals=approved,
         required_approvals=approval_policy.required,
+        unverified_approvals=unverified,
     )
 
 

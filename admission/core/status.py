@@ -45,6 +45,9 @@ def gate_status(gate: Object, state: GateState, now: datetime, previous: Object 
         "problems": list(state.problems) or None,
         # Who approved which content (live ones; the ended are in endedApprovals, written by the controller).
         "approvals": [a.row() for a in state.approvals if a.live(now)] or None,
+        # Approvals the webhook did not seal (written while its entries were absent, copied, or
+        # edited): shown, with why, and never counted.
+        "unverifiedApprovals": [a.row() for a in state.unverified_approvals] or None,
         "conditions": [
             {
                 "type": names.OPENED_CONDITION,

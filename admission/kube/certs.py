@@ -12,7 +12,7 @@ from typing import Any, Callable
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from admission.pki import certs
+from admission.pki import approvalkey, certs
 from admission.kube.webhookconfig import ca_bundle
 
 WEBHOOK_CONFIGURATION = "gate-admission"
@@ -134,3 +134,29 @@ def sync_secrets(
                 {"tls.crt": files.cert.read_bytes(), "tls.key": files.key.read_bytes(), "ca.crt": ca_pem},
             )
         return ca_pem, why
+
+
+def ensure_approval_key(api_client: client.ApiClient | None, namespace: str, secret: str) -> bool:
+    """Create Secret ``secret`` holding a new approval key unless it exists; never replace it
+    (a new key leaves every live approval unverified). Whether it was created."""
+    core = client.CoreV1Api(api_client)
+    if _read_secret(core, namespace, secret) is not None:
+        return False
+    body = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": secret,
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/name": "gate-admission"},
+        },
+        "data": {approvalkey.SECRET_KEY: base64.b64encode(approvalkey.new()).decode()},
+    }
+    try:
+        core.create_namespaced_secret(namespace, body)  # type: ignore[arg-type]
+    except ApiException as err:
+        if err.status == 409:  # another Job made it first: theirs stays
+            return False
+        raise
+    return True

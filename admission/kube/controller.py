@@ -81,12 +81,14 @@ class Controller(ApprovalLanding):
         flux: FluxCache | None = None,
         notifier: FluxNotifier | None = None,
         calendars: dict | None = None,
+        approval_key: bytes | None = None,
     ):
         # ``custom``, ``core`` and ``flux`` replace what ``api_client`` would build (tests' fakes);
         # ``calendars`` are CalendarSync's options (policy, min_interval, fetcher, parser, ...).
         self.custom = custom or client.CustomObjectsApi(api_client)
         self.core = core or client.CoreV1Api(api_client)
-        self.store = store or ClusterStore(api_client)
+        # The webhook's approval key: only approvals it sealed are announced, landed and listed.
+        self.store = store or ClusterStore(api_client, approval_key=approval_key)
         self.store.on_change = self.poke
         self.flux = flux or FluxCache(api_client, FLUX_KINDS)
         self.flux.on_change = self._flux_changed

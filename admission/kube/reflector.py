@@ -244,9 +244,14 @@ class Reflecting:
 class ClusterStore(Reflecting):
     """Gates and GateKeepers of the whole cluster, kept by list+watch in background threads."""
 
-    def __init__(self, api_client: client.ApiClient | None, stale_after: float = STALE_AFTER):
+    def __init__(
+        self,
+        api_client: client.ApiClient | None,
+        stale_after: float = STALE_AFTER,
+        approval_key: bytes | None = None,
+    ):
         self.api = client.CustomObjectsApi(api_client)
-        self.index = GateIndex()
+        self.index = GateIndex(approval_key)  # the key verifies approvals: without it none counts
         self.stale_after = stale_after
         self._stopped = threading.Event()
         self._streams: set[watch.Watch] = set()

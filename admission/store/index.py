@@ -53,7 +53,9 @@ class _Slot:
 class GateIndex:
     """Thread-safe for one writer and many readers; readers take no lock."""
 
-    def __init__(self) -> None:
+    def __init__(self, approval_key: bytes | None = None) -> None:
+        # The webhook's approval key (admission.core.approvalseal): without it no approval counts.
+        self._approval_key = approval_key
         self._lock = threading.Lock()
         self._gates: dict[Key, dict[str, Any]] = {}
         self._keepers: dict[Key, dict[str, Any]] = {}
@@ -143,7 +145,7 @@ class GateIndex:
             self._slots.pop(key, None)
             return
         self._slots[key] = _Slot(
-            self._compile(key, gate, self._keepers_of(key), self._broken, self._unknowns)
+            self._compile(key, gate, self._keepers_of(key), self._broken, self._unknowns, self._approval_key)
         )
 
     @staticmethod
@@ -153,6 +155,7 @@ class GateIndex:
         keepers: Iterable[dict[str, Any]],
         broken: dict[Key, str],
         unknowns: Unknowns,
+        approval_key: bytes | None = None,
     ) -> CompiledGate:
         if key in broken:
             return CompiledGate(key[0], key[1], errors=(broken[key],))
@@ -160,7 +163,7 @@ class GateIndex:
         if why is not None:
             return CompiledGate(key[0], key[1], unknown=why)
         try:
-            return compile_gate(gate, keepers)
+            return compile_gate(gate, keepers, approval_key)
         except Exception as err:  # a bug: this gate is closed and says so, the others are read
             log.exception("compiling a gate failed", extra={"gate": f"{key[0]}/{key[1]}"})
             return CompiledGate(key[0], key[1], errors=(f"cannot be evaluated ({type(err).__name__})",))
@@ -216,7 +219,9 @@ class GateIndex:
                 if gate_key is not None:
                     by_gate.setdefault(gate_key, []).append(keeper)
             slots = {
-                key: _Slot(self._compile(key, gate, by_gate.get(key, ()), broken, unknowns))
+                key: _Slot(
+                    self._compile(key, gate, by_gate.get(key, ()), broken, unknowns, self._approval_key)
+                )
                 for key, gate in gate_map.items()
             }
             # Lookups read _slots, then (for a gate not found) _unknowns: set in this order, a

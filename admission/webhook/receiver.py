@@ -1,22 +1,22 @@
-"""``POST /hooks/gates/<ns>/<name>/<open|close>``: open and close gates from CI and ChatOps.
+"""``POST /hooks/gates/<ns>/<name>/<open|close|approve>``: open, close and approve from CI and ChatOps.
 
-Every call needs ``Authorization: Bearer <token>``; the token comes from a file (a mounted
+Every call needs ``Authorization: Bearer <token>``; the tokens come from a file (a mounted
 Secret), re-read when it changes (a file that is deleted, unreadable, empty or not a file
-accepts no token), and is compared in constant time. The token is checked first; then the
+accepts no token), and are compared in constant time (admission.webhook.receivertokens: one bare
+token, or named tokens scoped by namespace, gate and action). The token is checked first; then the
 namespace and name must be a Kubernetes namespace's and object's (DNS-1123); then calls are rate
 limited per caller (remote address), with failed authentications limited apart, so a flood of
-bad calls cannot lock out good ones. Under ``serve`` the limits are shared by every worker of
+bad calls cannot lock out good ones; then the token's scope must allow the call (403). Under ``serve`` the limits are shared by every worker of
 the pod (a table in a file all workers map, under a file lock).
 The body is optional JSON: ``{"message": "...", "for": "2h", "requestedBy": "..."}``.
 ``requestedBy`` is what the caller says and is recorded as such: the token proves the call
-came from someone holding it, not who they are (``IDENTITY for 'bob' (unverified)``).
+came from someone holding it, not who they are (``IDENTITY for 'bob' (unverified)``). A token is
+one identity: its approvals count as that one approver, whatever ``requestedBy`` says.
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import hmac
 import logging
 import os
 import struct
@@ -36,79 +36,16 @@ from admission.core import names
 from admission.core.references import is_namespace, is_object_name
 from admission.core.toggles import ACTIONS, refuse_controls, toggle_patch
 from admission.store.sharedslots import SharedSlots
+from admission.webhook.receivertokens import IDENTITY, ReceiverTokens, Token, TokenFile
 from admission.webhook.responses import json_response
+
+__all__ = ["IDENTITY", "ReceiverTokens", "Token", "TokenFile", "blueprint"]
 
 log = logging.getLogger("admission.receiver")
 MAX_FIELD = 1024  # characters of each body field: message, for, requestedBy, content
 FIELDS = {"message", "for", "requestedBy", "content"}  # content: approve only
 APPROVE = "approve"  # approve the exact content that waits (docs/decisions/0057)
-IDENTITY = "gate-admission-receiver"  # who a toggle made with the receiver's token is recorded as
 MAX_CALLERS = 1024  # rate-limit buckets kept per worker (least recently used go first)
-
-
-class TokenFile:
-    """The expected bearer token, from a file re-read when its modification time changes."""
-
-    def __init__(self, path: str):
-        self.path = path
-        self._stamp: tuple[int, int, int, int] | None = None
-        self._why: str | None = None
-        with open(path, "rb") as handle:  # a missing file is an error at start, not later
-            self._token = handle.read().strip()
-        if not self._token:
-            raise ValueError(f"token file {path} is empty")
-
-    def current(self) -> bytes:
-        try:
-            st = os.stat(self.path)
-            stamp = (st.st_mtime_ns, st.st_size, st.st_ino, st.st_mode)
-            if stamp != self._stamp:
-                with open(self.path, "rb") as handle:  # a directory, a fifo...: refused below
-                    token = handle.read(64 * 1024).strip()
-                if not token:
-                    raise ValueError("the file is empty")
-                self._token, self._stamp = token, stamp
-                self._failing(None)
-        except FileNotFoundError:
-            # Deleted: revoked. (The kubelet updates a mounted Secret by swapping a symlink,
-            # so the file never goes missing during an update.)
-            self._failing("receiver token file is gone: no token is accepted")
-        except (OSError, ValueError) as err:
-            # Fail closed: a token that cannot be read now is no token, never the last one read
-            # (a file replaced by a directory kept the old token working).
-            self._failing(
-                f"receiver token file cannot be used: no token is accepted ({type(err).__name__}: {err})"
-            )
-        return self._token
-
-    def _failing(self, why: str | None) -> None:
-        """Accept no token while ``why``; logged once per change of reason."""
-        if why is not None:
-            self._token, self._stamp = b"", None
-        if why != self._why:
-            if why is not None:
-                log.warning(why, extra={"file": self.path})
-            elif self._why is not None:
-                log.info("receiver token file usable again", extra={"file": self.path})
-            self._why = why
-
-    def matches(self, header: str | None, basic: bool = False) -> bool:
-        """Whether an Authorization header carries the token: as a bearer token, or (``basic``)
-        as the password of basic auth, whatever the user name (calendar apps send only that).
-        Compared in constant time."""
-        if not header:
-            return False
-        if header.startswith("Bearer "):
-            given = header[len("Bearer ") :].strip().encode()
-        elif basic and header.startswith("Basic "):
-            try:
-                given = base64.b64decode(header[len("Basic ") :].strip(), validate=True).partition(b":")[2]
-            except ValueError:
-                return False
-        else:
-            return False
-        expected = self.current()
-        return bool(expected) and hmac.compare_digest(given, expected)
 
 
 class RateLimit:
@@ -204,7 +141,7 @@ def _body() -> tuple[dict[str, str], None] | tuple[None, str]:
 
 
 def blueprint(
-    tokens: TokenFile,
+    tokens: ReceiverTokens,
     patch_gate: Callable[[str, str, dict[str, Any]], None],
     clock: Callable[[], datetime],
     limit: RateLimit | None = None,
@@ -233,7 +170,8 @@ def blueprint(
         if action not in ACTIONS and action != APPROVE:
             return answer("not_found", {"error": f"no hook {action!r}: use open, close or approve"}, 404)
         caller = request.remote_addr or "unknown"
-        if not tokens.matches(request.headers.get("Authorization")):
+        token = tokens.caller(request.headers.get("Authorization"))
+        if token is None:
             if not failures.allow(caller):
                 return answer(
                     "rate_limited",
@@ -260,13 +198,16 @@ def blueprint(
             return answer(
                 "rate_limited", {"error": "too many requests; try again shortly"}, 429, **{"Retry-After": "1"}
             )
+        refused = token.refuses(namespace, name, action)
+        if refused:
+            return answer("forbidden", {"error": refused}, 403)
         body, problem = _body()
         if body is None:
             return answer("bad_request", {"error": problem}, 400)
         said = body.get("requestedBy")
         if action == APPROVE:
-            return approve(namespace, name, body, answer)
-        requested_by = f"{IDENTITY} for {said!r} (unverified)" if said else IDENTITY
+            return approve(namespace, name, body, token, answer)
+        requested_by = f"{token.identity} for {said!r} (unverified)" if said else token.identity
         try:
             patch = toggle_patch(action, clock(), body.get("message"), requested_by, body.get("for"))
         except ValueError as err:
@@ -297,20 +238,25 @@ def blueprint(
             result["closesAt"] = annotations[names.CLOSE_ANNOTATION]
         return answer("ok", result, 200)
 
-    def approve(namespace: str, name: str, body: dict[str, str], answer: Callable[..., Response]) -> Response:
+    def approve(
+        namespace: str, name: str, body: dict[str, str], token: Token, answer: Callable[..., Response]
+    ) -> Response:
         """An approval of ``content`` for ``for`` (Kind/namespace/name, default every object), as
-        the receiver: the webhook records "<requestedBy> via <the receiver's identity>" when the
-        server lists that identity in --approval-relays, else the receiver's identity alone."""
+        the receiver: the webhook records "<the token's identity> via <the receiver's service
+        account>" when the server lists that account in --approval-relays, else the account
+        alone; the caller's ``requestedBy`` is kept beside it, shown and never counted."""
         target, content_text = body.get("for") or approvals.ANY, body.get("content") or ""
-        said = body.get("requestedBy") or IDENTITY
-        value = approvals.value(content_text, target, body.get("message") or "", None, said)
+        said = body.get("requestedBy") or ""
+        value = approvals.value(
+            content_text, target, body.get("message") or "", None, token.identity, requested_by=said or None
+        )
         why = approvals.refuse(
             value, approvals.Policy(message_required=False)
         )  # the gate's own rule: the webhook
         if why:
             return answer("bad_request", {"error": why}, 400)
         key = names.APPROVAL_ANNOTATION_PREFIX + approvals.new_id(
-            content_text, target, f"{said}@{clock().timestamp()}"
+            content_text, target, f"{token.identity}/{said}@{clock().timestamp()}"
         )
         try:
             patch_gate(namespace, name, {"metadata": {"annotations": {key: value}}})
@@ -322,6 +268,7 @@ def blueprint(
             "approval written",
             extra={
                 "via": "receiver",
+                "token": token.name,
                 "requestedBy": said,
                 "content": content_text,
                 "Gate": {"namespace": namespace, "name": name},

@@ -18,12 +18,28 @@ from admission.core.names import (
     OPEN_ANNOTATION,
     REQUESTED_BY_ANNOTATION,
 )
-from admission.webhook.receiver import RateLimit, TokenFile, blueprint
+from admission.webhook.receiver import RateLimit, ReceiverTokens, TokenFile, blueprint
 from admission.store.files import FileStore
-from tests.builders import gate, lookup_from, request
+from tests.builders import APPROVAL_KEY, gate, lookup_from, request
 from tests.conftest import FIXED_NOW
 
 TOKEN = "s3cret-token-value"
+# Named tokens, scoped (docs/decisions/0065): one may approve anywhere, one may only open gates
+# of namespace apps, one may close and approve one gate only.
+CI, APPS_OPENER, RELEASE = "ci-token-0123456789", "apps-token-0123456789", "release-token-0123456789"
+TOKENS = f"""
+- name: ci
+  token: {CI}
+  actions: [open, close, approve]
+- name: apps-opener
+  token: {APPS_OPENER}
+  namespaces: [apps]
+  actions: [open]
+- name: release-gate
+  token: {RELEASE}
+  gates: [flux-system/bypass-signoff]
+  actions: [close, approve]
+"""
 
 
 class Gates:
@@ -42,19 +58,32 @@ class Gates:
         self.patches.append((namespace, name, patch))
 
 
-@pytest.fixture
-def receiver(tmp_path, gates_dir):
+def _receiver(tmp_path, gates_dir, tokens: str):
     token_file = tmp_path / "token"
-    token_file.write_text(TOKEN + "\n")
-    gates = Gates()
+    token_file.write_text(tokens)
+    gates = Gates(("flux-system/bypass-signoff", "apps/release"))
     limit = RateLimit(rate=0.0001, burst=5)
     results = []
     app = create_app(
         FileStore(gates_dir),
         clock=lambda: FIXED_NOW,
-        receiver=blueprint(TokenFile(str(token_file)), gates.patch, lambda: FIXED_NOW, limit, results.append),
+        receiver=blueprint(
+            ReceiverTokens(str(token_file)), gates.patch, lambda: FIXED_NOW, limit, results.append
+        ),
     )
     return app.test_client(), gates, results, token_file
+
+
+@pytest.fixture
+def receiver(tmp_path, gates_dir):
+    """The receiver with one bare token, as configured before tokens had names."""
+    return _receiver(tmp_path, gates_dir, TOKEN + "\n")
+
+
+@pytest.fixture
+def approver(tmp_path, gates_dir):
+    """The receiver with named, scoped tokens (TOKENS)."""
+    return _receiver(tmp_path, gates_dir, TOKENS)
 
 
 def call(client, action="open", body=None, token=TOKEN, gate="flux-system/bypass-signoff"):
@@ -265,12 +294,12 @@ from admission.core.decision import Context, Settings
 from admission.core.names import APPROVAL_ANNOTATION_PREFIX
 from admission.webhook import handlers
 from admission.webhook.app import create_app
-from admission.webhook.receiver import RateLimit, TokenFile, blueprint
+from admission.webhook.receiver import RateLimit, ReceiverTokens, blueprint
 from admission.store.files import FileStore
 from tests.builders import gate, lookup_from, request
 from tests.conftest import FIXED_NOW
 token, gates, shared, calls = sys.argv[1:5]
-hooks = blueprint(TokenFile(token), lambda ns, name, patch: None, lambda: FIXED_NOW,
+hooks = blueprint(ReceiverTokens(token), lambda ns, name, patch: None, lambda: FIXED_NOW,
                   RateLimit(rate=0.0, burst=10), limits_dir=shared)
 client = create_app(FileStore(gates), receiver=hooks).test_client()
 codes = [client.post("/hooks/gates/flux-system/bypass-signoff/open",
@@ -310,21 +339,26 @@ RECEIVER_SA = "system:serviceaccount:gate-admission-system:gate-admission-receiv
 REVISION = "main@sha1:9f2c"
 
 
+def with_uid(obj: dict) -> dict:
+    obj["metadata"]["uid"] = "uid-bypass-signoff"
+    return obj
+
+
 def approval_written(gates) -> tuple[str, dict]:
     [(_, _, patch)] = gates.patches
     [(key, value)] = patch["metadata"]["annotations"].items()
     return key, orjson.loads(value)
 
 
-def test_approve_writes_one_approval_of_the_content_for_the_object(receiver):
-    client, gates, results, _ = receiver
+def test_approve_writes_one_approval_of_the_content_for_the_object(approver):
+    client, gates, results, _ = approver
     body = {
         "content": REVISION,
         "for": "Kustomization/apps/podinfo",
         "message": "CHG-1234",
         "requestedBy": "chatops:bob",
     }
-    resp = call(client, "approve", body)
+    resp = call(client, "approve", body, token=CI)
     assert resp.status_code == 200 and results == ["ok"]
     key, value = approval_written(gates)
     assert key.startswith(APPROVAL_ANNOTATION_PREFIX)
@@ -335,25 +369,26 @@ def test_approve_writes_one_approval_of_the_content_for_the_object(receiver):
         "for": "Kustomization/apps/podinfo",
         "approval": key,
     }
-    # by is the caller as it said; the webhook keeps it only beside a relay's own name; at and
-    # expires are the webhook's
+    # by is the token (one identity, whatever the caller says); the webhook keeps it only beside a
+    # relay's own name; the caller's own words are requestedBy; at and expires are the webhook's
     assert value == {
         "content": REVISION,
         "for": "Kustomization/apps/podinfo",
         "message": "CHG-1234",
-        "by": "chatops:bob",
+        "by": "receiver token 'ci'",
+        "requestedBy": "chatops:bob",
     }
 
 
-def test_approve_without_for_is_for_every_object_and_without_a_caller_is_the_receiver(receiver):
-    client, gates, _, _ = receiver
-    assert call(client, "approve", {"content": REVISION}).status_code == 200
+def test_approve_without_for_is_for_every_object_and_without_a_caller_is_the_token(approver):
+    client, gates, _, _ = approver
+    assert call(client, "approve", {"content": REVISION}, token=CI).status_code == 200
     _, value = approval_written(gates)
-    assert value == {"content": REVISION, "for": "*", "message": "", "by": "gate-admission-receiver"}
+    assert value == {"content": REVISION, "for": "*", "message": "", "by": "receiver token 'ci'"}
 
 
-def test_approve_checks_the_token_before_the_body(receiver):
-    client, gates, results, _ = receiver
+def test_approve_checks_the_token_before_the_body(approver):
+    client, gates, results, _ = approver
     for body in ({"content": REVISION}, {"nonsense": 1}, b"not json"):
         resp = call(client, "approve", body, token="wrong")
         assert resp.status_code == 401 and resp.get_json() == {"error": "missing or wrong bearer token"}
@@ -376,20 +411,20 @@ def test_approve_checks_the_token_before_the_body(receiver):
         ({"content": "x" * 600}, "longer than 512"),
     ],
 )
-def test_approve_bodies_that_cannot_be_an_approval_get_400(receiver, body, why):
-    client, gates, results, _ = receiver
-    resp = call(client, "approve", body)
+def test_approve_bodies_that_cannot_be_an_approval_get_400(approver, body, why):
+    client, gates, results, _ = approver
+    resp = call(client, "approve", body, token=CI)
     assert resp.status_code == 400 and why in resp.get_json()["error"] and gates.patches == []
     assert results == ["bad_request"]
 
 
-def test_approve_of_an_unknown_gate_or_one_it_may_not_write(receiver):
-    client, gates, _, _ = receiver
-    resp = call(client, "approve", {"content": REVISION}, gate="flux-system/nope")
+def test_approve_of_an_unknown_gate_or_one_it_may_not_write(approver):
+    client, gates, _, _ = approver
+    resp = call(client, "approve", {"content": REVISION}, token=CI, gate="flux-system/nope")
     assert resp.status_code == 404 and "not found" in resp.get_json()["error"]
 
     gates.refuse = "gates is forbidden"
-    resp = call(client, "approve", {"content": REVISION})
+    resp = call(client, "approve", {"content": REVISION}, token=CI)
     assert resp.status_code == 502 and "not recorded: gates is forbidden" in resp.get_json()["error"]
     assert gates.patches == []
 
@@ -397,23 +432,26 @@ def test_approve_of_an_unknown_gate_or_one_it_may_not_write(receiver):
 @pytest.mark.parametrize(
     "relays, recorded",
     [
-        (frozenset({RECEIVER_SA}), f"chatops:bob via {RECEIVER_SA}"),
+        (frozenset({RECEIVER_SA}), f"receiver token 'ci' via {RECEIVER_SA}"),
         (frozenset(), RECEIVER_SA),  # a server that does not trust the receiver as a relay: its name alone
     ],
 )
-def test_the_webhook_records_the_caller_via_the_receiver_only_when_it_is_a_relay(receiver, relays, recorded):
-    client, gates, _, _ = receiver
+def test_the_webhook_records_the_caller_via_the_receiver_only_when_it_is_a_relay(approver, relays, recorded):
+    client, gates, _, _ = approver
     assert (
         call(
-            client, "approve", {"content": REVISION, "message": "CHG-1", "requestedBy": "chatops:bob"}
+            client,
+            "approve",
+            {"content": REVISION, "message": "CHG-1", "requestedBy": "chatops:bob"},
+            token=CI,
         ).status_code
         == 200
     )
     [(_, _, patch)] = gates.patches
     written = patch["metadata"]["annotations"]
-    context = Context(lookup_from([]), FIXED_NOW, Settings(approval_relays=relays))
+    context = Context(lookup_from([]), FIXED_NOW, Settings(approval_relays=relays, approval_key=APPROVAL_KEY))
     as_receiver = {"username": RECEIVER_SA, "groups": ["system:serviceaccounts"]}
-    old, new = gate("bypass-signoff"), gate("bypass-signoff", annotations=written)
+    old, new = with_uid(gate("bypass-signoff")), with_uid(gate("bypass-signoff", annotations=written))
     outcome = handlers.mutate(request("UPDATE", new, old, user=as_receiver), context).response
     [op] = orjson.loads(base64.b64decode(outcome["patch"]))
     stamped = orjson.loads(op["value"])
@@ -421,10 +459,111 @@ def test_the_webhook_records_the_caller_via_the_receiver_only_when_it_is_a_relay
     accepted = handlers.validate(
         request(
             "UPDATE",
-            gate("bypass-signoff", annotations={next(iter(written)): op["value"]}),
+            with_uid(gate("bypass-signoff", annotations={next(iter(written)): op["value"]})),
             old,
             user=as_receiver,
         ),
         context,
     ).response
     assert accepted["allowed"]
+
+
+# -- who a token is, and what it may do (docs/decisions/0065) -------------------------------
+
+
+def test_the_bare_token_opens_and_closes_but_approves_nothing(receiver):
+    client, gates, results, _ = receiver
+    resp = call(client, "approve", {"content": REVISION, "message": "CHG-1"})
+    assert resp.status_code == 403 and "may not approve" in resp.get_json()["error"]
+    assert gates.patches == [] and results == ["forbidden"]
+    assert call(client, "open").status_code == 200 and call(client, "close").status_code == 200
+
+
+def test_a_token_scoped_to_a_namespace_cannot_touch_another(approver):
+    client, gates, results, _ = approver
+    assert call(client, "open", token=APPS_OPENER, gate="apps/release").status_code == 200
+    resp = call(client, "open", token=APPS_OPENER, gate="flux-system/bypass-signoff")
+    assert resp.status_code == 403 and "namespace 'flux-system'" in resp.get_json()["error"]
+    assert [(ns, name) for ns, name, _ in gates.patches] == [("apps", "release")]
+
+
+def test_an_open_only_token_cannot_close_or_approve(approver):
+    client, gates, results, _ = approver
+    for action, body in (("close", None), ("approve", {"content": REVISION, "message": "CHG-1"})):
+        resp = call(client, action, body, token=APPS_OPENER, gate="apps/release")
+        assert resp.status_code == 403 and f"may not {action}" in resp.get_json()["error"], action
+    assert gates.patches == [] and results == ["forbidden", "forbidden"]
+
+
+def test_a_token_scoped_to_a_gate_touches_that_gate_only(approver):
+    client, gates, _, _ = approver
+    assert call(client, "approve", {"content": REVISION}, token=RELEASE).status_code == 200
+    resp = call(client, "close", token=RELEASE, gate="apps/release")
+    assert resp.status_code == 403 and "gate apps/release" in resp.get_json()["error"]
+    resp = call(client, "open", token=RELEASE)
+    assert resp.status_code == 403 and "may not open" in resp.get_json()["error"]
+    assert len(gates.patches) == 1
+
+
+def test_authentication_comes_before_scope_names_and_body(approver):
+    client, gates, results, _ = approver
+    for gate_path in ("apps/release", "flux-system/bypass-signoff", "Bad/NAME"):
+        resp = call(client, "approve", b"not json", token="apps-token-wrong-012345", gate=gate_path)
+        assert resp.status_code == 401, gate_path
+    assert gates.patches == [] and set(results) == {"unauthorized"}
+
+
+def test_one_token_is_one_approver_whatever_names_its_callers_give(approver):
+    """'alice' and 'bob' through one token are one approver: required 2 is not met."""
+    client, gates, _, _ = approver
+    for said in ("alice", "bob"):
+        body = {"content": REVISION, "message": "CHG-1", "requestedBy": said}
+        assert call(client, "approve", body, token=CI).status_code == 200
+    context = Context(
+        lookup_from([]),
+        FIXED_NOW,
+        Settings(approval_relays=frozenset({RECEIVER_SA}), approval_key=APPROVAL_KEY),
+    )
+    as_receiver = {"username": RECEIVER_SA, "groups": ["system:serviceaccounts"]}
+    recorded = {}
+    for _, _, patch in gates.patches:
+        [(key, value)] = patch["metadata"]["annotations"].items()
+        new = with_uid(gate("bypass-signoff", annotations={key: value}))
+        outcome = handlers.mutate(
+            request("UPDATE", new, with_uid(gate("bypass-signoff")), user=as_receiver), context
+        )
+        recorded[key] = orjson.loads(base64.b64decode(outcome.response["patch"]))[0]["value"]
+    approved = with_uid(
+        gate("bypass-signoff", annotations=recorded, default="closed", approvals={"required": 2})
+    )
+    state = lookup_from([approved])("flux-system", "bypass-signoff", FIXED_NOW)
+    assert {a.by for a in state.approvals} == {f"receiver token 'ci' via {RECEIVER_SA}"}
+    assert {a.requested_by for a in state.approvals} == {"alice", "bob"}
+    from admission.core.approvals import admitting
+
+    assert admitting(state.approvals, 2, [REVISION], ["*"], FIXED_NOW) == ()
+    assert admitting(state.approvals, 1, [REVISION], ["*"], FIXED_NOW)
+
+
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("- name: ci\n  token: short\n", "at least 16"),
+        ("- name: ci\n  token: ci-token-0123456789\n  actions: [delete]\n", "actions"),
+        ("- name: ci\n  token: ci-token-0123456789\n  namespaces: [Bad]\n", "namespaces"),
+        ("- name: ci\n  token: ci-token-0123456789\n  scope: all\n", "unknown field"),
+        (f"- name: a\n  token: {CI}\n- name: b\n  token: {CI}\n", "same token"),
+        ("two words", "one bare token"),
+        ("- [", "not YAML"),
+    ],
+)
+def test_a_token_file_that_cannot_be_used_is_an_error_at_start_and_accepts_no_token_later(
+    approver, tmp_path, text, why
+):
+    bad = tmp_path / "bad"
+    bad.write_text(text)
+    with pytest.raises(ValueError, match=why):
+        ReceiverTokens(str(bad))
+    client, _, results, token_file = approver
+    token_file.write_text(text)
+    assert call(client, "open", token=CI).status_code == 401

@@ -130,6 +130,7 @@ def can_i(plane, user: str, *args: str) -> bool:
             [
                 ("get", "secrets", "-A"),
                 ("list", "secrets", "-n", NS),
+                ("get", "secrets/gate-admission-approval-key", "-n", NS),  # mounted, never read by API
                 ("patch", "gates.gating.toolkit.fluxcd.io", "-A"),
                 ("patch", "helmreleases.helm.toolkit.fluxcd.io", "-n", "apps"),
                 ("update", "helmreleases.helm.toolkit.fluxcd.io", "--subresource=status", "-n", "apps"),
@@ -159,6 +160,7 @@ def can_i(plane, user: str, *args: str) -> bool:
             ],
             [
                 ("get", "secrets", "-A"),
+                ("get", "secrets/gate-admission-approval-key", "-n", NS),  # mounted, never read by API
                 ("patch", "gates.gating.toolkit.fluxcd.io", "-n", "flux-system"),
                 ("patch", "kustomizations.kustomize.toolkit.fluxcd.io", "--subresource=status", "-n", "apps"),
                 ("delete", "kustomizations.kustomize.toolkit.fluxcd.io", "-n", "apps"),
@@ -299,6 +301,25 @@ def test_certs_in_secrets_as_the_cronjob_runs_them(plane, installed):
     assert renewed.stdout.startswith("issued:") and "renewal requested" in renewed.stdout
     after = core.read_namespaced_secret("gate-admission-tls", NS)
     assert after.data["ca.crt"] == tls.data["ca.crt"] and after.data["tls.crt"] != tls.data["tls.crt"]
+
+
+def test_the_certificate_job_creates_the_approval_key_once_and_never_replaces_it(plane, installed):
+    """As the Job runs it (manifests/certs/jobs.yaml): the Secret the webhook and controller mount."""
+    import base64
+
+    key_args = ("--approval-key-secret", "gate-admission-approval-key")
+    core = client.CoreV1Api(api_client(str(plane.kubeconfig(ADMIN))))
+    if any(s.metadata.name == "gate-admission-approval-key" for s in core.list_namespaced_secret(NS).items):
+        core.delete_namespaced_secret("gate-admission-approval-key", NS)
+    first = certs_command(plane, *key_args)
+    assert first.returncode == 0, first.stderr
+    assert f"created: Secret {NS}/gate-admission-approval-key (approval key)" in first.stdout
+    made = core.read_namespaced_secret("gate-admission-approval-key", NS)
+    assert len(base64.b64decode(made.data["key"])) == 64  # 32 random bytes, as hex
+    again = certs_command(plane, *key_args)
+    assert f"current: Secret {NS}/gate-admission-approval-key" in again.stdout, again.stderr
+    after = core.read_namespaced_secret("gate-admission-approval-key", NS)
+    assert after.metadata.resource_version == made.metadata.resource_version
 
 
 def served_serial(server) -> int:

@@ -10,11 +10,12 @@ import json
 from datetime import timedelta
 
 from admission.core import approvalrecord
+from admission.core import approvalseal
 from admission.core import approvals
 from admission.core import names
 from admission.core.decision import Context, Settings, decide
 from admission.core.timefmt import format_time
-from tests.builders import FLUX_USER, flux, gate, lookup_from, request
+from tests.builders import APPROVAL_KEY, FLUX_USER, flux, gate, lookup_from, request, sealed
 from tests.doubles.fakekube import FakeKube
 from tests.kube.test_approval_requests import GIT_A, GIT_B, GIT_C, KEY, NOW, approval, reasons, source
 from tests.kube.test_controller import controller
@@ -37,7 +38,7 @@ def admits(gate_object: dict, content: str, now=NOW) -> bool:
 def landed_kube(annotations: dict, status: dict | None = None, name: str = "freeze") -> FakeKube:
     """A closed gate with ``annotations`` whose GIT_B has landed behind it (served, waiting nowhere)."""
     kube = FakeKube()
-    found = gate(name, default="closed", annotations=annotations)
+    found = sealed(gate(name, default="closed", annotations=annotations))
     if status:
         found["status"] = status
     kube.add(names.GATE_PLURAL, found)
@@ -48,6 +49,13 @@ def landed_kube(annotations: dict, status: dict | None = None, name: str = "free
         ),
     )
     return kube
+
+
+def sealed_for(key: str, value: str, name: str = "freeze") -> str:
+    """``value`` as the webhook records it under ``key`` on Gate ``name`` (sealed for its uid)."""
+    fields = json.loads(value)
+    fields[approvalseal.FIELD] = approvalseal.seal(APPROVAL_KEY, f"uid-flux-system-{name}", key, fields)
+    return json.dumps(fields)
 
 
 def entry(i: int, at: str = "2026-06-10T11:00:00Z") -> dict:
@@ -96,7 +104,7 @@ def test_each_gate_keeps_its_own_ended_approvals_until_its_cache_shows_them():
     # "used" a second time on the next pass.
     kube = landed_kube({KEY: approval()})
     other_key = PREFIX + "b2"
-    other = gate("other", default="closed", annotations={other_key: approval(content=GIT_C)})
+    other = sealed(gate("other", default="closed", annotations={other_key: approval(content=GIT_C)}))
     kube.add(names.GATE_PLURAL, other)
     waits = source("waits", GIT_A, GIT_C)  # GIT_C waits behind other: its approval stays live
     waits["metadata"]["annotations"][names.GATES_ANNOTATION] = "flux-system/other"
@@ -118,7 +126,7 @@ def test_each_gate_keeps_its_own_ended_approvals_until_its_cache_shows_them():
 
 def test_an_approval_rewritten_under_its_key_is_announced_again():
     kube = FakeKube()
-    kube.add(names.GATE_PLURAL, gate("freeze", default="closed", annotations={KEY: approval()}))
+    kube.add(names.GATE_PLURAL, sealed(gate("freeze", default="closed", annotations={KEY: approval()})))
     kube.add("gitrepositories", source("podinfo", GIT_A, GIT_B))
     ctl, cache = controller(kube)
     ctl.reconcile(NOW)
@@ -129,7 +137,7 @@ def test_an_approval_rewritten_under_its_key_is_announced_again():
         "flux-system",
         names.GATE_PLURAL,
         "freeze",
-        {"metadata": {"annotations": {KEY: rewritten}}},
+        {"metadata": {"annotations": {KEY: sealed_for(KEY, rewritten)}}},
     )
     cache.sync()
     ctl.reconcile(NOW + timedelta(seconds=1))
@@ -150,7 +158,7 @@ def withdraw(kube: FakeKube, key: str = KEY) -> None:
 
 def test_withdrawing_a_live_approval_is_announced():
     kube = FakeKube()
-    kube.add(names.GATE_PLURAL, gate("freeze", default="closed", annotations={KEY: approval()}))
+    kube.add(names.GATE_PLURAL, sealed(gate("freeze", default="closed", annotations={KEY: approval()})))
     kube.add("gitrepositories", source("podinfo", GIT_A, GIT_B))
     ctl, cache = controller(kube)
     ctl.reconcile(NOW)
@@ -184,7 +192,7 @@ def test_a_withdrawn_ended_approval_is_announced_and_kept_until_no_copy_of_it_ca
     # Written back within that time (a copy of the stamped value), it is still ended.
     back = stored_gate(kube)
     back["metadata"]["annotations"] = {KEY: approval()}
-    assert not admits(back, GIT_B, later)
+    assert not admits(sealed(back), GIT_B, later)
     # Once any copy of it has expired, the entry goes (one event is enough: no second one).
     cache.sync()
     gone = NOW + approvalrecord.REMEMBER
@@ -193,7 +201,7 @@ def test_a_withdrawn_ended_approval_is_announced_and_kept_until_no_copy_of_it_ca
     assert reasons(kube).count(names.APPROVAL_WITHDRAWN_EVENT) == 1
     back = stored_gate(kube)
     back["metadata"]["annotations"] = {KEY: approval()}
-    assert not admits(back, GIT_B, gone)  # the copy expired: approvals last MAX_EXPIRY at most
+    assert not admits(sealed(back), GIT_B, gone)  # the copy expired: approvals last MAX_EXPIRY at most
 
 
 def test_an_ending_written_by_another_leader_is_not_lost():
@@ -209,7 +217,7 @@ def test_an_ending_written_by_another_leader_is_not_lost():
         "flux-system",
         names.GATE_PLURAL,
         "freeze",
-        {"metadata": {"annotations": {key_a: approval()}}},
+        {"metadata": {"annotations": {key_a: sealed_for(key_a, approval())}}},
     )
     old_leader, _ = controller(kube)
     old_leader.reconcile(NOW)
@@ -232,7 +240,7 @@ def test_an_approval_rewritten_after_it_was_judged_is_not_ended():
         "flux-system",
         names.GATE_PLURAL,
         "freeze",
-        {"metadata": {"annotations": {KEY: json.dumps(rewritten)}}},
+        {"metadata": {"annotations": {KEY: sealed_for(KEY, json.dumps(rewritten))}}},
     )
     ctl.reconcile(NOW)
     assert approvals.ended(stored_gate(kube)) == {}

@@ -10,7 +10,7 @@ from datetime import timedelta
 from admission.core import approvals
 from admission.core import names
 from admission.core.timefmt import format_distinct_time
-from tests.builders import at, flux, gate
+from tests.builders import at, flux, gate, sealed
 from tests.doubles.fakekube import FakeFluxCache, FakeKube
 from tests.kube.test_controller import controller
 
@@ -76,7 +76,8 @@ class RecordingKube(FakeKube):
 def setup(**approval_fields) -> tuple[RecordingKube, object, object]:
     kube = RecordingKube()
     kube.add(
-        names.GATE_PLURAL, gate("freeze", default="closed", annotations={KEY: approval(**approval_fields)})
+        names.GATE_PLURAL,
+        sealed(gate("freeze", default="closed", annotations={KEY: approval(**approval_fields)})),
     )
     kube.add("gitrepositories", source("podinfo", GIT_A, GIT_B))
     kube.add("gitrepositories", source("other", GIT_A, GIT_C))  # other content waits there
@@ -177,7 +178,7 @@ class UntrustedAtFirst(FakeFluxCache):
 
 def test_an_approval_seen_while_the_flux_cache_is_untrusted_is_requested_once_it_is_trusted():
     kube = RecordingKube()
-    kube.add(names.GATE_PLURAL, gate("freeze", default="closed", annotations={KEY: approval()}))
+    kube.add(names.GATE_PLURAL, sealed(gate("freeze", default="closed", annotations={KEY: approval()})))
     kube.add("gitrepositories", source("podinfo", GIT_A, GIT_B))
     flux_cache = UntrustedAtFirst(kube)
     ctl, _ = controller(kube, flux=flux_cache)
@@ -187,3 +188,19 @@ def test_an_approval_seen_while_the_flux_cache_is_untrusted_is_requested_once_it
     flux_cache.trusted = True
     ctl.reconcile(NOW + timedelta(seconds=2))
     assert requests(kube) == [("podinfo", format_distinct_time(NOW + timedelta(seconds=2)))]
+
+
+def test_an_approval_the_webhook_did_not_seal_is_shown_unverified_and_never_announced_or_requested():
+    # Written while the approval webhook entries were absent: a by and an at, no seal of ours.
+    kube = RecordingKube()
+    forged = gate("freeze", default="closed", annotations={KEY: approval()})
+    forged["metadata"]["uid"] = "uid-freeze"
+    kube.add(names.GATE_PLURAL, forged)
+    kube.add("gitrepositories", source("podinfo", GIT_A, GIT_B))
+    ctl, _ = controller(kube)
+    ctl.reconcile(NOW)
+    assert reasons(kube) == [] and requests(kube) == []
+    status = kube.get(names.GATE_PLURAL, "flux-system", "freeze")["status"]
+    assert status.get("approvals") is None
+    [row] = status["unverifiedApprovals"]
+    assert (row["by"], row["unverified"]) == ("alice", "it carries no seal: the webhook did not record it")

@@ -11,7 +11,7 @@ from admission.core import names
 from admission.core.timefmt import format_time
 from admission.kube.controller import Controller
 from admission.store.index import GateIndex
-from tests.builders import at, flux, gate, keeper
+from tests.builders import APPROVAL_KEY, at, flux, gate, keeper
 from tests.doubles.fakekube import FakeFluxCache, FakeKube, QuietStore
 from tests.polling import wait_for
 
@@ -23,7 +23,8 @@ class GateCache(QuietStore):
     Gates in FakeKube, refreshed when a test calls ``sync``."""
 
     def __init__(self, kube: FakeKube):
-        self.kube, self.index, self.on_change = kube, GateIndex(), None
+        # The webhook's key, as the controller is given it: approvals the tests seal count.
+        self.kube, self.index, self.on_change = kube, GateIndex(APPROVAL_KEY), None
         self.sync()
 
     def sync(self) -> None:

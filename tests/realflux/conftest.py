@@ -83,6 +83,10 @@ def gate_controller(plane, webhook, flux, tmp_path_factory):
         plane,
         tmp_path_factory.mktemp("realflux-controller"),
         "realflux",
+        # The webhook's approval key (start_server's --generate-certs made it): the controller
+        # lists, announces and ends only the approvals it sealed.
+        "--approval-key-file",
+        str(webhook.cert_dir / "approval.key"),
         "--notify",
         "--notify-address",
         f"http://127.0.0.1:{flux.events_port}/",

@@ -20,15 +20,16 @@ from admission.core import names
 from admission.core.decision import Context, Settings
 from admission.core.gates import evaluate
 from admission.core.gatespec import approval_expiry, compile_gate
+from admission.core.status import gate_status
 from admission.core.timefmt import format_time
 from admission.webhook import handlers
-from tests.builders import flux, lookup_from, request
+from tests.builders import APPROVAL_KEY, flux, lookup_from, request
 from tests.conftest import FIXED_NOW
 from tests.unit.test_approvals import GIT_B, KEY, freeze, source_write, stamped
 
 PREFIX = names.APPROVAL_ANNOTATION_PREFIX
 ROOT = Path(__file__).resolve().parents[2]
-CONTEXT = Context(lookup_from([]), FIXED_NOW, Settings())
+CONTEXT = Context(lookup_from([]), FIXED_NOW, Settings(approval_key=APPROVAL_KEY))
 
 
 def written(**fields) -> str:
@@ -205,13 +206,15 @@ def test_pending_shows_no_approval_that_ended_or_does_not_count():
         },
     )
     used = freeze(annotations={KEY: stamped()})
+    # The status as the controller (which holds the key) writes it: what kubectl gate vouches by.
+    used["status"] = gate_status(
+        used, evaluate(compile_gate(used, approval_key=APPROVAL_KEY), FIXED_NOW), FIXED_NOW
+    )
     rows = pending_rows([held], {"flux-system/freeze": used}, FIXED_NOW)
     assert [a["by"] for a in rows[0]["approvals"]] == ["alice"]
-    used["status"] = {
-        names.ENDED_APPROVALS_FIELD: [
-            {"id": "a1", "reason": names.APPROVAL_USED_EVENT, "at": "2026-06-10T11:30:00Z"}
-        ]
-    }
+    used["status"][names.ENDED_APPROVALS_FIELD] = [
+        {"id": "a1", "reason": names.APPROVAL_USED_EVENT, "at": "2026-06-10T11:30:00Z"}
+    ]
     rows = pending_rows([held], {"flux-system/freeze": used}, FIXED_NOW)
     assert rows[0]["waits"] == GIT_B and rows[0]["approvals"] == []  # it will not land it again
     crowded = freeze(annotations={**many(approvalrecord.MAX_APPROVALS, start=1), KEY: stamped()})

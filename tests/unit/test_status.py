@@ -31,6 +31,7 @@ def test_rfc_story_1_status_after_an_open_request():
         "nextTransitionAt": "2021-03-26T11:00:00Z",
         "problems": None,
         "approvals": None,
+        "unverifiedApprovals": None,
         "conditions": [
             {
                 "type": "Opened",
