@@ -12,6 +12,8 @@ these entries never see, cannot make it count either.
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import datetime
+from typing import Mapping
 
 from admission.core import approvalrecord
 from admission.core import approvals
@@ -77,24 +79,45 @@ def judge(request: AdmissionRequest, context: Context, stamping: bool) -> tuple[
     problems += approvalrecord.refusals(
         old if isinstance(old, dict) else None, new, keys, context.now, stamped=not stamping
     )
-    if problems:
-        return _refused(new, problems), {}
     secret, uid = context.settings.approval_key, str(metadata(new).get("uid") or "")
-    if request["operation"] == "CREATE":
-        return _refused(new, ["a Gate is approved once it exists: create it, then approve"]), {}
-    if not secret:
-        return _refused(new, ["this server holds no approval key: it cannot record approvals that count"]), {}
     user = request["userInfo"].get("username", "")
     relays = context.settings.approval_relays
-    if stamping:
-        expiry = gatespec.approval_expiry(new)
-        stamped = {
-            key: approvals.stamp(
-                written[key], user, context.now, expiry, relays, (secret, uid, key), under=policy
-            )
-            for key in keys
-        }
-        return _recorded(new, keys, stamped), stamped
+    if request["operation"] == "CREATE":
+        problems.append("a Gate is approved once it exists: create it, then approve")
+    elif not secret:
+        problems.append("this server holds no approval key: it cannot record approvals that count")
+    elif not stamping:  # every reason at once: an unsealed value is said to be one, whatever else
+        problems += _not_stamped_by_this_write(
+            keys, written, (secret, uid), user, relays, policy, context.now
+        )
+    if problems:
+        return _refused(new, problems), {}
+    if not stamping or secret is None:  # (no key: refused above)
+        return _recorded(new, keys, written), {}
+    expiry = gatespec.approval_expiry(new)
+    stamped = {
+        key: approvals.stamp(
+            written[key], user, context.now, expiry, relays, (secret, uid, key), under=policy
+        )
+        for key in keys
+    }
+    return _recorded(new, keys, stamped), stamped
+
+
+def _not_stamped_by_this_write(
+    keys: list[str],
+    written: Mapping[str, object],
+    sealed_for: tuple[bytes, str],
+    user: str,
+    relays: frozenset[str],
+    policy: approvals.Policy,
+    now: datetime,
+) -> list[str]:
+    """Why the stamped values the validating webhook sees were not stamped by the mutating one
+    in this very write: a seal that does not verify, an ``at`` that is not now, a ``by`` that is
+    not the writer, a ``required`` that is not the policy's."""
+    secret, uid = sealed_for
+    problems = []
     for key in keys:
         try:
             found = approvals.parse(key, written[key], uid, secret)
@@ -103,7 +126,7 @@ def judge(request: AdmissionRequest, context: Context, stamping: bool) -> tuple[
             continue
         if found.unverified:
             problems.append(f"{key}: not recorded by the approval webhook ({found.unverified})")
-        elif abs(found.at - context.now) > approvals.STAMP_SKEW:
+        elif abs(found.at - now) > approvals.STAMP_SKEW:
             problems.append(f"{key}: at {found.row()['at']} is not now: it was not stamped by this write")
         elif found.by != user and not (user in relays and found.by.endswith(f" via {user}")):
             problems.append(f"{key}: by {found.by!r} is not who wrote it ({user!r})")
@@ -112,4 +135,4 @@ def judge(request: AdmissionRequest, context: Context, stamping: bool) -> tuple[
                 f"{key}: required {found.required} is not the gate's spec.approvals.required "
                 f"({policy.required})"
             )
-    return (_refused(new, problems), {}) if problems else (_recorded(new, keys, written), {})
+    return problems

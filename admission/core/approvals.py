@@ -308,23 +308,17 @@ def parse(key: str, raw: object, gate_uid: str = "", secret: bytes | None = None
         raise ValueError("content, for, message or requestedBy is missing or malformed")
     if not isinstance(by, str) or not by or AT not in found:
         raise ValueError("it was not recorded through the webhook (no by/at)")
+    unverified = approvalseal.unverified(secret, gate_uid, key, found)
     required = found.get(REQUIRED)
     if isinstance(required, bool) or not isinstance(required, int) or not 1 <= required <= MAX_REQUIRED:
-        raise ValueError("it does not say which spec.approvals.required it was given under: approve again")
+        if unverified is None:
+            raise ValueError(
+                "it does not say which spec.approvals.required it was given under: approve again"
+            )
+        required = MAX_REQUIRED  # not ours (it counts for nothing), shown as unverified all the same
     at = parse_time(found[AT])
     expires = min(parse_time(found.get(EXPIRES)), at + MAX_EXPIRY)  # written before the bound, or forged
-    return Approval(
-        key,
-        content,
-        str(target),
-        message,
-        by,
-        at,
-        expires,
-        required,
-        said,
-        approvalseal.unverified(secret, gate_uid, key, found),
-    )
+    return Approval(key, content, str(target), message, by, at, expires, required, said, unverified)
 
 
 def does_not_count(approval: Approval, policy: Policy) -> str | None:

@@ -407,7 +407,10 @@ def test_approvals_given_under_a_stricter_policy_stop_counting_when_it_is_lowere
 def test_an_approval_that_does_not_say_its_policy_is_ignored_and_reported():
     legacy = json.loads(stamped())
     del legacy["required"]
-    state = evaluate(compile_gate(freeze(annotations={KEY: json.dumps(legacy)})), FIXED_NOW)
+    sealed_legacy = freeze(
+        annotations={KEY: json.dumps(legacy)}
+    )  # sealed: the webhook's, before 0057's policy
+    state = evaluate(compile_gate(sealed_legacy, approval_key=APPROVAL_KEY), FIXED_NOW)
     assert state.approvals == ()
     assert any("does not say which spec.approvals.required" in p for p in state.problems)
 
