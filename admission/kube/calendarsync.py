@@ -12,8 +12,9 @@ Only the leader fetches. Each calendar has its own due time (admission.core.feed
 interval after its last fetch; after failures a minute, doubling, up to the interval; at once
 when never fetched). A few fetch threads (each fetch bounded by admission.ical.fetch's
 deadline), off the loop that keeps Gate status, take due calendars as they free up: one
-namespace holds at most half of them, and a free one goes to the namespace with the fewest
-running, then the least recently served. A GateKeeper's status is written as soon as one of its
+namespace's slow fetches hold at most half of them, a new or fast calendar never waits behind
+slow ones (its own namespace's included), no namespace holds them all, and a free one goes to
+the namespace with the fewest running, then the least recently served. A GateKeeper's status is written as soon as one of its
 calendars is fetched, never held for the others. Feeds that changed are parsed one at a time,
 each in a child process with its own CPU and memory limits (admission.ical.parse).
 """
@@ -23,6 +24,7 @@ from __future__ import annotations
 import base64
 import logging
 import threading
+import time
 from collections import Counter
 from concurrent.futures import Executor, ThreadPoolExecutor
 from datetime import datetime, timedelta
@@ -33,7 +35,8 @@ from admission.clock import utcnow
 from admission.core import names
 from admission.core.conditions import find, transition_time
 from admission.core.cron import ScheduleError
-from admission.core.feedschedule import Feed, due_from_status, namespace_cap, next_due, next_wake, start_order
+from admission.core.feedschedule import SLOW_FETCH, Feed, due_from_status, is_slow, namespace_cap
+from admission.core.feedschedule import next_due, next_wake, start_order
 from admission.core.objects import metadata, object_key
 from admission.core.subscriptions import (
     HORIZON,
@@ -54,7 +57,7 @@ MIN_INTERVAL = timedelta(
 )  # the shortest interval the controller fetches a feed at (--calendar-min-interval)
 REPARSE_AFTER = timedelta(hours=12)  # a feed is fetched without validators (and parsed again) this often,
 # so its intervals keep reaching HORIZON ahead although it has not changed
-WORKERS = 4  # fetches at once; one namespace holds at most namespace_cap(WORKERS) of them
+WORKERS = 4  # fetches at once; one namespace's slow ones hold at most namespace_cap(WORKERS) of them
 Key = tuple[str, str, str]  # GateKeeper namespace, name, calendar digest
 Job = tuple[dict, CalendarSpec]  # a GateKeeper, one of its calendars
 
@@ -92,6 +95,8 @@ class CalendarSync:
         self.failures: dict[Key, int] = {}  # failed fetches in a row per calendar
         self.fetched: dict[Key, dict] = {}  # each calendar's entry from its last fetch (this leader's)
         self.running: dict[Key, str] = {}  # fetches in flight: their namespace
+        self.started: dict[Key, float] = {}  # fetches in flight: when each started (monotonic)
+        self.took: dict[Key, timedelta] = {}  # how long each calendar's last fetch took
         self.turns: dict[str, int] = {}  # per namespace, the number of its last start (fairness)
         self.turn = 0
         self.epoch = 0  # forget() starts a new one: fetches of an older one write nothing
@@ -109,7 +114,7 @@ class CalendarSync:
         still in flight end without writing."""
         with self._lock:
             self.epoch += 1
-            for state in (self.due, self.failures, self.fetched, self.turns):
+            for state in (self.due, self.failures, self.fetched, self.turns, self.took):
                 state.clear()
         with self._writing:
             self.written.clear()
@@ -140,7 +145,7 @@ class CalendarSync:
             for key, (_, cal), previous in found:
                 due = self.due.get(key) or due_from_status(previous, self._interval(cal))
                 feeds.append(Feed(key[0], key[1], key[2], due))
-            for state in (self.due, self.failures, self.fetched):
+            for state in (self.due, self.failures, self.fetched, self.took):
                 for key in set(state) - set(jobs):
                     state.pop(key, None)
             for namespace in set(self.turns) - {key[0] for key in jobs}:
@@ -157,6 +162,8 @@ class CalendarSync:
         with self._lock:
             waiting = [feed for feed in feeds if feed.key not in self.running]
             candidates = [feed for feed in waiting if skip is None or feed.key not in skip]
+            clock = time.monotonic()
+            slow = {key for key, took in self.took.items() if is_slow(took)}
             chosen = start_order(
                 candidates,
                 now,
@@ -164,12 +171,20 @@ class CalendarSync:
                 self.workers - len(self.running),
                 self.per_namespace,
                 self.turns,
+                slow=slow,
+                running_slow=Counter(
+                    namespace
+                    for key, namespace in self.running.items()
+                    if key in slow or is_slow(timedelta(seconds=clock - self.started.get(key, clock)))
+                ),
+                limit=max(self.per_namespace, self.workers - 1),
             )
             for feed in chosen:
                 keeper, cal = jobs[feed.key]
                 self.turn += 1
                 self.turns[feed.namespace] = self.turn
                 self.running[feed.key] = feed.namespace
+                self.started[feed.key] = clock
                 status = self.written.get(feed.key[:2]) or keeper.get("status")
                 previous = self.fetched.get(feed.key) or find_status(status, cal)
                 pool.submit(self._job, keeper, cal, previous, self.epoch)
@@ -184,8 +199,10 @@ class CalendarSync:
         namespace, name = object_key(keeper)
         key = (namespace, name, cal.digest)
         try:
+            began = time.monotonic()
             entry = self._fetch(keeper, cal, previous)
             with self._lock:
+                self.took[key] = timedelta(seconds=time.monotonic() - began)
                 if epoch != self.epoch:
                     return
                 failures = self.failures.get(key, 0) + 1 if "error" in entry else 0
@@ -200,6 +217,7 @@ class CalendarSync:
         finally:
             with self._lock:
                 self.running.pop(key, None)
+                self.started.pop(key, None)
                 self._finished.notify_all()
             self._wake()
 
@@ -217,8 +235,16 @@ class CalendarSync:
                 if idle and len(started) == count:
                     return min((feed.due for feed in waiting), default=None)
                 with self._lock:
-                    if started & self.running.keys():
-                        self._finished.wait()  # one ended: its slot may start another
+                    if started & self.running.keys():  # one ended, or turned slow: a slot may start another
+                        self._finished.wait(SLOW_FETCH.total_seconds())
+
+    def _until_slow(self) -> float:
+        """Seconds until a fetch in flight turns slow (and leaves its lane's slot to a fast one)."""
+        with self._lock:
+            slow = {key for key, took in self.took.items() if is_slow(took)}
+            ends = [at for key, at in self.started.items() if key not in slow]
+        now, after = time.monotonic(), SLOW_FETCH.total_seconds()
+        return min((max(0.0, at + after - now) for at in ends if at + after > now), default=60.0)
 
     def _interval(self, cal: CalendarSpec) -> timedelta:
         return max(cal.interval, self.min_interval)
@@ -459,6 +485,7 @@ class CalendarSync:
                     was_active = False
                     self.forget()
                 delay = 60.0 if nxt is None else (nxt - self.clock()).total_seconds()
+                delay = min(delay, self._until_slow())  # a fetch turning slow frees a fast slot
                 wake.wait(max(0.05, min(delay, 60.0 if was_active else 1.0)))
         finally:
             self._wake = lambda: None

@@ -408,3 +408,23 @@ def test_another_namespace_is_used_everywhere(chart, helm):
     assert (
         "--lease-namespace=gates" in dict(containers_of(job))["Deployment/gate-admission-controller"]["args"]
     )
+
+
+def test_the_release_namespace_is_never_flux_system_unless_it_is_judged(chart, helm):
+    """The release namespace is never judged (so the HelmRelease that installs us there cannot
+    deadlock its own repair); were it flux-system, every Flux object there would escape its gates.
+    The chart refuses it, saying what to do; judged (judgeReleaseNamespace), it is one like any other."""
+    refused = helm(*template_args((), "flux-system", None), check=False)
+    assert refused.returncode != 0
+    assert "the release namespace flux-system would never be judged by the webhooks" in refused.stderr
+    assert (
+        "spec.targetNamespace" in refused.stderr and "webhooks.judgeReleaseNamespace=true" in refused.stderr
+    )
+    judged = entries(chart("webhooks.judgeReleaseNamespace=true", namespace="flux-system"))
+    for name, hook in judged.items():
+        if "namespaceSelector" in hook:  # (the approvals entries see every namespace)
+            assert hook["namespaceSelector"]["matchExpressions"][0]["values"] == ["kube-system"], name
+    # In a namespace of its own the default stands: that namespace is never judged.
+    for name, hook in entries(chart()).items():
+        if "namespaceSelector" in hook:
+            assert hook["namespaceSelector"]["matchExpressions"][0]["values"] == ["kube-system", NS], name

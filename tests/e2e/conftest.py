@@ -98,10 +98,11 @@ subjects:
 
 
 def prepare(plane: ControlPlane, workdir: Path) -> None:
-    """Namespaces, test users' rights, the Flux CRDs (patched), our CRDs and RBAC."""
+    """Namespaces, test users' rights, the Flux CRDs (patched), our CRDs, RBAC and admission policies
+    (so our controller runs here under what narrows its writes in a cluster)."""
     plane.kubectl("apply", "-f", "-", input=BASE_OBJECTS)
     install_flux_crds(plane, workdir)
-    for part in ("crds", "rbac"):
+    for part in ("crds", "rbac", "policies"):
         plane.kubectl("apply", "-k", str(ROOT / "manifests" / part))
     plane.kubectl("wait", "--for=condition=established", "--timeout=60s", "crd", "--all")
 

@@ -12,11 +12,12 @@ import pytest
 import yaml
 from cryptography import x509
 from kubernetes import client
+from kubernetes.client.rest import ApiException
 
 from admission.core import matching, names
 from admission.kube.client import api_client
 from tests.e2e.conftest import ROOT, WEBHOOK_HOST, own_plane, start_server
-from tests.e2e.controlplane import ADMIN, ALICE, CERTS, GATE_ADMISSION
+from tests.e2e.controlplane import ADMIN, ALICE, CERTS, CONTROLLER, GATE_ADMISSION
 from tests.e2e.manifests import kustomization, with_client_config
 from tests.polling import until
 from tests.processes import BIN
@@ -59,6 +60,8 @@ def test_the_manifests_render_and_apply_cleanly(plane, installed):
         "RoleBinding",
         "Service",
         "ServiceAccount",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
         "ValidatingWebhookConfiguration",
     ]
     listed = plane.kubectl(
@@ -104,6 +107,51 @@ def test_the_deployment_is_hardened(installed):
                 continue
             excluded = hook["namespaceSelector"]["matchExpressions"][0]["values"]
             assert {"kube-system", NS} <= set(excluded)
+
+
+def pod_templates(docs: list[dict]) -> list[tuple[str, dict]]:
+    found = []
+    for doc in docs:
+        spec = doc.get("spec") or {}
+        template = (
+            spec["jobTemplate"]["spec"]["template"] if doc["kind"] == "CronJob" else spec.get("template")
+        )
+        if doc["kind"] in ("Deployment", "Job", "CronJob"):
+            found.append((f"{doc['kind']}/{doc['metadata']['name']}", template))
+    return found
+
+
+def test_every_pod_we_ship_is_admitted_by_pod_security_restricted(plane, installed):
+    """The namespace enforces Pod Security's restricted profile, and the API server admits a Pod of
+    each template we ship there (a server-side dry run: nothing runs)."""
+    labels = one(installed, "Namespace")["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    templates = pod_templates(installed)
+    assert len(templates) == 4
+    for name, template in templates:
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "psa-" + name.split("/")[1],
+                "namespace": NS,
+                **template.get("metadata", {}),
+            },
+            "spec": template["spec"],
+        }
+        result = plane.kubectl(
+            "create", "--dry-run=server", "-f", "-", input=yaml.safe_dump(pod), check=False
+        )
+        assert result.returncode == 0 and "Warning" not in result.stderr, (name, result.stderr)
+    # What restricted refuses there: a Pod that may run as root (so the label is enforced).
+    plain = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "plain", "namespace": NS},
+        "spec": {"containers": [{"name": "c", "image": "gate-admission:0.2.0"}]},
+    }
+    result = plane.kubectl("create", "--dry-run=server", "-f", "-", input=yaml.safe_dump(plain), check=False)
+    assert result.returncode != 0 and 'violates PodSecurity "restricted' in result.stderr, result.stderr
 
 
 def can_i(plane, user: str, *args: str) -> bool:
@@ -171,12 +219,17 @@ def can_i(plane, user: str, *args: str) -> bool:
         (
             CERTS.name,
             [
-                ("get", "secrets", "-n", NS),
-                ("update", "secrets", "-n", NS),
+                ("get", "secrets/gate-admission-tls", "-n", NS),
+                ("update", "secrets/gate-admission-tls-ca", "-n", NS),
+                ("create", "secrets", "-n", NS),  # RBAC cannot name it; the policy does
                 ("patch", "validatingwebhookconfigurations/gate-admission"),
                 ("patch", "mutatingwebhookconfigurations/gate-admission"),
             ],
             [
+                ("get", "secrets/gate-admission-receiver-token", "-n", NS),
+                ("get", "secrets", "-n", NS),
+                ("list", "secrets", "-n", NS),
+                ("update", "secrets/other", "-n", NS),
                 ("get", "secrets", "-n", "flux-system"),
                 ("get", "secrets", "-A"),
                 ("patch", "validatingwebhookconfigurations/other"),
@@ -190,6 +243,164 @@ def test_service_accounts_hold_only_what_they_need(plane, installed, user, allow
         assert can_i(plane, user, *args), f"{user} should be able to {args}"
     for args in denied:
         assert not can_i(plane, user, *args), f"{user} must not be able to {args}"
+
+
+def access(
+    plane, user, verb: str, resource: str, name: str = "", namespace: str = "", group: str = ""
+) -> bool:
+    """The API server's SubjectAccessReview for ``user`` (RBAC's answer: an admission policy is
+    not asked)."""
+    review = client.AuthorizationV1Api(api_client(str(plane.kubeconfig(ADMIN)))).create_subject_access_review(
+        {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {
+                "user": user.name,
+                "groups": list(user.groups),
+                "resourceAttributes": {
+                    "verb": verb,
+                    "group": group,
+                    "resource": resource,
+                    "name": name,
+                    "namespace": namespace,
+                },
+            },
+        }
+    )
+    return bool(review.status.allowed)
+
+
+def refused(plane, user, *args: str, input: str | None = None) -> str:
+    """What the API server says to ``user``'s write, which must be refused (polled: a new policy
+    takes a moment to be enforced)."""
+    result = until(
+        lambda: plane.kubectl(*args, user=user, input=input, check=False),
+        lambda r: r.returncode != 0,
+        timeout=30,
+    )
+    assert result.returncode != 0, result.stdout
+    return result.stderr
+
+
+def controller_patch(plane, namespace: str, name: str, body: dict, *, refused: bool) -> str | None:
+    """Patch a Kustomization as the controller does (a merge patch, no read first: it has no
+    `get`), with the controller's own token; None when admitted, else the API server's answer.
+    A refusal is polled for: a new policy takes a moment to be enforced."""
+    custom = client.CustomObjectsApi(api_client(str(plane.kubeconfig(CONTROLLER))))
+
+    def attempt() -> str | None:
+        try:
+            custom.patch_namespaced_custom_object(
+                "kustomize.toolkit.fluxcd.io", "v1", namespace, "kustomizations", name, body
+            )
+            return None
+        except ApiException as err:
+            return f"{err.status} {err.body}"
+
+    return until(attempt, lambda message: message is not None, timeout=30) if refused else attempt()
+
+
+def test_a_controller_token_may_request_a_reconcile_and_change_nothing_else(plane, installed):
+    """RBAC lets the controller patch Flux objects (SubjectAccessReview says so); the admission
+    policy gate-admission-controller-writes admits only reconcile.fluxcd.io/requestedAt."""
+    plane.kubectl("apply", "-f", "-", input=kustomization("repointed"))
+    assert access(
+        plane, CONTROLLER, "patch", "kustomizations", "repointed", "apps", "kustomize.toolkit.fluxcd.io"
+    )
+    only = "gate-admission-controller may only write the reconcile.fluxcd.io/requestedAt annotation"
+    for change in (
+        {"spec": {"path": "./elsewhere", "sourceRef": {"kind": "GitRepository", "name": "x"}}},
+        {"metadata": {"annotations": {"kustomize.toolkit.fluxcd.io/reconcile": "disabled"}}},
+        {"metadata": {"labels": {"team": "other"}}},
+        {"metadata": {"finalizers": ["example.com/never"]}},
+    ):
+        message = controller_patch(plane, "apps", "repointed", change, refused=True)
+        assert message is not None and message.startswith("422") and only in message, (change, message)
+    assert not can_i(
+        plane, CONTROLLER.name, "delete", "kustomizations.kustomize.toolkit.fluxcd.io", "-n", "apps"
+    )
+    body = {"metadata": {"annotations": {"reconcile.fluxcd.io/requestedAt": "now"}}}
+    assert controller_patch(plane, "apps", "repointed", body, refused=False) is None
+    stored = yaml.safe_load(
+        plane.kubectl("get", "kustomization", "repointed", "-n", "apps", "-o", "yaml").stdout
+    )
+    assert stored["metadata"]["annotations"]["reconcile.fluxcd.io/requestedAt"] == "now"
+    assert stored["spec"]["path"] == "./deploy" and "team" not in stored["metadata"].get("labels", {})
+    assert "finalizers" not in stored["metadata"]
+    # Anyone else's writes are not this policy's business.
+    plane.kubectl(
+        "patch",
+        "kustomization",
+        "repointed",
+        "-n",
+        "apps",
+        "--type=merge",
+        "-p",
+        '{"spec": {"path": "./elsewhere"}}',
+    )
+
+
+def test_the_certificate_job_reads_its_own_secrets_only_and_writes_only_the_ca_bundle(plane, installed):
+    plane.kubectl(
+        "create", "secret", "generic", "gate-admission-receiver-token", "-n", NS, "--from-literal=token=t"
+    )
+    assert not access(plane, CERTS, "get", "secrets", "gate-admission-receiver-token", NS)
+    assert "forbidden" in refused(plane, CERTS, "get", "secret", "gate-admission-receiver-token", "-n", NS)
+    assert access(plane, CERTS, "get", "secrets", "gate-admission-tls", NS)
+    # Create cannot be narrowed by RBAC (SubjectAccessReview allows it); the policy refuses any
+    # other name, and a service account token Secret, which would mint a token of another identity.
+    assert access(plane, CERTS, "create", "secrets", "", NS)
+    other = yaml.safe_dump(
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "other", "namespace": NS}}
+    )
+    assert "may only write Secrets gate-admission-tls" in refused(
+        plane, CERTS, "create", "-f", "-", input=other
+    )
+    minted = yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "kubernetes.io/service-account-token",
+            "metadata": {
+                "name": "gate-admission-tls",
+                "namespace": NS,
+                "annotations": {"kubernetes.io/service-account.name": "gate-admission-controller"},
+            },
+        }
+    )
+    assert "may only write Secrets" in refused(plane, CERTS, "create", "-f", "-", input=minted)
+    # The webhook configurations: RBAC allows the patch; the policy, a change of caBundle alone.
+    assert access(
+        plane,
+        CERTS,
+        "patch",
+        "validatingwebhookconfigurations",
+        "gate-admission",
+        group="admissionregistration.k8s.io",
+    )
+    for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration"):
+        for change in (
+            '[{"op": "replace", "path": "/webhooks", "value": []}]',
+            '[{"op": "remove", "path": "/webhooks/0"}]',
+            # (each a change: the first mutating entry already fails open)
+            '[{"op": "replace", "path": "/webhooks/0/failurePolicy", "value": "%s"}]'
+            % ("Ignore" if kind.startswith("validating") else "Fail"),
+            '[{"op": "replace", "path": "/webhooks/0/namespaceSelector", "value": {}}]',
+            '[{"op": "replace", "path": "/webhooks/0/clientConfig/service/name", "value": "elsewhere"}]',
+        ):
+            stderr = refused(plane, CERTS, "patch", kind, "gate-admission", "--type=json", "-p", change)
+            assert "gate-admission-certs may only change the caBundle" in stderr, (kind, change, stderr)
+    # What the Job runs: issue both Secrets and write the CA into both configurations.
+    result = certs_command(plane, "--inject")
+    assert result.returncode == 0, result.stderr
+    assert "ValidatingWebhookConfiguration/gate-admission" in result.stdout, result.stdout
+    config = yaml.safe_load(
+        plane.kubectl("get", "validatingwebhookconfiguration", "gate-admission", "-o", "yaml").stdout
+    )
+    assert len(config["webhooks"]) == len(one(installed, "ValidatingWebhookConfiguration")["webhooks"])
+    assert all(hook["clientConfig"].get("caBundle") for hook in config["webhooks"])
+    # The tests below issue the certificates from nothing.
+    plane.kubectl("delete", "secret", "gate-admission-tls", "gate-admission-tls-ca", "-n", NS)
 
 
 @pytest.fixture(scope="module")

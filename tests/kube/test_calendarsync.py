@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import functools
 import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -469,7 +470,8 @@ def test_a_fast_feed_is_written_while_another_namespaces_slow_feeds_are_still_be
         assert status["conditions"][0]["reason"] == names.REASON_FETCHED
         assert status["calendars"][0]["intervals"]
         # The trickling GateKeeper's status shows each of its calendars as its fetch ends (the
-        # deadline), while the others are still fetched: never more than 2 of the 4 slots at once.
+        # deadline), while the others are still fetched: never more than 3 of the 4 slots at once
+        # (2 new ones first; a third once those have run for SLOW_FETCH), one always left to others.
         wait_for(
             lambda: (keeper_status_of(kube, "tenant-a", "trickling").get("calendars") or [])[-1:],
             30,
@@ -478,11 +480,62 @@ def test_a_fast_feed_is_written_while_another_namespaces_slow_feeds_are_still_be
         slow_status = keeper_status_of(kube, "tenant-a", "trickling")
         assert "no complete answer within 4s" in slow_status["calendars"][0]["error"]
         assert slow_status["conditions"][0]["reason"] == names.REASON_FETCH_FAILED
-        assert len(slow_status["calendars"]) < 4 and fetching.most["slow.ics"] == 2
+        assert len(slow_status["calendars"]) < 4 and fetching.most["slow.ics"] == 3
     finally:
         stopped.set()
         wake.set()
         loop.join(10)
+    assert not loop.is_alive()
+
+
+def test_a_new_gatekeeper_is_fetched_at_once_while_its_own_namespaces_feeds_trickle(server):
+    """Two trickling feeds of one namespace fill its share of the slots for the whole fetch
+    deadline; a GateKeeper created in that same namespace is fetched (and its status written)
+    while they are still in flight, not after them."""
+    server.routes["/slow.ics"] = server.trickle
+    kube, fetching, present = FakeKube(), Fetching(), [("tenant-a", "trickling")]
+    kube.add(names.GATEKEEPER_PLURAL, keeper(server, "tenant-a", "trickling", "/slow.ics", "/slow.ics"))
+    kube.add(names.GATEKEEPER_PLURAL, keeper(server, "tenant-a", "new", "/freeze.ics"))
+    landed: list[int] = []  # trickling fetches in flight when the new GateKeeper's status was written
+    patch = kube.patch_namespaced_custom_object_status
+
+    def recording(group, version, namespace, plural, name, body, **kw):
+        if (namespace, name) == ("tenant-a", "new"):
+            landed.append(fetching.count("slow.ics"))
+        return patch(group, version, namespace, plural, name, body, **kw)
+
+    kube.patch_namespaced_custom_object_status = recording
+    deadline = 12.0
+    trickle = Policy(
+        total_timeout=deadline, connect_timeout=1.0, allowed_networks=parse_networks("127.0.0.0/8")
+    )
+    sync = CalendarSync(
+        kube,
+        kube,
+        lambda: [kube.get(names.GATEKEEPER_PLURAL, *key) for key in list(present)],
+        clock=Clock(),
+        policy=trickle,
+        parser=in_process,
+        fetcher=fetching,
+        workers=4,
+    )
+    stopped, wake = threading.Event(), threading.Event()
+    loop = threading.Thread(target=sync.run, args=(stopped, wake, lambda: True), daemon=True)
+    loop.start()
+    try:
+        wait_for(lambda: fetching.count("slow.ics") == 2, 15, "the trickling feeds being fetched")
+        present.append(("tenant-a", "new"))
+        wake.set()  # as the controller's poke on the GateKeeper's watch event
+        created = time.monotonic()
+        wait_for(lambda: landed, 30, "the new GateKeeper's status")
+        assert landed[0] == 2, "the new GateKeeper waited for its namespace's trickling feeds"
+        assert time.monotonic() - created < deadline / 2
+        status = kube.get(names.GATEKEEPER_PLURAL, "tenant-a", "new")["status"]
+        assert status["conditions"][0]["reason"] == names.REASON_FETCHED
+    finally:
+        stopped.set()
+        wake.set()
+        loop.join(deadline + 5)
     assert not loop.is_alive()
 
 

@@ -105,3 +105,48 @@ def test_an_address_it_cannot_listen_on_is_a_clear_error(tmp_path):
         assert proc.proc.returncode == 2 and "cannot listen on --health-address 192.0.2.1" in proc.log(), (
             proc.log()
         )
+
+
+def _thread_count(pid: int) -> int:
+    return len(list(Path(f"/proc/{pid}/task").iterdir()))
+
+
+def test_idle_connections_beyond_the_cap_cost_no_thread_and_probes_are_still_answered(tmp_path):
+    """A client that opens connections and never writes on them (a scan, or an attack on the Pod
+    IP): the controller's thread count stays where it was, and the kubelet's probe is answered."""
+    import socket
+
+    with controller(tmp_path) as (proc, port):
+        assert answered(proc, "127.0.0.1", port) == 200, proc.log()
+        before = _thread_count(proc.proc.pid)
+        idle = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(200)]
+        try:
+            for _ in range(5):
+                assert healthz("127.0.0.1", port) == 200
+            # The controller's other threads come and go (its API client retries); a thread per
+            # connection would be 200 more.
+            assert _thread_count(proc.proc.pid) <= before + 16, "idle connections took threads"
+        finally:
+            for conn in idle:
+                conn.close()
+
+
+def test_a_connection_that_sends_no_request_is_closed_after_the_read_timeout():
+    import socket
+    import time
+
+    from admission.kube.health import serve_health
+
+    server = serve_health(0, lambda: (True, {}), read_timeout=0.5, max_connections=4)
+    try:
+        conn = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+        conn.sendall(b"GET /healthz HTTP/1.1\r\n")  # and never the end of the head
+        started = time.monotonic()
+        assert conn.recv(100) == b""  # closed by the server, not answered
+        assert time.monotonic() - started < 3
+        conn.close()
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as other:
+            other.sendall(b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert other.recv(1000).startswith(b"HTTP/1.1 200 OK")
+    finally:
+        server.shutdown()

@@ -82,6 +82,23 @@ def test_free_slots_go_to_the_namespace_with_fewest_running_then_the_least_recen
     ]
 
 
+def test_a_new_or_fast_calendar_never_waits_behind_slow_fetches_of_its_own_namespace():
+    known_slow = [feed("tenant-a", "trickling", str(i), NOW - MINUTE) for i in range(6)]
+    slow = {f.key for f in known_slow}
+    new = feed("tenant-a", "new", "n", EPOCH)  # never fetched
+    fast = feed("tenant-a", "quick", "q", NOW)  # its last fetch was fast (not in ``slow``)
+    # tenant-a's two slow fetches fill its slow lane: its new and fast calendars start anyway.
+    lanes = dict(slow=slow, running_slow={"tenant-a": 2}, limit=3)
+    order = start_order([*known_slow, new, fast], NOW, {"tenant-a": 2}, 2, 2, {}, **lanes)
+    assert order == [new]  # and no more: 3 of 4 slots is all one namespace gets
+    assert start_order([*known_slow, fast], NOW, {"tenant-a": 2}, 2, 2, {}, **lanes) == [fast]
+    # Its slow calendars alone do not start: their lane is full.
+    assert start_order(known_slow, NOW, {"tenant-a": 2}, 2, 2, {}, **lanes) == []
+    # With no slow fetch running, slow calendars take at most the cap, then the fast lane fills.
+    order = start_order([*known_slow, new, fast], NOW, {}, 4, 2, {}, slow=slow, running_slow={}, limit=3)
+    assert sorted(f.keeper for f in order) == ["new", "trickling", "trickling"]
+
+
 def test_a_new_gatekeepers_calendars_come_first_in_their_namespace():
     retried = [feed("flux-system", "old", str(i), NOW - timedelta(hours=1)) for i in range(3)]
     new = feed("flux-system", "new", "n", EPOCH)  # never fetched: due at once

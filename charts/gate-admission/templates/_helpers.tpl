@@ -42,11 +42,28 @@ clientConfig:
     port: 443
 {{- end }}
 
-{{/* A webhook entry's namespaceSelector: never the namespaces listed, nor the release's. */}}
+{{/*
+The namespaces the webhooks never judge: those listed and the release's, unless
+webhooks.judgeReleaseNamespace. Never judged, the release namespace keeps a HelmRelease there that
+installs gate-admission from deadlocking its own repair; so it must hold no other Flux object,
+and Flux's own namespace is refused (docs/operations.md, "Do not gate the gate").
+*/}}
+{{- define "gate-admission.namespacesNeverJudged" -}}
+{{- if .Values.webhooks.judgeReleaseNamespace -}}
+{{ .Values.webhooks.namespacesNeverJudged | uniq | toJson }}
+{{- else -}}
+{{- if eq .Release.Namespace "flux-system" -}}
+{{- fail (printf "gate-admission: the release namespace %s would never be judged by the webhooks, so every Flux object in it would escape its gates. Install into a namespace of its own (a HelmRelease: spec.targetNamespace: gate-admission-system, spec.install.createNamespace: true), or set webhooks.judgeReleaseNamespace=true to have the webhooks judge it too, and give the object that installs gate-admission no gates (docs/operations.md, \"Do not gate the gate\")" .Release.Namespace) -}}
+{{- end -}}
+{{ concat .Values.webhooks.namespacesNeverJudged (list .Release.Namespace) | uniq | toJson }}
+{{- end -}}
+{{- end }}
+
+{{/* A webhook entry's namespaceSelector: never the namespaces of gate-admission.namespacesNeverJudged. */}}
 {{- define "gate-admission.namespaceSelector" -}}
 namespaceSelector:
   matchExpressions:
     - key: kubernetes.io/metadata.name
       operator: NotIn
-      values: {{ concat .Values.webhooks.namespacesNeverJudged (list .Release.Namespace) | uniq | toJson }}
+      values: {{ include "gate-admission.namespacesNeverJudged" . }}
 {{- end }}
