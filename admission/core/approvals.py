@@ -351,7 +351,9 @@ def parse_all(
         except ValueError as err:
             problems.append(f"ignoring {key}: {err}")
             continue
-        why = does_not_count(approval, policy) if policy is not None else None
+        # One the seal disowns is shown as unverified (it counts for nothing either way).
+        ours = approval.unverified in (None, approvalseal.NO_KEY)
+        why = does_not_count(approval, policy) if policy is not None and ours else None
         if why:
             problems.append(f"ignoring {key}: {why}")
         else:
