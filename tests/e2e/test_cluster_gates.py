@@ -408,6 +408,32 @@ def lease_holder(plane) -> str:
     ).stdout
 
 
+def test_a_tenants_gate_dated_near_year_9999_blinds_no_other_gate(plane, server, controller):
+    """One Gate's late toggle must not break metrics, `kubectl gate list -A` or the controller's
+    status writes of every other gate; a window or interval the webhook would refuse is refused by
+    the API server first (what a gates file may still hold: tests/kube/test_controller.py)."""
+    late = {"close.gate.fluxcd.io/requestedAt": "9999-12-31T23:59:59Z"}
+    put(
+        plane,
+        gate("e2e-late", annotations=late, window="1h"),
+        gate("e2e-after-late", default="closed"),
+    )
+    row = until(lambda: gate_row(plane, "e2e-after-late"), lambda r: r.get("STATE") == "Closed", timeout=60)
+    assert row.get("REASON") == "Default", row
+    status = json.loads(plane.kubectl("get", "gate", "e2e-late", "-n", "flux-system", "-o", "json").stdout)
+    assert any("too late" in p for p in status.get("status", {}).get("problems", [])), status
+    from tests.e2e.test_operators import kubectl_gate
+
+    listed = kubectl_gate(plane, "list", "-A", "-o", "json")
+    assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
+    assert {"e2e-late", "e2e-after-late"} <= {r["name"] for r in orjson.loads(listed.stdout)}
+    metrics = server.metrics()
+    assert any('name="e2e-after-late"' in sample for sample in metrics), "no gauge for the other gate"
+    refused = apply(plane, yaml.safe_dump(gate("e2e-forever", window="99999999h")))
+    assert refused.returncode != 0 and "876000h" in refused.stderr, refused.stderr
+    assert ok(apply(plane, yaml.safe_dump(gate("e2e-century", window="876000h"))))
+
+
 def test_one_controller_acts_at_a_time_and_another_takes_over(plane, server, controller, tmp_path):
     # Last in this module: it stops the module's controller.
     second = Process(
@@ -452,29 +478,3 @@ def test_one_controller_acts_at_a_time_and_another_takes_over(plane, server, con
         assert row.get("STATE") == "Opened", second.log()[-2000:]
     finally:
         second.stop()
-
-
-def test_a_tenants_gate_dated_near_year_9999_blinds_no_other_gate(plane, server, controller):
-    """One Gate's late toggle must not break metrics, `kubectl gate list -A` or the controller's
-    status writes of every other gate; a window or interval the webhook would refuse is refused by
-    the API server first (what a gates file may still hold: tests/kube/test_controller.py)."""
-    late = {"close.gate.fluxcd.io/requestedAt": "9999-12-31T23:59:59Z"}
-    put(
-        plane,
-        gate("e2e-late", annotations=late, window="1h"),
-        gate("e2e-after-late", default="closed"),
-    )
-    row = until(lambda: gate_row(plane, "e2e-after-late"), lambda r: r.get("STATE") == "Closed", timeout=60)
-    assert row.get("REASON") == "Default", row
-    status = json.loads(plane.kubectl("get", "gate", "e2e-late", "-n", "flux-system", "-o", "json").stdout)
-    assert any("too late" in p for p in status.get("status", {}).get("problems", [])), status
-    from tests.e2e.test_operators import kubectl_gate
-
-    listed = kubectl_gate(plane, "list", "-A", "-o", "json")
-    assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
-    assert {"e2e-late", "e2e-after-late"} <= {r["name"] for r in orjson.loads(listed.stdout)}
-    metrics = server.metrics()
-    assert any('name="e2e-after-late"' in sample for sample in metrics), "no gauge for the other gate"
-    refused = apply(plane, yaml.safe_dump(gate("e2e-forever", window="99999999h")))
-    assert refused.returncode != 0 and "876000h" in refused.stderr, refused.stderr
-    assert ok(apply(plane, yaml.safe_dump(gate("e2e-century", window="876000h"))))
