@@ -20,6 +20,7 @@ from tests.e2e.controlplane import (
     ALICE,
     CONTROLLER,
     FLUX,
+    GATE_ADMISSION,
     ROOT,
     ControlPlane,
     User,
@@ -187,6 +188,15 @@ def serving(cluster: ControlPlane, server: GateServer):
         yield server
     finally:
         server.stop()
+
+
+@contextmanager
+def serving_the_cluster(cluster: ControlPlane, tmp: Path, *extra: str):
+    """A server reading the cluster's Gates as its own identity (with the approval key that
+    --generate-certs makes beside its certificates), registered as the webhooks while the block runs."""
+    kubeconfig = str(cluster.kubeconfig(GATE_ADMISSION))
+    with serving(cluster, start_server(tmp, None, "--kubeconfig", kubeconfig, *extra)) as server:
+        yield server
 
 
 def wait_until_webhooks_answer(cluster: ControlPlane, server: GateServer) -> None:

@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from admission.core import names
-from tests.e2e.conftest import own_plane, serving, start_server
-from tests.e2e.controlplane import ALICE, GATE_ADMISSION, SOURCE_CONTROLLER
+from tests.e2e.conftest import own_plane, serving_the_cluster
+from tests.e2e.controlplane import ALICE, SOURCE_CONTROLLER
 from tests.e2e.manifests import artifact_patch
 from tests.polling import until
 
@@ -30,15 +30,7 @@ def plane(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(plane, tmp_path_factory):
-    with serving(
-        plane,
-        start_server(
-            tmp_path_factory.mktemp("approval-policy-server"),
-            None,
-            "--kubeconfig",
-            str(plane.kubeconfig(GATE_ADMISSION)),
-        ),
-    ) as srv:
+    with serving_the_cluster(plane, tmp_path_factory.mktemp("approval-policy-server")) as srv:
         yield srv
 
 

@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from admission.core import names
-from tests.e2e.conftest import controller_running, own_plane, register_webhooks, serving, start_server
-from tests.e2e.controlplane import ADMIN, FLUX, GATE_ADMISSION
+from tests.e2e.conftest import controller_running, own_plane, serving_the_cluster, register_webhooks
+from tests.e2e.controlplane import ADMIN, FLUX
 from tests.e2e.manifests import artifact_patch, git_repository
 from tests.polling import until
 
@@ -35,15 +35,7 @@ def plane(tmp_path_factory):
 @pytest.fixture(scope="module")
 def server(plane, tmp_path_factory):
     # --generate-certs (start_server's) also makes the approval key beside the certificates.
-    with serving(
-        plane,
-        start_server(
-            tmp_path_factory.mktemp("seal-server"),
-            None,
-            "--kubeconfig",
-            str(plane.kubeconfig(GATE_ADMISSION)),
-        ),
-    ) as srv:
+    with serving_the_cluster(plane, tmp_path_factory.mktemp("seal-server")) as srv:
         yield srv
 
 

@@ -21,8 +21,7 @@ import pytest
 from admission.core.timefmt import format_time
 from tests.builders import gate
 from tests.doubles.notification import NotificationControllerDouble
-from tests.e2e.conftest import controller_running, own_plane, serving, start_server
-from tests.e2e.controlplane import GATE_ADMISSION
+from tests.e2e.conftest import controller_running, own_plane, serving_the_cluster
 from tests.e2e.test_content_holds import (
     Flux,
     close_gate,
@@ -49,15 +48,7 @@ def plane(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(plane, tmp_path_factory):
-    with serving(
-        plane,
-        start_server(
-            tmp_path_factory.mktemp("notify-server"),
-            None,
-            "--kubeconfig",
-            str(plane.kubeconfig(GATE_ADMISSION)),
-        ),
-    ) as srv:
+    with serving_the_cluster(plane, tmp_path_factory.mktemp("notify-server")) as srv:
         yield srv
 
 

@@ -13,8 +13,7 @@ from kubernetes import client
 from admission.core import kinds, matching, names
 from admission.kube.client import api_client
 from tests.builders import gate
-from tests.e2e.conftest import own_plane, serving, start_server
-from tests.e2e.controlplane import GATE_ADMISSION
+from tests.e2e.conftest import own_plane, serving_the_cluster
 from tests.matching_cases import CASES, TIME, Case, condition, obj
 from tests.polling import until
 
@@ -44,8 +43,7 @@ def server(plane, tmp_path_factory):
     # holds the approval key, which a --gates-dir server never does (docs/decisions/0064).
     tmp = tmp_path_factory.mktemp("server")
     plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(gate("open", default="opened")))
-    cluster = ("--kubeconfig", str(plane.kubeconfig(GATE_ADMISSION)), "--mode", "audit")
-    with serving(plane, start_server(tmp, None, *cluster)) as running:
+    with serving_the_cluster(plane, tmp, "--mode", "audit") as running:
         # The API server loads each configuration on its own: wait for the mutating one too.
         api = custom(plane)
         probe = obj("ImageRepository", "probe", spec={"suspend": True})
