@@ -8,7 +8,6 @@ wrote it (the identity the API server authenticated), never a name this command 
 from __future__ import annotations
 
 import argparse
-import shlex
 from datetime import datetime
 from typing import Any, Callable
 
@@ -24,20 +23,12 @@ from admission.cli.cluster import (
     connect,
 )
 from admission.clock import utcnow
-from admission.core import approvalrecord
 from admission.core import approvals
 from admission.core import approvalview
-from admission.core import content
-from admission.core import halfrelease
 from admission.core import names
-from admission.core.conditions import holding_condition
+from admission.core import pending
 from admission.core.objects import annotations as annotations_of, label, metadata
 from admission.core.timefmt import format_duration, parse_duration
-
-
-def _target(obj: dict) -> str:
-    meta = metadata(obj)
-    return label(obj.get("kind"), meta.get("namespace"), meta.get("name"))
 
 
 def _objects(cluster: Any) -> list[dict]:
@@ -61,110 +52,6 @@ def _gate(cluster: Any, namespace: str, name: str) -> dict:
         raise
 
 
-def approve_command(gate: str, target: str, identity: str | None) -> str:
-    """The exact command that approves ``identity`` (what waits, whole: ``content.approval_of``)
-    for ``target`` behind ``gate`` (namespace/name); when it cannot be known, why not."""
-    namespace, name = gate.split("/", 1)
-    if identity is None:
-        return f"cannot be approved: {UNKNOWN}; open gate {gate} instead"
-    return (
-        f"kubectl gate approve {name} -n {namespace} --for {target} --content {shlex.quote(identity)} "
-        "-m MESSAGE"
-    )
-
-
-# Why what waits has no identity an approval can name (content.approval_of is None).
-UNKNOWN = (
-    "what waits is not known whole (its text was cut, or the chart or the values it lands with "
-    "were not found)"
-)
-
-
-def pending_rows(
-    objects: list[dict],
-    gates: dict[str, dict],
-    now: datetime,
-    only: str | None = None,
-    namespace: str | None = None,
-) -> list[dict]:
-    """Every held object where new content waits (behind gate ``only``, in ``namespace``), with
-    what waits, since when, what it serves, its approvals so far and how to approve it."""
-    get, listing = lookups(objects)
-    rows = []
-    for obj in objects:
-        waiting = content.waiting(obj)
-        if waiting is None or not waiting.waits or (only and only not in waiting.gates):
-            continue
-        meta = metadata(obj)
-        gate_keys = [only] if only else list(waiting.gates)
-        if namespace and meta.get("namespace") != namespace and not only:
-            continue
-        target = _target(obj)
-        identity = content.approval_of(obj, waiting.waits, get)
-        found: list[dict[str, str | int]] = []
-        unverified: list[dict[str, str | int]] = []
-        for key in gate_keys:
-            stored = gates.get(key) or {}
-            policy, _ = approvals.parse_policy(stored.get("spec") or {})
-            # No approval key here: verified only as the Gate's status (the controller's) lists it.
-            parsed, _ = approvals.parse_all(annotations_of(stored), policy)
-            parsed, _ = approvalrecord.counting(stored, parsed)  # ended ones admit nothing
-            for a in approvalview.read_without_key(parsed, stored):
-                if a.live(now) and a.covers((target,)) and approvals.pins(a.content, waiting.waits):
-                    (found if a.unverified is None else unverified).append(dict(a.row(), gate=key))
-        condition = holding_condition(obj, str(obj.get("kind")))
-        rows.append(
-            {
-                "kind": obj.get("kind"),
-                "namespace": meta.get("namespace"),
-                "name": meta.get("name"),
-                "waits": waiting.waits,
-                "serves": waiting.serves,
-                "since": condition.get("lastTransitionTime") if condition else None,
-                "gates": gate_keys,
-                "approvals": found,
-                "unverifiedApprovals": unverified,
-                "approve": [approve_command(key, target, identity) for key in gate_keys],
-                "warnings": halfrelease.warnings(obj, get, listing),
-            }
-        )
-    return rows
-
-
-def lookups(
-    objects: list[dict], more: Callable[[str], list[dict]] | None = None
-) -> tuple[content.Get, halfrelease.Listing]:
-    """Find and list Flux objects among ``objects`` (a manifest's win), then among ``more(kind)``
-    (the cluster's, listed once per kind and only when asked): what half-release warnings read."""
-    listed: dict[str, list[dict]] = {}
-
-    def of(kind: str) -> list[dict]:
-        if kind not in listed:
-            mine = [o for o in objects if o.get("kind") == kind]
-            known = {(metadata(o).get("namespace"), metadata(o).get("name")) for o in mine}
-            listed[kind] = mine + [
-                o
-                for o in (more(kind) if more else [])
-                if (metadata(o).get("namespace"), metadata(o).get("name")) not in known
-            ]
-        return listed[kind]
-
-    def get(kind: str, namespace: str, name: str) -> dict | None:
-        return next(
-            (
-                o
-                for o in of(kind)
-                if (metadata(o).get("namespace"), metadata(o).get("name")) == (namespace, name)
-            ),
-            None,
-        )
-
-    def listing(kind: str, namespace: str) -> list[dict]:
-        return [o for o in of(kind) if metadata(o).get("namespace") == namespace]
-
-    return get, listing
-
-
 @api_errors
 def cmd_pending(args: argparse.Namespace) -> int:
     cluster = connect(args)
@@ -179,7 +66,7 @@ def cmd_pending(args: argparse.Namespace) -> int:
     only = f"{namespace or 'default'}/{args.name}" if args.name else None
     if only and only not in gates:
         raise GateError(f"gate {only} not found", EXIT_NOT_FOUND)
-    rows = pending_rows(_objects(cluster), gates, utcnow(), only, namespace)
+    rows = pending.pending_rows(_objects(cluster), gates, utcnow(), only, namespace)
 
     def table() -> list[str]:
         if not rows:
@@ -213,42 +100,6 @@ def cmd_pending(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _waiting(objects: list[dict], key: str, target: str | None) -> list[tuple[str, str, str | None]]:
-    """(object, what waits as shown, what an approval names: None when unknown) of each object
-    where new content waits behind gate ``key``."""
-    get, _ = lookups(objects)
-    found = []
-    for obj in objects:
-        waiting = content.waiting(obj)
-        if waiting is not None and waiting.waits and key in waiting.gates and target in (None, _target(obj)):
-            found.append((_target(obj), waiting.waits, content.approval_of(obj, waiting.waits, get)))
-    return found
-
-
-def to_approve(
-    objects: list[dict], key: str, target: str | None, wanted: str | None
-) -> tuple[list[str], list[str]]:
-    """What ``approve`` writes an approval of behind gate ``key`` (for ``target``): ``wanted``
-    when an object waits for exactly that, whole; else each whole identity that waits. Also
-    what waits but cannot be approved, and why. GateError when nothing is to be approved."""
-    waiting = _waiting(objects, key, target)
-    unknown = [f"{t} waits {w}: {UNKNOWN}" for t, w, identity in waiting if identity is None]
-    if wanted is not None:
-        # Exactly what an object waits for, whole: a prefix (a version without its chart) is
-        # not what anyone reviewed.
-        if not any(identity == wanted for _, _, identity in waiting):
-            shown = "; ".join(f"{t} waits {i or w}" for t, w, i in waiting) or "nothing waits"
-            raise GateError(f"{wanted} does not wait behind gate {key} ({shown})", EXIT_DENIED)
-        return [wanted], []
-    contents = list(dict.fromkeys(identity for _, _, identity in waiting if identity is not None))
-    if not contents:
-        raise GateError(
-            "; ".join(unknown) or f"nothing waits behind gate {key}" + (f" for {target}" if target else ""),
-            EXIT_DENIED,
-        )
-    return contents, unknown
-
-
 @api_errors
 def cmd_approve(args: argparse.Namespace) -> int:
     if args.for_ is not None and not approvals.valid_target(args.for_):
@@ -256,58 +107,85 @@ def cmd_approve(args: argparse.Namespace) -> int:
     expires = None
     if args.expires:
         try:
-            lasts = parse_duration(args.expires)
-        except (ValueError, OverflowError) as err:
-            raise GateError(f"--expires: {err}", EXIT_USAGE) from None
-        if lasts > approvals.MAX_EXPIRY:
-            raise GateError(
-                f"--expires {args.expires}: an approval lasts at most {format_duration(approvals.MAX_EXPIRY)}",
-                EXIT_USAGE,
-            )
-        expires = utcnow() + lasts
+            expires = expiry(args.expires, utcnow())
+        except ValueError as err:
+            raise GateError(f"--expires {err}", EXIT_USAGE) from None
     cluster = connect(args)
     namespace = args.namespace or cluster.namespace
-    gate = _gate(cluster, namespace, args.name)
-    key = f"{namespace}/{args.name}"
     if args.withdraw:
-        return _withdraw(args, cluster, namespace, gate)
+        done = withdraw(cluster, namespace, args.name, args.content, args.for_)
+    else:
+        done = approve(cluster, namespace, args.name, args.content, args.for_, args.message or "", expires)
+    gate_commands.show(done)
+    return EXIT_OK
+
+
+def expiry(duration: str, now: datetime) -> datetime:
+    """When an approval asked to last ``duration`` ends; ValueError says why it cannot."""
+    try:
+        lasts = parse_duration(duration)
+    except (ValueError, OverflowError) as err:
+        raise ValueError(f"{duration}: {err}") from None
+    if lasts > approvals.MAX_EXPIRY:
+        raise ValueError(f"{duration}: an approval lasts at most {format_duration(approvals.MAX_EXPIRY)}")
+    return now + lasts
+
+
+def approve(
+    cluster: Any,
+    namespace: str,
+    name: str,
+    wanted: str | None,
+    target: str | None,
+    message: str,
+    expires: datetime | None,
+) -> list[str]:
+    """Approve ``wanted`` (else all that waits, whole) for ``target`` (else every object) behind
+    gate ``namespace/name``, as the kubeconfig's user: the lines that say what was approved and
+    what could not be. GateError when refused before anything is written."""
+    gate = _gate(cluster, namespace, name)
+    key = f"{namespace}/{name}"
     policy, _ = approvals.parse_policy((gate.get("spec") or {}))
-    if policy.message_required and not (args.message or "").strip():
+    if policy.message_required and not message.strip():
         raise GateError("a message is required (-m: a ticket, a reason)", EXIT_USAGE)
-    contents, unknown = to_approve(_objects(cluster), key, args.for_, args.content)
-    target = args.for_ or approvals.ANY
+    try:
+        contents, unknown = pending.to_approve(_objects(cluster), key, target, wanted)
+    except pending.NothingToApprove as err:
+        raise GateError(str(err), EXIT_DENIED) from None
+    target = target or approvals.ANY
     now = utcnow()
     written = {}
     for text in contents:
         approval_id = approvals.new_id(text, target, f"{cluster.user or ''}@{now.timestamp()}")
         written[names.APPROVAL_ANNOTATION_PREFIX + approval_id] = approvals.value(
-            text, target, args.message or "", expires
+            text, target, message, expires
         )
     cluster.custom.patch_namespaced_custom_object(
         names.GATING_GROUP,
         names.GATING_VERSION,
         namespace,
         names.GATE_PLURAL,
-        args.name,
+        name,
         {"metadata": {"annotations": written}},
     )
     done = [f"approved {text} for {target} behind gate {key}" for text in contents]
-    gate_commands.show(done + [f"not approved: {u}" for u in unknown])
-    return EXIT_OK
+    return done + [f"not approved: {u}" for u in unknown]
 
 
-def _withdraw(args: argparse.Namespace, cluster: Any, namespace: str, gate: dict) -> int:
+def withdraw(cluster: Any, namespace: str, name: str, wanted: str | None, target: str | None) -> list[str]:
+    """Remove the approvals of ``wanted`` for ``target`` (each None: any) from gate
+    ``namespace/name``: the lines that say which. GateError when there is none."""
+    gate = _gate(cluster, namespace, name)
     parsed, _ = approvals.parse_all(annotations_of(gate))
     found = approvalview.read_without_key(parsed, gate)  # forged ones too: withdrawing is how they go
-    gone = [a for a in found if args.content in (None, a.content) and args.for_ in (None, a.target)]
+    gone = [a for a in found if wanted in (None, a.content) and target in (None, a.target)]
     if not gone:
-        raise GateError(f"no approval to withdraw on gate {namespace}/{args.name}", EXIT_NOT_FOUND)
+        raise GateError(f"no approval to withdraw on gate {namespace}/{name}", EXIT_NOT_FOUND)
     body = {"metadata": {"annotations": {a.key: None for a in gone}}}
     cluster.custom.patch_namespaced_custom_object(
-        names.GATING_GROUP, names.GATING_VERSION, namespace, names.GATE_PLURAL, args.name, body
+        names.GATING_GROUP, names.GATING_VERSION, namespace, names.GATE_PLURAL, name, body
     )
-    gate_commands.show([f"withdrawn: {a.describe()}" for a in gone])
-    return EXIT_OK
+    return [f"withdrawn: {a.describe()}" for a in gone]
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser, completes: Callable[..., None]) -> None:

@@ -8,12 +8,13 @@ import sys
 
 import yaml
 
-from admission.cli import approve
+
 from admission.cli.cluster import EXIT_DENIED, EXIT_OK, EXIT_USAGE, Cluster, GateError, api_errors
 from admission.cli.gate_commands import emit, lookup_gates, text_table
 from admission.cli.settings import policy_settings
 from admission.core import halfrelease
 from admission.core import kinds
+from admission.core import pending
 from admission.core.applied import apply_request, user_info
 from admission.core.decision import Context
 from admission.core.objects import label
@@ -122,7 +123,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         if not isinstance(obj.get("metadata"), dict):
             obj["metadata"] = {}
         obj["metadata"]["namespace"] = str(obj["metadata"].get("namespace") or default_ns)
-    get, listing = approve.lookups(
+    get, listing = pending.lookups(
         manifest, live.list_kind if live else None
     )  # (its inputs: half-release warnings)
     for obj in manifest:

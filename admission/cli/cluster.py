@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import orjson
 
@@ -100,29 +101,36 @@ def api_errors(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Na
     """Turn API and connection failures into one line and an exit code."""
 
     def wrapped(args: argparse.Namespace) -> int:
-        from kubernetes.client.rest import ApiException
-        from urllib3.exceptions import HTTPError
-
-        try:
+        with api_failures():
             return fn(args)
-        except ApiException as err:
-            detail = api_message(err)
-            if err.status == 404:
-                raise GateError(detail, EXIT_NOT_FOUND) from None
-            if err.status in (401, 403):
-                raise GateError(f"forbidden: {detail}", EXIT_FORBIDDEN) from None
-            # The API server answered: the cluster is there, and retrying blindly may not help.
-            if err.status == 409:
-                raise GateError(
-                    f"conflict: {detail} (the object changed meanwhile: run the command again)", EXIT_CONFLICT
-                ) from None
-            if err.status in (400, 422):
-                raise GateError(f"refused by the API server as invalid: {detail}", EXIT_REFUSED) from None
-            raise GateError(f"the API server answered {err.status}: {detail}", EXIT_API_ERROR) from None
-        except HTTPError as err:
-            raise GateError(f"no cluster: {err}", EXIT_NO_CLUSTER) from None
 
     return wrapped
+
+
+@contextlib.contextmanager
+def api_failures() -> Iterator[None]:
+    """API and connection failures within, raised again as GateError: one line and an exit code."""
+    from kubernetes.client.rest import ApiException
+    from urllib3.exceptions import HTTPError
+
+    try:
+        yield
+    except ApiException as err:
+        detail = api_message(err)
+        if err.status == 404:
+            raise GateError(detail, EXIT_NOT_FOUND) from None
+        if err.status in (401, 403):
+            raise GateError(f"forbidden: {detail}", EXIT_FORBIDDEN) from None
+        # The API server answered: the cluster is there, and retrying blindly may not help.
+        if err.status == 409:
+            raise GateError(
+                f"conflict: {detail} (the object changed meanwhile: run the command again)", EXIT_CONFLICT
+            ) from None
+        if err.status in (400, 422):
+            raise GateError(f"refused by the API server as invalid: {detail}", EXIT_REFUSED) from None
+        raise GateError(f"the API server answered {err.status}: {detail}", EXIT_API_ERROR) from None
+    except HTTPError as err:
+        raise GateError(f"no cluster: {err}", EXIT_NO_CLUSTER) from None
 
 
 def api_message(err: Any) -> str:

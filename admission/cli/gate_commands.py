@@ -306,30 +306,41 @@ def cmd_toggle(args: argparse.Namespace) -> int:
     if args.gates_dir:
         raise GateError("open and close write to the cluster; --gates-dir is read-only", EXIT_USAGE)
     message = _message(args)
+    for_ = getattr(args, "for_", None)
     try:  # every flag checked before asking for a cluster: a typo is a usage error wherever it runs
-        toggle_patch(args.action, utcnow(), message, args.requested_by, getattr(args, "for_", None))
+        toggle_patch(args.action, utcnow(), message, args.requested_by, for_)
     except ValueError as err:
         raise GateError(str(err), EXIT_USAGE) from None
     cluster = connect(args)
+    namespace = args.namespace or cluster.namespace
+    show([toggle(cluster, namespace, args.name, args.action, message, _requester(args, cluster), for_)])
+    return EXIT_OK
+
+
+def toggle(
+    cluster: Cluster,
+    namespace: str,
+    name: str,
+    action: str,
+    message: str | None,
+    requested_by: str | None,
+    for_: str | None = None,
+) -> str:
+    """Open or close gate ``namespace/name`` now (``for_``: reopened for that long): the line
+    that says so. GateError (usage) when a value is refused before anything is written."""
     try:
-        patch = toggle_patch(
-            args.action, utcnow(), message, _requester(args, cluster), getattr(args, "for_", None)
-        )
+        patch = toggle_patch(action, utcnow(), message, requested_by, for_)
     except ValueError as err:
         raise GateError(str(err), EXIT_USAGE) from None
-    namespace = args.namespace or cluster.namespace
     cluster.custom.patch_namespaced_custom_object(
-        names.GATING_GROUP, names.GATING_VERSION, namespace, names.GATE_PLURAL, args.name, patch
+        names.GATING_GROUP, names.GATING_VERSION, namespace, names.GATE_PLURAL, name, patch
     )
-    until = patch["metadata"]["annotations"].get(names.CLOSE_ANNOTATION) if args.action == "open" else None
-    show(
-        [
-            f"gate {namespace}/{args.name} {'opened' if args.action == 'open' else 'closed'}"
-            + (f" until {until}" if until else "")
-            + (f": {message}" if message else "")
-        ]
+    until = patch["metadata"]["annotations"].get(names.CLOSE_ANNOTATION) if action == "open" else None
+    return (
+        f"gate {namespace}/{name} {'opened' if action == 'open' else 'closed'}"
+        + (f" until {until}" if until else "")
+        + (f": {message}" if message else "")
     )
-    return EXIT_OK
 
 
 def _message(args: argparse.Namespace) -> str | None:

@@ -27,6 +27,7 @@ from typing import Callable
 
 
 from admission.cli import approve
+from admission.cli import board
 from admission.cli import completion
 from admission.cli.check import cmd_check
 from admission.cli.cluster import EXIT_BAD_GATES_DIR, EXIT_OK, GateError
@@ -143,6 +144,7 @@ def build_parser(flavor: Flavor = KUBECTL) -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_check)
 
     approve.add_parsers(sub, common, _completes)  # approve, pending (docs/decisions/0057)
+    board.add_parser(sub, common)  # the gate board (docs/decisions/0072)
     # Subcommands share their parents' actions: calendar's wider -o belongs to a copy.
     calendar_common = copy.deepcopy(common)
     next(a for a in calendar_common._actions if a.dest == "output").choices = ("table", "json", "yaml", "ics")

@@ -265,3 +265,44 @@ def suspension_of(obj: dict[str, Any] | None, now: datetime) -> Suspension:
             holds.append(f"suspended by {key} '{expr}'" + (f" until {format_time(ends)}" if ends else ""))
     hold = "; ".join(holds) if holds else None
     return Suspension(bool(spec.get("suspend") is True or hold), hold, until)
+
+
+MAX_SUSPEND_WINDOWS = 500  # windows listed per annotation and range: a cron active every other minute is cut
+
+
+@dataclass(frozen=True)
+class SuspendWindow:
+    """A span of ``[start, end)`` when a suspendDuring annotation suspends its object;
+    ``error`` instead when the annotation cannot be read (then it counts as active throughout)."""
+
+    annotation: str
+    expression: str
+    start: datetime
+    end: datetime
+    error: str | None = None
+
+
+def suspend_windows(obj: dict[str, Any] | None, start: datetime, end: datetime) -> list[SuspendWindow]:
+    """When the object's suspendDuring crons suspend it within ``[start, end)``: the spans
+    ``suspension_of`` finds active, from the same cron matching (the board's timeline)."""
+    ann = annotations_of(obj)
+    out: list[SuspendWindow] = []
+    for key in (names.SUSPEND_DURING_ANNOTATION, names.SUSPENDED_DURING_ANNOTATION):
+        expr = ann.get(key)
+        if expr is None:
+            continue
+        try:
+            spec_cron = parse_cron(expr)
+        except ScheduleError as err:
+            out.append(SuspendWindow(key, expr, start, end, str(err)))
+            continue
+        cur, found = start, 0
+        while cur < end and found < MAX_SUSPEND_WINDOWS:
+            active = spec_cron.matches(cur)
+            flip = spec_cron.next_flip(cur, until=end)
+            nxt = min(flip, end) if flip is not None else end
+            if active:
+                out.append(SuspendWindow(key, expr, cur, nxt))
+                found += 1
+            cur = nxt
+    return out

@@ -109,8 +109,13 @@ def format_log_time(value: datetime) -> str:
 
 
 def format_label(value: date | datetime, style: str) -> str:
-    """Short labels for people, in the value's own zone (the freeze calendar's timeline):
-    ``weekday`` 'Mo 23', ``day`` '23', ``day-month`` '23 Nov', ``minute`` '23 Nov 14:05'."""
+    """Short labels for people, in the value's own zone (the freeze calendar's timeline, the
+    board): ``weekday`` 'Mo 23', ``day`` '23', ``day-month`` '23 Nov', ``minute`` '23 Nov 14:05',
+    ``hour`` '14:05', ``zoned`` 'Mon 23 Nov 14:05 CET' (the zone's abbreviation)."""
     if style == "weekday":
         return value.strftime("%a")[:2] + value.strftime(" %d")
-    return value.strftime({"day": "%d", "day-month": "%d %b", "minute": "%d %b %H:%M"}[style])
+    if style == "zoned" and isinstance(value, datetime):
+        return value.strftime("%a %d %b %H:%M ") + (value.tzname() or "")
+    return value.strftime(
+        {"day": "%d", "day-month": "%d %b", "minute": "%d %b %H:%M", "hour": "%H:%M"}[style]
+    )

@@ -187,7 +187,7 @@ def test_kubectl_gate_approve_refuses_a_longer_expiry_before_connecting(capsys):
 
 
 def test_pending_shows_no_approval_that_ended_or_does_not_count():
-    from admission.cli.approve import pending_rows
+    from admission.core.pending import pending_rows
     from tests.unit.test_content import GIT_A as SERVED
 
     held = flux(

@@ -12,8 +12,7 @@ from datetime import timedelta
 import orjson
 import pytest
 
-from admission.cli.approve import pending_rows, to_approve
-from admission.cli.cluster import EXIT_DENIED, GateError
+from admission.core.pending import NothingToApprove, pending_rows, to_approve
 from admission.core import approvals
 from admission.core import approvalview
 from admission.core import content
@@ -462,9 +461,9 @@ def test_approve_writes_the_whole_chart_and_refuses_content_that_is_not_exactly_
     assert to_approve([release, chart], "flux-system/freeze", None, None) == ([whole], [])
     assert to_approve([release, chart], "flux-system/freeze", None, whole) == ([whole], [])
     for partial in ("6.6.0", "6.6.0 (values sha256:v1)", CHART_A, whole[:-1]):
-        with pytest.raises(GateError) as refused:
+        with pytest.raises(NothingToApprove) as refused:
             to_approve([release, chart], "flux-system/freeze", None, partial)
-        assert refused.value.code == EXIT_DENIED and f"waits {whole}" in str(refused.value), partial
+        assert f"waits {whole}" in str(refused.value), partial
     [row] = pending_rows([release, chart], {}, FIXED_NOW)
     assert row["approve"] == [
         "kubectl gate approve freeze -n flux-system --for HelmChart/flux-system/apps-podinfo "
@@ -484,10 +483,10 @@ def test_approve_refuses_what_a_message_shows_cut():
     shown = source_write([freeze()], new_rev=longer).change or ""
     cut = next(w for w in shown.split() if w.endswith("…"))
     repo = held_by_freeze(flux("GitRepository", gates="flux-system/freeze", spec={}), cut, GIT_A)
-    with pytest.raises(GateError) as refused:
+    with pytest.raises(NothingToApprove) as refused:
         to_approve([repo], "flux-system/freeze", None, None)
     assert "is not known whole" in str(refused.value)
-    with pytest.raises(GateError):
+    with pytest.raises(NothingToApprove):
         to_approve([repo], "flux-system/freeze", None, cut)
 
 
@@ -625,7 +624,7 @@ def test_a_relayed_name_is_shown_and_never_counted_as_an_approver():
 
 
 def test_kubectl_gate_pending_without_the_key_counts_only_what_the_controller_verified():
-    from admission.cli.approve import pending_rows
+    from admission.core.pending import pending_rows
 
     recorded = freeze(annotations={KEY: stamped(), KEY2: stamped(by="mallory")})
     # The controller (it holds the key) verified KEY only, as its status says; KEY2 is forged.

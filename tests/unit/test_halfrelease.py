@@ -5,7 +5,7 @@ differently, so approving its content would land only part of a change."""
 from __future__ import annotations
 
 from admission.core import halfrelease, names
-from admission.cli.approve import lookups
+from admission.core.pending import lookups
 from tests.builders import flux
 
 GIT = {"kind": "GitRepository", "name": "podinfo"}
@@ -144,7 +144,7 @@ def metadata_name(obj: dict) -> str:
 
 
 def test_kubectl_gate_pending_shows_them_on_each_held_object():
-    from admission.cli.approve import pending_rows
+    from admission.core.pending import pending_rows
     from tests.conftest import FIXED_NOW
 
     held = policy()

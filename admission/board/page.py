@@ -1,0 +1,438 @@
+"""The board as HTML: one server-rendered page that reads without JavaScript.
+
+Every value a gate, an object or a calendar carries is somebody's text (a message is whatever
+its writer typed), so each one goes through ``escape`` here, and nowhere is HTML taken from data.
+Actions are forms: without JavaScript a POST first answers with a page naming what it will do
+and a Confirm button (``confirm_page``); ``board.js`` shows the same words in a dialog instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from base64 import b64encode
+from html import escape
+from importlib import resources
+from typing import Any, Iterable
+from urllib.parse import urlencode
+
+from admission.board import timeline
+from admission.board.model import DAY_CHOICES, GATE_ZONE, Board, GateRow, Query, SuspendRow
+from admission.core.controls import escaped
+from admission.core.objects import label
+from admission.core.timeline import Interval
+from admission.core.timefmt import parse_time
+
+STATIC = ("board.css", "board.js")
+EXPIRY_CHOICES = ("", "1h", "4h", "24h", "72h", "168h")
+
+
+@dataclass(frozen=True)
+class View:
+    """What a page needs besides the board: the session's CSRF token, and the path the board is
+    served under (``/``, or ``/board/`` beside the webhook) that every link starts with."""
+
+    csrf: str
+    root: str = "/"
+
+
+def static_file(name: str) -> bytes:
+    return resources.files("admission.board").joinpath("static", name).read_bytes()
+
+
+def integrity(name: str) -> str:
+    """The Subresource Integrity value of a static file: the browser refuses it if it changed."""
+    return "sha384-" + b64encode(hashlib.sha384(static_file(name)).digest()).decode()
+
+
+_INTEGRITY = {name: integrity(name) for name in STATIC}
+
+
+def e(value: object) -> str:
+    """Text for HTML: markup escaped, control characters shown as escapes (as the CLI shows them)."""
+    return escape(escaped(str(value)), quote=True)
+
+
+def _href(query: Query, **changes: object) -> str:
+    params = {"namespace": query.namespace, "q": query.search, "days": query.days, "from": query.offset}
+    params["tz"] = query.tz
+    params.update(changes)
+    return "?" + urlencode({k: v for k, v in params.items() if v not in ("", None)})
+
+
+def _time(text: object, board: Board) -> str:
+    if not text:
+        return "-"
+    try:
+        return timeline.time_tag(parse_time(str(text)), board.zone)
+    except ValueError:
+        return e(text)
+
+
+def _hidden(fields: dict[str, str]) -> str:
+    return "".join(f'<input type="hidden" name="{e(k)}" value="{e(v)}">' for k, v in fields.items())
+
+
+Field = tuple[str, str, str]  # name, label, placeholder: a text input (choices: see _select)
+
+
+def _form(
+    action: str,
+    confirm: str,
+    fields: dict[str, str],
+    inputs: list[Field],
+    button: str,
+    view: View,
+    extra: str = "",
+) -> str:
+    # Ids from what the form does: the same board renders the same ids, so a swap by board.js
+    # keeps focus where it was, and two forms never share one.
+    scope = hashlib.sha256(repr((action, sorted(fields.items()))).encode()).hexdigest()[:12]
+    body = "".join(
+        f'<label for="{scope}-{name}">{e(text)}</label>'
+        f'<input id="{scope}-{name}" name="{name}" type="text" placeholder="{e(hint)}" maxlength="1000">'
+        for name, text, hint in inputs
+    ) + extra.replace("{scope}", scope)
+    return (
+        f'<form class="action" method="post" action="{view.root}actions/{action}" data-confirm="{e(confirm)}">'
+        + _hidden({"csrf": view.csrf, **fields})
+        + body
+        + f'<button type="submit" id="{scope}-go">{e(button)}</button></form>'
+    )
+
+
+def _select(name: str, text: str, choices: Iterable[tuple[str, str]]) -> str:
+    """A choice inside a form: ``{scope}`` becomes the form's id prefix."""
+    options = "".join(f'<option value="{e(v)}">{e(t)}</option>' for v, t in choices)
+    return (
+        f'<label for="{{scope}}-{name}">{e(text)}</label>'
+        f'<select id="{{scope}}-{name}" name="{name}">{options}</select>'
+    )
+
+
+def _state(open_: bool) -> str:
+    # A word and a symbol: the colour is a third signal, never the only one.
+    return '<span class="state open">✓ open</span>' if open_ else '<span class="state closed">✕ closed</span>'
+
+
+def _gate_actions(row: GateRow, view: View) -> str:
+    ns, name = row.state.namespace, row.state.name
+    fields = {"namespace": ns, "gate": name}
+    opener = _form(
+        "open",
+        f"Open gate {ns}/{name} now: what waits behind it lands at once",
+        fields,
+        [("message", "Why", "ticket, reason"), ("for", "Close again after", "e.g. 2h")],
+        "Open…",
+        view,
+    )
+    closer = _form(
+        "close",
+        f"Close gate {ns}/{name} now: changes behind it wait",
+        fields,
+        [("message", "Why", "ticket, reason")],
+        "Close…",
+        view,
+    )
+    return opener if not row.state.open else closer
+
+
+def _gates(board: Board, view: View) -> str:
+    head = ["Gate", "State", "Reason", "Message", "Requested", "Until", "Held", "Approvals"]
+    if board.writable:
+        head.append("Actions")
+    rows = []
+    for row in board.gates:
+        s = row.state
+        until = (
+            timeline.time_tag(s.next_transition, board.zone)
+            if s.next_transition
+            else f"unknown after {timeline.time_tag(s.transition_unknown_after, board.zone)}"
+            if s.transition_unknown_after
+            else "-"
+        )
+        requested = (
+            f"{e(s.requested_by or '?')}, {timeline.time_tag(s.requested_at, board.zone) if s.requested_at else '-'}"
+            + (f": {e(s.request_message)}" if s.request_message else "")
+            if s.requested_by or s.requested_at
+            else "-"
+        )
+        approvals = (
+            "".join(
+                f"<li>{e(a['by'])}: {e(a['content'])} for {e(a['for'])}, until {_time(a['expires'], board)}</li>"
+                for a in row.approvals
+            )
+            + "".join(
+                f"<li>unverified (counts for nothing): {e(a['by'])}: {e(a['content'])}</li>"
+                for a in row.unverified
+            )
+            + "".join(f"<li>{e(a.get('reason', 'ended'))}: {e(a.get('id'))}</li>" for a in row.ended)
+        )
+        problems = "".join(f"<li>{e(p)}</li>" for p in s.problems)
+        cells = [
+            f'<th scope="row" id="gate-{e(row.key)}">{e(row.key)}</th>',
+            f"<td>{_state(s.open)}</td>",
+            f"<td>{e(s.reason)}</td>",
+            f"<td>{e(s.message)}" + (f'<ul class="problems">{problems}</ul>' if problems else "") + "</td>",
+            f"<td>{requested}</td>",
+            f"<td>{until}</td>",
+            f"<td>{row.holding}</td>",
+            f"<td><ul>{approvals}</ul></td>" if approvals else "<td>-</td>",
+        ]
+        if board.writable:
+            cells.append(f"<td>{_gate_actions(row, view)}</td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    if not rows:
+        return (
+            '<section aria-labelledby="gates-h"><h2 id="gates-h">Gates</h2><p>No gates found.</p></section>'
+        )
+    return (
+        '<section aria-labelledby="gates-h"><h2 id="gates-h">Gates</h2>'
+        '<table class="gates"><caption>Every gate: its state now, why, and until when</caption><thead><tr>'
+        + "".join(f'<th scope="col">{h}</th>' for h in head)
+        + "</tr></thead><tbody>"
+        + "".join(rows)
+        + "</tbody></table></section>"
+    )
+
+
+def _spans(row: GateRow) -> list[tuple[Interval, str]]:
+    return [(i, timeline.describe(i, row.timeline.zone)) for i in row.timeline.spans]
+
+
+def _suspend_spans(row: SuspendRow) -> list[tuple[Interval, str]]:
+    out = []
+    for w in row.windows:
+        why = f"suspended by {w.annotation} '{w.expression}'" + (
+            f": cannot be read ({w.error})" if w.error else ""
+        )
+        span = Interval(w.start, w.end, False, "SuspendDuring", why, known=w.error is None)
+        out.append((span, timeline.describe(span, row.timeline.zone)))
+    return out
+
+
+def _timeline(board: Board) -> str:
+    q = board.query
+    zoom = " ".join(
+        f'<a href="{e(_href(q, days=d, **{"from": 0}))}"'
+        + (' aria-current="true"' if d == q.days else "")
+        + f">{d} day{'s' if d > 1 else ''}</a>"
+        for d in DAY_CHOICES
+    )
+    if q.days == 1:
+        zoom += " · " + " ".join(
+            f'<a href="{e(_href(q, **{"from": d}))}"'
+            + (' aria-current="true"' if d == q.offset else "")
+            + f">+{d}</a>"
+            for d in range(0, 14)
+        )
+    lines, table = [], []
+    for row in board.gates:
+        spans = _spans(row)
+        lines.append(
+            f'<div class="line"><span class="who">{e(row.key)}</span>'
+            + timeline.svg(row.timeline, board.now, spans, f"gate {row.key}")
+            + "</div>"
+        )
+        table += [
+            f'<tr><th scope="row">gate {e(row.key)}</th><td>{e(timeline.state_word(i))}</td>'
+            f"<td>{timeline.time_tag(i.start, row.timeline.zone)}</td><td>{timeline.time_tag(i.end, row.timeline.zone)}</td>"
+            f"<td>{e(i.reason)}{': ' + e(i.message) if i.message else ''}</td></tr>"
+            for i, _ in spans
+        ]
+    for srow in board.suspensions:
+        spans = _suspend_spans(srow)
+        lines.append(
+            f'<div class="line"><span class="who">{e(srow.target)}</span>'
+            + timeline.svg(srow.timeline, board.now, spans, f"suspensions of {srow.target}")
+            + "</div>"
+        )
+        table += [
+            f'<tr><th scope="row">{e(srow.target)}</th><td>suspended</td>'
+            f"<td>{timeline.time_tag(i.start, srow.timeline.zone)}</td><td>{timeline.time_tag(i.end, srow.timeline.zone)}</td>"
+            f"<td>{e(i.message)}</td></tr>"
+            for i, _ in spans
+        ]
+    zone = "each gate's own zone" if q.tz == GATE_ZONE else e(getattr(board.zone, "key", None) or board.zone)
+    return (
+        '<section aria-labelledby="timeline-h"><h2 id="timeline-h">Timeline</h2>'
+        f'<p class="legend">Times in {zone}. <span class="key closed">closed</span> '
+        '<span class="key unknown">unknown</span> <span class="key open">open</span> '
+        f'<span class="key now">now</span> · zoom: {zoom}</p>'
+        + "".join(lines)
+        + '<details><summary>The timeline as a table</summary><table class="spans"><caption>Open, closed and '
+        'suspended spans</caption><thead><tr><th scope="col">Row</th><th scope="col">State</th>'
+        '<th scope="col">From</th><th scope="col">To</th><th scope="col">Why</th></tr></thead><tbody>'
+        + "".join(table)
+        + "</tbody></table></details></section>"
+    )
+
+
+def _approval_cell(row: dict[str, Any], board: Board) -> str:
+    items = [
+        f"<li>{e(a['by'])} at {_time(a.get('at'), board)}: {e(a['content'])} for {e(a['for'])}"
+        f" (until {_time(a.get('expires'), board)})"
+        + (f" — {e(a['message'])}" if a.get("message") else "")
+        + "</li>"
+        for a in row["approvals"]
+    ] + [
+        f"<li>unverified (counts for nothing): {e(a['by'])}: {e(a['content'])}</li>"
+        for a in row["unverifiedApprovals"]
+    ]
+    return f"<ul>{''.join(items)}</ul>" if items else "none"
+
+
+def _held_actions(row: dict[str, Any], view: View) -> str:
+    target = label(row["kind"], row["namespace"], row["name"])
+    if row.get("content") is None:
+        return "cannot be approved: what waits is not known whole; open the gate instead"
+    forms = []
+    for key in row["gates"]:
+        ns, gate = key.split("/", 1)
+        fields = {"namespace": ns, "gate": gate, "content": row["content"], "for": target}
+        forms.append(
+            _form(
+                "approve",
+                f"Approve {row['content']} for {target} behind gate {key}: it lands at once, nothing newer does",
+                fields,
+                [("message", "Why", "ticket, reason")],
+                f"Approve for {key}…",
+                view,
+                _select("expires", "Expires after", [(c, c or "the gate's default") for c in EXPIRY_CHOICES]),
+            )
+        )
+        for a in row["approvals"] + row["unverifiedApprovals"]:
+            if a.get("gate") == key:
+                forms.append(
+                    _form(
+                        "withdraw",
+                        f"Withdraw {a['by']}'s approval of {a['content']} for {a['for']} on gate {key}",
+                        {"namespace": ns, "gate": gate, "content": str(a["content"]), "for": str(a["for"])},
+                        [],
+                        f"Withdraw {a['by']}'s approval…",
+                        view,
+                    )
+                )
+    return "".join(forms)
+
+
+def _held(board: Board, view: View) -> str:
+    if not board.held:
+        text = "Nothing waits." if board.writable or board.gates else "No Flux objects are read here."
+        return f'<section aria-labelledby="held-h"><h2 id="held-h">Held</h2><p>{text}</p></section>'
+    head = ["Object", "Waits", "Serves", "Since", "Gates", "Approvals", "Warnings"]
+    if board.writable:
+        head.append("Actions")
+    rows = []
+    for row in board.held:
+        target = label(row["kind"], row["namespace"], row["name"])
+        warnings = "".join(f"<li>⚠ {e(w)}</li>" for w in row["warnings"])
+        cells = [
+            f'<th scope="row">{e(target)}</th>',
+            f'<td class="content">{e(row["waits"])}</td>',
+            f'<td class="content">{e(row["serves"] or "-")}</td>',
+            f"<td>{_time(row['since'], board)}</td>",
+            "<td>" + ", ".join(e(g) for g in row["gates"]) + "</td>",
+            f"<td>{_approval_cell(row, board)}</td>",
+            f"<td><ul>{warnings}</ul></td>" if warnings else "<td>-</td>",
+        ]
+        if board.writable:
+            cells.append(f"<td>{_held_actions(row, view)}</td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    return (
+        '<section aria-labelledby="held-h"><h2 id="held-h">Held</h2>'
+        '<table class="held"><caption>New content that waits behind closed gates, and what is served meanwhile'
+        "</caption><thead><tr>"
+        + "".join(f'<th scope="col">{h}</th>' for h in head)
+        + "</tr></thead><tbody>"
+        + "".join(rows)
+        + "</tbody></table></section>"
+    )
+
+
+def fragment(board: Board, view: View) -> str:
+    """What changes from one look to the next: the part ``board.js`` swaps in."""
+    problems = "".join(f"<li>{e(p)}</li>" for p in board.problems)
+    return (
+        (f'<div class="problems" role="alert"><ul>{problems}</ul></div>' if problems else "")
+        + f'<p class="asof">As of {timeline.time_tag(board.now, board.zone)}.</p>'
+        + _gates(board, view)
+        + _held(board, view)
+        + _timeline(board)
+    )
+
+
+def _head(title: str, view: View) -> str:
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{e(title)}</title>"
+        f'<link rel="stylesheet" href="{view.root}static/board.css" integrity="{_INTEGRITY["board.css"]}">'
+        f'<script src="{view.root}static/board.js" integrity="{_INTEGRITY["board.js"]}" defer></script>'
+        "</head>"
+    )
+
+
+def _filters(board: Board, view: View) -> str:
+    q = board.query
+    options = '<option value="">all namespaces</option>' + "".join(
+        f'<option value="{e(ns)}"' + (" selected" if ns == q.namespace else "") + f">{e(ns)}</option>"
+        for ns in board.namespaces
+    )
+    days = "".join(
+        f'<option value="{d}"' + (" selected" if d == q.days else "") + f">{d}</option>" for d in DAY_CHOICES
+    )
+    return (
+        f'<form class="filters" method="get" action="{view.root}" role="search">'
+        f'<label for="ns">Namespace</label><select id="ns" name="namespace">{options}</select>'
+        f'<label for="q">Search</label><input id="q" name="q" type="search" value="{e(q.search)}">'
+        f'<label for="days">Days</label><select id="days" name="days">{days}</select>'
+        f'<label for="tz">Time zone</label><input id="tz" name="tz" value="{e(q.tz)}" '
+        'placeholder="yours; or gate, or Europe/Berlin" list="zones">'
+        f'<datalist id="zones"><option value="{GATE_ZONE}"><option value="UTC"></datalist>'
+        '<button type="submit">Show</button></form>'
+    )
+
+
+def page(board: Board, view: View) -> str:
+    """The whole page."""
+    mode = "" if board.writable else '<p class="readonly">Read-only: no actions here.</p>'
+    return (
+        _head("Gate board", view)
+        + "<body><header><h1>Gate board</h1>"
+        + f'<p class="where">{e(board.where)}</p>{mode}'
+        + _filters(board, view)
+        + "</header>"
+        + timeline.PATTERNS
+        + '<div id="status" role="status" aria-live="polite"></div>'
+        + f'<main id="board" data-fragment="{view.root}fragment{e(_href(board.query))}">'
+        + fragment(board, view)
+        + "</main>"
+        + '<dialog id="confirm" aria-labelledby="confirm-text"><form method="dialog">'
+        '<p id="confirm-text"></p><button value="confirm" id="confirm-yes">Confirm</button> '
+        '<button value="cancel" id="confirm-no">Cancel</button></form></dialog>' + "</body></html>"
+    )
+
+
+def confirm_page(action: str, what: str, fields: dict[str, str], view: View) -> str:
+    """Without JavaScript, an action's first POST: what it will do, and a Confirm button."""
+    return (
+        _head("Confirm: gate board", view)
+        + "<body><main><h1>Confirm</h1>"
+        + f'<p id="confirm-what">{e(what)}</p>'
+        + f'<form method="post" action="{view.root}actions/{e(action)}">'
+        + _hidden({**fields, "csrf": view.csrf, "confirmed": "yes"})
+        + '<button type="submit">Confirm</button></form>'
+        + f'<p><a href="{view.root}">Cancel, back to the board</a></p></main></body></html>'
+    )
+
+
+def result_page(ok: bool, lines: list[str], view: View) -> str:
+    """Without JavaScript, what an action did, or the refusal as the API server worded it."""
+    title = "Done" if ok else "Refused"
+    return (
+        _head(f"{title}: gate board", view)
+        + f"<body><main><h1>{title}</h1><ul>"
+        + "".join(f"<li>{e(line)}</li>" for line in lines)
+        + f'</ul><p><a href="{view.root}">Back to the board</a></p></main></body></html>'
+    )

@@ -1,0 +1,99 @@
+"""The timeline drawn as SVG, and its text equivalent: spans placed on a row, nothing decided.
+
+Closed spans are hatched and unknown ones dotted (colour is never the only signal); each
+closed or unknown span is focusable and says what it is (``<title>`` and ``aria-label``), so
+hover, focus and a screen reader tell the same thing the table does.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, tzinfo
+from html import escape
+
+from admission.board.model import Timeline
+from admission.core.timeline import Interval
+from admission.core.timefmt import format_label, format_time
+
+WIDTH = 1000  # the viewBox's width: spans are placed in these units
+HEIGHT = 30
+BAR = (12, 16)  # the bar's top and height; ticks and labels above it
+PATTERNS = """<svg class="defs" aria-hidden="true" focusable="false" width="0" height="0">
+<defs>
+<pattern id="hatch" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">
+<rect width="6" height="6" class="closed-fill"/><line x1="0" y1="0" x2="0" y2="6" class="hatch-line"/>
+</pattern>
+<pattern id="dots" width="4" height="4" patternUnits="userSpaceOnUse">
+<rect width="4" height="4" class="unknown-fill"/><circle cx="2" cy="2" r="1" class="dot"/>
+</pattern>
+</defs>
+</svg>"""
+
+
+def when(value: datetime, zone: tzinfo) -> str:
+    """A time as the page shows it: in ``zone``, to the minute, with the zone's abbreviation."""
+    return format_label(value.astimezone(zone), "zoned")
+
+
+def time_tag(value: datetime, zone: tzinfo) -> str:
+    return f'<time datetime="{format_time(value)}">{escape(when(value, zone))}</time>'
+
+
+def state_word(interval: Interval) -> str:
+    return "unknown" if not interval.known else "open" if interval.open else "closed"
+
+
+def describe(interval: Interval, zone: tzinfo) -> str:
+    """What a span is, in words: the same text on hover, on focus and in the table."""
+    text = f"{state_word(interval)} from {when(interval.start, zone)} to {when(interval.end, zone)}"
+    why = interval.reason + (f": {interval.message}" if interval.message else "")
+    return f"{text} ({why})" if why else text
+
+
+def _x(at: datetime, line: Timeline) -> float:
+    total = (line.end - line.start).total_seconds()
+    part = (min(max(at, line.start), line.end) - line.start).total_seconds()
+    return round(part / total * WIDTH, 2) if total > 0 else 0.0
+
+
+def _ticks(line: Timeline) -> list[str]:
+    out = []
+    days = (line.end - line.start).days or 1
+    step = timedelta(hours=3) if days == 1 else timedelta(days=1)
+    cur = line.start
+    top = BAR[0] - 2
+    while cur < line.end:
+        x = _x(cur, line)
+        local = cur.astimezone(line.zone)
+        text = format_label(local, "hour" if days == 1 else "weekday" if days <= 7 else "day")
+        out.append(f'<line class="tick" x1="{x}" y1="{top}" x2="{x}" y2="{HEIGHT}"/>')
+        out.append(f'<text class="tick-label" x="{x + 2}" y="{top - 1}">{escape(text)}</text>')
+        # Wall-clock steps: a day is not always 24 hours where the clocks change.
+        cur = (local + step).replace(tzinfo=None)
+        cur = datetime.combine(cur.date(), cur.time(), tzinfo=line.zone)
+    return out
+
+
+def svg(line: Timeline, now: datetime, spans: list[tuple[Interval, str]], name: str) -> str:
+    """One row: ``spans`` (each with its text), ticks at local midnights (hours when zoomed to a
+    day) and a "now" line. ``name`` labels the row for assistive technology."""
+    parts = [
+        f'<svg class="timeline" viewBox="0 0 {WIDTH} {HEIGHT}" preserveAspectRatio="none" '
+        f'role="group" aria-label="{escape(name)}">',
+        f'<rect class="bar" x="0" y="{BAR[0]}" width="{WIDTH}" height="{BAR[1]}"/>',
+    ]
+    for interval, text in spans:
+        x0, x1 = _x(interval.start, line), _x(interval.end, line)
+        kind = state_word(interval)
+        if kind == "open":
+            continue
+        label = escape(text)
+        parts.append(
+            f'<rect class="span {kind}" x="{x0}" y="{BAR[0]}" width="{max(x1 - x0, 0.5)}" '
+            f'height="{BAR[1]}" tabindex="0" role="img" aria-label="{label}"><title>{label}</title></rect>'
+        )
+    parts += _ticks(line)
+    if line.start <= now < line.end:
+        x = _x(now, line)
+        parts.append(f'<line class="now" x1="{x}" y1="0" x2="{x}" y2="{HEIGHT}"><title>now</title></line>')
+    parts.append("</svg>")
+    return "".join(parts)

@@ -1,0 +1,173 @@
+"""What waits behind closed gates, and what an approval of it names: the rows ``kubectl gate
+pending`` prints and the board shows, and what ``approve`` writes an approval of
+(docs/decisions/0057). Functions of the objects, the Gates and ``now``."""
+
+from __future__ import annotations
+
+import shlex
+from datetime import datetime
+from typing import Any, Callable
+
+from admission.core import approvalrecord
+from admission.core import approvals
+from admission.core import approvalview
+from admission.core import content
+from admission.core import halfrelease
+from admission.core.conditions import holding_condition
+from admission.core.objects import annotations as annotations_of, label, metadata
+
+
+class NothingToApprove(Exception):
+    """What an approval was asked of does not wait (or cannot be named whole): the reason."""
+
+
+def target_of(obj: dict[str, Any]) -> str:
+    meta = metadata(obj)
+    return label(obj.get("kind"), meta.get("namespace"), meta.get("name"))
+
+
+def approve_command(gate: str, target: str, identity: str | None) -> str:
+    """The exact command that approves ``identity`` (what waits, whole: ``content.approval_of``)
+    for ``target`` behind ``gate`` (namespace/name); when it cannot be known, why not."""
+    namespace, name = gate.split("/", 1)
+    if identity is None:
+        return f"cannot be approved: {UNKNOWN}; open gate {gate} instead"
+    return (
+        f"kubectl gate approve {name} -n {namespace} --for {target} --content {shlex.quote(identity)} "
+        "-m MESSAGE"
+    )
+
+
+# Why what waits has no identity an approval can name (content.approval_of is None).
+UNKNOWN = (
+    "what waits is not known whole (its text was cut, or the chart or the values it lands with "
+    "were not found)"
+)
+
+
+def pending_rows(
+    objects: list[dict[str, Any]],
+    gates: dict[str, dict[str, Any]],
+    now: datetime,
+    only: str | None = None,
+    namespace: str | None = None,
+) -> list[dict[str, Any]]:
+    """Every held object where new content waits (behind gate ``only``, in ``namespace``), with
+    what waits, since when, what it serves, its approvals so far and how to approve it."""
+    get, listing = lookups(objects)
+    rows = []
+    for obj in objects:
+        waiting = content.waiting(obj)
+        if waiting is None or not waiting.waits or (only and only not in waiting.gates):
+            continue
+        meta = metadata(obj)
+        gate_keys = [only] if only else list(waiting.gates)
+        if namespace and meta.get("namespace") != namespace and not only:
+            continue
+        target = target_of(obj)
+        identity = content.approval_of(obj, waiting.waits, get)
+        found: list[dict[str, str | int]] = []
+        unverified: list[dict[str, str | int]] = []
+        for key in gate_keys:
+            stored = gates.get(key) or {}
+            policy, _ = approvals.parse_policy(stored.get("spec") or {})
+            # No approval key here: verified only as the Gate's status (the controller's) lists it.
+            parsed, _ = approvals.parse_all(annotations_of(stored), policy)
+            parsed, _ = approvalrecord.counting(stored, parsed)  # ended ones admit nothing
+            for a in approvalview.read_without_key(parsed, stored):
+                if a.live(now) and a.covers((target,)) and approvals.pins(a.content, waiting.waits):
+                    (found if a.unverified is None else unverified).append(dict(a.row(), gate=key))
+        condition = holding_condition(obj, str(obj.get("kind")))
+        rows.append(
+            {
+                "kind": obj.get("kind"),
+                "namespace": meta.get("namespace"),
+                "name": meta.get("name"),
+                "waits": waiting.waits,
+                "serves": waiting.serves,
+                "since": condition.get("lastTransitionTime") if condition else None,
+                "gates": gate_keys,
+                "approvals": found,
+                "unverifiedApprovals": unverified,
+                "content": identity,  # what an approval names (None: cannot be approved)
+                "approve": [approve_command(key, target, identity) for key in gate_keys],
+                "warnings": halfrelease.warnings(obj, get, listing),
+            }
+        )
+    return rows
+
+
+def lookups(
+    objects: list[dict[str, Any]], more: Callable[[str], list[dict[str, Any]]] | None = None
+) -> tuple[content.Get, halfrelease.Listing]:
+    """Find and list Flux objects among ``objects`` (a manifest's win), then among ``more(kind)``
+    (the cluster's, listed once per kind and only when asked): what half-release warnings read."""
+    listed: dict[str, list[dict[str, Any]]] = {}
+
+    def of(kind: str) -> list[dict[str, Any]]:
+        if kind not in listed:
+            mine = [o for o in objects if o.get("kind") == kind]
+            known = {(metadata(o).get("namespace"), metadata(o).get("name")) for o in mine}
+            listed[kind] = mine + [
+                o
+                for o in (more(kind) if more else [])
+                if (metadata(o).get("namespace"), metadata(o).get("name")) not in known
+            ]
+        return listed[kind]
+
+    def get(kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        return next(
+            (
+                o
+                for o in of(kind)
+                if (metadata(o).get("namespace"), metadata(o).get("name")) == (namespace, name)
+            ),
+            None,
+        )
+
+    def listing(kind: str, namespace: str) -> list[dict[str, Any]]:
+        return [o for o in of(kind) if metadata(o).get("namespace") == namespace]
+
+    return get, listing
+
+
+def _waiting(
+    objects: list[dict[str, Any]], key: str, target: str | None
+) -> list[tuple[str, str, str | None]]:
+    """(object, what waits as shown, what an approval names: None when unknown) of each object
+    where new content waits behind gate ``key``."""
+    get, _ = lookups(objects)
+    found = []
+    for obj in objects:
+        waiting = content.waiting(obj)
+        if (
+            waiting is not None
+            and waiting.waits
+            and key in waiting.gates
+            and target in (None, target_of(obj))
+        ):
+            found.append((target_of(obj), waiting.waits, content.approval_of(obj, waiting.waits, get)))
+    return found
+
+
+def to_approve(
+    objects: list[dict[str, Any]], key: str, target: str | None, wanted: str | None
+) -> tuple[list[str], list[str]]:
+    """What ``approve`` writes an approval of behind gate ``key`` (for ``target``): ``wanted``
+    when an object waits for exactly that, whole; else each whole identity that waits. Also
+    what waits but cannot be approved, and why. NothingToApprove when nothing is."""
+    waiting = _waiting(objects, key, target)
+    unknown = [f"{t} waits {w}: {UNKNOWN}" for t, w, identity in waiting if identity is None]
+    if wanted is not None:
+        # Exactly what an object waits for, whole: a prefix (a version without its chart) is
+        # not what anyone reviewed.
+        if not any(identity == wanted for _, _, identity in waiting):
+            shown = "; ".join(f"{t} waits {i or w}" for t, w, i in waiting) or "nothing waits"
+            raise NothingToApprove(f"{wanted} does not wait behind gate {key} ({shown})")
+        return [wanted], []
+    contents = list(dict.fromkeys(identity for _, _, identity in waiting if identity is not None))
+    if not contents:
+        raise NothingToApprove(
+            "; ".join(unknown) or f"nothing waits behind gate {key}" + (f" for {target}" if target else "")
+        )
+    return contents, unknown
