@@ -254,17 +254,21 @@ def _timeline(board: Board) -> str:
             for i, _ in spans
         ]
     zone = "each gate's own zone" if q.tz == GATE_ZONE else e(getattr(board.zone, "key", None) or board.zone)
-    return (
-        '<section aria-labelledby="timeline-h"><h2 id="timeline-h">Timeline</h2>'
-        f'<p class="legend">Times in {zone}. <span class="key closed">closed</span> '
-        '<span class="key unknown">unknown</span> <span class="key open">open</span> '
-        f'<span class="key now">now</span> · zoom: {zoom}</p>'
-        + "".join(lines)
-        + '<details><summary>The timeline as a table</summary><table class="spans"><caption>Open, closed and '
-        'suspended spans</caption><thead><tr><th scope="col">Row</th><th scope="col">State</th>'
-        '<th scope="col">From</th><th scope="col">To</th><th scope="col">Why</th></tr></thead><tbody>'
-        + "".join(table)
-        + "</tbody></table></details></section>"
+    # One join of every piece: the rows are most of a page of megabytes, and each ``+`` of them
+    # would copy all of it again.
+    return "".join(
+        [
+            '<section aria-labelledby="timeline-h"><h2 id="timeline-h">Timeline</h2>'
+            f'<p class="legend">Times in {zone}. <span class="key closed">closed</span> '
+            '<span class="key unknown">unknown</span> <span class="key open">open</span> '
+            f'<span class="key now">now</span> · zoom: {zoom}</p>',
+            *lines,
+            '<details><summary>The timeline as a table</summary><table class="spans"><caption>Open, closed and '
+            'suspended spans</caption><thead><tr><th scope="col">Row</th><th scope="col">State</th>'
+            '<th scope="col">From</th><th scope="col">To</th><th scope="col">Why</th></tr></thead><tbody>',
+            *table,
+            "</tbody></table></details></section>",
+        ]
     )
 
 
@@ -339,27 +343,33 @@ def _held(board: Board, view: View) -> str:
         if board.writable:
             cells.append(f"<td>{_held_actions(row, view)}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
-    return (
-        '<section aria-labelledby="held-h"><h2 id="held-h">Held</h2>'
-        '<table class="held"><caption>New content that waits behind closed gates, and what is served meanwhile'
-        "</caption><thead><tr>"
-        + "".join(f'<th scope="col">{h}</th>' for h in head)
-        + "</tr></thead><tbody>"
-        + "".join(rows)
-        + "</tbody></table></section>"
+    return "".join(
+        [
+            '<section aria-labelledby="held-h"><h2 id="held-h">Held</h2>'
+            '<table class="held"><caption>New content that waits behind closed gates, and what is served meanwhile'
+            "</caption><thead><tr>",
+            *(f'<th scope="col">{h}</th>' for h in head),
+            "</tr></thead><tbody>",
+            *rows,
+            "</tbody></table></section>",
+        ]
     )
+
+
+def _fragment(board: Board, view: View) -> list[str]:
+    problems = "".join(f"<li>{e(p)}</li>" for p in board.problems)
+    return [
+        f'<div class="problems" role="alert"><ul>{problems}</ul></div>' if problems else "",
+        f'<p class="asof">As of {timeline.time_tag(board.now, board.zone)}.</p>',
+        _gates(board, view),
+        _held(board, view),
+        _timeline(board),
+    ]
 
 
 def fragment(board: Board, view: View) -> str:
     """What changes from one look to the next: the part ``board.js`` swaps in."""
-    problems = "".join(f"<li>{e(p)}</li>" for p in board.problems)
-    return (
-        (f'<div class="problems" role="alert"><ul>{problems}</ul></div>' if problems else "")
-        + f'<p class="asof">As of {timeline.time_tag(board.now, board.zone)}.</p>'
-        + _gates(board, view)
-        + _held(board, view)
-        + _timeline(board)
-    )
+    return "".join(_fragment(board, view))
 
 
 def _head(title: str, view: View) -> str:
@@ -397,20 +407,24 @@ def _filters(board: Board, view: View) -> str:
 def page(board: Board, view: View) -> str:
     """The whole page."""
     mode = "" if board.writable else '<p class="readonly">Read-only: no actions here.</p>'
-    return (
-        _head("Gate board", view)
-        + "<body><header><h1>Gate board</h1>"
-        + f'<p class="where">{e(board.where)}</p>{mode}'
-        + _filters(board, view)
-        + "</header>"
-        + timeline.PATTERNS
-        + '<div id="status" role="status" aria-live="polite"></div>'
-        + f'<main id="board" data-fragment="{view.root}fragment{e(_href(board.query))}">'
-        + fragment(board, view)
-        + "</main>"
-        + '<dialog id="confirm" aria-labelledby="confirm-text"><form method="dialog">'
-        '<p id="confirm-text"></p><button value="confirm" id="confirm-yes">Confirm</button> '
-        '<button value="cancel" id="confirm-no">Cancel</button></form></dialog>' + "</body></html>"
+    return "".join(
+        [
+            _head("Gate board", view),
+            "<body><header><h1>Gate board</h1>",
+            f'<p class="where">{e(board.where)}</p>{mode}',
+            _filters(board, view),
+            "</header>",
+            timeline.PATTERNS,
+            '<div id="status" role="status" aria-live="polite"></div>',
+            f'<main id="board" data-fragment="{view.root}fragment{e(_href(board.query))}">',
+            # Its pieces, not the fragment joined: a page is megabytes, and each join copies it.
+            *_fragment(board, view),
+            "</main>",
+            '<dialog id="confirm" aria-labelledby="confirm-text"><form method="dialog">'
+            '<p id="confirm-text"></p><button value="confirm" id="confirm-yes">Confirm</button> '
+            '<button value="cancel" id="confirm-no">Cancel</button></form></dialog>',
+            "</body></html>",
+        ]
     )
 
 
