@@ -8,6 +8,7 @@ hover, focus and a screen reader tell the same thing the table does.
 from __future__ import annotations
 
 from datetime import datetime, timedelta, tzinfo
+from functools import lru_cache
 from html import escape
 
 from admission.board.model import Timeline
@@ -55,7 +56,17 @@ def _x(at: datetime, line: Timeline) -> float:
     return round(part / total * WIDTH, 2) if total > 0 else 0.0
 
 
-def _ticks(line: Timeline) -> list[str]:
+def _ticks(line: Timeline) -> tuple[str, ...]:
+    # Every row shown in one zone over the same days has the same ticks: drawn once, not once
+    # a row. The fold is in the key because equal datetimes of one zone may differ in it.
+    return _ticks_of(line.zone, line.start, line.start.fold, line.end, line.end.fold)
+
+
+@lru_cache(maxsize=64)
+def _ticks_of(
+    zone: tzinfo, start: datetime, _start_fold: int, end: datetime, _end_fold: int
+) -> tuple[str, ...]:
+    line = Timeline(zone, start, end, ())
     out = []
     days = (line.end - line.start).days or 1
     step = timedelta(hours=3) if days == 1 else timedelta(days=1)
@@ -70,7 +81,7 @@ def _ticks(line: Timeline) -> list[str]:
         # Wall-clock steps: a day is not always 24 hours where the clocks change.
         cur = (local + step).replace(tzinfo=None)
         cur = datetime.combine(cur.date(), cur.time(), tzinfo=line.zone)
-    return out
+    return tuple(out)
 
 
 def svg(line: Timeline, now: datetime, spans: list[tuple[Interval, str]], name: str) -> str:
