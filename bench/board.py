@@ -1,7 +1,8 @@
-"""The gate board's cost: one look at 500 gates x 14 days and 2,000 held objects (issue 38).
+"""The gate board's cost: one look at 500 gates x 14 days and 2,000 held objects.
 
-Usage: python bench/board.py [--gates 500] [--held 2000] [--days 14] [--rounds 5] [--sizes 100,250]
-(pin to one core: taskset -c 0 python bench/board.py)
+Usage: python bench/board.py [--gates 500] [--held 2000] [--rounds 5] [--sizes 100,250] [--read-only]
+(pin to one core: taskset -c 0 python bench/board.py). Targets: under 1 s of server time and
+under 50 MB for the default sizes, the board's default look (14 days, every namespace).
 
 The world, built in process at a fixed instant (2026-12-20 10:00 UTC, in the holiday freezes):
 - ``--gates`` Gates, ten to a namespace, each kind of gate with its own GateKeeper schedule:
