@@ -28,6 +28,8 @@ warm index, the page's size, the peak of memory (tracemalloc over one index+buil
 growth, VmHWM after one look minus VmRSS before it, measured first), the cost per gate (the
 same held objects with ``--sizes`` gates: the slope), the cost of the held objects (the full
 gates with none), and ``GET /fragment`` and ``GET /`` through the Flask app's test client.
+Times are CPU time of this process (wall time beside): the machine is shared. Each round looks at
+every variant in turn, so a slow minute weighs on all of them alike.
 """
 
 from __future__ import annotations
@@ -455,17 +457,6 @@ def rss_kib(field: str) -> int:
     return 0
 
 
-def timed_rounds(
-    gates: list, keepers: list, objects: list, rounds: int, writable: bool
-) -> tuple[dict[str, float], str]:
-    results, html = [], ""
-    for _ in range(rounds):
-        gc.collect()
-        found, html = look(gates, keepers, objects, writable, Query())
-        results.append(found)
-    return medians(results), html
-
-
 def slope(points: list[tuple[int, float]]) -> float:
     """Least squares: the cost of one more unit."""
     mx = statistics.mean(x for x, _ in points)
@@ -574,33 +565,44 @@ def main() -> None:
         f"{sum(len(r['approvals']) + len(r['unverifiedApprovals']) for r in board.held)} approvals shown), "
         f"{spans} timeline spans, {len(board.suspensions)} suspendDuring rows ({sum(len(s.windows) for s in board.suspensions)} windows)"
     )
-    timed, html = timed_rounds(gates, keepers, objects, args.rounds, writable)
+    # Every variant is timed in each round, in turn: a slower minute of this shared machine
+    # then weighs on all of them alike, and the slopes compare like with like.
+    sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()} - {args.gates})
+    variants: dict[str, tuple[list, list, list]] = {"full": (gates, keepers, objects)}
+    for count in sizes:
+        variants[f"{count} gates"] = world(count, args.held)
+    if sizes:
+        variants["no objects"] = (gates, keepers, [])
+    rounds: dict[str, list[dict[str, float]]] = {name: [] for name in variants}
+    pages: dict[str, int] = {}
+    for _ in range(args.rounds):
+        for name, (g, k, o) in variants.items():
+            gc.collect()
+            found, page_html = look(g, k, o, writable, Query())
+            rounds[name].append(found)
+            pages[name] = len(page_html.encode())
+            del page_html
+    results = {name: medians(r) for name, r in rounds.items()}
+    timed, size = results["full"], pages["full"]
     total = timed["index"] + timed["build"] + timed["render"]
-    size = len(html.encode())
     print(
         f"one look, CPU time, median of {args.rounds}: index {ms(timed['index'])} + model {ms(timed['build'])} + "
-        f"render {ms(timed['render'])} = {ms(total)} (wall {ms(timed['wall'])}); warm index (states memoised): model {ms(timed['warm build'])} + "
-        f"render {ms(timed['warm render'])}"
+        f"render {ms(timed['render'])} = {ms(total)} (wall {ms(timed['wall'])}; rounds {', '.join(ms(r['index'] + r['build'] + r['render']) for r in rounds['full'])}); "
+        f"warm index (states memoised): model {ms(timed['warm build'])} + render {ms(timed['warm render'])}"
     )
     print(
         f"page {size / 1e6:.2f} MB ({size / max(args.gates, 1) / 1024:.1f} KiB a gate overall); memory: tracemalloc peak "
         f"{peak / 1e6:.1f} MB of one look, RSS growth {grown / 1024:.1f} MB (VmHWM after - VmRSS before), "
         f"RSS now {rss_kib('VmRSS') / 1024:.0f} MB"
     )
-
-    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     if sizes:
-        points = []
-        for count in sorted(set(sizes + [args.gates])):
-            g, k, o = (gates, keepers, objects) if count == args.gates else world(count, args.held)
-            found, page_html = (
-                timed_rounds(g, k, o, args.rounds, writable) if count != args.gates else (timed, html)
-            )
-            points.append((count, found, len(page_html.encode())))
+        points = [(count, results[f"{count} gates"], pages[f"{count} gates"]) for count in sizes]
+        points.append((args.gates, timed, size))
+        for count, found, page_size in points:
             print(
                 f"  {count:>5} gates, {args.held} held: index {ms(found['index'])}, model {ms(found['build'])}, "
                 f"render {ms(found['render'])}, total {ms(found['index'] + found['build'] + found['render'])}, "
-                f"page {len(page_html.encode()) / 1e6:.2f} MB"
+                f"page {page_size / 1e6:.2f} MB"
             )
         per = {key: slope([(c, f[key]) for c, f, _ in points]) for key in ("index", "build", "render")}
         print(
@@ -608,11 +610,11 @@ def main() -> None:
             f"model {per['build'] * 1e6:.0f} us + render {per['render'] * 1e6:.0f} us = "
             f"{sum(per.values()) * 1e3:.2f} ms, {slope([(c, b) for c, _, b in points]) / 1024:.1f} KiB of page"
         )
-        none, empty_html = timed_rounds(gates, keepers, [], args.rounds, writable)
+        none = results["no objects"]
         held_cost = {k: (timed[k] - none[k]) / max(args.held, 1) for k in ("build", "render")}
         print(
             f"per held object ({args.gates} gates with {args.held} vs none): model {held_cost['build'] * 1e6:.0f} us + "
-            f"render {held_cost['render'] * 1e6:.0f} us, {(size - len(empty_html.encode())) / max(args.held, 1) / 1024:.1f} KiB of page"
+            f"render {held_cost['render'] * 1e6:.0f} us, {(size - pages['no objects']) / max(args.held, 1) / 1024:.1f} KiB of page"
         )
     if args.app_requests:
         found = through_app(gates, keepers, objects, writable, args.app_requests)
