@@ -17,6 +17,7 @@ import re
 import shutil
 import subprocess
 import time
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -140,6 +141,30 @@ def same_page(browser) -> bool:
     return browser.execute_script("return window.boardMarker") == "still the same page"
 
 
+def weekend_freeze(cluster) -> None:
+    """A gate closed at weekends and nightly, as a GateKeeper in Berlin time says: the timeline's
+    material (and the README's screenshot's)."""
+    cluster.apply(
+        {
+            "apiVersion": "gating.toolkit.fluxcd.io/v1alpha1",
+            "kind": "Gate",
+            "metadata": {"name": "weekend"},
+            "spec": {"default": "opened"},
+        },
+        {
+            "apiVersion": "gating.toolkit.fluxcd.io/v1alpha1",
+            "kind": "GateKeeper",
+            "metadata": {"name": "weekend-keeper"},
+            "spec": {
+                "gate": "weekend",
+                "type": "cronexpression",
+                "timeZone": "Europe/Berlin",
+                "cronjob": {"closed": [{"cron": "0 18 * * 5", "duration": "62h"}, "* 22-23 * * 1-4"]},
+            },
+        },
+    )
+
+
 def committed_and_held(cluster, git):
     ns = cluster.namespace
     repo, first = git_setup(cluster, git)
@@ -168,6 +193,7 @@ def test_a_click_approves_the_held_commit_as_the_user_and_the_page_follows(clust
 
     ns = cluster.namespace
     first, second = committed_and_held(cluster, git)
+    weekend_freeze(cluster)
     target = f"GitRepository/{ns}/apps"
     browser.get(board.url)
     gate_row = browser.find_element(By.ID, f"gate-{ns}/freeze").find_element(By.XPATH, "..")
@@ -210,6 +236,62 @@ def test_a_click_approves_the_held_commit_as_the_user_and_the_page_follows(clust
     page_until(browser, lambda b: held_row(b, target) is None, "the landed commit gone from Held")
     assert same_page(browser)
     screenshot(browser, "landed")
+
+
+def test_the_timeline_is_the_freeze_calendar_and_shows_suspend_windows(cluster, board, browser):
+    from selenium.webdriver.common.by import By
+
+    ns = cluster.namespace
+    weekend_freeze(cluster)
+    hour = (datetime.now(timezone.utc) + timedelta(hours=3)).hour  # a window that is not active now
+    cluster.apply(
+        {
+            "apiVersion": "kustomize.toolkit.fluxcd.io/v1",
+            "kind": "Kustomization",
+            "metadata": {
+                "name": "nightly",
+                "annotations": {names.SUSPEND_DURING_ANNOTATION: f"* {hour} * * *"},
+            },
+            "spec": {
+                "interval": "10m",
+                "path": "./",
+                "prune": False,
+                "sourceRef": {"kind": "GitRepository", "name": "none"},
+            },
+        }
+    )
+    browser.get(board.url + "&tz=gate")
+    spans = page_until(
+        browser,
+        lambda b: b.execute_script(
+            """return Array.from(document.querySelectorAll("table.spans tbody tr"))
+                 .filter(r => r.querySelector("th").textContent === arguments[0])
+                 .map(r => [r.cells[1].textContent].concat(
+                     Array.from(r.querySelectorAll("time")).map(t => t.getAttribute("datetime"))))""",
+            f"gate {ns}/weekend",
+        ),
+        "the weekend gate's spans",
+    )
+    calendar = cluster.gate("calendar", "-n", ns, "-o", "json")
+    assert calendar.returncode == 0, calendar.stderr
+    [weekend] = [c for c in json.loads(calendar.stdout) if c["name"] == "weekend"]
+    words = {names.STATE_OPENED: "open", names.STATE_CLOSED: "closed", names.REASON_UNKNOWN: "unknown"}
+    assert spans == [[words[i["state"]], i["start"], i["end"]] for i in weekend["intervals"]]
+    assert sum(1 for s in spans if s[0] == "closed") >= 4  # two weeks of weekends and weeknights
+    # Focus on a closed span says what it is, as hover does.
+    first_closed = browser.find_element(
+        By.CSS_SELECTOR, f"svg[aria-label='gate {ns}/weekend'] rect.span.closed"
+    )
+    assert first_closed.get_attribute("aria-label").startswith("closed from ")
+    assert "weekend-keeper" in first_closed.find_element(By.TAG_NAME, "title").get_attribute("textContent")
+
+    suspended = browser.execute_script(
+        """return Array.from(document.querySelectorAll("table.spans tbody tr"))
+             .filter(r => r.querySelector("th").textContent === arguments[0]).length""",
+        f"Kustomization/{ns}/nightly",
+    )
+    assert suspended == 14  # one window a day, for the 14 days shown
+    screenshot(browser, "timeline")
 
 
 def test_keyboard_alone_approves_and_the_dialog_is_reachable(cluster, git, board, browser):
