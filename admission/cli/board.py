@@ -147,7 +147,9 @@ def cmd_board(args: argparse.Namespace) -> int:
         raise GateError(
             f"cannot listen on {LOOPBACK}:{args.port}: {err.strerror or err}", EXIT_USAGE
         ) from None
-    url = f"http://{LOOPBACK}:{server.server_port}/"
+    url = f"http://{LOOPBACK}:{server.server_port}/" + (
+        f"?namespace={args.namespace}" if args.namespace else ""
+    )
     gate_commands.show([f"Serving the gate board on {url} (Ctrl-C stops it)"])
     sys.stdout.flush()
     if args.open:
