@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from tests.e2e.controlplane import assets_dir, kubectl_binary
+from tests import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "gate-admission"
 MANIFESTS = ROOT / "manifests"
 NS = "gate-admission-system"
