@@ -1,7 +1,7 @@
 """The board as HTML: one server-rendered page that reads without JavaScript.
 
 Every value a gate, an object or a calendar carries is somebody's text (a message is whatever
-its writer typed), so each one goes through ``escape`` here, and nowhere is HTML taken from data.
+its writer typed), so each one goes through ``e`` (``timeline.e``), and nowhere is HTML taken from data.
 Actions are forms: without JavaScript a POST first answers with a page naming what it will do
 and a Confirm button (``confirm_page``); ``board.js`` shows the same words in a dialog instead.
 """
@@ -17,8 +17,8 @@ from typing import Any, Iterable
 from urllib.parse import urlencode
 
 from admission.board import timeline
+from admission.board.timeline import e
 from admission.board.model import DAY_CHOICES, GATE_ZONE, Board, GateRow, Query, SuspendRow
-from admission.core.controls import escaped
 from admission.core.objects import label
 from admission.core.timeline import Interval
 from admission.core.timefmt import parse_time
@@ -46,11 +46,6 @@ def integrity(name: str) -> str:
 
 
 _INTEGRITY = {name: integrity(name) for name in STATIC}
-
-
-def e(value: object) -> str:
-    """Text for HTML: markup escaped, control characters shown as escapes (as the CLI shows them)."""
-    return escape(escaped(str(value)), quote=True)
 
 
 def _href(query: Query, **changes: object) -> str:

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta, tzinfo
 from html import escape
 
 from admission.board.model import Timeline
+from admission.core.controls import escaped
 from admission.core.timeline import Interval
 from admission.core.timefmt import format_label, format_time
 
@@ -32,13 +33,19 @@ PATTERNS = """<svg class="defs" aria-hidden="true" focusable="false" width="0" h
 </svg>"""
 
 
+def e(value: object) -> str:
+    """Text for HTML: markup escaped, control characters shown as escapes (as the CLI shows them).
+    Every value a gate, an object or a calendar carries is somebody's text: through here only."""
+    return escape(escaped(str(value)), quote=True)
+
+
 def when(value: datetime, zone: tzinfo) -> str:
     """A time as the page shows it: in ``zone``, to the minute, with the zone's abbreviation."""
     return format_label(value.astimezone(zone), "zoned")
 
 
 def time_tag(value: datetime, zone: tzinfo) -> str:
-    return f'<time datetime="{format_time(value)}">{escape(when(value, zone))}</time>'
+    return f'<time datetime="{format_time(value)}">{e(when(value, zone))}</time>'
 
 
 def state_word(interval: Interval) -> str:
@@ -69,7 +76,7 @@ def _ticks(line: Timeline) -> list[str]:
         local = cur.astimezone(line.zone)
         text = format_label(local, "hour" if days == 1 else "weekday" if days <= 7 else "day")
         out.append(f'<line class="tick" x1="{x}" y1="{top}" x2="{x}" y2="{HEIGHT}"/>')
-        out.append(f'<text class="tick-label" x="{x + 2}" y="{top - 1}">{escape(text)}</text>')
+        out.append(f'<text class="tick-label" x="{x + 2}" y="{top - 1}">{e(text)}</text>')
         # Wall-clock steps: a day is not always 24 hours where the clocks change.
         cur = (local + step).replace(tzinfo=None)
         cur = datetime.combine(cur.date(), cur.time(), tzinfo=line.zone)
@@ -84,7 +91,7 @@ def svg(
     its closed spans are drawn (``suspended``: an object's own suspendDuring, not a gate)."""
     parts = [
         f'<svg class="timeline" viewBox="0 0 {WIDTH} {HEIGHT}" preserveAspectRatio="none" '
-        f'role="group" aria-label="{escape(name)}">',
+        f'role="group" aria-label="{e(name)}">',
         f'<rect class="bar" x="0" y="{BAR[0]}" width="{WIDTH}" height="{BAR[1]}"/>',
     ]
     for interval, text in spans:
@@ -93,7 +100,7 @@ def svg(
         if kind == "open":
             continue
         kind = closed if kind == "closed" else kind
-        label = escape(text)
+        label = e(text)
         parts.append(
             f'<rect class="span {kind}" x="{x0}" y="{BAR[0]}" width="{max(x1 - x0, 0.5)}" '
             f'height="{BAR[1]}" tabindex="0" role="img" aria-label="{label}"><title>{label}</title></rect>'
