@@ -65,7 +65,11 @@ def _time(text: object, board: Board) -> str:
 
 
 def _hidden(fields: dict[str, str]) -> str:
-    return "".join(f'<input type="hidden" name="{e(k)}" value="{e(v)}">' for k, v in fields.items())
+    # Values a form sends back, not text shown: markup escaped, the characters themselves kept, so
+    # what is confirmed or approved is what was typed or what waits, not its display.
+    return "".join(
+        f'<input type="hidden" name="{escape(k)}" value="{escape(v, quote=True)}">' for k, v in fields.items()
+    )
 
 
 Field = tuple[str, str, str]  # name, label, placeholder: a text input (choices: see _select)
