@@ -83,10 +83,12 @@ def _form(
     button: str,
     view: View,
     extra: str = "",
+    within: str = "",
 ) -> str:
-    # Ids from what the form does: the same board renders the same ids, so a swap by board.js
-    # keeps focus where it was, and two forms never share one.
-    scope = hashlib.sha256(repr((action, sorted(fields.items()))).encode()).hexdigest()[:12]
+    # Ids from what the form does and the row it is in (one withdrawal can be offered on every
+    # object an approval for * covers): the same board renders the same ids, so a swap by
+    # board.js keeps focus where it was, and two forms never share one.
+    scope = hashlib.sha256(repr((action, sorted(fields.items()), within)).encode()).hexdigest()[:12]
     body = "".join(
         f'<label for="{scope}-{name}">{e(text)}</label>'
         f'<input id="{scope}-{name}" name="{name}" type="text" placeholder="{e(hint)}" maxlength="1000">'
@@ -301,18 +303,25 @@ def _held_actions(row: dict[str, Any], view: View) -> str:
                 _select("expires", "Expires after", [(c, c or "the gate's default") for c in EXPIRY_CHOICES]),
             )
         )
+        # A withdrawal removes every approval of that content for that object on the gate
+        # (approve.withdraw), so it is one form per pair, naming everyone whose approval goes.
+        approvers: dict[tuple[str, str], list[str]] = {}
         for a in row["approvals"] + row["unverifiedApprovals"]:
             if a.get("gate") == key:
-                forms.append(
-                    _form(
-                        "withdraw",
-                        f"Withdraw {a['by']}'s approval of {a['content']} for {a['for']} on gate {key}",
-                        {"namespace": ns, "gate": gate, "content": str(a["content"]), "for": str(a["for"])},
-                        [],
-                        f"Withdraw {a['by']}'s approval…",
-                        view,
-                    )
+                by = approvers.setdefault((str(a["content"]), str(a["for"])), [])
+                by += [] if str(a["by"]) in by else [str(a["by"])]
+        for (approved, for_), by in approvers.items():
+            forms.append(
+                _form(
+                    "withdraw",
+                    f"Withdraw every approval of {approved} for {for_} on gate {key} (by {', '.join(by)})",
+                    {"namespace": ns, "gate": gate, "content": approved, "for": for_},
+                    [],
+                    f"Withdraw the approval{'s' if len(by) > 1 else ''} of {', '.join(by)}…",
+                    view,
+                    within=target,
                 )
+            )
     return "".join(forms)
 
 
