@@ -29,6 +29,7 @@ from tests.builders import flux, gate, keeper
 from tests.conftest import FIXED_NOW, write_gates
 from tests.polling import until
 from tests.unit.test_approvals import stamped
+from tests.unit.test_board_model import held
 from tests.unit.test_content import GIT_A, GIT_B, art
 
 PORT = 48213
@@ -78,24 +79,6 @@ class RecordingActions:
 
     def toggle(self, namespace, gate, action, message, for_):
         return self._done(action, namespace, gate, message, for_)
-
-
-def held(name: str = "podinfo", waits: str = GIT_B, gate_key: str = FREEZE) -> dict:
-    """A GitRepository whose new revision ``waits`` behind ``gate_key``, as source-controller
-    and our webhook leave it."""
-    obj = flux(
-        "GitRepository", name, gates=gate_key, spec={"interval": "1m"}, status={"artifact": art(GIT_A)}
-    )
-    obj["status"]["conditions"] = [
-        {
-            "type": names.BLOCKED_CONDITION,
-            "status": "True",
-            "reason": names.GATE_CLOSED_REASON,
-            "lastTransitionTime": "2026-06-10T11:00:00Z",
-            "message": f"Reconciliation is blocked as gate '{gate_key}' is closed: {waits} waits, serving {GIT_A}",
-        }
-    ]
-    return obj
 
 
 def freeze(annotations: dict | None = None) -> dict:
