@@ -196,7 +196,10 @@ def build(
         if compiled is None or (namespace and ns != namespace):
             continue
         state = index.lookup(ns, name, now)
-        if not _matches(query.search, key, state.reason, state.message, state.requested_by):
+        # What the row shows is what a search finds: a toggle's message is in its Requested cell.
+        if not _matches(
+            query.search, key, state.reason, state.message, state.requested_by, state.request_message
+        ):
             continue
         zone = time_zone(compiled) if query.tz == GATE_ZONE else shown
         start, end = _window(zone, now, query)
