@@ -118,6 +118,8 @@ class Page(HTMLParser):
         self.forms: list[dict[str, Any]] = []
         self.tables: dict[str, list[list[str]]] = {}
         self.text: dict[str, str] = {}
+        self.drawn: list[tuple[str, str]] = []  # (the timeline's label, a span's label)
+        self._svg = ""
         self._form: dict[str, Any] | None = None
         self._select: dict[str, Any] | None = None
         self._tables: list[str] = []
@@ -132,6 +134,10 @@ class Page(HTMLParser):
         if "id" in a and tag not in ("input", "select", "option", "rect", "line"):
             self._open_ids.append((tag, a["id"]))
             self.text.setdefault(a["id"], "")
+        if tag == "svg":
+            self._svg = a.get("aria-label", "")
+        elif tag == "rect" and "span" in a.get("class", "").split():
+            self.drawn.append((self._svg, a["aria-label"]))
         if tag == "form":
             self._form = {"attrs": a, "fields": []}
             self.forms.append(self._form)
@@ -582,11 +588,13 @@ def crowded_source() -> IndexSource:
         names.APPROVAL_ANNOTATION_PREFIX + "b2": stamped(content=GIT_B, target="*", by="bob"),
     }
     suspended = held("other")
-    suspended["metadata"]["annotations"][names.SUSPEND_DURING_ANNOTATION] = "* 22-23 * * *"
+    suspended["metadata"]["annotations"][names.SUSPEND_DURING_ANNOTATION] = "* 20-21 * * *"
+    broken = held("broken")
+    broken["metadata"]["annotations"][names.SUSPENDED_DURING_ANNOTATION] = "not a cron"
     return IndexSource(
         [freeze(annotations), gate("nightly", default="opened")],
         [keeper("k", "nightly", closed=["* 22-23 * * *"])],
-        [held(), suspended],
+        [held(), suspended, broken],
     )
 
 
@@ -614,18 +622,23 @@ def test_the_timeline_has_a_table_listing_every_span_in_words():
     text = body(get(client_of(source, RecordingActions()), "/?days=3"))
     page = Page(text)
     rows = page.tables["spans"][1:]  # after the header
-    drawn = [a["aria-label"] for t, a in page.elements if t == "rect" and "span" in a.get("class", "")]
-    assert drawn
-    # A span drawn is a row of the table: the same state in words, the same times.
-    listed = {f"{state} from {start} to {end}" for _, state, start, end, _ in rows}
-    for label in drawn:
+    assert page.drawn
+    # Each span drawn is a row of its line's table: hover, focus and table say the same words.
+    for line, label in page.drawn:
+        name = line.removeprefix("suspensions of ")
+        listed = [f"{state} from {start} to {end}" for who, state, start, end, _ in rows if who == name]
         assert label.split(" (")[0] in listed, (label, listed)
     # nightly: closed 22:00-24:00 each of the 3 nights, open between, every span a row.
     nightly = [r[1] for r in rows if r[0] == "gate flux-system/nightly"]
     assert nightly == ["open", "closed"] * 3
     assert [r[1] for r in rows if r[0] == "gate flux-system/freeze"] == ["closed"]
     suspensions = [r for r in rows if r[0] == "GitRepository/apps/other"]
-    assert [(r[2][-9:], r[3][-9:]) for r in suspensions] == [("22:00 UTC", "00:00 UTC")] * 3
+    assert [(r[1], r[2][-9:], r[3][-9:]) for r in suspensions] == [
+        ("suspended", "20:00 UTC", "22:00 UTC")
+    ] * 3
+    # A suspendDuring that cannot be read suspends (the core counts it active), and says it is unknown.
+    [broken] = [r for r in rows if r[0] == "GitRepository/apps/broken"]
+    assert broken[1] == "unknown" and "cannot be read" in broken[4]
 
 
 def test_states_are_words_not_only_colours():
