@@ -201,6 +201,11 @@ def _spans(row: GateRow) -> list[tuple[Interval, str]]:
     return [(i, timeline.describe(i, row.timeline.zone)) for i in row.timeline.spans]
 
 
+def _suspend_word(span: Interval) -> str:
+    # A cron that cannot be read counts as active (core.references), but when is not known.
+    return "suspended" if span.known else "unknown"
+
+
 def _suspend_spans(row: SuspendRow) -> list[tuple[Interval, str]]:
     out = []
     for w in row.windows:
@@ -208,7 +213,7 @@ def _suspend_spans(row: SuspendRow) -> list[tuple[Interval, str]]:
             f": cannot be read ({w.error})" if w.error else ""
         )
         span = Interval(w.start, w.end, False, "SuspendDuring", why, known=w.error is None)
-        out.append((span, timeline.describe(span, row.timeline.zone)))
+        out.append((span, timeline.describe(span, row.timeline.zone, _suspend_word(span))))
     return out
 
 
@@ -249,7 +254,7 @@ def _timeline(board: Board) -> str:
             + "</div>"
         )
         table += [
-            f'<tr><th scope="row">{e(srow.target)}</th><td>suspended</td>'
+            f'<tr><th scope="row">{e(srow.target)}</th><td>{_suspend_word(i)}</td>'
             f"<td>{timeline.time_tag(i.start, srow.timeline.zone)}</td><td>{timeline.time_tag(i.end, srow.timeline.zone)}</td>"
             f"<td>{e(i.message)}</td></tr>"
             for i, _ in spans

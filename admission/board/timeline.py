@@ -52,9 +52,10 @@ def state_word(interval: Interval) -> str:
     return "unknown" if not interval.known else "open" if interval.open else "closed"
 
 
-def describe(interval: Interval, zone: tzinfo) -> str:
-    """What a span is, in words: the same text on hover, on focus and in the table."""
-    text = f"{state_word(interval)} from {when(interval.start, zone)} to {when(interval.end, zone)}"
+def describe(interval: Interval, zone: tzinfo, word: str | None = None) -> str:
+    """What a span is, in words (``word``, else its state's): the same text on hover, on focus
+    and in the table."""
+    text = f"{word or state_word(interval)} from {when(interval.start, zone)} to {when(interval.end, zone)}"
     why = interval.reason + (f": {interval.message}" if interval.message else "")
     return f"{text} ({why})" if why else text
 
