@@ -13,7 +13,7 @@ import html
 import json
 import re
 from base64 import b64encode
-from datetime import timezone
+from datetime import timedelta, timezone
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -471,6 +471,24 @@ def test_the_fragment_answers_not_modified_until_a_gate_changes(gates_dir: Path)
     )
     assert changed.status_code == 200 and changed.headers["ETag"] != etag
     assert "✓ open" in body(changed)
+
+
+@pytest.mark.parametrize("days", ["14", "1"])
+def test_the_fragment_stays_not_modified_while_only_seconds_pass(source, days):
+    """The page polls every second: a fragment that changed with every second would be sent,
+    and swapped into the page (closing the timeline's table a reader opened), every second."""
+    seconds = iter(range(60))
+    app = create_app(
+        source,
+        RecordingActions(),
+        timezone.utc,
+        lambda: FIXED_NOW + timedelta(seconds=next(seconds)),
+        hosts=loopback_hosts(PORT),
+    )
+    client = app.test_client()
+    etag = get(client, f"/fragment?days={days}").headers["ETag"]
+    for _ in range(5):
+        assert get(client, f"/fragment?days={days}", headers={"If-None-Match": etag}).status_code == 304
 
 
 def test_the_fragment_changes_with_what_the_source_lists(source):
