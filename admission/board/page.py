@@ -369,7 +369,9 @@ def fragment(board: Board, view: View) -> str:
     problems = "".join(f"<li>{e(p)}</li>" for p in board.problems)
     return (
         (f'<div class="problems" role="alert"><ul>{problems}</ul></div>' if problems else "")
-        + f'<p class="asof">As of {timeline.time_tag(board.now, board.zone)}.</p>'
+        # To the minute, as it reads: the page polls every second, and a fragment that changed
+        # with each second would be sent and swapped in every time (its ETag never matching).
+        + f'<p class="asof">As of {timeline.time_tag(board.now.replace(second=0, microsecond=0), board.zone)}.</p>'
         + _gates(board, view)
         + _held(board, view)
         + _timeline(board)

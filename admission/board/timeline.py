@@ -108,7 +108,9 @@ def svg(
         )
     parts += _ticks(line)
     if line.start <= now < line.end:
-        x = _x(now, line)
+        # Whole units (20 minutes over 14 days, 86 s over one): it moves when it would show, not
+        # with every second a poll brings.
+        x = round(_x(now, line))
         parts.append(f'<line class="now" x1="{x}" y1="0" x2="{x}" y2="{HEIGHT}"><title>now</title></line>')
     parts.append("</svg>")
     return "".join(parts)
