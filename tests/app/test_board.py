@@ -450,6 +450,20 @@ def test_a_read_only_board_has_no_actions_and_refuses_every_post(source):
         assert post(client, f"/actions/{action}", form).status_code == 403
 
 
+def held_section(text: str) -> str:
+    return html.unescape(re.search(r'<section aria-labelledby="held-h">(.*?)</section>', text).group(1))
+
+
+def test_a_board_on_a_gates_directory_says_it_cannot_see_what_waits(gates_dir: Path, source):
+    """Without a cluster no Flux object is read: "nothing waits" would be a guess, and wrong."""
+    write_gates(gates_dir, [gate("freeze", default="closed")])
+    files = held_section(body(get(client_of(FilesSource(str(gates_dir)), None), "/")))
+    assert "No Flux objects are read here" in files and "Nothing waits" not in files
+    source.objects = []
+    for actions in (RecordingActions(), None):  # --read-only on a cluster still reads its objects
+        assert "Nothing waits." in held_section(body(get(client_of(source, actions), "/")))
+
+
 # -- live updates ---------------------------------------------------------------------------
 
 
