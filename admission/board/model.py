@@ -36,6 +36,7 @@ class Snapshot(NamedTuple):
     gate_index: GateIndex
     objects: list[dict[str, Any]]
     problems: tuple[str, ...] = ()
+    reads_objects: bool = True  # False: no Flux objects are read here (a gates directory)
 
 
 class Source(Protocol):
@@ -149,6 +150,7 @@ class Board:
     suspensions: tuple[SuspendRow, ...]
     problems: tuple[str, ...] = ()
     namespaces: tuple[str, ...] = field(default=())
+    reads_objects: bool = True  # as the snapshot: without objects, what waits is not known
 
 
 def _window(zone: tzinfo, now: datetime, query: Query) -> tuple[datetime, datetime]:
@@ -237,4 +239,5 @@ def build(
         tuple(sorted(suspensions, key=lambda s: s.target)),
         snapshot.problems,
         tuple(namespaces),
+        snapshot.reads_objects,
     )

@@ -332,7 +332,11 @@ def _held_actions(row: dict[str, Any], view: View) -> str:
 
 def _held(board: Board, view: View) -> str:
     if not board.held:
-        text = "Nothing waits." if board.writable or board.gates else "No Flux objects are read here."
+        text = (
+            "Nothing waits."
+            if board.reads_objects
+            else "No Flux objects are read here: what waits behind a gate is not known."
+        )
         return f'<section aria-labelledby="held-h"><h2 id="held-h">Held</h2><p>{text}</p></section>'
     head = ["Object", "Waits", "Serves", "Since", "Gates", "Approvals", "Warnings"]
     if board.writable:
