@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from admission.board.app import MAX_BODY, create_app, loopback_hosts
 from admission.board.model import Refused, Snapshot
@@ -538,6 +539,10 @@ def test_every_answer_carries_the_security_headers(source):
     client = client_of(source, RecordingActions())
     answers = [get(client, p) for p in ("/", "/fragment", "/static/board.js", "/static/none.js")]
     answers += [get(client, "/", host="attacker.example"), post(client, "/actions/open", {})]
+    answers += [
+        post(client, "/actions/open", {"message": "x" * (MAX_BODY + 1)}),
+        get(client, "/actions/open"),
+    ]
     for answer in answers:
         policy = answer.headers["Content-Security-Policy"]
         assert "'unsafe-inline'" not in policy and "'unsafe-eval'" not in policy and "*" not in policy
@@ -607,6 +612,31 @@ def test_a_namespace_or_gate_that_is_not_a_name_is_refused_400(source, namespace
         assert answer.status_code == 400 and "<script>alert" not in body(answer)
     assert actions.calls == []
     assert post(client, "/actions/unknown", {**form, "confirmed": "yes"}).status_code == 404
+
+
+PARAMS = st.dictionaries(
+    st.sampled_from(["namespace", "q", "days", "from", "tz", "csrf", "x"]), st.text(max_size=30), max_size=5
+)
+FORM_FIELDS = st.dictionaries(
+    st.sampled_from(["namespace", "gate", "content", "for", "message", "expires", "confirmed"]),
+    st.one_of(st.text(max_size=30), st.sampled_from(["flux-system", "freeze", "yes", EVIL])),
+    max_size=7,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(params=PARAMS, fields=FORM_FIELDS, action=st.sampled_from(["approve", "withdraw", "open", "close"]))
+def test_whatever_a_page_or_form_is_sent_the_board_answers_without_a_server_error(
+    source, params, fields, action
+):
+    actions = RecordingActions()
+    client = client_of(source, actions, csrf="the-token")
+    for path in ("/", "/fragment"):
+        answer = get(client, path, query_string=params)
+        assert answer.status_code == 200 and "<script>alert" not in body(answer)
+    answer = post(client, f"/actions/{action}", {**fields, "csrf": "the-token"})
+    assert answer.status_code in (200, 400) and "<script>alert" not in body(answer)
+    assert len(actions.calls) == (answer.status_code == 200 and fields.get("confirmed") == "yes")
 
 
 # -- accessibility --------------------------------------------------------------------------
