@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import html
-import json
 import re
 from base64 import b64encode
 from datetime import timedelta, timezone
@@ -26,12 +25,12 @@ from admission.board.model import Refused, Snapshot
 from admission.cli.board import FilesSource
 from admission.core import names
 from admission.store.index import GateIndex
-from tests.builders import flux, gate, keeper
+from tests.builders import gate, keeper
 from tests.conftest import FIXED_NOW, write_gates
 from tests.polling import until
 from tests.unit.test_approvals import stamped
 from tests.unit.test_board_model import held
-from tests.unit.test_content import GIT_A, GIT_B, art
+from tests.unit.test_content import GIT_B
 
 PORT = 48213
 HOST = f"127.0.0.1:{PORT}"

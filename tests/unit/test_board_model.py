@@ -30,7 +30,6 @@ from admission.core.references import is_namespace, suspend_windows
 from admission.core.timeline import intervals, time_zone
 from admission.store.index import GateIndex
 from tests.builders import at, flux, gate, keeper
-from tests.conftest import FIXED_NOW
 from tests.unit.test_approvals import stamped
 from tests.unit.test_content import GIT_A, GIT_B, art
 
