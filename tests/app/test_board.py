@@ -256,6 +256,24 @@ def test_a_request_naming_another_host_is_refused_whatever_it_asks(source, host)
     assert actions.calls == []
 
 
+def test_on_port_80_the_host_a_browser_sends_without_the_port_is_answered(source):
+    # A browser leaves the scheme's default port out of Host and Origin.
+    app = create_app(
+        source, RecordingActions(), timezone.utc, lambda: FIXED_NOW, hosts=loopback_hosts(80), csrf="t"
+    )
+    client = app.test_client()
+    for host in ("127.0.0.1", "localhost", "[::1]", "127.0.0.1:80"):
+        assert get(client, "/", host=host).status_code == 200, host
+    form = {"csrf": "t", "namespace": "flux-system", "gate": "freeze", "confirmed": "yes"}
+    assert (
+        post(
+            client, "/actions/open", form, host="127.0.0.1", headers={"Origin": "http://127.0.0.1"}
+        ).status_code
+        == 200
+    )
+    assert get(client, "/", host=f"127.0.0.1:{PORT}").status_code == 403
+
+
 def test_a_board_served_before_its_port_is_known_answers_no_host(source):
     app = create_app(source, RecordingActions(), timezone.utc, lambda: FIXED_NOW)
     assert app.test_client().get("/", headers={"Host": HOST}).status_code == 403
