@@ -39,7 +39,9 @@ POLICY = (
 
 def loopback_hosts(port: int) -> frozenset[str]:
     """The Host values a browser sends to the board on ``port``: the loopback names, nothing else."""
-    return frozenset(f"{name}:{port}" for name in ("127.0.0.1", "localhost", "[::1]"))
+    names = ("127.0.0.1", "localhost", "[::1]")
+    # A browser leaves the scheme's default port out of Host: on port 80 it sends the bare name.
+    return frozenset(f"{name}:{port}" for name in names) | frozenset(names if port == 80 else ())
 
 
 class _Snapshots:
