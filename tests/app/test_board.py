@@ -456,6 +456,30 @@ def test_json_answers_say_ok_and_the_lines_and_a_refusal_in_the_api_servers_word
     assert page.status_code == 422 and html.escape(words) in body(page) and "Refused" in body(page)
 
 
+def test_a_refusal_before_the_action_is_answered_in_json_when_json_is_asked(source):
+    """board.js posts asking for JSON and shows ``lines``: a stale token (the board restarted),
+    a read-only board, a bad name or an oversized form must say why, not fail to parse."""
+    accept = {"Accept": "application/json"}
+    client = client_of(source, RecordingActions(), csrf="t")
+    form = {"csrf": "t", "namespace": "flux-system", "gate": "freeze", "confirmed": "yes"}
+    cases = [
+        (post(client, "/actions/open", {**form, "csrf": "stale"}, headers=accept), 403, "CSRF"),
+        (post(client_of(source, None, csrf="t"), "/actions/open", form, headers=accept), 403, "read-only"),
+        (
+            post(client, "/actions/open", {**form, "gate": "Not A Name"}, headers=accept),
+            400,
+            "must name a gate",
+        ),
+        (post(client, "/actions/open", {**form, "message": "x" * MAX_BODY}, headers=accept), 413, "larger"),
+    ]
+    for answer, status, words in cases:
+        assert answer.status_code == status and answer.mimetype == "application/json", body(answer)
+        result = answer.get_json()
+        assert result["ok"] is False and any(words in line for line in result["lines"]), result
+    plain = post(client, "/actions/open", {**form, "message": "x" * MAX_BODY})
+    assert plain.status_code == 413 and "larger" in body(plain) and "<script" not in body(plain)
+
+
 def test_a_read_only_board_has_no_actions_and_refuses_every_post(source):
     client = client_of(source, None, csrf="known-token")
     page = Page(body(get(client, "/")))
