@@ -1,7 +1,7 @@
 """The board as HTML: one server-rendered page that reads without JavaScript.
 
 Every value a gate, an object or a calendar carries is somebody's text (a message is whatever
-its writer typed), so each one goes through ``escape`` here, and nowhere is HTML taken from data.
+its writer typed), so each one goes through ``e`` (``timeline.e``), and nowhere is HTML taken from data.
 Actions are forms: without JavaScript a POST first answers with a page naming what it will do
 and a Confirm button (``confirm_page``); ``board.js`` shows the same words in a dialog instead.
 """
@@ -17,8 +17,8 @@ from typing import Any, Iterable
 from urllib.parse import urlencode
 
 from admission.board import timeline
+from admission.board.timeline import e
 from admission.board.model import DAY_CHOICES, GATE_ZONE, Board, GateRow, Query, SuspendRow
-from admission.core.controls import escaped
 from admission.core.objects import label
 from admission.core.timeline import Interval
 from admission.core.timefmt import parse_time
@@ -48,11 +48,6 @@ def integrity(name: str) -> str:
 _INTEGRITY = {name: integrity(name) for name in STATIC}
 
 
-def e(value: object) -> str:
-    """Text for HTML: markup escaped, control characters shown as escapes (as the CLI shows them)."""
-    return escape(escaped(str(value)), quote=True)
-
-
 def _href(query: Query, **changes: object) -> str:
     params = {"namespace": query.namespace, "q": query.search, "days": query.days, "from": query.offset}
     params["tz"] = query.tz
@@ -70,7 +65,11 @@ def _time(text: object, board: Board) -> str:
 
 
 def _hidden(fields: dict[str, str]) -> str:
-    return "".join(f'<input type="hidden" name="{e(k)}" value="{e(v)}">' for k, v in fields.items())
+    # Values a form sends back, not text shown: markup escaped, the characters themselves kept, so
+    # what is confirmed or approved is what was typed or what waits, not its display.
+    return "".join(
+        f'<input type="hidden" name="{escape(k)}" value="{escape(v, quote=True)}">' for k, v in fields.items()
+    )
 
 
 Field = tuple[str, str, str]  # name, label, placeholder: a text input (choices: see _select)
@@ -84,10 +83,12 @@ def _form(
     button: str,
     view: View,
     extra: str = "",
+    within: str = "",
 ) -> str:
-    # Ids from what the form does: the same board renders the same ids, so a swap by board.js
-    # keeps focus where it was, and two forms never share one.
-    scope = hashlib.sha256(repr((action, sorted(fields.items()))).encode()).hexdigest()[:12]
+    # Ids from what the form does and the row it is in (one withdrawal can be offered on every
+    # object an approval for * covers): the same board renders the same ids, so a swap by
+    # board.js keeps focus where it was, and two forms never share one.
+    scope = hashlib.sha256(repr((action, sorted(fields.items()), within)).encode()).hexdigest()[:12]
     body = "".join(
         f'<label for="{scope}-{name}">{e(text)}</label>'
         f'<input id="{scope}-{name}" name="{name}" type="text" placeholder="{e(hint)}" maxlength="1000">'
@@ -200,6 +201,11 @@ def _spans(row: GateRow) -> list[tuple[Interval, str]]:
     return [(i, timeline.describe(i, row.timeline.zone)) for i in row.timeline.spans]
 
 
+def _suspend_word(span: Interval) -> str:
+    # A cron that cannot be read counts as active (core.references), but when is not known.
+    return "suspended" if span.known else "unknown"
+
+
 def _suspend_spans(row: SuspendRow) -> list[tuple[Interval, str]]:
     out = []
     for w in row.windows:
@@ -207,7 +213,7 @@ def _suspend_spans(row: SuspendRow) -> list[tuple[Interval, str]]:
             f": cannot be read ({w.error})" if w.error else ""
         )
         span = Interval(w.start, w.end, False, "SuspendDuring", why, known=w.error is None)
-        out.append((span, timeline.describe(span, row.timeline.zone)))
+        out.append((span, timeline.describe(span, row.timeline.zone, _suspend_word(span))))
     return out
 
 
@@ -248,7 +254,7 @@ def _timeline(board: Board) -> str:
             + "</div>"
         )
         table += [
-            f'<tr><th scope="row">{e(srow.target)}</th><td>suspended</td>'
+            f'<tr><th scope="row">{e(srow.target)}</th><td>{_suspend_word(i)}</td>'
             f"<td>{timeline.time_tag(i.start, srow.timeline.zone)}</td><td>{timeline.time_tag(i.end, srow.timeline.zone)}</td>"
             f"<td>{e(i.message)}</td></tr>"
             for i, _ in spans
@@ -302,24 +308,35 @@ def _held_actions(row: dict[str, Any], view: View) -> str:
                 _select("expires", "Expires after", [(c, c or "the gate's default") for c in EXPIRY_CHOICES]),
             )
         )
+        # A withdrawal removes every approval of that content for that object on the gate
+        # (approve.withdraw), so it is one form per pair, naming everyone whose approval goes.
+        approvers: dict[tuple[str, str], list[str]] = {}
         for a in row["approvals"] + row["unverifiedApprovals"]:
             if a.get("gate") == key:
-                forms.append(
-                    _form(
-                        "withdraw",
-                        f"Withdraw {a['by']}'s approval of {a['content']} for {a['for']} on gate {key}",
-                        {"namespace": ns, "gate": gate, "content": str(a["content"]), "for": str(a["for"])},
-                        [],
-                        f"Withdraw {a['by']}'s approval…",
-                        view,
-                    )
+                by = approvers.setdefault((str(a["content"]), str(a["for"])), [])
+                by += [] if str(a["by"]) in by else [str(a["by"])]
+        for (approved, for_), by in approvers.items():
+            forms.append(
+                _form(
+                    "withdraw",
+                    f"Withdraw every approval of {approved} for {for_} on gate {key} (by {', '.join(by)})",
+                    {"namespace": ns, "gate": gate, "content": approved, "for": for_},
+                    [],
+                    f"Withdraw the approval{'s' if len(by) > 1 else ''} of {', '.join(by)}…",
+                    view,
+                    within=target,
                 )
+            )
     return "".join(forms)
 
 
 def _held(board: Board, view: View) -> str:
     if not board.held:
-        text = "Nothing waits." if board.writable or board.gates else "No Flux objects are read here."
+        text = (
+            "Nothing waits."
+            if board.reads_objects
+            else "No Flux objects are read here: what waits behind a gate is not known."
+        )
         return f'<section aria-labelledby="held-h"><h2 id="held-h">Held</h2><p>{text}</p></section>'
     head = ["Object", "Waits", "Serves", "Since", "Gates", "Approvals", "Warnings"]
     if board.writable:
@@ -356,7 +373,9 @@ def fragment(board: Board, view: View) -> str:
     problems = "".join(f"<li>{e(p)}</li>" for p in board.problems)
     return (
         (f'<div class="problems" role="alert"><ul>{problems}</ul></div>' if problems else "")
-        + f'<p class="asof">As of {timeline.time_tag(board.now, board.zone)}.</p>'
+        # To the minute, as it reads: the page polls every second, and a fragment that changed
+        # with each second would be sent and swapped in every time (its ETag never matching).
+        + f'<p class="asof">As of {timeline.time_tag(board.now.replace(second=0, microsecond=0), board.zone)}.</p>'
         + _gates(board, view)
         + _held(board, view)
         + _timeline(board)

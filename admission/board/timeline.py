@@ -11,6 +11,7 @@ from datetime import datetime, timedelta, tzinfo
 from html import escape
 
 from admission.board.model import Timeline
+from admission.core.controls import escaped
 from admission.core.timeline import Interval
 from admission.core.timefmt import format_label, format_time
 
@@ -32,22 +33,29 @@ PATTERNS = """<svg class="defs" aria-hidden="true" focusable="false" width="0" h
 </svg>"""
 
 
+def e(value: object) -> str:
+    """Text for HTML: markup escaped, control characters shown as escapes (as the CLI shows them).
+    Every value a gate, an object or a calendar carries is somebody's text: through here only."""
+    return escape(escaped(str(value)), quote=True)
+
+
 def when(value: datetime, zone: tzinfo) -> str:
     """A time as the page shows it: in ``zone``, to the minute, with the zone's abbreviation."""
     return format_label(value.astimezone(zone), "zoned")
 
 
 def time_tag(value: datetime, zone: tzinfo) -> str:
-    return f'<time datetime="{format_time(value)}">{escape(when(value, zone))}</time>'
+    return f'<time datetime="{format_time(value)}">{e(when(value, zone))}</time>'
 
 
 def state_word(interval: Interval) -> str:
     return "unknown" if not interval.known else "open" if interval.open else "closed"
 
 
-def describe(interval: Interval, zone: tzinfo) -> str:
-    """What a span is, in words: the same text on hover, on focus and in the table."""
-    text = f"{state_word(interval)} from {when(interval.start, zone)} to {when(interval.end, zone)}"
+def describe(interval: Interval, zone: tzinfo, word: str | None = None) -> str:
+    """What a span is, in words (``word``, else its state's): the same text on hover, on focus
+    and in the table."""
+    text = f"{word or state_word(interval)} from {when(interval.start, zone)} to {when(interval.end, zone)}"
     why = interval.reason + (f": {interval.message}" if interval.message else "")
     return f"{text} ({why})" if why else text
 
@@ -69,7 +77,7 @@ def _ticks(line: Timeline) -> list[str]:
         local = cur.astimezone(line.zone)
         text = format_label(local, "hour" if days == 1 else "weekday" if days <= 7 else "day")
         out.append(f'<line class="tick" x1="{x}" y1="{top}" x2="{x}" y2="{HEIGHT}"/>')
-        out.append(f'<text class="tick-label" x="{x + 2}" y="{top - 1}">{escape(text)}</text>')
+        out.append(f'<text class="tick-label" x="{x + 2}" y="{top - 1}">{e(text)}</text>')
         # Wall-clock steps: a day is not always 24 hours where the clocks change.
         cur = (local + step).replace(tzinfo=None)
         cur = datetime.combine(cur.date(), cur.time(), tzinfo=line.zone)
@@ -84,7 +92,7 @@ def svg(
     its closed spans are drawn (``suspended``: an object's own suspendDuring, not a gate)."""
     parts = [
         f'<svg class="timeline" viewBox="0 0 {WIDTH} {HEIGHT}" preserveAspectRatio="none" '
-        f'role="group" aria-label="{escape(name)}">',
+        f'role="group" aria-label="{e(name)}">',
         f'<rect class="bar" x="0" y="{BAR[0]}" width="{WIDTH}" height="{BAR[1]}"/>',
     ]
     for interval, text in spans:
@@ -93,14 +101,16 @@ def svg(
         if kind == "open":
             continue
         kind = closed if kind == "closed" else kind
-        label = escape(text)
+        label = e(text)
         parts.append(
             f'<rect class="span {kind}" x="{x0}" y="{BAR[0]}" width="{max(x1 - x0, 0.5)}" '
             f'height="{BAR[1]}" tabindex="0" role="img" aria-label="{label}"><title>{label}</title></rect>'
         )
     parts += _ticks(line)
     if line.start <= now < line.end:
-        x = _x(now, line)
+        # Whole units (20 minutes over 14 days, 86 s over one): it moves when it would show, not
+        # with every second a poll brings.
+        x = round(_x(now, line))
         parts.append(f'<line class="now" x1="{x}" y1="0" x2="{x}" y2="{HEIGHT}"><title>now</title></line>')
     parts.append("</svg>")
     return "".join(parts)

@@ -78,7 +78,7 @@ class FilesSource:
 
     def snapshot(self) -> Snapshot:
         self._store.check()
-        return Snapshot(self._store.index, [], tuple(self._store.problems.values()))
+        return Snapshot(self._store.index, [], tuple(self._store.problems.values()), reads_objects=False)
 
 
 class ClusterActions:
