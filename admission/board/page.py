@@ -267,7 +267,7 @@ def _timeline(board: Board) -> str:
         '<span class="key suspended">suspended (suspendDuring)</span> '
         f'<span class="key now">now</span> · zoom: {zoom}</p>'
         + "".join(lines)
-        + '<details><summary>The timeline as a table</summary><table class="spans"><caption>Open, closed and '
+        + '<details id="timeline-table"><summary>The timeline as a table</summary><table class="spans"><caption>Open, closed and '
         'suspended spans</caption><thead><tr><th scope="col">Row</th><th scope="col">State</th>'
         '<th scope="col">From</th><th scope="col">To</th><th scope="col">Why</th></tr></thead><tbody>'
         + "".join(table)

@@ -293,6 +293,14 @@ def test_the_timeline_is_the_freeze_calendar_and_shows_suspend_windows(cluster, 
     assert suspended == 14  # one window a day, for the 14 days shown
     screenshot(browser, "timeline")
 
+    # The table a reader opened stays open while the page follows a change.
+    browser.find_element(By.CSS_SELECTOR, "#timeline-table summary").click()
+    mark_page(browser)
+    assert cluster.gate("close", "weekend", "-n", ns, "-m", "closed by hand too").returncode == 0
+    page_until(browser, lambda b: "closed by hand too" in b.find_element(By.ID, "board").text, "the toggle")
+    assert browser.find_element(By.ID, "timeline-table").get_attribute("open") is not None
+    assert same_page(browser)
+
 
 def test_keyboard_alone_approves_and_the_dialog_is_reachable(cluster, git, board, browser):
     from selenium.webdriver.common.action_chains import ActionChains

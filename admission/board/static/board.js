@@ -31,11 +31,16 @@
         board.querySelectorAll("input[id], select[id]").forEach(function (field) {
           if (field.type !== "hidden" && field.value !== "") kept[field.id] = field.value;
         });
+        const opened = Array.from(board.querySelectorAll("details[id][open]")).map(function (d) { return d.id; });
         etag = answer.headers.get("ETag");
         board.innerHTML = await answer.text();
         Object.keys(kept).forEach(function (id) {
           const field = document.getElementById(id);
           if (field) field.value = kept[id];
+        });
+        opened.forEach(function (id) {
+          const details = document.getElementById(id);
+          if (details) details.open = true;
         });
         const again = focused && document.getElementById(focused);
         if (again) again.focus();
