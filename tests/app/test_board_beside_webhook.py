@@ -56,12 +56,19 @@ class Listing:
 
 @pytest.fixture
 def make(gates_dir, tmp_path):
-    """The webhook's app over GATES with the board on (``flux``: the worker's Flux objects),
-    with a calendar token when ``token``; its test client and its store."""
+    """The webhook's app over GATES with the board on (``flux_objects``: the worker's Flux
+    objects), with a calendar token when ``token``; its test client. The board's clocks are
+    ``clock`` and ``ticks`` (monotonic)."""
     write_gates(gates_dir, GATES)
     made = []
 
-    def build(flux_objects: Listing | None = Listing(HELD), token: str | None = None, store=None):
+    def build(
+        flux_objects: Listing | None = Listing(HELD),
+        token: str | None = None,
+        store=None,
+        clock=lambda: FIXED_NOW,
+        ticks=lambda: 0.0,
+    ):
         store = store or FileStore(gates_dir)
         calendar_token = None
         if token is not None:
@@ -72,7 +79,8 @@ def make(gates_dir, tmp_path):
             Settings(),
             clock=lambda: FIXED_NOW,
             calendar_token=calendar_token,
-            board=board(store, flux_objects, "this webhook", lambda: FIXED_NOW),
+            # A drawing takes no time on a clock that stands still: the worker never rests.
+            board=board(store, flux_objects, "this webhook", clock, ticks),
         )
         app.testing = True
         made.append(app)
@@ -175,8 +183,9 @@ def test_a_worker_draws_one_board_at_a_time_and_the_webhook_keeps_answering(make
     first.start()
     try:
         assert store.reading.wait(30)
-        busy = client.get("/board/fragment")
+        busy = client.get("/board/fragment?namespace=apps")
         assert busy.status_code == 503 and busy.headers["Retry-After"] == "1"
+        assert '<meta http-equiv="refresh" content="1">' in busy.get_data(as_text=True)  # asks again
         assert client.get("/board/static/board.css").status_code == 200  # never waits for a drawing
         doc = review(request("UPDATE", changed(KS, path="./v2"), KS))
         answer = client.post("/validate", data=orjson.dumps(doc), content_type="application/json")
@@ -185,3 +194,36 @@ def test_a_worker_draws_one_board_at_a_time_and_the_webhook_keeps_answering(make
         store.release.set()
         first.join(30)
     assert client.get("/board/fragment").status_code == 200
+
+
+class Drawing:
+    """The board's clocks: each drawing reads the time once, and takes ``cost`` seconds."""
+
+    def __init__(self, cost: float):
+        self.now, self.cost = 0.0, cost
+
+    def ticks(self) -> float:
+        return self.now
+
+    def clock(self):
+        self.now += self.cost
+        return FIXED_NOW
+
+
+def test_a_worker_rests_four_times_as_long_as_it_drew_and_serves_what_it_drew(make):
+    drawing = Drawing(cost=2.0)
+    client = make(clock=drawing.clock, ticks=drawing.ticks)
+    drawn = client.get("/board/fragment")
+    assert drawn.status_code == 200 and drawing.now == 2.0
+    etag = drawn.headers["ETag"]
+    # Resting for 8 s: no new drawing. A view drawn before is served as drawn; one never drawn
+    # gets the page that reloads itself; a screen that has the drawing gets 304.
+    drawing.now += 7.5
+    assert client.get("/board/fragment").get_data() == drawn.get_data() and drawing.now == 9.5
+    assert client.get("/board/fragment", headers={"If-None-Match": etag}).status_code == 304
+    assert client.get("/board?namespace=apps").status_code == 503 and drawing.now == 9.5
+    drawing.now += 1.0  # rested: the next view asked for is drawn
+    assert client.get("/board?namespace=apps").status_code == 200 and drawing.now == 12.5
+    assert client.head("/board?namespace=apps").status_code == 200 and drawing.now == 12.5  # a second: kept
+    drawing.now += 10.0  # rested, and the drawing is older than a second: drawn again
+    assert client.get("/board/fragment").status_code == 200 and drawing.now == 24.5
