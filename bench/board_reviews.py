@@ -3,7 +3,7 @@
 `gate-admission serve --gates-dir --board` (2 workers x 4 threads) with bench/freeze_calendar.py's
 gates. Rounds alternate: quiet (reviews only) and watching (S screens poll GET /board/fragment
 every --pace seconds with the ETag they last got, as board.js does; with --vary each asks for
-another view each time, ``?q=`` a new search, as a careless script or a hostile client would).
+another view each time, the whole board under a new ``?v=``, as a hostile client would).
 In both, 4 threads post the example review on kept-alive connections for --seconds.
 
     .venv/bin/python bench/board_reviews.py [--rounds 3] [--seconds 10] [--screens 4]
@@ -34,7 +34,7 @@ def watch_until(server: GateServer, stop: threading.Event, pace: float, vary: bo
     try:
         while not stop.wait(pace):
             n += 1
-            path = f"/board/fragment?q=gate-{n}" if vary else "/board/fragment"
+            path = f"/board/fragment?v={n}" if vary else "/board/fragment"  # v: ignored, a new view
             conn.request("GET", path, headers={"If-None-Match": etag} if etag and not vary else {})
             resp = conn.getresponse()
             resp.read()
