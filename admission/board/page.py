@@ -235,7 +235,7 @@ def _timeline(board: Board) -> str:
     for row in board.gates:
         spans = _spans(row)
         lines.append(
-            f'<div class="line"><span class="who">{e(row.key)}</span>'
+            f'<div class="line"><span class="who" title="{e(row.key)}">{e(row.key)}</span>'
             + timeline.svg(row.timeline, board.now, spans, f"gate {row.key}")
             + "</div>"
         )
@@ -248,8 +248,8 @@ def _timeline(board: Board) -> str:
     for srow in board.suspensions:
         spans = _suspend_spans(srow)
         lines.append(
-            f'<div class="line"><span class="who">{e(srow.target)}</span>'
-            + timeline.svg(srow.timeline, board.now, spans, f"suspensions of {srow.target}")
+            f'<div class="line"><span class="who" title="{e(srow.target)}">{e(srow.target)}</span>'
+            + timeline.svg(srow.timeline, board.now, spans, f"suspensions of {srow.target}", "suspended")
             + "</div>"
         )
         table += [
@@ -261,8 +261,9 @@ def _timeline(board: Board) -> str:
     zone = "each gate's own zone" if q.tz == GATE_ZONE else e(getattr(board.zone, "key", None) or board.zone)
     return (
         '<section aria-labelledby="timeline-h"><h2 id="timeline-h">Timeline</h2>'
-        f'<p class="legend">Times in {zone}. <span class="key closed">closed</span> '
+        f'<p class="legend">Times in {zone}. <span class="key closed">gate closed</span> '
         '<span class="key unknown">unknown</span> <span class="key open">open</span> '
+        '<span class="key suspended">suspended (suspendDuring)</span> '
         f'<span class="key now">now</span> · zoom: {zoom}</p>'
         + "".join(lines)
         + '<details><summary>The timeline as a table</summary><table class="spans"><caption>Open, closed and '

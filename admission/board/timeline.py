@@ -22,6 +22,9 @@ PATTERNS = """<svg class="defs" aria-hidden="true" focusable="false" width="0" h
 <pattern id="hatch" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">
 <rect width="6" height="6" class="closed-fill"/><line x1="0" y1="0" x2="0" y2="6" class="hatch-line"/>
 </pattern>
+<pattern id="stripes" width="8" height="8" patternUnits="userSpaceOnUse">
+<rect width="8" height="8" class="suspended-fill"/><line x1="0" y1="4" x2="8" y2="4" class="stripe-line"/>
+</pattern>
 <pattern id="dots" width="4" height="4" patternUnits="userSpaceOnUse">
 <rect width="4" height="4" class="unknown-fill"/><circle cx="2" cy="2" r="1" class="dot"/>
 </pattern>
@@ -73,9 +76,12 @@ def _ticks(line: Timeline) -> list[str]:
     return out
 
 
-def svg(line: Timeline, now: datetime, spans: list[tuple[Interval, str]], name: str) -> str:
+def svg(
+    line: Timeline, now: datetime, spans: list[tuple[Interval, str]], name: str, closed: str = "closed"
+) -> str:
     """One row: ``spans`` (each with its text), ticks at local midnights (hours when zoomed to a
-    day) and a "now" line. ``name`` labels the row for assistive technology."""
+    day) and a "now" line. ``name`` labels the row for assistive technology; ``closed`` is how
+    its closed spans are drawn (``suspended``: an object's own suspendDuring, not a gate)."""
     parts = [
         f'<svg class="timeline" viewBox="0 0 {WIDTH} {HEIGHT}" preserveAspectRatio="none" '
         f'role="group" aria-label="{escape(name)}">',
@@ -86,6 +92,7 @@ def svg(line: Timeline, now: datetime, spans: list[tuple[Interval, str]], name: 
         kind = state_word(interval)
         if kind == "open":
             continue
+        kind = closed if kind == "closed" else kind
         label = escape(text)
         parts.append(
             f'<rect class="span {kind}" x="{x0}" y="{BAR[0]}" width="{max(x1 - x0, 0.5)}" '
