@@ -35,6 +35,11 @@ class View:
     csrf: str
     root: str = "/"
 
+    @property
+    def home(self) -> str:
+        """The page itself: ``/``, or ``/board`` beside the webhook, whose paths end without ``/``."""
+        return self.root.rstrip("/") or "/"
+
 
 def static_file(name: str) -> bytes:
     return resources.files("admission.board").joinpath("static", name).read_bytes()
@@ -403,7 +408,7 @@ def _filters(board: Board, view: View) -> str:
         f'<option value="{d}"' + (" selected" if d == q.days else "") + f">{d}</option>" for d in DAY_CHOICES
     )
     return (
-        f'<form class="filters" method="get" action="{view.root}" role="search">'
+        f'<form class="filters" method="get" action="{view.home}" role="search">'
         f'<label for="ns">Namespace</label><select id="ns" name="namespace">{options}</select>'
         f'<label for="q">Search</label><input id="q" name="q" type="search" value="{e(q.search)}">'
         f'<label for="days">Days</label><select id="days" name="days">{days}</select>'
@@ -443,7 +448,7 @@ def confirm_page(action: str, what: str, fields: dict[str, str], view: View) -> 
         + f'<form method="post" action="{view.root}actions/{e(action)}">'
         + _hidden({**fields, "csrf": view.csrf, "confirmed": "yes"})
         + '<button type="submit">Confirm</button></form>'
-        + f'<p><a href="{view.root}">Cancel, back to the board</a></p></main></body></html>'
+        + f'<p><a href="{view.home}">Cancel, back to the board</a></p></main></body></html>'
     )
 
 
@@ -454,5 +459,5 @@ def result_page(ok: bool, lines: list[str], view: View) -> str:
         _head(f"{title}: gate board", view)
         + f"<body><main><h1>{title}</h1><ul>"
         + "".join(f"<li>{e(line)}</li>" for line in lines)
-        + f'</ul><p><a href="{view.root}">Back to the board</a></p></main></body></html>'
+        + f'</ul><p><a href="{view.home}">Back to the board</a></p></main></body></html>'
     )
