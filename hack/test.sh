@@ -13,6 +13,8 @@
 #     stopped at the end), the project image built from the Dockerfile (hack/image.sh), and a
 #     node's parts (kubelet, kube-proxy, controller-manager, scheduler; hack/go-binaries.sh node)
 #     with Debian's containerd, runc, CNI plugins and iptables
+#   - for the real-Flux tier: Debian's chromium and chromium-driver (the gate board in a real
+#     browser, tests/realflux/test_board.py)
 #   - .venv with the project and its test extras (made, or brought up to date when
 #     pyproject.toml changed)
 set -euo pipefail
@@ -43,12 +45,18 @@ wants() {
 }
 
 # Debian packages the tests use: openssl (TLS version checks), faketime (a clock that jumps),
-# zsh and bash-completion (shell completion of kubectl gate, run in the real shells).
+# zsh and bash-completion (shell completion of kubectl gate, run in the real shells), and for
+# the tiers named below, theirs.
 missing=()
 command -v openssl >/dev/null || missing+=(openssl)
 command -v zsh >/dev/null || missing+=(zsh)
 [[ -e /usr/share/bash-completion/bash_completion ]] || missing+=(bash-completion)
 [[ -e /usr/lib/$(uname -m)-linux-gnu/faketime/libfaketimeMT.so.1 ]] || missing+=(faketime)
+if wants realflux; then
+  # The gate board's real-browser tests (tests/realflux/test_board.py): Debian's browser and its driver.
+  command -v chromium >/dev/null || missing+=(chromium)
+  command -v chromedriver >/dev/null || missing+=(chromium-driver)
+fi
 if wants cluster; then
   # The real-cluster tier's node and image (tests/cluster/node.py, hack/image.sh).
   # command:Debian package

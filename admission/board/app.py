@@ -21,6 +21,7 @@ from datetime import datetime, tzinfo
 from typing import Callable
 
 from flask import Flask, Response, request
+from werkzeug.exceptions import RequestEntityTooLarge
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
 from admission.board import page
@@ -39,7 +40,9 @@ POLICY = (
 
 def loopback_hosts(port: int) -> frozenset[str]:
     """The Host values a browser sends to the board on ``port``: the loopback names, nothing else."""
-    return frozenset(f"{name}:{port}" for name in ("127.0.0.1", "localhost", "[::1]"))
+    names = ("127.0.0.1", "localhost", "[::1]")
+    # A browser leaves the scheme's default port out of Host: on port 80 it sends the bare name.
+    return frozenset(f"{name}:{port}" for name in names) | frozenset(names if port == 80 else ())
 
 
 class _Snapshots:
@@ -99,6 +102,10 @@ def create_app(
             if not hmac.compare_digest(request.form.get("csrf", ""), token):
                 return _text(403, "refused: no valid CSRF token (reload the board)")
         return None
+
+    @app.errorhandler(RequestEntityTooLarge)
+    def too_large(_: RequestEntityTooLarge) -> Response:
+        return _text(413, f"refused: a form is {MAX_BODY} bytes at most, and this one is larger")
 
     @app.after_request
     def headers(response: Response) -> Response:
@@ -184,6 +191,12 @@ def _perform(actions: Actions, action: str, form: dict[str, str]) -> list[str]:
 
 
 def _text(status: int, text: str) -> Response:
+    """A refusal: as text, or as an action's JSON answer where JSON is asked (board.js shows its
+    lines; a stale token after the board restarted must say so, not fail to parse)."""
+    if "application/json" in request.headers.get("Accept", ""):
+        return Response(
+            json.dumps({"ok": False, "lines": [text]}), status=status, mimetype="application/json"
+        )
     return Response(text + "\n", status=status, mimetype="text/plain")
 
 

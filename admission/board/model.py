@@ -36,6 +36,7 @@ class Snapshot(NamedTuple):
     gate_index: GateIndex
     objects: list[dict[str, Any]]
     problems: tuple[str, ...] = ()
+    reads_objects: bool = True  # False: no Flux objects are read here (a gates directory)
 
 
 class Source(Protocol):
@@ -149,6 +150,7 @@ class Board:
     suspensions: tuple[SuspendRow, ...]
     problems: tuple[str, ...] = ()
     namespaces: tuple[str, ...] = field(default=())
+    reads_objects: bool = True  # as the snapshot: without objects, what waits is not known
 
 
 def _window(zone: tzinfo, now: datetime, query: Query) -> tuple[datetime, datetime]:
@@ -196,7 +198,10 @@ def build(
         if compiled is None or (namespace and ns != namespace):
             continue
         state = index.lookup(ns, name, now)
-        if not _matches(query.search, key, state.reason, state.message, state.requested_by):
+        # What the row shows is what a search finds: a toggle's message is in its Requested cell.
+        if not _matches(
+            query.search, key, state.reason, state.message, state.requested_by, state.request_message
+        ):
             continue
         zone = time_zone(compiled) if query.tz == GATE_ZONE else shown
         start, end = _window(zone, now, query)
@@ -234,4 +239,5 @@ def build(
         tuple(sorted(suspensions, key=lambda s: s.target)),
         snapshot.problems,
         tuple(namespaces),
+        snapshot.reads_objects,
     )

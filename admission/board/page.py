@@ -1,7 +1,7 @@
 """The board as HTML: one server-rendered page that reads without JavaScript.
 
 Every value a gate, an object or a calendar carries is somebody's text (a message is whatever
-its writer typed), so each one goes through ``escape`` here, and nowhere is HTML taken from data.
+its writer typed), so each one goes through ``e`` (``timeline.e``), and nowhere is HTML taken from data.
 Actions are forms: without JavaScript a POST first answers with a page naming what it will do
 and a Confirm button (``confirm_page``); ``board.js`` shows the same words in a dialog instead.
 """
@@ -17,8 +17,8 @@ from typing import Any, Iterable
 from urllib.parse import urlencode
 
 from admission.board import timeline
+from admission.board.timeline import e
 from admission.board.model import DAY_CHOICES, GATE_ZONE, Board, GateRow, Query, SuspendRow
-from admission.core.controls import escaped
 from admission.core.objects import label
 from admission.core.timeline import Interval
 from admission.core.timefmt import parse_time
@@ -35,6 +35,11 @@ class View:
     csrf: str
     root: str = "/"
 
+    @property
+    def home(self) -> str:
+        """The page itself: ``/``, or ``/board`` beside the webhook, whose paths end without ``/``."""
+        return self.root.rstrip("/") or "/"
+
 
 def static_file(name: str) -> bytes:
     return resources.files("admission.board").joinpath("static", name).read_bytes()
@@ -46,11 +51,6 @@ def integrity(name: str) -> str:
 
 
 _INTEGRITY = {name: integrity(name) for name in STATIC}
-
-
-def e(value: object) -> str:
-    """Text for HTML: markup escaped, control characters shown as escapes (as the CLI shows them)."""
-    return escape(escaped(str(value)), quote=True)
 
 
 def _href(query: Query, **changes: object) -> str:
@@ -70,7 +70,11 @@ def _time(text: object, board: Board) -> str:
 
 
 def _hidden(fields: dict[str, str]) -> str:
-    return "".join(f'<input type="hidden" name="{e(k)}" value="{e(v)}">' for k, v in fields.items())
+    # Values a form sends back, not text shown: markup escaped, the characters themselves kept, so
+    # what is confirmed or approved is what was typed or what waits, not its display.
+    return "".join(
+        f'<input type="hidden" name="{escape(k)}" value="{escape(v, quote=True)}">' for k, v in fields.items()
+    )
 
 
 Field = tuple[str, str, str]  # name, label, placeholder: a text input (choices: see _select)
@@ -84,10 +88,12 @@ def _form(
     button: str,
     view: View,
     extra: str = "",
+    within: str = "",
 ) -> str:
-    # Ids from what the form does: the same board renders the same ids, so a swap by board.js
-    # keeps focus where it was, and two forms never share one.
-    scope = hashlib.sha256(repr((action, sorted(fields.items()))).encode()).hexdigest()[:12]
+    # Ids from what the form does and the row it is in (one withdrawal can be offered on every
+    # object an approval for * covers): the same board renders the same ids, so a swap by
+    # board.js keeps focus where it was, and two forms never share one.
+    scope = hashlib.sha256(repr((action, sorted(fields.items()), within)).encode()).hexdigest()[:12]
     body = "".join(
         f'<label for="{scope}-{name}">{e(text)}</label>'
         f'<input id="{scope}-{name}" name="{name}" type="text" placeholder="{e(hint)}" maxlength="1000">'
@@ -200,6 +206,11 @@ def _spans(row: GateRow) -> list[tuple[Interval, str]]:
     return [(i, timeline.describe(i, row.timeline.zone)) for i in row.timeline.spans]
 
 
+def _suspend_word(span: Interval) -> str:
+    # A cron that cannot be read counts as active (core.references), but when is not known.
+    return "suspended" if span.known else "unknown"
+
+
 def _suspend_spans(row: SuspendRow) -> list[tuple[Interval, str]]:
     out = []
     for w in row.windows:
@@ -207,7 +218,7 @@ def _suspend_spans(row: SuspendRow) -> list[tuple[Interval, str]]:
             f": cannot be read ({w.error})" if w.error else ""
         )
         span = Interval(w.start, w.end, False, "SuspendDuring", why, known=w.error is None)
-        out.append((span, timeline.describe(span, row.timeline.zone)))
+        out.append((span, timeline.describe(span, row.timeline.zone, _suspend_word(span))))
     return out
 
 
@@ -230,7 +241,7 @@ def _timeline(board: Board) -> str:
     for row in board.gates:
         spans = _spans(row)
         lines.append(
-            f'<div class="line"><span class="who">{e(row.key)}</span>'
+            f'<div class="line"><span class="who" title="{e(row.key)}">{e(row.key)}</span>'
             + timeline.svg(row.timeline, board.now, spans, f"gate {row.key}")
             + "</div>"
         )
@@ -243,12 +254,12 @@ def _timeline(board: Board) -> str:
     for srow in board.suspensions:
         spans = _suspend_spans(srow)
         lines.append(
-            f'<div class="line"><span class="who">{e(srow.target)}</span>'
-            + timeline.svg(srow.timeline, board.now, spans, f"suspensions of {srow.target}")
+            f'<div class="line"><span class="who" title="{e(srow.target)}">{e(srow.target)}</span>'
+            + timeline.svg(srow.timeline, board.now, spans, f"suspensions of {srow.target}", "suspended")
             + "</div>"
         )
         table += [
-            f'<tr><th scope="row">{e(srow.target)}</th><td>suspended</td>'
+            f'<tr><th scope="row">{e(srow.target)}</th><td>{_suspend_word(i)}</td>'
             f"<td>{timeline.time_tag(i.start, srow.timeline.zone)}</td><td>{timeline.time_tag(i.end, srow.timeline.zone)}</td>"
             f"<td>{e(i.message)}</td></tr>"
             for i, _ in spans
@@ -259,11 +270,12 @@ def _timeline(board: Board) -> str:
     return "".join(
         [
             '<section aria-labelledby="timeline-h"><h2 id="timeline-h">Timeline</h2>'
-            f'<p class="legend">Times in {zone}. <span class="key closed">closed</span> '
+            f'<p class="legend">Times in {zone}. <span class="key closed">gate closed</span> '
             '<span class="key unknown">unknown</span> <span class="key open">open</span> '
+            '<span class="key suspended">suspended (suspendDuring)</span> '
             f'<span class="key now">now</span> · zoom: {zoom}</p>',
             *lines,
-            '<details><summary>The timeline as a table</summary><table class="spans"><caption>Open, closed and '
+            '<details id="timeline-table"><summary>The timeline as a table</summary><table class="spans"><caption>Open, closed and '
             'suspended spans</caption><thead><tr><th scope="col">Row</th><th scope="col">State</th>'
             '<th scope="col">From</th><th scope="col">To</th><th scope="col">Why</th></tr></thead><tbody>',
             *table,
@@ -305,24 +317,35 @@ def _held_actions(row: dict[str, Any], view: View) -> str:
                 _select("expires", "Expires after", [(c, c or "the gate's default") for c in EXPIRY_CHOICES]),
             )
         )
+        # A withdrawal removes every approval of that content for that object on the gate
+        # (approve.withdraw), so it is one form per pair, naming everyone whose approval goes.
+        approvers: dict[tuple[str, str], list[str]] = {}
         for a in row["approvals"] + row["unverifiedApprovals"]:
             if a.get("gate") == key:
-                forms.append(
-                    _form(
-                        "withdraw",
-                        f"Withdraw {a['by']}'s approval of {a['content']} for {a['for']} on gate {key}",
-                        {"namespace": ns, "gate": gate, "content": str(a["content"]), "for": str(a["for"])},
-                        [],
-                        f"Withdraw {a['by']}'s approval…",
-                        view,
-                    )
+                by = approvers.setdefault((str(a["content"]), str(a["for"])), [])
+                by += [] if str(a["by"]) in by else [str(a["by"])]
+        for (approved, for_), by in approvers.items():
+            forms.append(
+                _form(
+                    "withdraw",
+                    f"Withdraw every approval of {approved} for {for_} on gate {key} (by {', '.join(by)})",
+                    {"namespace": ns, "gate": gate, "content": approved, "for": for_},
+                    [],
+                    f"Withdraw the approval{'s' if len(by) > 1 else ''} of {', '.join(by)}…",
+                    view,
+                    within=target,
                 )
+            )
     return "".join(forms)
 
 
 def _held(board: Board, view: View) -> str:
     if not board.held:
-        text = "Nothing waits." if board.writable or board.gates else "No Flux objects are read here."
+        text = (
+            "Nothing waits."
+            if board.reads_objects
+            else "No Flux objects are read here: what waits behind a gate is not known."
+        )
         return f'<section aria-labelledby="held-h"><h2 id="held-h">Held</h2><p>{text}</p></section>'
     head = ["Object", "Waits", "Serves", "Since", "Gates", "Approvals", "Warnings"]
     if board.writable:
@@ -360,7 +383,9 @@ def _fragment(board: Board, view: View) -> list[str]:
     problems = "".join(f"<li>{e(p)}</li>" for p in board.problems)
     return [
         f'<div class="problems" role="alert"><ul>{problems}</ul></div>' if problems else "",
-        f'<p class="asof">As of {timeline.time_tag(board.now, board.zone)}.</p>',
+        # To the minute, as it reads: the page polls every second, and a fragment that changed
+        # with each second would be sent and swapped in every time (its ETag never matching).
+        f'<p class="asof">As of {timeline.time_tag(board.now.replace(second=0, microsecond=0), board.zone)}.</p>',
         _gates(board, view),
         _held(board, view),
         _timeline(board),
@@ -393,7 +418,7 @@ def _filters(board: Board, view: View) -> str:
         f'<option value="{d}"' + (" selected" if d == q.days else "") + f">{d}</option>" for d in DAY_CHOICES
     )
     return (
-        f'<form class="filters" method="get" action="{view.root}" role="search">'
+        f'<form class="filters" method="get" action="{view.home}" role="search">'
         f'<label for="ns">Namespace</label><select id="ns" name="namespace">{options}</select>'
         f'<label for="q">Search</label><input id="q" name="q" type="search" value="{e(q.search)}">'
         f'<label for="days">Days</label><select id="days" name="days">{days}</select>'
@@ -437,7 +462,7 @@ def confirm_page(action: str, what: str, fields: dict[str, str], view: View) -> 
         + f'<form method="post" action="{view.root}actions/{e(action)}">'
         + _hidden({**fields, "csrf": view.csrf, "confirmed": "yes"})
         + '<button type="submit">Confirm</button></form>'
-        + f'<p><a href="{view.root}">Cancel, back to the board</a></p></main></body></html>'
+        + f'<p><a href="{view.home}">Cancel, back to the board</a></p></main></body></html>'
     )
 
 
@@ -448,5 +473,5 @@ def result_page(ok: bool, lines: list[str], view: View) -> str:
         _head(f"{title}: gate board", view)
         + f"<body><main><h1>{title}</h1><ul>"
         + "".join(f"<li>{e(line)}</li>" for line in lines)
-        + f'</ul><p><a href="{view.root}">Back to the board</a></p></main></body></html>'
+        + f'</ul><p><a href="{view.home}">Back to the board</a></p></main></body></html>'
     )

@@ -12,6 +12,7 @@ from functools import lru_cache
 from html import escape
 
 from admission.board.model import Timeline
+from admission.core.controls import escaped
 from admission.core.timeline import Interval
 from admission.core.timefmt import format_label, format_time
 
@@ -23,11 +24,20 @@ PATTERNS = """<svg class="defs" aria-hidden="true" focusable="false" width="0" h
 <pattern id="hatch" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">
 <rect width="6" height="6" class="closed-fill"/><line x1="0" y1="0" x2="0" y2="6" class="hatch-line"/>
 </pattern>
+<pattern id="stripes" width="8" height="8" patternUnits="userSpaceOnUse">
+<rect width="8" height="8" class="suspended-fill"/><line x1="0" y1="4" x2="8" y2="4" class="stripe-line"/>
+</pattern>
 <pattern id="dots" width="4" height="4" patternUnits="userSpaceOnUse">
 <rect width="4" height="4" class="unknown-fill"/><circle cx="2" cy="2" r="1" class="dot"/>
 </pattern>
 </defs>
 </svg>"""
+
+
+def e(value: object) -> str:
+    """Text for HTML: markup escaped, control characters shown as escapes (as the CLI shows them).
+    Every value a gate, an object or a calendar carries is somebody's text: through here only."""
+    return escape(escaped(str(value)), quote=True)
 
 
 def when(value: datetime, zone: tzinfo) -> str:
@@ -36,16 +46,17 @@ def when(value: datetime, zone: tzinfo) -> str:
 
 
 def time_tag(value: datetime, zone: tzinfo) -> str:
-    return f'<time datetime="{format_time(value)}">{escape(when(value, zone))}</time>'
+    return f'<time datetime="{format_time(value)}">{e(when(value, zone))}</time>'
 
 
 def state_word(interval: Interval) -> str:
     return "unknown" if not interval.known else "open" if interval.open else "closed"
 
 
-def describe(interval: Interval, zone: tzinfo) -> str:
-    """What a span is, in words: the same text on hover, on focus and in the table."""
-    text = f"{state_word(interval)} from {when(interval.start, zone)} to {when(interval.end, zone)}"
+def describe(interval: Interval, zone: tzinfo, word: str | None = None) -> str:
+    """What a span is, in words (``word``, else its state's): the same text on hover, on focus
+    and in the table."""
+    text = f"{word or state_word(interval)} from {when(interval.start, zone)} to {when(interval.end, zone)}"
     why = interval.reason + (f": {interval.message}" if interval.message else "")
     return f"{text} ({why})" if why else text
 
@@ -77,19 +88,22 @@ def _ticks_of(
         local = cur.astimezone(line.zone)
         text = format_label(local, "hour" if days == 1 else "weekday" if days <= 7 else "day")
         out.append(f'<line class="tick" x1="{x}" y1="{top}" x2="{x}" y2="{HEIGHT}"/>')
-        out.append(f'<text class="tick-label" x="{x + 2}" y="{top - 1}">{escape(text)}</text>')
+        out.append(f'<text class="tick-label" x="{x + 2}" y="{top - 1}">{e(text)}</text>')
         # Wall-clock steps: a day is not always 24 hours where the clocks change.
         cur = (local + step).replace(tzinfo=None)
         cur = datetime.combine(cur.date(), cur.time(), tzinfo=line.zone)
     return tuple(out)
 
 
-def svg(line: Timeline, now: datetime, spans: list[tuple[Interval, str]], name: str) -> str:
+def svg(
+    line: Timeline, now: datetime, spans: list[tuple[Interval, str]], name: str, closed: str = "closed"
+) -> str:
     """One row: ``spans`` (each with its text), ticks at local midnights (hours when zoomed to a
-    day) and a "now" line. ``name`` labels the row for assistive technology."""
+    day) and a "now" line. ``name`` labels the row for assistive technology; ``closed`` is how
+    its closed spans are drawn (``suspended``: an object's own suspendDuring, not a gate)."""
     parts = [
         f'<svg class="timeline" viewBox="0 0 {WIDTH} {HEIGHT}" preserveAspectRatio="none" '
-        f'role="group" aria-label="{escape(name)}">',
+        f'role="group" aria-label="{e(name)}">',
         f'<rect class="bar" x="0" y="{BAR[0]}" width="{WIDTH}" height="{BAR[1]}"/>',
     ]
     for interval, text in spans:
@@ -97,14 +111,17 @@ def svg(line: Timeline, now: datetime, spans: list[tuple[Interval, str]], name: 
         kind = state_word(interval)
         if kind == "open":
             continue
-        label = escape(text)
+        kind = closed if kind == "closed" else kind
+        label = e(text)
         parts.append(
             f'<rect class="span {kind}" x="{x0}" y="{BAR[0]}" width="{max(x1 - x0, 0.5)}" '
             f'height="{BAR[1]}" tabindex="0" role="img" aria-label="{label}"><title>{label}</title></rect>'
         )
     parts += _ticks(line)
     if line.start <= now < line.end:
-        x = _x(now, line)
+        # Whole units (20 minutes over 14 days, 86 s over one): it moves when it would show, not
+        # with every second a poll brings.
+        x = round(_x(now, line))
         parts.append(f'<line class="now" x1="{x}" y1="0" x2="{x}" y2="{HEIGHT}"><title>now</title></line>')
     parts.append("</svg>")
     return "".join(parts)

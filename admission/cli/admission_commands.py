@@ -207,6 +207,12 @@ def _app_factory(args: argparse.Namespace):
             from admission.webhook.receiver import TokenFile
 
             calendar_token = TokenFile(args.calendar_token_file)
+        board = None
+        if args.board:
+            from admission.cli.boardmount import board as read_only_board
+
+            where = f"gate-admission serve --gates-dir {args.gates_dir}" if args.gates_dir else "this webhook"
+            board = read_only_board(store, None if args.gates_dir else sources, where, utcnow)
         return create_app(
             store,
             settings,
@@ -217,6 +223,7 @@ def _app_factory(args: argparse.Namespace):
             calendar_token=calendar_token,
             sources=sources,
             attempts=attempts,
+            board=board,
         )
 
     return factory

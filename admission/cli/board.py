@@ -23,6 +23,7 @@ from admission.cli.cluster import (
     api_failures,
     api_message,
     connect,
+    kubeconfig_context,
 )
 from admission.clock import utcnow
 from admission.core import names
@@ -77,7 +78,7 @@ class FilesSource:
 
     def snapshot(self) -> Snapshot:
         self._store.check()
-        return Snapshot(self._store.index, [], tuple(self._store.problems.values()))
+        return Snapshot(self._store.index, [], tuple(self._store.problems.values()), reads_objects=False)
 
 
 class ClusterActions:
@@ -136,9 +137,8 @@ def cmd_board(args: argparse.Namespace) -> int:
         actions = None
     else:
         cluster = connect(args)
-        source = ClusterSource(
-            cluster, f"context {args.context or 'current'} as {cluster.user or 'its user'}"
-        )
+        context = kubeconfig_context(args).get("name") or "(none)"
+        source = ClusterSource(cluster, f"context {context}, as its user {cluster.user or '(unnamed)'}")
         actions = None if args.read_only else ClusterActions(cluster)
     app = create_app(source, actions, local_zone(), utcnow)
     try:
@@ -147,7 +147,9 @@ def cmd_board(args: argparse.Namespace) -> int:
         raise GateError(
             f"cannot listen on {LOOPBACK}:{args.port}: {err.strerror or err}", EXIT_USAGE
         ) from None
-    url = f"http://{LOOPBACK}:{server.server_port}/"
+    url = f"http://{LOOPBACK}:{server.server_port}/" + (
+        f"?namespace={args.namespace}" if args.namespace else ""
+    )
     gate_commands.show([f"Serving the gate board on {url} (Ctrl-C stops it)"])
     sys.stdout.flush()
     if args.open:

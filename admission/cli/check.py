@@ -14,6 +14,7 @@ from admission.cli.gate_commands import emit, lookup_gates, text_table
 from admission.cli.settings import policy_settings
 from admission.core import halfrelease
 from admission.core import kinds
+from admission.core import names
 from admission.core import pending
 from admission.core.applied import apply_request, user_info
 from admission.core.decision import Context
@@ -104,7 +105,7 @@ def judge(manifest: dict, live: dict | None, user: UserInfo, context: Context) -
 @api_errors
 def cmd_check(args: argparse.Namespace) -> int:
     cluster, index, now, default_ns = lookup_gates(args)
-    default_ns = default_ns or "default"
+    default_ns = default_ns or names.DEFAULT_NAMESPACE
     settings, user = policy_settings(args), _identity(args, cluster)
     live = None
     if cluster is not None:

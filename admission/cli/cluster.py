@@ -9,6 +9,8 @@ from typing import Any, Callable, Iterator
 
 import orjson
 
+from admission.core import names
+
 (
     EXIT_OK,
     EXIT_DENIED,
@@ -68,8 +70,8 @@ def context_namespace(args: argparse.Namespace) -> str:
     try:
         details = kubeconfig_context(args).get("context") or {}
     except (config.ConfigException, OSError, ValueError):  # no kubeconfig: nothing to follow
-        return "default"
-    return str(details.get("namespace") or "default")
+        return names.DEFAULT_NAMESPACE
+    return str(details.get("namespace") or names.DEFAULT_NAMESPACE)
 
 
 def connect(args: argparse.Namespace) -> Cluster:
@@ -92,7 +94,7 @@ def connect(args: argparse.Namespace) -> Cluster:
     details = (context or {}).get("context") or {}
     return Cluster(
         client.ApiClient(configuration),
-        args.namespace or details.get("namespace") or "default",
+        args.namespace or details.get("namespace") or names.DEFAULT_NAMESPACE,
         details.get("user"),
     )
 

@@ -80,7 +80,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
         default=_env("client-ca-file"),
         help="require a client certificate signed by this CA (the API server's, from its "
         "AdmissionConfiguration kubeconfig) on every path but /healthz, /readyz, /metrics, "
-        "/calendar.ics and the receiver; reloaded when it changes",
+        "/calendar.ics, /board and the receiver; reloaded when it changes",
     )
     add_policy_flags(p)  # --mode, --exempt-users, --exempt-groups
     p.add_argument(
@@ -132,6 +132,13 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
         default=_env("calendar-token-file"),
         help="GET /calendar.ics requires this token (bearer, or basic auth's password; checked in "
         "constant time): for spoke clusters that follow this one's gates. Default: no token",
+    )
+    p.add_argument(
+        "--board",
+        action=argparse.BooleanOptionalAction,
+        default=_bool_env("board"),
+        help="serve the gate board read-only at /board, for a team screen: what the webhook "
+        "decides with, to the callers /calendar.ics answers (its token, if any). Default off",
     )
     # Strings through `type`, so that a bad GATE_ADMISSION_WORKERS is a usage error too.
     p.add_argument("--workers", type=_positive, default=str(_env("workers", 2)), help="worker processes")

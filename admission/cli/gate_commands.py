@@ -195,7 +195,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 @api_errors
 def cmd_get(args: argparse.Namespace) -> int:
     cluster, index, now, namespace = lookup_gates(args)
-    namespace = namespace or "default"
+    namespace = namespace or names.DEFAULT_NAMESPACE
     if index.compiled(namespace, args.name) is None:
         raise GateError(f"gate {namespace}/{args.name} not found", EXIT_NOT_FOUND)
     state = index.lookup(namespace, args.name, now)

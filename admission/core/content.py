@@ -15,9 +15,9 @@ from admission.core import holdmessage
 from admission.core import kinds
 from admission.core import names
 from admission.core.conditions import holding_condition
-from admission.core.contentkinds import NOTHING, ContentKind, generated_chart_namespace
+from admission.core.contentkinds import NOTHING, ContentKind, generated_chart_name, generated_chart_namespace
 from admission.core.holdmessage import NewContent
-from admission.core.objects import Object, mapping, metadata
+from admission.core.objects import Object, mapping, metadata, namespace_of
 
 Get = Callable[[str, str, str], "Object | None"]  # (kind, namespace, name) -> the stored object
 MAX_TEXT = contentkinds.MAX_TEXT  # a revision longer than this is cut in messages (display only)
@@ -138,7 +138,11 @@ def generator(chart: Object) -> tuple[str, str] | None:
     meta = metadata(chart)
     labels = mapping(meta.get("labels"))
     namespace, name = labels.get(names.HELM_NAMESPACE_LABEL), labels.get(names.HELM_NAME_LABEL)
-    if isinstance(namespace, str) and isinstance(name, str) and meta.get("name") == f"{namespace}-{name}":
+    if (
+        isinstance(namespace, str)
+        and isinstance(name, str)
+        and meta.get("name") == generated_chart_name(namespace, name)
+    ):
         return namespace, name
     return None
 
@@ -155,7 +159,7 @@ def generating_releases(chart: Object, get: Get) -> tuple[Object, ...]:
     if (
         isinstance(spec.get("chart"), dict)
         and not spec.get("chartRef")
-        and generated_chart_namespace(release) == str(metadata(chart).get("namespace") or "default")
+        and generated_chart_namespace(release) == namespace_of(chart)
     ):
         return (release,)
     return ()

@@ -15,7 +15,7 @@ from typing import Callable, ClassVar
 from admission.core import names
 from admission.core.holdmessage import NewContent
 from admission.core.jsonvalues import same
-from admission.core.objects import Object, mapping, metadata, status_of
+from admission.core.objects import Object, mapping, metadata, namespace_of, status_of
 
 NOTHING = "nothing"  # what a source serves before its first artifact
 # A revision longer than this is cut in messages (a message must stay readable). Display only:
@@ -91,7 +91,7 @@ def chart_of(chart: Object | None) -> ChartContent | None:
     """What a HelmChart serves, as an approval names it (no values: a chart has none)."""
     artifact = mapping(status_of(chart).get(names.ARTIFACT_FIELD))
     spec = mapping(mapping(chart).get("spec"))
-    ref = _ref(spec.get("sourceRef"), _namespace(mapping(chart)))
+    ref = _ref(spec.get("sourceRef"), namespace_of(mapping(chart)))
     revision, name = artifact.get("revision"), spec.get("chart")
     if ref is None or not isinstance(revision, str) or not revision or not isinstance(name, str):
         return None
@@ -115,14 +115,16 @@ def _ref(ref: object, namespace: str) -> Ref | None:
     return ref["kind"], str(ref.get("namespace") or namespace), ref["name"]
 
 
-def _namespace(obj: Object) -> str:
-    return str(metadata(obj).get("namespace") or "default")
-
-
 def generated_chart_namespace(release: Object) -> str:
     """Where helm-controller creates a HelmRelease's HelmChart: its sourceRef's namespace."""
     ref = mapping(mapping(mapping(mapping(release.get("spec")).get("chart")).get("spec")).get("sourceRef"))
-    return str(ref.get("namespace") or metadata(release).get("namespace") or "default")
+    return str(ref.get("namespace") or namespace_of(release))
+
+
+def generated_chart_name(release_namespace: object, release_name: object) -> str:
+    """The name helm-controller gives the HelmChart it generates for a HelmRelease:
+    ``<namespace>-<name>`` of the release (FLUX-WRITES.md)."""
+    return f"{release_namespace}-{release_name}"
 
 
 @dataclass(frozen=True)
@@ -312,7 +314,7 @@ class _Attempted(ContentKind):
         return self.recorded({"status": {**status_of(stored), **status_of(self.attempt(attempted))}})
 
     def upstream(self, obj: Object) -> Ref | None:
-        return _ref(mapping(obj.get("spec")).get("sourceRef"), _namespace(obj))
+        return _ref(mapping(obj.get("spec")).get("sourceRef"), namespace_of(obj))
 
 
 @dataclass(frozen=True)
@@ -456,9 +458,9 @@ class AttemptedRelease(_Attempted):
             return (
                 "HelmChart",
                 generated_chart_namespace(obj),
-                f"{_namespace(obj)}-{metadata(obj).get('name') or ''}",
+                generated_chart_name(namespace_of(obj), metadata(obj).get("name") or ""),
             )
-        return _ref(spec.get("chartRef"), _namespace(obj))
+        return _ref(spec.get("chartRef"), namespace_of(obj))
 
     def upstream_waits(
         self, obj: Object | None, source_kind: str, source: Object | None

@@ -349,42 +349,26 @@ def _evaluate(cg: CompiledGate, now: datetime) -> GateState:
         return GateState(
             cg.namespace, cg.name, False, cause.reason, cause.message, mode=cg.mode, problems=cg.problems
         )
-    valid_until = _valid_until(cg, now)
-    transition = Lazy(functools.partial(_searched, cg, now))
     toggle = cause.toggle
-    if toggle is None:
-        return GateState(
-            cg.namespace,
-            cg.name,
-            cause.open,
-            cause.reason,
-            cause.message,
-            mode=cg.mode,
-            problems=cg.problems,
-            valid_until=valid_until,
-            transition=transition,
-            approvals=cg.approvals,
-            required_approvals=cg.required_approvals,
-            unverified_approvals=cg.unverified_approvals,
-        )
-    ends = toggle.at + cg.window if cg.window is not None else None
+    ends = toggle.at + cg.window if toggle is not None and cg.window is not None else None
     message = cause.message
-    if ends is not None and _is_open(cg, ends) != toggle.open:
+    if toggle is not None and ends is not None and _is_open(cg, ends) != toggle.open:
         message = f"Gate scheduled for {'closing' if toggle.open else 'opening'} at {format_time(ends)}"
     return GateState(
         cg.namespace,
         cg.name,
-        toggle.open,
+        cause.open if toggle is None else toggle.open,
         cause.reason,
         message,
-        requested_at=toggle.at,
+        # What a toggle in effect says of itself: who asked, when, and when it lapses.
+        requested_at=toggle.at if toggle is not None else None,
         reset_to_default_at=ends,
-        requested_by=cg.requested_by,
-        request_message=cg.request_message,
+        requested_by=cg.requested_by if toggle is not None else None,
+        request_message=cg.request_message if toggle is not None else None,
         mode=cg.mode,
         problems=cg.problems,
-        valid_until=valid_until,
-        transition=transition,
+        valid_until=_valid_until(cg, now),
+        transition=Lazy(functools.partial(_searched, cg, now)),
         approvals=cg.approvals,
         required_approvals=cg.required_approvals,
         unverified_approvals=cg.unverified_approvals,

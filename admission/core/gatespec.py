@@ -13,7 +13,7 @@ from admission.core import names
 from admission.core.approvals import Approval
 from admission.core.calendarentries import CalendarEntry, CalendarGuard, keeper_calendars
 from admission.core.cron import ScheduleError, zone
-from admission.core.objects import metadata
+from admission.core.objects import metadata, namespace_of, object_key
 from admission.core.schedule import Entry, parse_entry
 from admission.core.timefmt import format_duration, parse_duration, parse_time
 
@@ -107,7 +107,7 @@ def compile_gate(
     """Parse a Gate and the GateKeepers that name it; errors make it Invalid, never raise.
     ``approval_key`` verifies the webhook's seal on approvals: without it none counts."""
     meta = metadata(gate)
-    namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+    namespace, name = object_key(gate)
     errors: list[str] = []
     problems: list[str] = []
     spec = _spec(gate)
@@ -164,7 +164,7 @@ def compile_gate(
     for keeper in keepers:
         kmeta = metadata(keeper)
         kspec = _spec(keeper) or {}
-        if kspec.get("gate") != name or (kmeta.get("namespace") or "default") != namespace:
+        if kspec.get("gate") != name or namespace_of(keeper) != namespace:
             continue
         kname = str(kmeta.get("name") or "")
         keeper_names.append(kname)

@@ -15,7 +15,8 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable
 
 from admission.core import content
-from admission.core.objects import label, metadata
+from admission.core.contentkinds import generated_chart_name
+from admission.core.objects import label, metadata, namespace_of
 from admission.core.references import policy_of
 
 Listing = Callable[
@@ -41,8 +42,7 @@ def warnings(
     obj: dict[str, Any], get: content.Get, listing: Listing = lambda kind, namespace: ()
 ) -> list[str]:
     """Why approving ``obj``'s content may land only part of a change; [] when it would not."""
-    kind, meta = str(obj.get("kind") or ""), metadata(obj)
-    namespace = str(meta.get("namespace") or "default")
+    kind, namespace = str(obj.get("kind") or ""), namespace_of(obj)
     own = _gates(obj)
     found = _inputs(kind, obj, namespace, own, get)
     if kind == "HelmRelease":
@@ -56,7 +56,7 @@ def _inputs(kind: str, obj: dict[str, Any], namespace: str, own: list[str], get:
     inputs: list[tuple[str, tuple[str, str, str]]] = []
     source = content.upstream(kind, obj)
     if source is not None and not (
-        source[0] == "HelmChart" and source[2] == f"{namespace}-{metadata(obj).get('name')}"
+        source[0] == "HelmChart" and source[2] == generated_chart_name(namespace, metadata(obj).get("name"))
     ):
         inputs.append(("source", source))  # (a generated HelmChart inherits the release's gates)
     for dep in _spec(obj).get("dependsOn") or []:

@@ -95,6 +95,8 @@ MUTATE_APPROVALS_WEBHOOK = f"mutate-approvals.{GATING_GROUP}"  # stamps the appr
 
 # Where Flux is installed by default, and where the flux CLI works without -n.
 FLUX_SYSTEM_NAMESPACE = "flux-system"
+# Where a namespaced object without a namespace is, and where a kubeconfig context without one works.
+DEFAULT_NAMESPACE = "default"
 
 KUSTOMIZE_GROUP = "kustomize.toolkit.fluxcd.io"
 HELM_GROUP = "helm.toolkit.fluxcd.io"

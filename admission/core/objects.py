@@ -4,6 +4,8 @@
 # this module defines as a function (3.11 evaluates these annotations as they are).
 from typing import Any
 
+from admission.core.names import DEFAULT_NAMESPACE
+
 Key = tuple[str, str]
 Object = dict[str, Any]  # a Kubernetes object, or any JSON object, as decoded
 
@@ -25,10 +27,14 @@ def label(kind: object, namespace: object, name: object) -> str:
     return f"{kind}/{namespace}/{name}"
 
 
+def namespace_of(obj: Object | None) -> str:
+    """The object's namespace; a namespaced object without one is in ``default``."""
+    return str(metadata(obj).get("namespace") or DEFAULT_NAMESPACE)
+
+
 def object_key(obj: Object | None) -> Key:
     """(namespace, name); a namespaced object without a namespace is in ``default``."""
-    meta = metadata(obj)
-    return str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+    return namespace_of(obj), str(metadata(obj).get("name") or "")
 
 
 def mapping(value: object) -> Object:

@@ -12,7 +12,7 @@ from typing import Any
 from admission.core import names
 from admission.core.cron import ScheduleError, parse_cron
 from admission.core.objects import annotations as annotations_of
-from admission.core.objects import metadata as metadata  # re-exported: callers read it from here too
+from admission.core.objects import namespace_of
 from admission.core.timefmt import format_time
 
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
@@ -169,7 +169,7 @@ def policy_of(obj: dict[str, Any] | None) -> Policy:
     if not isinstance(obj, dict):
         return Policy((), names.REQUIRE_ALL)
     ann = annotations_of(obj)
-    namespace = str(metadata(obj).get("namespace") or "default")
+    namespace = namespace_of(obj)
     raw = ann.get(names.GATES_ANNOTATION)
     spec = obj.get("spec")
     spec = spec if isinstance(spec, dict) else {}

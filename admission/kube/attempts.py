@@ -44,7 +44,6 @@ from admission.core.decision import Context, Lookup, Settings, standing
 from admission.core.objects import label, metadata
 from admission.core.references import is_namespace, is_object_name
 from admission.core.review import AdmissionRequest, subject
-from admission.kube.client import CALL_ERRORS, describe_error
 from admission.kube.fluxobjects import read_stored
 from admission.kube.denials import DenialQueue
 from admission.kube.limits import READS_PER_NAMESPACE
@@ -177,14 +176,5 @@ class DeniedAttempts(DenialQueue[Key, Denied]):
             if item is None:
                 return
             key, attempt = item
-            try:
-                result = self.show(key, attempt)
-            except CALL_ERRORS as err:  # one line per failure: no traceback, no retries (kube.client)
-                result = "failed"
-                log.warning(
-                    "denied attempt not shown", extra={"object": label(*key), "error": describe_error(err)}
-                )
-            except Exception:  # a condition is never worth a dead thread
-                result = "failed"
-                log.exception("denied attempt not shown", extra={"object": label(*key)})
-            ATTEMPTS_SHOWN.labels(result).inc()
+            shown = self.shown(lambda: self.show(key, attempt), log, "denied attempt not shown", label(*key))
+            ATTEMPTS_SHOWN.labels(shown).inc()

@@ -3,11 +3,13 @@ Events (admission.kube.events) and the shown attempts (admission.kube.attempts) 
 
 from __future__ import annotations
 
+import logging
 import os
 from collections import OrderedDict
 from typing import Callable, Generic, TypeVar
 
 from admission.background import BackgroundThread
+from admission.kube.client import CALL_ERRORS, describe_error
 from admission.kube.limits import READS_PER_NAMESPACE, read_window, window_counts
 
 K = TypeVar("K")
@@ -65,6 +67,19 @@ class DenialQueue(Generic[K, V]):
 
     def run(self) -> None:
         raise NotImplementedError
+
+    @staticmethod
+    def shown(show: Callable[[], str], log: logging.Logger, failed: str, named: str) -> str:
+        """What ``show`` (one denial looked at: a call or two to the API server) answered;
+        "failed" when it failed, said in one line of ``log`` (``failed``, the object ``named``):
+        no traceback for an API error (kube.client retries nothing), and never a dead thread."""
+        try:
+            return show()
+        except CALL_ERRORS as err:
+            log.warning(failed, extra={"object": named, "error": describe_error(err)})
+        except Exception:  # nothing one denial brings is worth the thread
+            log.exception(failed, extra={"object": named})
+        return "failed"
 
     def start(self) -> None:
         self._background.start(self.run)

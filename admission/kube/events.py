@@ -309,18 +309,10 @@ class DenialEvents(DenialQueue[Key, int]):
             item = self._next(timeout=min(1.0, self.flush_every))
             if item is not None:
                 key, repeats = item
-                try:
-                    result = self.show(key, repeats)
-                except CALL_ERRORS as err:  # one line per failure: no traceback, no retries (kube.client)
-                    result = "failed"
-                    log.warning(
-                        "denial event not recorded",
-                        extra={"object": label(*key[:3]), "error": describe_error(err)},
-                    )
-                except Exception:  # an Event is never worth a dead thread
-                    result = "failed"
-                    log.exception("denial event failed", extra={"object": label(*key[:3])})
-                EVENTS.labels(result).inc()
+                named = label(*key[:3])
+                EVENTS.labels(
+                    self.shown(lambda: self.show(key, repeats), log, "denial event not recorded", named)
+                ).inc()
             if time.monotonic() - last_flush >= self.flush_every:
                 last_flush = time.monotonic()
                 try:

@@ -34,7 +34,7 @@ class Scope:
         if not isinstance(meta, dict) or not (namespace is None or isinstance(namespace, str)):
             self.everything = True  # no telling which namespace
             return
-        namespace = namespace or "default"
+        namespace = namespace or names.DEFAULT_NAMESPACE
         if doc.get("kind") == names.GATE_KIND:
             name = meta.get("name")
         else:

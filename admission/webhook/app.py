@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Callable, Protocol
 import orjson
 from flask import Blueprint, Flask, Response, request
 from werkzeug.exceptions import HTTPException
+from werkzeug.middleware.dispatcher import DispatcherMiddleware
 
 from admission.webhook import handlers
 from admission.observability import logs
@@ -26,7 +27,7 @@ from admission.webhook.feeds import FIRST_WAIT, CalendarFeeds
 from admission.webhook.receiver import TokenFile
 from admission.webhook.responses import json_response
 from admission.webhook.review import ReviewError, allowed, complete, errored, parse_review
-from admission.webhook.target import NOT_ONE_SPELLING, request_path
+from admission.webhook.target import BOARD_PATH, NOT_ONE_SPELLING, request_path
 from admission.clock import utcnow
 from admission.store import GateStore, Sources
 
@@ -295,6 +296,20 @@ def _probes(store: GateStore, sources: Sources | None, clock: Callable[[], datet
     return probes
 
 
+def _guarded(page: WSGIApplication, token: TokenFile | None) -> WSGIApplication:
+    """``page`` for the callers /calendar.ics answers: what it shows is the calendar's and more."""
+
+    def guarded(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        refused = calendar_route.token_refusal(token, environ.get("HTTP_AUTHORIZATION"))
+        if refused is not None:
+            return refused(environ, start_response)
+        # /board itself: its page (the mount leaves no path), which no trailing '/' may name here.
+        environ["PATH_INFO"] = environ.get("PATH_INFO") or "/"
+        return page(environ, start_response)
+
+    return guarded
+
+
 def _http_error(err: HTTPException) -> Response:
     return json_response({"error": err.description or err.name}, err.code or 400)
 
@@ -317,6 +332,7 @@ def create_app(
     calendar_feeds: CalendarFeeds | None = None,
     calendar_wait: float = FIRST_WAIT,
     calendar_token: TokenFile | None = None,
+    board: WSGIApplication | None = None,
 ) -> Flask:
     """Wire the app around a gate store; ``clock`` is the one place time is read.
 
@@ -325,15 +341,20 @@ def create_app(
     ``sources``: the Flux objects the hold points look up (none when not given). Unless not
     ``calendar``, /calendar.ics (admission.webhook.calendar_route) serves ``calendar_feeds``, or
     this worker's own (a query with no feed yet waits up to ``calendar_wait`` seconds for its
-    first build), to callers with ``calendar_token`` only when given.
+    first build), to callers with ``calendar_token`` only when given. ``board``: a read-only page
+    (the gate board, wired by the command line), served under ``/board`` to the same callers.
     """
     settings = settings or Settings()
     app = Flask("admission")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
     app.extensions.update(gate_store=store, gate_settings=settings, gate_sources=sources)
+    fallback: WSGIApplication = app.wsgi_app
+    if board is not None:
+        # Behind ReviewRoutes: routed by the path it read from the request target, as every route is.
+        fallback = DispatcherMiddleware(fallback, {BOARD_PATH: _guarded(board, calendar_token)})
     # Flask's documented way to put WSGI middleware in front of the app.
     app.wsgi_app = ReviewRoutes(  # type: ignore[method-assign]
-        app.wsgi_app, Reviews(store, settings, clock, events, sources, attempts)
+        fallback, Reviews(store, settings, clock, events, sources, attempts)
     )
     app.register_blueprint(_probes(store, sources, clock))
     if receiver is not None:

@@ -47,6 +47,19 @@ def _no_gate(store: GateStore, query: CalendarQuery) -> Response | None:
     return None
 
 
+def token_refusal(token: TokenFile | None, authorization: str | None) -> Response | None:
+    """None when a request whose ``Authorization`` header is ``authorization`` may read: there is
+    no ``token``, or it carries it (bearer, or basic's password: what calendar apps and browsers
+    send); else the 401 that asks for it. The calendar's, and the board's beside it."""
+    if token is None or token.matches(authorization, basic=True):
+        return None
+    return json_response(
+        {"error": "a valid token is required (Authorization: Bearer, or basic auth)"},
+        401,
+        **{"WWW-Authenticate": 'Bearer realm="gate calendar", Basic realm="gate calendar"'},
+    )
+
+
 def blueprint(
     store: GateStore, feeds: CalendarFeeds, clock: Callable[[], datetime], token: TokenFile | None = None
 ) -> Blueprint:
@@ -59,12 +72,9 @@ def blueprint(
     @route.get("/calendar.ics")
     def calendar_feed() -> Response:
         """Every gate's closed intervals, as iCalendar."""
-        if token is not None and not token.matches(request.headers.get("Authorization"), basic=True):
-            return json_response(
-                {"error": "a valid token is required (Authorization: Bearer, or basic auth)"},
-                401,
-                **{"WWW-Authenticate": 'Bearer realm="gate calendar", Basic realm="gate calendar"'},
-            )
+        refused = token_refusal(token, request.headers.get("Authorization"))
+        if refused is not None:
+            return refused
         ready, detail = store.readiness()
         if not ready:
             return json_response(

@@ -14,11 +14,15 @@ from admission.webhook.framing import Refused
 _PATH = re.compile(r"/|(?:/(?!\.\.?(?:/|\Z))[A-Za-z0-9._~-]+)+")
 _QUERY = re.compile(r"[\x21-\x7e]*")  # what gunicorn accepts; the query never routes
 
+# Where ``serve --board`` mounts the read-only gate board: the page is ``/board`` itself (a path
+# has no trailing ``/`` here), its parts are under ``/board/``.
+BOARD_PATH = "/board"
 # What a client without a certificate may still ask for when client certificates are required
-# (``client_auth``): the kubelet's probes, Prometheus, calendar apps, and the receiver (which has
-# its own bearer token).
-PUBLIC_PATHS = ("/healthz", "/readyz", "/metrics", "/calendar.ics")
-PUBLIC_PREFIXES = ("/hooks/gates/",)
+# (``client_auth``): the kubelet's probes, Prometheus, calendar apps, the receiver (which has
+# its own bearer token), and a team screen's board (read-only, with the calendar's token if it
+# has one). Public whether or not they are served: an unserved one answers 404, and says nothing.
+PUBLIC_PATHS = ("/healthz", "/readyz", "/metrics", "/calendar.ics", BOARD_PATH)
+PUBLIC_PREFIXES = ("/hooks/gates/", BOARD_PATH + "/")
 NOT_ONE_SPELLING = (
     "the request path must be absolute, without percent-encoding, '.', '..' or empty segments, "
     "and use only letters, digits and '-._~'"

@@ -7,8 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests import ROOT
 
 
 @pytest.fixture(scope="session")

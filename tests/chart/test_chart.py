@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from admission.cli.gate_admission import build_parser
 from tests.e2e.controlplane import assets_dir, kubectl_binary
+from tests import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "gate-admission"
 MANIFESTS = ROOT / "manifests"
 NS = "gate-admission-system"
@@ -157,6 +158,7 @@ def test_the_chart_lints_strictly(helm, tmp_path):
                 "certificates": {"source": "cert-manager"},
                 "receiver": {"enabled": True},
                 "calendarToken": {"enabled": True},
+                "board": {"enabled": True},
                 "fluxNotifications": {"enabled": True},
                 "monitoring": {"serviceMonitor": {"enabled": True}, "dashboard": {"enabled": True}},
                 "webhooks": {"variant": "pre-1.30"},
@@ -201,6 +203,7 @@ def test_what_only_helm_is_told(chart, helm):
         ("certificates.source=cert-manager", "cert-manager"),
         ("receiver.enabled=true", "receiver"),
         ("calendarToken.enabled=true", "calendar-token"),
+        ("board.enabled=true", "board"),
         ("fluxNotifications.enabled=true", "flux-notifications"),
         ("webhooks.variant=pre-1.30", "pre-1.30"),
     ],
@@ -210,6 +213,25 @@ def test_each_component_value_renders_the_manifests_with_that_component(chart, k
     with_component = except_namespace(kustomize((component,)))
     assert with_component != plain
     assert_same_objects(chart(value), with_component)
+
+
+def test_the_board_value_turns_serve_board_on_in_the_webhook_only(chart, monkeypatch):
+    def envs(docs: list[dict]) -> dict[str, dict[str, str]]:
+        return {
+            d["metadata"]["name"]: {
+                e["name"]: e.get("value") for e in d["spec"]["template"]["spec"]["containers"][0]["env"]
+            }
+            for d in docs
+            if d["kind"] == "Deployment"
+        }
+
+    assert all("GATE_ADMISSION_BOARD" not in env for env in envs(chart()).values())  # off by default
+    on = envs(chart("board.enabled=true"))
+    assert "GATE_ADMISSION_BOARD" not in on["gate-admission-controller"]
+    monkeypatch.setenv("GATE_ADMISSION_BOARD", on["gate-admission"]["GATE_ADMISSION_BOARD"])
+    assert build_parser().parse_args(["serve"]).board is True  # what `serve` reads it as
+    monkeypatch.delenv("GATE_ADMISSION_BOARD")
+    assert build_parser().parse_args(["serve"]).board is False
 
 
 def test_monitoring_renders_manifests_monitoring(chart, kustomize):

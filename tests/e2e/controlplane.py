@@ -30,8 +30,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from admission.pki.certs import make_ca, make_client_cert
 from tests.processes import Process, free_port, wait_for
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests import ROOT
 
 
 @dataclass(frozen=True)

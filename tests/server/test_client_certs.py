@@ -15,6 +15,7 @@ from cryptography.hazmat.primitives import serialization
 from admission.clock import utcnow
 from admission.pki import certs
 from tests.builders import changed, flux, gate, request, review
+from tests.polling import until
 from tests.processes import serving_gates_dir
 from tests.server.wire import raw_connect, read_answer
 
@@ -47,6 +48,7 @@ def server(tmp_path_factory):
         "1",
         "--client-ca-file",
         str(trusted / "ca.crt"),
+        "--board",
     ) as srv:
         srv.trusted, srv.rogue = trusted, client_ca(tmp / "rogue", "kube-apiserver")
         yield srv
@@ -91,6 +93,18 @@ def test_probes_metrics_and_the_calendar_need_no_certificate(server):
     for path in ("/healthz", "/readyz", "/metrics"):
         assert post(server, path, method="GET")[0] == 200, path
     assert post(server, "/calendar.ics", method="GET")[0] in (200, 503)  # its first build may still run
+
+
+def test_a_team_screen_reads_the_board_without_a_certificate_and_changes_nothing(server):
+    for path in ("/board", "/board/fragment", "/board/static/board.css"):
+        # While the worker rests after a drawing, a view it has not drawn yet answers 503 with a
+        # page that asks again (docs/decisions/0073): polled, as that page does.
+        status = until(
+            lambda: post(server, path, method="GET")[0], lambda s: s != 503, timeout=30, interval=0.5
+        )
+        assert status == 200, path
+    status, body = post(server, "/board/actions/open")  # public, read-only: refused by the board
+    assert status == 403 and b"refused" in body
 
 
 def raw(server, target: str, headers: dict[str, str], cert_dir: Path | None = None) -> tuple[int, dict]:

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.processes import BIN
+from tests import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 GATES = ROOT / "examples" / "gates"
 ENV = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "KUBECONFIG": "/nonexistent"}
 BASH_COMPLETION = Path("/usr/share/bash-completion/bash_completion")

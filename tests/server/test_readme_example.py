@@ -9,7 +9,6 @@ import re
 import shutil
 import subprocess
 from datetime import datetime, timezone
-from pathlib import Path
 
 import pytest
 import yaml
@@ -18,8 +17,8 @@ from admission.core.names import OPEN_ANNOTATION
 from admission.core.timefmt import format_time
 from tests.polling import until
 from tests.processes import BIN, GateServer
+from tests import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "README.md"
 
 

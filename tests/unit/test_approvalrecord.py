@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import json
 from datetime import timedelta
-from pathlib import Path
 
 import orjson
 import yaml
@@ -26,9 +25,9 @@ from admission.webhook import handlers
 from tests.builders import APPROVAL_KEY, flux, lookup_from, request
 from tests.conftest import FIXED_NOW
 from tests.unit.test_approvals import GIT_B, KEY, freeze, source_write, stamped
+from tests import ROOT
 
 PREFIX = names.APPROVAL_ANNOTATION_PREFIX
-ROOT = Path(__file__).resolve().parents[2]
 CONTEXT = Context(lookup_from([]), FIXED_NOW, Settings(approval_key=APPROVAL_KEY))
 
 

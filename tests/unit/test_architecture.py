@@ -6,8 +6,7 @@ import ast
 import subprocess
 import sys
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests import ROOT
 
 
 def test_import_contracts_hold():

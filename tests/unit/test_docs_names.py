@@ -29,8 +29,8 @@ import importlib
 import re
 from functools import lru_cache
 from pathlib import Path
+from tests import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "admission"
 PACKAGES = ("core", "clock", "observability", "pki", "store", "ical", "kube", "webhook", "cli")
 TOP_DIRS = ("admission", "tests", "bench", "hack", "manifests", "charts", "examples", "docs")

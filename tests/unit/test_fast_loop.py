@@ -8,8 +8,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from tests import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 # What the fast loop must never run: the go command (hack/go-binaries.sh), Docker (hack/dockerd.sh,
 # hack/image.sh) and the package manager. Each stand-in records its name and fails.
 HEAVY = ["go", "docker", "dockerd", "apt-get"]

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
+from tests import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 FORMATTED = ["admission", "tests", "bench", "hack"]
 
 

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
+from tests import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "admission"
 
 

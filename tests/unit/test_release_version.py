@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import re
 import tomllib
-from pathlib import Path
 
 import yaml
 
 import admission
+from tests import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "gate-admission"
 
 

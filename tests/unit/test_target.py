@@ -62,7 +62,16 @@ def refused(target: str, *fields: str, certified: bool) -> tuple[int, str]:
 def test_without_a_certificate_only_public_paths_pass():
     assert admit(head("/hooks/gates/ns/g/open"), certified=False) == "/hooks/gates/ns/g/open"
     assert admit(head("/healthz"), certified=False) == "/healthz"
-    for target in ("/validate", "/hooks/gates/../../validate", "/hooks/gates/%2e%2e/%2e%2e/mutate"):
+    for target in ("/board", "/board?tz=UTC", "/board/fragment", "/board/static/board.js"):  # a team screen
+        assert admit(head(target), certified=False) == target.partition("?")[0]
+    for target in (
+        "/validate",
+        "/hooks/gates/../../validate",
+        "/hooks/gates/%2e%2e/%2e%2e/mutate",
+        "/boardvalidate",
+        "/board/../validate",
+        "/board/%2e%2e/mutate",
+    ):
         assert refused(target, certified=False)[0] == 403, target
 
 

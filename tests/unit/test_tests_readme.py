@@ -14,8 +14,8 @@ import re
 from pathlib import Path
 
 from tests.unit.test_docs_names import names_in, paths_in
+from tests import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
 README = TESTS / "README.md"
 SKIP = {"__pycache__"}

@@ -5,11 +5,9 @@ from __future__ import annotations
 import subprocess
 import tomllib
 import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests import ROOT
 
 
 def test_the_package_type_checks():

@@ -26,8 +26,22 @@
       const answer = await fetch(board.dataset.fragment, { headers: headers, cache: "no-store" });
       if (answer.status === 200) {
         const focused = document.activeElement && document.activeElement.id;
+        // What the viewer typed or chose and has not sent yet survives the swap (ids are stable).
+        const kept = {};
+        board.querySelectorAll("input[id], select[id]").forEach(function (field) {
+          if (field.type !== "hidden" && field.value !== "") kept[field.id] = field.value;
+        });
+        const opened = Array.from(board.querySelectorAll("details[id][open]")).map(function (d) { return d.id; });
         etag = answer.headers.get("ETag");
         board.innerHTML = await answer.text();
+        Object.keys(kept).forEach(function (id) {
+          const field = document.getElementById(id);
+          if (field) field.value = kept[id];
+        });
+        opened.forEach(function (id) {
+          const details = document.getElementById(id);
+          if (details) details.open = true;
+        });
         const again = focused && document.getElementById(focused);
         if (again) again.focus();
         board.dataset.updated = String(Date.now());
@@ -67,6 +81,7 @@
       });
       const result = await answer.json();
       status.className = result.ok ? "done" : "refused";
+      if (result.ok) form.reset();  // sent: what was typed in it is done with
       status.textContent = (result.ok ? "Done: " : "Refused: ") + result.lines.join("; ");
     } catch (err) {
       status.className = "refused";
