@@ -103,7 +103,9 @@ def _form(
         f'<form class="action" method="post" action="{view.root}actions/{action}" data-confirm="{e(confirm)}">'
         + _hidden({"csrf": view.csrf, **fields})
         + body
-        + f'<button type="submit" id="{scope}-go">{e(button)}</button></form>'
+        # The ellipsis: every action asks before it acts. An entity, so the page stays Latin-1
+        # (a str of one byte a character) unless a value it shows is not.
+        + f'<button type="submit" id="{scope}-go">{e(button)}&#x2026;</button></form>'
     )
 
 
@@ -118,7 +120,11 @@ def _select(name: str, text: str, choices: Iterable[tuple[str, str]]) -> str:
 
 def _state(open_: bool) -> str:
     # A word and a symbol: the colour is a third signal, never the only one.
-    return '<span class="state open">✓ open</span>' if open_ else '<span class="state closed">✕ closed</span>'
+    return (
+        '<span class="state open">&#x2713; open</span>'
+        if open_
+        else '<span class="state closed">&#x2715; closed</span>'
+    )
 
 
 def _gate_actions(row: GateRow, view: View) -> str:
@@ -129,7 +135,7 @@ def _gate_actions(row: GateRow, view: View) -> str:
         f"Open gate {ns}/{name} now: what waits behind it lands at once",
         fields,
         [("message", "Why", "ticket, reason"), ("for", "Close again after", "e.g. 2h")],
-        "Open…",
+        "Open",
         view,
     )
     closer = _form(
@@ -137,7 +143,7 @@ def _gate_actions(row: GateRow, view: View) -> str:
         f"Close gate {ns}/{name} now: changes behind it wait",
         fields,
         [("message", "Why", "ticket, reason")],
-        "Close…",
+        "Close",
         view,
     )
     return opener if not row.state.open else closer
@@ -288,7 +294,7 @@ def _approval_cell(row: dict[str, Any], board: Board) -> str:
     items = [
         f"<li>{e(a['by'])} at {_time(a.get('at'), board)}: {e(a['content'])} for {e(a['for'])}"
         f" (until {_time(a.get('expires'), board)})"
-        + (f" — {e(a['message'])}" if a.get("message") else "")
+        + (f" &#x2014; {e(a['message'])}" if a.get("message") else "")
         + "</li>"
         for a in row["approvals"]
     ] + [
@@ -312,7 +318,7 @@ def _held_actions(row: dict[str, Any], view: View) -> str:
                 f"Approve {row['content']} for {target} behind gate {key}: it lands at once, nothing newer does",
                 fields,
                 [("message", "Why", "ticket, reason")],
-                f"Approve for {key}…",
+                f"Approve for {key}",
                 view,
                 _select("expires", "Expires after", [(c, c or "the gate's default") for c in EXPIRY_CHOICES]),
             )
@@ -331,7 +337,7 @@ def _held_actions(row: dict[str, Any], view: View) -> str:
                     f"Withdraw every approval of {approved} for {for_} on gate {key} (by {', '.join(by)})",
                     {"namespace": ns, "gate": gate, "content": approved, "for": for_},
                     [],
-                    f"Withdraw the approval{'s' if len(by) > 1 else ''} of {', '.join(by)}…",
+                    f"Withdraw the approval{'s' if len(by) > 1 else ''} of {', '.join(by)}",
                     view,
                     within=target,
                 )
@@ -353,7 +359,7 @@ def _held(board: Board, view: View) -> str:
     rows = []
     for row in board.held:
         target = label(row["kind"], row["namespace"], row["name"])
-        warnings = "".join(f"<li>⚠ {e(w)}</li>" for w in row["warnings"])
+        warnings = "".join(f"<li>&#x26a0; {e(w)}</li>" for w in row["warnings"])
         cells = [
             f'<th scope="row">{e(target)}</th>',
             f'<td class="content">{e(row["waits"])}</td>',

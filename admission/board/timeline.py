@@ -7,6 +7,8 @@ hover, focus and a screen reader tell the same thing the table does.
 
 from __future__ import annotations
 
+import re
+
 from datetime import datetime, timedelta, tzinfo
 from functools import lru_cache
 from html import escape
@@ -34,17 +36,25 @@ PATTERNS = """<svg class="defs" aria-hidden="true" focusable="false" width="0" h
 </svg>"""
 
 
+# Printable ASCII that neither HTML nor a terminal treats specially: most of what a page shows
+# (names, times, revisions) is nothing else, and is shown as it is without the two passes.
+_PLAIN = re.compile(r"[ !#-%(-;=?-~]*")
+
+
 def e(value: object) -> str:
     """Text for HTML: markup escaped, control characters shown as escapes (as the CLI shows them).
     Every value a gate, an object or a calendar carries is somebody's text: through here only."""
-    return escape(escaped(str(value)), quote=True)
+    text = str(value)
+    return text if _PLAIN.fullmatch(text) else escape(escaped(text), quote=True)
 
 
+@lru_cache(maxsize=4096)  # spans meet at the same instants, and most gates at midnights
 def when(value: datetime, zone: tzinfo) -> str:
     """A time as the page shows it: in ``zone``, to the minute, with the zone's abbreviation."""
     return format_label(value.astimezone(zone), "zoned")
 
 
+@lru_cache(maxsize=4096)
 def time_tag(value: datetime, zone: tzinfo) -> str:
     return f'<time datetime="{format_time(value)}">{e(when(value, zone))}</time>'
 

@@ -115,18 +115,27 @@ def lookups(
             ]
         return listed[kind]
 
+    found: dict[str, dict[tuple[object, object], dict[str, Any]]] = {}
+    spaces: dict[str, dict[object, list[dict[str, Any]]]] = {}
+
+    def indexed(kind: str) -> None:
+        # By name and by namespace, once per kind: a board looks up thousands of sources.
+        if kind not in found:
+            by_name: dict[tuple[object, object], dict[str, Any]] = {}
+            by_namespace: dict[object, list[dict[str, Any]]] = {}
+            for o in of(kind):
+                meta = metadata(o)
+                by_name.setdefault((meta.get("namespace"), meta.get("name")), o)  # the first wins
+                by_namespace.setdefault(meta.get("namespace"), []).append(o)
+            found[kind], spaces[kind] = by_name, by_namespace
+
     def get(kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-        return next(
-            (
-                o
-                for o in of(kind)
-                if (metadata(o).get("namespace"), metadata(o).get("name")) == (namespace, name)
-            ),
-            None,
-        )
+        indexed(kind)
+        return found[kind].get((namespace, name))
 
     def listing(kind: str, namespace: str) -> list[dict[str, Any]]:
-        return [o for o in of(kind) if metadata(o).get("namespace") == namespace]
+        indexed(kind)
+        return list(spaces[kind].get(namespace, ()))
 
     return get, listing
 

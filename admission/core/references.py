@@ -292,17 +292,25 @@ def suspend_windows(obj: dict[str, Any] | None, start: datetime, end: datetime) 
         if expr is None:
             continue
         try:
-            spec_cron = parse_cron(expr)
+            spans = _cron_windows(expr, start, end)
         except ScheduleError as err:
             out.append(SuspendWindow(key, expr, start, end, str(err)))
             continue
-        cur, found = start, 0
-        while cur < end and found < MAX_SUSPEND_WINDOWS:
-            active = spec_cron.matches(cur)
-            flip = spec_cron.next_flip(cur, until=end)
-            nxt = min(flip, end) if flip is not None else end
-            if active:
-                out.append(SuspendWindow(key, expr, cur, nxt))
-                found += 1
-            cur = nxt
+        out += [SuspendWindow(key, expr, begins, ends) for begins, ends in spans]
     return out
+
+
+@functools.lru_cache(maxsize=256)  # objects of a fleet share a handful of expressions
+def _cron_windows(expr: object, start: datetime, end: datetime) -> tuple[tuple[datetime, datetime], ...]:
+    """The spans of ``[start, end)`` where the cron ``expr`` matches, at most MAX_SUSPEND_WINDOWS;
+    ScheduleError when it cannot be read."""
+    spec_cron = parse_cron(expr)
+    cur, found = start, list[tuple[datetime, datetime]]()
+    while cur < end and len(found) < MAX_SUSPEND_WINDOWS:
+        active = spec_cron.matches(cur)
+        flip = spec_cron.next_flip(cur, until=end)
+        nxt = min(flip, end) if flip is not None else end
+        if active:
+            found.append((cur, nxt))
+        cur = nxt
+    return tuple(found)
