@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.freeze_calendar import world  # noqa: E402
-from bench.reviewclient import keep_alive_reviews, median_over_rounds_ms, percentile_ms as pct  # noqa: E402
+from bench.reviewclient import reviews_beside  # noqa: E402
 from tests.processes import GateServer  # noqa: E402
 
 
@@ -68,39 +68,18 @@ def main() -> int:
     server = GateServer(
         tmp, "--gates-dir", str(gates_dir), "--workers", "2", "--threads", "4", "--board", env=env
     )
-    results: dict[str, list[list[float]]] = {"quiet": [], "watching": []}
     try:
         server.wait_ready()
         print("| round | screens | reviews | review p50 ms | review p99 ms | max ms | board answers |")
         print("|---|---|---|---|---|---|---|")
-        for round_ in range(1, args.rounds + 1):
-            for phase in ("quiet", "watching"):
-                stop, answers = threading.Event(), {}
-                screens = [
-                    threading.Thread(target=watch_until, args=(server, stop, args.pace, args.vary, answers))
-                    for _ in range(args.screens if phase == "watching" else 0)
-                ]
-                for t in screens:
-                    t.start()
-                try:
-                    took = keep_alive_reviews(server, args.seconds)
-                finally:
-                    stop.set()
-                    for t in screens:
-                        t.join()
-                results[phase].append(took)
-                shown = ", ".join(f"{n} x {status}" for status, n in sorted(answers.items())) or "-"
-                print(
-                    f"| {round_} | {len(screens)} | {len(took)} | {pct(took, 0.5):.2f} | {pct(took, 0.99):.2f} | "
-                    f"{max(took) * 1000:.0f} | {shown} |",
-                    flush=True,
-                )
-        print()
-        for phase, rounds in results.items():
-            print(
-                f"{phase}: median over rounds of review p50 {median_over_rounds_ms(rounds, 0.5):.2f} ms, "
-                f"p99 {median_over_rounds_ms(rounds, 0.99):.2f} ms"
-            )
+        reviews_beside(
+            server,
+            args.rounds,
+            args.seconds,
+            "watching",
+            args.screens,
+            lambda i, stop, answers: watch_until(server, stop, args.pace, args.vary, answers),
+        )
     finally:
         server.stop()
     return 0

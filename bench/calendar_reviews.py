@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.freeze_calendar import world  # noqa: E402
-from bench.reviewclient import keep_alive_reviews, median_over_rounds_ms, percentile_ms as pct  # noqa: E402
+from bench.reviewclient import reviews_beside  # noqa: E402
 from tests.processes import GateServer  # noqa: E402
 
 PACE = 0.1  # seconds between a fetcher's requests
@@ -64,41 +64,20 @@ def main() -> int:
     (gates_dir / "gates.yaml").write_text(yaml.safe_dump_all(snapshot[0] + snapshot[1]))
     env = {"PYTHONPATH": str(args.source.resolve())} if args.source else None
     server = GateServer(tmp, "--gates-dir", str(gates_dir), "--workers", "2", "--threads", "4", env=env)
-    results: dict[str, list[list[float]]] = {"quiet": [], "fetching": []}
     try:
         server.wait_ready()
         print(
             "| round | calendar fetchers | reviews | review p50 ms | review p99 ms | max ms | calendar answers |"
         )
         print("|---|---|---|---|---|---|---|")
-        for round_ in range(1, args.rounds + 1):
-            for phase in ("quiet", "fetching"):
-                stop, answers = threading.Event(), {}
-                fetchers = [
-                    threading.Thread(target=fetch_until, args=(server, stop, 1 + 7 * i, answers))
-                    for i in range(args.fetchers if phase == "fetching" else 0)
-                ]
-                for t in fetchers:
-                    t.start()
-                try:
-                    took = keep_alive_reviews(server, args.seconds)
-                finally:
-                    stop.set()
-                    for t in fetchers:
-                        t.join()
-                results[phase].append(took)
-                shown = ", ".join(f"{n} x {status}" for status, n in sorted(answers.items())) or "-"
-                print(
-                    f"| {round_} | {len(fetchers)} | {len(took)} | {pct(took, 0.5):.2f} | {pct(took, 0.99):.2f} | "
-                    f"{max(took) * 1000:.0f} | {shown} |",
-                    flush=True,
-                )
-        print()
-        for phase, rounds in results.items():
-            print(
-                f"{phase}: median over rounds of review p50 {median_over_rounds_ms(rounds, 0.5):.2f} ms, "
-                f"p99 {median_over_rounds_ms(rounds, 0.99):.2f} ms"
-            )
+        reviews_beside(
+            server,
+            args.rounds,
+            args.seconds,
+            "fetching",
+            args.fetchers,
+            lambda i, stop, answers: fetch_until(server, stop, 1 + 7 * i, answers),
+        )
     finally:
         server.stop()
     return 0

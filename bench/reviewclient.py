@@ -6,6 +6,7 @@ import statistics
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 EXAMPLE_REVIEW = (
     Path(__file__).resolve().parents[1] / "examples" / "reviews" / "kustomization-spec-change.json"
@@ -59,3 +60,45 @@ def keep_alive_reviews(server, seconds: float, clients: int = 4) -> list[float]:
     if errors:
         raise RuntimeError(f"{len(errors)} review clients failed: {errors[0]!r}")
     return took
+
+
+def reviews_beside(
+    server,
+    rounds: int,
+    seconds: float,
+    busy: str,
+    helpers: int,
+    helper: Callable[[int, threading.Event, dict], None],
+) -> None:
+    """Reviews timed alone ("quiet") and beside ``helpers`` threads running ``helper(i, stop,
+    answers)`` (phase ``busy``), round after round: a table row per phase, then the medians.
+    ``answers`` counts what the helpers were answered, by status."""
+    results: dict[str, list[list[float]]] = {"quiet": [], busy: []}
+    for round_ in range(1, rounds + 1):
+        for phase in ("quiet", busy):
+            stop, answers = threading.Event(), {}
+            threads = [
+                threading.Thread(target=helper, args=(i, stop, answers))
+                for i in range(helpers if phase == busy else 0)
+            ]
+            for t in threads:
+                t.start()
+            try:
+                took = keep_alive_reviews(server, seconds)
+            finally:
+                stop.set()
+                for t in threads:
+                    t.join()
+            results[phase].append(took)
+            shown = ", ".join(f"{n} x {status}" for status, n in sorted(answers.items())) or "-"
+            print(
+                f"| {round_} | {len(threads)} | {len(took)} | {percentile_ms(took, 0.5):.2f} | "
+                f"{percentile_ms(took, 0.99):.2f} | {max(took) * 1000:.0f} | {shown} |",
+                flush=True,
+            )
+    print()
+    for phase, timed in results.items():
+        print(
+            f"{phase}: median over rounds of review p50 {median_over_rounds_ms(timed, 0.5):.2f} ms, "
+            f"p99 {median_over_rounds_ms(timed, 0.99):.2f} ms"
+        )
