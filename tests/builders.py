@@ -319,3 +319,18 @@ def kustomization_status_review(entries: int = 1200) -> bytes:
     )
     doc = review(request("UPDATE", new, old, sub_resource="status", user=FLUX_USER))
     return orjson.dumps(doc)
+
+
+def generated_chart(artifact: dict, **fields: Any) -> dict:
+    """The HelmChart helm-controller generates for HelmRelease apps/podinfo (named
+    ``<namespace>-<name>`` in its source's namespace, labelled with its release) serving ``artifact``."""
+    from tests.matching_cases import OWNER
+
+    return flux(
+        "HelmChart",
+        name="apps-podinfo",
+        namespace="flux-system",
+        labels=OWNER,
+        status={"artifact": artifact},
+        **fields,
+    )

@@ -17,10 +17,9 @@ from admission.store import StaticSources
 from admission.kube.attempts import DeniedAttempts
 from admission.store.files import FileStore
 from admission.webhook.app import create_app
-from tests.builders import FLUX_USER, changed, flux, gate, request, review
+from tests.builders import FLUX_USER, changed, flux, gate, generated_chart, request, review
 from tests.conftest import FIXED_NOW, write_gates
 from tests.doubles.fakekube import FakeKube
-from tests.matching_cases import OWNER
 from tests.unit.test_content import GIT_A, GIT_B, art, hr_status
 
 HELD = "flux-system/change-freeze"
@@ -239,20 +238,8 @@ def test_a_generated_helmchart_is_held_by_its_helmreleases_gate(client_with):
         },
     )
     client = client_with([release])
-    old = flux(
-        "HelmChart",
-        name="apps-podinfo",
-        namespace="flux-system",
-        labels=OWNER,
-        status={"artifact": art("6.5.0")},
-    )
-    new = flux(
-        "HelmChart",
-        name="apps-podinfo",
-        namespace="flux-system",
-        labels=OWNER,
-        status={"artifact": art("6.5.1")},
-    )
+    old = generated_chart(art("6.5.0"))
+    new = generated_chart(art("6.5.1"))
     stored, verdict = stored_after(client, old, new)
     assert stored["status"]["artifact"] == art("6.5.0") and verdict["allowed"] is True
     assert call(client, "/validate", old, new)["allowed"] is False  # the backstop

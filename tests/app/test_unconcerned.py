@@ -13,7 +13,7 @@ from admission.core import kinds, matching, names
 from admission.core.decision import Context, Settings
 from admission.store import StaticSources
 from admission.webhook import handlers
-from tests.builders import at, flux, lookup_from, request
+from tests.builders import at, flux, generated_chart, lookup_from, request
 from tests.matching_cases import OWNER, artifact, condition
 
 NOW = at("2026-06-10T12:00")
@@ -134,20 +134,8 @@ def test_the_generated_requests_include_both_kinds():
     req = request("UPDATE", moved, gated, sub_resource="status")
     assert matching.concerns(matching.VALIDATE, req)
     assert handlers.validate(req, Context(CLOSED, NOW, Settings(), SOURCES.get)).response["allowed"] is False
-    chart = flux(
-        "HelmChart",
-        name="apps-podinfo",
-        namespace="flux-system",
-        labels=OWNER,
-        status={"artifact": artifact("6.5.0")},
-    )
-    newer = flux(
-        "HelmChart",
-        name="apps-podinfo",
-        namespace="flux-system",
-        labels=OWNER,
-        status={"artifact": artifact("6.5.1")},
-    )
+    chart = generated_chart(artifact("6.5.0"))
+    newer = generated_chart(artifact("6.5.1"))
     req = request("UPDATE", newer, chart, sub_resource="status")
     assert (
         handlers.validate(req, Context(CLOSED, NOW, Settings(), SOURCES.get)).response["allowed"] is False

@@ -18,9 +18,8 @@ from admission.core import names
 from admission.core.decision import Context, Settings, standing
 from admission.store import StaticSources
 from admission.webhook import handlers
-from tests.builders import FLUX_USER, flux, gate, lookup_from, request
+from tests.builders import FLUX_USER, flux, gate, generated_chart, lookup_from, request
 from tests.conftest import FIXED_NOW
-from tests.matching_cases import OWNER
 from tests.unit.test_content import GIT_A, GIT_B, art, hr_status
 
 FREEZE = gate("change-freeze", default="closed")
@@ -157,20 +156,8 @@ def test_a_generated_helmchart_inherits_its_helmreleases_gates():
         },
     )
     sources = StaticSources([release])
-    old = flux(
-        "HelmChart",
-        name="apps-podinfo",
-        namespace="flux-system",
-        labels=OWNER,
-        status={"artifact": art("6.5.0")},
-    )
-    new = flux(
-        "HelmChart",
-        name="apps-podinfo",
-        namespace="flux-system",
-        labels=OWNER,
-        status={"artifact": art("6.5.1")},
-    )
+    old = generated_chart(art("6.5.0"))
+    new = generated_chart(art("6.5.1"))
     out = mutated(old, new, sources=sources)
     assert out["status"]["artifact"] == art("6.5.0") and "6.5.1 waits" in cond(out, "Blocked")["message"]
     assert run(handlers.validate, old, new, sources=sources).response["allowed"] is False
