@@ -199,6 +199,18 @@ def serving_the_cluster(cluster: ControlPlane, tmp: Path, *extra: str):
         yield server
 
 
+@contextmanager
+def serving_the_receiver(cluster: ControlPlane, tmp: Path, token: str, *extra: str):
+    """``serving_the_cluster`` with the receiver on: its RBAC component applied, ``token`` its
+    one token (in a file under ``tmp``)."""
+    cluster.kubectl("apply", "-f", str(ROOT / "manifests" / "components" / "receiver" / "rbac.yaml"))
+    (tmp / "receiver-token").write_text(token)
+    with serving_the_cluster(
+        cluster, tmp, "--receiver-token-file", str(tmp / "receiver-token"), *extra
+    ) as server:
+        yield server
+
+
 def wait_until_webhooks_answer(cluster: ControlPlane, server: GateServer) -> None:
     """The API server loads webhook configurations asynchronously: wait until ours is asked."""
     result = until(

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from tests.builders import gate
-from tests.e2e.conftest import ROOT, own_plane, serving, start_server
+from tests.e2e.conftest import ROOT, own_plane, serving_the_receiver, start_server
 from tests.e2e.controlplane import ADMIN, ALICE, CONTROLLER, GATE_ADMISSION
 from tests.e2e.manifests import kustomization
 from tests.polling import until
@@ -29,23 +29,10 @@ def plane(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(plane, tmp_path_factory):
-    plane.kubectl("apply", "-f", str(ROOT / "manifests" / "components" / "receiver" / "rbac.yaml"))
-    tmp = tmp_path_factory.mktemp("plugin-server")
-    (tmp / "token").write_text(TOKEN)
     # Event periods start at multiples of the period since the epoch: with a day, the tests that
     # count one Event per period straddle two only when run across midnight UTC.
-    with serving(
-        plane,
-        start_server(
-            tmp,
-            None,
-            "--kubeconfig",
-            str(plane.kubeconfig(GATE_ADMISSION)),
-            "--receiver-token-file",
-            str(tmp / "token"),
-            "--event-period",
-            "86400",
-        ),
+    with serving_the_receiver(
+        plane, tmp_path_factory.mktemp("plugin-server"), TOKEN, "--event-period", "86400"
     ) as srv:
         yield srv
 

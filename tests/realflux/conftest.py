@@ -16,8 +16,8 @@ import subprocess
 import pytest
 import yaml
 
-from tests.e2e.conftest import controller_running, own_plane, serving, start_server
-from tests.e2e.controlplane import GATE_ADMISSION, ROOT, ControlPlane
+from tests.e2e.conftest import controller_running, own_plane, serving_the_receiver
+from tests.e2e.controlplane import ControlPlane
 from tests.polling import until
 from tests.processes import BIN
 from tests.realflux.flux import FluxControllers, flux_cli, flux_dir, tools_dir
@@ -42,24 +42,15 @@ def plane(tmp_path_factory):
 def webhook(plane, tmp_path_factory):
     # As a cluster that authenticates the API server to the webhook should run it: reviews
     # without the API server's client certificate are refused.
-    # The receiver is on (its RBAC component applied); `break-glass` is the exempt group.
-    plane.kubectl("apply", "-f", str(ROOT / "manifests" / "components" / "receiver" / "rbac.yaml"))
-    tmp = tmp_path_factory.mktemp("realflux-server")
-    (tmp / "receiver-token").write_text(RECEIVER_TOKEN)
-    with serving(
+    # The receiver is on; `break-glass` is the exempt group.
+    with serving_the_receiver(
         plane,
-        start_server(
-            tmp,
-            None,
-            "--kubeconfig",
-            str(plane.kubeconfig(GATE_ADMISSION)),
-            "--client-ca-file",
-            str(plane.webhook_client_ca),
-            "--receiver-token-file",
-            str(tmp / "receiver-token"),
-            "--exempt-groups",
-            BREAK_GLASS,
-        ),
+        tmp_path_factory.mktemp("realflux-server"),
+        RECEIVER_TOKEN,
+        "--client-ca-file",
+        str(plane.webhook_client_ca),
+        "--exempt-groups",
+        BREAK_GLASS,
     ) as server:
         yield server
 
