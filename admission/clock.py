@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 
 def utcnow() -> datetime:
     """The current time, aware, in UTC."""
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)

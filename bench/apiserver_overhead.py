@@ -31,9 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from admission.kube.client import api_client  # noqa: E402
 from bench.through_apiserver import (
+    VARIANTS,
     CallTimes,
     Floor,
-    VARIANTS,
     median_ratio,
     print_header,
     ratio,

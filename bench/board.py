@@ -43,7 +43,7 @@ import statistics
 import sys
 import time
 import tracemalloc
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -58,7 +58,7 @@ from admission.core.status import gate_status  # noqa: E402
 from admission.core.toggles import toggle_patch  # noqa: E402
 from admission.store.index import GateIndex  # noqa: E402
 
-NOW = datetime(2026, 12, 20, 10, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 12, 20, 10, 0, tzinfo=UTC)
 VIEWER = zone("Europe/Berlin")
 KEY = b"bench-approval-key-0123456789abcdef"
 OTHER_KEY = b"another-server-key-0123456789abcdef"  # sealed elsewhere: shown unverified

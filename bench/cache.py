@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import orjson
@@ -25,8 +25,8 @@ from kubernetes import client
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from admission.kube.client import api_client  # noqa: E402
 from admission.core.timefmt import format_time  # noqa: E402
+from admission.kube.client import api_client  # noqa: E402
 from tests.builders import changed, flux, request, review  # noqa: E402
 from tests.e2e.conftest import prepared  # noqa: E402
 from tests.e2e.controlplane import ADMIN, GATE_ADMISSION, ControlPlane, assets_dir  # noqa: E402
@@ -132,9 +132,7 @@ def main() -> None:
                     f"toggle-{i}",
                     {
                         "metadata": {
-                            "annotations": {
-                                "open.gate.fluxcd.io/requestedAt": format_time(datetime.now(timezone.utc))
-                            }
+                            "annotations": {"open.gate.fluxcd.io/requestedAt": format_time(datetime.now(UTC))}
                         }
                     },
                 )

@@ -28,17 +28,16 @@ import sys
 import tempfile
 import threading
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from admission.core import gates, gatespec  # noqa: E402
-from admission.core.subscriptions import FeedEvent, HORIZON, MAX_INTERVALS, parse_calendar, status_entry  # noqa: E402
+from admission.core.subscriptions import HORIZON, MAX_INTERVALS, FeedEvent, parse_calendar, status_entry  # noqa: E402
 from admission.ical.fetch import Auth, Policy, fetch, parse_networks  # noqa: E402
 from admission.ical.parse import expand, parse_in_child  # noqa: E402
 
-UTC = timezone.utc
 NOW = datetime(2026, 3, 20, 9, 30, tzinfo=UTC)
 YEAR_START = datetime(2026, 1, 1, tzinfo=UTC)
 FEED = {"url": "https://calendar.example.com/team.ics", "name": "team", "staleAfter": "24h"}
@@ -91,7 +90,7 @@ def busy_year() -> bytes:
         event(
             f"monthly-{i}",
             f"DTSTART:202601{10 + i:02d}T130000Z",
-            "DTEND:202601{0}T150000Z".format(10 + i),
+            f"DTEND:202601{10 + i}T150000Z",
             "RRULE:FREQ=MONTHLY;COUNT=12",
             summary=f"Monthly review {i}",
         )
@@ -163,12 +162,12 @@ def evaluation(keeper: dict, rounds: int) -> tuple[float, float, float, float, g
         started = time.thread_time()
         state = gates.evaluate(compiled, NOW)
         decided.append(time.thread_time() - started)
-        state.next_transition
+        _ = state.next_transition
         cold.append(time.thread_time() - started)
         worst = 0.0
         for minute in range(1, 61):
             started = time.thread_time()
-            gates.evaluate(compiled, NOW + timedelta(minutes=minute, seconds=minute % 7)).next_transition
+            _ = gates.evaluate(compiled, NOW + timedelta(minutes=minute, seconds=minute % 7)).next_transition
             worst = max(worst, time.thread_time() - started)
         warm.append(worst)
     return min(compiling) * 1e3, min(decided) * 1e3, min(cold) * 1e3, min(warm) * 1e3, state

@@ -49,14 +49,13 @@ def main() -> None:
     sys.path.insert(0, str(Path(args.source or ROOT).resolve()))
     sys.path.insert(1, str(ROOT))  # tests.doubles.feedserver, tests.doubles.fakekube
 
+    import admission.kube.calendarsync as measured
     from admission.core import names
     from admission.ical.fetch import Policy, fetch, parse_networks
     from admission.ical.parse import expand
     from admission.kube.calendarsync import CalendarSync
     from tests.doubles.fakekube import FakeKube
     from tests.doubles.feedserver import FeedServer
-
-    import admission.kube.calendarsync as measured
 
     feed = (
         b"BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//bench//EN\r\nBEGIN:VEVENT\r\nUID:f@b\r\n"

@@ -13,18 +13,18 @@ import os
 import platform
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import orjson
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from admission.webhook import handlers  # noqa: E402
 from admission.core.decision import Context, Settings, decide  # noqa: E402
-from admission.webhook.review import complete, parse_review  # noqa: E402
 from admission.store.index import GateIndex  # noqa: E402
+from admission.webhook import handlers  # noqa: E402
+from admission.webhook.review import complete, parse_review  # noqa: E402
 
-NOW = datetime(2026, 6, 10, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 6, 10, 12, 0, tzinfo=UTC)
 
 
 def world() -> GateIndex:

@@ -14,14 +14,14 @@ import os
 import platform
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from admission.store.calendar import calendars, to_ics, to_lines  # noqa: E402
 from admission.store.index import GateIndex  # noqa: E402
 
-NOW = datetime(2026, 12, 20, 10, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 12, 20, 10, 0, tzinfo=UTC)
 
 
 def world(count: int, dense_every: int = 10) -> GateIndex:

@@ -36,8 +36,8 @@ import shlex
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import orjson
 from hypothesis import HealthCheck, Phase, given, seed, settings
@@ -185,13 +185,13 @@ def attempt(target: Target, case: Case, path: str, mode: str) -> tuple[int | Non
         status, payload = target(case, path, mode)
     except ConnectionFailed as err:
         return None, f"connection error: {err}"
-    except Exception as err:  # an exception that escaped the app: exactly what we look for
+    except Exception as err:  # noqa: BLE001 (an exception that escaped the app: exactly what we look for)
         return None, f"exception escaped: {type(err).__name__}: {err}"
     try:
         check(case, path, mode, status, payload)
     except FuzzFailure as err:
         return status, str(err)
-    except Exception as err:  # a bug in the checker: report it rather than stop the run
+    except Exception as err:  # noqa: BLE001 (a bug in the checker: report it rather than stop the run)
         return status, f"checker error: {type(err).__name__}: {err}"
     return status, None
 

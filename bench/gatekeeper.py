@@ -17,14 +17,14 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from admission.core import cron, crondays, gates, gatespec, localtime, names, schedule  # noqa: E402
 
-NOW = datetime(2026, 11, 22, 2, 13, 30, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 22, 2, 13, 30, tzinfo=UTC)
 PER_LIST = gatespec.MAX_ENTRIES_PER_LIST
 
 
@@ -95,13 +95,16 @@ CANDIDATES = {
     "32 maximal windows on distinct rare days, DST zone": [
         keeper(
             "a",
-            [window(f"{m} 0 L * {d}#5", "9600h") for m, d in zip(range(PER_LIST), [1, 2, 3, 4, 5, 6, 0] * 3)],
+            [
+                window(f"{m} 0 L * {d}#5", "9600h")
+                for m, d in zip(range(PER_LIST), [1, 2, 3, 4, 5, 6, 0] * 3, strict=False)
+            ],
         ),
         keeper(
             "b",
             [
                 window(f"{m} 0 */30 * {d}L", "9599h")
-                for m, d in zip(range(PER_LIST), [1, 2, 3, 4, 5, 6, 0] * 3)
+                for m, d in zip(range(PER_LIST), [1, 2, 3, 4, 5, 6, 0] * 3, strict=False)
             ],
             zone="America/Santiago",
         ),
@@ -151,12 +154,12 @@ def measure(keepers: list[dict], gate: dict = GATE) -> tuple[float, float, float
     compiled = gatespec.compile_gate(gate, keepers)
     state = gates.evaluate(compiled, NOW)
     decided = time.thread_time() - started
-    state.next_transition
+    _ = state.next_transition
     cold = time.thread_time() - started
     warm = 0.0
     for minute in range(1, 61):
         started = time.thread_time()
-        gates.evaluate(compiled, NOW + timedelta(minutes=minute, seconds=minute % 7)).next_transition
+        _ = gates.evaluate(compiled, NOW + timedelta(minutes=minute, seconds=minute % 7)).next_transition
         warm = max(warm, time.thread_time() - started)
     return decided, cold, warm, state
 

@@ -20,6 +20,7 @@ import resource
 import sys
 import tempfile
 import time
+from datetime import UTC
 from pathlib import Path
 
 
@@ -106,9 +107,9 @@ def main() -> int:
 
 
 def _now():
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 if __name__ == "__main__":

@@ -28,12 +28,14 @@ from bench.reviewclient import (
     EXAMPLE_REVIEW,
     keep_alive_reviews,
     median_over_rounds_ms,
-    percentile_ms as pct,
     timed_review,
 )  # noqa: E402
+from bench.reviewclient import (
+    percentile_ms as pct,
+)
 from tests.builders import padded_to_the_limit  # noqa: E402
-from tests.procfs import rss_mb  # noqa: E402
 from tests.processes import GateServer  # noqa: E402
+from tests.procfs import rss_mb  # noqa: E402
 
 
 def main() -> int:
@@ -65,7 +67,7 @@ def main() -> int:
                 large_took: list[float] = []
                 peak = [0.0]
 
-                def post_large():
+                def post_large(stop=stop, large_took=large_took):
                     conn = server.connection(timeout=120)
                     try:
                         while not stop.is_set():
@@ -73,7 +75,7 @@ def main() -> int:
                     finally:
                         conn.close()
 
-                def sample():
+                def sample(stop=stop, peak=peak):
                     while not stop.wait(0.05):
                         peak[0] = max([peak[0]] + [rss_mb(pid) for pid in workers])
 

@@ -50,6 +50,8 @@ from kubernetes.client.rest import ApiException
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import matchconditions_flux as real  # noqa: E402  (bench/, next to this script)
+
 from admission.core import kinds, matching, names  # noqa: E402
 from admission.kube.client import api_client  # noqa: E402
 from tests.builders import gate  # noqa: E402
@@ -67,8 +69,6 @@ from tests.matching_cases import artifact, condition, obj  # noqa: E402
 from tests.polling import until  # noqa: E402
 from tests.processes import GateServer  # noqa: E402
 from tests.procfs import children  # noqa: E402
-
-import matchconditions_flux as real  # noqa: E402  (bench/, next to this script)
 
 GATE = "flux-system/bench-open"
 WRITER = {
@@ -364,7 +364,7 @@ def window(plane, server: GateServer, seconds: float) -> dict:
     }
 
 
-def real_outage(plane, flux_: "real.RealFlux", timeout: float) -> dict[str, int]:
+def real_outage(plane, flux_: real.RealFlux, timeout: float) -> dict[str, int]:
     """With our server stopped: an edit of every object, a new commit and a new chart version.
     Ungated objects must take the new content at their next reconcile; gated ones must not (their
     status writes fail closed), and their edits must be refused."""

@@ -19,7 +19,7 @@ import statistics
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import yaml
@@ -63,7 +63,7 @@ def toggle(custom: client.CustomObjectsApi, action: str, at: datetime) -> None:
 def next_second(after: datetime) -> datetime:
     """Toggles are whole seconds and a tie goes to close: wait for a later second."""
     while True:
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         if format_time(now) > format_time(after):
             return now
         time.sleep(0.02)
@@ -124,7 +124,7 @@ def main() -> None:
             git.push("flux-system", "bench", "main@sha1:0")
             until(lambda: kustomize.applied_to("apps", "bench"), bool, timeout=30)
             custom = client.CustomObjectsApi(api_client(str(plane.kubeconfig(ADMIN))))
-            opened = datetime.now(timezone.utc)
+            opened = datetime.now(UTC)
             rows = []
             for cycle in range(1, args.cycles + 1):
                 closed = next_second(opened)
@@ -134,7 +134,9 @@ def main() -> None:
                 wait_server_sees(plane, "release", held=True)  # a push before that would be applied
                 git.push("flux-system", "bench", revision)
                 errors = until(
-                    lambda: kustomize.errors("apps", "bench"), lambda e: len(e) > failures, timeout=30
+                    lambda: kustomize.errors("apps", "bench"),
+                    lambda e, failures=failures: len(e) > failures,
+                    timeout=30,
                 )
                 assert "flux-system/release" in errors[-1], errors[-1]
                 applied_before = len(kustomize.applied_to("apps", "bench"))
@@ -143,7 +145,7 @@ def main() -> None:
                 toggle(custom, "open", opened)
                 applied = until(
                     lambda: kustomize.applied_to("apps", "bench"),
-                    lambda a: len(a) > applied_before,
+                    lambda a, applied_before=applied_before: len(a) > applied_before,
                     timeout=60,
                     interval=0.005,
                 )

@@ -39,10 +39,14 @@ sys.path.insert(0, str(ROOT))
 
 from bench.reviewclient import (
     EXAMPLE_REVIEW as BODY,
-    median_over_rounds_ms,
-    percentile_ms as pct,
-    timed_review,
 )  # noqa: E402
+from bench.reviewclient import (
+    median_over_rounds_ms,
+    timed_review,
+)
+from bench.reviewclient import (
+    percentile_ms as pct,
+)
 from tests.builders import kustomization_status_review  # noqa: E402
 from tests.processes import GateServer  # noqa: E402
 
@@ -79,7 +83,7 @@ def measure(server: GateServer, reviews: int) -> tuple[list[float], list[float]]
         try:
             for _ in range(reviews // 4):
                 kept.append(timed_review(conn))
-        except Exception as err:  # reported, never hidden
+        except Exception as err:  # noqa: BLE001 (reported, never hidden)
             errors.append(err)
         finally:
             conn.close()
@@ -92,7 +96,7 @@ def measure(server: GateServer, reviews: int) -> tuple[list[float], list[float]]
                 timed_review(conn)
                 fresh.append(time.perf_counter() - started)
                 conn.close()
-        except Exception as err:
+        except Exception as err:  # noqa: BLE001 (reported, never hidden)
             errors.append(err)
 
     threads = [threading.Thread(target=keep_alive) for _ in range(4)] + [
@@ -157,7 +161,7 @@ def status_reviews(server: GateServer, body: bytes, seconds: float) -> tuple[lis
             started = time.perf_counter()
             try:
                 timed_review(conn, body)
-            except Exception:  # counted, never hidden
+            except Exception:  # noqa: BLE001 (counted, never hidden)
                 failed += 1
                 conn.close()
                 conn = server.connection(timeout=60)

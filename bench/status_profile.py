@@ -18,7 +18,7 @@ import os
 import pstats
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import orjson
@@ -50,7 +50,7 @@ CASES = {
         "validate",
     ),
 }
-NOW = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)  # outside the fixture's suspendDuring window
+NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)  # outside the fixture's suspendDuring window
 
 
 def world(reviews: list[dict]) -> tuple[GateIndex, StaticSources]:

@@ -14,8 +14,8 @@ import hashlib
 import os
 import re
 import shlex
-import statistics
 import ssl
+import statistics
 import subprocess
 import sys
 import time

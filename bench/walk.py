@@ -12,10 +12,12 @@ and climbs from admission.core back up to admission.webhook; then the same with 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import sys
+from collections.abc import Callable
 from types import FrameType
-from typing import Any, Callable
+from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
@@ -142,7 +144,7 @@ def _merged(stays: list[str]) -> list[str]:
 def summary(stays: list[str]) -> str:
     left: set[str] = set()
     returns = climbs = 0
-    for before, after in zip(stays, stays[1:]):
+    for before, after in itertools.pairwise(stays):
         left.add(before)
         returns += after in left
         climbs += before.startswith("admission.core.") and after.startswith("admission.webhook.")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import itertools
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -13,7 +13,6 @@ from admission.core import kinds, names
 from admission.webhook.app import MAX_BODY
 from admission.webhook.review import MAX_CONTAINERS
 
-UTC = timezone.utc
 _uids = itertools.count(1)
 
 # Each gated kind at the version the table says is used (its newest served).
@@ -47,7 +46,7 @@ def sealed(gate_obj: dict, key: bytes = APPROVAL_KEY) -> dict:
     (when it has none) and every approval annotation sealed for it (admission.core.approvalseal)."""
     import json
 
-    from admission.core import approvalseal, approvals
+    from admission.core import approvals, approvalseal
 
     meta = gate_obj.setdefault("metadata", {})
     meta.setdefault("uid", f"uid-{meta.get('namespace')}-{meta.get('name')}")
@@ -207,6 +206,7 @@ def calendar_status(
     fetched at ``fetched``: ``events`` as ('YYYY-MM-DDTHH:MM', 'YYYY-MM-DDTHH:MM') UTC spans,
     complete until ``complete_until`` (default: the controller's horizon), or an ``error``."""
     from datetime import timedelta
+
     from admission.core.subscriptions import HORIZON, FeedEvent, parse_calendar, status_entry
 
     cal = parse_calendar(calendar, time_zone=keeper_zone)

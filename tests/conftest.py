@@ -9,9 +9,9 @@ import pytest
 import yaml
 from hypothesis import settings as hypothesis_settings
 
-from admission.webhook.app import create_app
 from admission.core.decision import Settings
 from admission.store.files import FileStore
+from admission.webhook.app import create_app
 from tests.builders import at
 
 # The team's shared material (captured reviews, real Flux CRDs), next to the repository unless

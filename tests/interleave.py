@@ -10,8 +10,9 @@ made first. No result is faked: the file system, inotify and leases are the real
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 
 class Writer:
@@ -25,7 +26,7 @@ class Writer:
         data = content.encode()
         bounds = [0, *sorted({c for c in cuts if 0 < c < len(data)}), len(data)]
         self.path = os.fspath(path)
-        self.pieces = [data[a:b] for a, b in zip(bounds, bounds[1:])]
+        self.pieces = [data[a:b] for a, b in itertools.pairwise(bounds)]
         self.written = 0  # pieces written so far
         self.fd: int | None = None
         self.finished = False

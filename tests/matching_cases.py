@@ -132,7 +132,7 @@ APPROVAL_OTHER = names.APPROVAL_ANNOTATION_PREFIX + "fedcba9876543210"
 
 
 def approval(content: str) -> str:
-    return '{"content":"%s","for":"*","message":"CHG-1"}' % content
+    return f'{{"content":"{content}","for":"*","message":"CHG-1"}}'
 
 
 def a_gate(name: str, annotations: dict | None = None) -> dict:

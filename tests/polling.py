@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 T = TypeVar("T")
 
@@ -30,7 +31,7 @@ def wait_for(check: Callable[[], T], timeout: float, what: str, interval: float 
     def attempt():
         try:
             return check()
-        except Exception as err:  # the thing polled is not up yet
+        except Exception as err:  # noqa: BLE001 (whatever the thing polled raises until it is up; shown at the deadline)
             last_error[:] = [err]
             return None
 

@@ -12,13 +12,13 @@ actions, behind the checks a local web server needs (docs/decisions/0072).
 from __future__ import annotations
 
 import hashlib
-import json
 import hmac
+import json
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime, tzinfo
-from typing import Callable
 
 from flask import Flask, Response, request
 from werkzeug.exceptions import RequestEntityTooLarge

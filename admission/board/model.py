@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, time, timedelta, tzinfo
 from typing import Any, NamedTuple, Protocol
 
-from admission.core import approvals
-from admission.core import approvalview
-from admission.core.cron import ScheduleError, zone as zone_named
+from admission.core import approvals, approvalview
+from admission.core.cron import ScheduleError
+from admission.core.cron import zone as zone_named
 from admission.core.gates import GateState
 from admission.core.objects import label, metadata, object_key
 from admission.core.pending import pending_rows

@@ -9,19 +9,20 @@ and a Confirm button (``confirm_page``); ``board.js`` shows the same words in a 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 from base64 import b64encode
+from collections.abc import Iterable
+from dataclasses import dataclass
 from html import escape
 from importlib import resources
-from typing import Any, Iterable
+from typing import Any
 from urllib.parse import urlencode
 
 from admission.board import timeline
-from admission.board.timeline import e
 from admission.board.model import DAY_CHOICES, GATE_ZONE, Board, GateRow, Query, SuspendRow
+from admission.board.timeline import e
 from admission.core.objects import label
-from admission.core.timeline import Interval
 from admission.core.timefmt import parse_time
+from admission.core.timeline import Interval
 
 STATIC = ("board.css", "board.js")
 EXPIRY_CHOICES = ("", "1h", "4h", "24h", "72h", "168h")

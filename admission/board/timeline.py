@@ -8,15 +8,14 @@ hover, focus and a screen reader tell the same thing the table does.
 from __future__ import annotations
 
 import re
-
 from datetime import datetime, timedelta, tzinfo
 from functools import lru_cache
 from html import escape
 
 from admission.board.model import Timeline
 from admission.core.controls import escaped
-from admission.core.timeline import Interval
 from admission.core.timefmt import format_label, format_time
+from admission.core.timeline import Interval
 
 WIDTH = 1000  # the viewBox's width: spans are placed in these units
 HEIGHT = 30

@@ -11,11 +11,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from admission.cli.settings import policy_settings
 from admission.cli.settings import csv as _csv
+from admission.cli.settings import policy_settings
 from admission.clock import utcnow
-from admission.pki import certs
 from admission.observability import logs
+from admission.pki import certs
 
 log = logging.getLogger("admission.serve")
 
@@ -152,8 +152,8 @@ def _app_factory(args: argparse.Namespace):
             sources = StaticSources()  # no cluster, no Flux objects (docs/design.md, "Hold points")
         else:
             from admission.kube.client import api_client
-            from admission.kube.reflector import ClusterStore
             from admission.kube.gatewriter import cluster_patcher
+            from admission.kube.reflector import ClusterStore
 
             api = api_client(args.kubeconfig)
             store = ClusterStore(api, stale_after=args.stale_after, approval_key=key)
@@ -163,8 +163,8 @@ def _app_factory(args: argparse.Namespace):
             # What each source serves, and HelmReleases: read by the hold points, per worker.
             sources = FluxCache(api, sorted(CACHED_KINDS), stale_after=args.stale_after)
             if args.receiver_token_file:
-                from admission.webhook import receiver as hooks
                 from admission.observability.metrics import RECEIVER
+                from admission.webhook import receiver as hooks
 
                 # Rate limits in files every worker maps: one limit for the pod, not one per worker.
                 receiver = hooks.blueprint(

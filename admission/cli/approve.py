@@ -8,11 +8,11 @@ wrote it (the identity the API server authenticated), never a name this command 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any
 
-from admission.cli import completion
-from admission.cli import gate_commands
+from admission.cli import completion, gate_commands
 from admission.cli.cluster import (
     EXIT_DENIED,
     EXIT_NOT_FOUND,
@@ -23,11 +23,9 @@ from admission.cli.cluster import (
     connect,
 )
 from admission.clock import utcnow
-from admission.core import approvals
-from admission.core import approvalview
-from admission.core import names
-from admission.core import pending
-from admission.core.objects import annotations as annotations_of, label, metadata
+from admission.core import approvals, approvalview, names, pending
+from admission.core.objects import annotations as annotations_of
+from admission.core.objects import label, metadata
 from admission.core.timefmt import format_duration, parse_duration
 
 
@@ -145,7 +143,7 @@ def approve(
     what could not be. GateError when refused before anything is written."""
     gate = _gate(cluster, namespace, name)
     key = f"{namespace}/{name}"
-    policy, _ = approvals.parse_policy((gate.get("spec") or {}))
+    policy, _ = approvals.parse_policy(gate.get("spec") or {})
     if policy.message_required and not message.strip():
         raise GateError("a message is required (-m: a ticket, a reason)", EXIT_USAGE)
     try:

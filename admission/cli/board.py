@@ -8,12 +8,12 @@ import argparse
 import sys
 import threading
 import webbrowser
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from admission.board.app import create_app, serve
 from admission.board.model import Refused, Snapshot
-from admission.cli import approve
-from admission.cli import gate_commands
+from admission.cli import approve, gate_commands
 from admission.cli.cluster import (
     EXIT_OK,
     EXIT_USAGE,

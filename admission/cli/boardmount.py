@@ -7,9 +7,9 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable
-from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Protocol
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from admission.board.app import create_app
 from admission.board.model import Snapshot
@@ -183,5 +183,5 @@ def board(
 ) -> WSGIApplication:
     """The read-only board over a worker's caches, in UTC unless the viewer's ``tz`` says
     otherwise; any Host (it is served over TLS, where a rebound name fails the certificate)."""
-    app = create_app(WorkerSource(store, flux, where), None, timezone.utc, clock, hosts=None)
+    app = create_app(WorkerSource(store, flux, where), None, UTC, clock, hosts=None)
     return Drawings(app, monotonic)

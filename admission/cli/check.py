@@ -8,14 +8,10 @@ import sys
 
 import yaml
 
-
 from admission.cli.cluster import EXIT_DENIED, EXIT_OK, EXIT_USAGE, Cluster, GateError, api_errors
 from admission.cli.gate_commands import emit, lookup_gates, text_table
 from admission.cli.settings import policy_settings
-from admission.core import halfrelease
-from admission.core import kinds
-from admission.core import names
-from admission.core import pending
+from admission.core import halfrelease, kinds, names, pending
 from admission.core.applied import apply_request, user_info
 from admission.core.decision import Context
 from admission.core.objects import label
@@ -23,7 +19,6 @@ from admission.core.references import policy_of
 from admission.core.review import UserInfo
 from admission.store.yamldocs import objects
 from admission.webhook import handlers
-
 
 # What `check` says of each object: the webhook's answer to the request applying it would make.
 # check's verdicts: a stable token for scripts (-o json|yaml "verdict") and the sentence people

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import orjson
 

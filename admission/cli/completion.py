@@ -30,9 +30,8 @@ def gate_names(prefix: str, parsed_args: argparse.Namespace, **_) -> list[str]:
     try:
         namespace = namespace_of(parsed_args)
         if getattr(parsed_args, "gates_dir", None):
-            from admission.store.files import FileStore
-
             from admission.cli.cluster import context_namespace
+            from admission.store.files import FileStore
 
             namespace = namespace or context_namespace(parsed_args)  # as `get` will read it
             store = FileStore(parsed_args.gates_dir, inotify=False)  # one read: no watch to set up
@@ -52,13 +51,14 @@ def gate_names(prefix: str, parsed_args: argparse.Namespace, **_) -> list[str]:
         return sorted(
             n for n in (metadata(g).get("name", "") for g in listed.get("items") or []) if is_name(n)
         )
-    except Exception:  # completion shows nothing rather than a traceback
+    except Exception:  # noqa: BLE001 (completion shows nothing rather than a traceback in the shell)
         return []
 
 
 def namespaces(prefix: str, parsed_args: argparse.Namespace, **_) -> list[str]:
     try:
         from kubernetes import client
+
         from admission.cli.cluster import connect
 
         cluster = connect(parsed_args)
@@ -67,7 +67,7 @@ def namespaces(prefix: str, parsed_args: argparse.Namespace, **_) -> list[str]:
             return sorted(
                 str(ns.metadata.name) for ns in listed.items if ns.metadata and is_namespace(ns.metadata.name)
             )
-        except Exception:  # may not list namespaces: offer those that hold gates
+        except Exception:  # noqa: BLE001 (may not list namespaces: offer those that hold gates)
             gates = cluster.custom.list_cluster_custom_object(
                 names.GATING_GROUP,
                 names.GATING_VERSION,
@@ -81,7 +81,7 @@ def namespaces(prefix: str, parsed_args: argparse.Namespace, **_) -> list[str]:
                     if is_namespace(ns)
                 }
             )
-    except Exception:
+    except Exception:  # noqa: BLE001 (completion shows nothing rather than a traceback in the shell)
         return []
 
 

@@ -19,12 +19,10 @@ import argparse
 import os
 import shutil
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
-from admission.cli import cluster
-from admission.cli import kubectl_gate
-from admission.cli import shellcomplete
+from admission.cli import cluster, kubectl_gate, shellcomplete
 from admission.core import names
 from admission.core.references import is_namespace
 
@@ -45,7 +43,7 @@ def default_namespace(args: argparse.Namespace) -> str:
     if getattr(args, "ns_follows_kube_context", False) or os.environ.get(FOLLOW_CONTEXT_ENV):
         try:
             namespace = (cluster.kubeconfig_context(args).get("context") or {}).get("namespace")
-        except Exception:  # no kubeconfig: flux falls back to its default as well
+        except Exception:  # noqa: BLE001 (no kubeconfig, or one the client cannot read: flux falls back to its default as well)
             namespace = None
         if namespace:
             return namespace

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import getpass
 import sys
+from collections.abc import Callable, Iterable
 from datetime import datetime
-from typing import Callable, Iterable, TextIO
+from typing import TextIO
 
 import orjson
 import yaml
@@ -23,19 +24,16 @@ from admission.cli.cluster import (
 )
 from admission.cli.settings import env_mode
 from admission.clock import utcnow
-from admission.core import approvalview
-from admission.core import content
-from admission.core import names
+from admission.core import approvalview, content, names
 from admission.core.controls import escaped
 from admission.core.decision import Context, Settings, standing
 from admission.core.gates import GateState
 from admission.core.objects import label, metadata, object_key
 from admission.core.references import policy_of
-from admission.store.calendar import feed_rows, feeds_of, feeds_text
-from admission.store.index import GateIndex
 from admission.core.timefmt import format_time
 from admission.core.toggles import toggle_patch
-
+from admission.store.calendar import feed_rows, feeds_of, feeds_text
+from admission.store.index import GateIndex
 
 # -- where gates come from --------------------------------------------------------------
 
@@ -43,6 +41,7 @@ from admission.core.toggles import toggle_patch
 def _index(args: argparse.Namespace, cluster: Cluster | None) -> GateIndex:
     if args.gates_dir:
         import logging
+
         from admission.store.files import FileStore
 
         logging.getLogger("admission.store").addHandler(logging.NullHandler())  # reported below, once
@@ -114,7 +113,7 @@ def text_table(rows: list[dict], columns: list[str]) -> list[str]:
         [escaped(str(row.get(c, "") if row.get(c) is not None else "-")) for c in columns] for row in rows
     ]  # escaped first: widths as shown
     widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
-    return ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in cells]
+    return ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in cells]
 
 
 def emit(args: argparse.Namespace, payload: object, table: Callable[[], list[str]]) -> None:

@@ -22,18 +22,15 @@ from __future__ import annotations
 import argparse
 import copy
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
-
-from admission.cli import approve
-from admission.cli import board
-from admission.cli import completion
+from admission.cli import approve, board, completion
 from admission.cli.check import cmd_check
 from admission.cli.cluster import EXIT_BAD_GATES_DIR, EXIT_OK, GateError
 from admission.cli.gate_commands import cmd_calendar, cmd_get, cmd_list, cmd_toggle, show
-from admission.cli.shellcomplete import hoist, print_completions
 from admission.cli.settings import add_policy_flags
+from admission.cli.shellcomplete import hoist, print_completions
 
 
 def complete_main(argv: list[str] | None = None) -> int:

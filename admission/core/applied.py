@@ -10,9 +10,9 @@ import copy
 import json
 from typing import Any
 
-from admission.core import kinds
-from admission.core import names
-from admission.core.objects import annotations as annotations_of, metadata
+from admission.core import kinds, names
+from admission.core.objects import annotations as annotations_of
+from admission.core.objects import metadata
 from admission.core.review import AdmissionRequest, UserInfo
 
 CHECK_UID = "kubectl-gate-check"

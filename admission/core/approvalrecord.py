@@ -15,11 +15,10 @@ webhook was away) has every approval ignored until some are withdrawn.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Iterable, Mapping
 
-from admission.core import approvals
-from admission.core import names
+from admission.core import approvals, names
 from admission.core.objects import Object
 from admission.core.objects import annotations as annotations_of
 from admission.core.timefmt import format_duration, format_time, parse_time

@@ -11,14 +11,11 @@ these entries never see, cannot make it count either.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime
-from typing import Mapping
 
-from admission.core import approvalrecord
-from admission.core import approvals
-from admission.core import gatespec
-from admission.core import names
+from admission.core import approvalrecord, approvals, gatespec, names
 from admission.core.decision import ALLOWED, Context, Decision
 from admission.core.objects import Object, metadata
 from admission.core.objects import annotations as annotations_of

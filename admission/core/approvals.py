@@ -19,13 +19,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Iterable, Mapping
 
-from admission.core import approvalseal
-from admission.core import kinds
-from admission.core import names
+from admission.core import approvalseal, kinds, names
 from admission.core.contentkinds import ChartContent
 from admission.core.controls import has_controls
 from admission.core.timefmt import format_time, parse_time

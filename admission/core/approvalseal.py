@@ -16,7 +16,7 @@ import base64
 import hashlib
 import hmac
 import json
-from typing import Mapping
+from collections.abc import Mapping
 
 FIELD = "seal"  # where the seal lives in an approval's value
 VERSION = "v1"  # the seal's format: a reader refuses one it does not know

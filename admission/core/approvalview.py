@@ -4,8 +4,8 @@ key), lists exactly that approval as verified (docs/decisions/0064)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from typing import Iterable, Mapping
 
 from admission.core import approvalseal
 from admission.core.approvals import UNVERIFIED, Approval

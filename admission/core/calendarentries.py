@@ -121,7 +121,7 @@ class CalendarEntry:
 
     stable_until = next_change
 
-    def searched_from(self, origin: datetime) -> "_Searched":
+    def searched_from(self, origin: datetime) -> _Searched:
         """This calendar as the next-transition search from ``origin`` sees it (see _Searched)."""
         return _Searched(self, origin, guard=False)
 
@@ -162,7 +162,7 @@ class CalendarGuard:
 
     stable_until = next_change
 
-    def searched_from(self, origin: datetime) -> "_Searched":
+    def searched_from(self, origin: datetime) -> _Searched:
         return _Searched(self.entry, origin, guard=True)
 
     def unknown(self, now: datetime) -> str | None:

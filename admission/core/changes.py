@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from admission.core import content
 from admission.core.holdmessage import NewContent
@@ -48,7 +48,7 @@ def changed_paths(old: object, new: object, prefix: str = "spec") -> tuple[list[
             keys = list(b) + [k for k in a if k not in b]
             pairs = [(key, a.get(key, _ABSENT), b.get(key, _ABSENT)) for key in keys]
         elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-            pairs = list(zip(range(len(b)), a, b))
+            pairs = list(zip(range(len(b)), a, b, strict=True))
         else:
             if not (inside and same(a, b)):
                 count += 1

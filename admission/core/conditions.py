@@ -5,8 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from admission.core import kinds
-from admission.core import names
+from admission.core import kinds, names
 from admission.core.objects import Object
 from admission.core.objects import status_of as status_of  # read from here too
 from admission.core.timefmt import format_time

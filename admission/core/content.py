@@ -7,13 +7,10 @@ a held object waits for, from the condition the webhook wrote (admission.core.ho
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
-from admission.core import contentkinds
-from admission.core import holdmessage
-from admission.core import kinds
-from admission.core import names
+from admission.core import contentkinds, holdmessage, kinds, names
 from admission.core.conditions import holding_condition
 from admission.core.contentkinds import NOTHING, ContentKind, generated_chart_name, generated_chart_namespace
 from admission.core.holdmessage import NewContent

@@ -9,8 +9,9 @@ by kind. Pure: reads plain dicts. Below ``kinds`` (which imports it), so it neve
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable, ClassVar
+from typing import ClassVar
 
 from admission.core import names
 from admission.core.holdmessage import NewContent

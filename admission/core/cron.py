@@ -6,6 +6,7 @@ import bisect
 import calendar
 import copy
 import functools
+import itertools
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -278,7 +279,7 @@ class CronSpec:
         # cronsim iterates fixed-time jobs on the naive wall clock (as Debian cron
         # does), so from inside a fall-back overlap it can yield the overlap's first
         # pass, which lies on the other side of ``now``: skip such results.
-        for _, fire in zip(range(4), self._sim(local, reverse)):
+        for fire in itertools.islice(self._sim(local, reverse), 4):
             fire = fire.astimezone(UTC)
             if (fire <= now) if reverse else (fire > now):
                 return fire
@@ -342,9 +343,9 @@ class CronSpec:
         f = self.fields
         assert f is not None
         minutes, hours = sorted(f.minutes), sorted(f.hours)
-        within_hours = max((b - a for a, b in zip(minutes, minutes[1:])), default=0)
+        within_hours = max((b - a for a, b in itertools.pairwise(minutes)), default=0)
         between_hours = max(
-            ((b - a) * 60 + minutes[0] - minutes[-1] for a, b in zip(hours, hours[1:])), default=0
+            ((b - a) * 60 + minutes[0] - minutes[-1] for a, b in itertools.pairwise(hours)), default=0
         )
         return max(within_hours, between_hours), (24 - hours[-1] + hours[0]) * 60 + minutes[0] - minutes[-1]
 

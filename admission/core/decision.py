@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Callable, Final
+from typing import Final
 
-from admission.core import approvals
-from admission.core import content
-from admission.core import gates
-from admission.core import kinds
-from admission.core import names
+from admission.core import approvals, content, gates, kinds, names
 from admission.core.changes import (
     OWNERS_CHANGE,
     SPEC_CHANGE,
@@ -345,7 +342,7 @@ def decide(request: AdmissionRequest, context: Context) -> Decision:
     else:
         # An UPDATE must satisfy both the policy it leaves and the one it enters.
         objects = (old,) if operation == "DELETE" else (old, new)  # zip pairs each with its policy
-        judged = [(o, p) for o, p in zip(objects, policies()) if isinstance(o, dict)]
+        judged = [(o, p) for o, p in zip(objects, policies(), strict=False) if isinstance(o, dict)]
         judgements = [own_hold(obj, lookup, now, policy) for obj, policy in judged]
     if sub_resource and isinstance(new, dict):
         judgements += [own_hold(parent, lookup, now) for parent in context.parents(new)]

@@ -20,13 +20,14 @@ functions only decide, at an explicit ``now``:
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
-from typing import Any, Collection, Iterable, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from admission.core.timefmt import parse_time
 
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)  # when a calendar never fetched is due: at once, first
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)  # when a calendar never fetched is due: at once, first
 FIRST_BACKOFF = timedelta(minutes=1)  # the first retry after a failure; doubled per further failure
 _MAX_DOUBLINGS = 16
 SLOW_FETCH = timedelta(seconds=2)  # a fetch this long (or longer) is slow: it takes the slow lane

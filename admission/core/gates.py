@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Iterable, NamedTuple
+from typing import Any, NamedTuple
 
 from admission.core import names
 from admission.core.approvals import Approval

@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Iterable, TypeAlias
+from typing import Any, TypeAlias
 
-from admission.core import approvalrecord
+from admission.core import approvalrecord, approvalseal, names
 from admission.core import approvals as approvals_
-from admission.core import approvalseal
-from admission.core import names
 from admission.core.approvals import Approval
 from admission.core.calendarentries import CalendarEntry, CalendarGuard, keeper_calendars
 from admission.core.cron import ScheduleError, zone
 from admission.core.objects import metadata, namespace_of, object_key
 from admission.core.schedule import Entry, parse_entry
 from admission.core.timefmt import format_duration, parse_duration, parse_time
-
 
 MAX_ENTRIES = 32  # schedule entries of one gate, over all its GateKeepers
 MAX_GATE_DURATION = timedelta(days=100 * 365)  # spec.window, spec.interval

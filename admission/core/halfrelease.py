@@ -12,7 +12,8 @@ commit, which then waits at the Git source the automation pushes to, if that is 
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from admission.core import content
 from admission.core.contentkinds import generated_chart_name

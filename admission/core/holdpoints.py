@@ -13,11 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from admission.core import approvals
-from admission.core import content
-from admission.core import holdmessage
-from admission.core import kinds
-from admission.core import names
+from admission.core import approvals, content, holdmessage, kinds, names
 from admission.core.conditions import (
     conditions_of,
     find,

@@ -73,5 +73,5 @@ def _walk(a: object, b: object) -> bool:
             continue
         if list(map(type, xs)) != list(map(type, ys)):
             return False  # a bool for an int, an int for a float: found without a step each
-        stack.extend(zip(xs, ys))
+        stack.extend(zip(xs, ys, strict=True))
     return True

@@ -11,8 +11,9 @@ from admission.core.contentkinds import (
     ATTEMPTED_REVISION,
     CHART_ARTIFACT,
     LATEST_IMAGE,
+    Artifact,
+    ContentKind,
 )
-from admission.core.contentkinds import Artifact, ContentKind
 
 
 @dataclass(frozen=True)

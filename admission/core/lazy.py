@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Callable, Generic, TypeVar, cast
+from collections.abc import Callable
+from typing import Generic, TypeVar, cast
 
 T = TypeVar("T")
 
@@ -20,7 +21,7 @@ class Lazy(Generic[T]):
         self._known = False
 
     @classmethod
-    def of(cls, value: T) -> "Lazy[T]":
+    def of(cls, value: T) -> Lazy[T]:
         """A value known already."""
         known = cls(lambda: value)
         known._value, known._known = value, True

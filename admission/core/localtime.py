@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import functools
-from datetime import date, datetime, time, timedelta, timezone, tzinfo
-
-UTC = timezone.utc
+import itertools
+from datetime import UTC as UTC  # re-exported: the core's modules name UTC from here
+from datetime import date, datetime, time, timedelta, tzinfo
 
 
 def wall_instant(day: date, hour: int, minute: int, tz: tzinfo) -> datetime | None:
@@ -70,7 +70,7 @@ def unsteady_days(year: int, tz: tzinfo) -> tuple[date, ...]:
     months = [date(year, m, 1) for m in range(1, 13)] + [date(year + 1, 1, 1)]
     offsets = [tz.utcoffset(datetime.combine(m, time(12))) for m in months]
     days: set[date] = set()
-    for (lo, before), (hi, after) in zip(zip(months, offsets), zip(months[1:], offsets[1:])):
+    for (lo, before), (hi, after) in itertools.pairwise(zip(months, offsets, strict=True)):
         if before == after:
             continue
         while (hi - lo).days > 1:  # the offset at noon is ``before`` on lo and ``after`` on hi

@@ -26,14 +26,11 @@ API server to the Python predicate.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
-from admission.core import approvals
-from admission.core import content
-from admission.core import kinds
-from admission.core import names
+from admission.core import approvals, content, kinds, names
 from admission.core.objects import annotations as annotations_of
 
 VALIDATE = "validate"
@@ -65,13 +62,13 @@ class Part:
     cel: str
     test: Callable[[Request], bool]
 
-    def __or__(self, other: "Part") -> "Part":
+    def __or__(self, other: Part) -> Part:
         return Part(f"{self.cel} ||\n{other.cel}", lambda r: self.test(r) or other.test(r))
 
-    def __invert__(self) -> "Part":
+    def __invert__(self) -> Part:
         return Part(f"!({self.cel})", lambda r: not self.test(r))
 
-    def __and__(self, other: "Part") -> "Part":
+    def __and__(self, other: Part) -> Part:
         return Part(f"({self.cel}) &&\n({other.cel})", lambda r: self.test(r) and other.test(r))
 
 

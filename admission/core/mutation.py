@@ -11,9 +11,7 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from admission.core import holdpoints
-from admission.core import kinds
-from admission.core import names
+from admission.core import holdpoints, kinds, names
 from admission.core.decision import ALLOWED, Context, Decision, decide
 from admission.core.objects import Object, status_of
 from admission.core.references import suspension_of

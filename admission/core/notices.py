@@ -18,8 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from admission.core import holdmessage
-from admission.core import names
+from admission.core import holdmessage, names
 from admission.core.conditions import holding_condition
 from admission.core.decision import Lookup, own_hold
 from admission.core.gates import GateState

@@ -5,16 +5,14 @@ pending`` prints and the board shows, and what ``approve`` writes an approval of
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any
 
-from admission.core import approvalrecord
-from admission.core import approvals
-from admission.core import approvalview
-from admission.core import content
-from admission.core import halfrelease
+from admission.core import approvalrecord, approvals, approvalview, content, halfrelease
 from admission.core.conditions import holding_condition
-from admission.core.objects import annotations as annotations_of, label, metadata
+from admission.core.objects import annotations as annotations_of
+from admission.core.objects import label, metadata
 
 
 class NothingToApprove(Exception):

@@ -23,7 +23,6 @@ from urllib.parse import urlsplit
 from admission.core.cron import ScheduleError, zone
 from admission.core.timefmt import format_duration, format_time, parse_duration
 
-
 ACTIONS = ("closed", "opened")
 MAX_CALENDARS = 4  # per GateKeeper: the CRD's maxItems
 MAX_URL = 2048

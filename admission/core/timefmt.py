@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import re
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 
-UTC = timezone.utc
 # No instant we read may be this late: a toggle, an approval's expiry or a calendar's interval
 # dated near year 9999 would overflow the arithmetic every reader does with it (a toggle plus its
 # window, a search from it), and one such value would break every gate's metrics and calendars.

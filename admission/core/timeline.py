@@ -12,7 +12,6 @@ from admission.core.gatespec import CompiledGate
 from admission.core.localtime import UTC
 from admission.core.schedule import Entry
 
-
 MAX_INTERVAL_STEPS = 5000  # bound on change points examined for one calendar
 
 

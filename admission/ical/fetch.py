@@ -58,6 +58,9 @@ class Policy:
     allowed_networks: tuple[Network, ...] = ()  # non-public networks that may be fetched from
 
 
+DEFAULT_POLICY = Policy()  # the bounds when the operator gives none (frozen: one serves all)
+
+
 @dataclass(frozen=True)
 class Auth:
     """Credentials and trust for one feed (from Secrets in the GateKeeper's namespace)."""
@@ -203,7 +206,7 @@ def _tls(ca_pem: bytes | None) -> ssl.SSLContext:
 def _check(url: str, allow_http: bool, auth: Auth) -> SplitResult:
     parts = urlsplit(url)
     try:
-        parts.port
+        _ = parts.port  # reading it checks it: a port that is not one raises
     except ValueError as err:
         raise FetchError(f"bad URL: {err}") from None
     if parts.scheme == "http" and not allow_http:

@@ -20,14 +20,13 @@ import re
 import subprocess
 import sys
 from dataclasses import dataclass
-from datetime import date, datetime, time, timedelta, timezone, tzinfo
+from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from zoneinfo import ZoneInfo
 
 from admission.core import names
 from admission.core.subscriptions import MAX_INTERVALS, MAX_SUMMARY, MAX_UID, FeedEvent, clean
 from admission.core.timefmt import format_distinct_time, parse_time
 
-UTC = timezone.utc
 MAX_EXAMINED = 20 * MAX_INTERVALS  # occurrences looked at (filtered out or kept)
 CPU_SECONDS = 20  # the child's CPU limit
 MEMORY_BYTES = (
@@ -120,7 +119,7 @@ def expand(
         calendar = icalendar.Calendar.from_ical(body)
     except MemoryError:
         raise
-    except Exception as err:  # icalendar raises ValueError, and worse, on malformed input
+    except Exception as err:  # noqa: BLE001 (icalendar raises ValueError, and worse, on malformed input)
         raise ParseError(f"not an iCalendar feed: {clean(err, 300)}") from None
     if getattr(calendar, "name", "") != "VCALENDAR":
         raise ParseError("not an iCalendar feed: no VCALENDAR")
@@ -166,7 +165,7 @@ def expand(
                 events.append(FeedEvent(first, last, clean(key[0], MAX_UID), clean(title, MAX_SUMMARY)))
     except (ParseError, MemoryError):
         raise
-    except Exception as err:  # a series that cannot be expanded: the whole feed is unusable
+    except Exception as err:  # noqa: BLE001 (a series that cannot be expanded: the whole feed is unusable)
         raise ParseError(
             f"the feed's events cannot be read: {type(err).__name__}: {clean(err, 300)}"
         ) from None

@@ -6,14 +6,12 @@ import logging
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from admission.core import approvalrecord
-from admission.core import approvals
-from admission.core import content
-from admission.core import names
+from admission.core import approvalrecord, approvals, content, names
 from admission.core.gates import GateState
-from admission.core.objects import annotations as annotations_of, mapping, metadata
-from admission.kube.client import CALL_ERRORS, describe_error
+from admission.core.objects import annotations as annotations_of
+from admission.core.objects import mapping, metadata
 from admission.core.timefmt import format_distinct_time, format_duration
+from admission.kube.client import CALL_ERRORS, describe_error
 
 if TYPE_CHECKING:
     from kubernetes import client

@@ -26,26 +26,24 @@ more than once) makes one write, whichever worker or replica gets there first.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
+from collections.abc import Callable
 from datetime import datetime
-from typing import Callable
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from admission.clock import utcnow
-from admission.core import content
-from admission.core import holdpoints
-from admission.core import kinds
-from admission.core import names
+from admission.core import content, holdpoints, kinds, names
 from admission.core.decision import Context, Lookup, Settings, standing
 from admission.core.objects import label, metadata
 from admission.core.references import is_namespace, is_object_name
 from admission.core.review import AdmissionRequest, subject
-from admission.kube.fluxobjects import read_stored
 from admission.kube.denials import DenialQueue
+from admission.kube.fluxobjects import read_stored
 from admission.kube.limits import READS_PER_NAMESPACE
 from admission.observability.metrics import ATTEMPTS_SHOWN
 from admission.store import Sources
@@ -176,5 +174,7 @@ class DeniedAttempts(DenialQueue[Key, Denied]):
             if item is None:
                 return
             key, attempt = item
-            shown = self.shown(lambda: self.show(key, attempt), log, "denied attempt not shown", label(*key))
+            shown = self.shown(
+                functools.partial(self.show, key, attempt), log, "denied attempt not shown", label(*key)
+            )
             ATTEMPTS_SHOWN.labels(shown).inc()

@@ -26,17 +26,25 @@ import logging
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from datetime import datetime, timedelta
-from typing import Any, Callable
-
+from typing import Any
 
 from admission.clock import utcnow
 from admission.core import names
 from admission.core.conditions import find, transition_time
 from admission.core.cron import ScheduleError
-from admission.core.feedschedule import SLOW_FETCH, Feed, due_from_status, is_slow, namespace_cap
-from admission.core.feedschedule import next_due, next_wake, start_order
+from admission.core.feedschedule import (
+    SLOW_FETCH,
+    Feed,
+    due_from_status,
+    is_slow,
+    namespace_cap,
+    next_due,
+    next_wake,
+    start_order,
+)
 from admission.core.objects import metadata, object_key
 from admission.core.subscriptions import (
     HORIZON,
@@ -47,14 +55,13 @@ from admission.core.subscriptions import (
     status_entry,
 )
 from admission.core.timefmt import parse_time
-from admission.kube.client import CALL_ERRORS, describe_error
-from admission.ical.fetch import Auth, FetchError, Policy, fetch
+from admission.ical.fetch import DEFAULT_POLICY, Auth, FetchError, Policy, fetch
 from admission.ical.parse import ParseError, parse_in_child
+from admission.kube.client import CALL_ERRORS, describe_error
 
 log = logging.getLogger("admission.calendars")
-MIN_INTERVAL = timedelta(
-    seconds=30
-)  # the shortest interval the controller fetches a feed at (--calendar-min-interval)
+# The shortest interval the controller fetches a feed at (--calendar-min-interval).
+MIN_INTERVAL = timedelta(seconds=30)
 REPARSE_AFTER = timedelta(hours=12)  # a feed is fetched without validators (and parsed again) this often,
 # so its intervals keep reaching HORIZON ahead although it has not changed
 WORKERS = 4  # fetches at once; one namespace's slow ones hold at most namespace_cap(WORKERS) of them
@@ -76,7 +83,7 @@ class CalendarSync:
         keepers: Callable[[], list[dict]],
         *,
         clock: Callable[[], datetime] = utcnow,
-        policy: Policy = Policy(),
+        policy: Policy = DEFAULT_POLICY,
         min_interval: timedelta = MIN_INTERVAL,
         horizon: timedelta = HORIZON,
         event: Callable[[dict, str, str, datetime, str], None] | None = None,

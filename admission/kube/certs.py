@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import base64
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from admission.pki import approvalkey, certs
 from admission.kube.webhookconfig import ca_bundle
+from admission.pki import approvalkey, certs
 
 WEBHOOK_CONFIGURATION = "gate-admission"
 

@@ -18,25 +18,25 @@ from datetime import datetime, timedelta
 from kubernetes import client
 
 from admission.clock import utcnow
-from admission.core import content
-from admission.core import names
+from admission.core import content, names
+from admission.core.conditions import holding_condition
 from admission.core.cron import ScheduleError, parse_cron
 from admission.core.decision import Context, active_holds
 from admission.core.gates import GateState
 from admission.core.kinds import BY_KIND, FLUX_KINDS
-from admission.core.conditions import holding_condition
 from admission.core.notices import Notice, notice
-from admission.core.objects import annotations as annotations_of, label, metadata, object_key
+from admission.core.objects import annotations as annotations_of
+from admission.core.objects import label, metadata, object_key
 from admission.core.references import policy_of, suspension_of
+from admission.core.status import gate_status, status_differs, transition_message, was_open
+from admission.core.timefmt import format_distinct_time, format_time, parse_duration
 from admission.kube.approvallanding import ApprovalLanding, Key, kind_key
 from admission.kube.calendarsync import CalendarSync
 from admission.kube.client import CALL_ERRORS, describe_error
 from admission.kube.events import core_event, post_event
-from admission.kube.notifications import FluxNotifier
-from admission.core.status import gate_status, status_differs, transition_message, was_open
 from admission.kube.fluxcache import FluxCache
+from admission.kube.notifications import FluxNotifier
 from admission.kube.reflector import ClusterStore
-from admission.core.timefmt import format_distinct_time, format_time, parse_duration
 
 log = logging.getLogger("admission.controller")
 COMPONENT = "gate-admission-controller"  # the source of transition Events

@@ -6,7 +6,8 @@ from __future__ import annotations
 import logging
 import os
 from collections import OrderedDict
-from typing import Callable, Generic, TypeVar
+from collections.abc import Callable
+from typing import Generic, TypeVar
 
 from admission.background import BackgroundThread
 from admission.kube.client import CALL_ERRORS, describe_error

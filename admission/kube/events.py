@@ -16,29 +16,30 @@ workers and replicas that deny the same change share one Event instead of racing
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Callable, cast
+from typing import Any, cast
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from admission.clock import utcnow
-from admission.core import holdpoints
-from admission.core import kinds
-from admission.core import names
+from admission.core import holdpoints, kinds, names
 from admission.core.decision import Context, Lookup, Settings, standing
-from admission.core.objects import annotations as annotations_of, label, metadata
+from admission.core.objects import annotations as annotations_of
+from admission.core.objects import label, metadata
 from admission.core.references import is_namespace, is_object_name
 from admission.core.review import AdmissionRequest, subject
 from admission.core.timefmt import format_time
 from admission.kube.client import CALL_ERRORS, describe_error
-from admission.kube.fluxobjects import read_stored
 from admission.kube.denials import DenialQueue
+from admission.kube.fluxobjects import read_stored
 from admission.kube.limits import MAX_KEYS, READS_PER_NAMESPACE, WindowCounts
 from admission.observability.metrics import EVENTS
 from admission.store import Sources, StaticSources
@@ -311,7 +312,9 @@ class DenialEvents(DenialQueue[Key, int]):
                 key, repeats = item
                 named = label(*key[:3])
                 EVENTS.labels(
-                    self.shown(lambda: self.show(key, repeats), log, "denial event not recorded", named)
+                    self.shown(
+                        functools.partial(self.show, key, repeats), log, "denial event not recorded", named
+                    )
                 ).inc()
             if time.monotonic() - last_flush >= self.flush_every:
                 last_flush = time.monotonic()

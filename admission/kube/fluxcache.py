@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
@@ -46,9 +46,9 @@ def _key(obj: dict) -> Key:
 class _KindReflector(Reflector):
     """One Flux kind: the gate reflector's loop, at the first version the API server serves."""
 
-    store: "FluxCache"
+    store: FluxCache
 
-    def __init__(self, cache: "FluxCache", row: FluxKind):
+    def __init__(self, cache: FluxCache, row: FluxKind):
         super().__init__(cache, row.plural)
         self.row = row
         self.group, self.version = row.group, None

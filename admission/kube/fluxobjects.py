@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Callable, TypeVar, cast
+from collections.abc import Callable
+from typing import TypeVar, cast
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException

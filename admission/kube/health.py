@@ -13,10 +13,10 @@ import selectors
 import socket
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import orjson
-
 
 LOOPBACK = "127.0.0.1"  # probes from this host only, unless given the address they come to (the Pod IP)
 READ_TIMEOUT = 5.0  # seconds a connection may take to send its request head
@@ -114,7 +114,7 @@ class HealthServer:
         if parts[1] == b"/readyz":
             try:
                 ready, detail = self.readiness()
-            except Exception as err:  # the one answering thread must outlive a failing check
+            except Exception as err:  # noqa: BLE001 (the one answering thread must outlive a failing check)
                 return 503, {"ready": False, "error": f"{type(err).__name__}: {err}"}
             return (200 if ready else 503), {"ready": ready, **detail}
         return 404, {"error": "not found"}

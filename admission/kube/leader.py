@@ -7,10 +7,10 @@ import threading
 from datetime import timedelta
 
 from kubernetes import client
+from kubernetes.client.rest import ApiException
 
 from admission.clock import utcnow
 from admission.core.timefmt import format_distinct_time
-from kubernetes.client.rest import ApiException
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ class LeaderElector:
                     "lease not renewed", extra={"lease": self.name, "error": f"{err.status} {err.reason}"}
                 )
                 leader = False
-            except Exception as err:  # conflicts and outages: not the leader until a renewal works
+            except Exception as err:  # noqa: BLE001 (outages, and anything else: not the leader until a renewal works; a dead loop would stay leader)
                 log.warning("lease not renewed", extra={"lease": self.name, "error": str(err)})
                 leader = False
             if leader and not self.is_leader.is_set():
@@ -135,5 +135,5 @@ class LeaderElector:
                     self.api.patch_namespaced_lease(
                         self.name, self.namespace, {"spec": {"holderIdentity": None, "renewTime": None}}
                     )
-            except Exception:
+            except Exception:  # noqa: BLE001 (the lease lapses by itself: releasing it only saves time)
                 pass

@@ -7,8 +7,9 @@ import logging
 import random
 import threading
 import time
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, Callable, Sequence, cast
+from typing import Any, cast
 
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
@@ -16,7 +17,8 @@ from urllib3.exceptions import ProtocolError
 
 from admission.core import names
 from admission.core.gates import GateState, unknown
-from admission.core.objects import annotations as annotations_of, metadata, object_key
+from admission.core.objects import annotations as annotations_of
+from admission.core.objects import metadata, object_key
 from admission.store.index import GateIndex
 
 log = logging.getLogger(__name__)
@@ -65,7 +67,7 @@ class Reflector:
     group: str = names.GATING_GROUP
     version: str | None = names.GATING_VERSION
 
-    def __init__(self, store: "Reflecting", plural: str):
+    def __init__(self, store: Reflecting, plural: str):
         self.store, self.plural = store, plural
         self.synced = False
         self.connected_since: float | None = None
@@ -168,7 +170,7 @@ class Reflector:
                 # The API server ends each watch after timeoutSeconds, not always cleanly. Resume
                 # from where we were; if it is really gone, the next call says so.
                 self.store._stopped.wait(0.05)
-            except Exception as err:  # connection refused, reset, timeouts
+            except Exception as err:  # noqa: BLE001 (refused, reset, timeouts, and what the client may raise: the watch goes on)
                 self._failed(f"{type(err).__name__}: {err}", backoff)
 
     def _failed(self, why: str, backoff: Backoff) -> None:
@@ -179,7 +181,7 @@ class Reflector:
         self.store._stopped.wait(backoff.next())
 
 
-def untrusted_reason(what: str, reflectors: Sequence["Reflector"], stale_after: float) -> str | None:
+def untrusted_reason(what: str, reflectors: Sequence[Reflector], stale_after: float) -> str | None:
     """Why a cache kept by ``reflectors`` cannot be trusted now (not listed yet, or no proof
     for ``stale_after`` seconds that its watch works), or None. One rule for every cache."""
     now = time.monotonic()
@@ -200,7 +202,7 @@ def untrusted_reason(what: str, reflectors: Sequence["Reflector"], stale_after: 
 class _GateReflector(Reflector):
     """Gates or GateKeepers, into the cluster store's index."""
 
-    store: "ClusterStore"
+    store: ClusterStore
 
     def _apply(self, kind: str, obj: dict) -> None:
         index = self.store.index
@@ -222,7 +224,7 @@ class _GateReflector(Reflector):
 class Reflecting:
     """A cache kept by ``self.reflectors``: runs each in a daemon thread and stops their watches."""
 
-    reflectors: Sequence["Reflector"]
+    reflectors: Sequence[Reflector]
     api: client.CustomObjectsApi
     stale_after: float
     _threads: list[threading.Thread]

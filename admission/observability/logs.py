@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -23,7 +23,7 @@ class JSONFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, object] = {
             "level": record.levelname.lower(),
-            "ts": format_log_time(datetime.fromtimestamp(record.created, timezone.utc)),
+            "ts": format_log_time(datetime.fromtimestamp(record.created, UTC)),
             "logger": record.name,
             "msg": record.getMessage(),
         }

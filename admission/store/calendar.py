@@ -15,14 +15,14 @@ from datetime import date, datetime, time, timedelta, tzinfo
 from typing import Any, NamedTuple
 
 from admission.core import names
+from admission.core.calendarentries import CalendarEntry
 from admission.core.controls import escaped
 from admission.core.gates import evaluate
 from admission.core.gatespec import CompiledGate
-from admission.core.references import is_name, is_namespace
-from admission.core.calendarentries import CalendarEntry
-from admission.core.timeline import Interval, intervals, time_zone
 from admission.core.objects import object_key
+from admission.core.references import is_name, is_namespace
 from admission.core.timefmt import format_distinct_time, format_label, format_time, parse_time
+from admission.core.timeline import Interval, intervals, time_zone
 from admission.store.index import GateIndex
 
 MAX_DAYS = 366

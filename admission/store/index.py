@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from admission.core.gates import GateState, evaluate, invalid, not_found, unknown
 from admission.core.gatespec import CompiledGate, compile_gate

@@ -6,7 +6,8 @@ Aliases (``*name``) are refused: a few hundred bytes of nested aliases expand to
 
 from __future__ import annotations
 
-from typing import Any, Iterator, TypeGuard
+from collections.abc import Iterator
+from typing import Any, TypeGuard
 
 import yaml
 from yaml.composer import ComposerError

@@ -4,32 +4,29 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import orjson
 from flask import Blueprint, Flask, Response, request
 from werkzeug.exceptions import HTTPException
 from werkzeug.middleware.dispatcher import DispatcherMiddleware
 
-from admission.webhook import handlers
-from admission.observability import logs
-from admission.observability import metrics
-from admission.core import kinds
-from admission.core import names
+from admission.clock import utcnow
+from admission.core import kinds, names
 from admission.core.decision import CONTENT, Context, Settings, not_judged
 from admission.core.review import AdmissionRequest, AdmissionReview
-from admission.webhook.handlers import Handler, Outcome
-from admission.webhook import calendar_route
+from admission.observability import logs, metrics
+from admission.store import GateStore, Sources
+from admission.webhook import calendar_route, handlers
 from admission.webhook.feeds import FIRST_WAIT, CalendarFeeds
+from admission.webhook.handlers import Handler, Outcome
 from admission.webhook.receiver import TokenFile
 from admission.webhook.responses import json_response
 from admission.webhook.review import ReviewError, allowed, complete, errored, parse_review
 from admission.webhook.target import BOARD_PATH, NOT_ONE_SPELLING, request_path
-from admission.clock import utcnow
-from admission.store import GateStore, Sources
 
 if TYPE_CHECKING:  # the WSGI types of PEP 3333, as typeshed spells them
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment

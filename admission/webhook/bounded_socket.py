@@ -5,7 +5,8 @@ from __future__ import annotations
 import errno
 import ssl
 import time
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:  # typeshed's names for what ssl.SSLSocket reads into and writes
     from _typeshed import ReadableBuffer, WriteableBuffer

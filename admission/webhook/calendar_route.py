@@ -4,8 +4,8 @@ read-only, for calendar apps and for spoke clusters' GateKeepers; the bodies com
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
-from typing import Callable
 
 from flask import Blueprint, Response, request
 

@@ -6,8 +6,9 @@ import selectors
 import socket
 import ssl
 import time
+from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import orjson
 

@@ -38,8 +38,9 @@ import sys
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from datetime import datetime
-from typing import IO, Any, Callable
+from typing import IO, Any
 
 import orjson
 
@@ -239,7 +240,7 @@ class CalendarFeeds:
             built: tuple[Feed, int] | None
             try:
                 built, failure = self._build(query), None
-            except Exception as err:  # the child failed or timed out: say so, keep serving the rest
+            except Exception as err:  # noqa: BLE001 (the child failed or timed out: say so, keep serving the rest)
                 built, failure = None, str(err)
                 if self._closed:
                     return  # close() ended this build
@@ -433,7 +434,7 @@ def serve_builds(requests: int, answers: int) -> None:
             return
         try:
             answer = _BUILT + build(orjson.loads(request))
-        except Exception as err:  # a gate the calendar cannot handle: the worker reports it
+        except Exception as err:  # noqa: BLE001 (a gate the calendar cannot handle: the worker reports it)
             answer = _FAILED + f"{type(err).__name__}: {err}".encode()
         _write_message(answers, answer, None)
 

@@ -5,11 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from admission.core import approvalreview
-from admission.core import holdpoints
-from admission.core import matching
-from admission.core import mutation
-from admission.core import names
+from admission.core import approvalreview, holdpoints, matching, mutation, names
 from admission.core.decision import ALLOWED, Context, Decision, decide
 from admission.core.review import AdmissionRequest, AdmissionResponse
 from admission.webhook.review import allowed, denied, patched

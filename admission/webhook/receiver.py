@@ -23,16 +23,15 @@ import struct
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
-from pathlib import Path
+from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any
 
 import orjson
 from flask import Blueprint, Response, request
 
-from admission.core import approvals
-from admission.core import names
+from admission.core import approvals, names
 from admission.core.references import is_namespace, is_object_name
 from admission.core.toggles import ACTIONS, refuse_controls, toggle_patch
 from admission.store.sharedslots import SharedSlots

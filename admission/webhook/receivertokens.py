@@ -21,8 +21,8 @@ import hmac
 import logging
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import yaml
 

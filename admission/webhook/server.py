@@ -6,7 +6,8 @@ import errno
 import logging
 import socket
 import sys
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from flask import Flask
 from gunicorn import glogging
@@ -113,7 +114,7 @@ class Server(BaseApplication):
             self.load_default_config()
             self.load_config()
             self.cfg.validate()
-        except Exception as err:
+        except Exception as err:  # noqa: BLE001 (gunicorn's settings raise what their validators do)
             logging.getLogger("gunicorn.error").error(f"configuration refused: {err}")
             sys.exit(1)
 

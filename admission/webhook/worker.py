@@ -22,7 +22,7 @@ import time
 from functools import partial
 
 from admission.webhook.bounded_socket import IO_SECONDS, BoundedSSLSocket
-from admission.webhook.connections import ConnectionEnds, Conn
+from admission.webhook.connections import Conn, ConnectionEnds
 from admission.webhook.framing import Refused, framing
 from admission.webhook.gthread_seam import GthreadSeam
 from admission.webhook.target import admit

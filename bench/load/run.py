@@ -53,7 +53,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -280,7 +280,11 @@ def rewrite_for(count: int, copies: int, originals: list[tuple[str, bytes]]) -> 
             mapping[name] = f"g{4 * j + STAND_IN.get(name, k % 4):05d}"
         pattern = re.compile(r"(?<![A-Za-z0-9-])(" + "|".join(map(re.escape, names)) + r")(?![A-Za-z0-9-])")
         for label, body in originals:
-            text = pattern.sub(lambda m: mapping[m.group(1)], body.decode()) if names else body.decode()
+            text = (
+                pattern.sub(lambda m, mapping=mapping: mapping[m.group(1)], body.decode())
+                if names
+                else body.decode()
+            )
             doc = json.loads(text)
             missing = {
                 f"{ns}/{n}"
@@ -407,9 +411,9 @@ def wait_ready(variant: Variant, context: ssl.SSLContext, expected_workers: int,
 
 def oracle(gates_dir: Path):
     """The same Flask app, in process, on the same gates: the verdicts the server must give."""
-    from admission.webhook.app import create_app
     from admission.core.decision import Settings
     from admission.store.files import FileStore
+    from admission.webhook.app import create_app
 
     return create_app(FileStore(gates_dir), Settings()).test_client()
 
@@ -418,7 +422,7 @@ def check_variant(variant: Variant, context: ssl.SSLContext) -> str:
     """Post every body once; check status, shape, uid and verdict. Return a one-line summary."""
     client = oracle(variant.gates_dir) if variant.gates_dir else None
     denied = 0
-    for attempt in range(2):  # a gate can flip at a minute boundary between server and oracle
+    for _attempt in range(2):  # a gate can flip at a minute boundary between server and oracle
         problems, denied = [], 0
         for label, body in variant.bodies:
             review = json.loads(body)
@@ -931,7 +935,7 @@ def main(argv: list[str] | None = None) -> int:
         if argv is None
         else shlex.join(argv)
     )
-    started = datetime.now(timezone.utc)
+    started = datetime.now(UTC)
     code = code_version()  # read before the servers start: what they run
     if args.py_spy:
         args.py_spy = args.py_spy / started.strftime("%Y%m%dT%H%M%SZ")  # this run's stacks only

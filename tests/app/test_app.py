@@ -8,8 +8,8 @@ import copy
 import jsonpatch
 import orjson
 
-from admission.webhook.app import MAX_BODY, create_app
 from admission.core.decision import Settings
+from admission.webhook.app import MAX_BODY, create_app
 from tests.builders import FLUX_USER, changed, flux, gate, request, review
 from tests.conftest import FIXED_NOW
 

@@ -12,13 +12,14 @@ import hashlib
 import html
 import re
 from base64 import b64encode
-from datetime import timedelta, timezone
+from datetime import UTC, timedelta
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from admission.board.app import MAX_BODY, create_app, loopback_hosts
 from admission.board.model import Refused, Snapshot
@@ -91,7 +92,7 @@ def nightly() -> list[dict]:
 
 
 def client_of(source: Any, actions: Any, **kw: Any):
-    app = create_app(source, actions, timezone.utc, lambda: FIXED_NOW, hosts=loopback_hosts(PORT), **kw)
+    app = create_app(source, actions, UTC, lambda: FIXED_NOW, hosts=loopback_hosts(PORT), **kw)
     app.testing = True
     return app.test_client()
 
@@ -258,9 +259,7 @@ def test_a_request_naming_another_host_is_refused_whatever_it_asks(source, host)
 
 def test_on_port_80_the_host_a_browser_sends_without_the_port_is_answered(source):
     # A browser leaves the scheme's default port out of Host and Origin.
-    app = create_app(
-        source, RecordingActions(), timezone.utc, lambda: FIXED_NOW, hosts=loopback_hosts(80), csrf="t"
-    )
+    app = create_app(source, RecordingActions(), UTC, lambda: FIXED_NOW, hosts=loopback_hosts(80), csrf="t")
     client = app.test_client()
     for host in ("127.0.0.1", "localhost", "[::1]", "127.0.0.1:80"):
         assert get(client, "/", host=host).status_code == 200, host
@@ -275,7 +274,7 @@ def test_on_port_80_the_host_a_browser_sends_without_the_port_is_answered(source
 
 
 def test_a_board_served_before_its_port_is_known_answers_no_host(source):
-    app = create_app(source, RecordingActions(), timezone.utc, lambda: FIXED_NOW)
+    app = create_app(source, RecordingActions(), UTC, lambda: FIXED_NOW)
     assert app.test_client().get("/", headers={"Host": HOST}).status_code == 403
 
 
@@ -537,7 +536,7 @@ def test_the_fragment_stays_not_modified_while_only_seconds_pass(source, days):
     app = create_app(
         source,
         RecordingActions(),
-        timezone.utc,
+        UTC,
         lambda: FIXED_NOW + timedelta(seconds=next(seconds)),
         hosts=loopback_hosts(PORT),
     )

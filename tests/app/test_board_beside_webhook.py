@@ -54,6 +54,9 @@ class Listing:
         return self._untrusted
 
 
+HELD_LISTING = Listing(HELD)  # read, never changed: one serves every board built
+
+
 @pytest.fixture
 def make(gates_dir, tmp_path):
     """The webhook's app over GATES with the board on (``flux_objects``: the worker's Flux
@@ -63,7 +66,7 @@ def make(gates_dir, tmp_path):
     made = []
 
     def build(
-        flux_objects: Listing | None = Listing(HELD),
+        flux_objects: Listing | None = HELD_LISTING,
         token: str | None = None,
         store=None,
         clock=lambda: FIXED_NOW,

@@ -9,9 +9,9 @@ import orjson
 import pytest
 
 from admission.core import names
+from admission.core.decision import Settings
 from admission.core.subscriptions import parse_calendar
 from admission.store.files import FileStore
-from admission.core.decision import Settings
 from admission.webhook.app import create_app
 from tests.app.test_calendar import NOW, events, fetch
 from tests.builders import changed, flux, gate, keeper, request, review

@@ -6,17 +6,17 @@ import functools
 import subprocess
 import sys
 import threading
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from icalendar import Calendar
 
 from admission.core import names
-from admission.webhook import feeds
-from admission.webhook.app import create_app
 from admission.core.decision import Settings
 from admission.store.files import FileStore
 from admission.store.index import GateIndex
+from admission.webhook import feeds
+from admission.webhook.app import create_app
 from tests.builders import at, gate, keeper
 from tests.conftest import write_gates
 from tests.polling import until, wait_for
@@ -93,7 +93,7 @@ def test_the_feed_has_one_event_per_closed_interval_in_the_gates_time_zone(clien
     response = fetch(client, "/calendar.ics?namespace=flux-system")
     assert response.content_type == "text/calendar; charset=utf-8"
     got = events(response.data)
-    assert [(s, a.astimezone(timezone.utc), b.astimezone(timezone.utc)) for s, a, b in got] == [
+    assert [(s, a.astimezone(UTC), b.astimezone(UTC)) for s, a, b in got] == [
         (
             "Gate flux-system/change-freeze closed",
             at("2026-12-19T23:00"),

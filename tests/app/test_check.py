@@ -10,7 +10,8 @@ from pathlib import Path
 import orjson
 import pytest
 import yaml
-from hypothesis import HealthCheck, event, given, settings as hsettings
+from hypothesis import HealthCheck, event, given
+from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from admission.cli import check, kubectl_gate
@@ -79,7 +80,7 @@ ALICE = user_info("alice", ["developers"])
 
 @pytest.fixture
 def webhook(gates_dir):
-    return lambda gates, settings=Settings(): Webhook(gates_dir, gates, settings)
+    return lambda gates, settings=None: Webhook(gates_dir, gates, settings or Settings())
 
 
 def test_an_unchanged_or_relabelled_live_object_is_allowed_while_its_gate_is_closed(webhook):

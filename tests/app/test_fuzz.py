@@ -10,9 +10,10 @@ from __future__ import annotations
 import base64
 import copy
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import jsonpatch
 import orjson
@@ -20,12 +21,11 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from admission.core import kinds
-from admission.core import names
-from admission.webhook.app import MAX_BODY, create_app
+from admission.core import kinds, names
 from admission.core.decision import Settings
-from admission.webhook.review import API_VERSIONS, MAX_MESSAGE, OPERATIONS
 from admission.store.files import FileStore
+from admission.webhook.app import MAX_BODY, create_app
+from admission.webhook.review import API_VERSIONS, MAX_MESSAGE, OPERATIONS
 from tests.builders import FLUX_API, FLUX_KINDS, changed, flux, gate, keeper, request, review
 from tests.conftest import FIXED_NOW, write_gates
 
@@ -191,6 +191,7 @@ USERS = [
 ]
 GROUPS = ["system:authenticated", "developers", EXEMPT_GROUP]
 GATED_GROUPS = {kind: FLUX_API[kind].partition("/")[0] for kind in FLUX_KINDS}
+FLUX_KIND = st.sampled_from(FLUX_KINDS)
 # Kinds we do not gate: other groups, other kinds in Flux groups, near misses in case and spacing.
 UNGATED_KINDS = [
     ("apps", "v1", "Deployment"),
@@ -330,7 +331,7 @@ def _near(obj: dict, draw) -> dict:
 
 
 @st.composite
-def gated_reviews(draw, kinds=st.sampled_from(FLUX_KINDS)) -> dict:
+def gated_reviews(draw, kinds=FLUX_KIND) -> dict:
     """A well-formed AdmissionReview for a gated Flux kind with random object contents."""
     kind = draw(kinds)
     operation = draw(st.sampled_from(OPERATIONS))

@@ -10,11 +10,10 @@ import jsonpatch
 import orjson
 import pytest
 
-from admission.core import conditions
-from admission.core import content
+from admission.core import conditions, content
 from admission.core.decision import Settings
-from admission.store import StaticSources
 from admission.kube.attempts import DeniedAttempts
+from admission.store import StaticSources
 from admission.store.files import FileStore
 from admission.webhook.app import create_app
 from tests.builders import FLUX_USER, changed, flux, gate, generated_chart, request, review

@@ -9,9 +9,9 @@ from datetime import timedelta
 
 from admission.clock import utcnow
 from admission.core.subscriptions import FeedEvent, parse_calendar, status_entry
+from tests.app.test_calendar import kubectl_gate
 from tests.builders import calendar_keeper, gate
 from tests.conftest import write_gates
-from tests.app.test_calendar import kubectl_gate
 
 FEED = {
     "url": "https://calendar.example.com/team/freeze.ics?private=s3cret",
@@ -86,7 +86,8 @@ def test_calendar_lists_each_gates_calendars_within_100_columns(gates_dir):
 
 
 def test_list_and_get_say_when_the_next_change_is_unknown_rather_than_none(gates_dir, monkeypatch, capsys):
-    from admission.cli import gate_commands, kubectl_gate as cli
+    from admission.cli import gate_commands
+    from admission.cli import kubectl_gate as cli
     from tests.builders import at, keeper
 
     nights = keeper(

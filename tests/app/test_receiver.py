@@ -9,17 +9,17 @@ import orjson
 import pytest
 
 from admission.core.decision import Context, Settings
-from admission.core.names import APPROVAL_ANNOTATION_PREFIX
-from admission.webhook import handlers
-from admission.webhook.app import create_app
 from admission.core.names import (
+    APPROVAL_ANNOTATION_PREFIX,
     CLOSE_ANNOTATION,
     MESSAGE_ANNOTATION,
     OPEN_ANNOTATION,
     REQUESTED_BY_ANNOTATION,
 )
-from admission.webhook.receiver import RateLimit, ReceiverTokens, TokenFile, blueprint
 from admission.store.files import FileStore
+from admission.webhook import handlers
+from admission.webhook.app import create_app
+from admission.webhook.receiver import RateLimit, ReceiverTokens, TokenFile, blueprint
 from tests.builders import APPROVAL_KEY, gate, lookup_from, request
 from tests.conftest import FIXED_NOW
 

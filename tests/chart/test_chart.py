@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from admission.cli.gate_admission import build_parser
-from tests.e2e.controlplane import assets_dir, kubectl_binary
 from tests import ROOT
+from tests.e2e.controlplane import assets_dir, kubectl_binary
 
 CHART = ROOT / "charts" / "gate-admission"
 MANIFESTS = ROOT / "manifests"

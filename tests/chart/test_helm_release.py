@@ -13,7 +13,7 @@ import base64
 import json
 import os
 import subprocess
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 import yaml
@@ -104,7 +104,7 @@ def run_the_certs_job(plane, name: str, image: str) -> None:
         timeout=60,
     )
     assert certs.returncode == 0, certs.stderr  # the chart's RBAC lets the Job's account do it
-    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     done = [
         {
             "type": kind,

@@ -9,10 +9,10 @@ import ssl
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 import yaml
 
@@ -100,7 +100,7 @@ class Window:
 class Writer(threading.Thread):
     """One identity's writes: a merge patch of ``spec.path`` on each target in turn, at ``rate``/s."""
 
-    def __init__(self, load: "WriteLoad", kubeconfig: Path, targets: list[Target], rate: float):
+    def __init__(self, load: WriteLoad, kubeconfig: Path, targets: list[Target], rate: float):
         super().__init__(daemon=True, name=f"writer-{kubeconfig.name}")
         config = yaml.safe_load(kubeconfig.read_text())
         server = config["clusters"][0]["cluster"]["server"]
@@ -168,7 +168,7 @@ class WriteLoad:
             for window in self.windows:
                 window.outcomes.append(outcome)
 
-    def __enter__(self) -> "WriteLoad":
+    def __enter__(self) -> WriteLoad:
         for writer in self.writers:
             writer.start()
         return self
@@ -217,7 +217,7 @@ def steady_load(cluster, prefix: str, rate: float) -> Iterator[WriteLoad]:
             target.name, target.namespace, gates=f"flux-system/{target.name}" if target.gated else None
         )
         applied = until(
-            lambda: cluster.kubectl("apply", "-f", "-", input=manifest, check=False),
+            lambda manifest=manifest: cluster.kubectl("apply", "-f", "-", input=manifest, check=False),
             lambda r: r.returncode == 0,
             timeout=60,
         )

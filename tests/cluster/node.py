@@ -27,7 +27,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import yaml
@@ -119,7 +119,7 @@ class HostCluster(ControlPlane):
     def _write_apiserver_cert(self) -> None:
         """A serving certificate for every name the API server is reached by, and its CA, which
         the controller-manager publishes to Pods (kube-root-ca.crt)."""
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         ca_key, ca_cert = make_ca(now, "fga-node-ca")
         names = [
             "localhost",

@@ -12,7 +12,6 @@ from tests.realflux.conftest import Cluster, condition, ready
 from tests.realflux.flux import FluxControllers, flux_dir
 from tests.realflux.test_kustomization import gate, git_repository, kustomization, manifests
 
-
 git = realflux.git  # the real-Flux tier's Git server fixture
 
 

@@ -19,6 +19,7 @@ from admission.core.names import (
     OPEN_ANNOTATION,
     RECONCILE_REQUEST_ANNOTATION,
 )
+from tests.builders import gate
 from tests.cluster.conftest import FIGURES, NS, no_webhook_pod, wait_webhook_ready
 from tests.cluster.fluxinstall import (
     Helm,
@@ -31,7 +32,6 @@ from tests.cluster.fluxinstall import (
     released,
     running_version,
 )
-from tests.builders import gate
 from tests.cluster.load import steady_load
 from tests.e2e.controlplane import ROOT
 from tests.polling import until

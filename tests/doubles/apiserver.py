@@ -126,7 +126,7 @@ class ApiServerDouble:
         )
         return path
 
-    def __enter__(self) -> "ApiServerDouble":
+    def __enter__(self) -> ApiServerDouble:
         self.thread.start()
         return self
 

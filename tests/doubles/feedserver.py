@@ -16,13 +16,14 @@ import http.server
 import socket
 import ssl
 import threading
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Callable
+
+from cryptography.hazmat.primitives import serialization
 
 from admission.clock import utcnow
 from admission.pki.certs import make_ca, make_serving_cert
-from cryptography.hazmat.primitives import serialization
 
 Handler = http.server.BaseHTTPRequestHandler
 

@@ -116,7 +116,7 @@ class NotificationControllerDouble:
         self.address = f"http://127.0.0.1:{self.server.server_address[1]}/"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
-    def __enter__(self) -> "NotificationControllerDouble":
+    def __enter__(self) -> NotificationControllerDouble:
         self.thread.start()
         return self
 

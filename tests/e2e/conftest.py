@@ -13,7 +13,6 @@ import pytest
 import yaml
 
 from admission.kube.webhookconfig import ca_bundle
-from tests.e2e.manifests import with_client_config
 from tests.conftest import write_gates
 from tests.e2e.controlplane import (
     ADMIN,
@@ -27,6 +26,7 @@ from tests.e2e.controlplane import (
     assets_dir,
     control_plane,
 )
+from tests.e2e.manifests import with_client_config
 from tests.polling import until, wait_for
 from tests.processes import BIN, GateServer, Process, free_port
 from tests.realflux.flux import flux_dir

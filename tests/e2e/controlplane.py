@@ -21,7 +21,7 @@ import sys
 import tempfile
 import urllib.request
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import yaml
@@ -29,8 +29,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from admission.pki.certs import make_ca, make_client_cert
-from tests.processes import Process, free_port, wait_for
 from tests import ROOT
+from tests.processes import Process, free_port, wait_for
 
 
 @dataclass(frozen=True)
@@ -194,7 +194,7 @@ class ControlPlane:
         return self.workdir / "webhook-client-ca.crt"
 
     def _write_webhook_client(self) -> None:
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         ca_key, ca_cert = make_ca(now, "e2e-apiserver-client-ca")
         key, cert = make_client_cert(ca_key, ca_cert, "kube-apiserver", now)
         self.webhook_client_ca.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))

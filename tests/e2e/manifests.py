@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import yaml
 
@@ -12,7 +12,7 @@ from admission.core.timefmt import format_time
 
 
 def now_rfc3339() -> str:
-    return format_time(datetime.now(timezone.utc))
+    return format_time(datetime.now(UTC))
 
 
 def _meta(

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from admission.core import names
-from tests.e2e.conftest import controller_running, own_plane, serving_the_cluster, register_webhooks
+from tests.e2e.conftest import controller_running, own_plane, register_webhooks, serving_the_cluster
 from tests.e2e.controlplane import ADMIN, FLUX
 from tests.e2e.manifests import artifact_patch, git_repository
 from tests.polling import until

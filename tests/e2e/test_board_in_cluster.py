@@ -4,9 +4,8 @@ the Flux objects its cache watches), and refusing every action."""
 
 from __future__ import annotations
 
-import yaml
-
 import pytest
+import yaml
 
 from admission.core import names
 from tests.builders import flux, gate

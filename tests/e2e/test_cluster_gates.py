@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import orjson
 import pytest
@@ -87,7 +87,7 @@ def gate_row(plane, name) -> dict:
     if len(table) < 2:
         return {}
     header = table[0].split()
-    return dict(zip(header, table[1].split(None, len(header) - 1)))
+    return dict(zip(header, table[1].split(None, len(header) - 1), strict=False))
 
 
 def test_a_toggle_opens_the_gate_within_two_seconds_and_the_window_closes_it(plane, server, controller):
@@ -232,7 +232,7 @@ def test_opening_a_gate_requests_reconciles_and_records_events(plane, server, co
         )
     )
     # Toggles are whole seconds and a tie goes to close: date the close a little in the past.
-    closed_at = format_time(datetime.now(timezone.utc) - timedelta(seconds=5))
+    closed_at = format_time(datetime.now(UTC) - timedelta(seconds=5))
     plane.kubectl(
         "annotate",
         "--overwrite",

@@ -15,7 +15,7 @@ import json
 import os
 import re
 import subprocess
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import yaml
@@ -139,7 +139,7 @@ def applied(plane, name: str, namespace: str = "apps") -> str | None:
 
 def close_gate(plane, server, name: str) -> None:
     # Toggles are whole seconds and a tie goes to close: date the close a little in the past.
-    closed_at = format_time(datetime.now(timezone.utc) - timedelta(seconds=5))
+    closed_at = format_time(datetime.now(UTC) - timedelta(seconds=5))
     plane.kubectl(
         "annotate",
         "--overwrite",

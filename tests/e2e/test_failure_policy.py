@@ -117,7 +117,7 @@ def held_while_up_then_stop(api, objects, server) -> None:
     """While the webhook is up, held sources keep their artifact and the free one moves; then it goes down."""
     for key in ("held", "strict"):
         stored = until(
-            lambda: write_status(api, objects[key], "main@sha1:bbbb"),
+            lambda key=key: write_status(api, objects[key], "main@sha1:bbbb"),
             lambda s: any(c["type"] == "Blocked" for c in s["status"].get("conditions", [])),
         )
         assert stored["status"]["artifact"]["revision"] == "main@sha1:aaaa", stored["status"]
@@ -157,7 +157,7 @@ def test_with_match_conditions_a_down_webhook_stops_only_the_writes_of_objects_t
     # Objects that reference a gate: new content and edits fail closed, labelled or not.
     for key in ("held", "strict"):
         assert names.VALIDATE_STATUS_WEBHOOK in refused(
-            lambda: write_status(api, objects[key], "main@sha1:cccc")
+            lambda key=key: write_status(api, objects[key], "main@sha1:cccc")
         )
         assert names.VALIDATE_WEBHOOK in refused(edit(plane, objects[key]))
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 import threading
+import time
 from pathlib import Path
 
 import orjson
@@ -80,7 +80,7 @@ class Writer:
                     {"metadata": {"labels": {"n": str(self.done)}}},
                 )
                 self.done += 1
-            except Exception as err:  # each one is a write a user would have seen fail
+            except Exception as err:  # noqa: BLE001 (each one is a write a user would have seen fail)
                 self.failures.append(f"{type(err).__name__}: {getattr(err, 'body', err)}"[:300])
 
     def __enter__(self):

@@ -159,12 +159,12 @@ def change(plane):
 
 def test_a_hub_toggle_reaches_every_spoke_within_one_interval(hub, spokes):
     for plane in spokes:  # the first fetch: until then the spoke's gate is Unknown (closed)
-        allowed = until(lambda: change(plane), lambda r: r.returncode == 0, timeout=90)
+        allowed = until(lambda plane=plane: change(plane), lambda r: r.returncode == 0, timeout=90)
         assert allowed.returncode == 0, allowed.stderr
 
     closed_at = toggle(hub, "close")
     for i, plane in enumerate(spokes, 1):
-        refused = until(lambda: change(plane), lambda r: "is held" in r.stderr, timeout=60)
+        refused = until(lambda plane=plane: change(plane), lambda r: "is held" in r.stderr, timeout=60)
         assert "is held" in refused.stderr and "calendar 'hub'" in refused.stderr, refused.stderr
         REPORT[f"fleet: hub close refused on spoke {i}"] = (
             f"{time.monotonic() - closed_at:.1f}s (interval {INTERVAL})"
@@ -172,7 +172,7 @@ def test_a_hub_toggle_reaches_every_spoke_within_one_interval(hub, spokes):
 
     opened_at = toggle(hub, "open")
     for i, plane in enumerate(spokes, 1):
-        allowed = until(lambda: change(plane), lambda r: r.returncode == 0, timeout=60)
+        allowed = until(lambda plane=plane: change(plane), lambda r: r.returncode == 0, timeout=60)
         assert allowed.returncode == 0, allowed.stderr
         REPORT[f"fleet: hub open allowed on spoke {i}"] = (
             f"{time.monotonic() - opened_at:.1f}s (interval {INTERVAL})"

@@ -14,7 +14,7 @@ decided on becoming leader instead (tests/app/test_flux_notifications.py), which
 from __future__ import annotations
 
 from contextlib import ExitStack
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -163,7 +163,7 @@ def reconcile_while_held(plane, flux, name: str) -> None:
         "-n",
         "apps",
         # RFC 3339 with nanoseconds, as `flux reconcile` writes it: distinct each time.
-        f"reconcile.fluxcd.io/requestedAt={datetime.now(timezone.utc).isoformat(timespec='microseconds')}",
+        f"reconcile.fluxcd.io/requestedAt={datetime.now(UTC).isoformat(timespec='microseconds')}",
     )
     errors = until(lambda: flux.kustomize.errors("apps", name), lambda e: len(e) > before)
     assert len(errors) > before and errors[-1].startswith("failed to update status: "), errors
@@ -257,7 +257,7 @@ def test_a_controller_restart_does_not_announce_a_hold_again(plane, server, flux
     # written as Flux writes them (merge patch of the list, resourceVersion as precondition).
     # The webhook keeps a condition's lastTransitionTime while its status stays.
     obj = get(plane, "kustomization", "app-r", "apps")
-    an_hour_ago = format_time(datetime.now(timezone.utc) - timedelta(hours=1))
+    an_hour_ago = format_time(datetime.now(UTC) - timedelta(hours=1))
     conditions = [
         dict(c, lastTransitionTime=an_hour_ago) if c.get("reason") == "GateClosed" else c
         for c in obj["status"]["conditions"]

@@ -587,7 +587,7 @@ def test_certificate_rotation_under_load_loses_no_write(plane, installed, local_
                     {"metadata": {"labels": {"n": str(writes[0])}}},
                 )
                 writes[0] += 1
-            except Exception as err:  # every failure is counted and shown
+            except Exception as err:  # noqa: BLE001 (every failure is counted and shown)
                 failures.append(repr(err))
 
     serials = [served_serial(local_server)]
@@ -606,7 +606,9 @@ def test_certificate_rotation_under_load_loses_no_write(plane, installed, local_
             serial = until(lambda: served_serial(local_server), lambda s: s != serials[-1], timeout=10)
             assert serial != serials[-1], "the server kept the old certificate"
             serials.append(serial)
-            until(lambda: writes[0], lambda n: n >= start + 50, timeout=30)  # writes flow across the swap
+            until(
+                lambda: writes[0], lambda n, start=start: n >= start + 50, timeout=30
+            )  # writes flow across the swap
     finally:
         stop.set()
         thread.join(30)

@@ -69,14 +69,19 @@ def hook(server, path: str, token: str | None = TOKEN, body: dict | None = None)
 def test_open_with_the_plugin_then_close_through_the_receiver(plane, server):
     plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(gate("release", closed=True, window="4h")))
     manifest = kustomization("shop", gates="flux-system/release")
-    assert " is held: " in until(lambda: apply(plane, manifest), lambda r: " is held: " in r.stderr).stderr
+    assert (
+        " is held: "
+        in until(lambda manifest=manifest: apply(plane, manifest), lambda r: " is held: " in r.stderr).stderr
+    )
 
     opened = kubectl_gate(
         plane, "open", "release", "-n", "flux-system", "-m", "Release 1.2: approved by the CAB"
     )
     assert opened.returncode == 0, opened.stderr
     assert opened.stdout.strip() == "gate flux-system/release opened: Release 1.2: approved by the CAB"
-    assert until(lambda: apply(plane, manifest), lambda r: r.returncode == 0).returncode == 0
+    assert (
+        until(lambda manifest=manifest: apply(plane, manifest), lambda r: r.returncode == 0).returncode == 0
+    )
 
     status, out = hook(server, "/hooks/gates/flux-system/release/close", body={"message": "CAB window over"})
     assert status == 200 and out["gate"] == "flux-system/release" and out["action"] == "close", out
@@ -243,7 +248,10 @@ def test_check_says_what_kubectl_apply_then_gets(plane, server, tmp_path):
         kustomization("agree-e", gates="flux-system/agree-enforce"),
     )
     for manifest in (audited, enforced):
-        assert until(lambda: apply(plane, manifest), lambda r: r.returncode == 0).returncode == 0
+        assert (
+            until(lambda manifest=manifest: apply(plane, manifest), lambda r: r.returncode == 0).returncode
+            == 0
+        )
     plane.kubectl(
         "apply",
         "-f",

@@ -4,7 +4,7 @@ and when the controller wakes for a suspendDuring window's end."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 import yaml
@@ -98,7 +98,7 @@ def world(cluster):
         flux_object("Kustomization", "paused", {"reconcile.fluxcd.io/suspended": "freeze"}),
     ]
     cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(objects))
-    clock = Clock(datetime(2026, 11, 22, 14, 30, 30, tzinfo=timezone.utc))
+    clock = Clock(datetime(2026, 11, 22, 14, 30, 30, tzinfo=UTC))
     controller = Controller(api_client(str(cluster.kubeconfig())), clock=clock)
     controller.store.start()
     controller.flux.start()
@@ -159,7 +159,7 @@ def test_opening_a_gate_asks_only_what_it_held_and_nothing_else_holds(world):
 def test_the_controller_wakes_when_a_suspend_window_ends_and_releases_what_it_held(world):
     cluster, controller, clock = world
     wake_at = controller.reconcile(clock())
-    assert wake_at == datetime(2026, 11, 22, 14, 31, tzinfo=timezone.utc), "the window's end"
+    assert wake_at == datetime(2026, 11, 22, 14, 31, tzinfo=UTC), "the window's end"
     assert requested(cluster, "Kustomization", "window") == ""
     clock.now = wake_at
     controller.reconcile(clock())

@@ -4,9 +4,8 @@ floods, encodings, redirects to other hosts, and addresses that must not be fetc
 
 from __future__ import annotations
 
-import ipaddress
-
 import base64
+import ipaddress
 
 import pytest
 

@@ -9,10 +9,7 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
-from admission.core import approvalrecord
-from admission.core import approvalseal
-from admission.core import approvals
-from admission.core import names
+from admission.core import approvalrecord, approvals, approvalseal, names
 from admission.core.decision import Context, Settings, decide
 from admission.core.timefmt import format_time
 from tests.builders import APPROVAL_KEY, FLUX_USER, flux, gate, lookup_from, request, sealed

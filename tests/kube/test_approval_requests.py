@@ -7,8 +7,7 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
-from admission.core import approvals
-from admission.core import names
+from admission.core import approvals, names
 from admission.core.timefmt import format_distinct_time
 from tests.builders import at, flux, gate, sealed
 from tests.doubles.fakekube import FakeFluxCache, FakeKube

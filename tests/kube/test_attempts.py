@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from admission.core import conditions
-from admission.core import content
+from admission.core import conditions, content
 from admission.core.decision import Settings
 from admission.kube.attempts import DeniedAttempts
 from admission.store import StaticSources
@@ -20,6 +19,7 @@ from tests.unit.test_content import hr_status
 
 HELD = "flux-system/freeze"
 GATES = {"freeze": gate("freeze", default="closed"), "open": gate("open", default="opened")}
+EVERY_GATE = tuple(GATES.values())
 PATCHES = "patch_namespaced_custom_object_status"
 V1, V2 = "sha256:" + "1" * 64, "sha256:" + "2" * 64  # values digests, as helm-controller writes them
 WAITS = f"6.5.0 (values {V2}) waits, serving 6.5.0 (values {V1})"
@@ -68,7 +68,7 @@ def kube():
     return FakeKube()
 
 
-def writer(kube, gates=GATES.values(), mode="enforce", trust_reviews=True, **kwargs) -> DeniedAttempts:
+def writer(kube, gates=EVERY_GATE, mode="enforce", trust_reviews=True, **kwargs) -> DeniedAttempts:
     """Reviews are trusted (the API server authenticates with a client certificate) unless
     a test says otherwise."""
     return DeniedAttempts(

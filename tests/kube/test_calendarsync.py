@@ -27,13 +27,13 @@ from tests.polling import wait_for
 NOW = at("2026-12-20T10:00")
 POLICY = Policy(total_timeout=2.0, connect_timeout=1.0, allowed_networks=parse_networks("127.0.0.0/8"))
 FEED = (
-    "BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//t//EN\r\nX-WR-TIMEZONE:Europe/Berlin\r\n"
-    "BEGIN:VEVENT\r\nUID:xmas@example\r\nSUMMARY:Christmas freeze\r\nDTSTART;VALUE=DATE:20261219\r\n"
-    "DTEND;VALUE=DATE:20261228\r\nEND:VEVENT\r\n"
-    "BEGIN:VEVENT\r\nUID:weekly@example\r\nSUMMARY:Release train\r\nDTSTART:20261201T090000Z\r\n"
-    "DTEND:20261201T100000Z\r\nRRULE:FREQ=WEEKLY\r\nCATEGORIES:release\r\nEND:VEVENT\r\n"
-    "END:VCALENDAR\r\n"
-).encode()
+    b"BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//t//EN\r\nX-WR-TIMEZONE:Europe/Berlin\r\n"
+    b"BEGIN:VEVENT\r\nUID:xmas@example\r\nSUMMARY:Christmas freeze\r\nDTSTART;VALUE=DATE:20261219\r\n"
+    b"DTEND;VALUE=DATE:20261228\r\nEND:VEVENT\r\n"
+    b"BEGIN:VEVENT\r\nUID:weekly@example\r\nSUMMARY:Release train\r\nDTSTART:20261201T090000Z\r\n"
+    b"DTEND:20261201T100000Z\r\nRRULE:FREQ=WEEKLY\r\nCATEGORIES:release\r\nEND:VEVENT\r\n"
+    b"END:VCALENDAR\r\n"
+)
 
 
 class Clock:

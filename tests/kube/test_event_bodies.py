@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from admission.core.timefmt import format_time
 from admission.kube.events import MAX_EVENT_MESSAGE, core_event
 
-NOW = datetime(2026, 6, 10, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 6, 10, 12, 0, tzinfo=UTC)
 GATE = {
     "apiVersion": "gating.example/v1",
     "kind": "Gate",

@@ -79,7 +79,7 @@ class FluxControllers:
             args.append("--requeue-dependency=2s")  # dependsOn waits are re-checked soon, not in 30 s
         return args
 
-    def start(self, *names: str) -> "FluxControllers":
+    def start(self, *names: str) -> FluxControllers:
         for name in names or CONTROLLERS:
             env = {
                 "KUBECONFIG": str(self.plane.kubeconfig(FLUX_CONTROLLER_USERS[name])),
@@ -89,7 +89,7 @@ class FluxControllers:
                 [str(self.binaries / name), *self.args(name)], self.workdir / f"{name}.log", env=env
             )
         for name in names or CONTROLLERS:
-            wait_for(lambda: self._ready(name), 60, f"{name} /readyz")
+            wait_for(lambda name=name: self._ready(name), 60, f"{name} /readyz")
         return self
 
     def _ready(self, name: str) -> bool:

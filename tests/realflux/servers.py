@@ -18,8 +18,8 @@ from pathlib import Path
 
 import yaml
 
-from tests.processes import Process
 from tests.polling import wait_for
+from tests.processes import Process
 
 
 def configmap(name: str, namespace: str, data: dict[str, str]) -> str:
@@ -140,7 +140,7 @@ class GitServer:
 
         self.http, self.url = serve(Handler, "git-http")
 
-    def repository(self, name: str, branch: str = "main") -> "GitRepo":
+    def repository(self, name: str, branch: str = "main") -> GitRepo:
         bare = self.root / f"{name}.git"
         subprocess.run(["git", "init", "-q", "--bare", "-b", branch, str(bare)], check=True)
         # http-backend refuses pushes from an unauthenticated user unless receive-pack is on.

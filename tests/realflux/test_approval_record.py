@@ -11,9 +11,7 @@ import subprocess
 from datetime import timedelta
 
 from admission.clock import utcnow
-from admission.core import approvalrecord
-from admission.core import approvals
-from admission.core import names
+from admission.core import approvalrecord, approvals, names
 from admission.core.timefmt import format_time
 from tests.realflux.test_approvals import PREFIX, blocked_waits, events, git_setup
 from tests.realflux.test_kustomization import manifests

@@ -17,7 +17,7 @@ import re
 import shutil
 import subprocess
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -108,12 +108,14 @@ def screenshot(browser, name: str) -> Path:
 
 
 def page_until(browser, accept, what: str, timeout: float = PAGE_TIMEOUT):
+    from selenium.common.exceptions import WebDriverException
+
     """Poll the page as it is (never reloading it) until ``accept(browser)``; fail saying ``what``."""
     deadline = time.monotonic() + timeout
     while True:
         try:
             found = accept(browser)
-        except Exception:  # an element swapped out mid-read: look again
+        except WebDriverException:  # an element swapped out mid-read, or not there yet: look again
             found = None
         if found:
             return found
@@ -243,7 +245,7 @@ def test_the_timeline_is_the_freeze_calendar_and_shows_suspend_windows(cluster, 
 
     ns = cluster.namespace
     weekend_freeze(cluster)
-    hour = (datetime.now(timezone.utc) + timedelta(hours=3)).hour  # a window that is not active now
+    hour = (datetime.now(UTC) + timedelta(hours=3)).hour  # a window that is not active now
     cluster.apply(
         {
             "apiVersion": "kustomize.toolkit.fluxcd.io/v1",

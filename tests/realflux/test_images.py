@@ -27,7 +27,7 @@ def automated(cluster, git, registry, source_annotations: dict | None = None, **
     image = f"{registry.address}/{ns}/app"
     registry.push_image(f"{ns}/app", "1.0.0")
     repo = git.repository(ns)
-    marker = '# {"$imagepolicy": "%s:app"}' % ns
+    marker = f'# {{"$imagepolicy": "{ns}:app"}}'
     repo.commit(
         {
             "deploy/app.yaml": f"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app\n"

@@ -7,7 +7,7 @@ Kustomization."""
 from __future__ import annotations
 
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -46,7 +46,7 @@ def wait_held(cluster, revision: str) -> dict:
 
 
 def now_utc() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def close_for_a_minute(cluster) -> datetime:

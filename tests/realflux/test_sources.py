@@ -5,7 +5,7 @@ drift correction goes on — and opening the gate lets the new revision through.
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from tests.conftest import REPORT
 from tests.realflux.conftest import condition, ready
@@ -48,9 +48,8 @@ def test_a_gated_source_serves_the_approved_artifact_and_drift_is_corrected(clus
     assert ready(consumer) == "True" and consumer["status"]["lastAppliedRevision"] == first
 
     opened = time.monotonic()
-    patch = '{"metadata":{"annotations":{"open.gate.fluxcd.io/requestedAt":"%s"}}}' % (
-        datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    )
+    at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    patch = f'{{"metadata":{{"annotations":{{"open.gate.fluxcd.io/requestedAt":"{at}"}}}}}}'
     cluster.plane.kubectl("patch", "gate", "freeze", "-n", ns, "--type=merge", "-p", patch)
     assert cluster.wait(lambda: cluster.data("app"), lambda d: d == {"version": "2"}, timeout=60) == {
         "version": "2"

@@ -100,7 +100,10 @@ def test_a_team_screen_reads_the_board_without_a_certificate_and_changes_nothing
         # While the worker rests after a drawing, a view it has not drawn yet answers 503 with a
         # page that asks again (docs/decisions/0073): polled, as that page does.
         status = until(
-            lambda: post(server, path, method="GET")[0], lambda s: s != 503, timeout=30, interval=0.5
+            lambda path=path: post(server, path, method="GET")[0],
+            lambda s: s != 503,
+            timeout=30,
+            interval=0.5,
         )
         assert status == 200, path
     status, body = post(server, "/board/actions/open")  # public, read-only: refused by the board

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.processes import BIN
 from tests import ROOT
+from tests.processes import BIN
 
 GATES = ROOT / "examples" / "gates"
 ENV = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "KUBECONFIG": "/nonexistent"}

@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 import resource
 import socket
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import orjson
 

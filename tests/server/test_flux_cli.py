@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 from admission.core import names
-from tests.builders import flux as flux_object, gate
+from tests.builders import flux as flux_object
+from tests.builders import gate
 from tests.conftest import write_gates
 from tests.doubles.apiserver import ApiServerDouble
 from tests.fluxcli import require_flux

@@ -8,16 +8,16 @@ import json
 import re
 import shutil
 import subprocess
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 import yaml
 
 from admission.core.names import OPEN_ANNOTATION
 from admission.core.timefmt import format_time
+from tests import ROOT
 from tests.polling import until
 from tests.processes import BIN, GateServer
-from tests import ROOT
 
 EXAMPLE = ROOT / "README.md"
 
@@ -63,7 +63,7 @@ def test_opening_the_gate_as_the_readme_says_allows_the_same_review(server):
     approvals = gates / "approvals.yaml"
     documents = list(yaml.safe_load_all(approvals.read_text()))
     sre = next(d for d in documents if d and d["metadata"]["name"] == "sre-approval")
-    sre["metadata"].setdefault("annotations", {})[OPEN_ANNOTATION] = format_time(datetime.now(timezone.utc))
+    sre["metadata"].setdefault("annotations", {})[OPEN_ANNOTATION] = format_time(datetime.now(UTC))
     approvals.write_text(yaml.safe_dump_all(documents))
     answer = until(
         lambda: run(command, srv), lambda out: out["response"]["allowed"], timeout=10, interval=0.2

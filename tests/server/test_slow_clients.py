@@ -4,9 +4,9 @@ threads that answer other clients' reviews (pre-read in the loop), and SIGTERM d
 from __future__ import annotations
 
 import os
+import select
 import signal
 import socket
-import select
 import ssl
 import threading
 import time

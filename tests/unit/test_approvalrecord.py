@@ -13,19 +13,17 @@ from datetime import timedelta
 import orjson
 import yaml
 
-from admission.core import approvalrecord
-from admission.core import approvals
-from admission.core import names
+from admission.core import approvalrecord, approvals, names
 from admission.core.decision import Context, Settings
 from admission.core.gates import evaluate
 from admission.core.gatespec import approval_expiry, compile_gate
 from admission.core.status import gate_status
 from admission.core.timefmt import format_time
 from admission.webhook import handlers
+from tests import ROOT
 from tests.builders import APPROVAL_KEY, flux, lookup_from, request
 from tests.conftest import FIXED_NOW
 from tests.unit.test_approvals import GIT_B, KEY, freeze, source_write, stamped
-from tests import ROOT
 
 PREFIX = names.APPROVAL_ANNOTATION_PREFIX
 CONTEXT = Context(lookup_from([]), FIXED_NOW, Settings(approval_key=APPROVAL_KEY))

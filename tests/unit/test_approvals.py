@@ -12,16 +12,12 @@ from datetime import timedelta
 import orjson
 import pytest
 
-from admission.core.pending import NothingToApprove, pending_rows, to_approve
-from admission.core import approvals
-from admission.core import approvalview
-from admission.core import content
-from admission.core import approvalseal
-from admission.core import names
+from admission.core import approvals, approvalseal, approvalview, content, names
 from admission.core.decision import Context, Settings, decide
 from admission.core.gates import evaluate
 from admission.core.gatespec import compile_gate
 from admission.core.holdmessage import HoldMessage, NewContent
+from admission.core.pending import NothingToApprove, pending_rows, to_approve
 from admission.core.status import gate_status
 from admission.core.timefmt import format_time
 from admission.webhook import handlers

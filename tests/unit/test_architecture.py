@@ -6,6 +6,7 @@ import ast
 import subprocess
 import sys
 from pathlib import Path
+
 from tests import ROOT
 
 

@@ -6,11 +6,13 @@ for, filtered as asked; and a page's parameters, whatever they hold, always make
 from __future__ import annotations
 
 import functools
-from datetime import datetime, time, timedelta, timezone
+import itertools
+from datetime import UTC, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
-from hypothesis import example, given, strategies as st
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from admission.board import page
 from admission.board.model import (
@@ -23,7 +25,8 @@ from admission.board.model import (
     query_of,
 )
 from admission.core import names
-from admission.core.cron import ScheduleError, zone as zone_named
+from admission.core.cron import ScheduleError
+from admission.core.cron import zone as zone_named
 from admission.core.objects import object_key
 from admission.core.pending import pending_rows
 from admission.core.references import is_namespace, suspend_windows
@@ -33,7 +36,6 @@ from tests.builders import at, flux, gate, keeper
 from tests.unit.test_approvals import stamped
 from tests.unit.test_content import GIT_A, GIT_B, art
 
-UTC = timezone.utc
 BERLIN = ZoneInfo("Europe/Berlin")
 NEW_YORK = ZoneInfo("America/New_York")
 NOW = at("2026-10-22T21:30")  # Berlin changes its clocks on the 25th, within the 14 days
@@ -118,8 +120,8 @@ def snapshot() -> Snapshot:
     return Snapshot(index, objects())
 
 
-def board(query: Query = Query(), viewer=UTC, now: datetime = NOW):
-    return build(snapshot(), now, query, viewer, "here", True)
+def board(query: Query | None = None, viewer=UTC, now: datetime = NOW):
+    return build(snapshot(), now, query or Query(), viewer, "here", True)
 
 
 # -- one source of truth ----------------------------------------------------------------------
@@ -145,7 +147,7 @@ def test_each_gates_spans_are_the_cores_intervals_over_the_days_shown(days, offs
         compiled = index.compiled(row.state.namespace, row.state.name)
         assert list(line.spans) == intervals(compiled, line.start, line.end)
         assert line.spans[0].start == line.start and line.spans[-1].end == line.end
-        assert all(a.end == b.start for a, b in zip(line.spans, line.spans[1:]))
+        assert all(a.end == b.start for a, b in itertools.pairwise(line.spans))
         assert row.state == index.lookup(row.state.namespace, row.state.name, NOW)
 
 

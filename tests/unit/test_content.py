@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 from admission.core import content, contentkinds, holdmessage, kinds, names
 from admission.core.holdmessage import HoldMessage, NewContent
-from admission.core.names import APPROVED_CONDITION as APPROVED, BLOCKED_CONDITION as BLOCKED
+from admission.core.names import APPROVED_CONDITION as APPROVED
+from admission.core.names import BLOCKED_CONDITION as BLOCKED
 from tests.builders import flux
 
 GIT_A, GIT_B = "main@sha1:41ab", "main@sha1:9f2c"
@@ -34,6 +35,7 @@ def hr_status(attempted=("6.5.0", "", "sha256:v1"), applied=("6.5.0", "", "sha25
                 names.LAST_ATTEMPTED_CONFIG_DIGEST_FIELD,
             ),
             attempted,
+            strict=True,
         )
     )
     if applied is not None:

@@ -27,8 +27,9 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import re
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
+
 from tests import ROOT
 
 PACKAGE = ROOT / "admission"
@@ -70,10 +71,10 @@ _BACKTICKED = re.compile(r"`([^`\n]+)`")
 _FULL = re.compile(
     r"(?<![\w./-])admission(?:\.[A-Za-z_]\w*)++(?![\w/-])"
 )  # possessive: admission.k8s.io/v1 is no name
-_RELATIVE = re.compile(r"^\s*((?:%s)(?:\.[A-Za-z_]\w*)+)(?:\(.*\))?\s*$" % "|".join(PACKAGES))
+_RELATIVE = re.compile(r"^\s*((?:" + "|".join(PACKAGES) + r")(?:\.[A-Za-z_]\w*)+)(?:\(.*\))?\s*$")
 _CALL = re.compile(r"(?<![\w./-])([A-Za-z_]\w*)\.([A-Za-z_]\w*)\(")
-_PATH = re.compile(r"(?<![\w./-])((?:%s)/[\w./-]*[\w/])" % "|".join(TOP_DIRS))
-_PACKAGE_PATH = re.compile(r"^\s*((?:%s)/[\w/]*\w\.py)\s*$" % "|".join(PACKAGES))
+_PATH = re.compile(r"(?<![\w./-])((?:" + "|".join(TOP_DIRS) + r")/[\w./-]*[\w/])")
+_PACKAGE_PATH = re.compile(r"^\s*((?:" + "|".join(PACKAGES) + r")/[\w/]*\w\.py)\s*$")
 _LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)\s]*)?\)")
 
 # "issue N", "items N", "ticket #N", "PR N", "bug N"; a lone "#N" after a space or a bracket (N a number).
@@ -96,7 +97,7 @@ def _code_spans(text: str) -> list[str]:
     return _BACKTICKED.findall(prose)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _modules_by_name() -> dict[str, tuple[str, ...]]:
     found: dict[str, list[str]] = {}
     for path in PACKAGE.rglob("*.py"):
@@ -109,7 +110,7 @@ def _modules_by_name() -> dict[str, tuple[str, ...]]:
     return {name: tuple(sorted(modules)) for name, modules in found.items()}
 
 
-@lru_cache(maxsize=None)
+@cache
 def _classes_by_name() -> dict[str, tuple[str, ...]]:
     found: dict[str, list[str]] = {}
     for path in PACKAGE.rglob("*.py"):

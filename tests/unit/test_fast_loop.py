@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from tests import ROOT
 
 # What the fast loop must never run: the go command (hack/go-binaries.sh), Docker (hack/dockerd.sh,

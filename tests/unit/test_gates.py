@@ -1,14 +1,13 @@
 """SPEC §2 (Gate) and §3 (GateKeeper), evaluated at explicit times."""
 
-from datetime import timedelta
+from datetime import UTC, timedelta
 from pathlib import Path
 
 import pytest
 import yaml
 
 from admission.core import gates as g
-from admission.core import gatespec
-from admission.core import names
+from admission.core import gatespec, names
 from admission.core.cron import MAX_CRON_LENGTH
 from admission.core.gates import evaluate, evaluate_gate, next_transition
 from admission.core.gatespec import compile_gate
@@ -388,7 +387,7 @@ def test_an_unknown_next_transition_never_changes_the_state_or_claims_an_opening
 
     windows = [
         {"cron": f"{m} 0 L * {d}#5", "duration": "9600h"}
-        for m, d in zip(range(16), [1, 2, 3, 4, 5, 6, 0] * 3)
+        for m, d in zip(range(16), [1, 2, 3, 4, 5, 6, 0] * 3, strict=False)
     ]
     hostile = keeper("k", "g", closed=windows)
     cg = compile_gate(gate("g"), [hostile])
@@ -510,12 +509,12 @@ def test_a_toggle_dated_past_the_horizon_is_ignored_and_said_so():
 
 
 def test_evaluation_that_leaves_the_calendar_makes_the_gate_invalid_not_an_exception():
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from admission.core.timeline import intervals
 
     # As bounded parsing never builds it: a toggle at the last second datetime holds, and a window.
-    late = datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone.utc)
+    late = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC)
     cg = gatespec.CompiledGate(
         "ns", "late", window=timedelta(hours=1), toggles=(gatespec.Toggle(late, False),)
     )

@@ -10,11 +10,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from admission.core import conditions
-from admission.core import content
-from admission.core import holdpoints
-from admission.core import mutation
-from admission.core import names
+from admission.core import conditions, content, holdpoints, mutation, names
 from admission.core.decision import Context, Settings, standing
 from admission.store import StaticSources
 from admission.webhook import handlers

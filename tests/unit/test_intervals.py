@@ -1,12 +1,13 @@
 """Calendar intervals: the open and closed spans of a gate, from the decisions' own core."""
 
+import itertools
 from datetime import timedelta
 
+from admission.core import names
 from admission.core.gates import evaluate
 from admission.core.gatespec import compile_gate
-from admission.core.timeline import intervals, time_zone
-from admission.core import names
 from admission.core.names import CLOSE_ANNOTATION, OPEN_ANNOTATION, REQUESTED_BY_ANNOTATION
+from admission.core.timeline import intervals, time_zone
 from tests.builders import at, gate, keeper
 
 
@@ -81,7 +82,7 @@ def test_intervals_agree_with_evaluate_at_every_boundary_and_between():
             interval.end - timedelta(seconds=1),
         ):
             assert evaluate(cg, t).open == interval.open, (t, interval)
-    for a, b in zip(result, result[1:]):
+    for a, b in itertools.pairwise(result):
         assert a.end == b.start and a.open != b.open
 
 

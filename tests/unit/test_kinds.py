@@ -7,9 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from admission.core import kinds
-from admission.core import matching
-from admission.core import names
+from admission.core import kinds, matching, names
 from tests.fluxcli import flux_binary
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"

@@ -1,6 +1,7 @@
 """Properties of the core that must hold for every input, checked with hypothesis."""
 
 import copy
+import itertools
 from datetime import timedelta
 
 from hypothesis import example, given, settings
@@ -15,6 +16,7 @@ from tests.builders import at, changed, flux, gate, keeper, lookup_from, request
 
 BASE = at("2026-11-15T00:00")
 NAMES = ["a", "b", "c", "d"]
+GATE_NAME = st.sampled_from(NAMES)
 CRONS = [
     "* * 20-30 11 *",
     "* 0-4 * * *",
@@ -32,7 +34,7 @@ seconds = st.integers(min_value=0, max_value=59).map(lambda s: timedelta(seconds
 
 
 @st.composite
-def gate_objects(draw, name=st.sampled_from(NAMES)):
+def gate_objects(draw, name=GATE_NAME):
     gate_name = draw(name)
     spec = draw(
         st.fixed_dictionaries(
@@ -231,7 +233,7 @@ def test_calendar_intervals_agree_with_admission_at_any_minute(obj, keepers, sta
     end = start + timedelta(days=3)
     spans = intervals(compiled, start, end, max_steps=20_000)
     assert spans[0].start == start and spans[-1].end == end
-    assert all(a.end == b.start and a.open != b.open for a, b in zip(spans, spans[1:]))
+    assert all(a.end == b.start and a.open != b.open for a, b in itertools.pairwise(spans))
     for offset in offsets:  # a random instant falls in exactly one span, with the decision's state
         t = start + timedelta(minutes=offset, seconds=17)
         [span] = [s for s in spans if s.start <= t < s.end]

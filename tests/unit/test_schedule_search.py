@@ -10,8 +10,9 @@ last weekdays, and windows across midnight and the year's end.
 
 from __future__ import annotations
 
+import itertools
 import random
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from cronsim import CronSim
@@ -20,7 +21,6 @@ from admission.core.cron import HORIZON, ScheduleError, parse_cron, zone
 from admission.core.schedule import Entry, parse_entry
 from tests.builders import at
 
-UTC = timezone.utc
 ZONES = [
     "UTC",
     "Europe/Berlin",
@@ -120,7 +120,7 @@ def instants(name: str) -> list[datetime]:
 
 def reference_next_fire(spec, start):
     """cronsim from ``start``: the first fire after it (as the code searched before month tables)."""
-    for _, fire in zip(range(4), CronSim(spec.expr, start.astimezone(spec.zone))):
+    for fire in itertools.islice(CronSim(spec.expr, start.astimezone(spec.zone)), 4):
         if fire.astimezone(UTC) > start:
             return fire.astimezone(UTC)
     return None
@@ -128,7 +128,7 @@ def reference_next_fire(spec, start):
 
 def reference_last_fire(spec, now):
     local = now.astimezone(spec.zone).replace(microsecond=0) + timedelta(seconds=1)
-    for _, fire in zip(range(4), CronSim(spec.expr, local, reverse=True)):
+    for fire in itertools.islice(CronSim(spec.expr, local, reverse=True), 4):
         if fire.astimezone(UTC) <= now:
             return fire.astimezone(UTC)
     return None

@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tests.unit.test_docs_names import names_in, paths_in
 from tests import ROOT
+from tests.unit.test_docs_names import names_in, paths_in
 
 TESTS = ROOT / "tests"
 README = TESTS / "README.md"

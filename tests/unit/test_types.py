@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import subprocess
-import tomllib
 import sys
+import tomllib
 
 import pytest
+
 from tests import ROOT
 
 

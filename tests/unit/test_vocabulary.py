@@ -5,8 +5,9 @@ from __future__ import annotations
 import ast
 import functools
 import re
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator, get_args
+from typing import get_args
 
 from admission.core import names
 

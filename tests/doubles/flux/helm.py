@@ -33,8 +33,8 @@ from admission.core import names
 from tests.doubles.flux.patch import (
     PatchError,
     StatusPatcher,
-    deferred_patch,
     condition,
+    deferred_patch,
     delete_condition,
     now_text,
     set_condition,

@@ -28,8 +28,8 @@ from kubernetes.client.rest import ApiException
 from tests.doubles.flux.patch import (
     PatchError,
     StatusPatcher,
-    deferred_patch,
     condition,
+    deferred_patch,
     delete_condition,
     now_text,
     set_condition,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -27,7 +27,7 @@ CONFLICT_STEPS = 5
 
 
 def now_text() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class Api:
@@ -205,7 +205,7 @@ class StatusPatcher:
                 time.sleep(0.01 * 2**step)  # the helper's exponential backoff between steps
 
 
-def deferred_patch(patcher: "StatusPatcher", obj: dict, error: Exception | None) -> None:
+def deferred_patch(patcher: StatusPatcher, obj: dict, error: Exception | None) -> None:
     """The end-of-reconcile patch, sent whatever happened before it (it re-sends refused
     fields); the reconcile's first error wins, else the patch's own."""
     try:

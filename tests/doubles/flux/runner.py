@@ -206,11 +206,11 @@ class Double:
                         rv = obj.get("metadata", {}).get("resourceVersion", rv)
                         self._seen(kind, event["type"], obj)
                     self._streams.discard(stream)
-            except Exception:  # relist, as an informer does
+            except Exception:  # noqa: BLE001 (relist, as an informer does)
                 self._stopped.wait(0.5)
 
     # -- lifecycle ----------------------------------------------------------------------
-    def start(self) -> "Double":
+    def start(self) -> Double:
         for kind in dict.fromkeys((self.kind, *self.watched)):
             self._threads.append(
                 threading.Thread(
