@@ -27,7 +27,7 @@ GATES = [
     gate("nightly", "team-a", default="opened"),
 ]
 RFC_MESSAGE = "Patching a CVE: Signed off by Bob the builder"  # the gating RFC's `flux gate open` example
-SUBCOMMANDS = ["list", "get", "open", "close", "check", "approve", "pending", "calendar"]
+SUBCOMMANDS = ["list", "get", "open", "close", "check", "approve", "pending", "board", "calendar"]
 
 
 @pytest.fixture(scope="module")
