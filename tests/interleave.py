@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import threading
 from collections.abc import Callable, Iterator
 
 
@@ -92,14 +93,18 @@ class Steps:
 
 @contextlib.contextmanager
 def after_each_read(hook: Callable[[], None]) -> Iterator[None]:
-    """Call ``hook`` after every ``os.read`` made inside the block (returned or raised)."""
-    real = os.read
+    """Call ``hook`` after every ``os.read`` this thread makes inside the block (returned or
+    raised). ``os.read`` is patched for the whole process, but only the reads of the thread that
+    runs the store's action count: another thread's (a pipe a leftover server's reader drains)
+    would otherwise move the writer at points nobody chose, twice at once."""
+    real, owner = os.read, threading.get_ident()
 
     def read(fd: int, size: int) -> bytes:
         try:
             return real(fd, size)
         finally:
-            hook()
+            if threading.get_ident() == owner:
+                hook()
 
     os.read = read
     try:

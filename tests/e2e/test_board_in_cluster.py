@@ -4,9 +4,12 @@ the Flux objects its cache watches), and refusing every action."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 import yaml
 
+from admission.clock import utcnow
 from admission.core import names
 from tests.builders import flux, gate
 from tests.e2e.conftest import start_server, until
@@ -50,7 +53,8 @@ def test_a_gate_created_in_the_cluster_shows_on_the_board(cluster, board_server)
         "GitRepository",
         "board-podinfo",
         NS,
-        annotations={names.SUSPEND_DURING_ANNOTATION: "* * * * *"},
+        # A window that is not open now: a create while it is would be held (the webhook's rule).
+        annotations={names.SUSPEND_DURING_ANNOTATION: f"* {(utcnow() + timedelta(hours=3)).hour} * * *"},
         spec={"interval": "1m", "url": "https://example.org/podinfo.git", "ref": {"branch": "main"}},
     )
     apply(cluster, gate("board-freeze", NS, default="closed"), suspended)

@@ -26,7 +26,7 @@ from admission.core import names
 from tests.conftest import REPORT
 from tests.e2e.controlplane import ALICE, ROOT
 from tests.processes import BIN
-from tests.realflux.test_approvals import blocked_waits, git_setup
+from tests.realflux.test_approvals import blocked_waits, git_setup, written
 from tests.realflux.test_kustomization import manifests
 
 CHROMIUM = shutil.which("chromium")
@@ -176,12 +176,6 @@ def committed_and_held(cluster, git):
     return first, second
 
 
-def recorded(cluster) -> list[dict]:
-    """The approvals written on the gate, ended or not: one lands (and ends) within moments."""
-    found = (cluster.get("gate", "freeze").get("metadata") or {}).get("annotations") or {}
-    return [json.loads(v) for k, v in found.items() if k.startswith(names.APPROVAL_ANNOTATION_PREFIX)]
-
-
 def lands(cluster, revision: str) -> None:
     landed = cluster.wait(
         lambda: cluster.get("gitrepository", "apps"),
@@ -230,7 +224,7 @@ def test_a_click_approves_the_held_commit_as_the_user_and_the_page_follows(clust
         browser, lambda b: b.find_element(By.ID, "status").text.startswith("Done"), "the approval done"
     )
     assert status
-    assert [(a["content"], a["for"], a["by"], a["message"]) for a in recorded(cluster)] == [
+    assert [(a["content"], a["for"], a["by"], a["message"]) for a in written(cluster)] == [
         (second, target, ALICE.name, "CHG-42 from the board")
     ]
     lands(cluster, second)
@@ -343,7 +337,7 @@ def test_keyboard_alone_approves_and_the_dialog_is_reachable(cluster, git, board
     page_until(
         browser, lambda b: b.find_element(By.ID, "status").text.startswith("Done"), "the approval done"
     )
-    assert [(a["content"], a["by"], a["message"]) for a in recorded(cluster)] == [
+    assert [(a["content"], a["by"], a["message"]) for a in written(cluster)] == [
         (second, ALICE.name, "CHG-43 by keyboard")
     ]
     lands(cluster, second)

@@ -44,7 +44,10 @@ ARGCOMPLETE = "source <(gate-admission completion bash)"
 @pytest.mark.parametrize(
     "words, expected",
     [
-        (["kubectl-gate", ""], ["list", "get", "open", "close", "check", "approve", "pending", "board", "calendar"]),
+        (
+            ["kubectl-gate", ""],
+            ["list", "get", "open", "close", "check", "approve", "pending", "board", "calendar"],
+        ),
         (["kubectl-gate", "ca"], ["calendar"]),
         (["kubectl-gate", "calendar", "--d"], ["--days"]),
         (["kubectl-gate", "calendar", "-o", ""], ["table", "json", "yaml", "ics"]),
