@@ -53,6 +53,19 @@ def pending_rows(
     """Every held object where new content waits (behind gate ``only``, in ``namespace``), with
     what waits, since when, what it serves, its approvals so far and how to approve it."""
     get, listing = lookups(objects)
+    read: dict[str, tuple[approvals.Approval, ...]] = {}
+
+    def approvals_of(key: str) -> tuple[approvals.Approval, ...]:
+        """A gate's approvals as a reader without the key sees them, read once per gate."""
+        if key not in read:
+            stored = gates.get(key) or {}
+            policy, _ = approvals.parse_policy(stored.get("spec") or {})
+            # No approval key here: verified only as the Gate's status (the controller's) lists it.
+            parsed, _ = approvals.parse_all(annotations_of(stored), policy)
+            parsed, _ = approvalrecord.counting(stored, parsed)  # ended ones admit nothing
+            read[key] = tuple(approvalview.read_without_key(parsed, stored))
+        return read[key]
+
     rows = []
     for obj in objects:
         waiting = content.waiting(obj)
@@ -67,12 +80,7 @@ def pending_rows(
         found: list[dict[str, str | int]] = []
         unverified: list[dict[str, str | int]] = []
         for key in gate_keys:
-            stored = gates.get(key) or {}
-            policy, _ = approvals.parse_policy(stored.get("spec") or {})
-            # No approval key here: verified only as the Gate's status (the controller's) lists it.
-            parsed, _ = approvals.parse_all(annotations_of(stored), policy)
-            parsed, _ = approvalrecord.counting(stored, parsed)  # ended ones admit nothing
-            for a in approvalview.read_without_key(parsed, stored):
+            for a in approvals_of(key):
                 if a.live(now) and a.covers((target,)) and approvals.pins(a.content, waiting.waits):
                     (found if a.unverified is None else unverified).append(dict(a.row(), gate=key))
         condition = holding_condition(obj, str(obj.get("kind")))
