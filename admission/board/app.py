@@ -11,7 +11,6 @@ actions, behind the checks a local web server needs (docs/decisions/0072).
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import json
 import secrets
@@ -123,7 +122,7 @@ def create_app(
     @app.get("/fragment")
     def fragment() -> Response:
         body = page.fragment(board(), view())
-        etag = hashlib.sha256(body.encode()).hexdigest()[:32]
+        etag = page.etag_of([body])
         if request.headers.get("If-None-Match") == f'"{etag}"':
             return Response(status=304)
         answer = Response(body, mimetype="text/html")

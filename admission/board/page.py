@@ -399,6 +399,15 @@ def _fragment(board: Board, view: View) -> list[str]:
     ]
 
 
+def etag_of(pieces: Iterable[str]) -> str:
+    """The ETag of a fragment made of ``pieces``: the page carries its own, so the first poll
+    of a page that has not changed is answered 304, and swaps nothing."""
+    digest = hashlib.sha256()
+    for piece in pieces:
+        digest.update(piece.encode())
+    return digest.hexdigest()[:32]
+
+
 def fragment(board: Board, view: View) -> str:
     """What changes from one look to the next: the part ``board.js`` swaps in."""
     return "".join(_fragment(board, view))
@@ -439,6 +448,7 @@ def _filters(board: Board, view: View) -> str:
 def page(board: Board, view: View) -> str:
     """The whole page."""
     mode = "" if board.writable else '<p class="readonly">Read-only: no actions here.</p>'
+    pieces = _fragment(board, view)
     return "".join(
         [
             _head("Gate board", view),
@@ -448,9 +458,10 @@ def page(board: Board, view: View) -> str:
             "</header>",
             timeline.PATTERNS,
             '<div id="status" role="status" aria-live="polite"></div>',
-            f'<main id="board" data-fragment="{view.root}fragment{e(_href(board.query))}">',
+            f'<main id="board" data-fragment="{view.root}fragment{e(_href(board.query))}" '
+            f'data-etag="{etag_of(pieces)}">',
             # Its pieces, not the fragment joined: a page is megabytes, and each join copies it.
-            *_fragment(board, view),
+            *pieces,
             "</main>",
             '<dialog id="confirm" aria-labelledby="confirm-text"><form method="dialog">'
             '<p id="confirm-text"></p><button value="confirm" id="confirm-yes">Confirm</button> '

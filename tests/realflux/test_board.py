@@ -274,12 +274,14 @@ def test_the_timeline_is_the_freeze_calendar_and_shows_suspend_windows(cluster, 
     words = {names.STATE_OPENED: "open", names.STATE_CLOSED: "closed", names.REASON_UNKNOWN: "unknown"}
     assert spans == [[words[i["state"]], i["start"], i["end"]] for i in weekend["intervals"]]
     assert sum(1 for s in spans if s[0] == "closed") >= 4  # two weeks of weekends and weeknights
-    # Focus on a closed span says what it is, as hover does.
-    first_closed = browser.find_element(
-        By.CSS_SELECTOR, f"svg[aria-label='gate {ns}/weekend'] rect.span.closed"
+    # Focus on a closed span says what it is, as hover does (read in one go: the page may swap).
+    label, title = browser.execute_script(
+        """const span = document.querySelector(`svg[aria-label='gate ${arguments[0]}'] rect.span.closed`);
+           return [span.getAttribute("aria-label"), span.querySelector("title").textContent];""",
+        f"{ns}/weekend",
     )
-    assert first_closed.get_attribute("aria-label").startswith("closed from ")
-    assert "weekend-keeper" in first_closed.find_element(By.TAG_NAME, "title").get_attribute("textContent")
+    assert label.startswith("closed from ") and label == title
+    assert "weekend-keeper" in title
 
     suspended = browser.execute_script(
         """return Array.from(document.querySelectorAll("table.spans tbody tr"))

@@ -8,7 +8,8 @@
   const dialog = document.getElementById("confirm");
   const status = document.getElementById("status");
   if (!board) return;
-  let etag = null;
+  // The fragment's ETag as the page was drawn: the first poll of an unchanged board swaps nothing.
+  let etag = board.dataset.etag ? '"' + board.dataset.etag + '"' : null;
   let busy = false;
 
   function typing() {
