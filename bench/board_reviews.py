@@ -15,17 +15,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import threading
 from pathlib import Path
-
-import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.freeze_calendar import world  # noqa: E402
-from bench.reviewclient import reviews_beside  # noqa: E402
+from bench.reviewclient import gates_dir_server, reviews_beside  # noqa: E402
 from tests.processes import GateServer  # noqa: E402
 
 
@@ -59,17 +55,8 @@ def main() -> int:
         f"--screens {args.screens} --gates {args.gates} --pace {args.pace:g}{' --vary' if args.vary else ''}"
         + (f" --source {args.source}" if args.source else "")
     )
-    tmp = Path(tempfile.mkdtemp(prefix="board-reviews-"))
-    gates_dir = tmp / "gates"
-    gates_dir.mkdir()
-    snapshot = world(args.gates, dense_every=0).snapshot()
-    (gates_dir / "gates.yaml").write_text(yaml.safe_dump_all(snapshot[0] + snapshot[1]))
-    env = {"PYTHONPATH": str(args.source.resolve())} if args.source else None
-    server = GateServer(
-        tmp, "--gates-dir", str(gates_dir), "--workers", "2", "--threads", "4", "--board", env=env
-    )
+    server = gates_dir_server("board-reviews-", args.gates, "--board", source=args.source)
     try:
-        server.wait_ready()
         print("| round | screens | reviews | review p50 ms | review p99 ms | max ms | board answers |")
         print("|---|---|---|---|---|---|---|")
         reviews_beside(

@@ -14,17 +14,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import threading
 from pathlib import Path
-
-import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.freeze_calendar import world  # noqa: E402
-from bench.reviewclient import reviews_beside  # noqa: E402
+from bench.reviewclient import gates_dir_server, reviews_beside  # noqa: E402
 from tests.processes import GateServer  # noqa: E402
 
 PACE = 0.1  # seconds between a fetcher's requests
@@ -57,15 +53,8 @@ def main() -> int:
         f"# .venv/bin/python bench/calendar_reviews.py --rounds {args.rounds} --seconds {args.seconds:g} "
         f"--fetchers {args.fetchers}{source}"
     )
-    tmp = Path(tempfile.mkdtemp(prefix="calendar-reviews-"))
-    gates_dir = tmp / "gates"
-    gates_dir.mkdir()
-    snapshot = world(100, dense_every=0).snapshot()
-    (gates_dir / "gates.yaml").write_text(yaml.safe_dump_all(snapshot[0] + snapshot[1]))
-    env = {"PYTHONPATH": str(args.source.resolve())} if args.source else None
-    server = GateServer(tmp, "--gates-dir", str(gates_dir), "--workers", "2", "--threads", "4", env=env)
+    server = gates_dir_server("calendar-reviews-", 100, source=args.source)
     try:
-        server.wait_ready()
         print(
             "| round | calendar fetchers | reviews | review p50 ms | review p99 ms | max ms | calendar answers |"
         )

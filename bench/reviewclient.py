@@ -102,3 +102,26 @@ def reviews_beside(
             f"{phase}: median over rounds of review p50 {median_over_rounds_ms(timed, 0.5):.2f} ms, "
             f"p99 {median_over_rounds_ms(timed, 0.99):.2f} ms"
         )
+
+
+def gates_dir_server(prefix: str, gates: int, *flags: str, source: Path | None = None):
+    """``gate-admission serve --gates-dir`` (2 workers, 4 threads, ``flags``) on the freeze
+    calendar bench's ``gates`` gates, from ``source``'s admission package when given; ready."""
+    import tempfile
+
+    import yaml
+
+    from bench.freeze_calendar import world
+    from tests.processes import GateServer
+
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
+    gates_dir = tmp / "gates"
+    gates_dir.mkdir()
+    snapshot = world(gates, dense_every=0).snapshot()
+    (gates_dir / "gates.yaml").write_text(yaml.safe_dump_all(snapshot[0] + snapshot[1]))
+    env = {"PYTHONPATH": str(source.resolve())} if source else None
+    server = GateServer(
+        tmp, "--gates-dir", str(gates_dir), "--workers", "2", "--threads", "4", *flags, env=env
+    )
+    server.wait_ready()
+    return server

@@ -16,7 +16,6 @@ import os
 import re
 import shutil
 import subprocess
-import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -25,6 +24,7 @@ import pytest
 from admission.core import names
 from tests.conftest import REPORT
 from tests.e2e.controlplane import ALICE, ROOT
+from tests.polling import until
 from tests.processes import BIN
 from tests.realflux.test_approvals import blocked_waits, git_setup, written
 from tests.realflux.test_kustomization import manifests
@@ -108,21 +108,20 @@ def screenshot(browser, name: str) -> Path:
 
 
 def page_until(browser, accept, what: str, timeout: float = PAGE_TIMEOUT):
+    """Poll the page as it is (never reloading it) until ``accept(browser)``; fail saying ``what``."""
     from selenium.common.exceptions import WebDriverException
 
-    """Poll the page as it is (never reloading it) until ``accept(browser)``; fail saying ``what``."""
-    deadline = time.monotonic() + timeout
-    while True:
+    def look():
         try:
-            found = accept(browser)
+            return accept(browser)
         except WebDriverException:  # an element swapped out mid-read, or not there yet: look again
-            found = None
-        if found:
-            return found
-        if time.monotonic() >= deadline:
-            screenshot(browser, "timeout-" + re.sub(r"\W+", "-", what)[:40])
-            pytest.fail(f"the page did not show {what} within {timeout}s")
-        time.sleep(0.2)
+            return None
+
+    found = until(look, bool, timeout=timeout, interval=0.2)
+    if not found:
+        screenshot(browser, "timeout-" + re.sub(r"\W+", "-", what)[:40])
+        pytest.fail(f"the page did not show {what} within {timeout}s")
+    return found
 
 
 def held_row(browser, target: str):
