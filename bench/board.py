@@ -23,11 +23,14 @@ The world, built in process at a fixed instant (2026-12-20 10:00 UTC, in the hol
 Measured, on the cluster board's path (``kubectl gate board`` reads the lists and builds a new
 GateIndex every look, then ``board.model.build`` and ``board.page.page``), writable (the forms
 of every action; ``--read-only`` without them): the index, the model and the render separately
-(median of ``--rounds``, each on a new index: states not memoised yet), the same look again on a
-warm index, the page's size, the peak of memory (tracemalloc over one index+build+render; RSS
-growth, VmHWM after one look minus VmRSS before it, measured first), the cost per gate (the
-same held objects with ``--sizes`` gates: the slope), the cost of the held objects (the full
-gates with none), and ``GET /fragment`` and ``GET /`` through the Flask app's test client.
+(median of ``--rounds``) of a first look (nothing remembered from an earlier one) and of each
+look after it (a new index again: the board remembers each gate's spans and drawn row while they
+stay the same, ``core.timeline`` and ``board.page``), the page's size, the peak of memory of a
+first look (tracemalloc over one index+build+render; RSS growth, VmHWM after one look minus VmRSS
+before it, measured first), the cost per gate of a first look (the same held objects with
+``--sizes`` gates: the slope), the cost of the held objects (the full gates with none), and
+``GET /fragment`` and ``GET /`` through the Flask app's test client (after its first request:
+each look after the first).
 Times are CPU time of this process (wall time beside): the machine is shared. Each round looks at
 every variant in turn, so a slow minute weighs on all of them alike.
 """
@@ -49,6 +52,7 @@ from typing import Any
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from admission.board import app as board_app  # noqa: E402
+from admission.board import timeline as board_timeline  # noqa: E402
 from admission.board.model import Query, Refused, Snapshot, build  # noqa: E402
 from admission.board.page import View, page  # noqa: E402
 from admission.core import approvals, names  # noqa: E402
@@ -411,9 +415,12 @@ def world(
 def look(
     gates: list, keepers: list, objects: list, writable: bool, query: Query
 ) -> tuple[dict[str, float], str]:
-    """One look on the cluster board's path: a new index, the model, the page; seconds of each
-    (CPU time of this process: the machine is shared, so wall time is kept apart, as ``wall``)."""
+    """A first look on the cluster board's path (a new index, the model, the page; nothing
+    remembered), then the next look (a new index again, as each snapshot of the cluster source
+    has: what the board remembers between looks is used). Seconds of each, CPU time of this
+    process (the machine is shared, so wall time is kept apart, as ``wall``)."""
     clock = time.process_time
+    board_timeline.forget()
     w0, t0 = time.perf_counter(), clock()
     index = GateIndex()
     index.replace_all(gates, keepers)
@@ -422,22 +429,29 @@ def look(
     t2 = clock()
     html = page(board, View("csrf-token-of-the-session"))
     t3, w3 = clock(), time.perf_counter()
-    board = build(Snapshot(index, objects), NOW, query, VIEWER, "context bench", writable)
+    index = GateIndex()
+    index.replace_all(gates, keepers)
     t4 = clock()
-    page(board, View("csrf-token-of-the-session"))
+    board = build(Snapshot(index, objects), NOW, query, VIEWER, "context bench", writable)
     t5 = clock()
+    again = page(board, View("csrf-token-of-the-session"))
+    t6 = clock()
+    assert again == html, "the next look drew another page of the same world"
     return {
         "index": t1 - t0,
         "build": t2 - t1,
         "render": t3 - t2,
         "wall": w3 - w0,
-        "warm build": t4 - t3,
-        "warm render": t5 - t4,
+        "next index": t4 - t3,
+        "next build": t5 - t4,
+        "next render": t6 - t5,
     }, html
 
 
 def one_look(gates: list, keepers: list, objects: list, writable: bool) -> str:
-    """A look and nothing else alive beside it: what the memory figures measure."""
+    """A first look and nothing else alive beside it: what the memory figures measure (what it
+    leaves remembered is counted: it stays)."""
+    board_timeline.forget()
     index = GateIndex()
     index.replace_all(gates, keepers)
     return page(
@@ -585,10 +599,15 @@ def main() -> None:
     results = {name: medians(r) for name, r in rounds.items()}
     timed, size = results["full"], pages["full"]
     total = timed["index"] + timed["build"] + timed["render"]
+    after = timed["next index"] + timed["next build"] + timed["next render"]
     print(
-        f"one look, CPU time, median of {args.rounds}: index {ms(timed['index'])} + model {ms(timed['build'])} + "
-        f"render {ms(timed['render'])} = {ms(total)} (wall {ms(timed['wall'])}; rounds {', '.join(ms(r['index'] + r['build'] + r['render']) for r in rounds['full'])}); "
-        f"warm index (states memoised): model {ms(timed['warm build'])} + render {ms(timed['warm render'])}"
+        f"first look, CPU time, median of {args.rounds}: index {ms(timed['index'])} + model {ms(timed['build'])} + "
+        f"render {ms(timed['render'])} = {ms(total)} (wall {ms(timed['wall'])}; rounds {', '.join(ms(r['index'] + r['build'] + r['render']) for r in rounds['full'])})"
+    )
+    print(
+        f"each look after it (a new index, what the board remembers used): index {ms(timed['next index'])} + "
+        f"model {ms(timed['next build'])} + render {ms(timed['next render'])} = {ms(after)} "
+        f"(rounds {', '.join(ms(r['next index'] + r['next build'] + r['next render']) for r in rounds['full'])})"
     )
     print(
         f"page {size / 1e6:.2f} MB ({size / max(args.gates, 1) / 1024:.1f} KiB a gate overall); memory: tracemalloc peak "
@@ -624,7 +643,8 @@ def main() -> None:
             f"GET / {ms(found['/'])} (wall {ms(found['/ wall'])}, {found['/ bytes'] / 1e6:.2f} MB)"
         )
     print(
-        f"targets: under 1 s of server time: {'met' if total < 1 else 'NOT met'} ({ms(total)}); under 50 MB: "
+        f"targets: under 1 s of server time: each look after the first {'met' if after < 1 else 'NOT met'} ({ms(after)}), "
+        f"the first {'met' if total < 1 else 'NOT met'} ({ms(total)}); under 50 MB: "
         f"{'met' if max(peak / 1e6, grown / 1024) < 50 else 'NOT met'} (peak {peak / 1e6:.1f} MB, RSS growth {grown / 1024:.1f} MB)"
     )
     print(f"load average (1 min): {load:.2f} at the start, {os.getloadavg()[0]:.2f} at the end")

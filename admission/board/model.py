@@ -209,7 +209,7 @@ def build(
         rows.append(
             GateRow(
                 state,
-                Timeline(zone, start, end, tuple(intervals(compiled, start, end))),
+                Timeline(zone, start, end, intervals(compiled, start, end)),
                 tuple(a.row() for a in read if a.unverified is None and a.live(now)),
                 tuple(a.row() for a in read if a.unverified is not None),
                 tuple(approvals.ended(gate).values()),

@@ -18,11 +18,10 @@ from typing import Any
 from urllib.parse import urlencode
 
 from admission.board import timeline
-from admission.board.model import DAY_CHOICES, GATE_ZONE, Board, GateRow, Query, SuspendRow
+from admission.board.model import DAY_CHOICES, GATE_ZONE, Board, GateRow, Query
 from admission.board.timeline import e
 from admission.core.objects import label
 from admission.core.timefmt import parse_time
-from admission.core.timeline import Interval
 
 STATIC = ("board.css", "board.js")
 EXPIRY_CHOICES = ("", "1h", "4h", "24h", "72h", "168h")
@@ -209,26 +208,6 @@ def _gates(board: Board, view: View) -> str:
     )
 
 
-def _spans(row: GateRow) -> list[tuple[Interval, str]]:
-    return [(i, timeline.describe(i, row.timeline.zone)) for i in row.timeline.spans]
-
-
-def _suspend_word(span: Interval) -> str:
-    # A cron that cannot be read counts as active (core.references), but when is not known.
-    return "suspended" if span.known else "unknown"
-
-
-def _suspend_spans(row: SuspendRow) -> list[tuple[Interval, str]]:
-    out = []
-    for w in row.windows:
-        why = f"suspended by {w.annotation} '{w.expression}'" + (
-            f": cannot be read ({w.error})" if w.error else ""
-        )
-        span = Interval(w.start, w.end, False, "SuspendDuring", why, known=w.error is None)
-        out.append((span, timeline.describe(span, row.timeline.zone, _suspend_word(span))))
-    return out
-
-
 def _timeline(board: Board) -> str:
     q = board.query
     zoom = " ".join(
@@ -245,32 +224,12 @@ def _timeline(board: Board) -> str:
             for d in range(0, 14)
         )
     lines, table = [], []
-    for row in board.gates:
-        spans = _spans(row)
-        lines.append(
-            f'<div class="line"><span class="who" title="{e(row.key)}">{e(row.key)}</span>'
-            + timeline.svg(row.timeline, board.now, spans, f"gate {row.key}")
-            + "</div>"
-        )
-        table += [
-            f'<tr><th scope="row">gate {e(row.key)}</th><td>{e(timeline.state_word(i))}</td>'
-            f"<td>{timeline.time_tag(i.start, row.timeline.zone)}</td><td>{timeline.time_tag(i.end, row.timeline.zone)}</td>"
-            f"<td>{e(i.reason)}{': ' + e(i.message) if i.message else ''}</td></tr>"
-            for i, _ in spans
-        ]
-    for srow in board.suspensions:
-        spans = _suspend_spans(srow)
-        lines.append(
-            f'<div class="line"><span class="who" title="{e(srow.target)}">{e(srow.target)}</span>'
-            + timeline.svg(srow.timeline, board.now, spans, f"suspensions of {srow.target}", "suspended")
-            + "</div>"
-        )
-        table += [
-            f'<tr><th scope="row">{e(srow.target)}</th><td>{_suspend_word(i)}</td>'
-            f"<td>{timeline.time_tag(i.start, srow.timeline.zone)}</td><td>{timeline.time_tag(i.end, srow.timeline.zone)}</td>"
-            f"<td>{e(i.message)}</td></tr>"
-            for i, _ in spans
-        ]
+    for drawn, rows, line in [
+        *((*timeline.gate_line(row.key, row.timeline), row.timeline) for row in board.gates),
+        *((*timeline.suspend_line(srow), srow.timeline) for srow in board.suspensions),
+    ]:
+        lines += [drawn, timeline.svg_end(line, board.now), "</div>"]
+        table.append(rows)
     zone = "each gate's own zone" if q.tz == GATE_ZONE else e(getattr(board.zone, "key", None) or board.zone)
     # One join of every piece: the rows are most of a page of megabytes, and each ``+`` of them
     # would copy all of it again.

@@ -12,7 +12,8 @@ from datetime import datetime, timedelta, tzinfo
 from functools import lru_cache
 from html import escape
 
-from admission.board.model import Timeline
+from admission.board.model import SuspendRow, Timeline
+from admission.core import timeline as core_timeline
 from admission.core.controls import escaped
 from admission.core.timefmt import format_label, format_time
 from admission.core.timeline import Interval
@@ -104,12 +105,12 @@ def _ticks_of(
     return tuple(out)
 
 
-def svg(
-    line: Timeline, now: datetime, spans: list[tuple[Interval, str]], name: str, closed: str = "closed"
-) -> str:
-    """One row: ``spans`` (each with its text), ticks at local midnights (hours when zoomed to a
-    day) and a "now" line. ``name`` labels the row for assistive technology; ``closed`` is how
-    its closed spans are drawn (``suspended``: an object's own suspendDuring, not a gate)."""
+def svg_without_now(line: Timeline, spans: list[tuple[Interval, str]], name: str, closed: str) -> str:
+    """One row up to its "now" line (``svg_end`` draws that and closes it): ``spans`` (each with
+    its text) and ticks at local midnights (hours when zoomed to a day). ``name`` labels the row
+    for assistive technology; ``closed`` is how its closed spans are drawn (``suspended``: an
+    object's own suspendDuring, not a gate). Apart, because this part stays the same from one
+    look to the next while the spans do."""
     parts = [
         f'<svg class="timeline" viewBox="0 0 {WIDTH} {HEIGHT}" preserveAspectRatio="none" '
         f'role="group" aria-label="{e(name)}">',
@@ -127,10 +128,87 @@ def svg(
             f'height="{BAR[1]}" tabindex="0" role="img" aria-label="{label}"><title>{label}</title></rect>'
         )
     parts += _ticks(line)
-    if line.start <= now < line.end:
-        # Whole units (20 minutes over 14 days, 86 s over one): it moves when it would show, not
-        # with every second a poll brings.
-        x = round(_x(now, line))
-        parts.append(f'<line class="now" x1="{x}" y1="0" x2="{x}" y2="{HEIGHT}"><title>now</title></line>')
-    parts.append("</svg>")
     return "".join(parts)
+
+
+def svg_end(line: Timeline, now: datetime) -> str:
+    """A row's "now" line, if now is in its range, and its end."""
+    if not line.start <= now < line.end:
+        return "</svg>"
+    # Whole units (20 minutes over 14 days, 86 s over one): it moves when it would show, not
+    # with every second a poll brings.
+    x = round(_x(now, line))
+    return f'<line class="now" x1="{x}" y1="0" x2="{x}" y2="{HEIGHT}"><title>now</title></line></svg>'
+
+
+# Rows remembered, a few per gate of a large board: most rows are the same from one look to
+# the next (their spans are remembered too, ``core.timeline``), and drawing them is most of
+# the page's cost.
+REMEMBERED_ROWS = 2048
+
+
+def _suspend_word(span: Interval) -> str:
+    # A cron that cannot be read counts as active (core.references), but when is not known.
+    return "suspended" if span.known else "unknown"
+
+
+def _suspend_spans(row: SuspendRow) -> list[tuple[Interval, str]]:
+    out = []
+    for w in row.windows:
+        why = f"suspended by {w.annotation} '{w.expression}'" + (
+            f": cannot be read ({w.error})" if w.error else ""
+        )
+        span = Interval(w.start, w.end, False, "SuspendDuring", why, known=w.error is None)
+        out.append((span, describe(span, row.timeline.zone, _suspend_word(span))))
+    return out
+
+
+def forget() -> None:
+    """Forget every row and span remembered: the next page is drawn as a first look (benches and
+    tests compare the two)."""
+    core_timeline.forget()
+    _gate_line_of.cache_clear()
+    _suspend_line_of.cache_clear()
+
+
+def gate_line(key: str, line: Timeline) -> tuple[str, str]:
+    """A gate's row of the timeline up to its "now" line (``svg_end``), and its rows of the table."""
+    # The folds are in the key because equal datetimes of one zone may differ in them.
+    return _gate_line_of(key, line, line.start.fold, line.end.fold)
+
+
+@lru_cache(maxsize=REMEMBERED_ROWS)
+def _gate_line_of(key: str, line: Timeline, _start_fold: int, _end_fold: int) -> tuple[str, str]:
+    spans = [(i, describe(i, line.zone)) for i in line.spans]
+    drawn = f'<div class="line"><span class="who" title="{e(key)}">{e(key)}</span>' + svg_without_now(
+        line, spans, f"gate {key}", "closed"
+    )
+    table = "".join(
+        f'<tr><th scope="row">gate {e(key)}</th><td>{e(state_word(i))}</td>'
+        f"<td>{time_tag(i.start, line.zone)}</td><td>{time_tag(i.end, line.zone)}</td>"
+        f"<td>{e(i.reason)}{': ' + e(i.message) if i.message else ''}</td></tr>"
+        for i, _ in spans
+    )
+    return drawn, table
+
+
+def suspend_line(row: SuspendRow) -> tuple[str, str]:
+    """An object's row of suspendDuring windows up to its "now" line (``svg_end``), and its rows
+    of the table."""
+    return _suspend_line_of(row, row.timeline.start.fold, row.timeline.end.fold)
+
+
+@lru_cache(maxsize=REMEMBERED_ROWS)
+def _suspend_line_of(row: SuspendRow, _start_fold: int, _end_fold: int) -> tuple[str, str]:
+    spans, line = _suspend_spans(row), row.timeline
+    drawn = (
+        f'<div class="line"><span class="who" title="{e(row.target)}">{e(row.target)}</span>'
+        + svg_without_now(line, spans, f"suspensions of {row.target}", "suspended")
+    )
+    table = "".join(
+        f'<tr><th scope="row">{e(row.target)}</th><td>{_suspend_word(i)}</td>'
+        f"<td>{time_tag(i.start, line.zone)}</td><td>{time_tag(i.end, line.zone)}</td>"
+        f"<td>{e(i.message)}</td></tr>"
+        for i, _ in spans
+    )
+    return drawn, table

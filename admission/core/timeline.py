@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
+from functools import lru_cache
 
 from admission.core import names
 from admission.core.gates import OUT_OF_RANGE, cause_of, change_points, out_of_range
@@ -13,6 +14,9 @@ from admission.core.localtime import UTC
 from admission.core.schedule import Entry
 
 MAX_INTERVAL_STEPS = 5000  # bound on change points examined for one calendar
+# Calendars remembered, a few per gate of a large board: a board or a feed asks for the same
+# range of the same gates again and again (every poll, each day's ranges start at midnight).
+REMEMBERED_CALENDARS = 2048
 
 
 @dataclass(frozen=True)
@@ -43,15 +47,40 @@ def _calendar_cause(cg: CompiledGate, now: datetime) -> tuple[bool, str, str]:
 
 def intervals(
     cg: CompiledGate, start: datetime, end: datetime, max_steps: int = MAX_INTERVAL_STEPS
-) -> list[Interval]:
+) -> tuple[Interval, ...]:
     """The gate's open and closed spans covering ``[start, end)``, adjacent spans of the same
     state merged; they come from the change points the admission decisions use.
 
     At most ``max_steps`` change points are examined: past them the rest of the range is one
     interval with ``known=False`` (a schedule that flips every minute cannot be listed for weeks).
+
+    The answer is a function of its arguments, so it is remembered: a gate compiled again from
+    the same Gate and GateKeepers is equal to the one before and finds its calendar. Gates with
+    subscribed calendars are compared by identity (each compile reads the feed's status anew),
+    so they would only fill the memory: they are worked out every time.
     """
+    if any(not isinstance(entry, Entry) for _, entry in cg.closed_entries + cg.opened_entries):
+        return _intervals(cg, start, end, max_steps)
+    # The folds are in the key because equal datetimes of one zone may differ in them.
+    return _remembered(cg, start, start.fold, end, end.fold, max_steps)
+
+
+@lru_cache(maxsize=REMEMBERED_CALENDARS)
+def _remembered(
+    cg: CompiledGate, start: datetime, _start_fold: int, end: datetime, _end_fold: int, max_steps: int
+) -> tuple[Interval, ...]:
+    return _intervals(cg, start, end, max_steps)
+
+
+def forget() -> None:
+    """Forget every calendar remembered: the next ``intervals`` works each out again (benches
+    and tests compare the two)."""
+    _remembered.cache_clear()
+
+
+def _intervals(cg: CompiledGate, start: datetime, end: datetime, max_steps: int) -> tuple[Interval, ...]:
     if end <= start:
-        return []
+        return ()
     out: list[Interval] = []
     cur = start
     for _ in range(max_steps):
@@ -61,14 +90,14 @@ def intervals(
         except OUT_OF_RANGE as err:  # as evaluate says it: invalid (closed) from here, and why
             state = out_of_range(cg, cur, err)
             out.append(Interval(cur, end, False, state.reason, state.message, known=False))
-            return out
+            return tuple(out)
         nxt = min(min(points), end) if points else end
         if out and out[-1].open == is_open and out[-1].known:
             out[-1] = Interval(out[-1].start, nxt, is_open, out[-1].reason, out[-1].message)
         else:
             out.append(Interval(cur, nxt, is_open, reason, message))
         if nxt >= end:
-            return out
+            return tuple(out)
         cur = nxt
     out.append(
         Interval(
@@ -80,7 +109,7 @@ def intervals(
             known=False,
         )
     )
-    return out
+    return tuple(out)
 
 
 def time_zone(cg: CompiledGate) -> tzinfo:

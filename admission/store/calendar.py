@@ -113,7 +113,7 @@ def calendars(
         zone = time_zone(compiled)
         start = _local_midnight(now.astimezone(zone).date(), zone)
         end = _local_midnight(start.date() + timedelta(days=days), zone)
-        spans = tuple(intervals(compiled, start, end))
+        spans = intervals(compiled, start, end)
         out.append(
             GateCalendar(
                 ns,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import re
 from datetime import UTC, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
@@ -15,6 +16,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from admission.board import page
+from admission.board import timeline as board_timeline
 from admission.board.model import (
     GATE_ZONE,
     MAX_DAYS,
@@ -145,7 +147,7 @@ def test_each_gates_spans_are_the_cores_intervals_over_the_days_shown(days, offs
         assert line.zone == viewer and line.start == datetime.combine(first_day, time(0), tzinfo=viewer)
         assert line.end == datetime.combine(first_day + timedelta(days=days), time(0), tzinfo=viewer)
         compiled = index.compiled(row.state.namespace, row.state.name)
-        assert list(line.spans) == intervals(compiled, line.start, line.end)
+        assert line.spans == intervals(compiled, line.start, line.end)
         assert line.spans[0].start == line.start and line.spans[-1].end == line.end
         assert all(a.end == b.start for a, b in itertools.pairwise(line.spans))
         assert row.state == index.lookup(row.state.namespace, row.state.name, NOW)
@@ -162,6 +164,58 @@ def test_the_spans_say_what_the_webhook_would_at_every_change():
                         row.key,
                         t,
                     )
+
+
+def _page_of_a_new_index(gates: list[dict], keepers: list[dict], now: datetime, query: Query) -> str:
+    # A new index each look, as the cluster source's snapshots have: what is remembered between
+    # looks is found by what the gates are, not by which index compiled them.
+    index = GateIndex()
+    index.replace_all(gates, keepers)
+    return page.page(build(Snapshot(index, objects()), now, query, BERLIN, "here", True), page.View("t"))
+
+
+def test_a_page_drawn_with_what_earlier_looks_remembered_is_the_page_drawn_anew():
+    gates, keepers = gates_and_keepers()
+    closed = [
+        gate(
+            "nightly",
+            default="opened",
+            annotations={
+                names.CLOSE_ANNOTATION: "2026-10-22T19:00:00.000000Z",  # open until 22:00 Berlin
+                names.MESSAGE_ANNOTATION: "INC-7 payments degraded",
+            },
+        ),
+        *gates[1:],
+    ]
+    moved = [keeper("k", "nightly", closed=["* 20-21 * * *"], timeZone="Europe/Berlin"), *keepers[1:]]
+    worlds = {"as listed": (gates, keepers), "closed": (closed, keepers), "moved": (gates, moved)}
+    # The now line moves; three hours on it is the next day in Berlin, and the days shown move.
+    nows = [NOW, NOW + timedelta(minutes=25), NOW + timedelta(hours=3)]
+    queries = [Query(), Query(days=1, offset=3), Query(tz=GATE_ZONE)]
+    drawn = {}
+    board_timeline.forget()
+    for (world, (g, k)), now, query in itertools.product(
+        [*worlds.items(), ("as listed", worlds["as listed"])], nows, queries
+    ):
+        remembered = _page_of_a_new_index(g, k, now, query)  # after another world, time or query
+        board_timeline.forget()
+        assert remembered == _page_of_a_new_index(g, k, now, query), (world, now, query)
+        drawn[world, now, query] = remembered
+
+    def nightly_row(world: str, now: datetime = NOW) -> str:
+        [row] = re.findall(
+            r'<div class="line"><span class="who" title="flux-system/nightly">.*?</div>',
+            drawn[world, now, Query()],
+        )
+        return row
+
+    # What changed is drawn, and the now line is where now is (14 days over 1,000 units: 25
+    # minutes move it by one).
+    assert "INC-7 payments degraded" in nightly_row("closed")
+    assert "INC-7 payments degraded" not in nightly_row("as listed")
+    assert nightly_row("moved") != nightly_row("as listed")
+    now_x = [re.findall(r'<line class="now" x1="(\d+)"', nightly_row("as listed", t)) for t in nows[:2]]
+    assert now_x == [["70"], ["71"]]
 
 
 def test_nightly_in_berlin_is_closed_from_22_to_midnight_berlin_across_the_clock_change():
