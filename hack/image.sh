@@ -3,7 +3,7 @@
 #
 #   hack/image.sh [TAG]      builds gate-admission:TAG (default: the manifests' tag), prints its name
 #
-# The base is the Dockerfile's default (python:3.11-slim-bookworm) when it can be pulled; where no
+# The base is the Dockerfile's default (python:3.13-slim-trixie) when it can be pulled; where no
 # image registry answers, one made from Debian packages (hack/debian-base.sh). $BASE_IMAGE wins.
 # Progress and the image's size go to stderr.
 set -euo pipefail

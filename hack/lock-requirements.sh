@@ -4,7 +4,7 @@
 # `pip --require-hashes --only-binary=:all:`, so the image build never resolves, never
 # compiles, and gets the same bytes every time.
 #
-# Resolved for the image's interpreter (CPython 3.11, glibc 2.36: Debian bookworm) once for
+# Resolved for the image's interpreter (CPython 3.13, glibc 2.41: Debian trixie) once for
 # x86_64 and once for aarch64, wheels only; the two must come out identical, so one lock
 # serves both architectures. Current pins are kept unless asked otherwise:
 #   hack/lock-requirements.sh                      # after editing pyproject.toml dependencies
@@ -15,8 +15,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 UV_VERSION=0.13.8
-PYTHON_VERSION=3.11   # keep in step with the Dockerfile's base image
-GLIBC=2_36            # Debian bookworm's, the base image's
+PYTHON_VERSION=3.13   # keep in step with the Dockerfile's base image
+GLIBC=2_40            # the newest this uv names; Debian trixie's (the base image's) is 2.41
 
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
