@@ -51,11 +51,12 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from admission.board import app as board_app  # noqa: E402
 from admission.board.model import Query, Refused, Snapshot, build  # noqa: E402
 from admission.board.page import View, page  # noqa: E402
-from admission.core import approvals, names  # noqa: E402
-from admission.core.cron import zone  # noqa: E402
-from admission.core.holdmessage import HoldMessage, NewContent, gate_clause  # noqa: E402
-from admission.core.status import gate_status  # noqa: E402
-from admission.core.toggles import toggle_patch  # noqa: E402
+from admission.core.base import names  # noqa: E402
+from admission.core.flux.holdmessage import HoldMessage, NewContent, gate_clause  # noqa: E402
+from admission.core.gates import approvals
+from admission.core.gates.status import gate_status  # noqa: E402
+from admission.core.gates.toggles import toggle_patch  # noqa: E402
+from admission.core.time.cron import zone  # noqa: E402
 from admission.store.index import GateIndex  # noqa: E402
 
 NOW = datetime(2026, 12, 20, 10, 0, tzinfo=UTC)

@@ -21,8 +21,8 @@ from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from admission.core import names  # noqa: E402
-from admission.core.decision import Context, Settings  # noqa: E402
+from admission.core.admission.decision import Context, Settings  # noqa: E402
+from admission.core.base import names  # noqa: E402
 from admission.store.index import GateIndex  # noqa: E402
 from admission.webhook import handlers  # noqa: E402
 from tests.builders import ALICE, FLUX_USER, flux, gate, request  # noqa: E402

@@ -20,9 +20,9 @@ from urllib.parse import urlencode
 from admission.board import timeline
 from admission.board.model import DAY_CHOICES, GATE_ZONE, Board, GateRow, Query, SuspendRow
 from admission.board.timeline import e
-from admission.core.objects import label
-from admission.core.timefmt import parse_time
-from admission.core.timeline import Interval
+from admission.core.base.objects import label
+from admission.core.base.timefmt import parse_time
+from admission.core.gates.timeline import Interval
 
 STATIC = ("board.css", "board.js")
 EXPIRY_CHOICES = ("", "1h", "4h", "24h", "72h", "168h")
@@ -214,7 +214,7 @@ def _spans(row: GateRow) -> list[tuple[Interval, str]]:
 
 
 def _suspend_word(span: Interval) -> str:
-    # A cron that cannot be read counts as active (core.references), but when is not known.
+    # A cron that cannot be read counts as active (core.gates.references), but when is not known.
     return "suspended" if span.known else "unknown"
 
 

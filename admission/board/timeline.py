@@ -13,9 +13,9 @@ from functools import lru_cache
 from html import escape
 
 from admission.board.model import Timeline
-from admission.core.controls import escaped
-from admission.core.timefmt import format_label, format_time
-from admission.core.timeline import Interval
+from admission.core.base.controls import escaped
+from admission.core.base.timefmt import format_label, format_time
+from admission.core.gates.timeline import Interval
 
 WIDTH = 1000  # the viewBox's width: spans are placed in these units
 HEIGHT = 30

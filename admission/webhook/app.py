@@ -15,9 +15,10 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.middleware.dispatcher import DispatcherMiddleware
 
 from admission.clock import utcnow
-from admission.core import kinds, names
-from admission.core.decision import CONTENT, Context, Settings, not_judged
-from admission.core.review import AdmissionRequest, AdmissionReview
+from admission.core.admission.decision import CONTENT, Context, Settings, not_judged
+from admission.core.admission.review import AdmissionRequest, AdmissionReview
+from admission.core.base import names
+from admission.core.flux import kinds
 from admission.observability import logs, metrics
 from admission.store import GateStore, Sources
 from admission.webhook import calendar_route, handlers

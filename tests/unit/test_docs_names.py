@@ -212,13 +212,17 @@ def paths_in(text: str, where: Path) -> list[tuple[str, str]]:
 
 
 def test_each_form_resolves_what_exists_and_refuses_what_does_not():
-    assert names_in("`admission.core.decision.decide` and admission.core.kinds.FLUX_KINDS") == []
     assert (
-        names_in("`core.decision.decide`, `kube.fluxcache.FluxCache`, `core.timeline.intervals(cg, a, b)`")
+        names_in("`admission.core.admission.decision.decide` and admission.core.flux.kinds.FLUX_KINDS") == []
+    )
+    assert (
+        names_in(
+            "`core.admission.decision.decide`, `kube.fluxcache.FluxCache`, `core.gates.timeline.intervals(cg, a, b)`"
+        )
         == []
     )
     assert names_in("`decision.decide()`, `kinds.lookup(group, kind)`, `GateIndex.lookup()`") == []
-    assert names_in("`core/decision.py` and `admission/webhook/app.py`") == []
+    assert names_in("`core/admission/decision.py` and `admission/webhook/app.py`") == []
     assert names_in("`webhook.handlers.Outcome.error`: a dataclass field") == []
     assert (
         names_in(
@@ -227,9 +231,9 @@ def test_each_form_resolves_what_exists_and_refuses_what_does_not():
         == []
     )
     missing = [
-        "`admission.core.decision.no_such_function`",
+        "`admission.core.admission.decision.no_such_function`",
         "admission.core.no_such_module",
-        "`core.decision.NoSuchClass`",
+        "`core.admission.decision.NoSuchClass`",
         "`decision.no_such_function()`",
         "`no_such_module.decide()`",
         "`core/no_such_module.py`",
