@@ -1,4 +1,4 @@
-"""The installed gunicorn still has every internal part admission.webhook.gthread_seam relies on,
+"""The installed gunicorn still has every internal part admission.transport.gthread_seam relies on,
 and nothing outside the seam reaches into gunicorn's internals."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from admission.webhook import gthread_seam
-from admission.webhook.gthread_seam import PASSED_THROUGH, RELIES_ON
+from admission.transport import gthread_seam
+from admission.transport.gthread_seam import PASSED_THROUGH, RELIES_ON
 
 WEBHOOK = Path(gthread_seam.__file__).parent
 PYPROJECT = WEBHOOK.parent.parent / "pyproject.toml"

@@ -6,7 +6,8 @@ resolve (docs/design.md, "Conventions", says the same to writers):
 - ``admission.pkg.module.Name.attr``, anywhere in the text: the longest prefix that is a module
   imports, and the rest is a chain of attributes (a dataclass field counts).
 - ``pkg.module.Name.attr`` in backticks, where ``pkg`` is one of the packages (``core``,
-  ``clock``, ``observability``, ``pki``, ``store``, ``ical``, ``kube``, ``webhook``, ``cli``):
+  ``clock``, ``observability``, ``pki``, ``store``, ``ical``, ``kube``, ``webhook``, ``transport``,
+  ``cli``):
   the same, with ``admission.`` in front.
 - ``module.name()`` in backticks (call parentheses, arguments allowed): ``module`` is a module
   of ``admission`` (by its own name, in any package) or a class defined there, and has ``name``.
@@ -33,7 +34,7 @@ from pathlib import Path
 from tests import ROOT
 
 PACKAGE = ROOT / "admission"
-PACKAGES = ("core", "clock", "observability", "pki", "store", "ical", "kube", "webhook", "cli")
+PACKAGES = ("core", "clock", "observability", "pki", "store", "ical", "kube", "webhook", "transport", "cli")
 TOP_DIRS = ("admission", "tests", "bench", "hack", "manifests", "charts", "examples", "docs")
 # Other libraries' calls the docs write as ``module.name()``.
 FOREIGN = frozenset(

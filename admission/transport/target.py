@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from admission.webhook.framing import Refused
+from admission.transport.framing import Refused
 
 # A path in its one spelling: segments of unreserved characters, none empty, "." or "..". Any
 # other spelling (percent-encoding, dot segments, "//", absolute-form, "*") is refused, not

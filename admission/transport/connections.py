@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from admission.webhook.gthread_seam import GthreadSeam, SeamConn
+from admission.transport.gthread_seam import GthreadSeam, SeamConn
 
 LINGER_SECONDS = 2.0  # after refusing a request, read and drop what the client still sends, then close
 _REASONS = {

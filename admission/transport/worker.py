@@ -6,7 +6,7 @@
 # deadline; an idle or slow client costs a descriptor and its bytes, never a thread. Small reviews
 # are even answered in the loop: their judgement is far cheaper than the two thread wake-ups a
 # round trip through a thread costs (bench/status_overhead.py). gunicorn's internals are reached
-# only through admission.webhook.gthread_seam.
+# only through admission.transport.gthread_seam.
 
 from __future__ import annotations
 
@@ -21,11 +21,11 @@ import struct
 import time
 from functools import partial
 
-from admission.webhook.bounded_socket import IO_SECONDS, BoundedSSLSocket
-from admission.webhook.connections import Conn, ConnectionEnds
-from admission.webhook.framing import Refused, framing
-from admission.webhook.gthread_seam import GthreadSeam
-from admission.webhook.target import admit
+from admission.transport.bounded_socket import IO_SECONDS, BoundedSSLSocket
+from admission.transport.connections import Conn, ConnectionEnds
+from admission.transport.framing import Refused, framing
+from admission.transport.gthread_seam import GthreadSeam
+from admission.transport.target import admit
 
 REQUEST_SECONDS = (
     10.0  # handshake + headers + body of a request, one deadline; a new connection's clock starts at accept
@@ -53,14 +53,14 @@ class PreReadWorker(ConnectionEnds, GthreadSeam):
     max_body = 6 * 1024 * 1024  # set by admission.webhook.server.options
     max_client_connections = CLIENT_CONNECTIONS
     shutdown_delay = 0.0
-    # Where TLS contexts come from (admission.webhook.tls.ReloadingContext). Not gunicorn's
+    # Where TLS contexts come from (admission.transport.tls.ReloadingContext). Not gunicorn's
     # certfile/keyfile: gunicorn checks those files exist when a worker starts, so a worker
     # replaced while the files are missing would fail to boot and the master would exit; the
     # context in memory is the last good certificate, and serving with it is what we want.
     tls = None
     # With ``serve --client-ca-file``: a request from a client that did not present a certificate
     # the TLS context verified is refused (403) before it is parsed, unless its path is public
-    # (admission.webhook.target: the same reading of the path the routes use).
+    # (admission.transport.target: the same reading of the path the routes use).
     client_auth = False
 
     def __init__(self, *args, **kwargs):

@@ -15,7 +15,7 @@ def server_context(certfile: str, keyfile: str, client_ca: str | None = None) ->
     """TLS 1.2 or newer, the given key pair. With ``client_ca``, every client is asked for a
     certificate and one that does not chain to that CA (for client use) fails the handshake; a
     client that sends none is let through the handshake, and the worker then refuses it every
-    path but the public ones (admission.webhook.worker, ``client_auth``)."""
+    path but the public ones (admission.transport.worker, ``client_auth``)."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.options |= ssl.OP_NO_COMPRESSION | ssl.OP_CIPHER_SERVER_PREFERENCE
