@@ -8,7 +8,9 @@ import ssl
 import threading
 import time
 
-log = logging.getLogger(__name__)
+# The name its log lines carried before the transport left the webhook package: what operators
+# filter on does not move with the module.
+log = logging.getLogger("admission.webhook.tls")
 
 
 def server_context(certfile: str, keyfile: str, client_ca: str | None = None) -> ssl.SSLContext:
