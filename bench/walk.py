@@ -85,7 +85,7 @@ def _ours(frame: FrameType | None) -> str | None:
 
 
 # Where every module reads a field or builds a string: folded, a walk shows the design's moves.
-ACCESSORS = {f"admission.core.{m}" for m in ("objects", "lazy", "jsonvalues", "timefmt", "controls")}
+ACCESSORS = {f"admission.core.base.{m}" for m in ("objects", "lazy", "jsonvalues", "timefmt", "controls")}
 
 
 class Visit:
