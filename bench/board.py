@@ -25,7 +25,7 @@ GateIndex every look, then ``board.model.build`` and ``board.page.page``), writa
 of every action; ``--read-only`` without them): the index, the model and the render separately
 (median of ``--rounds``) of a first look (nothing remembered from an earlier one) and of each
 look after it (a new index again: the board remembers each gate's spans and drawn row while they
-stay the same, ``core.timeline`` and ``board.page``), the page's size, the peak of memory of a
+stay the same, ``core.gates.timeline`` and ``board.timeline``), the page's size, the peak of memory of a
 first look (tracemalloc over one index+build+render; RSS growth, VmHWM after one look minus VmRSS
 before it, measured first), the cost per gate of a first look (the same held objects with
 ``--sizes`` gates: the slope), the cost of the held objects (the full gates with none), and
@@ -55,11 +55,12 @@ from admission.board import app as board_app  # noqa: E402
 from admission.board import timeline as board_timeline  # noqa: E402
 from admission.board.model import Query, Refused, Snapshot, build  # noqa: E402
 from admission.board.page import View, page  # noqa: E402
-from admission.core import approvals, names  # noqa: E402
-from admission.core.cron import zone  # noqa: E402
-from admission.core.holdmessage import HoldMessage, NewContent, gate_clause  # noqa: E402
-from admission.core.status import gate_status  # noqa: E402
-from admission.core.toggles import toggle_patch  # noqa: E402
+from admission.core.base import names  # noqa: E402
+from admission.core.flux.holdmessage import HoldMessage, NewContent, gate_clause  # noqa: E402
+from admission.core.gates import approvals
+from admission.core.gates.status import gate_status  # noqa: E402
+from admission.core.gates.toggles import toggle_patch  # noqa: E402
+from admission.core.time.cron import zone  # noqa: E402
 from admission.store.index import GateIndex  # noqa: E402
 
 NOW = datetime(2026, 12, 20, 10, 0, tzinfo=UTC)

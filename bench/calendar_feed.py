@@ -33,8 +33,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from admission.core import gates, gatespec  # noqa: E402
-from admission.core.subscriptions import HORIZON, MAX_INTERVALS, FeedEvent, parse_calendar, status_entry  # noqa: E402
+from admission.core.gates import gates, gatespec  # noqa: E402
+from admission.core.time.subscriptions import HORIZON, MAX_INTERVALS, FeedEvent, parse_calendar, status_entry  # noqa: E402
 from admission.ical.fetch import Auth, Policy, fetch, parse_networks  # noqa: E402
 from admission.ical.parse import expand, parse_in_child  # noqa: E402
 

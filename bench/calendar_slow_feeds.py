@@ -50,7 +50,7 @@ def main() -> None:
     sys.path.insert(1, str(ROOT))  # tests.doubles.feedserver, tests.doubles.fakekube
 
     import admission.kube.calendarsync as measured
-    from admission.core import names
+    from admission.core.base import names
     from admission.ical.fetch import Policy, fetch, parse_networks
     from admission.ical.parse import expand
     from admission.kube.calendarsync import CalendarSync

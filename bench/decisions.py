@@ -19,7 +19,7 @@ import orjson
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from admission.core.decision import Context, Settings, decide  # noqa: E402
+from admission.core.admission.decision import Context, Settings, decide  # noqa: E402
 from admission.store.index import GateIndex  # noqa: E402
 from admission.webhook import handlers  # noqa: E402
 from admission.webhook.review import complete, parse_review  # noqa: E402

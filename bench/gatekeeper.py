@@ -22,7 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from admission.core import cron, crondays, gates, gatespec, localtime, names, schedule  # noqa: E402
+from admission.core.base import names  # noqa: E402
+from admission.core.gates import gates, gatespec
+from admission.core.time import cron, crondays, localtime, schedule
 
 NOW = datetime(2026, 11, 22, 2, 13, 30, tzinfo=UTC)
 PER_LIST = gatespec.MAX_ENTRIES_PER_LIST

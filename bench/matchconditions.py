@@ -52,7 +52,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import matchconditions_flux as real  # noqa: E402  (bench/, next to this script)
 
-from admission.core import kinds, matching, names  # noqa: E402
+from admission.core.admission import matching
+from admission.core.base import names  # noqa: E402
+from admission.core.flux import kinds
 from admission.kube.client import api_client  # noqa: E402
 from tests.builders import gate  # noqa: E402
 from tests.e2e.conftest import pre_1_30_webhooks, prepared, register_webhooks  # noqa: E402

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import yaml
 
-from admission.core import kinds, names
+from admission.core.base import names
+from admission.core.flux import kinds
 from tests.polling import until
 from tests.realflux.flux import FluxControllers, flux_dir
 from tests.realflux.servers import ChartRepository, GitServer

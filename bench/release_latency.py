@@ -27,7 +27,7 @@ from kubernetes import client
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from admission.core.timefmt import format_time  # noqa: E402
+from admission.core.base.timefmt import format_time  # noqa: E402
 from admission.kube.client import api_client  # noqa: E402
 from tests.builders import gate  # noqa: E402
 from tests.doubles.flux.kustomize import KustomizeController  # noqa: E402

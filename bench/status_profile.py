@@ -25,8 +25,8 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from admission.core.decision import Settings  # noqa: E402
-from admission.core.references import policy_of  # noqa: E402
+from admission.core.admission.decision import Settings  # noqa: E402
+from admission.core.gates.references import policy_of  # noqa: E402
 from admission.store import StaticSources  # noqa: E402
 from admission.store.index import GateIndex  # noqa: E402
 from admission.webhook.app import MUTATE, VALIDATE, Reviews  # noqa: E402

@@ -21,8 +21,8 @@ from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from admission.core import names  # noqa: E402
-from admission.core.decision import Context, Settings  # noqa: E402
+from admission.core.admission.decision import Context, Settings  # noqa: E402
+from admission.core.base import names  # noqa: E402
 from admission.store.index import GateIndex  # noqa: E402
 from admission.webhook import handlers  # noqa: E402
 from tests.builders import ALICE, FLUX_USER, flux, gate, request  # noqa: E402
@@ -85,7 +85,7 @@ def _ours(frame: FrameType | None) -> str | None:
 
 
 # Where every module reads a field or builds a string: folded, a walk shows the design's moves.
-ACCESSORS = {f"admission.core.{m}" for m in ("objects", "lazy", "jsonvalues", "timefmt", "controls")}
+ACCESSORS = {f"admission.core.base.{m}" for m in ("objects", "lazy", "jsonvalues", "timefmt", "controls")}
 
 
 class Visit:

@@ -9,7 +9,8 @@ from typing import Any
 
 import orjson
 
-from admission.core import kinds, names
+from admission.core.base import names
+from admission.core.flux import kinds
 from admission.webhook.app import MAX_BODY
 from admission.webhook.review import MAX_CONTAINERS
 
@@ -43,10 +44,10 @@ APPROVAL_KEY = b"0123456789abcdef0123456789abcdef-test"
 
 def sealed(gate_obj: dict, key: bytes = APPROVAL_KEY) -> dict:
     """``gate_obj`` as the API server holds it after the webhook recorded its approvals: a uid
-    (when it has none) and every approval annotation sealed for it (admission.core.approvalseal)."""
+    (when it has none) and every approval annotation sealed for it (admission.core.gates.approvalseal)."""
     import json
 
-    from admission.core import approvals, approvalseal
+    from admission.core.gates import approvals, approvalseal
 
     meta = gate_obj.setdefault("metadata", {})
     meta.setdefault("uid", f"uid-{meta.get('namespace')}-{meta.get('name')}")
@@ -165,7 +166,7 @@ def review(req: dict, api_version: str = "admission.k8s.io/v1") -> dict:
 
 def lookup_from(gate_objects: list[dict] = (), keeper_objects: list[dict] = ()):
     """A gate lookup over plain dicts, evaluated afresh each call (no caching)."""
-    from admission.core.gates import evaluate_gate, not_found
+    from admission.core.gates.gates import evaluate_gate, not_found
 
     by_key = {(g["metadata"]["namespace"], g["metadata"]["name"]): g for g in gate_objects}
 
@@ -207,7 +208,7 @@ def calendar_status(
     complete until ``complete_until`` (default: the controller's horizon), or an ``error``."""
     from datetime import timedelta
 
-    from admission.core.subscriptions import HORIZON, FeedEvent, parse_calendar, status_entry
+    from admission.core.time.subscriptions import HORIZON, FeedEvent, parse_calendar, status_entry
 
     cal = parse_calendar(calendar, time_zone=keeper_zone)
     if error is not None:

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from hypothesis import settings as hypothesis_settings
 
-from admission.core.decision import Settings
+from admission.core.admission.decision import Settings
 from admission.store.files import FileStore
 from admission.webhook.app import create_app
 from tests.builders import at

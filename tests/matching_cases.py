@@ -9,7 +9,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from admission.core import names
+from admission.core.base import names
 from tests.builders import FLUX_API, gate, request
 from tests.doubles.mergepatch import merged
 

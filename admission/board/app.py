@@ -25,7 +25,7 @@ from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
 from admission.board import page
 from admission.board.model import Actions, Board, Refused, Snapshot, Source, build, query_of
-from admission.core.references import is_name, is_namespace
+from admission.core.gates.references import is_name, is_namespace
 
 SNAPSHOT_TTL = 0.5  # seconds a read of the cluster serves every tab's polls
 MAX_BODY = 64 * 1024  # an action's form is a few hundred bytes

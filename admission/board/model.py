@@ -2,9 +2,9 @@
 over the coming days, what waits behind each, and each Flux object's suspendDuring windows.
 
 Nothing here evaluates a gate of its own: states are ``GateIndex.lookup`` (what the webhook
-asks), spans are ``core.timeline.intervals`` (the change points the webhook's evaluation uses),
-held rows are ``core.pending.pending_rows`` (what ``kubectl gate pending`` prints) and
-suspensions are ``core.references.suspend_windows``. The page (``board.page``) only draws this.
+asks), spans are ``core.gates.timeline.intervals`` (the change points the webhook's evaluation uses),
+held rows are ``core.admission.pending.pending_rows`` (what ``kubectl gate pending`` prints) and
+suspensions are ``core.gates.references.suspend_windows``. The page (``board.page``) only draws this.
 """
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, time, timedelta, tzinfo
 from typing import Any, NamedTuple, Protocol
 
-from admission.core import approvals, approvalview
-from admission.core.cron import ScheduleError
-from admission.core.cron import zone as zone_named
-from admission.core.gates import GateState
-from admission.core.objects import label, metadata, object_key
-from admission.core.pending import pending_rows
-from admission.core.references import SuspendWindow, is_namespace, policy_of, suspend_windows
-from admission.core.timeline import Interval, intervals, time_zone
+from admission.core.admission.pending import pending_rows
+from admission.core.base.objects import label, metadata, object_key
+from admission.core.gates import approvals, approvalview
+from admission.core.gates.gates import GateState
+from admission.core.gates.references import SuspendWindow, is_namespace, policy_of, suspend_windows
+from admission.core.gates.timeline import Interval, intervals, time_zone
+from admission.core.time.cron import ScheduleError
+from admission.core.time.cron import zone as zone_named
 from admission.store.index import GateIndex
 
 MAX_DAYS = 14  # the board's horizon: two weeks, zoomable to one day
@@ -146,7 +146,7 @@ class Board:
     writable: bool
     zone: tzinfo  # the viewer's zone, unless the query names one
     gates: tuple[GateRow, ...]
-    held: tuple[dict[str, Any], ...]  # core.pending.pending_rows
+    held: tuple[dict[str, Any], ...]  # core.admission.pending.pending_rows
     suspensions: tuple[SuspendRow, ...]
     problems: tuple[str, ...] = ()
     namespaces: tuple[str, ...] = field(default=())

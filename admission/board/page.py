@@ -20,8 +20,8 @@ from urllib.parse import urlencode
 from admission.board import timeline
 from admission.board.model import DAY_CHOICES, GATE_ZONE, Board, GateRow, Query
 from admission.board.timeline import e
-from admission.core.objects import label
-from admission.core.timefmt import parse_time
+from admission.core.base.objects import label
+from admission.core.base.timefmt import parse_time
 
 STATIC = ("board.css", "board.js")
 EXPIRY_CHOICES = ("", "1h", "4h", "24h", "72h", "168h")

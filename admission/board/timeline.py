@@ -13,10 +13,10 @@ from functools import lru_cache
 from html import escape
 
 from admission.board.model import SuspendRow, Timeline
-from admission.core import timeline as core_timeline
-from admission.core.controls import escaped
-from admission.core.timefmt import format_label, format_time
-from admission.core.timeline import Interval
+from admission.core.base.controls import escaped
+from admission.core.base.timefmt import format_label, format_time
+from admission.core.gates import timeline as core_timeline
+from admission.core.gates.timeline import Interval
 
 WIDTH = 1000  # the viewBox's width: spans are placed in these units
 HEIGHT = 30
@@ -142,7 +142,7 @@ def svg_end(line: Timeline, now: datetime) -> str:
 
 
 # Rows remembered, a few per gate of a large board: most rows are the same from one look to
-# the next (their spans are remembered too, ``core.timeline``), and drawing them is most of
+# the next (their spans are remembered too, ``core.gates.timeline``), and drawing them is most of
 # the page's cost.
 REMEMBERED_ROWS = 2048
 

@@ -157,7 +157,7 @@ def _app_factory(args: argparse.Namespace):
 
             api = api_client(args.kubeconfig)
             store = ClusterStore(api, stale_after=args.stale_after, approval_key=key)
-            from admission.core.kinds import CACHED_KINDS
+            from admission.core.flux.kinds import CACHED_KINDS
             from admission.kube.fluxcache import FluxCache
 
             # What each source serves, and HelmReleases: read by the hold points, per worker.
@@ -306,7 +306,7 @@ def serve(args: argparse.Namespace) -> int:
 
 def calendar_options(args: argparse.Namespace) -> dict:
     """CalendarSync's options from the controller's --calendar-* flags; exit on a bad one."""
-    from admission.core.timefmt import parse_duration
+    from admission.core.base.timefmt import parse_duration
     from admission.ical.fetch import Policy, parse_networks
 
     try:

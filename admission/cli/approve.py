@@ -23,10 +23,12 @@ from admission.cli.cluster import (
     connect,
 )
 from admission.clock import utcnow
-from admission.core import approvals, approvalview, names, pending
-from admission.core.objects import annotations as annotations_of
-from admission.core.objects import label, metadata
-from admission.core.timefmt import format_duration, parse_duration
+from admission.core.admission import pending
+from admission.core.base import names
+from admission.core.base.objects import annotations as annotations_of
+from admission.core.base.objects import label, metadata
+from admission.core.base.timefmt import format_duration, parse_duration
+from admission.core.gates import approvals, approvalview
 
 
 def _objects(cluster: Any) -> list[dict]:

@@ -26,7 +26,7 @@ from admission.cli.cluster import (
     kubeconfig_context,
 )
 from admission.clock import utcnow
-from admission.core import names
+from admission.core.base import names
 from admission.store.index import GateIndex
 
 LOOPBACK = "127.0.0.1"

@@ -11,12 +11,14 @@ import yaml
 from admission.cli.cluster import EXIT_DENIED, EXIT_OK, EXIT_USAGE, Cluster, GateError, api_errors
 from admission.cli.gate_commands import emit, lookup_gates, text_table
 from admission.cli.settings import policy_settings
-from admission.core import halfrelease, kinds, names, pending
-from admission.core.applied import apply_request, user_info
-from admission.core.decision import Context
-from admission.core.objects import label
-from admission.core.references import policy_of
-from admission.core.review import UserInfo
+from admission.core.admission import halfrelease, pending
+from admission.core.admission.applied import apply_request, user_info
+from admission.core.admission.decision import Context
+from admission.core.admission.review import UserInfo
+from admission.core.base import names
+from admission.core.base.objects import label
+from admission.core.flux import kinds
+from admission.core.gates.references import policy_of
 from admission.store.yamldocs import objects
 from admission.webhook import handlers
 

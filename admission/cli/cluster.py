@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from admission.core import names
+from admission.core.base import names
 
 (
     EXIT_OK,

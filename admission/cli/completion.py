@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import argparse
 
-from admission.core import names
-from admission.core.objects import metadata, object_key
-from admission.core.references import is_name, is_namespace
+from admission.core.base import names
+from admission.core.base.objects import metadata, object_key
+from admission.core.gates.references import is_name, is_namespace
 
 COMPLETION_TIMEOUT = 3  # seconds; a slow cluster must not hang the shell
 

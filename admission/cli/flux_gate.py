@@ -23,8 +23,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from admission.cli import cluster, kubectl_gate, shellcomplete
-from admission.core import names
-from admission.core.references import is_namespace
+from admission.core.base import names
+from admission.core.gates.references import is_namespace
 
 PLUGIN = "flux-gate"  # flux finds "flux-" + the command name
 PLUGINS_ENV = "FLUXCD_PLUGINS"  # the plugin directory, else ~/.fluxcd/plugins

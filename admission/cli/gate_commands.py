@@ -24,14 +24,16 @@ from admission.cli.cluster import (
 )
 from admission.cli.settings import env_mode
 from admission.clock import utcnow
-from admission.core import approvalview, content, names
-from admission.core.controls import escaped
-from admission.core.decision import Context, Settings, standing
-from admission.core.gates import GateState
-from admission.core.objects import label, metadata, object_key
-from admission.core.references import policy_of
-from admission.core.timefmt import format_time
-from admission.core.toggles import toggle_patch
+from admission.core.admission.decision import Context, Settings, standing
+from admission.core.base import names
+from admission.core.base.controls import escaped
+from admission.core.base.objects import label, metadata, object_key
+from admission.core.base.timefmt import format_time
+from admission.core.flux import content
+from admission.core.gates import approvalview
+from admission.core.gates.gates import GateState
+from admission.core.gates.references import policy_of
+from admission.core.gates.toggles import toggle_patch
 from admission.store.calendar import feed_rows, feeds_of, feeds_text
 from admission.store.index import GateIndex
 

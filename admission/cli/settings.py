@@ -7,8 +7,8 @@ import argparse
 import os
 from typing import TypeVar, cast, overload
 
-from admission.core import names
-from admission.core.decision import Settings
+from admission.core.admission.decision import Settings
+from admission.core.base import names
 
 ENV_PREFIX = "GATE_ADMISSION_"
 

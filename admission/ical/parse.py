@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from zoneinfo import ZoneInfo
 
-from admission.core import names
-from admission.core.subscriptions import MAX_INTERVALS, MAX_SUMMARY, MAX_UID, FeedEvent, clean
-from admission.core.timefmt import format_distinct_time, parse_time
+from admission.core.base import names
+from admission.core.base.timefmt import format_distinct_time, parse_time
+from admission.core.time.subscriptions import MAX_INTERVALS, MAX_SUMMARY, MAX_UID, FeedEvent, clean
 
 MAX_EXAMINED = 20 * MAX_INTERVALS  # occurrences looked at (filtered out or kept)
 CPU_SECONDS = 20  # the child's CPU limit

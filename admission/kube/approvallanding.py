@@ -6,11 +6,13 @@ import logging
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from admission.core import approvalrecord, approvals, content, names
-from admission.core.gates import GateState
-from admission.core.objects import annotations as annotations_of
-from admission.core.objects import mapping, metadata
-from admission.core.timefmt import format_distinct_time, format_duration
+from admission.core.base import names
+from admission.core.base.objects import annotations as annotations_of
+from admission.core.base.objects import mapping, metadata
+from admission.core.base.timefmt import format_distinct_time, format_duration
+from admission.core.flux import content
+from admission.core.gates import approvalrecord, approvals
+from admission.core.gates.gates import GateState
 from admission.kube.client import CALL_ERRORS, describe_error
 
 if TYPE_CHECKING:

@@ -7,10 +7,10 @@ stored would show the hold. After such a denial the review queues the object her
 background thread reads it (GET), and writes only when an object with the review's uid
 exists, only while it is held now (judged again from the object as stored and this server's
 gate state: the gate may have opened meanwhile), and only what it shows: the conditions
-``core.holdpoints.show_denied_attempt`` returns, patched into its status with the read
+``core.admission.holdpoints.show_denied_attempt`` returns, patched into its status with the read
 resourceVersion as a precondition and a fresh read on Conflict (a few times), so a
 controller's own condition writes are never overwritten. From then on the mutating webhook
-keeps them on every status write while the object is held (``core.holdpoints``).
+keeps them on every status write while the object is held (``core.admission.holdpoints``).
 
 A review is unauthenticated input unless the API server authenticates to us with a client
 certificate (``serve --client-ca-file``): without one, the attempt the review carries (its
@@ -37,11 +37,13 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from admission.clock import utcnow
-from admission.core import content, holdpoints, kinds, names
-from admission.core.decision import Context, Lookup, Settings, standing
-from admission.core.objects import label, metadata
-from admission.core.references import is_namespace, is_object_name
-from admission.core.review import AdmissionRequest, subject
+from admission.core.admission import holdpoints
+from admission.core.admission.decision import Context, Lookup, Settings, standing
+from admission.core.admission.review import AdmissionRequest, subject
+from admission.core.base import names
+from admission.core.base.objects import label, metadata
+from admission.core.flux import content, kinds
+from admission.core.gates.references import is_namespace, is_object_name
 from admission.kube.denials import DenialQueue
 from admission.kube.fluxobjects import read_stored
 from admission.kube.limits import READS_PER_NAMESPACE

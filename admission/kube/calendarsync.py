@@ -2,13 +2,13 @@
 intervals and write the coming intervals into its ``status.calendars``.
 
 Fetching is the controller's job and never a review's: every webhook replica and worker
-evaluates the intervals from the GateKeeper it caches (admission.core.subscriptions), with no
+evaluates the intervals from the GateKeeper it caches (admission.core.time.subscriptions), with no
 network call. A fetch that fails keeps the last good intervals in status with the error; the
 evaluation makes the gate Unknown (closed) once they are older than the entry's ``staleAfter``.
 Failures set ``CalendarsReady=False`` on the GateKeeper and record a Warning Event (once per
 distinct error); a calendar that is fetched again after failing records a Normal Event.
 
-Only the leader fetches. Each calendar has its own due time (admission.core.feedschedule: its
+Only the leader fetches. Each calendar has its own due time (admission.core.time.feedschedule: its
 interval after its last fetch; after failures a minute, doubling, up to the interval; at once
 when never fetched). A few fetch threads (each fetch bounded by admission.ical.fetch's
 deadline), off the loop that keeps Gate status, take due calendars as they free up: one
@@ -32,10 +32,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from admission.clock import utcnow
-from admission.core import names
-from admission.core.conditions import find, transition_time
-from admission.core.cron import ScheduleError
-from admission.core.feedschedule import (
+from admission.core.base import names
+from admission.core.base.objects import metadata, object_key
+from admission.core.base.timefmt import parse_time
+from admission.core.flux.conditions import find, transition_time
+from admission.core.time.cron import ScheduleError
+from admission.core.time.feedschedule import (
     SLOW_FETCH,
     Feed,
     due_from_status,
@@ -45,8 +47,7 @@ from admission.core.feedschedule import (
     next_wake,
     start_order,
 )
-from admission.core.objects import metadata, object_key
-from admission.core.subscriptions import (
+from admission.core.time.subscriptions import (
     HORIZON,
     CalendarSpec,
     clean,
@@ -54,7 +55,6 @@ from admission.core.subscriptions import (
     parse_calendars,
     status_entry,
 )
-from admission.core.timefmt import parse_time
 from admission.ical.fetch import DEFAULT_POLICY, Auth, FetchError, Policy, fetch
 from admission.ical.parse import ParseError, parse_in_child
 from admission.kube.client import CALL_ERRORS, describe_error

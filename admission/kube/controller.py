@@ -18,18 +18,19 @@ from datetime import datetime, timedelta
 from kubernetes import client
 
 from admission.clock import utcnow
-from admission.core import content, names
-from admission.core.conditions import holding_condition
-from admission.core.cron import ScheduleError, parse_cron
-from admission.core.decision import Context, active_holds
-from admission.core.gates import GateState
-from admission.core.kinds import BY_KIND, FLUX_KINDS
-from admission.core.notices import Notice, notice
-from admission.core.objects import annotations as annotations_of
-from admission.core.objects import label, metadata, object_key
-from admission.core.references import policy_of, suspension_of
-from admission.core.status import gate_status, status_differs, transition_message, was_open
-from admission.core.timefmt import format_distinct_time, format_time, parse_duration
+from admission.core.admission.decision import Context, active_holds
+from admission.core.admission.notices import Notice, notice
+from admission.core.base import names
+from admission.core.base.objects import annotations as annotations_of
+from admission.core.base.objects import label, metadata, object_key
+from admission.core.base.timefmt import format_distinct_time, format_time, parse_duration
+from admission.core.flux import content
+from admission.core.flux.conditions import holding_condition
+from admission.core.flux.kinds import BY_KIND, FLUX_KINDS
+from admission.core.gates.gates import GateState
+from admission.core.gates.references import policy_of, suspension_of
+from admission.core.gates.status import gate_status, status_differs, transition_message, was_open
+from admission.core.time.cron import ScheduleError, parse_cron
 from admission.kube.approvallanding import ApprovalLanding, Key, kind_key
 from admission.kube.calendarsync import CalendarSync
 from admission.kube.client import CALL_ERRORS, describe_error

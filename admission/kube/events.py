@@ -30,13 +30,15 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from admission.clock import utcnow
-from admission.core import holdpoints, kinds, names
-from admission.core.decision import Context, Lookup, Settings, standing
-from admission.core.objects import annotations as annotations_of
-from admission.core.objects import label, metadata
-from admission.core.references import is_namespace, is_object_name
-from admission.core.review import AdmissionRequest, subject
-from admission.core.timefmt import format_time
+from admission.core.admission import holdpoints
+from admission.core.admission.decision import Context, Lookup, Settings, standing
+from admission.core.admission.review import AdmissionRequest, subject
+from admission.core.base import names
+from admission.core.base.objects import annotations as annotations_of
+from admission.core.base.objects import label, metadata
+from admission.core.base.timefmt import format_time
+from admission.core.flux import kinds
+from admission.core.gates.references import is_namespace, is_object_name
 from admission.kube.client import CALL_ERRORS, describe_error
 from admission.kube.denials import DenialQueue
 from admission.kube.fluxobjects import read_stored

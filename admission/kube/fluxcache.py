@@ -1,6 +1,6 @@
 """Flux objects from the cluster: list+watch of the given kinds into memory, as for gates.
 
-Every kind is read at the first of its known versions (admission.core.kinds) that the API
+Every kind is read at the first of its known versions (admission.core.flux.kinds) that the API
 server serves; a kind whose CRD is not installed is empty and looked for again now and then.
 The server reads what each source serves from here, and the controller what it was holding.
 """
@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterable
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from admission.core.kinds import BY_KIND, FluxKind
-from admission.core.objects import metadata
+from admission.core.base.objects import metadata
+from admission.core.flux.kinds import BY_KIND, FluxKind
 from admission.kube.fluxobjects import first_served
 from admission.kube.reflector import STALE_AFTER, Reflecting, Reflector, trim_object, untrusted_reason
 

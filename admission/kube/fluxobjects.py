@@ -8,7 +8,7 @@ from typing import TypeVar, cast
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from admission.core.kinds import BY_KIND, FLUX_KINDS, FluxKind
+from admission.core.flux.kinds import BY_KIND, FLUX_KINDS, FluxKind
 
 T = TypeVar("T")
 # The client declares what it reads as ``object``: a custom object, or a list of them, is a JSON

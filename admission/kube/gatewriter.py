@@ -7,7 +7,7 @@ from collections.abc import Callable
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from admission.core import names
+from admission.core.base import names
 
 
 def cluster_patcher(api_client) -> Callable[[str, str, dict], None]:

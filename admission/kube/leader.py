@@ -10,7 +10,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from admission.clock import utcnow
-from admission.core.timefmt import format_distinct_time
+from admission.core.base.timefmt import format_distinct_time
 
 log = logging.getLogger(__name__)
 

@@ -23,9 +23,9 @@ from datetime import datetime
 import orjson
 
 from admission.background import BackgroundThread
-from admission.core import names
-from admission.core.objects import label, metadata
-from admission.core.timefmt import format_time
+from admission.core.base import names
+from admission.core.base.objects import label, metadata
+from admission.core.base.timefmt import format_time
 
 log = logging.getLogger("admission.notifications")
 DEFAULT_ADDRESS = "http://notification-controller.flux-system.svc.cluster.local./"

@@ -15,10 +15,10 @@ from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 from urllib3.exceptions import ProtocolError
 
-from admission.core import names
-from admission.core.gates import GateState, unknown
-from admission.core.objects import annotations as annotations_of
-from admission.core.objects import metadata, object_key
+from admission.core.base import names
+from admission.core.base.objects import annotations as annotations_of
+from admission.core.base.objects import metadata, object_key
+from admission.core.gates.gates import GateState, unknown
 from admission.store.index import GateIndex
 
 log = logging.getLogger(__name__)

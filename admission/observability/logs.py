@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from admission.clock import utcnow
-from admission.core.timefmt import format_log_time
+from admission.core.base.timefmt import format_log_time
 
 # Attributes every LogRecord has; anything else came in through ``extra``.
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}

@@ -25,7 +25,7 @@ from prometheus_client import (
 )
 from prometheus_client.core import GaugeMetricFamily
 
-from admission.core.gates import GateState
+from admission.core.gates.gates import GateState
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 

@@ -1,4 +1,4 @@
-"""The key the webhook seals approvals with (admission.core.approvalseal): made, and read from a
+"""The key the webhook seals approvals with (admission.core.gates.approvalseal): made, and read from a
 file (a mounted Secret in a cluster; docs/decisions/0064). The core never reads it itself."""
 
 from __future__ import annotations

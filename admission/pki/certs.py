@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.types import CertificateIssuerPrivateKeyTypes
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from admission.core.timefmt import format_time
+from admission.core.base.timefmt import format_time
 
 CA_DAYS = 3650
 SERVING_DAYS = 365

@@ -10,8 +10,8 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Protocol
 
-from admission.core.gates import GateState
-from admission.core.objects import object_key
+from admission.core.base.objects import object_key
+from admission.core.gates.gates import GateState
 from admission.store.index import GateIndex
 
 
@@ -39,7 +39,7 @@ class GateStore(Protocol):
 
 
 class Sources(Protocol):
-    """The Flux objects the webhook looks up (``admission.core.kinds.CACHED_KINDS``), read-only:
+    """The Flux objects the webhook looks up (``admission.core.flux.kinds.CACHED_KINDS``), read-only:
     what each source serves, and HelmReleases (whose gates their generated HelmCharts inherit).
     In a cluster a watch cache (admission.kube.fluxcache.FluxCache); never an API call per review."""
 

@@ -1,7 +1,7 @@
 """Freeze calendars: each gate's open and closed intervals over the coming days, as a text
 timeline (``kubectl gate calendar``) or an iCalendar feed (``-o ics``, ``GET /calendar.ics``).
 
-The intervals are ``admission.core.timeline.intervals``: the change points and evaluation that
+The intervals are ``admission.core.gates.timeline.intervals``: the change points and evaluation that
 admission decisions use, so the calendar cannot disagree with the webhook. Days are the gate's
 own (the time zone its GateKeepers share, else UTC) and start at its local midnight today.
 """
@@ -14,15 +14,15 @@ from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, tzinfo
 from typing import Any, NamedTuple
 
-from admission.core import names
-from admission.core.calendarentries import CalendarEntry
-from admission.core.controls import escaped
-from admission.core.gates import evaluate
-from admission.core.gatespec import CompiledGate
-from admission.core.objects import object_key
-from admission.core.references import is_name, is_namespace
-from admission.core.timefmt import format_distinct_time, format_label, format_time, parse_time
-from admission.core.timeline import Interval, intervals, time_zone
+from admission.core.base import names
+from admission.core.base.controls import escaped
+from admission.core.base.objects import object_key
+from admission.core.base.timefmt import format_distinct_time, format_label, format_time, parse_time
+from admission.core.gates.gates import evaluate
+from admission.core.gates.gatespec import CompiledGate
+from admission.core.gates.references import is_name, is_namespace
+from admission.core.gates.timeline import Interval, intervals, time_zone
+from admission.core.time.calendarentries import CalendarEntry
 from admission.store.index import GateIndex
 
 MAX_DAYS = 366

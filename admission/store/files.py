@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from admission.background import BackgroundThread
-from admission.core import names
-from admission.core.gates import GateState
-from admission.core.objects import Key, object_key
+from admission.core.base import names
+from admission.core.base.objects import Key, object_key
+from admission.core.gates.gates import GateState
 from admission.store.gatesfile import Scope, gates_of, parse
 from admission.store.index import GateIndex, Unknowns
 from admission.store.writers import BeingWritten, OpenWrites, Version, read_whole, version

@@ -7,8 +7,8 @@ from typing import Any
 
 import yaml
 
-from admission.core import names
-from admission.core.objects import Key, object_key
+from admission.core.base import names
+from admission.core.base.objects import Key, object_key
 from admission.store.yamldocs import describe_error, documents, is_list
 
 

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from admission.core.gates import GateState, evaluate, invalid, not_found, unknown
-from admission.core.gatespec import CompiledGate, compile_gate
-from admission.core.objects import Key, object_key
+from admission.core.base.objects import Key, object_key
+from admission.core.gates.gates import GateState, evaluate, invalid, not_found, unknown
+from admission.core.gates.gatespec import CompiledGate, compile_gate
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ class GateIndex:
     """Thread-safe for one writer and many readers; readers take no lock."""
 
     def __init__(self, approval_key: bytes | None = None) -> None:
-        # The webhook's approval key (admission.core.approvalseal): without it no approval counts.
+        # The webhook's approval key (admission.core.gates.approvalseal): without it no approval counts.
         self._approval_key = approval_key
         self._lock = threading.Lock()
         self._gates: dict[Key, dict[str, Any]] = {}

@@ -1,5 +1,5 @@
 """The HTTP side: AdmissionReview shapes, the handlers, the WSGI app, the receiver's
-HTTP endpoints, and the gunicorn TLS server.
+HTTP endpoints, and the gunicorn configuration that serves them over admission.transport.
 
-May import core, store, observability and pki; never kube or cli.
+May import core, transport, store, observability and pki; never kube or cli.
 """

@@ -15,18 +15,19 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.middleware.dispatcher import DispatcherMiddleware
 
 from admission.clock import utcnow
-from admission.core import kinds, names
-from admission.core.decision import CONTENT, Context, Settings, not_judged
-from admission.core.review import AdmissionRequest, AdmissionReview
+from admission.core.admission.decision import CONTENT, Context, Settings, not_judged
+from admission.core.admission.review import AdmissionRequest, AdmissionReview
+from admission.core.base import names
+from admission.core.flux import kinds
 from admission.observability import logs, metrics
 from admission.store import GateStore, Sources
+from admission.transport.target import BOARD_PATH, NOT_ONE_SPELLING, request_path
 from admission.webhook import calendar_route, handlers
 from admission.webhook.feeds import FIRST_WAIT, CalendarFeeds
 from admission.webhook.handlers import Handler, Outcome
 from admission.webhook.receiver import TokenFile
 from admission.webhook.responses import json_response
 from admission.webhook.review import ReviewError, allowed, complete, errored, parse_review
-from admission.webhook.target import BOARD_PATH, NOT_ONE_SPELLING, request_path
 
 if TYPE_CHECKING:  # the WSGI types of PEP 3333, as typeshed spells them
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
@@ -201,7 +202,7 @@ _STATUS = {
 
 class ReviewRoutes:
     """WSGI middleware answering POST /validate and /mutate; every other path goes to Flask,
-    routed by the path admission.webhook.target reads from the request target.
+    routed by the path admission.transport.target reads from the request target.
 
     Flask's per-request machinery (request context, URL adapter, Request and Response
     objects) costs more than judging a review does, and these two endpoints use none of it:

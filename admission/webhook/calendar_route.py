@@ -9,7 +9,7 @@ from datetime import datetime
 
 from flask import Blueprint, Response, request
 
-from admission.core.objects import object_key
+from admission.core.base.objects import object_key
 from admission.observability import metrics
 from admission.store import GateStore
 from admission.store.calendar import DEFAULT_DAYS, CalendarQuery, calendar_query, to_ics

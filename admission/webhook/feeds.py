@@ -44,7 +44,7 @@ from typing import IO, Any
 
 import orjson
 
-from admission.core.timefmt import format_distinct_time, parse_time
+from admission.core.base.timefmt import format_distinct_time, parse_time
 from admission.store.calendar import CalendarQuery
 from admission.store.index import GateIndex, Unknowns
 

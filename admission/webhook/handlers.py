@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from admission.core import approvalreview, holdpoints, matching, mutation, names
-from admission.core.decision import ALLOWED, Context, Decision, decide
-from admission.core.review import AdmissionRequest, AdmissionResponse
+from admission.core.admission import approvalreview, holdpoints, matching, mutation
+from admission.core.admission.decision import ALLOWED, Context, Decision, decide
+from admission.core.admission.review import AdmissionRequest, AdmissionResponse
+from admission.core.base import names
 from admission.webhook.review import allowed, denied, patched
 
 

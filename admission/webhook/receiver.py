@@ -31,9 +31,10 @@ from typing import Any
 import orjson
 from flask import Blueprint, Response, request
 
-from admission.core import approvals, names
-from admission.core.references import is_namespace, is_object_name
-from admission.core.toggles import ACTIONS, refuse_controls, toggle_patch
+from admission.core.base import names
+from admission.core.gates import approvals
+from admission.core.gates.references import is_namespace, is_object_name
+from admission.core.gates.toggles import ACTIONS, refuse_controls, toggle_patch
 from admission.store.sharedslots import SharedSlots
 from admission.webhook.receivertokens import IDENTITY, ReceiverTokens, Token, TokenFile
 from admission.webhook.responses import json_response

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import yaml
 
-from admission.core.references import is_namespace, is_object_name
+from admission.core.gates.references import is_namespace, is_object_name
 
 log = logging.getLogger("admission.receiver")
 IDENTITY = "gate-admission-receiver"  # who a call with the bare token is recorded as

@@ -1,4 +1,4 @@
-"""AdmissionReview v1/v1beta1: decoding, and response constructors (the shapes: admission.core.review).
+"""AdmissionReview v1/v1beta1: decoding, and response constructors (the shapes: admission.core.admission.review).
 
 Two error families, as in kopf: a bad *operation* is an ordinary response with
 ``allowed: false``; a bad *review* (not JSON, wrong kind, missing fields) raises
@@ -12,9 +12,9 @@ from typing import Any, cast
 
 import orjson
 
-from admission.core import names
-from admission.core.names import OPERATIONS
-from admission.core.review import AdmissionResponse, AdmissionReview
+from admission.core.admission.review import AdmissionResponse, AdmissionReview
+from admission.core.base import names
+from admission.core.base.names import OPERATIONS
 
 API_VERSIONS = names.ADMISSION_API_VERSIONS
 MAX_MESSAGE = 4000  # the API server shows messages whole; keep them bounded

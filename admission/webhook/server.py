@@ -15,8 +15,8 @@ from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
 from gunicorn.config import Config
 
-from admission.webhook.tls import ReloadingContext
-from admission.webhook.worker import CLIENT_CONNECTIONS, PreReadWorker
+from admission.transport.tls import ReloadingContext
+from admission.transport.worker import CLIENT_CONNECTIONS, PreReadWorker
 
 # The API server's webhook client keeps idle connections for 90 s. A server that
 # closes them sooner races the client's next request on that connection, and a
@@ -145,7 +145,7 @@ def worker_class(
     tls: ReloadingContext,
     max_client_connections: int = CLIENT_CONNECTIONS,
 ) -> type[PreReadWorker]:
-    """Our gthread worker (admission.webhook.worker) with this server's limits and certificate."""
+    """Our gthread worker (admission.transport.worker) with this server's limits and certificate."""
     return type(
         "GateAdmissionWorker",
         (PreReadWorker,),
@@ -180,7 +180,7 @@ def options(
         "workers": workers,
         "threads": threads,
         # gthread whose threads only get requests that have fully arrived: idle and slow
-        # clients wait in the event loop, never in a thread (admission/webhook/worker.py).
+        # clients wait in the event loop, never in a thread (admission/transport/worker.py).
         # At most max_client_connections of a worker's connections come from one client address.
         "worker_class": worker_class(
             MAX_BODY,
@@ -201,7 +201,7 @@ def options(
         # TLS is done by the worker with the context above, not from gunicorn's certfile and
         # keyfile (so gunicorn's environ says wsgi.url_scheme "http"; nothing here reads it).
         # No peer is a trusted proxy, whatever FORWARDED_ALLOW_IPS says: a header must never
-        # choose the route (the loop refuses names with "_" already; admission.webhook.target).
+        # choose the route (the loop refuses names with "_" already; admission.transport.target).
         "forwarded_allow_ips": "",
         "forwarder_headers": "",
         "header_map": "refuse",

@@ -211,7 +211,7 @@ def review_files(reviews: Path | None) -> list[Path]:
 
 def referenced_gates(doc: dict) -> set[tuple[str, str]]:
     """The gates a review's objects reference, read with our own parser."""
-    from admission.core.references import policy_of
+    from admission.core.gates.references import policy_of
 
     req = doc["request"]
     return {
@@ -411,7 +411,7 @@ def wait_ready(variant: Variant, context: ssl.SSLContext, expected_workers: int,
 
 def oracle(gates_dir: Path):
     """The same Flask app, in process, on the same gates: the verdicts the server must give."""
-    from admission.core.decision import Settings
+    from admission.core.admission.decision import Settings
     from admission.store.files import FileStore
     from admission.webhook.app import create_app
 

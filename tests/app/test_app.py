@@ -8,7 +8,7 @@ import copy
 import jsonpatch
 import orjson
 
-from admission.core.decision import Settings
+from admission.core.admission.decision import Settings
 from admission.webhook.app import MAX_BODY, create_app
 from tests.builders import FLUX_USER, changed, flux, gate, request, review
 from tests.conftest import FIXED_NOW

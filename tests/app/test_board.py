@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from admission.board.app import MAX_BODY, create_app, loopback_hosts
 from admission.board.model import Refused, Snapshot
 from admission.cli.board import FilesSource
-from admission.core import names
+from admission.core.base import names
 from admission.store.index import GateIndex
 from tests.builders import gate, keeper
 from tests.conftest import FIXED_NOW, write_gates

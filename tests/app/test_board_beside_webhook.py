@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from admission.cli.boardmount import board
-from admission.core.decision import Settings
+from admission.core.admission.decision import Settings
 from admission.store.files import FileStore
 from admission.webhook.app import create_app
 from admission.webhook.receiver import TokenFile

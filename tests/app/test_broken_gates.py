@@ -8,9 +8,9 @@ import subprocess
 import orjson
 import pytest
 
-from admission.core import names
-from admission.core.decision import Settings
-from admission.core.subscriptions import parse_calendar
+from admission.core.admission.decision import Settings
+from admission.core.base import names
+from admission.core.time.subscriptions import parse_calendar
 from admission.store.files import FileStore
 from admission.webhook.app import create_app
 from tests.app.test_calendar import NOW, events, fetch

@@ -11,8 +11,8 @@ from datetime import UTC, datetime
 import pytest
 from icalendar import Calendar
 
-from admission.core import names
-from admission.core.decision import Settings
+from admission.core.admission.decision import Settings
+from admission.core.base import names
 from admission.store.files import FileStore
 from admission.store.index import GateIndex
 from admission.webhook import feeds

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from admission.cli import check, kubectl_gate
 from admission.cli.check import ALLOWED, AUDITED, DENIED, judge
 from admission.cli.cluster import Cluster
-from admission.core.applied import user_info
-from admission.core.decision import Context, Settings
-from admission.core.names import LAST_APPLIED_ANNOTATION
+from admission.core.admission.applied import user_info
+from admission.core.admission.decision import Context, Settings
+from admission.core.base.names import LAST_APPLIED_ANNOTATION
 from admission.store.files import FileStore
 from admission.webhook.app import create_app
 from tests.builders import FLUX_KINDS, applied_live, flux, gate, request, review
@@ -27,7 +27,7 @@ from tests.conftest import FIXED_NOW, write_gates
 
 
 def as_the_api_server_sends_it(manifest: dict, live: dict) -> dict:
-    """The object of the UPDATE `kubectl apply` causes, built without admission.core.applied:
+    """The object of the UPDATE `kubectl apply` causes, built without admission.core.admission.applied:
     the manifest, with the server's metadata, the live status and the new last-applied copy."""
     new = copy.deepcopy(manifest)
     meta = new["metadata"]
@@ -185,7 +185,7 @@ def test_check_json_says_the_verdict_as_a_stable_token_with_the_sentence_beside_
 
 def test_check_takes_the_servers_exempt_lists_from_flags_or_the_same_variables(capsys, offline, monkeypatch):
     # An exemption is recorded where a gate could hold: an object that references none is
-    # simply allowed, as the API server never sends it (admission.core.matching).
+    # simply allowed, as the API server never sends it (admission.core.admission.matching).
     code, out = run(capsys, *offline, "--as", "bob", "--exempt-users", "bob")
     assert code == 0 and {r["name"]: r["message"] for r in json.loads(out)} == {
         "frozen": "user 'bob' is exempt",

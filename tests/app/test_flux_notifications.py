@@ -12,7 +12,7 @@ import threading
 import pytest
 from kubernetes import client
 
-from admission.core import names
+from admission.core.base import names
 from admission.kube.controller import Controller
 from admission.kube.notifications import FluxNotifier
 from admission.kube.reflector import ClusterStore

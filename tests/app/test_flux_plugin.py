@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from admission.cli import cluster, flux_gate, kubectl_gate
-from admission.core import names
+from admission.core.base import names
 from tests.builders import gate
 from tests.conftest import write_gates
 from tests.doubles.apiserver import ApiServerDouble

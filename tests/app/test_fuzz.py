@@ -21,8 +21,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from admission.core import kinds, names
-from admission.core.decision import Settings
+from admission.core.admission.decision import Settings
+from admission.core.base import names
+from admission.core.flux import kinds
 from admission.store.files import FileStore
 from admission.webhook.app import MAX_BODY, create_app
 from admission.webhook.review import API_VERSIONS, MAX_MESSAGE, OPERATIONS
@@ -843,7 +844,7 @@ def _check_review(doc: dict, payload: dict, path: str, mode: str) -> None:
         and isinstance(request.get("object"), dict)
         and "patch" not in response
     ):
-        # Absent says "not suspended" as false does (admission.core.matching): only a value that
+        # Absent says "not suspended" as false does (admission.core.admission.matching): only a value that
         # is not a boolean must always be rewritten.
         status_ = request["object"].get("status")
         suspended = status_.get("suspended", False) if isinstance(status_, dict) else False

@@ -10,8 +10,8 @@ import jsonpatch
 import orjson
 import pytest
 
-from admission.core import conditions, content
-from admission.core.decision import Settings
+from admission.core.admission.decision import Settings
+from admission.core.flux import conditions, content
 from admission.kube.attempts import DeniedAttempts
 from admission.store import StaticSources
 from admission.store.files import FileStore

@@ -10,8 +10,8 @@ from datetime import timedelta
 import pytest
 from icalendar import Calendar
 
-from admission.core import names
-from admission.core.decision import Settings
+from admission.core.admission.decision import Settings
+from admission.core.base import names
 from admission.store.files import FileStore
 from admission.webhook import feeds
 from admission.webhook.app import create_app

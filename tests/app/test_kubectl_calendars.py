@@ -8,7 +8,7 @@ import json
 from datetime import timedelta
 
 from admission.clock import utcnow
-from admission.core.subscriptions import FeedEvent, parse_calendar, status_entry
+from admission.core.time.subscriptions import FeedEvent, parse_calendar, status_entry
 from tests.app.test_calendar import kubectl_gate
 from tests.builders import calendar_keeper, gate
 from tests.conftest import write_gates

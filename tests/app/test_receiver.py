@@ -8,8 +8,8 @@ import base64
 import orjson
 import pytest
 
-from admission.core.decision import Context, Settings
-from admission.core.names import (
+from admission.core.admission.decision import Context, Settings
+from admission.core.base.names import (
     APPROVAL_ANNOTATION_PREFIX,
     CLOSE_ANNOTATION,
     MESSAGE_ANNOTATION,
@@ -290,8 +290,8 @@ def test_an_emptied_token_file_accepts_no_token(receiver):
 
 WORKER = """
 import sys
-from admission.core.decision import Context, Settings
-from admission.core.names import APPROVAL_ANNOTATION_PREFIX
+from admission.core.admission.decision import Context, Settings
+from admission.core.base.names import APPROVAL_ANNOTATION_PREFIX
 from admission.webhook import handlers
 from admission.webhook.app import create_app
 from admission.webhook.receiver import RateLimit, ReceiverTokens, blueprint
@@ -539,7 +539,7 @@ def test_one_token_is_one_approver_whatever_names_its_callers_give(approver):
     state = lookup_from([approved])("flux-system", "bypass-signoff", FIXED_NOW)
     assert {a.by for a in state.approvals} == {f"receiver token 'ci' via {RECEIVER_SA}"}
     assert {a.requested_by for a in state.approvals} == {"alice", "bob"}
-    from admission.core.approvals import admitting
+    from admission.core.gates.approvals import admitting
 
     assert admitting(state.approvals, 2, [REVISION], ["*"], FIXED_NOW) == ()
     assert admitting(state.approvals, 1, [REVISION], ["*"], FIXED_NOW)

@@ -15,8 +15,8 @@ import jsonpatch
 import orjson
 import pytest
 
-from admission.core import content, kinds
-from admission.core.decision import Settings
+from admission.core.admission.decision import Settings
+from admission.core.flux import content, kinds
 from tests.builders import at, gate
 from tests.conftest import FIXTURES
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from admission.cli import cluster, flux_gate, kubectl_gate
-from admission.core.names import CLOSE_ANNOTATION, MESSAGE_ANNOTATION, REQUESTED_BY_ANNOTATION
+from admission.core.base.names import CLOSE_ANNOTATION, MESSAGE_ANNOTATION, REQUESTED_BY_ANNOTATION
 from tests.builders import flux, gate
 from tests.conftest import write_gates
 

@@ -1,4 +1,4 @@
-"""A request the API server would not send us (admission.core.matching) gets the answer the
+"""A request the API server would not send us (admission.core.admission.matching) gets the answer the
 server would give it anyway: a plain "allowed", no patch, no warning, no audit annotation. An
 API server without matchConditions (older than 1.30) sends everything, so the fast answer must
 be the judged one. Checked for generated requests while every gate is closed (exempt users
@@ -9,8 +9,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from admission.core import kinds, matching, names
-from admission.core.decision import Context, Settings
+from admission.core.admission import matching
+from admission.core.admission.decision import Context, Settings
+from admission.core.base import names
+from admission.core.flux import kinds
 from admission.store import StaticSources
 from admission.webhook import handlers
 from tests.builders import at, flux, generated_chart, lookup_from, request

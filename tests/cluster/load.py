@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from admission.core.names import CLOSE_ANNOTATION, OPEN_ANNOTATION
+from admission.core.base.names import CLOSE_ANNOTATION, OPEN_ANNOTATION
 from tests.builders import gate
 from tests.e2e.controlplane import ADMIN, ALICE
 from tests.e2e.manifests import kustomization

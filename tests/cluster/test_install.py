@@ -8,7 +8,7 @@ import json
 import pytest
 import yaml
 
-from admission.core.names import OPEN_ANNOTATION
+from admission.core.base.names import OPEN_ANNOTATION
 from tests.builders import gate
 from tests.cluster.conftest import FIGURES, NS, kubectl_gate, pods, service_get
 from tests.e2e.controlplane import ALICE

@@ -13,7 +13,7 @@ import json
 import pytest
 import yaml
 
-from admission.core.names import (
+from admission.core.base.names import (
     CLOSE_ANNOTATION,
     GATES_ANNOTATION,
     OPEN_ANNOTATION,

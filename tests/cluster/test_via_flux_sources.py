@@ -12,7 +12,7 @@ import subprocess
 import pytest
 import yaml
 
-from admission.core.names import CLOSE_ANNOTATION, OPEN_ANNOTATION
+from admission.core.base.names import CLOSE_ANNOTATION, OPEN_ANNOTATION
 from tests.builders import gate
 from tests.cluster.conftest import FIGURES, NS, wait_webhook_ready
 from tests.cluster.fluxinstall import (

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from admission.core import names
+from admission.core.base import names
 from tests.doubles.mergepatch import merged
 
 _GATES = re.compile(

@@ -27,7 +27,7 @@ import threading
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from admission.core import names
+from admission.core.base import names
 from tests.doubles.mergepatch import merged
 
 _SERDE = client.ApiClient()
@@ -202,7 +202,7 @@ class FakeFluxCache:
     """The controller's view of FluxCache, read straight from a FakeKube (always synced)."""
 
     def __init__(self, kube: FakeKube):
-        from admission.core.kinds import FLUX_KINDS
+        from admission.core.flux.kinds import FLUX_KINDS
 
         self.kube, self.rows = kube, {row.kind: row for row in FLUX_KINDS}
         self.on_change = lambda kind, old, new: None

@@ -4,7 +4,7 @@ fluxcd/pkg runtime/patch does from a before and an after copy (``merge_diff``).
 
 Stands in for the API server's merge-patch handling in every double that stores objects
 (tests/doubles/fakekube.py, tests/doubles/apiserver.py) and in tests/matching_cases.py, which
-says what object a merge PATCH makes. admission/core/applied.py has the product's own; the
+says what object a merge PATCH makes. admission/core/admission/applied.py has the product's own; the
 doubles do not use it, so that a mistake in it cannot hide behind a double that shares it.
 
 Proven against the real one: tests/e2e/test_match_conditions.py makes each merge PATCH of

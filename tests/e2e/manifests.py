@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import yaml
 
-from admission.core.timefmt import format_time
+from admission.core.base.timefmt import format_time
 
 
 def now_rfc3339() -> str:

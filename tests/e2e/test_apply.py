@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from admission.core.names import (
+from admission.core.base.names import (
     CLOSE_ANNOTATION,
     MESSAGE_ANNOTATION,
     OPEN_ANNOTATION,

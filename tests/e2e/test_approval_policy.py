@@ -11,7 +11,7 @@ import subprocess
 import pytest
 import yaml
 
-from admission.core import names
+from admission.core.base import names
 from tests.e2e.conftest import own_plane, serving_the_cluster
 from tests.e2e.controlplane import ALICE, SOURCE_CONTROLLER
 from tests.e2e.manifests import artifact_patch

@@ -13,7 +13,7 @@ import json
 import pytest
 import yaml
 
-from admission.core import names
+from admission.core.base import names
 from tests.e2e.conftest import controller_running, own_plane, register_webhooks, serving_the_cluster
 from tests.e2e.controlplane import ADMIN, FLUX
 from tests.e2e.manifests import artifact_patch, git_repository

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from admission.clock import utcnow
-from admission.core import names
+from admission.core.base import names
 from tests.builders import flux, gate
 from tests.e2e.conftest import start_server, until
 from tests.e2e.controlplane import GATE_ADMISSION

@@ -13,8 +13,8 @@ import orjson
 import pytest
 import yaml
 
-from admission.core.kinds import FLUX_KINDS
-from admission.core.timefmt import format_time
+from admission.core.base.timefmt import format_time
+from admission.core.flux.kinds import FLUX_KINDS
 from tests.builders import changed, flux, gate, keeper, request, review
 from tests.doubles.notification import NotificationControllerDouble
 from tests.e2e.conftest import controller_running, own_plane, serving, start_server, until

@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import yaml
 
-from admission.core.timefmt import format_time
+from admission.core.base.timefmt import format_time
 from admission.kube.client import api_client
 from tests.builders import gate
 from tests.conftest import REPORT

@@ -14,7 +14,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from admission.core import names
+from admission.core.base import names
 from admission.kube.client import api_client
 from tests.builders import flux, gate
 from tests.conftest import write_gates

@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from admission.clock import utcnow
-from admission.core import names
-from admission.core.timefmt import format_distinct_time
+from admission.core.base import names
+from admission.core.base.timefmt import format_distinct_time
 from tests.builders import gate
 from tests.conftest import REPORT, write_gates
 from tests.e2e.conftest import controller_running, own_plane, serving, start_server

@@ -8,7 +8,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from admission.core.kinds import FluxKind
+from admission.core.flux.kinds import FluxKind
 from admission.kube.client import api_client
 from admission.kube.fluxcache import FluxCache
 from tests.e2e.manifests import artifact_patch, git_repository, kustomization

@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from admission.core.timefmt import format_time
+from admission.core.base.timefmt import format_time
 from tests.builders import gate
 from tests.doubles.notification import NotificationControllerDouble
 from tests.e2e.conftest import controller_running, own_plane, serving_the_cluster

@@ -14,7 +14,8 @@ from cryptography import x509
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from admission.core import matching, names
+from admission.core.admission import matching
+from admission.core.base import names
 from admission.kube.client import api_client
 from tests.e2e.conftest import ROOT, WEBHOOK_HOST, own_plane, start_server
 from tests.e2e.controlplane import ADMIN, ALICE, CERTS, CONTROLLER, GATE_ADMISSION

@@ -1,6 +1,6 @@
 """matchConditions on a real kube-apiserver: each request of tests/matching_cases.py is made
 against the API server with manifests/webhooks registered, and what reached our server (its
-request counters, per endpoint) must be what admission.core.matching says, and what the table
+request counters, per endpoint) must be what admission.core.admission.matching says, and what the table
 says. The objects are the real Flux CRDs with manifests/flux-crd-patches; the server runs in
 audit mode so that every write in the table lands whatever it references."""
 
@@ -10,7 +10,9 @@ import pytest
 import yaml
 from kubernetes import client
 
-from admission.core import kinds, matching, names
+from admission.core.admission import matching
+from admission.core.base import names
+from admission.core.flux import kinds
 from admission.kube.client import api_client
 from tests.builders import gate
 from tests.e2e.conftest import own_plane, serving_the_cluster

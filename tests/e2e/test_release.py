@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import pytest
 import yaml
 
-from admission.core import names
+from admission.core.base import names
 from admission.kube.client import api_client
 from admission.kube.controller import Controller
 from tests.builders import gate

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from admission.core import names
+from admission.core.base import names
 from admission.ical.parse import MAX_EXAMINED, ParseError, expand, parse_in_child
 from tests.builders import at
 

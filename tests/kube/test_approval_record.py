@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
-from admission.core import approvalrecord, approvals, approvalseal, names
-from admission.core.decision import Context, Settings, decide
-from admission.core.timefmt import format_time
+from admission.core.admission.decision import Context, Settings, decide
+from admission.core.base import names
+from admission.core.base.timefmt import format_time
+from admission.core.gates import approvalrecord, approvals, approvalseal
 from tests.builders import APPROVAL_KEY, FLUX_USER, flux, gate, lookup_from, request, sealed
 from tests.doubles.fakekube import FakeKube
 from tests.kube.test_approval_requests import GIT_A, GIT_B, GIT_C, KEY, NOW, approval, reasons, source

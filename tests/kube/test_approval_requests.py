@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
-from admission.core import approvals, names
-from admission.core.timefmt import format_distinct_time
+from admission.core.base import names
+from admission.core.base.timefmt import format_distinct_time
+from admission.core.gates import approvals
 from tests.builders import at, flux, gate, sealed
 from tests.doubles.fakekube import FakeFluxCache, FakeKube
 from tests.kube.test_controller import controller

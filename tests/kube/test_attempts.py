@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from admission.core import conditions, content
-from admission.core.decision import Settings
+from admission.core.admission.decision import Settings
+from admission.core.flux import conditions, content
 from admission.kube.attempts import DeniedAttempts
 from admission.store import StaticSources
 from tests.builders import FLUX_USER, flux, gate, lookup_from, request

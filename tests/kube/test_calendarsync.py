@@ -13,7 +13,7 @@ from datetime import timedelta
 
 import pytest
 
-from admission.core import names
+from admission.core.base import names
 from admission.ical.fetch import Policy, fetch, parse_networks
 from admission.ical.parse import expand, parse_in_child
 from admission.kube.calendarsync import CalendarSync

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from admission.core.decision import Settings
+from admission.core.admission.decision import Settings
 from admission.kube.client import api_client, describe_error
 from admission.kube.events import DenialEvents
 from tests.builders import changed, flux, gate, lookup_from, request

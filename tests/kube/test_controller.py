@@ -7,8 +7,8 @@ from __future__ import annotations
 import threading
 from datetime import timedelta
 
-from admission.core import names
-from admission.core.timefmt import format_time
+from admission.core.base import names
+from admission.core.base.timefmt import format_time
 from admission.kube.controller import Controller
 from admission.store.index import GateIndex
 from tests.builders import APPROVAL_KEY, at, flux, gate, keeper

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from admission.core.timefmt import format_time
+from admission.core.base.timefmt import format_time
 from admission.kube.events import MAX_EVENT_MESSAGE, core_event
 
 NOW = datetime(2026, 6, 10, 12, 0, tzinfo=UTC)

@@ -10,9 +10,9 @@ import copy
 import orjson
 import pytest
 
-from admission.core import names
-from admission.core.decision import Settings
-from admission.core.timefmt import parse_time
+from admission.core.admission.decision import Settings
+from admission.core.base import names
+from admission.core.base.timefmt import parse_time
 from admission.kube.events import DenialEvents
 from admission.store.files import FileStore
 from admission.webhook.app import create_app

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from kubernetes.client.rest import ApiException
 
-from admission.core.kinds import BY_KIND
+from admission.core.flux.kinds import BY_KIND
 from admission.kube.fluxobjects import first_served
 
 ROW = BY_KIND["Kustomization"]

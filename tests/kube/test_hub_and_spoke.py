@@ -12,8 +12,8 @@ from datetime import timedelta
 import pytest
 
 from admission.clock import utcnow
-from admission.core import names
-from admission.core.timefmt import format_distinct_time
+from admission.core.base import names
+from admission.core.base.timefmt import format_distinct_time
 from admission.ical.fetch import Policy, parse_networks
 from admission.kube.controller import Controller
 from tests.builders import gate

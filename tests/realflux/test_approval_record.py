@@ -11,8 +11,9 @@ import subprocess
 from datetime import timedelta
 
 from admission.clock import utcnow
-from admission.core import approvalrecord, approvals, names
-from admission.core.timefmt import format_time
+from admission.core.base import names
+from admission.core.base.timefmt import format_time
+from admission.core.gates import approvalrecord, approvals
 from tests.realflux.test_approvals import PREFIX, blocked_waits, events, git_setup
 from tests.realflux.test_kustomization import manifests
 

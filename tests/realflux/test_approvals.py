@@ -11,7 +11,8 @@ import os
 import re
 import subprocess
 
-from admission.core import approvals, names
+from admission.core.base import names
+from admission.core.gates import approvals
 from tests.conftest import REPORT
 from tests.e2e.controlplane import ALICE
 from tests.processes import BIN

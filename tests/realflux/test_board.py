@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from admission.core import names
+from admission.core.base import names
 from tests.conftest import REPORT
 from tests.e2e.controlplane import ALICE, ROOT
 from tests.polling import until

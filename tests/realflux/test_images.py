@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import time
 
-from admission.core import approvals
+from admission.core.gates import approvals
 from tests.conftest import REPORT
 from tests.realflux.conftest import condition
 from tests.realflux.test_kustomization import gate, git_repository

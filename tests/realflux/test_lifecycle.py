@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from admission.core.timefmt import format_distinct_time
+from admission.core.base.timefmt import format_distinct_time
 from tests.conftest import REPORT
 from tests.realflux.conftest import BREAK_GLASS, condition, ready, receiver
 from tests.realflux.servers import configmap

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from admission.core import names
+from admission.core.base import names
 from tests.builders import flux as flux_object
 from tests.builders import gate
 from tests.conftest import write_gates

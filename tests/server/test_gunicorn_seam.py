@@ -1,4 +1,4 @@
-"""The installed gunicorn still has every internal part admission.webhook.gthread_seam relies on,
+"""The installed gunicorn still has every internal part admission.transport.gthread_seam relies on,
 and nothing outside the seam reaches into gunicorn's internals."""
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from admission.webhook import gthread_seam
-from admission.webhook.gthread_seam import PASSED_THROUGH, RELIES_ON
+from admission.transport import gthread_seam
+from admission.transport.gthread_seam import PASSED_THROUGH, RELIES_ON
 
-WEBHOOK = Path(gthread_seam.__file__).parent
-PYPROJECT = WEBHOOK.parent.parent / "pyproject.toml"
+TRANSPORT = Path(gthread_seam.__file__).parent
+PYPROJECT = TRANSPORT.parent.parent / "pyproject.toml"
 ADDRESS = ("127.0.0.1", 40000)
 # The listening socket's accept(): the worker calls it by the name gthread's hook has, on another object.
 SOCKET_CALLS = {"accept"}
@@ -222,11 +222,11 @@ def gunicorn_imports(path: Path) -> set:
 def test_the_seam_uses_nothing_of_gunicorns_it_does_not_list(live):
     relied = {name for _, name, _, _ in RELIES_ON}
     theirs = gunicorn_names(*live.values()) | set(live["worker"].cfg.settings)
-    unlisted = (names_used(WEBHOOK / "gthread_seam.py") & theirs) - relied
+    unlisted = (names_used(TRANSPORT / "gthread_seam.py") & theirs) - relied
     assert not unlisted, (
         f"gthread_seam uses (or shadows) gunicorn's {sorted(unlisted)}: add them to RELIES_ON"
     )
-    imported = gunicorn_imports(WEBHOOK / "gthread_seam.py")
+    imported = gunicorn_imports(TRANSPORT / "gthread_seam.py")
     listed = {(owner, name) for owner, name, kind, _ in RELIES_ON if kind in ("module", "class")}
     assert imported <= listed, (
         f"gthread_seam imports {sorted(imported - listed)} from gunicorn, not in RELIES_ON"
@@ -239,10 +239,10 @@ def test_the_seam_lists_only_what_it_uses():
     assert set(PASSED_THROUGH) <= relied
     stale = (
         relied
-        - names_used(WEBHOOK / "gthread_seam.py")
+        - names_used(TRANSPORT / "gthread_seam.py")
         - set(PASSED_THROUGH)
         - {"__init__"}
-        - {name for _, name in gunicorn_imports(WEBHOOK / "gthread_seam.py")}
+        - {name for _, name in gunicorn_imports(TRANSPORT / "gthread_seam.py")}
     )
     assert not stale, f"RELIES_ON lists {sorted(stale)}, which gthread_seam does not use"
 
@@ -250,7 +250,7 @@ def test_the_seam_lists_only_what_it_uses():
 def test_the_worker_reaches_gunicorn_only_through_the_seam(live):
     theirs = gunicorn_names(live["worker"], live["conn"])
     for module in ("worker.py", "framing.py", "bounded_socket.py"):
-        path = WEBHOOK / module
+        path = TRANSPORT / module
         assert not gunicorn_imports(path), f"{module} imports gunicorn: only gthread_seam may"
         reached = (names_used(path) & theirs) - set(PASSED_THROUGH) - SOCKET_CALLS
         assert not reached, (
@@ -259,7 +259,7 @@ def test_the_worker_reaches_gunicorn_only_through_the_seam(live):
 
 
 def test_only_the_seam_imports_gunicorns_worker_and_parser_modules():
-    for path in sorted((WEBHOOK.parent).rglob("*.py")):
+    for path in sorted((TRANSPORT.parent).rglob("*.py")):
         if path.name == "gthread_seam.py":
             continue
         imported = {
@@ -268,7 +268,7 @@ def test_only_the_seam_imports_gunicorns_worker_and_parser_modules():
         }
         inner = {module for module in imported if module.startswith(("gunicorn.workers", "gunicorn.http"))}
         assert not inner, (
-            f"{path.relative_to(WEBHOOK.parent.parent)} imports {sorted(inner)}: only gthread_seam may"
+            f"{path.relative_to(TRANSPORT.parent.parent)} imports {sorted(inner)}: only gthread_seam may"
         )
 
 

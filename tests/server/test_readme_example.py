@@ -13,8 +13,8 @@ from datetime import UTC, datetime
 import pytest
 import yaml
 
-from admission.core.names import OPEN_ANNOTATION
-from admission.core.timefmt import format_time
+from admission.core.base.names import OPEN_ANNOTATION
+from admission.core.base.timefmt import format_time
 from tests import ROOT
 from tests.polling import until
 from tests.processes import BIN, GateServer

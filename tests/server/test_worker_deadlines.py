@@ -16,8 +16,8 @@ import pytest
 
 from admission.clock import utcnow
 from admission.pki import certs
-from admission.webhook.tls import server_context
-from admission.webhook.worker import BoundedSSLSocket
+from admission.transport.tls import server_context
+from admission.transport.worker import BoundedSSLSocket
 
 TRICKLE_BYTES = 100_000
 

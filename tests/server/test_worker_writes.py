@@ -5,7 +5,7 @@ from __future__ import annotations
 import selectors
 import socket
 
-from admission.webhook.worker import PreReadWorker
+from admission.transport.worker import PreReadWorker
 from tests.polling import until
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from admission.core.applied import applied, apply_request, user_info
-from admission.core.names import GATES_ANNOTATION, LAST_APPLIED_ANNOTATION
+from admission.core.admission.applied import applied, apply_request, user_info
+from admission.core.base.names import GATES_ANNOTATION, LAST_APPLIED_ANNOTATION
 from tests.builders import applied_live, flux
 
 

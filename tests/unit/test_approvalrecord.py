@@ -1,4 +1,4 @@
-"""How many approvals a Gate may hold and how long they last (admission.core.approvalrecord,
+"""How many approvals a Gate may hold and how long they last (admission.core.gates.approvalrecord,
 docs/decisions/0070): the webhook entries refuse, with a reason, an approval past the bound, an
 `expires` past the longest an approval lasts, and the key of an approval that ended; the core
 honours no approval of a Gate that holds more anyway; the ended list keeps withdrawn entries
@@ -13,12 +13,13 @@ from datetime import timedelta
 import orjson
 import yaml
 
-from admission.core import approvalrecord, approvals, names
-from admission.core.decision import Context, Settings
-from admission.core.gates import evaluate
-from admission.core.gatespec import approval_expiry, compile_gate
-from admission.core.status import gate_status
-from admission.core.timefmt import format_time
+from admission.core.admission.decision import Context, Settings
+from admission.core.base import names
+from admission.core.base.timefmt import format_time
+from admission.core.gates import approvalrecord, approvals
+from admission.core.gates.gates import evaluate
+from admission.core.gates.gatespec import approval_expiry, compile_gate
+from admission.core.gates.status import gate_status
 from admission.webhook import handlers
 from tests import ROOT
 from tests.builders import APPROVAL_KEY, flux, lookup_from, request
@@ -184,7 +185,7 @@ def test_kubectl_gate_approve_refuses_a_longer_expiry_before_connecting(capsys):
 
 
 def test_pending_shows_no_approval_that_ended_or_does_not_count():
-    from admission.core.pending import pending_rows
+    from admission.core.admission.pending import pending_rows
     from tests.unit.test_content import GIT_A as SERVED
 
     held = flux(

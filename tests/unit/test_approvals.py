@@ -1,5 +1,5 @@
 """Approvals of exact content: parsing, the approver's stamp, the webhooks' answers, and the hold
-points letting exactly the approved content through (admission.core.approvals, approvalreview)."""
+points letting exactly the approved content through (admission.core.gates.approvals, approvalreview)."""
 
 from __future__ import annotations
 
@@ -12,14 +12,16 @@ from datetime import timedelta
 import orjson
 import pytest
 
-from admission.core import approvals, approvalseal, approvalview, content, names
-from admission.core.decision import Context, Settings, decide
-from admission.core.gates import evaluate
-from admission.core.gatespec import compile_gate
-from admission.core.holdmessage import HoldMessage, NewContent
-from admission.core.pending import NothingToApprove, pending_rows, to_approve
-from admission.core.status import gate_status
-from admission.core.timefmt import format_time
+from admission.core.admission.decision import Context, Settings, decide
+from admission.core.admission.pending import NothingToApprove, pending_rows, to_approve
+from admission.core.base import names
+from admission.core.base.timefmt import format_time
+from admission.core.flux import content
+from admission.core.flux.holdmessage import HoldMessage, NewContent
+from admission.core.gates import approvals, approvalseal, approvalview
+from admission.core.gates.gates import evaluate
+from admission.core.gates.gatespec import compile_gate
+from admission.core.gates.status import gate_status
 from admission.webhook import handlers
 from tests.builders import APPROVAL_KEY, FLUX_USER, at, flux, gate, lookup_from, request, sealed
 from tests.conftest import FIXED_NOW
@@ -620,7 +622,7 @@ def test_a_relayed_name_is_shown_and_never_counted_as_an_approver():
 
 
 def test_kubectl_gate_pending_without_the_key_counts_only_what_the_controller_verified():
-    from admission.core.pending import pending_rows
+    from admission.core.admission.pending import pending_rows
 
     recorded = freeze(annotations={KEY: stamped(), KEY2: stamped(by="mallory")})
     # The controller (it holds the key) verified KEY only, as its status says; KEY2 is forged.

@@ -1,6 +1,6 @@
 """The gate board's model (``admission.board.model``) at explicit times: what it shows is the
-core's own evaluation (states as the webhook looks them up, spans from ``core.timeline``,
-suspensions from ``core.references``, held rows from ``core.pending``), read in the zone asked
+core's own evaluation (states as the webhook looks them up, spans from ``core.gates.timeline``,
+suspensions from ``core.gates.references``, held rows from ``core.admission.pending``), read in the zone asked
 for, filtered as asked; and a page's parameters, whatever they hold, always make a query."""
 
 from __future__ import annotations
@@ -26,13 +26,13 @@ from admission.board.model import (
     build,
     query_of,
 )
-from admission.core import names
-from admission.core.cron import ScheduleError
-from admission.core.cron import zone as zone_named
-from admission.core.objects import object_key
-from admission.core.pending import pending_rows
-from admission.core.references import is_namespace, suspend_windows
-from admission.core.timeline import intervals, time_zone
+from admission.core.admission.pending import pending_rows
+from admission.core.base import names
+from admission.core.base.objects import object_key
+from admission.core.gates.references import is_namespace, suspend_windows
+from admission.core.gates.timeline import intervals, time_zone
+from admission.core.time.cron import ScheduleError
+from admission.core.time.cron import zone as zone_named
 from admission.store.index import GateIndex
 from tests.builders import at, flux, gate, keeper
 from tests.unit.test_approvals import stamped

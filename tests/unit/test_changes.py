@@ -4,7 +4,7 @@ import copy
 
 import pytest
 
-from admission.core.changes import gated_change
+from admission.core.admission.changes import gated_change
 from tests.builders import FLUX_KINDS, flux
 
 SOURCES = ["GitRepository", "OCIRepository", "HelmRepository", "HelmChart", "Bucket"]

@@ -1,4 +1,4 @@
-"""What a Flux status serves, what waits, and the Blocked/Approved messages (core.content)."""
+"""What a Flux status serves, what waits, and the Blocked/Approved messages (core.flux.content)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from admission.core import content, contentkinds, holdmessage, kinds, names
-from admission.core.holdmessage import HoldMessage, NewContent
-from admission.core.names import APPROVED_CONDITION as APPROVED
-from admission.core.names import BLOCKED_CONDITION as BLOCKED
+from admission.core.base import names
+from admission.core.base.names import APPROVED_CONDITION as APPROVED
+from admission.core.base.names import BLOCKED_CONDITION as BLOCKED
+from admission.core.flux import content, contentkinds, holdmessage, kinds
+from admission.core.flux.holdmessage import HoldMessage, NewContent
 from tests.builders import flux
 
 GIT_A, GIT_B = "main@sha1:41ab", "main@sha1:9f2c"
@@ -344,7 +345,7 @@ def test_served_revisions_for_every_kind_with_content():
     )
 
 
-# ---- each content kind is one value (core.contentkinds) -----------------------------------
+# ---- each content kind is one value (core.flux.contentkinds) -----------------------------------
 
 
 def test_each_kind_with_content_holds_one_value_that_the_functions_by_kind_ask():

@@ -4,8 +4,8 @@ import copy
 
 import pytest
 
-from admission.core.decision import Context, Settings, decide
-from admission.core.names import OPEN_ANNOTATION
+from admission.core.admission.decision import Context, Settings, decide
+from admission.core.base.names import OPEN_ANNOTATION
 from tests.builders import FLUX_USER, at, changed, flux, gate, keeper, lookup_from, request
 
 NOW = at("2026-06-10T12:00")

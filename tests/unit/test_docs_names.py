@@ -6,7 +6,8 @@ resolve (docs/design.md, "Conventions", says the same to writers):
 - ``admission.pkg.module.Name.attr``, anywhere in the text: the longest prefix that is a module
   imports, and the rest is a chain of attributes (a dataclass field counts).
 - ``pkg.module.Name.attr`` in backticks, where ``pkg`` is one of the packages (``core``,
-  ``clock``, ``observability``, ``pki``, ``store``, ``ical``, ``kube``, ``webhook``, ``cli``):
+  ``clock``, ``observability``, ``pki``, ``store``, ``ical``, ``kube``, ``webhook``, ``transport``,
+  ``cli``):
   the same, with ``admission.`` in front.
 - ``module.name()`` in backticks (call parentheses, arguments allowed): ``module`` is a module
   of ``admission`` (by its own name, in any package) or a class defined there, and has ``name``.
@@ -33,7 +34,7 @@ from pathlib import Path
 from tests import ROOT
 
 PACKAGE = ROOT / "admission"
-PACKAGES = ("core", "clock", "observability", "pki", "store", "ical", "kube", "webhook", "cli")
+PACKAGES = ("core", "clock", "observability", "pki", "store", "ical", "kube", "webhook", "transport", "cli")
 TOP_DIRS = ("admission", "tests", "bench", "hack", "manifests", "charts", "examples", "docs")
 # Other libraries' calls the docs write as ``module.name()``.
 FOREIGN = frozenset(
@@ -212,13 +213,17 @@ def paths_in(text: str, where: Path) -> list[tuple[str, str]]:
 
 
 def test_each_form_resolves_what_exists_and_refuses_what_does_not():
-    assert names_in("`admission.core.decision.decide` and admission.core.kinds.FLUX_KINDS") == []
     assert (
-        names_in("`core.decision.decide`, `kube.fluxcache.FluxCache`, `core.timeline.intervals(cg, a, b)`")
+        names_in("`admission.core.admission.decision.decide` and admission.core.flux.kinds.FLUX_KINDS") == []
+    )
+    assert (
+        names_in(
+            "`core.admission.decision.decide`, `kube.fluxcache.FluxCache`, `core.gates.timeline.intervals(cg, a, b)`"
+        )
         == []
     )
     assert names_in("`decision.decide()`, `kinds.lookup(group, kind)`, `GateIndex.lookup()`") == []
-    assert names_in("`core/decision.py` and `admission/webhook/app.py`") == []
+    assert names_in("`core/admission/decision.py` and `admission/webhook/app.py`") == []
     assert names_in("`webhook.handlers.Outcome.error`: a dataclass field") == []
     assert (
         names_in(
@@ -227,9 +232,9 @@ def test_each_form_resolves_what_exists_and_refuses_what_does_not():
         == []
     )
     missing = [
-        "`admission.core.decision.no_such_function`",
+        "`admission.core.admission.decision.no_such_function`",
         "admission.core.no_such_module",
-        "`core.decision.NoSuchClass`",
+        "`core.admission.decision.NoSuchClass`",
         "`decision.no_such_function()`",
         "`no_such_module.decide()`",
         "`core/no_such_module.py`",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from admission.core.feedschedule import (
+from admission.core.time.feedschedule import (
     EPOCH,
     Feed,
     due_from_status,

@@ -6,17 +6,18 @@ from pathlib import Path
 import pytest
 import yaml
 
-from admission.core import gates as g
-from admission.core import gatespec, names
-from admission.core.cron import MAX_CRON_LENGTH
-from admission.core.gates import evaluate, evaluate_gate, next_transition
-from admission.core.gatespec import compile_gate
-from admission.core.names import (
+from admission.core.base import names
+from admission.core.base.names import (
     CLOSE_ANNOTATION,
     MESSAGE_ANNOTATION,
     OPEN_ANNOTATION,
     REQUESTED_BY_ANNOTATION,
 )
+from admission.core.gates import gates as g
+from admission.core.gates import gatespec
+from admission.core.gates.gates import evaluate, evaluate_gate, next_transition
+from admission.core.gates.gatespec import compile_gate
+from admission.core.time.cron import MAX_CRON_LENGTH
 from tests.builders import at, gate, keeper
 
 NOW = at("2026-06-10T12:00")  # a Wednesday, outside every freeze below
@@ -317,7 +318,7 @@ def test_a_hostile_gatekeeper_costs_a_bounded_number_of_cron_searches(monkeypatc
     """The hostile GateKeeper, cut to the schema's bounds, evaluated once a minute for an hour:
     it stays closed, its next transition is unknown (never "open"), and cron is searched a
     bounded number of times, not thousands of times per evaluation."""
-    from admission.core import cron, schedule
+    from admission.core.time import cron, schedule
 
     searches = []
     real = cron.CronSpec._sim
@@ -343,7 +344,7 @@ def test_a_hostile_gatekeeper_costs_a_bounded_number_of_cron_searches(monkeypatc
 def test_deciding_searches_no_further_than_the_next_change_and_the_next_transition_waits_until_asked(
     monkeypatch,
 ):
-    from admission.core import schedule
+    from admission.core.time import schedule
 
     asked = []
     real = schedule.Entry.state_and_next_change
@@ -382,7 +383,7 @@ def test_when_nothing_changes_within_the_horizon_the_state_is_looked_at_again_a_
 
 
 def test_an_unknown_next_transition_never_changes_the_state_or_claims_an_opening():
-    from admission.core.decision import Context, Settings, decide
+    from admission.core.admission.decision import Context, Settings, decide
     from tests.builders import changed, flux, lookup_from, request
 
     windows = [
@@ -475,7 +476,7 @@ def test_the_gatekeeper_crd_states_the_bounds_the_code_enforces():
         item = entries["items"]
         assert item["maxLength"] == item["properties"]["cron"]["maxLength"] == MAX_CRON_LENGTH
         assert item["maxProperties"] == 2  # cron and duration; the code refuses any other field
-    from admission.core import subscriptions as s
+    from admission.core.time import subscriptions as s
 
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
     calendars = schema["spec"]["properties"]["calendars"]
@@ -511,7 +512,7 @@ def test_a_toggle_dated_past_the_horizon_is_ignored_and_said_so():
 def test_evaluation_that_leaves_the_calendar_makes_the_gate_invalid_not_an_exception():
     from datetime import datetime
 
-    from admission.core.timeline import intervals
+    from admission.core.gates.timeline import intervals
 
     # As bounded parsing never builds it: a toggle at the last second datetime holds, and a window.
     late = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC)

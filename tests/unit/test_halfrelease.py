@@ -1,11 +1,12 @@
-"""Half a release (admission.core.halfrelease): the warnings for an object whose inputs (source,
+"""Half a release (admission.core.admission.halfrelease): the warnings for an object whose inputs (source,
 dependsOn, a HelmRelease's valuesFrom, the automation an ImagePolicy feeds) are gated
 differently, so approving its content would land only part of a change."""
 
 from __future__ import annotations
 
-from admission.core import halfrelease, names
-from admission.core.pending import lookups
+from admission.core.admission import halfrelease
+from admission.core.admission.pending import lookups
+from admission.core.base import names
 from tests.builders import flux
 
 GIT = {"kind": "GitRepository", "name": "podinfo"}
@@ -144,7 +145,7 @@ def metadata_name(obj: dict) -> str:
 
 
 def test_kubectl_gate_pending_shows_them_on_each_held_object():
-    from admission.core.pending import pending_rows
+    from admission.core.admission.pending import pending_rows
     from tests.conftest import FIXED_NOW
 
     held = policy()

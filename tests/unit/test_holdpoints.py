@@ -1,4 +1,4 @@
-"""The hold points: what status writes of held Flux objects become (handlers over core.holdpoints)."""
+"""The hold points: what status writes of held Flux objects become (handlers over core.admission.holdpoints)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from admission.core import conditions, content, holdpoints, mutation, names
-from admission.core.decision import Context, Settings, standing
+from admission.core.admission import holdpoints, mutation
+from admission.core.admission.decision import Context, Settings, standing
+from admission.core.base import names
+from admission.core.flux import conditions, content
 from admission.store import StaticSources
 from admission.webhook import handlers
 from tests.builders import FLUX_USER, flux, gate, generated_chart, lookup_from, request
@@ -589,7 +591,7 @@ def test_an_external_artifacts_new_artifact_is_never_held(stored, following):
 def test_a_held_content_write_of_a_suspended_source_is_judged_once(monkeypatch):
     # suspension_of and new_content each ran twice on such a write: once in the verdict, once
     # more for status.suspended and for the decision's change.
-    from admission.core import decision
+    from admission.core.admission import decision
 
     calls = {"suspension_of": 0, "new_content": 0}
 
@@ -612,7 +614,7 @@ def test_a_held_content_write_of_a_suspended_source_is_judged_once(monkeypatch):
     assert calls == {"suspension_of": 1, "new_content": 1}, calls
 
 
-# ---- the whole mutation, decided in the core (core.mutation) ------------------------------
+# ---- the whole mutation, decided in the core (core.admission.mutation) ------------------------------
 
 
 def test_the_core_returns_every_change_as_plain_data_and_the_webhook_only_spells_it():

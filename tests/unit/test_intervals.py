@@ -3,11 +3,11 @@
 import itertools
 from datetime import timedelta
 
-from admission.core import names
-from admission.core.gates import evaluate
-from admission.core.gatespec import compile_gate
-from admission.core.names import CLOSE_ANNOTATION, OPEN_ANNOTATION, REQUESTED_BY_ANNOTATION
-from admission.core.timeline import intervals, time_zone
+from admission.core.base import names
+from admission.core.base.names import CLOSE_ANNOTATION, OPEN_ANNOTATION, REQUESTED_BY_ANNOTATION
+from admission.core.gates.gates import evaluate
+from admission.core.gates.gatespec import compile_gate
+from admission.core.gates.timeline import intervals, time_zone
 from tests.builders import at, gate, keeper
 
 

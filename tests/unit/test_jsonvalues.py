@@ -2,7 +2,7 @@
 
 import pytest
 
-from admission.core.jsonvalues import MAX_STEPS, same
+from admission.core.base.jsonvalues import MAX_STEPS, same
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""manifests/ agree with the one table of gated Flux kinds (admission.core.kinds)."""
+"""manifests/ agree with the one table of gated Flux kinds (admission.core.flux.kinds)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from admission.core import kinds, matching, names
+from admission.core.admission import matching
+from admission.core.base import names
+from admission.core.flux import kinds
 from tests.fluxcli import flux_binary
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"

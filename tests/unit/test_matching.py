@@ -1,11 +1,12 @@
-"""The Python twin of the webhooks' matchConditions (admission.core.matching): the table of
+"""The Python twin of the webhooks' matchConditions (admission.core.admission.matching): the table of
 requests it shares with the end-to-end test, and the shapes only a unit test can make."""
 
 from __future__ import annotations
 
 import pytest
 
-from admission.core import matching, names
+from admission.core.admission import matching
+from admission.core.base import names
 from tests.builders import flux, request
 from tests.matching_cases import CASES, OWNER, Case
 

@@ -2,10 +2,10 @@
 
 import copy
 
-from admission.core import names
-from admission.core.conditions import holding_condition
-from admission.core.gates import GateState, Lazy, Transition
-from admission.core.notices import HELD, RELEASED, RELEASED_REASON, expected_opening, notice
+from admission.core.admission.notices import HELD, RELEASED, RELEASED_REASON, expected_opening, notice
+from admission.core.base import names
+from admission.core.flux.conditions import holding_condition
+from admission.core.gates.gates import GateState, Lazy, Transition
 from tests.builders import at, flux, gate, keeper, lookup_from
 
 NOW = at("2026-12-21T10:00")

@@ -8,8 +8,8 @@ import copy
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from admission.core.decision import Context, Settings, decide
-from admission.core.references import GateRef, Policy, policy_of
+from admission.core.admission.decision import Context, Settings, decide
+from admission.core.gates.references import GateRef, Policy, policy_of
 from tests.builders import at, flux, gate, lookup_from, request
 
 NOW = at("2026-06-10T12:00")

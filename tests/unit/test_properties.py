@@ -7,11 +7,11 @@ from datetime import timedelta
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from admission.core.decision import Context, Settings, decide
-from admission.core.gates import evaluate
-from admission.core.gatespec import compile_gate
-from admission.core.names import CLOSE_ANNOTATION, OPEN_ANNOTATION
-from admission.core.timefmt import format_time
+from admission.core.admission.decision import Context, Settings, decide
+from admission.core.base.names import CLOSE_ANNOTATION, OPEN_ANNOTATION
+from admission.core.base.timefmt import format_time
+from admission.core.gates.gates import evaluate
+from admission.core.gates.gatespec import compile_gate
 from tests.builders import at, changed, flux, gate, keeper, lookup_from, request
 
 BASE = at("2026-11-15T00:00")
@@ -227,7 +227,7 @@ def test_metadata_only_updates_are_never_gated(world, now, edits, kind, mode):
     st.lists(st.integers(0, 3 * 24 * 60 - 1), min_size=1, max_size=5),
 )
 def test_calendar_intervals_agree_with_admission_at_any_minute(obj, keepers, start, offsets):
-    from admission.core.timeline import intervals
+    from admission.core.gates.timeline import intervals
 
     compiled = compile_gate(obj, keepers)
     end = start + timedelta(days=3)
@@ -246,7 +246,7 @@ def test_calendar_intervals_agree_with_admission_at_any_minute(obj, keepers, sta
 def test_the_next_transition_is_the_first_minute_the_state_changes(world, now):
     # The search jumps from change point to change point; reading the state minute by minute
     # for a day finds the same instant (every change here falls on a whole minute).
-    from admission.core.gates import _is_open
+    from admission.core.gates.gates import _is_open
 
     gates, keepers = world
     for g in gates:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from admission.core.references import loosens, policy_of, suspension_of
+from admission.core.gates.references import loosens, policy_of, suspension_of
 from tests.builders import at, flux
 
 

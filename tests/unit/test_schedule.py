@@ -2,8 +2,8 @@ from datetime import timedelta
 
 import pytest
 
-from admission.core.cron import ScheduleError, parse_cron
-from admission.core.schedule import parse_entry
+from admission.core.time.cron import ScheduleError, parse_cron
+from admission.core.time.schedule import parse_entry
 from tests.builders import at
 
 

@@ -17,8 +17,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from cronsim import CronSim
 
-from admission.core.cron import HORIZON, ScheduleError, parse_cron, zone
-from admission.core.schedule import Entry, parse_entry
+from admission.core.time.cron import HORIZON, ScheduleError, parse_cron, zone
+from admission.core.time.schedule import Entry, parse_entry
 from tests.builders import at
 
 ZONES = [

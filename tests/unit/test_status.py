@@ -1,14 +1,14 @@
 """The Gate status the controller writes, computed from a state (SPEC §2)."""
 
-from admission.core.gates import evaluate
-from admission.core.gatespec import compile_gate
-from admission.core.names import (
+from admission.core.base.names import (
     CLOSE_ANNOTATION,
     MESSAGE_ANNOTATION,
     OPEN_ANNOTATION,
     REQUESTED_BY_ANNOTATION,
 )
-from admission.core.status import gate_status, status_differs, transition_message, was_open
+from admission.core.gates.gates import evaluate
+from admission.core.gates.gatespec import compile_gate
+from admission.core.gates.status import gate_status, status_differs, transition_message, was_open
 from tests.builders import at, gate
 
 

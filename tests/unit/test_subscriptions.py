@@ -7,17 +7,17 @@ from datetime import timedelta
 
 import pytest
 
-from admission.core import names
-from admission.core.gates import evaluate
-from admission.core.gatespec import compile_gate
-from admission.core.subscriptions import (
+from admission.core.base import names
+from admission.core.gates.gates import evaluate
+from admission.core.gates.gatespec import compile_gate
+from admission.core.gates.timeline import intervals
+from admission.core.time.subscriptions import (
     MAX_INTERVALS,
     FeedEvent,
     parse_calendar,
     parse_calendars,
     status_entry,
 )
-from admission.core.timeline import intervals
 from tests.builders import at, calendar_keeper, calendar_status, gate
 
 FEED = {"url": "https://calendar.example.com/freeze.ics", "name": "freeze"}

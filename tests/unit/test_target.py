@@ -1,11 +1,11 @@
-"""The request target read once (admission.webhook.target): one spelling per path, or refused."""
+"""The request target read once (admission.transport.target): one spelling per path, or refused."""
 
 from __future__ import annotations
 
 import pytest
 
-from admission.webhook.framing import Refused
-from admission.webhook.target import admit, request_path
+from admission.transport.framing import Refused
+from admission.transport.target import admit, request_path
 
 ONE_SPELLING = [
     ("/validate", "/validate"),

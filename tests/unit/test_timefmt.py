@@ -2,7 +2,7 @@ from datetime import timedelta
 
 import pytest
 
-from admission.core.timefmt import LATEST, format_duration, format_time, parse_duration, parse_time
+from admission.core.base.timefmt import LATEST, format_duration, format_time, parse_duration, parse_time
 from tests.builders import at
 
 
@@ -68,7 +68,7 @@ def test_times_format_as_kubernetes_does():
 def test_one_formatter_per_precision_all_in_utc_with_z():
     from datetime import datetime, timedelta, timezone
 
-    from admission.core.timefmt import format_distinct_time, format_log_time
+    from admission.core.base.timefmt import format_distinct_time, format_log_time
 
     instant = datetime(2026, 6, 10, 14, 0, 5, 123456, tzinfo=timezone(timedelta(hours=2)))
     assert format_time(instant) == "2026-06-10T12:00:05Z"

@@ -3,15 +3,15 @@
 import orjson
 import pytest
 
-from admission.core.controls import escaped, has_controls
-from admission.core.gates import evaluate_gate
-from admission.core.names import (
+from admission.core.base.controls import escaped, has_controls
+from admission.core.base.names import (
     CLOSE_ANNOTATION,
     MESSAGE_ANNOTATION,
     OPEN_ANNOTATION,
     REQUESTED_BY_ANNOTATION,
 )
-from admission.core.toggles import toggle_patch
+from admission.core.gates.gates import evaluate_gate
+from admission.core.gates.toggles import toggle_patch
 from tests.builders import at, gate
 
 NOW = at("2026-11-21T20:00:00")

@@ -37,8 +37,9 @@ def test_the_package_type_checks():
         )
 
 
-STRICT = ("core", "store", "observability", "pki", "webhook")  # the decisions and the layers that serve them
-LENIENT = ["admission.webhook.gthread_seam", "admission.webhook.worker"]  # gunicorn's untyped internals
+# the decisions and the layers that serve them
+STRICT = ("core", "store", "observability", "pki", "webhook", "transport")
+LENIENT = ["admission.transport.gthread_seam", "admission.transport.worker"]  # gunicorn's untyped internals
 
 
 def test_strict_mypy_covers_the_core_and_the_serving_layers():

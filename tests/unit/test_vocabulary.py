@@ -1,4 +1,4 @@
-"""One vocabulary: Flux and gating strings only in core.names, timestamps only in core.timefmt."""
+"""One vocabulary: Flux and gating strings only in core.base.names, timestamps only in core.base.timefmt."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import get_args
 
-from admission.core import names
+from admission.core.base import names
 
-PACKAGE = Path(names.__file__).resolve().parents[1]
+PACKAGE = Path(names.__file__).resolve().parents[2]
 NAMES = Path(names.__file__).resolve()
-TIMEFMT = PACKAGE / "core" / "timefmt.py"
-OBJECTS = PACKAGE / "core" / "objects.py"
+TIMEFMT = PACKAGE / "core" / "base" / "timefmt.py"
+OBJECTS = PACKAGE / "core" / "base" / "objects.py"
 CLOCK = PACKAGE / "clock.py"
 # Log lines name an object by its kind, as kopf does ({"Gate": {"namespace": ..., "name": ...}}).
 LOG_KEYS = {names.GATE_KIND, names.GATEKEEPER_KIND}
@@ -70,7 +70,7 @@ def strings_outside(home: Path, spelt: Callable[[str], bool]) -> list[str]:
 
 def test_flux_and_gating_strings_are_written_only_in_names():
     found = strings_outside(NAMES, lambda value: value in VOCABULARY or "fluxcd.io" in value)
-    assert not found, "use admission.core.names:\n" + "\n".join(found)
+    assert not found, "use admission.core.base.names:\n" + "\n".join(found)
 
 
 def test_instants_are_formatted_only_in_timefmt():
@@ -79,7 +79,7 @@ def test_instants_are_formatted_only_in_timefmt():
         for where, node in nodes_outside(TIMEFMT)
         if isinstance(node, ast.Attribute) and node.attr in ("strftime", "isoformat")
     ]
-    assert not found, "use admission.core.timefmt:\n" + "\n".join(found)
+    assert not found, "use admission.core.base.timefmt:\n" + "\n".join(found)
 
 
 def _reads_metadata(node: ast.AST) -> bool:
@@ -102,7 +102,7 @@ def test_metadata_is_read_only_through_the_one_accessor():
         if (_reads_metadata(node) and len(node.args) == 2)
         or (isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or) and _reads_metadata(node.values[0]))
     ]
-    assert not found, "use admission.core.objects.metadata:\n" + "\n".join(found)
+    assert not found, "use admission.core.base.objects.metadata:\n" + "\n".join(found)
 
 
 def test_the_time_is_read_only_through_the_one_clock():
@@ -125,8 +125,8 @@ QUOTED = re.compile("|".join(rf"['\"]{re.escape(value)}['\"]" for value in sorte
 
 def test_modes_and_other_closed_sets_are_spelled_only_in_names():
     found = strings_outside(NAMES, lambda value: value in CLOSED_SETS or bool(QUOTED.search(value)))
-    assert not found, "use admission.core.names (ENFORCE, AUDIT, MODES, REQUIRE_ALL, ...):\n" + "\n".join(
-        found
+    assert not found, (
+        "use admission.core.base.names (ENFORCE, AUDIT, MODES, REQUIRE_ALL, ...):\n" + "\n".join(found)
     )
 
 
@@ -142,4 +142,4 @@ def test_objects_are_labelled_kind_namespace_name_by_one_builder():
         for number, line in enumerate(path.read_text().splitlines(), 1)
         if OBJECT_LABEL.search(line)
     ]
-    assert not found, "use admission.core.objects.label:\n" + "\n".join(found)
+    assert not found, "use admission.core.base.objects.label:\n" + "\n".join(found)

@@ -29,7 +29,7 @@ import time
 import yaml
 from kubernetes.client.rest import ApiException
 
-from admission.core import names
+from admission.core.base import names
 from tests.doubles.flux.patch import (
     PatchError,
     StatusPatcher,

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from admission.core.kinds import BY_KIND
+from admission.core.flux.kinds import BY_KIND
 from tests.doubles.mergepatch import merge_diff
 
 MERGE = "application/merge-patch+json"

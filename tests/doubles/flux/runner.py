@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from admission.core import names
-from admission.core.timefmt import parse_duration
+from admission.core.base import names
+from admission.core.base.timefmt import parse_duration
 from tests.doubles.flux.patch import Api, PatchError, api_message
 
 log = logging.getLogger("tests.doubles")

@@ -1,0 +1,120 @@
+"""A gate's open and closed spans over a range of time (the freeze calendar), from the same
+change points and evaluation that admission decisions use (``admission.core.gates.gates``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, tzinfo
+from functools import lru_cache
+
+from admission.core.base import names
+from admission.core.gates.gates import OUT_OF_RANGE, cause_of, change_points, out_of_range
+from admission.core.gates.gatespec import CompiledGate
+from admission.core.time.localtime import UTC
+from admission.core.time.schedule import Entry
+
+MAX_INTERVAL_STEPS = 5000  # bound on change points examined for one calendar
+# Calendars remembered, a few per gate of a large board: a board or a feed asks for the same
+# range of the same gates again and again (every poll, each day's ranges start at midnight).
+REMEMBERED_CALENDARS = 2048
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A span ``[start, end)`` during which a gate is open or closed, and why it is at its start.
+
+    ``known`` is False for the tail of a calendar whose schedule changes too often to list
+    within the bound: its state there is not computed (and shown as unknown, not as open).
+    """
+
+    start: datetime
+    end: datetime
+    open: bool
+    reason: str
+    message: str
+    known: bool = True
+
+
+def _calendar_cause(cg: CompiledGate, now: datetime) -> tuple[bool, str, str]:
+    """The state at ``now``, why, and who asked for a toggle in effect."""
+    cause = cause_of(cg, now)
+    message = cause.message
+    if cause.toggle is not None:
+        message += f" by {cg.requested_by}" if cg.requested_by else ""
+        message += f": {cg.request_message}" if cg.request_message else ""
+    return cause.open, cause.reason, message
+
+
+def intervals(
+    cg: CompiledGate, start: datetime, end: datetime, max_steps: int = MAX_INTERVAL_STEPS
+) -> tuple[Interval, ...]:
+    """The gate's open and closed spans covering ``[start, end)``, adjacent spans of the same
+    state merged; they come from the change points the admission decisions use.
+
+    At most ``max_steps`` change points are examined: past them the rest of the range is one
+    interval with ``known=False`` (a schedule that flips every minute cannot be listed for weeks).
+
+    The answer is a function of its arguments, so it is remembered: a gate compiled again from
+    the same Gate and GateKeepers is equal to the one before and finds its calendar. Gates with
+    subscribed calendars are compared by identity (each compile reads the feed's status anew),
+    so they would only fill the memory: they are worked out every time.
+    """
+    if any(not isinstance(entry, Entry) for _, entry in cg.closed_entries + cg.opened_entries):
+        return _intervals(cg, start, end, max_steps)
+    # The folds are in the key because equal datetimes of one zone may differ in them.
+    return _remembered(cg, start, start.fold, end, end.fold, max_steps)
+
+
+@lru_cache(maxsize=REMEMBERED_CALENDARS)
+def _remembered(
+    cg: CompiledGate, start: datetime, _start_fold: int, end: datetime, _end_fold: int, max_steps: int
+) -> tuple[Interval, ...]:
+    return _intervals(cg, start, end, max_steps)
+
+
+def forget() -> None:
+    """Forget every calendar remembered: the next ``intervals`` works each out again (benches
+    and tests compare the two)."""
+    _remembered.cache_clear()
+
+
+def _intervals(cg: CompiledGate, start: datetime, end: datetime, max_steps: int) -> tuple[Interval, ...]:
+    if end <= start:
+        return ()
+    out: list[Interval] = []
+    cur = start
+    for _ in range(max_steps):
+        try:
+            is_open, reason, message = _calendar_cause(cg, cur)
+            points = [p for p in change_points(cg, cur) if p > cur] if not cg.fixed else []
+        except OUT_OF_RANGE as err:  # as evaluate says it: invalid (closed) from here, and why
+            state = out_of_range(cg, cur, err)
+            out.append(Interval(cur, end, False, state.reason, state.message, known=False))
+            return tuple(out)
+        nxt = min(min(points), end) if points else end
+        if out and out[-1].open == is_open and out[-1].known:
+            out[-1] = Interval(out[-1].start, nxt, is_open, out[-1].reason, out[-1].message)
+        else:
+            out.append(Interval(cur, nxt, is_open, reason, message))
+        if nxt >= end:
+            return tuple(out)
+        cur = nxt
+    out.append(
+        Interval(
+            cur,
+            end,
+            False,
+            names.REASON_UNKNOWN,
+            f"the schedule changes more than {max_steps} times in this range; not computed further",
+            known=False,
+        )
+    )
+    return tuple(out)
+
+
+def time_zone(cg: CompiledGate) -> tzinfo:
+    """The zone a gate's schedules are read in: their common zone, else UTC (no schedule, or mixed)."""
+    zones = {
+        entry.spec.zone for _, entry in cg.closed_entries + cg.opened_entries if isinstance(entry, Entry)
+    }
+    return zones.pop() if len(zones) == 1 else UTC
