@@ -125,4 +125,4 @@ def test_a_schedule_too_dense_to_list_is_bounded_and_says_so():
 
 
 def test_an_empty_range_has_no_intervals():
-    assert intervals(compile_gate(gate("g")), at("2026-06-10T00:00"), at("2026-06-10T00:00")) == []
+    assert intervals(compile_gate(gate("g")), at("2026-06-10T00:00"), at("2026-06-10T00:00")) == ()
