@@ -10,18 +10,16 @@ the Job controller would mark it.
 from __future__ import annotations
 
 import base64
-import json
 import os
 import subprocess
-from datetime import UTC, datetime
 
 import pytest
 import yaml
 
-from tests.chart.test_chart import CHART, NS
-from tests.e2e.controlplane import CERTS, ControlPlane, assets_dir
+from tests.chart.standins import get, jobs, run_the_certs_job, run_the_hook_job
+from tests.chart.test_chart import CHART, NS, is_hook
+from tests.e2e.controlplane import ControlPlane, assets_dir
 from tests.polling import until
-from tests.processes import BIN
 
 pytestmark = pytest.mark.e2e
 CRDS = ("gates.gating.toolkit.fluxcd.io", "gatekeepers.gating.toolkit.fluxcd.io")
@@ -44,6 +42,7 @@ def plane(tmp_path_factory):
 @pytest.fixture(scope="module")
 def helm(plane, helm_binary, tmp_path_factory):
     home = tmp_path_factory.mktemp("helm-home")
+    hook_dir = tmp_path_factory.mktemp("hook")
     env = {
         **os.environ,
         **{f"HELM_{kind}_HOME": str(home / kind.lower()) for kind in ("CONFIG", "CACHE", "DATA")},
@@ -52,7 +51,8 @@ def helm(plane, helm_binary, tmp_path_factory):
     def run(
         *args: str, check: bool = True, certs_job: tuple[str, str] | None = None
     ) -> subprocess.CompletedProcess:
-        """helm; with ``certs_job`` (a Job's name and image), that certificate Job is run as above."""
+        """helm; with ``certs_job`` (a Job's name and image), that certificate Job is run as above,
+        after the pre-upgrade hook's Job for an upgrade."""
         proc = subprocess.Popen(
             [str(helm_binary), f"--kubeconfig={plane.kubeconfig()}", *args],
             stdout=subprocess.PIPE,
@@ -61,6 +61,9 @@ def helm(plane, helm_binary, tmp_path_factory):
             env=env,
         )
         try:
+            if args[0] == "upgrade":
+                said = run_the_hook_job(plane, hook_dir)
+                assert said.count("already selects") == 2, said  # installed by this chart
             if certs_job:
                 run_the_certs_job(plane, *certs_job)
             out, err = proc.communicate(timeout=120)
@@ -73,75 +76,6 @@ def helm(plane, helm_binary, tmp_path_factory):
         return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
     return run
-
-
-def jobs(plane) -> dict[str, str]:
-    """The certificate Jobs there are, and the image of each."""
-    found = get(plane, "jobs", "-n", NS)["items"]
-    return {
-        job["metadata"]["name"]: job["spec"]["template"]["spec"]["containers"][0]["image"] for job in found
-    }
-
-
-def run_the_certs_job(plane, name: str, image: str) -> None:
-    """Wait for Helm to create the Job ``name`` of ``image``, do its work, and mark it complete."""
-    seen = until(lambda: jobs(plane), lambda found: found.get(name) == image, timeout=60)
-    assert seen.get(name) == image, seen
-    certs = subprocess.run(
-        [
-            str(BIN / "gate-admission"),
-            "certs",
-            "--secret",
-            "gate-admission-tls",
-            "--namespace",
-            NS,
-            "--inject",
-            "--kubeconfig",
-            str(plane.kubeconfig(CERTS)),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert certs.returncode == 0, certs.stderr  # the chart's RBAC lets the Job's account do it
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    done = [
-        {
-            "type": kind,
-            "status": "True",
-            "lastProbeTime": now,
-            "lastTransitionTime": now,
-            "reason": "CompletionsReached",
-            "message": "Reached expected number of succeeded pods",
-        }
-        for kind in ("SuccessCriteriaMet", "Complete")
-    ]
-    plane.kubectl(
-        "patch",
-        "job",
-        name,
-        "-n",
-        NS,
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        json.dumps(
-            {
-                "status": {
-                    "startTime": now,
-                    "completionTime": now,
-                    "succeeded": 1,
-                    "ready": 0,
-                    "terminating": 0,
-                    "conditions": done,
-                }
-            }
-        ),
-    )
-
-
-def get(plane, *what: str) -> dict:
-    return json.loads(plane.kubectl("get", *what, "-o", "json").stdout)
 
 
 def ca_bundles(plane) -> set[str]:
@@ -174,11 +108,20 @@ def installed(plane, helm):
 
 def test_install_creates_what_helm_template_renders(plane, helm, installed):
     rendered = [
-        d for d in yaml.safe_load_all(helm("template", "gate-admission", str(CHART), "-n", NS).stdout) if d
+        d
+        for d in yaml.safe_load_all(helm("template", "gate-admission", str(CHART), "-n", NS).stdout)
+        if d and not is_hook(d)
     ]
     release = [d for d in yaml.safe_load_all(helm("get", "manifest", "gate-admission", "-n", NS).stdout) if d]
-    assert not [d for d in yaml.safe_load_all(helm("get", "hooks", "gate-admission", "-n", NS).stdout) if d]
-    assert len(release) == len(rendered) == 32  # manifests/ less its Namespace
+    hooks = [d for d in yaml.safe_load_all(helm("get", "hooks", "gate-admission", "-n", NS).stdout) if d]
+    assert {d["metadata"]["annotations"]["helm.sh/hook"] for d in hooks} == {"pre-upgrade", "test"}
+    assert not [
+        d
+        for d in hooks
+        if d["kind"] != "Pod"
+        and plane.kubectl("get", d["kind"], d["metadata"]["name"], "-n", NS, check=False).returncode == 0
+    ]  # run at upgrades only
+    assert len(release) == len(rendered) == 33  # manifests/ less its Namespace
     assert ("Job", "gate-admission-certs-init-1") in [(d["kind"], d["metadata"]["name"]) for d in release]
     for doc in release:
         namespace = ["-n", doc["metadata"]["namespace"]] if "namespace" in doc["metadata"] else []

@@ -1,4 +1,4 @@
-"""The chart's values beyond what manifests/ can say (issue 40): every object labelled as Helm
+"""The chart's values beyond what manifests/ can say: every object labelled as Helm
 charts are, names and the binaries' flags that repeat them, placement, images, the disruption
 budgets and the priority quota; each rendered by the real helm and read back."""
 

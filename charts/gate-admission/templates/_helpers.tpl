@@ -82,13 +82,11 @@ annotations:
 {{- end }}
 
 {{/*
-What every Pod of ours shares: pull secrets, node placement, priority. The argument:
-(list $ "webhook" true) - the component, and whether the priority class applies (the
-Deployments: a fail-closed webhook and the controller that ends freezes; not the Jobs).
+What every Pod of ours shares (Deployments, Jobs, hooks, the test Pod): pull secrets and node
+placement. The argument: (list $ "webhook"), the component. Piped through trim by its callers.
 */}}
 {{- define "gate-admission.podPlacement" -}}
 {{- $ := index . 0 -}}
-{{- $component := index . 1 -}}
 {{- with $.Values.imagePullSecrets }}
 imagePullSecrets:
   {{- toYaml . | nindent 2 }}
