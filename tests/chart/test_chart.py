@@ -365,6 +365,7 @@ def test_the_image_is_every_pods_image(chart):
     containers = containers_of(docs)
     assert sorted(owner for owner, _ in containers) == [
         "CronJob/gate-admission-certs",
+        "CronJob/gate-admission-certs-renew",
         "Deployment/gate-admission",
         "Deployment/gate-admission-controller",
         "Job/gate-admission-certs-init",

@@ -18,8 +18,9 @@ import yaml
 
 from tests.chart.standins import get, jobs, run_the_certs_job, run_the_hook_job
 from tests.chart.test_chart import CHART, NS, is_hook
-from tests.e2e.controlplane import ControlPlane, assets_dir
+from tests.e2e.controlplane import CERTS, ControlPlane, assets_dir
 from tests.polling import until
+from tests.processes import BIN
 
 pytestmark = pytest.mark.e2e
 CRDS = ("gates.gating.toolkit.fluxcd.io", "gatekeepers.gating.toolkit.fluxcd.io")
@@ -121,7 +122,7 @@ def test_install_creates_what_helm_template_renders(plane, helm, installed):
         if d["kind"] != "Pod"
         and plane.kubectl("get", d["kind"], d["metadata"]["name"], "-n", NS, check=False).returncode == 0
     ]  # run at upgrades only
-    assert len(release) == len(rendered) == 33  # manifests/ less its Namespace
+    assert len(release) == len(rendered) == 34  # manifests/ less its Namespace
     assert ("Job", "gate-admission-certs-init-1") in [(d["kind"], d["metadata"]["name"]) for d in release]
     for doc in release:
         namespace = ["-n", doc["metadata"]["namespace"]] if "namespace" in doc["metadata"] else []
@@ -176,7 +177,7 @@ def test_an_upgrade_to_a_new_image_replaces_the_certificate_job(plane, helm, ins
         "-o",
         "jsonpath={range .items[*]}{..containers[0].image} {end}",
     ).stdout.split()
-    assert images == ["gate-admission:0.2.1"] * 3
+    assert images == ["gate-admission:0.2.1"] * 4
     left = until(
         lambda: jobs(plane), lambda found: list(found) == ["gate-admission-certs-init-4"], timeout=30
     )
@@ -185,6 +186,37 @@ def test_an_upgrade_to_a_new_image_replaces_the_certificate_job(plane, helm, ins
     }  # the previous revision's Job deleted
     helm("rollback", "gate-admission", "-n", NS)
     assert ca_bundles(plane) == {installed}
+
+
+def test_the_certificate_is_rotated_on_demand_by_the_documented_command(plane, installed, tmp_path):
+    """docs/operations.md, "Rotating the certificate": `kubectl create job --from=cronjob/...-renew`
+    makes a Job whose container (the image's entrypoint is `gate-admission`) renews now."""
+    before = get(plane, "secret", "gate-admission-tls", "-n", NS)["data"]
+    plane.kubectl(
+        "create",
+        "job",
+        "gate-admission-certs-renew-now",
+        "-n",
+        NS,
+        "--from=cronjob/gate-admission-certs-renew",
+    )
+    job = get(plane, "job", "gate-admission-certs-renew-now", "-n", NS)
+    [container] = job["spec"]["template"]["spec"]["containers"]
+    assert container["args"][0] == "certs" and container["args"][-1] == "--renew"
+    assert get(plane, "cronjob", "gate-admission-certs-renew", "-n", NS)["spec"]["suspend"] is True
+    done = subprocess.run(
+        [str(BIN / "gate-admission"), *container["args"], "--kubeconfig", str(plane.kubeconfig(CERTS))],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr  # as the Job's own service account
+    after = get(plane, "secret", "gate-admission-tls", "-n", NS)["data"]
+    assert after["tls.crt"] != before["tls.crt"] and after["tls.key"] != before["tls.key"]
+    assert after["ca.crt"] == before["ca.crt"]  # same CA: the webhooks' caBundle stays valid
+    assert ca_bundles(plane) == {installed}
+    plane.kubectl("delete", "job", "gate-admission-certs-renew-now", "-n", NS)
 
 
 def test_uninstall_keeps_the_crds_and_the_gates_and_a_reinstall_adopts_them(plane, helm, installed):

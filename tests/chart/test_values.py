@@ -166,7 +166,7 @@ def test_fullname_override_renames_every_object_and_tells_the_binaries(helm):
 )
 def test_the_image_from_registry_repository_tag_or_digest(helm, sets, image):
     containers = containers_of(render(helm, *sets))
-    assert len(containers) == 4
+    assert len(containers) == 5
     assert {c["image"] for _, c in containers} == {image}
 
 
@@ -201,7 +201,7 @@ def test_placement_reaches_every_pod(helm, tmp_path):
     )
     docs = [d for d in yaml.safe_load_all(helm(*template_args((), NS, None), "-f", str(values)).stdout) if d]
     templates = dict(pod_templates(docs))
-    assert len(templates) == 4
+    assert len(templates) == 5
     for owner, template in templates.items():
         spec = template["spec"]
         assert spec["imagePullSecrets"] == [{"name": "my-registry"}], owner

@@ -228,3 +228,41 @@ webhooks' caBundle, and create the approval key's Secret when missing, never rep
 {{- end -}}
 {{ toJson $args }}
 {{- end }}
+
+{{/*
+The certificate Jobs' Pod template (the install Job, the CronJob, the renewal on demand); the
+argument: (list $ args) with args a flow list (gate-admission.certsArgs).
+*/}}
+{{- define "gate-admission.certsPod" -}}
+{{- $ := index . 0 -}}
+metadata:
+  {{- include "gate-admission.podMetadata" (list $ "certs" (dict)) | nindent 2 }}
+spec:
+  # No Service links: for the Service gate-admission Kubernetes would set
+  # GATE_ADMISSION_PORT=tcp://..., which is the variable of our --port.
+  enableServiceLinks: false
+  serviceAccountName: {{ include "gate-admission.fullname" $ }}-certs
+  {{- include "gate-admission.podPlacement" (list $ "certs") | trim | nindent 2 }}
+  restartPolicy: OnFailure
+  securityContext:
+    runAsNonRoot: true
+    runAsUser: 65532
+    runAsGroup: 65532
+    seccompProfile: {type: RuntimeDefault}
+  containers:
+    - name: certs
+      image: {{ include "gate-admission.image" $ | quote }}
+      imagePullPolicy: {{ $.Values.image.pullPolicy }}
+      args: {{ index . 1 }}
+      resources:
+        {{- toYaml $.Values.certificates.resources | nindent 8 }}
+      securityContext:
+        allowPrivilegeEscalation: false
+        readOnlyRootFilesystem: true
+        capabilities: {drop: [ALL]}
+      volumeMounts:
+        - {name: tmp, mountPath: /tmp}
+  volumes:
+    - name: tmp
+      emptyDir: {medium: Memory, sizeLimit: 1Mi}
+{{- end }}
