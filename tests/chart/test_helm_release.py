@@ -10,15 +10,17 @@ the Job controller would mark it.
 from __future__ import annotations
 
 import base64
+import json
 import os
 import subprocess
 
 import pytest
 import yaml
 
+from admission.core.names import APPROVAL_ANNOTATION_PREFIX, OPEN_ANNOTATION
 from tests.chart.standins import get, jobs, run_the_certs_job, run_the_hook_job
 from tests.chart.test_chart import CHART, NS, is_hook
-from tests.e2e.controlplane import CERTS, ControlPlane, assets_dir
+from tests.e2e.controlplane import ALICE, CERTS, ControlPlane, assets_dir
 from tests.polling import until
 from tests.processes import BIN
 
@@ -122,7 +124,7 @@ def test_install_creates_what_helm_template_renders(plane, helm, installed):
         if d["kind"] != "Pod"
         and plane.kubectl("get", d["kind"], d["metadata"]["name"], "-n", NS, check=False).returncode == 0
     ]  # run at upgrades only
-    assert len(release) == len(rendered) == 34  # manifests/ less its Namespace
+    assert len(release) == len(rendered) == 39  # manifests/ less its Namespace
     assert ("Job", "gate-admission-certs-init-1") in [(d["kind"], d["metadata"]["name"]) for d in release]
     for doc in release:
         namespace = ["-n", doc["metadata"]["namespace"]] if "namespace" in doc["metadata"] else []
@@ -217,6 +219,76 @@ def test_the_certificate_is_rotated_on_demand_by_the_documented_command(plane, i
     assert after["ca.crt"] == before["ca.crt"]  # same CA: the webhooks' caBundle stays valid
     assert ca_bundles(plane) == {installed}
     plane.kubectl("delete", "job", "gate-admission-certs-renew-now", "-n", NS)
+
+
+def test_an_approver_may_write_approvals_and_nothing_else_of_a_gate(plane, installed):
+    """gate-admission-approve bound to alice in one namespace: she reads and patches Gates there,
+    and the policy gate-admission-approvals-only refuses every change but approval annotations.
+    (An approval itself then goes to the webhook, which has no replica here: refused by the call,
+    not by the policy.)"""
+    plane.kubectl("create", "namespace", "approvers")
+    plane.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=yaml.safe_dump(
+            {
+                "apiVersion": "gating.toolkit.fluxcd.io/v1alpha1",
+                "kind": "Gate",
+                "metadata": {"name": "release", "namespace": "approvers"},
+                "spec": {"default": "closed"},
+            }
+        ),
+    )
+    plane.kubectl(
+        "create",
+        "rolebinding",
+        "approvers",
+        "-n",
+        "approvers",
+        "--clusterrole=gate-admission-approve",
+        "--user=alice",
+    )
+
+    def can(verb: str) -> str:
+        return plane.kubectl(
+            "auth", "can-i", verb, "gates", "-n", "approvers", user=ALICE, check=False
+        ).stdout.strip()
+
+    assert until(lambda: can("patch"), lambda answer: answer == "yes", timeout=30) == "yes"
+    assert (can("update"), can("create"), can("delete")) == ("no", "no", "no")
+
+    def patch(body: dict):
+        return plane.kubectl(
+            "patch",
+            "gate",
+            "release",
+            "-n",
+            "approvers",
+            "--type=merge",
+            "-p",
+            json.dumps(body),
+            user=ALICE,
+            check=False,
+        )
+
+    refusal = "without update on Gates, only approvals may be written"
+    for change in (
+        {"spec": {"default": "opened"}},
+        {"metadata": {"annotations": {OPEN_ANNOTATION: "2026-11-28T00:00:00Z"}}},
+        {"metadata": {"labels": {"team": "x"}}},
+    ):
+        refused = until(lambda change=change: patch(change), lambda r: refusal in r.stderr, timeout=30)
+        assert refused.returncode != 0 and refusal in refused.stderr, (change, refused.stderr)
+    approval = patch({"metadata": {"annotations": {APPROVAL_ANNOTATION_PREFIX + "a1b2c3": "{}"}}})
+    assert approval.returncode != 0 and refusal not in approval.stderr, approval.stderr
+    assert "mutate-approvals.gating.toolkit.fluxcd.io" in approval.stderr, (
+        approval.stderr
+    )  # the webhook's turn
+    assert get(plane, "gate", "release", "-n", "approvers")["spec"] == {"default": "closed"}
+    plane.kubectl(
+        "patch", "gate", "release", "-n", "approvers", "--type=merge", "-p", '{"spec": {"default": "opened"}}'
+    )
 
 
 def test_uninstall_keeps_the_crds_and_the_gates_and_a_reinstall_adopts_them(plane, helm, installed):

@@ -330,3 +330,29 @@ def test_the_crds_can_be_left_out(helm):
     crds = [d for d in render(helm, "commonLabels.team=platform") if d["kind"] == "CustomResourceDefinition"]
     assert len(crds) == 2
     assert all(json.dumps(c["metadata"]["labels"]).count("platform") == 1 for c in crds)
+
+
+def test_roles_for_people_are_aggregated_and_can_be_left_out(helm):
+    roles = {
+        d["metadata"]["name"]: d
+        for d in render(helm)
+        if d["kind"] == "ClusterRole" and "rbac" == d["metadata"]["labels"]["app.kubernetes.io/component"]
+    }
+    aggregated = {
+        name: sorted(
+            k.rsplit("-", 1)[1]
+            for k in role["metadata"]["labels"]
+            if k.startswith("rbac.authorization.k8s.io/aggregate-to-")
+        )
+        for name, role in roles.items()
+    }
+    assert aggregated == {
+        "gate-admission-view": ["admin", "edit", "view"],
+        "gate-admission-edit": ["admin", "edit"],
+        "gate-admission-approve": ["admin"],
+    }
+    [approve] = roles["gate-admission-approve"]["rules"]
+    assert approve["verbs"] == ["get", "list", "watch", "patch"]  # no update: the policy narrows a patch
+    assert not [
+        d for d in render(helm, "rbac.aggregatedRoles=false") if d["metadata"]["name"].endswith("-approve")
+    ]
