@@ -22,6 +22,8 @@ def test_the_package_the_chart_and_its_image_have_one_version():
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     assert {admission.__version__, chart["version"], chart["appVersion"]} == {release()}
     assert values["image"]["tag"] == ""  # the chart's appVersion (templates/_helpers.tpl)
+    [image] = yaml.safe_load(chart["annotations"]["artifacthub.io/images"])
+    assert image["image"] == f"gate-admission:{release()}"
 
 
 def test_the_manifests_run_the_release_image():
