@@ -190,6 +190,15 @@ def test_an_upgrade_to_a_new_image_replaces_the_certificate_job(plane, helm, ins
     assert ca_bundles(plane) == {installed}
 
 
+def test_the_notes_say_how_to_test_and_rotate(helm, installed):
+    notes = helm("status", "gate-admission", "-n", NS).stdout
+    assert "helm test gate-admission -n gate-admission-system" in notes
+    rotate = "create job gate-admission-certs-renew-$(date +%s) --from=cronjob/gate-admission-certs-renew"
+    assert rotate in notes
+    assert f'["kube-system","{NS}"]' in notes  # the namespaces never judged
+    assert "--clusterrole=gate-admission-approve" in notes
+
+
 def test_the_certificate_is_rotated_on_demand_by_the_documented_command(plane, installed, tmp_path):
     """docs/operations.md, "Rotating the certificate": `kubectl create job --from=cronjob/...-renew`
     makes a Job whose container (the image's entrypoint is `gate-admission`) renews now."""
