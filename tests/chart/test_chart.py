@@ -188,6 +188,23 @@ def test_the_chart_lints_strictly(helm, tmp_path):
                 "monitoring": {"serviceMonitor": {"enabled": True}, "dashboard": {"enabled": True}},
                 "webhooks": {"variant": "pre-1.30"},
                 "namespace": {"create": True},
+                "fullnameOverride": "gates",
+                "commonLabels": {"team": "platform"},
+                "commonAnnotations": {"owner": "platform"},
+                "image": {"registry": "registry.example", "digest": "sha256:" + "0" * 64},
+                "imagePullSecrets": [{"name": "pull"}],
+                "tolerations": [{"operator": "Exists"}],
+                "podLabels": {"a": "b"},
+                "podAnnotations": {"c": "d"},
+                "logLevel": "debug",
+                "serviceAccount": {"annotations": {"e": "f"}},
+                "server": {"replicas": 3, "podDisruptionBudget": {"enabled": True, "minAvailable": 2}},
+                "controller": {
+                    "extraArgs": ["--notify-period=60"],
+                    "extraEnv": [{"name": "X", "value": "y"}],
+                },
+                "crds": {"enabled": False},
+                "global": {"anything": True},
             }
         )
     )
