@@ -46,7 +46,8 @@ def reselect(
     what was done. Nothing when it is absent or already selects by every one of them."""
     apps, core = client.AppsV1Api(api_client), client.CoreV1Api(api_client)
     try:
-        deployment = apps.read_namespaced_deployment(name, namespace)
+        # Any: the client's models type every field optional; a stored Deployment has them all.
+        deployment: Any = apps.read_namespaced_deployment(name, namespace)
     except ApiException as err:
         if err.status == 404:
             return f"deployment {namespace}/{name}: absent, nothing to do"
@@ -68,26 +69,34 @@ def reselect(
     uid = deployment.metadata.uid
     sets, pods = 0, 0
     patch = {"metadata": {"labels": added}}
-    for rs in apps.list_namespaced_replica_set(namespace, label_selector=_selector(current)).items:
+    sets_found: list[Any] = apps.list_namespaced_replica_set(
+        namespace, label_selector=_selector(current)
+    ).items
+    for rs in sets_found:
         if not _owned_by(rs, uid):
             continue
-        for pod in core.list_namespaced_pod(
+        pods_found: list[Any] = core.list_namespaced_pod(
             namespace, label_selector=_selector(rs.spec.selector.match_labels or {})
-        ).items:
+        ).items
+        for pod in pods_found:
             if _owned_by(pod, rs.metadata.uid):
                 core.patch_namespaced_pod(pod.metadata.name, namespace, patch)
                 pods += 1
         apps.patch_namespaced_replica_set(rs.metadata.name, namespace, patch)
         sets += 1
     apps.delete_namespaced_deployment(
-        name, namespace, body=client.V1DeleteOptions(propagation_policy="Orphan", preconditions={"uid": uid})
+        name,
+        namespace,
+        body=client.V1DeleteOptions(
+            propagation_policy="Orphan", preconditions=client.V1Preconditions(uid=uid)
+        ),
     )
     # Gone before the new Deployment is applied: one still being deleted would refuse it. The
     # garbage collector first takes the ReplicaSets' owner references away (the orphaning).
     deadline = monotonic() + wait
     while True:
         try:
-            left = apps.read_namespaced_deployment(name, namespace)
+            left: Any = apps.read_namespaced_deployment(name, namespace)
         except ApiException as err:
             if err.status != 404:
                 raise

@@ -41,7 +41,8 @@ def pod_templates(docs: list[dict]) -> list[tuple[str, dict]]:
     return found
 
 
-def render(helm, *sets: str, namespace: str = NS, show_hooks: bool = True) -> list[dict]:
+def render(helm, *sets: str, namespace: str = NS) -> list[dict]:
+    """`helm template` with ``sets``: every object, hooks included."""
     out = helm(*template_args(sets, namespace, None)).stdout
     return [d for d in yaml.safe_load_all(out) if d]
 
@@ -166,7 +167,7 @@ def test_fullname_override_renames_every_object_and_tells_the_binaries(helm):
 )
 def test_the_image_from_registry_repository_tag_or_digest(helm, sets, image):
     containers = containers_of(render(helm, *sets))
-    assert len(containers) == 5
+    assert len(containers) == 6  # the Deployments, the certificate Job and CronJobs, the upgrade hook
     assert {c["image"] for _, c in containers} == {image}
 
 
@@ -201,7 +202,7 @@ def test_placement_reaches_every_pod(helm, tmp_path):
     )
     docs = [d for d in yaml.safe_load_all(helm(*template_args((), NS, None), "-f", str(values)).stdout) if d]
     templates = dict(pod_templates(docs))
-    assert len(templates) == 5
+    assert len(templates) == 7  # and the upgrade hook's Job and the helm test Pod
     for owner, template in templates.items():
         spec = template["spec"]
         assert spec["imagePullSecrets"] == [{"name": "my-registry"}], owner
@@ -241,8 +242,8 @@ def test_extra_args_env_log_level_and_service_account_annotations(helm):
         assert {"name": "GATE_ADMISSION_LOG_LEVEL", "value": "debug"} in container["env"]
     assert {"name": "HTTPS_PROXY", "value": "http://proxy:3128"} in webhook["env"]
     accounts = [d for d in docs if d["kind"] == "ServiceAccount"]
-    assert len(accounts) == 3
-    assert all(a["metadata"]["annotations"] == {"iam.example/role": "gates"} for a in accounts)
+    assert len(accounts) == 4  # the webhook's, the controller's, the certificate Jobs', the upgrade hook's
+    assert all(a["metadata"]["annotations"]["iam.example/role"] == "gates" for a in accounts)
 
 
 def budgets(docs: list[dict]) -> dict[str, dict]:
