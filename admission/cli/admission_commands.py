@@ -393,3 +393,24 @@ def run_controller(args: argparse.Namespace) -> int:
         print(f"gate-admission controller: {fatal[0]}", file=sys.stderr)
         return 1
     return 0
+
+
+def reselect(args: argparse.Namespace) -> int:
+    """`gate-admission reselect`: the chart's pre-upgrade hook (admission.kube.reselect)."""
+    from admission.kube.client import CALL_ERRORS, describe_error
+    from admission.kube.reselect import ReselectError
+    from admission.kube.reselect import reselect as reselect_one
+
+    api = _cluster(args, "reselect")
+    for name, labels in args.deployment:
+        try:
+            print(f"gate-admission reselect: {reselect_one(api, args.namespace, name, labels)}")
+        except ReselectError as err:
+            print(f"gate-admission reselect: {err}", file=sys.stderr)
+            return 1
+        except CALL_ERRORS as err:
+            print(
+                f"gate-admission reselect: the API server call failed: {describe_error(err)}", file=sys.stderr
+            )
+            return 1
+    return 0

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from admission import __version__
-from admission.cli.admission_commands import make_certs, run_controller, serve
+from admission.cli.admission_commands import make_certs, reselect, run_controller, serve
 from admission.cli.settings import add_policy_flags
 from admission.cli.settings import env as _env
 from admission.kube.health import LOOPBACK
@@ -205,6 +205,33 @@ def _add_certs(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=make_certs)
 
 
+def _deployment_selector(text: str) -> tuple[str, dict[str, str]]:
+    name, sep, labels = text.partition(":")
+    pairs = [p.partition("=") for p in labels.split(",")] if labels else []
+    if not (name and sep and pairs and all(k and eq for k, eq, _ in pairs)):
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME:KEY=VALUE[,KEY=VALUE...]")
+    return name, {k: v for k, _, v in pairs}
+
+
+def _add_reselect(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "reselect",
+        help="before an upgrade that widens Deployments' selectors: label their Pods and "
+        "ReplicaSets and orphan them, for the new Deployments to adopt",
+    )
+    p.add_argument("--namespace", default=_env("namespace", "gate-admission-system"))
+    p.add_argument(
+        "--deployment",
+        type=_deployment_selector,
+        action="append",
+        required=True,
+        metavar="NAME:KEY=VALUE,...",
+        help="a Deployment and the selector it will have (repeat for each)",
+    )
+    p.add_argument("--kubeconfig", default=_env("kubeconfig"), help="cluster (default: in-cluster)")
+    p.set_defaults(func=reselect)
+
+
 def _add_controller(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("controller", help="keep Gate status, record transitions, request reconciles")
     p.add_argument(
@@ -342,6 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_serve(sub)
     _add_certs(sub)
     _add_controller(sub)
+    _add_reselect(sub)
     _add_completion(sub)
     _add_install_flux_plugin(sub)
     return parser

@@ -1,4 +1,4 @@
-"""The helm CLI the chart's tests run."""
+"""The helm CLI the chart's tests run: its binary, and `helm` with no cluster (template, lint)."""
 
 from __future__ import annotations
 
@@ -22,3 +22,20 @@ def helm_binary() -> Path:
             f"the helm CLI could not be built (hack/go-binaries.sh helm): {built.stderr.strip()[-500:]}"
         )
     return Path(built.stdout.strip()) / "helm"
+
+
+@pytest.fixture(scope="module")
+def helm(helm_binary, tmp_path_factory):
+    home = tmp_path_factory.mktemp("helm-home")  # no user configuration, no cache outside the test
+    env = {
+        **os.environ,
+        **{f"HELM_{kind}_HOME": str(home / kind.lower()) for kind in ("CONFIG", "CACHE", "DATA")},
+    }
+
+    def run(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+        result = subprocess.run([str(helm_binary), *args], capture_output=True, text=True, env=env, cwd=ROOT)
+        if check:
+            assert result.returncode == 0, result.stderr
+        return result
+
+    return run

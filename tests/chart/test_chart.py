@@ -29,28 +29,30 @@ NS = "gate-admission-system"
 # uninstall`; and the certificate Job is named after the release's revision.
 HELM_ONLY_ANNOTATIONS = {"helm.sh/resource-policy"}
 CERTS_JOB = "gate-admission-certs-init"
-
-
-@pytest.fixture(scope="module")
-def helm(helm_binary, tmp_path_factory):
-    home = tmp_path_factory.mktemp("helm-home")  # no user configuration, no cache outside the test
-    env = {
-        **os.environ,
-        **{f"HELM_{kind}_HOME": str(home / kind.lower()) for kind in ("CONFIG", "CACHE", "DATA")},
-    }
-
-    def run(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-        result = subprocess.run([str(helm_binary), *args], capture_output=True, text=True, env=env, cwd=ROOT)
-        if check:
-            assert result.returncode == 0, result.stderr
-        return result
-
-    return run
+# The labels the chart puts on every object and in every selector
+# (docs/decisions/0074-labels-and-the-selector-change.md); the manifests carry some of them on
+# some objects, and those must agree. Compared "labels aside": a chart label the manifests'
+# object lacks at the same place is dropped before comparing (test_every_object_is_labelled
+# holds the labels themselves).
+STANDARD_LABELS = {
+    "helm.sh/chart",
+    "app.kubernetes.io/name",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/version",
+    "app.kubernetes.io/managed-by",
+    "app.kubernetes.io/part-of",
+    "app.kubernetes.io/component",
+}
+LABEL_MAPS = {"labels", "matchLabels", "selector"}
 
 
 @pytest.fixture(scope="module")
 def kubectl() -> str:
     return kubectl_binary(assets_dir())
+
+
+def is_hook(doc: dict) -> bool:
+    return "helm.sh/hook" in (doc["metadata"].get("annotations") or {})
 
 
 def template_args(sets: tuple[str, ...], namespace: str, kube_version: str | None) -> list[str]:
@@ -68,7 +70,9 @@ def chart(helm):
 
     def render(*sets: str, namespace: str = NS, kube_version: str | None = None) -> list[dict]:
         out = helm(*template_args(sets, namespace, kube_version)).stdout
-        docs = [d for d in yaml.safe_load_all(out) if d]
+        # Hooks (the pre-upgrade reselect Job and its RBAC, the `helm test` Pod) are Helm's alone
+        # (test_what_only_helm_is_told).
+        docs = [d for d in yaml.safe_load_all(out) if d and not is_hook(d)]
         for doc in docs:  # the revision suffix, which the manifests cannot have (test_what_only_helm_is_told)
             if doc["kind"] == "Job" and doc["metadata"]["name"] == f"{CERTS_JOB}-1":
                 doc["metadata"]["name"] = CERTS_JOB
@@ -114,9 +118,30 @@ def without_helm_annotations(doc: dict) -> dict:
     return {**doc, "metadata": meta}
 
 
+def labels_aside(got, want):
+    """``got`` (the chart's) without the standard labels that ``want`` (the manifests') lacks at
+    the same place: in metadata labels, pod template labels and every selector."""
+    if isinstance(got, list) and isinstance(want, list) and len(got) == len(want):
+        return [labels_aside(g, w) for g, w in zip(got, want, strict=True)]
+    if not isinstance(got, dict):
+        return got
+    want = want if isinstance(want, dict) else {}
+    out = {}
+    for k, v in got.items():
+        if k in LABEL_MAPS and isinstance(v, dict) and all(isinstance(x, str) for x in v.values()):
+            theirs = want.get(k) or {}
+            v = {n: x for n, x in v.items() if n not in STANDARD_LABELS or n in theirs}
+            if not v and k not in want:
+                continue
+        else:
+            v = labels_aside(v, want.get(k))
+        out[k] = v
+    return out
+
+
 def assert_same_objects(rendered: list[dict], expected: list[dict]) -> None:
-    got = {key(d): without_helm_annotations(d) for d in rendered}
     want = {key(d): d for d in expected}
+    got = {key(d): labels_aside(without_helm_annotations(d), want.get(key(d))) for d in rendered}
     assert len(got) == len(rendered), "the chart renders an object twice"
     assert sorted(got) == sorted(want), (
         f"only the chart: {set(got) - set(want)}; only manifests/: {set(want) - set(got)}"
@@ -163,6 +188,23 @@ def test_the_chart_lints_strictly(helm, tmp_path):
                 "monitoring": {"serviceMonitor": {"enabled": True}, "dashboard": {"enabled": True}},
                 "webhooks": {"variant": "pre-1.30"},
                 "namespace": {"create": True},
+                "fullnameOverride": "gates",
+                "commonLabels": {"team": "platform"},
+                "commonAnnotations": {"owner": "platform"},
+                "image": {"registry": "registry.example", "digest": "sha256:" + "0" * 64},
+                "imagePullSecrets": [{"name": "pull"}],
+                "tolerations": [{"operator": "Exists"}],
+                "podLabels": {"a": "b"},
+                "podAnnotations": {"c": "d"},
+                "logLevel": "debug",
+                "serviceAccount": {"annotations": {"e": "f"}},
+                "server": {"replicas": 3, "podDisruptionBudget": {"enabled": True, "minAvailable": 2}},
+                "controller": {
+                    "extraArgs": ["--notify-period=60"],
+                    "extraEnv": [{"name": "X", "value": "y"}],
+                },
+                "crds": {"enabled": False},
+                "global": {"anything": True},
             }
         )
     )
@@ -191,7 +233,19 @@ def test_what_only_helm_is_told(chart, helm):
         "CustomResourceDefinition/gatekeepers.gating.toolkit.fluxcd.io": keep,
     }
     raw = [d for d in yaml.safe_load_all(helm(*template_args((), NS, None)).stdout) if d]
-    jobs = [d for d in raw if d["kind"] == "Job"]
+    hooks = {
+        f"{d['kind']}/{d['metadata']['name']}": d["metadata"]["annotations"]["helm.sh/hook"]
+        for d in raw
+        if is_hook(d)
+    }
+    assert hooks == {
+        **{
+            f"{kind}/gate-admission-upgrade": "pre-upgrade"
+            for kind in ("ServiceAccount", "Role", "RoleBinding", "Job")
+        },
+        "Pod/gate-admission-test": "test",
+    }
+    jobs = [d for d in raw if d["kind"] == "Job" and not is_hook(d)]
     assert [j["metadata"]["name"] for j in jobs] == [f"{CERTS_JOB}-1"]  # the revision: a new Job per upgrade
     assert "helm.sh/hook" not in jobs[0]["metadata"].get("annotations", {})  # see the chart's comment
     assert not (CHART / "crds").exists()  # Helm would install those once and never upgrade them
@@ -328,6 +382,7 @@ def test_the_image_is_every_pods_image(chart):
     containers = containers_of(docs)
     assert sorted(owner for owner, _ in containers) == [
         "CronJob/gate-admission-certs",
+        "CronJob/gate-admission-certs-renew",
         "Deployment/gate-admission",
         "Deployment/gate-admission-controller",
         "Job/gate-admission-certs-init",

@@ -13,13 +13,14 @@ import base64
 import json
 import os
 import subprocess
-from datetime import UTC, datetime
 
 import pytest
 import yaml
 
-from tests.chart.test_chart import CHART, NS
-from tests.e2e.controlplane import CERTS, ControlPlane, assets_dir
+from admission.core.base.names import APPROVAL_ANNOTATION_PREFIX, OPEN_ANNOTATION
+from tests.chart.standins import get, jobs, run_the_certs_job, run_the_hook_job
+from tests.chart.test_chart import CHART, NS, is_hook
+from tests.e2e.controlplane import ALICE, CERTS, ControlPlane, assets_dir
 from tests.polling import until
 from tests.processes import BIN
 
@@ -44,6 +45,7 @@ def plane(tmp_path_factory):
 @pytest.fixture(scope="module")
 def helm(plane, helm_binary, tmp_path_factory):
     home = tmp_path_factory.mktemp("helm-home")
+    hook_dir = tmp_path_factory.mktemp("hook")
     env = {
         **os.environ,
         **{f"HELM_{kind}_HOME": str(home / kind.lower()) for kind in ("CONFIG", "CACHE", "DATA")},
@@ -52,7 +54,8 @@ def helm(plane, helm_binary, tmp_path_factory):
     def run(
         *args: str, check: bool = True, certs_job: tuple[str, str] | None = None
     ) -> subprocess.CompletedProcess:
-        """helm; with ``certs_job`` (a Job's name and image), that certificate Job is run as above."""
+        """helm; with ``certs_job`` (a Job's name and image), that certificate Job is run as above,
+        after the pre-upgrade hook's Job for an upgrade."""
         proc = subprocess.Popen(
             [str(helm_binary), f"--kubeconfig={plane.kubeconfig()}", *args],
             stdout=subprocess.PIPE,
@@ -61,6 +64,9 @@ def helm(plane, helm_binary, tmp_path_factory):
             env=env,
         )
         try:
+            if args[0] == "upgrade":
+                said = run_the_hook_job(plane, hook_dir)
+                assert said.count("already selects") == 2, said  # installed by this chart
             if certs_job:
                 run_the_certs_job(plane, *certs_job)
             out, err = proc.communicate(timeout=120)
@@ -73,75 +79,6 @@ def helm(plane, helm_binary, tmp_path_factory):
         return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
     return run
-
-
-def jobs(plane) -> dict[str, str]:
-    """The certificate Jobs there are, and the image of each."""
-    found = get(plane, "jobs", "-n", NS)["items"]
-    return {
-        job["metadata"]["name"]: job["spec"]["template"]["spec"]["containers"][0]["image"] for job in found
-    }
-
-
-def run_the_certs_job(plane, name: str, image: str) -> None:
-    """Wait for Helm to create the Job ``name`` of ``image``, do its work, and mark it complete."""
-    seen = until(lambda: jobs(plane), lambda found: found.get(name) == image, timeout=60)
-    assert seen.get(name) == image, seen
-    certs = subprocess.run(
-        [
-            str(BIN / "gate-admission"),
-            "certs",
-            "--secret",
-            "gate-admission-tls",
-            "--namespace",
-            NS,
-            "--inject",
-            "--kubeconfig",
-            str(plane.kubeconfig(CERTS)),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert certs.returncode == 0, certs.stderr  # the chart's RBAC lets the Job's account do it
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    done = [
-        {
-            "type": kind,
-            "status": "True",
-            "lastProbeTime": now,
-            "lastTransitionTime": now,
-            "reason": "CompletionsReached",
-            "message": "Reached expected number of succeeded pods",
-        }
-        for kind in ("SuccessCriteriaMet", "Complete")
-    ]
-    plane.kubectl(
-        "patch",
-        "job",
-        name,
-        "-n",
-        NS,
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        json.dumps(
-            {
-                "status": {
-                    "startTime": now,
-                    "completionTime": now,
-                    "succeeded": 1,
-                    "ready": 0,
-                    "terminating": 0,
-                    "conditions": done,
-                }
-            }
-        ),
-    )
-
-
-def get(plane, *what: str) -> dict:
-    return json.loads(plane.kubectl("get", *what, "-o", "json").stdout)
 
 
 def ca_bundles(plane) -> set[str]:
@@ -174,11 +111,20 @@ def installed(plane, helm):
 
 def test_install_creates_what_helm_template_renders(plane, helm, installed):
     rendered = [
-        d for d in yaml.safe_load_all(helm("template", "gate-admission", str(CHART), "-n", NS).stdout) if d
+        d
+        for d in yaml.safe_load_all(helm("template", "gate-admission", str(CHART), "-n", NS).stdout)
+        if d and not is_hook(d)
     ]
     release = [d for d in yaml.safe_load_all(helm("get", "manifest", "gate-admission", "-n", NS).stdout) if d]
-    assert not [d for d in yaml.safe_load_all(helm("get", "hooks", "gate-admission", "-n", NS).stdout) if d]
-    assert len(release) == len(rendered) == 32  # manifests/ less its Namespace
+    hooks = [d for d in yaml.safe_load_all(helm("get", "hooks", "gate-admission", "-n", NS).stdout) if d]
+    assert {d["metadata"]["annotations"]["helm.sh/hook"] for d in hooks} == {"pre-upgrade", "test"}
+    assert not [
+        d
+        for d in hooks
+        if d["kind"] != "Pod"
+        and plane.kubectl("get", d["kind"], d["metadata"]["name"], "-n", NS, check=False).returncode == 0
+    ]  # run at upgrades only
+    assert len(release) == len(rendered) == 39  # manifests/ less its Namespace
     assert ("Job", "gate-admission-certs-init-1") in [(d["kind"], d["metadata"]["name"]) for d in release]
     for doc in release:
         namespace = ["-n", doc["metadata"]["namespace"]] if "namespace" in doc["metadata"] else []
@@ -233,7 +179,7 @@ def test_an_upgrade_to_a_new_image_replaces_the_certificate_job(plane, helm, ins
         "-o",
         "jsonpath={range .items[*]}{..containers[0].image} {end}",
     ).stdout.split()
-    assert images == ["gate-admission:0.2.1"] * 3
+    assert images == ["gate-admission:0.2.1"] * 4
     left = until(
         lambda: jobs(plane), lambda found: list(found) == ["gate-admission-certs-init-4"], timeout=30
     )
@@ -242,6 +188,116 @@ def test_an_upgrade_to_a_new_image_replaces_the_certificate_job(plane, helm, ins
     }  # the previous revision's Job deleted
     helm("rollback", "gate-admission", "-n", NS)
     assert ca_bundles(plane) == {installed}
+
+
+def test_the_notes_say_how_to_test_and_rotate(helm, installed):
+    notes = helm("status", "gate-admission", "-n", NS).stdout
+    assert "helm test gate-admission -n gate-admission-system" in notes
+    rotate = "create job gate-admission-certs-renew-$(date +%s) --from=cronjob/gate-admission-certs-renew"
+    assert rotate in notes
+    assert f'["kube-system","{NS}"]' in notes  # the namespaces never judged
+    assert "--clusterrole=gate-admission-approve" in notes
+
+
+def test_the_certificate_is_rotated_on_demand_by_the_documented_command(plane, installed, tmp_path):
+    """docs/operations.md, "Rotating the certificate": `kubectl create job --from=cronjob/...-renew`
+    makes a Job whose container (the image's entrypoint is `gate-admission`) renews now."""
+    before = get(plane, "secret", "gate-admission-tls", "-n", NS)["data"]
+    plane.kubectl(
+        "create",
+        "job",
+        "gate-admission-certs-renew-now",
+        "-n",
+        NS,
+        "--from=cronjob/gate-admission-certs-renew",
+    )
+    job = get(plane, "job", "gate-admission-certs-renew-now", "-n", NS)
+    [container] = job["spec"]["template"]["spec"]["containers"]
+    assert container["args"][0] == "certs" and container["args"][-1] == "--renew"
+    assert get(plane, "cronjob", "gate-admission-certs-renew", "-n", NS)["spec"]["suspend"] is True
+    done = subprocess.run(
+        [str(BIN / "gate-admission"), *container["args"], "--kubeconfig", str(plane.kubeconfig(CERTS))],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr  # as the Job's own service account
+    after = get(plane, "secret", "gate-admission-tls", "-n", NS)["data"]
+    assert after["tls.crt"] != before["tls.crt"] and after["tls.key"] != before["tls.key"]
+    assert after["ca.crt"] == before["ca.crt"]  # same CA: the webhooks' caBundle stays valid
+    assert ca_bundles(plane) == {installed}
+    plane.kubectl("delete", "job", "gate-admission-certs-renew-now", "-n", NS)
+
+
+def test_an_approver_may_write_approvals_and_nothing_else_of_a_gate(plane, installed):
+    """gate-admission-approve bound to alice in one namespace: she reads and patches Gates there,
+    and the policy gate-admission-approvals-only refuses every change but approval annotations.
+    (An approval itself then goes to the webhook, which has no replica here: refused by the call,
+    not by the policy.)"""
+    plane.kubectl("create", "namespace", "approvers")
+    plane.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=yaml.safe_dump(
+            {
+                "apiVersion": "gating.toolkit.fluxcd.io/v1alpha1",
+                "kind": "Gate",
+                "metadata": {"name": "release", "namespace": "approvers"},
+                "spec": {"default": "closed"},
+            }
+        ),
+    )
+    plane.kubectl(
+        "create",
+        "rolebinding",
+        "approvers",
+        "-n",
+        "approvers",
+        "--clusterrole=gate-admission-approve",
+        "--user=alice",
+    )
+
+    def can(verb: str) -> str:
+        return plane.kubectl(
+            "auth", "can-i", verb, "gates", "-n", "approvers", user=ALICE, check=False
+        ).stdout.strip()
+
+    assert until(lambda: can("patch"), lambda answer: answer == "yes", timeout=30) == "yes"
+    assert (can("update"), can("create"), can("delete")) == ("no", "no", "no")
+
+    def patch(body: dict):
+        return plane.kubectl(
+            "patch",
+            "gate",
+            "release",
+            "-n",
+            "approvers",
+            "--type=merge",
+            "-p",
+            json.dumps(body),
+            user=ALICE,
+            check=False,
+        )
+
+    refusal = "without update on Gates, only approvals may be written"
+    for change in (
+        {"spec": {"default": "opened"}},
+        {"metadata": {"annotations": {OPEN_ANNOTATION: "2026-11-28T00:00:00Z"}}},
+        {"metadata": {"labels": {"team": "x"}}},
+    ):
+        refused = until(lambda change=change: patch(change), lambda r: refusal in r.stderr, timeout=30)
+        assert refused.returncode != 0 and refusal in refused.stderr, (change, refused.stderr)
+    approval = patch({"metadata": {"annotations": {APPROVAL_ANNOTATION_PREFIX + "a1b2c3": "{}"}}})
+    assert approval.returncode != 0 and refusal not in approval.stderr, approval.stderr
+    assert "mutate-approvals.gating.toolkit.fluxcd.io" in approval.stderr, (
+        approval.stderr
+    )  # the webhook's turn
+    assert get(plane, "gate", "release", "-n", "approvers")["spec"] == {"default": "closed"}
+    plane.kubectl(
+        "patch", "gate", "release", "-n", "approvers", "--type=merge", "-p", '{"spec": {"default": "opened"}}'
+    )
 
 
 def test_uninstall_keeps_the_crds_and_the_gates_and_a_reinstall_adopts_them(plane, helm, installed):

@@ -165,6 +165,13 @@ def test_a_chart_upgrade_by_flux_from_the_previous_release_fails_no_admission(
     ).stdout
     assert images == current.image
     assert not window.failed(), [(o.target.name, o.status, o.message[:200]) for o in window.failed()[:5]]
+    # Across the selector change (docs/decisions/0074): the previous release selected without the
+    # instance; the pre-upgrade hook let the Deployments be made again with it, without an outage.
+    for name in ("gate-admission", "gate-admission-controller"):
+        selector = cluster.kubectl(
+            "get", "deployment", name, "-n", NS, "-o", "jsonpath={.spec.selector.matchLabels}"
+        ).stdout
+        assert json.loads(selector).get("app.kubernetes.io/instance") == "gate-admission", (name, selector)
 
 
 def test_flux_heals_a_deleted_webhook_deployment_and_gated_writes_fail_closed_meanwhile(

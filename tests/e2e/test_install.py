@@ -57,6 +57,7 @@ def test_the_manifests_render_and_apply_cleanly(plane, installed):
         "Namespace",
         "NetworkPolicy",
         "PodDisruptionBudget",
+        "ResourceQuota",
         "Role",
         "RoleBinding",
         "Service",

@@ -59,7 +59,7 @@ def test_every_pod_may_connect_only_to_dns_and_the_api_server_and_the_controller
     every, controller = policies["gate-admission-egress"], policies["gate-admission-controller-egress"]
     assert every["spec"]["policyTypes"] == controller["spec"]["policyTypes"] == ["Egress"]
     templates = _pod_templates()
-    assert len(templates) == 4
+    assert len(templates) == 5
     for name, template in templates:  # no Pod of ours escapes the policy
         labels = template["metadata"]["labels"].items()
         assert every["spec"]["podSelector"]["matchLabels"].items() <= labels, name

@@ -20,9 +20,10 @@ def release() -> str:
 def test_the_package_the_chart_and_its_image_have_one_version():
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     values = yaml.safe_load((CHART / "values.yaml").read_text())
-    assert {admission.__version__, chart["version"], chart["appVersion"], values["image"]["tag"]} == {
-        release()
-    }
+    assert {admission.__version__, chart["version"], chart["appVersion"]} == {release()}
+    assert values["image"]["tag"] == ""  # the chart's appVersion (templates/_helpers.tpl)
+    [image] = yaml.safe_load(chart["annotations"]["artifacthub.io/images"])
+    assert image["image"] == f"gate-admission:{release()}"
 
 
 def test_the_manifests_run_the_release_image():

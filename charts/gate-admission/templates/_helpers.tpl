@@ -1,16 +1,124 @@
 {{/*
-Object names are the manifests' own (the binaries' defaults name them too: --webhook-config,
---lease-name, the Events' source); only the namespace is the release's.
+Object names are the manifests' own, "gate-admission" and its suffixes, whatever the release is
+called (the binaries' defaults name them too: --webhook-config, --lease-name; and a cluster holds
+one installation, whose webhook configurations are cluster-scoped). fullnameOverride (else
+nameOverride) replaces that prefix; the templates then pass the names to the binaries.
 */}}
+{{- define "gate-admission.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end }}
 
-{{/* The image of every Pod. */}}
+{{- define "gate-admission.fullname" -}}
+{{- default (include "gate-admission.name" .) .Values.fullnameOverride | trunc 30 | trimSuffix "-" -}}
+{{- end }}
+
+{{/* Whether object names are the binaries' defaults (no flag needs to repeat them). */}}
+{{- define "gate-admission.defaultNames" -}}
+{{- if eq (include "gate-admission.fullname" .) "gate-admission" -}}true{{- end -}}
+{{- end }}
+
+{{- define "gate-admission.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end }}
+
+{{/*
+The labels that select our Pods: fixed for the life of an installation (a Deployment's selector
+cannot change; docs/decisions/0074-labels-and-the-selector-change.md).
+*/}}
+{{- define "gate-admission.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "gate-admission.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* Every object's labels: the standard ones and commonLabels. */}}
+{{- define "gate-admission.labels" -}}
+helm.sh/chart: {{ include "gate-admission.chart" . }}
+{{ include "gate-admission.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: gate-admission
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* The selector of one component's Pods; the argument: (list $ "webhook"). */}}
+{{- define "gate-admission.componentSelectorLabels" -}}
+{{ include "gate-admission.selectorLabels" (index . 0) }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end }}
+
+{{/* One component's labels; the argument: (list $ "webhook"). */}}
+{{- define "gate-admission.componentLabels" -}}
+{{ include "gate-admission.labels" (index . 0) }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end }}
+
+{{/*
+An object's labels and commonAnnotations, at the indent of metadata's keys; the argument:
+(list $ "webhook") or (list $ "webhook" (dict "some/annotation" "value")).
+*/}}
+{{- define "gate-admission.metadata" -}}
+{{- $ := index . 0 -}}
+{{- $annotations := merge (dict) ($.Values.commonAnnotations | default dict) -}}
+{{- if gt (len .) 2 }}{{ $annotations = merge $annotations (index . 2 | default dict) }}{{ end -}}
+labels:
+  {{- include "gate-admission.componentLabels" (list $ (index . 1)) | nindent 2 }}
+{{- with $annotations }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/* The image of every Pod: registry/repository, then @digest if given, else :tag (default: appVersion). */}}
 {{- define "gate-admission.image" -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag }}
+{{- $repository := .Values.image.repository -}}
+{{- with .Values.image.registry }}{{ $repository = printf "%s/%s" . $repository }}{{ end -}}
+{{- if .Values.image.digest -}}
+{{ $repository }}@{{ .Values.image.digest }}
+{{- else -}}
+{{ $repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+{{- end }}
+
+{{/*
+What every Pod of ours shares (Deployments, Jobs, hooks, the test Pod): pull secrets and node
+placement. The argument: (list $ "webhook"), the component. Piped through trim by its callers.
+*/}}
+{{- define "gate-admission.podPlacement" -}}
+{{- $ := index . 0 -}}
+{{- with $.Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $.Values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $.Values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/* Pod template labels and annotations; the argument: (list $ "webhook" (dict ...annotations)). */}}
+{{- define "gate-admission.podMetadata" -}}
+{{- $ := index . 0 -}}
+{{- $annotations := merge (dict) ($.Values.podAnnotations | default dict) (index . 2) -}}
+labels:
+  {{- include "gate-admission.componentLabels" (list $ (index . 1)) | nindent 2 }}
+  {{- with $.Values.podLabels }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- with $annotations }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- end }}
 
 {{/* The webhook Service, as the API server and the certificates name it. */}}
 {{- define "gate-admission.service" -}}
-gate-admission
+{{ include "gate-admission.fullname" . }}
 {{- end }}
 
 {{- define "gate-admission.serviceHost" -}}
@@ -19,7 +127,12 @@ gate-admission
 
 {{/* The certificate Secret the webhook Pods mount. */}}
 {{- define "gate-admission.tlsSecret" -}}
-gate-admission-tls
+{{ include "gate-admission.fullname" . }}-tls
+{{- end }}
+
+{{/* The Secret of the key approvals are sealed with (docs/decisions/0064). */}}
+{{- define "gate-admission.approvalKeySecret" -}}
+{{ include "gate-admission.fullname" . }}-approval-key
 {{- end }}
 
 {{/* Whether the webhooks are the variant without matchConditions (before Kubernetes 1.30). */}}
@@ -66,4 +179,90 @@ namespaceSelector:
     - key: kubernetes.io/metadata.name
       operator: NotIn
       values: {{ include "gate-admission.namespacesNeverJudged" . }}
+{{- end }}
+
+{{/*
+A Deployment's PodDisruptionBudget; the argument: (list $ "webhook" name values) with the
+component's values (replicas, podDisruptionBudget). maxUnavailable by default, so that one
+replica never blocks a node drain; a minAvailable that every replica would have to meet is
+refused, since no Pod of that Deployment could then ever be evicted.
+*/}}
+{{- define "gate-admission.pdb" -}}
+{{- $ := index . 0 -}}
+{{- $values := index . 3 -}}
+{{- $pdb := $values.podDisruptionBudget -}}
+{{- if $pdb.enabled }}
+{{- if and (hasKey $pdb "minAvailable") (ge (int $pdb.minAvailable) (int $values.replicas)) }}
+{{- fail (printf "gate-admission: %s.podDisruptionBudget.minAvailable=%v with %v replicas would block every node drain (no %s Pod could ever be evicted). Set maxUnavailable instead (the default, 1), raise the replicas, or set podDisruptionBudget.enabled=false" (ternary "server" "controller" (eq (index . 1) "webhook")) $pdb.minAvailable $values.replicas (index . 1)) }}
+{{- end }}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: {{ index . 2 }}
+  namespace: {{ $.Release.Namespace }}
+  {{- include "gate-admission.metadata" (list $ (index . 1)) | nindent 2 }}
+spec:
+  {{- if hasKey $pdb "minAvailable" }}
+  minAvailable: {{ $pdb.minAvailable }}
+  {{- else }}
+  maxUnavailable: {{ $pdb.maxUnavailable | default 1 }}
+  {{- end }}
+  selector:
+    matchLabels:
+      {{- include "gate-admission.componentSelectorLabels" (list $ (index . 1)) | nindent 6 }}
+{{- end }}
+{{- end }}
+
+{{/*
+The certificate Jobs' arguments, as a flow list: idempotent, they issue the CA and serving
+certificate when missing, renew the serving certificate 30 days before expiry (same CA), keep both
+webhooks' caBundle, and create the approval key's Secret when missing, never replacing it
+(docs/decisions/0064). Add --renew for a new serving certificate now (docs/operations.md,
+"Rotating the certificate").
+*/}}
+{{- define "gate-admission.certsArgs" -}}
+{{- $args := list "certs" (printf "--service=%s" (include "gate-admission.service" .)) (printf "--namespace=%s" .Release.Namespace) (printf "--secret=%s" (include "gate-admission.tlsSecret" .)) "--inject" (printf "--approval-key-secret=%s" (include "gate-admission.approvalKeySecret" .)) -}}
+{{- if not (include "gate-admission.defaultNames" .) }}
+{{- $args = append $args (printf "--webhook-config=%s" (include "gate-admission.fullname" .)) -}}
+{{- end -}}
+{{ toJson $args }}
+{{- end }}
+
+{{/*
+The certificate Jobs' Pod template (the install Job, the CronJob, the renewal on demand); the
+argument: (list $ args) with args a flow list (gate-admission.certsArgs).
+*/}}
+{{- define "gate-admission.certsPod" -}}
+{{- $ := index . 0 -}}
+metadata:
+  {{- include "gate-admission.podMetadata" (list $ "certs" (dict)) | nindent 2 }}
+spec:
+  # No Service links: for the Service gate-admission Kubernetes would set
+  # GATE_ADMISSION_PORT=tcp://..., which is the variable of our --port.
+  enableServiceLinks: false
+  serviceAccountName: {{ include "gate-admission.fullname" $ }}-certs
+  {{- include "gate-admission.podPlacement" (list $ "certs") | trim | nindent 2 }}
+  restartPolicy: OnFailure
+  securityContext:
+    runAsNonRoot: true
+    runAsUser: 65532
+    runAsGroup: 65532
+    seccompProfile: {type: RuntimeDefault}
+  containers:
+    - name: certs
+      image: {{ include "gate-admission.image" $ | quote }}
+      imagePullPolicy: {{ $.Values.image.pullPolicy }}
+      args: {{ index . 1 }}
+      resources:
+        {{- toYaml $.Values.certificates.resources | nindent 8 }}
+      securityContext:
+        allowPrivilegeEscalation: false
+        readOnlyRootFilesystem: true
+        capabilities: {drop: [ALL]}
+      volumeMounts:
+        - {name: tmp, mountPath: /tmp}
+  volumes:
+    - name: tmp
+      emptyDir: {medium: Memory, sizeLimit: 1Mi}
 {{- end }}
