@@ -1,0 +1,278 @@
+"""`kubectl gate`'s flags as kubectl users use them, in process (and `--watch` as its own
+process): usage errors found before any connection, a deadline on every API call, `check -f DIR`,
+`-R`, `-k`, `--no-headers`, `--watch`. The cluster here is a TCP port that counts connections
+or holds them unanswered; tests/e2e/test_operators.py runs the flags against a real API server."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from admission.cli import cluster, kubectl_gate
+from tests import ROOT
+from tests.builders import flux, gate
+from tests.conftest import write_gates
+from tests.polling import until
+from tests.processes import BIN
+
+HELD = flux(name="podinfo", gates="flux-system/freeze")
+GATES = [gate("freeze", default="closed")]
+
+
+class Port:
+    """A loopback port that counts the connections it accepts and closes each after ``hold``
+    seconds without a byte of answer (0: at once)."""
+
+    def __init__(self, hold: float = 0.0):
+        self.hold, self.connections = hold, 0
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def _accept(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            self.connections += 1
+            threading.Timer(self.hold, conn.close).start() if self.hold else conn.close()
+
+    def kubeconfig(self, path: Path) -> str:
+        port = self.sock.getsockname()[1]
+        path.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "c",
+                    "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+                    "users": [{"name": "u", "user": {"token": "t"}}],
+                    "contexts": [
+                        {"name": "c", "context": {"cluster": "c", "user": "u", "namespace": "flux-system"}}
+                    ],
+                }
+            )
+        )
+        return str(path)
+
+    def close(self) -> None:
+        self.stopped.set()
+        self.thread.join()
+        self.sock.close()
+
+
+@pytest.fixture
+def port():
+    counted = Port()
+    yield counted
+    counted.close()
+
+
+def run(argv: list[str], capsys) -> tuple[int, str, str]:
+    try:
+        code = kubectl_gate.main(argv)
+    except SystemExit as exited:  # argparse's usage errors
+        code = exited.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def files(tmp_path) -> Path:
+    """A manifest, an empty directory and a gates directory, by name."""
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "held.yaml").write_text(yaml.safe_dump(HELD))
+    (tmp_path / "gates").mkdir()
+    write_gates(tmp_path / "gates", GATES)
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["calendar", "--days", "0"],
+        ["check", "-f", "{tmp}/missing.yaml"],
+        ["check", "-f", "{tmp}/empty"],
+        ["check", "-f", "-", "-f", "-"],
+        ["check", "-k", "{tmp}/missing"],
+        ["check", "-k", "{tmp}/empty", "-R"],
+        ["check", "-f", "{tmp}/held.yaml", "--as-group", "sre"],
+        ["open", "freeze", "--for", "2days"],
+        ["approve", "freeze", "--for", "not-a-target"],
+        ["list", "--request-timeout", "soon"],
+        ["get", "freeze", "--bogus"],
+        ["pending", "--watch=yes"],
+    ],
+)
+def test_usage_errors_are_found_before_the_cluster_is_asked(port, files, capsys, command):
+    argv = [word.replace("{tmp}", str(files)) for word in command]
+    code, _, err = run([*argv, "--kubeconfig", port.kubeconfig(files / "kubeconfig")], capsys)
+    assert code == cluster.EXIT_USAGE, err
+    assert port.connections == 0, f"asked the cluster before saying: {err}"
+    assert "Traceback" not in err and err.count("\n") <= 6, err  # one line, or argparse's usage and a line
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["list"],
+        ["get", "freeze"],
+        ["open", "freeze"],
+        ["close", "freeze"],
+        ["check", "-f", "{tmp}/held.yaml"],
+        ["approve", "freeze", "-m", "CHG-1"],
+        ["pending"],
+        ["calendar"],
+    ],
+)
+def test_every_call_to_the_cluster_has_a_deadline(files, capsys, command):
+    unanswered = Port(hold=15)  # the answer never comes; the connection ends after 15 s
+    try:
+        argv = [word.replace("{tmp}", str(files)) for word in command]
+        started = time.monotonic()
+        code, _, err = run(
+            [*argv, "--kubeconfig", unanswered.kubeconfig(files / "kubeconfig"), "--request-timeout", "0.5s"],
+            capsys,
+        )
+        took = time.monotonic() - started
+    finally:
+        unanswered.close()
+    assert code == cluster.EXIT_NO_CLUSTER and "did not answer in time (--request-timeout)" in err, err
+    assert took < 8, f"{took:.1f}s for a 0.5 s timeout"
+
+
+def test_the_default_deadline_holds_without_the_flag(files, capsys, monkeypatch):
+    monkeypatch.setattr(kubectl_gate, "DEFAULT_REQUEST_TIMEOUT", 0.5)  # 30 s, shortened to test it
+    unanswered = Port(hold=15)
+    try:
+        code, _, err = run(["list", "--kubeconfig", unanswered.kubeconfig(files / "kubeconfig")], capsys)
+    finally:
+        unanswered.close()
+    assert code == cluster.EXIT_NO_CLUSTER and "--request-timeout" in err, err
+
+
+def checked(argv: list[str], files: Path, capsys) -> tuple[int, list[tuple[str, str]]]:
+    code, out, err = run(
+        [
+            "check",
+            *argv,
+            "--gates-dir",
+            str(files / "gates"),
+            "--kubeconfig",
+            str(files / "none"),
+            "-o",
+            "json",
+        ],
+        capsys,
+    )
+    assert code in (cluster.EXIT_OK, cluster.EXIT_DENIED), err
+    return code, [(row["namespace"], row["name"]) for row in json.loads(out)]
+
+
+def test_check_reads_a_directory_as_kubectl_does(files, capsys):
+    manifests = files / "manifests"
+    (manifests / "nested").mkdir(parents=True)
+    for name, filename in (("a", "a.yaml"), ("b", "b.yml"), ("c", "c.json")):
+        (manifests / filename).write_text(json.dumps(flux(name=name, gates="flux-system/freeze")))
+    (manifests / "notes.txt").write_text("{not: [yaml")  # not a manifest's extension: never read
+    (manifests / "nested" / "d.yaml").write_text(yaml.safe_dump(flux(name="d", gates="flux-system/freeze")))
+    code, seen = checked(["-f", str(manifests)], files, capsys)
+    assert (code, seen) == (cluster.EXIT_DENIED, [("apps", "a"), ("apps", "b"), ("apps", "c")])
+    _, seen = checked(["-f", str(manifests), "-R"], files, capsys)
+    assert seen == [("apps", "a"), ("apps", "b"), ("apps", "c"), ("apps", "d")]
+    _, seen = checked(["-f", str(manifests / "nested"), "-f", str(files / "held.yaml")], files, capsys)
+    assert seen == [("apps", "d"), ("apps", "podinfo")]
+
+
+def kubectl() -> str:
+    assets = os.environ.get("KUBEBUILDER_ASSETS")
+    found = (
+        str(Path(assets) / "kubectl")
+        if assets and (Path(assets) / "kubectl").exists()
+        else shutil.which("kubectl")
+    )
+    if not found:
+        pytest.skip("no kubectl for -k: set KUBEBUILDER_ASSETS or put kubectl on PATH")
+    return found
+
+
+def test_check_k_judges_what_kubectl_kustomize_renders(files, capsys, monkeypatch):
+    monkeypatch.setenv("PATH", f"{Path(kubectl()).parent}{os.pathsep}{os.environ['PATH']}")
+    base = files / "base"
+    base.mkdir()
+    (base / "held.yaml").write_text(yaml.safe_dump(HELD))
+    (base / "kustomization.yaml").write_text(
+        yaml.safe_dump({"resources": ["held.yaml"], "namespace": "rendered", "namePrefix": "prod-"})
+    )
+    code, seen = checked(["-k", str(base)], files, capsys)
+    assert (code, seen) == (cluster.EXIT_DENIED, [("rendered", "prod-podinfo")])
+    (base / "kustomization.yaml").write_text(yaml.safe_dump({"resources": ["missing.yaml"]}))
+    code, _, err = run(["check", "-k", str(base), "--gates-dir", str(files / "gates")], capsys)
+    assert (
+        code == cluster.EXIT_USAGE
+        and err.startswith(f"error: -k {base}: kustomize failed: ")
+        and "missing.yaml" in err
+    )
+    assert err.count("\n") == 1, err
+
+
+def test_no_headers(files, capsys):
+    offline = ["--gates-dir", str(files / "gates"), "--kubeconfig", str(files / "none"), "-n", "flux-system"]
+    _, out, _ = run(["list", *offline], capsys)
+    assert out.splitlines()[0].startswith("NAME ") and len(out.splitlines()) == 2
+    _, out, _ = run(["list", *offline, "--no-headers"], capsys)
+    assert [line.split()[:2] for line in out.splitlines()] == [["freeze", "Closed"]]
+    _, out, _ = run(["check", "-f", str(files / "held.yaml"), *offline, "--no-headers"], capsys)
+    assert out.splitlines()[0].split()[:3] == ["Kustomization", "apps", "podinfo"]
+    _, out, _ = run(["list", *offline[:-1], "empty-namespace", "--no-headers"], capsys)
+    assert out == ""  # nothing found, and nothing printed for a script to mistake for a row
+
+
+def test_watch_prints_the_answer_again_when_it_changes_until_interrupted(files):
+    gates = files / "gates"
+    write_gates(gates, [gate("freeze", default="opened")])
+    watching = subprocess.Popen(
+        [str(BIN / "kubectl-gate"), "list", "--gates-dir", str(gates), "-n", "flux-system", "--watch"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "KUBECONFIG": str(files / "none")},
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in watching.stdout], daemon=True).start()
+    seen: list[str] = []
+
+    def read() -> list[str]:
+        while not lines.empty():
+            seen.append(lines.get())
+        return seen
+
+    try:
+        assert any("Opened" in line for line in until(read, lambda s: any("Opened" in x for x in s))), seen
+        write_gates(gates, [gate("freeze", default="closed")])
+        until(read, lambda s: any("Closed" in x for x in s))
+        assert [line.split()[:2] for line in seen if line.strip()] == [
+            ["NAME", "STATE"],
+            ["freeze", "Opened"],
+            ["NAME", "STATE"],
+            ["freeze", "Closed"],
+        ], seen
+    finally:
+        watching.send_signal(signal.SIGINT)
+        _, err = watching.communicate(timeout=30)
+    assert watching.returncode == 0 and "Traceback" not in err, err
