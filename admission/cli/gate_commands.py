@@ -19,6 +19,7 @@ from admission.cli.cluster import (
     Cluster,
     GateError,
     api_errors,
+    api_failures,
     connect,
     context_namespace,
 )
@@ -157,19 +158,29 @@ def add_watch_flags(p: argparse.ArgumentParser) -> None:
 def answers(args: argparse.Namespace, look: Callable[[], tuple[object, Callable[[], list[str]]]]) -> int:
     """Print what ``look`` answers (its payload, for -o json|yaml, and its table); with --watch,
     look again every WATCH_PERIOD and print each answer that differs from the last printed
-    (a JSON or YAML document each, or a table after a blank line) until interrupted. An API
-    failure ends the watch with its exit code, as it ends the command without --watch."""
+    (a JSON or YAML document each, or a table after a blank line) until interrupted. The first
+    look's failure ends the command, as without --watch; a later one is said on stderr (once
+    while it repeats) and the watch goes on: an API server restarting does not end it."""
     import time
 
     payload, table = look()
     emit(args, payload, table)
     if not args.watch:
         return EXIT_OK
+    failed = None
     try:
         sys.stdout.flush()
         while True:
             time.sleep(WATCH_PERIOD)
-            again, table = look()
+            try:
+                with api_failures():
+                    again, table = look()
+            except GateError as err:
+                if str(err) != failed:
+                    show([f"error: {err} (--watch goes on)"], sys.stderr)
+                failed = str(err)
+                continue
+            failed = None
             if again != payload:
                 payload = again
                 if args.output == "yaml":

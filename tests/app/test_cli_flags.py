@@ -10,7 +10,6 @@ import os
 import queue
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -24,60 +23,15 @@ from tests import ROOT
 from tests.builders import flux, gate
 from tests.conftest import write_gates
 from tests.polling import until
-from tests.processes import BIN
+from tests.processes import BIN, SilentPort
 
 HELD = flux(name="podinfo", gates="flux-system/freeze")
 GATES = [gate("freeze", default="closed")]
 
 
-class Port:
-    """A loopback port that counts the connections it accepts and closes each after ``hold``
-    seconds without a byte of answer (0: at once)."""
-
-    def __init__(self, hold: float = 0.0):
-        self.hold, self.connections = hold, 0
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.sock.settimeout(0.2)
-        self.stopped = threading.Event()
-        self.thread = threading.Thread(target=self._accept, daemon=True)
-        self.thread.start()
-
-    def _accept(self) -> None:
-        while not self.stopped.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except TimeoutError:
-                continue
-            self.connections += 1
-            threading.Timer(self.hold, conn.close).start() if self.hold else conn.close()
-
-    def kubeconfig(self, path: Path) -> str:
-        port = self.sock.getsockname()[1]
-        path.write_text(
-            json.dumps(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "current-context": "c",
-                    "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
-                    "users": [{"name": "u", "user": {"token": "t"}}],
-                    "contexts": [
-                        {"name": "c", "context": {"cluster": "c", "user": "u", "namespace": "flux-system"}}
-                    ],
-                }
-            )
-        )
-        return str(path)
-
-    def close(self) -> None:
-        self.stopped.set()
-        self.thread.join()
-        self.sock.close()
-
-
 @pytest.fixture
 def port():
-    counted = Port()
+    counted = SilentPort()
     yield counted
     counted.close()
 
@@ -140,7 +94,7 @@ def test_usage_errors_are_found_before_the_cluster_is_asked(port, files, capsys,
     ],
 )
 def test_every_call_to_the_cluster_has_a_deadline(files, capsys, command):
-    unanswered = Port(hold=15)  # the answer never comes; the connection ends after 15 s
+    unanswered = SilentPort(hold=15)  # the answer never comes; the connection ends after 15 s
     try:
         argv = [word.replace("{tmp}", str(files)) for word in command]
         started = time.monotonic()
@@ -157,7 +111,7 @@ def test_every_call_to_the_cluster_has_a_deadline(files, capsys, command):
 
 def test_the_default_deadline_holds_without_the_flag(files, capsys, monkeypatch):
     monkeypatch.setattr(kubectl_gate, "DEFAULT_REQUEST_TIMEOUT", 0.5)  # 30 s, shortened to test it
-    unanswered = Port(hold=15)
+    unanswered = SilentPort(hold=15)
     try:
         code, _, err = run(["list", "--kubeconfig", unanswered.kubeconfig(files / "kubeconfig")], capsys)
     finally:
