@@ -22,6 +22,7 @@ from admission.cli import cluster, kubectl_gate
 from tests import ROOT
 from tests.builders import flux, gate
 from tests.conftest import write_gates
+from tests.doubles.apiserver import ApiServerDouble
 from tests.polling import until
 from tests.processes import BIN, SilentPort
 
@@ -230,3 +231,50 @@ def test_watch_prints_the_answer_again_when_it_changes_until_interrupted(files):
         watching.send_signal(signal.SIGINT)
         _, err = watching.communicate(timeout=30)
     assert watching.returncode == 0 and "Traceback" not in err, err
+
+
+def test_watch_outlasts_a_failing_api_server(tmp_path):
+    """After its first answer, --watch says a failed look on stderr (once while it repeats) and
+    goes on: the answer after the API server recovers is printed as any other."""
+    with ApiServerDouble([gate("freeze", default="opened")]) as api:
+        config = api.kubeconfig(tmp_path / "kubeconfig", namespace="flux-system")
+        watching = subprocess.Popen(
+            [str(BIN / "kubectl-gate"), "list", "--watch", "--no-headers", "--kubeconfig", str(config)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        out, err = Lines(watching.stdout), Lines(watching.stderr)
+        try:
+            assert until(out.read, lambda s: s, timeout=30)[0].split()[:2] == ["freeze", "Opened"]
+            api.failing = (503, "ServiceUnavailable")
+            until(err.read, lambda s: len(s) >= 1, timeout=30)
+            api.failing = None
+            api.gates[("flux-system", "freeze")]["spec"]["default"] = "closed"
+            until(out.read, lambda s: any("Closed" in line for line in s), timeout=30)
+        finally:
+            watching.send_signal(signal.SIGINT)
+            watching.wait(timeout=30)
+        assert [line.split()[:2] for line in out.seen if line.strip()] == [
+            ["freeze", "Opened"],
+            ["freeze", "Closed"],
+        ]
+        assert (
+            err.read()[0].startswith("error: the API server answered 503: ")
+            and "(--watch goes on)" in err.seen[0]
+        )
+        assert len(err.read()) == 1 and watching.returncode == 0, err.seen  # said once; no traceback
+
+
+class Lines:
+    """What a process writes to one of its pipes, line by line, read as it comes."""
+
+    def __init__(self, pipe):
+        self.seen: list[str] = []
+        self.queue: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=lambda: [self.queue.put(line) for line in pipe], daemon=True).start()
+
+    def read(self) -> list[str]:
+        while not self.queue.empty():
+            self.seen.append(self.queue.get())
+        return self.seen
