@@ -71,6 +71,7 @@ def files(tmp_path) -> Path:
         ["list", "--request-timeout", "soon"],
         ["get", "freeze", "--bogus"],
         ["pending", "--watch=yes"],
+        ["board", "--port", "70000"],
     ],
 )
 def test_usage_errors_are_found_before_the_cluster_is_asked(port, files, capsys, command):
