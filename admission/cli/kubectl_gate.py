@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -208,9 +209,13 @@ def main(argv: list[str] | None = None, parser: argparse.ArgumentParser | None =
     try:
         args.namespace = completion.namespace_of(args)
         code = args.func(args)
+        sys.stdout.flush()  # here, where a reader gone away is caught below, not at exit
     except GateError as err:
         show([f"error: {err}"], sys.stderr)
         return err.code
+    except BrokenPipeError:  # `kubectl gate list | head -1`: the reader had enough; no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
+        return EXIT_OK
     return EXIT_BAD_GATES_DIR if code == EXIT_OK and getattr(args, "gates_dir_problems", None) else code
 
 

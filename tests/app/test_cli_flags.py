@@ -279,3 +279,21 @@ class Lines:
         while not self.queue.empty():
             self.seen.append(self.queue.get())
         return self.seen
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly():
+    # `kubectl gate list | head -1`: the pipe closes before the answer is written.
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run(
+            [str(BIN / "kubectl-gate"), "list", "--gates-dir", str(ROOT / "examples" / "gates"), "-A"],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            env={**os.environ, "KUBECONFIG": "/nonexistent"},
+        )
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (0, "")

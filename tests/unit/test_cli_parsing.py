@@ -9,7 +9,7 @@ import argparse
 import pytest
 
 from admission import __version__
-from admission.cli import flux_gate, gate_admission, kubectl_gate, parsing
+from admission.cli import flux_gate, gate_admission, kubectl_gate, parsing, shellcomplete
 from admission.cli.cluster import DEFAULT_REQUEST_TIMEOUT
 
 PARSERS = {
@@ -133,3 +133,9 @@ def test_version_and_dash_dash_version(capsys, name, command):
 
 def test_fish_is_a_completion_shell():
     assert parsing.parse(gate_admission.build_parser(), ["completion", "fish"]).shell == "fish"
+
+
+def test_request_timeout_may_come_before_the_subcommand_as_flux_passes_it():
+    # `flux --request-timeout 5s gate list` is not flux's flag, but `flux gate --request-timeout 5s list` is ours.
+    parsed = parsing.parse(flux_gate.build_parser(), shellcomplete.hoist(["--request-timeout", "5s", "list"]))
+    assert (parsed.command, parsed.request_timeout) == ("list", 5.0)
