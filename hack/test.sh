@@ -45,11 +45,13 @@ wants() {
 }
 
 # Debian packages the tests use: openssl (TLS version checks), faketime (a clock that jumps),
-# zsh and bash-completion (shell completion of kubectl gate, run in the real shells), and for
-# the tiers named below, theirs.
+# zsh, fish and bash-completion (shell completion of kubectl gate, run in the real shells), pipx
+# (the README's line that installs the commands), and for the tiers named below, theirs.
 missing=()
 command -v openssl >/dev/null || missing+=(openssl)
 command -v zsh >/dev/null || missing+=(zsh)
+command -v fish >/dev/null || missing+=(fish)
+command -v pipx >/dev/null || missing+=(pipx)
 [[ -e /usr/share/bash-completion/bash_completion ]] || missing+=(bash-completion)
 [[ -e /usr/lib/$(uname -m)-linux-gnu/faketime/libfaketimeMT.so.1 ]] || missing+=(faketime)
 if wants realflux; then

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-FLUX_VERSION = "v2.9.4"  # the first flux CLI with plugins is 2.8
+FLUX_VERSION = "v2.9.4"  # the first flux CLI with plugins is 2.9
 
 
 def flux_binary() -> Path:

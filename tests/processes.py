@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import resource
 import signal
@@ -10,6 +11,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
@@ -20,6 +22,52 @@ from tests.polling import wait_for
 from tests.procfs import children
 
 BIN = Path(sys.executable).parent
+
+
+class SilentPort:
+    """A loopback port that counts the connections it accepts and closes each after ``hold``
+    seconds without a byte of answer (0: at once): a server that never answers, for deadlines,
+    and a count of who asked at all."""
+
+    def __init__(self, hold: float = 0.0):
+        self.hold, self.connections = hold, 0
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def _accept(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            self.connections += 1
+            threading.Timer(self.hold, conn.close).start() if self.hold else conn.close()
+
+    def kubeconfig(self, path: Path) -> str:
+        port = self.sock.getsockname()[1]
+        path.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "c",
+                    "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+                    "users": [{"name": "u", "user": {"token": "t"}}],
+                    "contexts": [
+                        {"name": "c", "context": {"cluster": "c", "user": "u", "namespace": "flux-system"}}
+                    ],
+                }
+            )
+        )
+        return str(path)
+
+    def close(self) -> None:
+        self.stopped.set()
+        self.thread.join()
+        self.sock.close()
 
 
 def free_port() -> int:

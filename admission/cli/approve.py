@@ -55,6 +55,10 @@ def _gate(cluster: Any, namespace: str, name: str) -> dict:
 @api_errors
 def cmd_pending(args: argparse.Namespace) -> int:
     cluster = connect(args)
+    return gate_commands.answers(args, lambda: _pending_answer(args, cluster))
+
+
+def _pending_answer(args: argparse.Namespace, cluster: Any) -> tuple[object, Callable[[], list[str]]]:
     namespace = None if args.all_namespaces else (args.namespace or cluster.namespace)
     gates = {
         f"{metadata(g).get('namespace')}/{metadata(g).get('name')}": g
@@ -70,7 +74,11 @@ def cmd_pending(args: argparse.Namespace) -> int:
 
     def table() -> list[str]:
         if not rows:
-            return ["nothing waits" + (f" behind gate {only}" if only else "")]
+            return (
+                ["nothing waits" + (f" behind gate {only}" if only else "")]
+                if gate_commands.headers(args)
+                else []
+            )
         shown = [
             {
                 **r,
@@ -86,7 +94,9 @@ def cmd_pending(args: argparse.Namespace) -> int:
             for r in rows
         ]
         lines = gate_commands.text_table(
-            shown, ["kind", "namespace", "name", "waits", "serves", "since", "gates", "approvals"]
+            shown,
+            ["kind", "namespace", "name", "waits", "serves", "since", "gates", "approvals"],
+            gate_commands.headers(args),
         )
         for row in rows:
             lines += [
@@ -96,8 +106,7 @@ def cmd_pending(args: argparse.Namespace) -> int:
             lines += [f"  warning: {text}" for text in row["warnings"]]
         return lines
 
-    gate_commands.emit(args, rows, table)
-    return EXIT_OK
+    return rows, table
 
 
 @api_errors
@@ -227,4 +236,5 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser, completes: Callable[.
     )
     completes(p.add_argument("name", nargs="?"), completion.gate_names)
     p.add_argument("-A", "--all-namespaces", action="store_true")
+    gate_commands.add_watch_flags(p)
     p.set_defaults(func=cmd_pending)

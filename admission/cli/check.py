@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import argparse
 import getpass
-import sys
 
-import yaml
-
+from admission.cli import manifests
 from admission.cli.cluster import EXIT_DENIED, EXIT_OK, EXIT_USAGE, Cluster, GateError, api_errors
-from admission.cli.gate_commands import emit, lookup_gates, text_table
+from admission.cli.gate_commands import emit, headers, lookup_gates, text_table
 from admission.cli.settings import policy_settings
 from admission.core.admission import halfrelease, pending
 from admission.core.admission.applied import apply_request, user_info
@@ -19,7 +17,6 @@ from admission.core.base import names
 from admission.core.base.objects import label
 from admission.core.flux import kinds
 from admission.core.gates.references import policy_of
-from admission.store.yamldocs import objects
 from admission.webhook import handlers
 
 # What `check` says of each object: the webhook's answer to the request applying it would make.
@@ -33,21 +30,14 @@ VERDICT_TEXT = {
 }
 
 
-def _manifest(path: str) -> list[dict]:
-    try:
-        text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()
-        docs = objects(text)
-    except (OSError, yaml.YAMLError, UnicodeDecodeError) as err:
-        raise GateError(f"cannot read {path}: {' '.join(str(err).split())}", EXIT_USAGE) from None
-    except RecursionError:
-        raise GateError(f"cannot read {path}: values nest too deeply", EXIT_USAGE) from None
-    return [doc for doc in docs if isinstance(doc, dict)]
+def _usage(args: argparse.Namespace) -> None:
+    """The flags' errors, before the cluster is asked."""
+    if args.as_groups and not args.as_user:
+        raise GateError("--as-group needs --as (as with kubectl)", EXIT_USAGE)
 
 
 def _identity(args: argparse.Namespace, cluster: Cluster | None) -> UserInfo:
     """userInfo the API server would see: --as/--as-group, else what the kubeconfig tells."""
-    if args.as_groups and not args.as_user:
-        raise GateError("--as-group needs --as (as with kubectl)", EXIT_USAGE)
     if args.as_user:
         return user_info(args.as_user, args.as_groups)
     if cluster is None:
@@ -101,6 +91,8 @@ def judge(manifest: dict, live: dict | None, user: UserInfo, context: Context) -
 
 @api_errors
 def cmd_check(args: argparse.Namespace) -> int:
+    _usage(args)
+    given = manifests.read(args)  # a manifest that cannot be read is a usage error: found first
     cluster, index, now, default_ns = lookup_gates(args)
     default_ns = default_ns or names.DEFAULT_NAMESPACE
     settings, user = policy_settings(args), _identity(args, cluster)
@@ -113,7 +105,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         [],
         [
             o
-            for o in _manifest(args.filename)
+            for o in given
             if kinds.is_gated_kind(str(o.get("apiVersion", "")).rpartition("/")[0], str(o.get("kind", "")))
         ],
     )
@@ -144,8 +136,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     def table() -> list[str]:
         shown = [{**row, "verdict": row["verdictText"]} for row in rows]  # the sentence, as before
         if not rows:
-            return ["no Flux objects in the manifest"]
-        return text_table(shown, ["kind", "namespace", "name", "verdict", "message"]) + [
+            return ["no Flux objects in the manifest"] if headers(args) else []
+        return text_table(shown, ["kind", "namespace", "name", "verdict", "message"], headers(args)) + [
             f"  warning: {label(row['kind'], row['namespace'], row['name'])}: {text}"
             for row in rows
             for text in row["warnings"]

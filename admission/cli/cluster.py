@@ -25,6 +25,10 @@ from admission.core.base import names
     EXIT_API_ERROR,
 ) = range(10)
 
+# kubectl waits for ever by default; a command here gives up on one API call after this long
+# (--request-timeout; docs/decisions/0080-the-cli-as-kubectl-users-expect-it.md).
+DEFAULT_REQUEST_TIMEOUT = 30.0
+
 
 class GateError(Exception):
     """A failure to report in one line, with the exit code that classifies it."""
@@ -93,11 +97,25 @@ def connect(args: argparse.Namespace) -> Cluster:
     except config.ConfigException as err:
         raise GateError(f"no cluster: {err}", EXIT_NO_CLUSTER) from None
     details = (context or {}).get("context") or {}
+    api = client.ApiClient(configuration)
+    timed(api, getattr(args, "request_timeout", DEFAULT_REQUEST_TIMEOUT))
     return Cluster(
-        client.ApiClient(configuration),
+        api,
         args.namespace or details.get("namespace") or names.DEFAULT_NAMESPACE,
         details.get("user"),
     )
+
+
+def timed(api: Any, seconds: float | None) -> None:
+    """Give every call ``api`` makes a deadline of ``seconds`` (None: none) for its whole exchange,
+    connecting included, unless the call names its own (completion's shorter one). At the REST
+    layer, which every generated API method and every client version calls with this keyword."""
+    request = api.rest_client.request
+
+    def with_deadline(*args: Any, _request_timeout: Any = None, **kwargs: Any) -> Any:
+        return request(*args, _request_timeout=_request_timeout or seconds, **kwargs)
+
+    api.rest_client.request = with_deadline
 
 
 def api_errors(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
@@ -114,7 +132,8 @@ def api_errors(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Na
 def api_failures() -> Iterator[None]:
     """API and connection failures within, raised again as GateError: one line and an exit code."""
     from kubernetes.client.rest import ApiException
-    from urllib3.exceptions import HTTPError
+    from urllib3.exceptions import HTTPError, NewConnectionError
+    from urllib3.exceptions import TimeoutError as TimedOut
 
     try:
         yield
@@ -133,6 +152,13 @@ def api_failures() -> Iterator[None]:
             raise GateError(f"refused by the API server as invalid: {detail}", EXIT_REFUSED) from None
         raise GateError(f"the API server answered {err.status}: {detail}", EXIT_API_ERROR) from None
     except HTTPError as err:
+        cause = getattr(err, "reason", None) or err
+        # urllib3 makes a refused connection a kind of timeout, for compatibility: it is not one.
+        if isinstance(cause, TimedOut) and not isinstance(cause, NewConnectionError):
+            raise GateError(
+                f"no cluster: the API server did not answer in time (--request-timeout): {err}",
+                EXIT_NO_CLUSTER,
+            ) from None
         raise GateError(f"no cluster: {err}", EXIT_NO_CLUSTER) from None
 
 

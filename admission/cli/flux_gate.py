@@ -1,9 +1,10 @@
 """``flux gate``: kubectl-gate's commands as a flux CLI plugin.
 
-The flux CLI (2.8+) runs an executable ``flux-NAME`` found in ``$FLUXCD_PLUGINS`` (else
-``~/.fluxcd/plugins``) as ``flux NAME``: it execs it with every argument after ``NAME`` verbatim
-(flags included, its own global flags too when they come first: ``flux -n NS gate list`` runs
-``flux-gate -n NS list``) and the environment unchanged, so the exit code is ours. For shell
+The flux CLI (2.9+: its plugin system shipped in Flux 2.9) runs an executable ``flux-NAME``
+found in ``$FLUXCD_PLUGINS`` (else ``~/.fluxcd/plugins``) as ``flux NAME``: it execs it with
+every argument after ``NAME`` verbatim (flags included, its own global flags too when they come
+first: ``flux -n NS gate list`` runs ``flux-gate -n NS list``) and the environment unchanged, so
+the exit code is ours. For shell
 completion it runs ``flux-gate __complete ARGS... PARTIAL`` and reads Cobra's answer: a candidate
 a line, then ``:<directive>``; a non-zero exit or an empty answer completes nothing.
 
@@ -53,6 +54,7 @@ def default_namespace(args: argparse.Namespace) -> str:
 
 FLUX = kubectl_gate.Flavor(
     prog="flux gate",
+    command=PLUGIN,
     namespace_help=f"namespace (default: ${NAMESPACE_ENV}, else {names.FLUX_SYSTEM_NAMESPACE}, as for flux)",
     default_namespace=default_namespace,
     switches=(

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from admission import __version__
 from admission.cli.admission_commands import make_certs, reselect, run_controller, serve
+from admission.cli.parsing import parse, plain_help
 from admission.cli.settings import add_policy_flags
 from admission.cli.settings import env as _env
 from admission.kube.health import LOOPBACK
@@ -319,7 +320,7 @@ def _add_completion(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "completion", help="print the shell completion script for kubectl-gate and gate-admission"
     )
-    p.add_argument("shell", choices=("bash", "zsh"))
+    p.add_argument("shell", choices=("bash", "zsh", "fish"))
     p.set_defaults(func=print_completion)
 
 
@@ -372,7 +373,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_reselect(sub)
     _add_completion(sub)
     _add_install_flux_plugin(sub)
-    return parser
+    return plain_help(parser)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -380,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = build_parser()
     argcomplete.autocomplete(parser, always_complete_options=False)  # only when the shell asks
-    args = parser.parse_args(argv)
+    args = parse(parser, sys.argv[1:] if argv is None else argv)
     return args.func(args)
 
 

@@ -19,6 +19,7 @@ from admission.cli.cluster import (
     Cluster,
     GateError,
     api_errors,
+    api_failures,
     connect,
     context_namespace,
 )
@@ -110,12 +111,19 @@ def show(lines: Iterable[str], file: TextIO | None = None) -> None:
     print("\n".join(escaped(line) for line in lines), file=file or sys.stdout)
 
 
-def text_table(rows: list[dict], columns: list[str]) -> list[str]:
+def text_table(rows: list[dict], columns: list[str], headers: bool = True) -> list[str]:
+    """``rows`` as aligned columns, under a header line unless ``headers`` is false (--no-headers)."""
     cells = [[c.upper() for c in columns]] + [
         [escaped(str(row.get(c, "") if row.get(c) is not None else "-")) for c in columns] for row in rows
     ]  # escaped first: widths as shown
     widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
-    return ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    return lines if headers else lines[1:]
+
+
+def headers(args: argparse.Namespace) -> bool:
+    """Whether a table has its header line: not with --no-headers."""
+    return not getattr(args, "no_headers", False)
 
 
 def emit(args: argparse.Namespace, payload: object, table: Callable[[], list[str]]) -> None:
@@ -125,8 +133,66 @@ def emit(args: argparse.Namespace, payload: object, table: Callable[[], list[str
         show(orjson.dumps(payload, option=orjson.OPT_INDENT_2).decode().split("\n"))
     elif args.output == "yaml":
         show(yaml.safe_dump(payload, sort_keys=False).rstrip().split("\n"))
-    else:
-        show(table())
+    elif lines := table():  # --no-headers over nothing: nothing, not an empty line
+        show(lines)
+
+
+# -- --watch ------------------------------------------------------------------------------
+
+# How long --watch waits between two looks. A gate opens and closes on its schedule as well as
+# on writes, so the answer is computed again, as the first was, rather than following a watch
+# of the objects: each look makes the calls one command makes, each bounded by --request-timeout.
+WATCH_PERIOD = 2.0
+
+
+def add_watch_flags(p: argparse.ArgumentParser) -> None:
+    """--watch and --no-headers, for the commands that print a table of many rows (list, pending)."""
+    p.add_argument(
+        "-w",
+        "--watch",
+        action="store_true",
+        help="after the answer, look again every few seconds and print the answer again when it "
+        "changed, until interrupted (Ctrl-C)",
+    )
+    p.add_argument("--no-headers", action="store_true", help="the table without its header line")
+
+
+def answers(args: argparse.Namespace, look: Callable[[], tuple[object, Callable[[], list[str]]]]) -> int:
+    """Print what ``look`` answers (its payload, for -o json|yaml, and its table); with --watch,
+    look again every WATCH_PERIOD and print each answer that differs from the last printed
+    (a JSON or YAML document each, or a table after a blank line) until interrupted. The first
+    look's failure ends the command, as without --watch; a later one is said on stderr (once
+    while it repeats) and the watch goes on: an API server restarting does not end it."""
+    import time
+
+    payload, table = look()
+    emit(args, payload, table)
+    if not args.watch:
+        return EXIT_OK
+    failed = None
+    try:
+        sys.stdout.flush()
+        while True:
+            time.sleep(WATCH_PERIOD)
+            try:
+                with api_failures():
+                    again, table = look()
+            except GateError as err:
+                if str(err) != failed:
+                    show([f"error: {err} (--watch goes on)"], sys.stderr)
+                failed = str(err)
+                continue
+            failed = None
+            if again != payload:
+                payload = again
+                if args.output == "yaml":
+                    show(["---"])
+                elif args.output == "table":
+                    show([""])
+                emit(args, payload, table)
+                sys.stdout.flush()
+    except KeyboardInterrupt:  # how a watch is ended: no traceback
+        return EXIT_OK
 
 
 def _state_row(state: GateState) -> dict:
@@ -149,8 +215,17 @@ def _until(row: dict) -> str | None:
 # -- commands ---------------------------------------------------------------------------
 
 
+def cmd_version(args: argparse.Namespace) -> int:
+    show([args.version])
+    return EXIT_OK
+
+
 @api_errors
 def cmd_list(args: argparse.Namespace) -> int:
+    return answers(args, lambda: _list_answer(args))
+
+
+def _list_answer(args: argparse.Namespace) -> tuple[object, Callable[[], list[str]]]:
     cluster, index, now, namespace = lookup_gates(args)
     objects = _flux_objects(cluster)
     namespace = None if args.all_namespaces else namespace
@@ -183,14 +258,11 @@ def cmd_list(args: argparse.Namespace) -> int:
             }
             for r in rows
         ]
-        return (
-            text_table(shown, columns)
-            if rows
-            else [f"no gates found{f' in {namespace}' if namespace else ''}"]
-        )
+        if not rows:
+            return [f"no gates found{f' in {namespace}' if namespace else ''}"] if headers(args) else []
+        return text_table(shown, columns, headers(args))
 
-    emit(args, rows, table)
-    return EXIT_OK
+    return rows, table
 
 
 @api_errors
@@ -355,11 +427,11 @@ def _message(args: argparse.Namespace) -> str | None:
 def cmd_calendar(args: argparse.Namespace) -> int:
     from admission.store import calendar
 
-    _, index, now, namespace = lookup_gates(args)
-    try:
+    try:  # before the cluster is asked
         calendar.days_of(args.days)
     except ValueError as err:
         raise GateError(f"--{err}", EXIT_USAGE) from None
+    _, index, now, namespace = lookup_gates(args)
     cals = calendar.calendars(index, now, args.days, None if args.all_namespaces else namespace)
     if args.output == "ics":
         sys.stdout.buffer.write(calendar.to_ics(cals, now))

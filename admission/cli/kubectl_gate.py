@@ -3,10 +3,10 @@
 Exit codes a script can rely on:
   0  done; for ``check``, nothing would be denied (allowed with an audit warning is not a failure)
   1  ``check``: applying the manifest now would be denied for at least one object
-  2  usage error (bad flags, bad duration, unreadable manifest)
+  2  usage error (bad flags, bad duration, unreadable manifest), found before the cluster is asked
   3  not found (the gate, or the namespace's gates)
   4  forbidden (RBAC) or unauthorized
-  5  no cluster (no kubeconfig, API server unreachable)
+  5  no cluster (no kubeconfig, API server unreachable, or no answer within --request-timeout)
   6  ``--gates-dir``: a gates file (or the directory) cannot be used, or a gate it defines is
      invalid (an unknown field, a bad zone, cron or duration) or has input that is ignored (a
      toggle that cannot be read); every problem is printed on stderr, and the answer printed is
@@ -21,14 +21,24 @@ from __future__ import annotations
 
 import argparse
 import copy
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from admission.cli import approve, board, completion
+from admission import __version__
+from admission.cli import approve, board, completion, parsing
 from admission.cli.check import cmd_check
-from admission.cli.cluster import EXIT_BAD_GATES_DIR, EXIT_OK, GateError
-from admission.cli.gate_commands import cmd_calendar, cmd_get, cmd_list, cmd_toggle, show
+from admission.cli.cluster import DEFAULT_REQUEST_TIMEOUT, EXIT_BAD_GATES_DIR, EXIT_OK, GateError
+from admission.cli.gate_commands import (
+    add_watch_flags,
+    cmd_calendar,
+    cmd_get,
+    cmd_list,
+    cmd_toggle,
+    cmd_version,
+    show,
+)
 from admission.cli.settings import add_policy_flags
 from admission.cli.shellcomplete import hoist, print_completions
 
@@ -47,6 +57,7 @@ class Flavor:
     help, and the namespace a command uses without -n."""
 
     prog: str = "kubectl gate"
+    command: str = "kubectl-gate"  # the executable, as --version names it
     namespace_help: str = "namespace (default: the context's)"
     default_namespace: Callable[[argparse.Namespace], str | None] | None = None  # None: the context's
     switches: tuple[tuple[str, str], ...] = ()  # more common flags: (name, help)
@@ -66,14 +77,22 @@ def build_parser(flavor: Flavor = KUBECTL) -> argparse.ArgumentParser:
     common.add_argument("--context", help="kubeconfig context")
     _completes(common.add_argument("-n", "--namespace", help=flavor.namespace_help), completion.namespaces)
     common.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
+    common.add_argument(
+        "--request-timeout",
+        type=parsing.request_timeout,
+        default=DEFAULT_REQUEST_TIMEOUT,
+        metavar="DURATION",
+        help=f"give up on one API call after this long (30s, 2m; 0: never; default {DEFAULT_REQUEST_TIMEOUT:g}s)",
+    )
     for switch, help_text in flavor.switches:
         common.add_argument(switch, action="store_true", help=help_text)
     parser = argparse.ArgumentParser(
         prog=flavor.prog,
         description="Open, close and inspect Flux gates.",
         epilog=__doc__.split("\n\n", 1)[1],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    version = f"{flavor.command} {__version__}"
+    parser.add_argument("--version", action="version", version=version)
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser(
@@ -84,6 +103,7 @@ def build_parser(flavor: Flavor = KUBECTL) -> argparse.ArgumentParser:
     )
     p.add_argument("-A", "--all-namespaces", action="store_true")
     p.add_argument("--gates-dir", help="read gates from YAML files instead of the cluster")
+    add_watch_flags(p)
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser(
@@ -118,7 +138,23 @@ def build_parser(flavor: Flavor = KUBECTL) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "check", parents=[common], help="would the webhook deny applying these Flux objects now?"
     )
-    p.add_argument("-f", "--filename", required=True, help="manifest file, or - for stdin")
+    given = p.add_mutually_exclusive_group(required=True)
+    given.add_argument(
+        "-f",
+        "--filename",
+        action="append",
+        help="a manifest file, a directory of them (.yaml, .yml, .json) or - for stdin; repeatable",
+    )
+    given.add_argument(
+        "-k",
+        "--kustomize",
+        metavar="DIR",
+        help="the objects `kubectl kustomize DIR` renders, as `kubectl apply -k DIR` applies them",
+    )
+    p.add_argument(
+        "-R", "--recursive", action="store_true", help="with -f DIR: the directories within it too"
+    )
+    p.add_argument("--no-headers", action="store_true", help="the table without its header line")
     p.add_argument(
         "--gates-dir",
         help="judge against gates in YAML files instead of the cluster (every object is a CREATE)",
@@ -156,9 +192,11 @@ def build_parser(flavor: Flavor = KUBECTL) -> argparse.ArgumentParser:
     )
     p.add_argument("--gates-dir", help="read gates from YAML files instead of the cluster")
     p.set_defaults(func=cmd_calendar)
+    p = sub.add_parser("version", help="this command's version (no cluster is asked)")
+    p.set_defaults(func=cmd_version, version=version)
     for p in sub.choices.values():  # on each subcommand: completers see the subcommand's namespace
         p.set_defaults(default_namespace=flavor.default_namespace)
-    return parser
+    return parsing.plain_help(parser)
 
 
 def main(argv: list[str] | None = None, parser: argparse.ArgumentParser | None = None) -> int:
@@ -167,13 +205,17 @@ def main(argv: list[str] | None = None, parser: argparse.ArgumentParser | None =
 
     # Answers the shell's completion request and exits; does nothing otherwise.
     argcomplete.autocomplete(parser, always_complete_options=False)
-    args = parser.parse_args(hoist(list(sys.argv[1:] if argv is None else argv)))
+    args = parsing.parse(parser, hoist(list(sys.argv[1:] if argv is None else argv)))
     try:
         args.namespace = completion.namespace_of(args)
         code = args.func(args)
+        sys.stdout.flush()  # here, where a reader gone away is caught below, not at exit
     except GateError as err:
         show([f"error: {err}"], sys.stderr)
         return err.code
+    except BrokenPipeError:  # `kubectl gate list | head -1`: the reader had enough; no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
+        return EXIT_OK
     return EXIT_BAD_GATES_DIR if code == EXIT_OK and getattr(args, "gates_dir_problems", None) else code
 
 

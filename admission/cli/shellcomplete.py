@@ -20,7 +20,7 @@ FILE_FLAGS = {"-f", "--filename", "--kubeconfig"}
 DIR_FLAGS = {"--gates-dir"}
 # Flags every subcommand takes, which may come before it: `flux -n NS gate list` runs
 # `flux-gate -n NS list` (flux passes everything after its own command name verbatim).
-COMMON_VALUED = {"-n", "--namespace", "--context", "--kubeconfig", "-o", "--output"}
+COMMON_VALUED = {"-n", "--namespace", "--context", "--kubeconfig", "-o", "--output", "--request-timeout"}
 COMMON_SWITCHES = {"--ns-follows-kube-context"}  # flux's, accepted by `flux gate` (admission.cli.flux_gate)
 
 

@@ -24,7 +24,7 @@ GATES = [
     gate("change-freeze", default="opened"),
     gate("nightly", "team-a", default="opened"),
 ]
-SUBCOMMANDS = ["list", "get", "open", "close", "check", "approve", "pending", "board", "calendar"]
+SUBCOMMANDS = ["list", "get", "open", "close", "check", "approve", "pending", "board", "calendar", "version"]
 RFC_MESSAGE = "Patching a CVE: Signed off by Bob the builder"  # the gating RFC's example
 
 

@@ -1,5 +1,6 @@
 """A loopback stand-in for the few API server calls `kubectl gate` / `flux gate` make: list
-namespaces, list a namespace's Gates, merge-patch a Gate. It answers over real HTTP, so the CLI
+namespaces, list a namespace's Gates or every namespace's (no GateKeepers, no Flux object),
+merge-patch a Gate. It answers over real HTTP, so the CLI
 runs unchanged in its own process (also when exec'd by the flux binary), and records each
 patch as the API server would receive it (applied as tests/doubles/mergepatch.py says). Used by
 tests/app/test_flux_plugin.py and tests/server/test_flux_cli.py; it needs no cluster.
@@ -24,6 +25,9 @@ _GATES = re.compile(
     rf"^/apis/{re.escape(names.GATING_GROUP)}/{names.GATING_VERSION}/namespaces/([^/]+)/{names.GATE_PLURAL}(?:/([^/?]+))?(?:\?.*)?$"
 )
 _NAMESPACES = re.compile(r"^/api/v1/namespaces(?:\?.*)?$")
+_EVERY_NAMESPACE = re.compile(
+    rf"^/apis/{re.escape(names.GATING_GROUP)}/{names.GATING_VERSION}/({names.GATE_PLURAL}|{names.GATEKEEPER_PLURAL})(?:\?.*)?$"
+)
 
 
 class ApiServerDouble:
@@ -34,6 +38,9 @@ class ApiServerDouble:
         self.patches: list[tuple[str, str, str, dict]] = []
         # A Gate whose patches the API server refuses: (code, reason), answered as its Status is.
         self.refuse: dict[tuple[str, str], tuple[int, str]] = {}
+        # While set, every request is answered with this failure (code, reason): an API server
+        # in trouble, for a command that must outlast it.
+        self.failing: tuple[int, str] | None = None
         double = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -62,6 +69,24 @@ class ApiServerDouble:
                 self._failure(404, "NotFound", f"{self.path} not found")
 
             def do_GET(self):  # noqa: N802 (http.server's name)
+                if double.failing:
+                    return self._failure(*double.failing, "failing on purpose")
+                every = _EVERY_NAMESPACE.match(self.path)
+                if every:  # Gates in every namespace; no GateKeepers
+                    items = (
+                        [g for _, g in sorted(double.gates.items())]
+                        if every.group(1) == names.GATE_PLURAL
+                        else []
+                    )
+                    return self._answer(
+                        200,
+                        {
+                            "kind": "List",
+                            "apiVersion": names.GATING_API_VERSION,
+                            "metadata": {},
+                            "items": items,
+                        },
+                    )
                 if _NAMESPACES.match(self.path):
                     spaces = sorted({ns for ns, _ in double.gates})
                     return self._answer(

@@ -1,4 +1,4 @@
-"""Shell completion of `kubectl gate` in real bash and zsh: subcommands, flags, gate names,
+"""Shell completion of `kubectl gate` in real bash, zsh and fish: subcommands, flags, gate names,
 namespaces. Gate names come from --gates-dir here and from the API server in
 tests/e2e/test_operators.py."""
 
@@ -46,7 +46,7 @@ ARGCOMPLETE = "source <(gate-admission completion bash)"
     [
         (
             ["kubectl-gate", ""],
-            ["list", "get", "open", "close", "check", "approve", "pending", "board", "calendar"],
+            ["list", "get", "open", "close", "check", "approve", "pending", "board", "calendar", "version"],
         ),
         (["kubectl-gate", "ca"], ["calendar"]),
         (["kubectl-gate", "calendar", "--d"], ["--days"]),
@@ -67,6 +67,7 @@ def test_bash_completes_gate_admission_too():
     assert bash_complete(["gate-admission", "completion", ""], ARGCOMPLETE, "_python_argcomplete") == [
         "bash",
         "zsh",
+        "fish",
     ]
 
 
@@ -122,3 +123,43 @@ _python_argcomplete
         ["zsh", "-f", "-c", script], capture_output=True, text=True, timeout=60, env=ENV, cwd=ROOT
     )
     assert result.stdout.split("\n")[:-1] == expected, result.stderr
+
+
+def fish_complete(setup: str, line: str, path: str = "") -> list[str]:
+    """What fish offers for ``line`` (``complete -C``: the candidates, with their descriptions)."""
+    env = {**ENV, "PATH": f"{path}{os.pathsep}{ENV['PATH']}" if path else ENV["PATH"]}
+    result = subprocess.run(
+        ["fish", "--no-config", "-c", f"{setup} | source; complete -C '{line}'"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.splitlines()
+
+
+@pytest.mark.skipif(not shutil.which("fish"), reason="needs fish")
+def test_fish_completes_with_gate_admissions_script():
+    setup = "gate-admission completion fish"
+    assert fish_complete(setup, "kubectl-gate cal") == [
+        "calendar\topen and closed intervals of each gate over the coming days"
+    ]
+    assert fish_complete(setup, f"kubectl-gate get --gates-dir {GATES} -n flux-system s") == ["sre-approval"]
+    assert fish_complete(setup, "gate-admission completion ") == ["bash", "fish", "zsh"]
+
+
+@pytest.mark.skipif(not shutil.which("fish"), reason="needs fish")
+def test_fish_completes_kubectl_gate_through_kubectls_own_fish_completion():
+    # kubectl (1.26+) asks kubectl_complete-gate; the kubectl built with the API server is new enough.
+    assets = os.environ.get("KUBEBUILDER_ASSETS", "")
+    if not (Path(assets) / "kubectl").exists():
+        pytest.skip("needs the kubectl of KUBEBUILDER_ASSETS")
+    setup = "kubectl completion fish"
+    assert fish_complete(setup, "kubectl gate cal", assets) == [
+        "calendar\topen and closed intervals of each gate over the coming days"
+    ]
+    assert fish_complete(setup, f"kubectl gate get --gates-dir {GATES} -n flux-system b", assets) == [
+        "bypass-signoff"
+    ]

@@ -1,4 +1,4 @@
-"""`flux gate` through the real flux CLI (2.8+ runs plugins): discovery of the flux-gate link in
+"""`flux gate` through the real flux CLI (2.9+ runs plugins): discovery of the flux-gate link in
 $FLUXCD_PLUGINS, arguments passed verbatim, exit codes, and Cobra's `__complete` delegated to
 the plugin. Gates come from --gates-dir, and open/close go to a loopback stand-in for the API
 server (tests/doubles/apiserver.py); the e2e suite has the real one. Skips without the binary
@@ -27,7 +27,7 @@ GATES = [
     gate("nightly", "team-a", default="opened"),
 ]
 RFC_MESSAGE = "Patching a CVE: Signed off by Bob the builder"  # the gating RFC's `flux gate open` example
-SUBCOMMANDS = ["list", "get", "open", "close", "check", "approve", "pending", "board", "calendar"]
+SUBCOMMANDS = ["list", "get", "open", "close", "check", "approve", "pending", "board", "calendar", "version"]
 
 
 @pytest.fixture(scope="module")
