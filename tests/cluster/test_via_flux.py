@@ -9,6 +9,7 @@ Runs after test_uninstall (which leaves the kubectl install in place: it is remo
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import yaml
@@ -33,7 +34,7 @@ from tests.cluster.fluxinstall import (
     running_version,
 )
 from tests.cluster.load import steady_load
-from tests.e2e.controlplane import ROOT
+from tests.e2e.controlplane import ADMIN, ROOT
 from tests.polling import until
 from tests.realflux.conftest import condition, ready
 from tests.realflux.flux import FluxControllers, flux_dir, tools_dir
@@ -172,6 +173,29 @@ def test_a_chart_upgrade_by_flux_from_the_previous_release_fails_no_admission(
             "get", "deployment", name, "-n", NS, "-o", "jsonpath={.spec.selector.matchLabels}"
         ).stdout
         assert json.loads(selector).get("app.kubernetes.io/instance") == "gate-admission", (name, selector)
+
+
+def test_helm_test_of_the_release_flux_installed_proves_the_webhook_answers(
+    cluster, releases, flux_installed, tmp_path
+):
+    # The real helm CLI reads the release helm-controller stored, and runs the chart's test Pod
+    # (our image) against the running webhook: a review over TLS, answered allowed for its uid.
+    installed = released(cluster, releases[1].version)  # upgraded to, or installed first
+    history = installed["status"]["history"][0]
+    storage = installed["status"].get("storageNamespace") or history["namespace"]
+    out = Helm(tmp_path)(
+        "test",
+        history["name"],
+        "-n",
+        storage,
+        "--timeout",
+        "100s",
+        "--logs",
+        "--kubeconfig",
+        str(cluster.kubeconfig(ADMIN)),
+    )
+    assert re.search(r"^Phase:\s+Succeeded$", out, re.M), out
+    FIGURES.append(f"helm test {history['name']}: the test Pod's review answered ({releases[1].version})")
 
 
 def test_flux_heals_a_deleted_webhook_deployment_and_gated_writes_fail_closed_meanwhile(
