@@ -10,11 +10,12 @@ from pathlib import Path
 import orjson
 from cryptography import x509
 
-from admission.observability import metrics
+from admission.observability import controllermetrics, metrics
 from admission.pki import certs
 from admission.store.files import FileStore
 from admission.webhook.app import create_app
 from tests.builders import changed, flux, gate, request, review
+from tests.scrapes import controller_cache_scrape
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "manifests" / "monitoring" / "grafana-dashboard.json"
 
@@ -71,11 +72,14 @@ def test_kinds_we_do_not_gate_do_not_become_labels(make_client):
     assert "X" * 50 not in text and 'kind="other"' in text
 
 
-def test_every_metric_the_dashboard_queries_is_exported(make_client):
+def test_every_metric_the_dashboard_queries_is_exported(make_client, gates_dir, tmp_path):
     client = make_client([gate("g")])
     post(client, review(request("CREATE", flux(gates="flux-system/g"))))
     exported = {re.sub(r"\{.*", "", name) for name in samples(client)}
-    text = client.get("/metrics").get_data(as_text=True)
+    files, _ = certs.ensure(str(tmp_path), ["localhost"], datetime.now(UTC))
+    serving = create_app(FileStore(gates_dir), certfile=str(files.cert)).test_client()
+    # The webhook's (with its certificate) and the controller's.
+    text = serving.get("/metrics").get_data(as_text=True) + controller_cache_scrape()
     exported |= set(re.findall(r"^# TYPE (\w+)", text, re.M))
     exprs = [t["expr"] for p in json.loads(DASHBOARD.read_text())["panels"] for t in p["targets"]]
     queried = {name for expr in exprs for name in re.findall(r"gate_admission_\w+", expr)}
@@ -95,11 +99,11 @@ def _base(name: str) -> str:
 def test_every_label_the_dashboard_groups_or_filters_by_exists(make_client):
     # A panel that groups by a label the metric lacks draws one unlabelled line, silently.
     client = make_client([gate("g")])
-    text = client.get("/metrics").get_data(as_text=True)
+    text = client.get("/metrics").get_data(as_text=True) + controller_cache_scrape()
     labels: dict[str, set[str]] = {}
     for sample in re.findall(r"^(gate_admission_\w+)\{([^}]*)\}", text, re.M):
         labels.setdefault(_base(sample[0]), set()).update(re.findall(r"(\w+)=", sample[1]))
-    for metric in vars(metrics).values():  # labelled metrics with no sample yet
+    for metric in [*vars(metrics).values(), *vars(controllermetrics).values()]:  # none sampled yet
         if hasattr(metric, "_labelnames") and hasattr(metric, "_name"):
             labels.setdefault(_base(metric._name), set()).update(metric._labelnames)
     scraped = {"namespace", "pod", "le"}  # added by Prometheus' scrape, or the histogram's own

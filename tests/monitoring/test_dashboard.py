@@ -1,8 +1,9 @@
 """The Grafana dashboard's queries, evaluated by promtool over our metrics as Prometheus stores
-them: two real scrapes of `gate-admission serve` (around a denied edit, a mutation and an
+them: two real scrapes of `gate-admission serve` (each after a denied edit, a mutation and an
 allowed creation), each sample given the target labels of two webhook Pods behind the shipped
-ServiceMonitor. The gate table shows each gate by its own namespace and name, two same-named
-gates of two namespaces apart, once however many Pods report them."""
+ServiceMonitor, and two of the controller's, as two controller Pods behind the PodMonitor. The
+gate table shows each gate by its own namespace and name, two same-named gates of two
+namespaces apart, once however many Pods report them; a failing calendar counts once."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ import yaml
 from tests import ROOT
 from tests.monitoring.conftest import run_promtool
 from tests.scrapes import (
+    CONTROLLER_TARGET,
     NAMESPACE,
     WEBHOOK_TARGET,
     as_scraped,
+    controller_cache_scrape,
     promtool_value,
     series_selector,
     webhook_scrapes,
@@ -24,15 +27,18 @@ from tests.scrapes import (
 
 DASHBOARD = ROOT / "manifests" / "monitoring" / "grafana-dashboard.json"
 PODS = ("gate-admission-7d9f-a", "gate-admission-7d9f-b")
+CONTROLLER_PODS = ("gate-admission-controller-5c-a", "gate-admission-controller-5c-b")
 # Panels a gates directory gives no data to, and why: no receiver is configured, Events need a
 # cluster, and nothing failed.
 EMPTY = {
     "Receiver calls and Events": "no receiver, no cluster",
     "Errors while judging (validate fails closed, mutate open)": "no review failed",
 }
-# The panels whose answer is checked whole: the closed-gate count and the gate table.
+# The panels whose answer is checked whole: the closed-gate count, the gate table, the calendars
+# failing (one, reported by both controller Pods).
 EXACT = {
     "Closed gates": [{"labels": "{}", "value": 1}],
+    "Calendars failing": [{"labels": "{}", "value": 1}],
     "Gates table": [
         {"labels": '{gate="freeze",gate_namespace="team-a",reason="Default"}', "value": 0},
         {"labels": '{gate="freeze",gate_namespace="team-b",reason="Default"}', "value": 1},
@@ -52,15 +58,19 @@ def queries() -> list[tuple[str, str]]:
 
 @pytest.fixture(scope="module")
 def input_series(tmp_path_factory) -> list[dict]:
-    """Both scrapes, one minute apart, as each of two Pods' series."""
-    first, second = webhook_scrapes(tmp_path_factory.mktemp("webhook"))
+    """Both scrapes of each, one minute apart, as each of two Pods' series."""
+    scraped = [
+        (WEBHOOK_TARGET, PODS, 9443, webhook_scrapes(tmp_path_factory.mktemp("webhook"))),
+        (CONTROLLER_TARGET, CONTROLLER_PODS, 8081, (controller_cache_scrape(), controller_cache_scrape())),
+    ]
     series: dict[str, list[str]] = {}
-    for pod in PODS:
-        target = {**WEBHOOK_TARGET, "pod": pod, "instance": f"{pod}:9443"}
-        for minute, text in enumerate((first, second)):
-            for name, labels, value in as_scraped(text, target):
-                values = series.setdefault(series_selector(name, labels), ["_", "_"])
-                values[minute] = promtool_value(value)
+    for given, pods, port, texts in scraped:
+        for pod in pods:
+            target = {**given, "pod": pod, "instance": f"{pod}:{port}"}
+            for minute, text in enumerate(texts):
+                for name, labels, value in as_scraped(text, target):
+                    values = series.setdefault(series_selector(name, labels), ["_", "_"])
+                    values[minute] = promtool_value(value)
     return [{"series": name, "values": " ".join(values)} for name, values in series.items()]
 
 
