@@ -40,10 +40,12 @@ CONTROLLER_TARGET = {
     "endpoint": "health",
     "container": "controller",
 }
-# Two same-named gates in two namespaces, one closed: the gate table must keep them apart.
+# Two same-named gates in two namespaces, one closed: the gate table must keep them apart; and a
+# closed gate in audit mode.
 GATES = [
     gate("freeze", namespace="team-a", default="closed"),
     gate("freeze", namespace="team-b"),
+    gate("watch", namespace="team-b", default="closed", mode="audit"),
 ]
 
 
@@ -53,11 +55,14 @@ def _post(server, path: str, doc: dict) -> None:
 
 
 def _reviews(server) -> None:
-    """A denied edit (and its mutation) behind team-a's closed gate, an allowed creation behind team-b's."""
+    """A denied edit (and its mutation) behind team-a's closed gate, an allowed creation behind team-b's,
+    an audited edit behind team-b's gate in audit mode."""
     held = flux(namespace="team-a", gates="team-a/freeze")
     _post(server, "/validate", review(request("UPDATE", changed(held, path="./b"), held)))
     _post(server, "/mutate", review(request("UPDATE", changed(held, path="./b"), held)))
     _post(server, "/validate", review(request("CREATE", flux(namespace="team-b", gates="team-b/freeze"))))
+    watched = flux(name="shop", namespace="team-b", gates="team-b/watch")
+    _post(server, "/validate", review(request("UPDATE", changed(watched, path="./b"), watched)))
 
 
 def webhook_scrapes(tmp: Path) -> tuple[str, str]:

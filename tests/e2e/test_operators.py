@@ -397,7 +397,10 @@ def test_denials_are_events_once_per_period_metrics_move_and_logs_are_json(plane
 
     after = server.metrics()
     assert after[denied] - before >= 6  # five applies and the dry run
-    assert after['gate_admission_gate_open{gate="observed",gate_namespace="flux-system",reason="Default"}'] == 0.0
+    assert (
+        after['gate_admission_gate_open{gate="observed",gate_namespace="flux-system",reason="Default"}']
+        == 0.0
+    )
     assert after["gate_admission_gate_cache_ready"] == 1.0
     assert after['gate_admission_review_duration_seconds_count{webhook="validate"}'] > 0
     assert after['gate_admission_denial_events_total{result="created"}'] >= 1

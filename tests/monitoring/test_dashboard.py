@@ -37,11 +37,12 @@ EMPTY = {
 # The panels whose answer is checked whole: the closed-gate count, the gate table, the calendars
 # failing (one, reported by both controller Pods).
 EXACT = {
-    "Closed gates": [{"labels": "{}", "value": 1}],
+    "Closed gates": [{"labels": "{}", "value": 2}],
     "Calendars failing": [{"labels": "{}", "value": 1}],
-    "Gates table": [
+    "Gates": [
         {"labels": '{gate="freeze",gate_namespace="team-a",reason="Default"}', "value": 0},
         {"labels": '{gate="freeze",gate_namespace="team-b",reason="Default"}', "value": 1},
+        {"labels": '{gate="watch",gate_namespace="team-b",reason="Default"}', "value": 0},
     ],
 }
 

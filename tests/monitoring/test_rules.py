@@ -38,7 +38,25 @@ def controller(name: str, values: str, pod: str = "gate-admission-controller-5c-
 
 
 def alert(name: str, at: str, *fired: dict[str, str]) -> dict:
-    return {"eval_time": at, "alertname": name, "exp_alerts": [{"exp_labels": labels} for labels in fired]}
+    """``name`` at ``at`` fires once for each of ``fired`` (its labels), with the rule's annotations
+    as Prometheus renders them for those labels."""
+    return {
+        "eval_time": at,
+        "alertname": name,
+        "exp_alerts": [
+            {"exp_labels": labels, "exp_annotations": annotations(name, labels)} for labels in fired
+        ],
+    }
+
+
+def annotations(name: str, labels: dict[str, str]) -> dict[str, str]:
+    [rule] = [
+        r for g in prometheus_rule_groups(RULES)["groups"] for r in g["rules"] if r.get("alert") == name
+    ]
+    return {
+        key: re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels[m.group(1)], text)
+        for key, text in rule["annotations"].items()
+    }
 
 
 WEBHOOK_POD = {"namespace": WEBHOOK_TARGET["namespace"], "pod": "gate-admission-7d9f-a"}
