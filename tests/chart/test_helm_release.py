@@ -178,7 +178,7 @@ def test_install_creates_what_helm_template_renders(plane, helm, installed):
     ]
     release = [d for d in yaml.safe_load_all(helm("get", "manifest", "gate-admission", "-n", NS).stdout) if d]
     assert not [d for d in yaml.safe_load_all(helm("get", "hooks", "gate-admission", "-n", NS).stdout) if d]
-    assert len(release) == len(rendered) == 32  # manifests/ less its Namespace
+    assert len(release) == len(rendered) == 33  # manifests/ less its Namespace
     assert ("Job", "gate-admission-certs-init-1") in [(d["kind"], d["metadata"]["name"]) for d in release]
     for doc in release:
         namespace = ["-n", doc["metadata"]["namespace"]] if "namespace" in doc["metadata"] else []
