@@ -203,7 +203,7 @@ def reached(server: GateServer, kind: str = "") -> dict[str, float]:
     for sample, value in server.metrics().items():
         if sample.startswith(REVIEWS) and (not kind or f'kind="{kind}"' in sample):
             for endpoint in counts:
-                if f'endpoint="{endpoint}"' in sample:
+                if f'webhook="{endpoint}"' in sample:
                     counts[endpoint] += value
     return counts
 

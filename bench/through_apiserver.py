@@ -182,7 +182,7 @@ def apiserver_webhooks(plane) -> dict[str, tuple[float, float]]:
 def ours_handler(server) -> dict[str, tuple[float, float]]:
     """Our server's decode-to-encode time, (sum s, count) per endpoint."""
     with urllib.request.urlopen(f"{server.url}/metrics", context=server.tls(), timeout=10) as resp:
-        return metric_sums(resp.read().decode(), "gate_admission_review_duration_seconds", "endpoint")
+        return metric_sums(resp.read().decode(), "gate_admission_review_duration_seconds", "webhook")
 
 
 class CallTimes:

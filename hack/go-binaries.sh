@@ -5,6 +5,7 @@
 #   hack/go-binaries.sh control-plane   kube-apiserver, kubectl (same version), etcd
 #   hack/go-binaries.sh flux            the Flux controllers, the flux CLI, their CRDs (crds/)
 #   hack/go-binaries.sh tools           an OCI registry for the real-Flux tests
+#   hack/go-binaries.sh promtool        Prometheus's promtool: the alert rules' unit tests, the dashboard's queries
 #   hack/go-binaries.sh node            kubelet, kube-proxy, kube-controller-manager, kube-scheduler, pause
 #   hack/go-binaries.sh helm            the helm CLI, for the chart's tests (charts/gate-admission)
 #   hack/go-binaries.sh all             all of the above
@@ -27,6 +28,7 @@ FLUX_MODULES=(
 )
 GGCR_VERSION=v0.21.9  # go-containerregistry, for its in-memory OCI registry
 HELM_VERSION=v4.3.1   # the helm CLI (helm.sh/helm/v4)
+PROMETHEUS_VERSION=v0.316.0  # github.com/prometheus/prometheus (Prometheus 3.x's Go module), for promtool
 
 ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/flux-gate-admission"
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
@@ -235,6 +237,26 @@ build_helm() {
   echo "$out"
 }
 
+# Prometheus's promtool, built in Prometheus's own module (its go.mod's versions, as its releases
+# are built): `promtool test rules` evaluates our alert rules and the dashboard's queries.
+build_promtool() {
+  local out="$ROOT/tools/prometheus-$PROMETHEUS_VERSION" src
+  if [[ -x "$out/promtool" ]]; then echo "$out"; return; fi
+  mkdir -p "$out"
+  src=$(module_copy github.com/prometheus/prometheus "$PROMETHEUS_VERSION"); cd "$src"
+  # Its go.work names modules the module zip leaves out.
+  export GOWORK=off
+  fetch_dependencies
+  # v0.316.0 is Prometheus 3.16.0: the version promtool --version says, as its releases stamp it.
+  local pkg=github.com/prometheus/common/version minor=${PROMETHEUS_VERSION#v0.3}
+  timed "promtool $PROMETHEUS_VERSION" go build -trimpath \
+    -ldflags "-s -w -X $pkg.Version=3.${minor%%.*}.${PROMETHEUS_VERSION##*.} -X $pkg.Branch=release" \
+    -o "$out/promtool.partial" ./cmd/promtool
+  mv "$out/promtool.partial" "$out/promtool"
+  "$out/promtool" --version >&2
+  echo "$out"
+}
+
 # A node's and a cluster's other parts, for the real-cluster tier (tests/cluster): the kubelet,
 # kube-proxy, kube-controller-manager and kube-scheduler of the same Kubernetes, and a pause
 # binary (the Pod sandbox's process: it holds the namespaces and exits on SIGTERM/SIGINT).
@@ -290,7 +312,8 @@ for what in "$@"; do
     tools) build_tools ;;
     node) build_node ;;
     helm) build_helm ;;
-    all) build_control_plane; build_flux; build_tools; build_node; build_helm ;;
-    *) log "unknown: $what (control-plane|flux|tools|node|helm|all)"; exit 2 ;;
+    promtool) build_promtool ;;
+    all) build_control_plane; build_flux; build_tools; build_node; build_helm; build_promtool ;;
+    *) log "unknown: $what (control-plane|flux|tools|node|helm|promtool|all)"; exit 2 ;;
   esac
 done

@@ -6,7 +6,8 @@
 #                                 nothing, starts nothing and asks no network once .venv exists
 # What each tier needs, installed only for the tiers named (all when none is):
 #   - the real Kubernetes (kube-apiserver, etcd, kubectl) and the real Flux (controllers, CLI,
-#     CRDs) for the end-to-end tiers, and the helm CLI for the chart's tests (tests/chart),
+#     CRDs) for the end-to-end tiers, the helm CLI for the chart's tests (tests/chart) and
+#     Prometheus's promtool for the alerts' and the dashboard's (tests/monitoring),
 #     built once from their Go modules and cached in ~/.cache/flux-gate-admission
 #     (hack/go-binaries.sh; $KUBEBUILDER_ASSETS wins for the control plane)
 #   - for the real-cluster tier (tests/cluster): a Docker engine (started here when none runs,
@@ -81,8 +82,13 @@ fi
 if wants e2e realflux cluster; then
   FLUX_BINARIES="$(hack/go-binaries.sh flux)"; export FLUX_BINARIES; built+=("Flux: $FLUX_BINARIES")
 fi
+# TEST_TOOLS lists directories, as PATH does: the OCI registry's, promtool's.
 if wants realflux cluster; then
   TEST_TOOLS="$(hack/go-binaries.sh tools)"; export TEST_TOOLS; built+=("tools: $TEST_TOOLS")
+fi
+if wants monitoring; then
+  promtool_dir="$(hack/go-binaries.sh promtool)"; built+=("promtool: $promtool_dir")
+  TEST_TOOLS="${TEST_TOOLS:+$TEST_TOOLS:}$promtool_dir"; export TEST_TOOLS
 fi
 if wants cluster; then
   FGA_NODE_BINARIES="$(hack/go-binaries.sh node)"; export FGA_NODE_BINARIES; built+=("node: $FGA_NODE_BINARIES")

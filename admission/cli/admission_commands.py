@@ -224,6 +224,7 @@ def _app_factory(args: argparse.Namespace):
             sources=sources,
             attempts=attempts,
             board=board,
+            certfile=str(certs.CertFiles(Path(args.cert_dir)).cert),
         )
 
     return factory
@@ -366,8 +367,22 @@ def run_controller(args: argparse.Namespace) -> int:
         approval_key=key,
     )
     if args.health_port:
+        from admission.kube.scrape import collector
+        from admission.observability.controllermetrics import exposition
+
+        scraped = collector(
+            controller.store,
+            elector.is_leader.is_set if elector else lambda: True,
+            utcnow,
+            (lambda: dict(notifier.results)) if notifier else None,
+        )
         try:
-            serve_health(args.health_port, controller.readiness, args.health_address)
+            serve_health(
+                args.health_port,
+                controller.readiness,
+                args.health_address,
+                metrics=lambda: exposition(scraped),
+            )
         except OSError as err:  # before anything is started: nothing to stop
             print(
                 f"gate-admission controller: cannot listen on --health-address {args.health_address} "

@@ -257,7 +257,7 @@ def _add_controller(sub: argparse._SubParsersAction) -> None:
         "--health-port",
         type=int,
         default=int(_env("health-port", 8081)),
-        help="plain-HTTP /healthz and /readyz for probes (0: off)",
+        help="plain-HTTP /healthz and /readyz for probes, and /metrics for Prometheus (0: off)",
     )
     p.add_argument(
         "--health-address",

@@ -14,6 +14,7 @@ from admission.core.flux import content
 from admission.core.gates import approvalrecord, approvals
 from admission.core.gates.gates import GateState
 from admission.kube.client import CALL_ERRORS, describe_error
+from admission.observability.controllermetrics import API_ERRORS, APPROVALS
 
 if TYPE_CHECKING:
     from kubernetes import client
@@ -24,6 +25,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("admission.controller")
 Key = tuple[str, str, str]  # kind, namespace, name
 CONFLICT_RETRIES = 5  # writes of a Gate's ended approvals, each after reading the Gate again
+_COUNTED = {  # the announcements /metrics counts (gate_admission_controller_approvals_total's event)
+    names.APPROVAL_RECORDED_EVENT: "recorded",
+    names.APPROVAL_USED_EVENT: "used",
+    names.APPROVAL_EXPIRED_EVENT: "expired",
+    names.APPROVAL_WITHDRAWN_EVENT: "withdrawn",
+}
 
 
 def kind_key(kind: str, obj: dict[str, Any] | None) -> Key:
@@ -117,6 +124,8 @@ class ApprovalLanding:
         now: datetime,
     ) -> None:
         message = f"{what}: {approval.describe()}" if what else approval.describe()
+        if reason in _COUNTED:
+            APPROVALS.labels(_COUNTED[reason]).inc()
         log.info(message, extra={"Gate": {"namespace": key[0], "name": key[1]}, "reason": reason})
         self._event(gate, reason, message, now)
         self._notify(gate, reason, message, approval, now)
@@ -202,6 +211,7 @@ class ApprovalLanding:
                         continue
                     except CALL_ERRORS as reread:
                         err = reread
+                API_ERRORS.labels("approval_record").inc()
                 log.warning(
                     "approvals not ended",
                     extra={"Gate": {"namespace": key[0], "name": key[1]}, "error": describe_error(err)},
@@ -214,6 +224,7 @@ class ApprovalLanding:
                 self._announce(key, gate, entry["reason"], what, approval, now)
             withdrawn = approvalrecord.newly_withdrawn(gate, written)
             if withdrawn:  # one Event for all: withdrawing many at once is one act
+                APPROVALS.labels("withdrawn").inc(len(withdrawn))
                 shown = ", ".join(f"{e['id']} ({e['reason']} at {e[approvals.AT]})" for e in withdrawn[:10])
                 more = f" and {len(withdrawn) - 10} more" if len(withdrawn) > 10 else ""
                 message = (

@@ -58,6 +58,7 @@ from admission.core.time.subscriptions import (
 from admission.ical.fetch import DEFAULT_POLICY, Auth, FetchError, Policy, fetch
 from admission.ical.parse import ParseError, parse_in_child
 from admission.kube.client import CALL_ERRORS, describe_error
+from admission.observability.controllermetrics import API_ERRORS, count_fetch
 
 log = logging.getLogger("admission.calendars")
 # The shortest interval the controller fetches a feed at (--calendar-min-interval).
@@ -208,6 +209,7 @@ class CalendarSync:
         try:
             began = time.monotonic()
             entry = self._fetch(keeper, cal, previous)
+            count_fetch(entry)
             with self._lock:
                 self.took[key] = timedelta(seconds=time.monotonic() - began)
                 if epoch != self.epoch:
@@ -322,6 +324,7 @@ class CalendarSync:
         try:
             secret = self.core.read_namespaced_secret(name, namespace)
         except CALL_ERRORS as err:
+            API_ERRORS.labels("secret").inc()
             raise SecretError(f"Secret {namespace}/{name}: {describe_error(err)}") from None
         data = getattr(secret, "data", None) or {}
         try:
@@ -388,13 +391,7 @@ class CalendarSync:
                     {"status": status},
                 )
             except CALL_ERRORS as err:
-                log.warning(
-                    "calendar status not written",
-                    extra={
-                        "GateKeeper": {"namespace": namespace, "name": name},
-                        "error": describe_error(err),
-                    },
-                )
+                self._not_written("written", namespace, name, err)
                 return
             self.written[(namespace, name)] = status
             for cal, entry in known:
@@ -460,13 +457,13 @@ class CalendarSync:
                 )
                 self.written[(namespace, name)] = {"calendars": None}
             except CALL_ERRORS as err:
-                log.warning(
-                    "calendar status not cleared",
-                    extra={
-                        "GateKeeper": {"namespace": namespace, "name": name},
-                        "error": describe_error(err),
-                    },
-                )
+                self._not_written("cleared", namespace, name, err)
+
+    @staticmethod
+    def _not_written(what: str, namespace: str, name: str, err: BaseException) -> None:
+        API_ERRORS.labels("gatekeeper_status").inc()
+        where = {"namespace": namespace, "name": name}
+        log.warning(f"calendar status not {what}", extra={"GateKeeper": where, "error": describe_error(err)})
 
     # -- loop -------------------------------------------------------------------------------
     def run(self, stopped: threading.Event, wake: threading.Event, active: Callable[[], bool]) -> None:

@@ -38,6 +38,7 @@ from admission.kube.events import core_event, post_event
 from admission.kube.fluxcache import FluxCache
 from admission.kube.notifications import FluxNotifier
 from admission.kube.reflector import ClusterStore
+from admission.observability.controllermetrics import API_ERRORS, RECONCILE_REQUESTS
 
 log = logging.getLogger("admission.controller")
 COMPONENT = "gate-admission-controller"  # the source of transition Events
@@ -156,7 +157,9 @@ class Controller(ApprovalLanding):
             try:
                 state = self.store.index.lookup(key[0], key[1], now)
                 self._reconcile_gate(key, gate, state, now)
-            except Exception:  # one gate's failure must not stop the others
+            except Exception as err:  # one gate's failure must not stop the others
+                if isinstance(err, CALL_ERRORS):
+                    API_ERRORS.labels("gate_status").inc()
                 log.exception(
                     "reconciling gate failed", extra={"Gate": {"namespace": key[0], "name": key[1]}}
                 )
@@ -253,6 +256,7 @@ class Controller(ApprovalLanding):
         try:
             post_event(self.core, body)
         except CALL_ERRORS as err:
+            API_ERRORS.labels("event").inc()
             log.warning("event not recorded", extra={"reason": reason, "error": describe_error(err)})
 
     # -- Flux notifications for held and released objects ------------------------------
@@ -295,8 +299,11 @@ class Controller(ApprovalLanding):
             self.custom.patch_namespaced_custom_object(
                 row.group, self.flux.version(kind) or row.versions[0], namespace, row.plural, name, body
             )
+            RECONCILE_REQUESTS.labels("requested").inc()
             return True
         except CALL_ERRORS as err:
+            RECONCILE_REQUESTS.labels("failed").inc()
+            API_ERRORS.labels("reconcile_request").inc()
             log.warning(
                 "reconcile not requested",
                 extra={"object": label(kind, namespace, name), "error": describe_error(err)},

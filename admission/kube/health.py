@@ -1,10 +1,12 @@
-"""Plain-HTTP /healthz and /readyz for a process that serves no reviews (the controller).
+"""Plain-HTTP /healthz, /readyz and /metrics for a process that serves no reviews (the controller).
 
 One thread answers every connection through a selector, whatever their number: a connection
 costs a socket, never a thread. A connection that has not sent its request head within
 READ_TIMEOUT is closed, and at most MAX_CONNECTIONS are open at once; one more closes the one
 that has waited longest, so idle connections (a port scan, a client that never writes) cannot
-keep the kubelet's probe from an answer.
+keep the kubelet's probe from an answer. An answer the socket does not take at once (a scrape
+larger than its send buffer) is sent as the client reads it, on the same thread, within the
+same READ_TIMEOUT.
 """
 
 from __future__ import annotations
@@ -41,11 +43,13 @@ class HealthServer:
         readiness: Callable[[], tuple[bool, dict[str, Any]]],
         read_timeout: float,
         max_connections: int,
+        metrics: Callable[[], tuple[bytes, str]] | None = None,
     ):
-        self.listener, self.readiness = listener, readiness
+        self.listener, self.readiness, self.metrics = listener, readiness, metrics
         self.read_timeout, self.max_connections = read_timeout, max(1, max_connections)
         self.selector = selectors.DefaultSelector()
         self.open: dict[socket.socket, tuple[float, bytearray]] = {}  # since when, what it sent
+        self.unsent: dict[socket.socket, bytes] = {}  # answers the client has not taken yet
         self._stopped = threading.Event()
         listener.setblocking(False)
         self.selector.register(listener, selectors.EVENT_READ)
@@ -68,6 +72,8 @@ class HealthServer:
             for key, _ in self.selector.select(timeout=0.5):
                 if key.fileobj is self.listener:
                     self._accept()
+                elif key.fileobj in self.unsent:
+                    self._send(key.fileobj)
                 else:
                     self._read(key.fileobj)  # type: ignore[arg-type]
             deadline = time.monotonic() - self.read_timeout
@@ -99,9 +105,21 @@ class HealthServer:
         head = self.open[conn][1]
         head += data
         if b"\r\n\r\n" in head or b"\n\n" in head:
-            self._answer(conn, *self._response(bytes(head)))
+            if self.metrics is not None and head.split(b"\n", 1)[0].split()[:2] == [b"GET", b"/metrics"]:
+                self._scrape(conn)
+            else:
+                self._answer(conn, *self._response(bytes(head)))
         elif len(head) > MAX_HEAD:
             self._answer(conn, 431, {"error": "request head too large"})
+
+    def _scrape(self, conn: socket.socket) -> None:
+        assert self.metrics is not None
+        try:
+            payload, content_type = self.metrics()
+        except Exception as err:  # noqa: BLE001 (the one answering thread must outlive a failing collector)
+            self._answer(conn, 503, {"error": f"{type(err).__name__}: {err}"})
+            return
+        self._write(conn, 200, content_type, payload)
 
     def _response(self, head: bytes) -> tuple[int, dict[str, object]]:
         parts = head.split(b"\n", 1)[0].split()
@@ -120,20 +138,34 @@ class HealthServer:
         return 404, {"error": "not found"}
 
     def _answer(self, conn: socket.socket, code: int, body: dict[str, object]) -> None:
-        payload = orjson.dumps(body)
+        self._write(conn, code, "application/json", orjson.dumps(body))
+
+    def _write(self, conn: socket.socket, code: int, content_type: str, payload: bytes) -> None:
         head = (
-            f"HTTP/1.1 {code} {_REASONS[code]}\r\nContent-Type: application/json\r\n"
+            f"HTTP/1.1 {code} {_REASONS[code]}\r\nContent-Type: {content_type}\r\n"
             f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n"
         )
+        self.unsent[conn] = head.encode() + payload
+        self.selector.modify(conn, selectors.EVENT_WRITE)
+        self._send(conn)
+
+    def _send(self, conn: socket.socket) -> None:
+        """Send what the socket takes now; close once all is sent (or the client is gone). A client
+        that reads none of it is closed at its deadline, and never holds this thread."""
+        rest = self.unsent[conn]
         try:
-            # A few hundred bytes fit in any socket's send buffer; a client that reads none of it
-            # loses the rest, and never holds this thread.
-            conn.send(head.encode() + payload)
+            rest = rest[conn.send(rest) :]
+        except BlockingIOError:
+            return
         except OSError:
-            pass
-        self._close(conn)
+            rest = b""
+        if rest:
+            self.unsent[conn] = rest
+        else:
+            self._close(conn)
 
     def _close(self, conn: socket.socket) -> None:
+        self.unsent.pop(conn, None)
         self.open.pop(conn, None)
         try:
             self.selector.unregister(conn)
@@ -149,9 +181,11 @@ def serve_health(
     *,
     read_timeout: float = READ_TIMEOUT,
     max_connections: int = MAX_CONNECTIONS,
+    metrics: Callable[[], tuple[bytes, str]] | None = None,
 ) -> HealthServer:
     """Answer probes on ``address`` (IPv4 or IPv6) and ``port`` in one daemon thread; /readyz is 503
-    until ``readiness`` says ready. Raises OSError when it cannot listen there."""
+    until ``readiness`` says ready; /metrics answers ``metrics`` (its body and content type) when
+    given. Raises OSError when it cannot listen there."""
     # An IPv6-only cluster's Pod IP needs AF_INET6: the family is the address's own.
     family, kind, proto, _, sockaddr = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM)[0]
     listener = socket.socket(family, kind, proto)
@@ -162,6 +196,6 @@ def serve_health(
     except OSError:
         listener.close()
         raise
-    server = HealthServer(listener, readiness, read_timeout, max_connections)
+    server = HealthServer(listener, readiness, read_timeout, max_connections, metrics)
     server.thread.start()
     return server

@@ -11,6 +11,7 @@ from kubernetes.client.rest import ApiException
 
 from admission.clock import utcnow
 from admission.core.base.timefmt import format_distinct_time
+from admission.observability.controllermetrics import API_ERRORS
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +97,7 @@ class LeaderElector:
                 leader = self._try()
                 self._reached = True
             except ApiException as err:
+                API_ERRORS.labels("lease").inc()
                 if err.status in (403, 404) and not self._reached:
                     # Before we ever held or read the Lease: a namespace that does not exist
                     # (404 on create) or one we may not use (403) will not fix itself.
@@ -112,6 +114,7 @@ class LeaderElector:
                 )
                 leader = False
             except Exception as err:  # noqa: BLE001 (outages, and anything else: not the leader until a renewal works; a dead loop would stay leader)
+                API_ERRORS.labels("lease").inc()
                 log.warning("lease not renewed", extra={"lease": self.name, "error": str(err)})
                 leader = False
             if leader and not self.is_leader.is_set():

@@ -156,6 +156,10 @@ class Reviews:
 
     def answer(self, route: Route, body: bytes) -> tuple[int, bytes]:
         """The HTTP status and JSON body for a review ``body`` sent to ``route``."""
+        with metrics.IN_FLIGHT.labels(route.name).track_inprogress():
+            return self._answer(route, body)
+
+    def _answer(self, route: Route, body: bytes) -> tuple[int, bytes]:
         started = time.perf_counter()
         try:
             review = parse_review(body)
@@ -258,7 +262,9 @@ def _read_body(environ: WSGIEnvironment) -> bytes | None:
     return None if len(body) > MAX_BODY else body
 
 
-def _probes(store: GateStore, sources: Sources | None, clock: Callable[[], datetime]) -> Blueprint:
+def _probes(
+    store: GateStore, sources: Sources | None, clock: Callable[[], datetime], certfile: str | None
+) -> Blueprint:
     """``/healthz``, ``/readyz`` and ``/metrics``."""
     probes = Blueprint("probes", __name__)
     trusted_once: list[bool] = []  # set once the Flux object cache has been trusted
@@ -288,7 +294,7 @@ def _probes(store: GateStore, sources: Sources | None, clock: Callable[[], datet
 
     @probes.get("/metrics")
     def prometheus() -> Response:
-        payload, content_type = metrics.exposition(store, clock)
+        payload, content_type = metrics.exposition(store, clock, certfile)
         return Response(payload, mimetype=None, content_type=content_type)
 
     return probes
@@ -331,6 +337,7 @@ def create_app(
     calendar_wait: float = FIRST_WAIT,
     calendar_token: TokenFile | None = None,
     board: WSGIApplication | None = None,
+    certfile: str | None = None,
 ) -> Flask:
     """Wire the app around a gate store; ``clock`` is the one place time is read.
 
@@ -341,6 +348,7 @@ def create_app(
     this worker's own (a query with no feed yet waits up to ``calendar_wait`` seconds for its
     first build), to callers with ``calendar_token`` only when given. ``board``: a read-only page
     (the gate board, wired by the command line), served under ``/board`` to the same callers.
+    ``certfile``: the serving certificate, whose expiry /metrics shows.
     """
     settings = settings or Settings()
     app = Flask("admission")
@@ -354,7 +362,7 @@ def create_app(
     app.wsgi_app = ReviewRoutes(  # type: ignore[method-assign]
         fallback, Reviews(store, settings, clock, events, sources, attempts)
     )
-    app.register_blueprint(_probes(store, sources, clock))
+    app.register_blueprint(_probes(store, sources, clock, certfile))
     if receiver is not None:
         app.register_blueprint(receiver)
     if calendar:

@@ -67,8 +67,11 @@ def test_a_gate_dated_near_year_9999_breaks_no_shared_surface(gates_dir, served)
     metrics = client.get("/metrics")
     assert metrics.status_code == 200
     text = metrics.get_data(as_text=True)
-    assert 'gate_admission_gate_open{name="qa-approval",namespace="flux-system",reason="Default"} 1.0' in text
-    assert 'name="late-toggle",namespace="tenant"' in text
+    assert (
+        'gate_admission_gate_open{gate="qa-approval",gate_namespace="flux-system",reason="Default"} 1.0'
+        in text
+    )
+    assert 'gate="late-toggle",gate_namespace="tenant"' in text
 
     feed = events(fetch(client, "/calendar.ics").data)
     assert {summary for summary, _, _ in feed} >= {"Gate flux-system/sre-approval closed"}

@@ -165,9 +165,10 @@ def test_the_charts_files_are_copies_of_the_manifests_files():
         Path("crds/gating.toolkit.fluxcd.io_gatekeepers.yaml"),
         Path("crds/gating.toolkit.fluxcd.io_gates.yaml"),
         Path("grafana-dashboard.json"),
+        Path("prometheusrule.yaml"),
     ]
     for copy in copies:
-        original = MANIFESTS / ("monitoring" if copy.suffix == ".json" else "") / copy
+        original = MANIFESTS / ("monitoring" if copy.parent == Path() else "") / copy
         assert not (CHART / "files" / copy).is_symlink()
         assert (CHART / "files" / copy).read_bytes() == original.read_bytes(), (
             f"cp {original} {CHART / 'files' / copy}"
@@ -185,7 +186,11 @@ def test_the_chart_lints_strictly(helm, tmp_path):
                 "calendarToken": {"enabled": True},
                 "board": {"enabled": True},
                 "fluxNotifications": {"enabled": True},
-                "monitoring": {"serviceMonitor": {"enabled": True}, "dashboard": {"enabled": True}},
+                "monitoring": {
+                    "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}},
+                    "prometheusRule": {"enabled": True, "labels": {"release": "prometheus"}},
+                    "dashboard": {"enabled": True},
+                },
                 "webhooks": {"variant": "pre-1.30"},
                 "namespace": {"create": True},
                 "fullnameOverride": "gates",
@@ -291,15 +296,49 @@ def test_the_board_value_turns_serve_board_on_in_the_webhook_only(chart, monkeyp
 def test_monitoring_renders_manifests_monitoring(chart, kustomize):
     monitoring = except_namespace(kustomize(resources=("monitoring",)))
     assert_same_objects(
-        chart("monitoring.serviceMonitor.enabled=true", "monitoring.dashboard.enabled=true"), monitoring
+        chart(
+            "monitoring.serviceMonitor.enabled=true",
+            "monitoring.prometheusRule.enabled=true",
+            "monitoring.dashboard.enabled=true",
+        ),
+        monitoring,
     )
     plain = {key(d) for d in chart()}
-    assert [d["kind"] for d in chart("monitoring.serviceMonitor.enabled=true") if key(d) not in plain] == [
-        "ServiceMonitor"
+    assert sorted(
+        d["kind"] for d in chart("monitoring.serviceMonitor.enabled=true") if key(d) not in plain
+    ) == [
+        "PodMonitor",
+        "ServiceMonitor",
+    ]
+    assert [d["kind"] for d in chart("monitoring.prometheusRule.enabled=true") if key(d) not in plain] == [
+        "PrometheusRule"
     ]
     assert [d["kind"] for d in chart("monitoring.dashboard.enabled=true") if key(d) not in plain] == [
         "ConfigMap"
     ]
+
+
+def test_the_monitors_and_the_rule_take_their_labels_and_scrape_settings(chart):
+    docs = chart(
+        "monitoring.serviceMonitor.enabled=true",
+        "monitoring.serviceMonitor.labels.release=prometheus",
+        "monitoring.serviceMonitor.interval=1m",
+        "monitoring.serviceMonitor.scrapeTimeout=20s",
+        "monitoring.prometheusRule.enabled=true",
+        "monitoring.prometheusRule.labels.role=alert-rules",
+    )
+    monitors = [
+        named(docs, "ServiceMonitor", "gate-admission"),
+        named(docs, "PodMonitor", "gate-admission-controller"),
+    ]
+    for monitor in monitors:
+        assert monitor["metadata"]["labels"] == {"release": "prometheus"}
+        [endpoint] = monitor["spec"].get("endpoints") or monitor["spec"]["podMetricsEndpoints"]
+        assert (endpoint["interval"], endpoint["scrapeTimeout"]) == ("1m", "20s")
+    rule = named(docs, "PrometheusRule", "gate-admission")
+    assert rule["metadata"]["labels"] == {"role": "alert-rules"} and rule["metadata"]["namespace"] == NS
+    # Prometheus' own templates in the alerts reach it untouched by Helm's.
+    assert "{{ $labels.pod }}" in yaml.safe_dump(rule["spec"])
 
 
 def test_the_network_policy_can_be_left_out(chart, kustomize):

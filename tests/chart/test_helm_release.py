@@ -124,7 +124,7 @@ def test_install_creates_what_helm_template_renders(plane, helm, installed):
         if d["kind"] != "Pod"
         and plane.kubectl("get", d["kind"], d["metadata"]["name"], "-n", NS, check=False).returncode == 0
     ]  # run at upgrades only
-    assert len(release) == len(rendered) == 39  # manifests/ less its Namespace
+    assert len(release) == len(rendered) == 40  # manifests/ less its Namespace
     assert ("Job", "gate-admission-certs-init-1") in [(d["kind"], d["metadata"]["name"]) for d in release]
     for doc in release:
         namespace = ["-n", doc["metadata"]["namespace"]] if "namespace" in doc["metadata"] else []

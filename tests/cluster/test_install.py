@@ -107,6 +107,45 @@ def test_metrics_are_scraped_through_the_service(cluster, installed):
     assert service_get(cluster, "/readyz").strip()
 
 
+def _pod_metrics(cluster, pod: str, port: str) -> dict[str, float]:
+    """One scrape of a Pod's /metrics through the API server's Pod proxy (which reaches the Pod
+    IP as a scraper in the cluster does); empty while it does not answer."""
+    done = cluster.kubectl(
+        "get", "--raw", f"/api/v1/namespaces/{NS}/pods/{port.replace('POD', pod)}/proxy/metrics", check=False
+    )
+    if done.returncode != 0:
+        return {}
+    return {
+        line.rpartition(" ")[0]: float(line.rpartition(" ")[2])
+        for line in done.stdout.splitlines()
+        if line and not line.startswith("#")
+    }
+
+
+def test_each_pod_serves_its_metrics_where_the_monitors_scrape_them(cluster, installed):
+    # The webhook's on its TLS port (the ServiceMonitor's), the controller's on its probe port
+    # (the PodMonitor's): each says what it is, and one controller replica leads.
+    for pod in pods(cluster, "webhook"):
+        found = until(
+            lambda pod=pod: _pod_metrics(cluster, pod, "https:POD:9443"), bool, timeout=60, interval=1.0
+        )
+        assert any(k.startswith("gate_admission_build_info{") and 'component="webhook"' in k for k in found)
+        assert "gate_admission_certificate_expiry_timestamp_seconds" in found
+    controllers = pods(cluster, "controller")
+
+    def leading() -> float | None:
+        scraped = [_pod_metrics(cluster, pod, "http:POD:8081") for pod in controllers]
+        if not all(scraped):
+            return None
+        for found in scraped:
+            assert any(
+                k.startswith("gate_admission_build_info{") and 'component="controller"' in k for k in found
+            )
+        return sum(found["gate_admission_controller_leader"] for found in scraped)
+
+    assert until(leading, lambda n: n == 1.0, timeout=60, interval=1.0) == 1.0
+
+
 def test_the_network_policy_lets_the_api_server_in(cluster, installed):
     """The API server's calls arrive from outside the pod network (here: the node's bridge
     address): the policy must admit them on the webhook port, or every gated write fails."""

@@ -34,7 +34,7 @@ def reached(server) -> dict[str, float]:
     for sample, value in server.metrics().items():
         if sample.startswith(REVIEWS):
             for endpoint in counts:
-                if f'endpoint="{endpoint}"' in sample:
+                if f'webhook="{endpoint}"' in sample:
                     counts[endpoint] += value
     return counts
 

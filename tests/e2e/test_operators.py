@@ -360,7 +360,7 @@ def test_denials_are_events_once_per_period_metrics_move_and_logs_are_json(plane
         apply(plane, kustomization("watched", gates="flux-system/observed")).returncode == 0
     )  # tightening passes
     change = kustomization("watched", gates="flux-system/observed", path="./v2")
-    denied = 'gate_admission_reviews_total{endpoint="validate",kind="Kustomization",mode="enforce",operation="UPDATE",verdict="denied"}'
+    denied = 'gate_admission_reviews_total{kind="Kustomization",mode="enforce",operation="UPDATE",verdict="denied",webhook="validate"}'
     before = server.metrics().get(denied, 0.0)
     results = [until(lambda: apply(plane, change), lambda r: " is held: " in r.stderr) for _ in range(5)]
     assert all(" is held: " in r.stderr for r in results)
@@ -397,9 +397,12 @@ def test_denials_are_events_once_per_period_metrics_move_and_logs_are_json(plane
 
     after = server.metrics()
     assert after[denied] - before >= 6  # five applies and the dry run
-    assert after['gate_admission_gate_open{name="observed",namespace="flux-system",reason="Default"}'] == 0.0
+    assert (
+        after['gate_admission_gate_open{gate="observed",gate_namespace="flux-system",reason="Default"}']
+        == 0.0
+    )
     assert after["gate_admission_gate_cache_ready"] == 1.0
-    assert after['gate_admission_review_duration_seconds_count{endpoint="validate"}'] > 0
+    assert after['gate_admission_review_duration_seconds_count{webhook="validate"}'] > 0
     assert after['gate_admission_denial_events_total{result="created"}'] >= 1
 
     lines = [orjson.loads(line) for line in server.log().splitlines() if line.startswith("{")]

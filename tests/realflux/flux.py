@@ -29,7 +29,11 @@ def flux_dir() -> Path:
 
 
 def tools_dir() -> Path:
-    return Path(os.environ["TEST_TOOLS"]) if os.environ.get("TEST_TOOLS") else built("tools")
+    """The directory of $TEST_TOOLS (a list, as PATH) that holds the OCI registry, else built."""
+    for directory in filter(None, os.environ.get("TEST_TOOLS", "").split(os.pathsep)):
+        if (Path(directory) / "registry").is_file():
+            return Path(directory)
+    return built("tools")
 
 
 def _healthy(port: int) -> bool:

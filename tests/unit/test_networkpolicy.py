@@ -72,3 +72,26 @@ def test_every_pod_may_connect_only_to_dns_and_the_api_server_and_the_controller
     assert peer["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "flux-system"}
     assert peer["podSelector"]["matchLabels"] == {"app": "notification-controller"}
     assert rule["ports"] == [{"port": 9090, "protocol": "TCP"}]
+
+
+def test_the_controller_pods_take_ingress_on_the_probe_and_metrics_port_only():
+    controller = SERVER.parent / "controller"
+    [deployment] = _docs(controller / "deployment.yaml")
+    [policy] = _docs(controller / "networkpolicy.yaml")
+    assert (
+        "networkpolicy.yaml" in yaml.safe_load((controller / "kustomization.yaml").read_text())["resources"]
+    )
+    pod = deployment["spec"]["template"]
+    assert policy["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    [container] = pod["spec"]["containers"]
+    [health] = container["ports"]
+    ports = [port for rule in policy["spec"]["ingress"] for port in rule["ports"]]
+    assert ports == [{"port": health["containerPort"], "protocol": "TCP"}]
+    assert f"--health-port={health['containerPort']}" in container["args"]
+    # Prometheus scrapes /metrics there, by that port's name (manifests/monitoring/podmonitor.yaml).
+    [monitor] = _docs(SERVER.parent / "monitoring" / "podmonitor.yaml")
+    [endpoint] = monitor["spec"]["podMetricsEndpoints"]
+    assert (endpoint["port"], endpoint["path"]) == (health["name"], "/metrics")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()

@@ -70,6 +70,21 @@ annotations:
 {{- end }}
 {{- end }}
 
+{{/*
+A monitor's labels and annotations: ours, and the labels its Prometheus selects monitors by
+(monitoring.serviceMonitor.labels), which win. The argument: (list $ .Values.monitoring.serviceMonitor).
+*/}}
+{{- define "gate-admission.monitorMetadata" -}}
+{{- $ := index . 0 -}}
+{{- $labels := merge (dict) ((index . 1).labels | default dict) (fromYaml (include "gate-admission.componentLabels" (list $ "monitoring"))) -}}
+labels:
+  {{- toYaml $labels | nindent 2 }}
+{{- with $.Values.commonAnnotations }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
 {{/* The image of every Pod: registry/repository, then @digest if given, else :tag (default: appVersion). */}}
 {{- define "gate-admission.image" -}}
 {{- $repository := .Values.image.repository -}}
