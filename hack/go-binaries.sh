@@ -240,7 +240,7 @@ build_helm() {
 # Prometheus's promtool, built in Prometheus's own module (its go.mod's versions, as its releases
 # are built): `promtool test rules` evaluates our alert rules and the dashboard's queries.
 build_promtool() {
-  local out="$ROOT/tools/prometheus-$PROMETHEUS_VERSION" src
+  local out="$ROOT/tools/prometheus-$PROMETHEUS_VERSION-nosd" src
   if [[ -x "$out/promtool" ]]; then echo "$out"; return; fi
   mkdir -p "$out"
   src=$(module_copy github.com/prometheus/prometheus "$PROMETHEUS_VERSION"); cd "$src"
@@ -249,7 +249,9 @@ build_promtool() {
   fetch_dependencies
   # v0.316.0 is Prometheus 3.16.0: the version promtool --version says, as its releases stamp it.
   local pkg=github.com/prometheus/common/version minor=${PROMETHEUS_VERSION#v0.3}
-  timed "promtool $PROMETHEUS_VERSION" go build -trimpath \
+  # Without the service discoveries (remove_all_sd: their cloud SDKs are most of the build, and
+  # rules and queries need none of them).
+  timed "promtool $PROMETHEUS_VERSION" go build -trimpath -tags remove_all_sd \
     -ldflags "-s -w -X $pkg.Version=3.${minor%%.*}.${PROMETHEUS_VERSION##*.} -X $pkg.Branch=release" \
     -o "$out/promtool.partial" ./cmd/promtool
   mv "$out/promtool.partial" "$out/promtool"
