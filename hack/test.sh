@@ -7,7 +7,7 @@
 # What each tier needs, installed only for the tiers named (all when none is):
 #   - the real Kubernetes (kube-apiserver, etcd, kubectl) and the real Flux (controllers, CLI,
 #     CRDs) for the end-to-end tiers, the helm CLI for the chart's tests (tests/chart) and
-#     Prometheus's promtool for the alerts' and the dashboard's (tests/monitoring),
+#     Prometheus's promtool for the alerts' and the dashboard's (tests/monitoring, tests/cluster),
 #     built once from their Go modules and cached in ~/.cache/flux-gate-admission
 #     (hack/go-binaries.sh; $KUBEBUILDER_ASSETS wins for the control plane)
 #   - for the real-cluster tier (tests/cluster): a Docker engine (started here when none runs,
@@ -86,7 +86,7 @@ fi
 if wants realflux cluster; then
   TEST_TOOLS="$(hack/go-binaries.sh tools)"; export TEST_TOOLS; built+=("tools: $TEST_TOOLS")
 fi
-if wants monitoring; then
+if wants monitoring cluster; then
   promtool_dir="$(hack/go-binaries.sh promtool)"; built+=("promtool: $promtool_dir")
   TEST_TOOLS="${TEST_TOOLS:+$TEST_TOOLS:}$promtool_dir"; export TEST_TOOLS
 fi

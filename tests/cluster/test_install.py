@@ -8,12 +8,15 @@ import json
 import pytest
 import yaml
 
-from admission.core.base.names import OPEN_ANNOTATION
+from admission.core.base.names import OPEN_ANNOTATION, REASON_DEFAULT
 from tests.builders import gate
 from tests.cluster.conftest import FIGURES, NS, kubectl_gate, pods, service_get
 from tests.e2e.controlplane import ALICE
 from tests.e2e.manifests import kustomization
+from tests.monitoring.conftest import find_tool, run_promtool
+from tests.monitoring.test_dashboard import queries
 from tests.polling import until
+from tests.scrapes import WEBHOOK_TARGET, as_scraped, samples, series_selector
 
 DENIED = 'admission webhook "validate.gating.toolkit.fluxcd.io" denied the request: '
 
@@ -107,17 +110,19 @@ def test_metrics_are_scraped_through_the_service(cluster, installed):
     assert service_get(cluster, "/readyz").strip()
 
 
-def _pod_metrics(cluster, pod: str, port: str) -> dict[str, float]:
+def _pod_scrape(cluster, pod: str, port: str) -> str:
     """One scrape of a Pod's /metrics through the API server's Pod proxy (which reaches the Pod
     IP as a scraper in the cluster does); empty while it does not answer."""
     done = cluster.kubectl(
         "get", "--raw", f"/api/v1/namespaces/{NS}/pods/{port.replace('POD', pod)}/proxy/metrics", check=False
     )
-    if done.returncode != 0:
-        return {}
+    return done.stdout if done.returncode == 0 else ""
+
+
+def _pod_metrics(cluster, pod: str, port: str) -> dict[str, float]:
     return {
         line.rpartition(" ")[0]: float(line.rpartition(" ")[2])
-        for line in done.stdout.splitlines()
+        for line in _pod_scrape(cluster, pod, port).splitlines()
         if line and not line.startswith("#")
     }
 
@@ -144,6 +149,96 @@ def test_each_pod_serves_its_metrics_where_the_monitors_scrape_them(cluster, ins
         return sum(found["gate_admission_controller_leader"] for found in scraped)
 
     assert until(leading, lambda n: n == 1.0, timeout=60, interval=1.0) == 1.0
+
+
+DASHBOARD_NAMESPACES = ("dash-a", "dash-b")
+
+
+def test_the_dashboards_gate_table_over_the_pods_own_scrapes_shows_each_gate_once(
+    cluster, installed, tmp_path
+):
+    # Each webhook replica reports every gate; Prometheus stores each Pod's samples with its
+    # target labels (the ServiceMonitor's). The dashboard's queries, run by promtool over the
+    # real Pods' scrapes, show each gate once, same-named gates of two namespaces apart.
+    promtool = find_tool("promtool")
+    if promtool is None:
+        pytest.skip("no promtool in TEST_TOOLS: hack/test.sh builds it for this tier")
+    for namespace in DASHBOARD_NAMESPACES:
+        cluster.kubectl("create", "namespace", namespace, check=False)
+    gates = [
+        gate("freeze", "dash-a", default="opened"),
+        gate("freeze", "dash-b", default="closed"),
+        gate("watch", "dash-b", default="opened"),
+    ]
+    wanted = {("dash-a", "freeze"): 1.0, ("dash-b", "freeze"): 0.0, ("dash-b", "watch"): 1.0}
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(gates))
+    try:
+
+        def ours(text: str) -> list[tuple[str, dict[str, str], float]]:
+            return [
+                (name, labels, value)
+                for name, labels, value in samples(text)
+                if name == "gate_admission_gate_open" and labels.get("gate_namespace") in DASHBOARD_NAMESPACES
+            ]
+
+        def scraped() -> dict[str, str]:
+            return {pod: _pod_scrape(cluster, pod, "https:POD:9443") for pod in pods(cluster, "webhook")}
+
+        texts = until(
+            scraped,
+            lambda found: (
+                len(found) >= 2
+                and all(
+                    {(l["gate_namespace"], l["gate"]): v for _, l, v in ours(t)} == wanted
+                    for t in found.values()
+                )
+            ),
+            timeout=60,
+            interval=1.0,
+        )
+        series = []
+        for pod, text in texts.items():
+            target = {**WEBHOOK_TARGET, "pod": pod, "instance": f"{pod}:9443"}
+            for name, labels, value in as_scraped(text, target):
+                if (
+                    name == "gate_admission_gate_open"
+                    and labels.get("gate_namespace") in DASHBOARD_NAMESPACES
+                ):
+                    series.append({"series": series_selector(name, labels), "values": f"{value} {value}"})
+        panels = dict(queries())
+        default = f'reason="{REASON_DEFAULT}"'
+        tests = [
+            {
+                "expr": panels["Gates"],
+                "eval_time": "1m",
+                "exp_samples": [
+                    {"labels": f'{{gate="{g}",gate_namespace="{ns}",{default}}}', "value": v}
+                    for (ns, g), v in sorted(wanted.items())
+                ],
+            },
+            {
+                "expr": panels["Closed gates"],
+                "eval_time": "1m",
+                "exp_samples": [{"labels": "{}", "value": 1}],
+            },
+        ]
+        (tmp_path / "dashboard_test.yaml").write_text(
+            yaml.safe_dump(
+                {
+                    "rule_files": [],
+                    "evaluation_interval": "1m",
+                    "tests": [{"interval": "1m", "input_series": series, "promql_expr_test": tests}],
+                },
+                width=1000,
+            )
+        )
+        run_promtool(promtool, "test", "rules", "dashboard_test.yaml", cwd=tmp_path)
+        FIGURES.append(
+            f"dashboard over {len(texts)} webhook Pods' scrapes: {len(wanted)} gates, each once (promtool)"
+        )
+    finally:
+        for namespace in DASHBOARD_NAMESPACES:
+            cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 
 def test_the_network_policy_lets_the_api_server_in(cluster, installed):
