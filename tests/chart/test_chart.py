@@ -332,11 +332,14 @@ def test_the_monitors_and_the_rule_take_their_labels_and_scrape_settings(chart):
         named(docs, "PodMonitor", "gate-admission-controller"),
     ]
     for monitor in monitors:
-        assert monitor["metadata"]["labels"] == {"release": "prometheus"}
+        # The labels its Prometheus selects monitors by, beside ours.
+        assert monitor["metadata"]["labels"]["release"] == "prometheus"
+        assert monitor["metadata"]["labels"]["app.kubernetes.io/instance"] == "gate-admission"
         [endpoint] = monitor["spec"].get("endpoints") or monitor["spec"]["podMetricsEndpoints"]
         assert (endpoint["interval"], endpoint["scrapeTimeout"]) == ("1m", "20s")
     rule = named(docs, "PrometheusRule", "gate-admission")
-    assert rule["metadata"]["labels"] == {"role": "alert-rules"} and rule["metadata"]["namespace"] == NS
+    assert rule["metadata"]["labels"]["role"] == "alert-rules" and rule["metadata"]["namespace"] == NS
+    assert rule["metadata"]["labels"]["app.kubernetes.io/instance"] == "gate-admission"
     # Prometheus' own templates in the alerts reach it untouched by Helm's.
     assert "{{ $labels.pod }}" in yaml.safe_dump(rule["spec"])
 

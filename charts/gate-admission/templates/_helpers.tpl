@@ -71,8 +71,9 @@ annotations:
 {{- end }}
 
 {{/*
-A monitor's labels and annotations: ours, and the labels its Prometheus selects monitors by
-(monitoring.serviceMonitor.labels), which win. The argument: (list $ .Values.monitoring.serviceMonitor).
+A monitor's or the alert rule's labels and annotations: ours, and the labels a Prometheus selects
+them by (monitoring.serviceMonitor.labels, monitoring.prometheusRule.labels), which win.
+The argument: (list $ .Values.monitoring.serviceMonitor), or the prometheusRule's values.
 */}}
 {{- define "gate-admission.monitorMetadata" -}}
 {{- $ := index . 0 -}}
