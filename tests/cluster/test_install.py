@@ -13,7 +13,7 @@ from tests.builders import gate
 from tests.cluster.conftest import FIGURES, NS, kubectl_gate, pods, service_get
 from tests.e2e.controlplane import ALICE
 from tests.e2e.manifests import kustomization
-from tests.monitoring.conftest import find_tool, run_promtool
+from tests.monitoring.conftest import find_tool, run_expression_tests
 from tests.monitoring.test_dashboard import queries
 from tests.polling import until
 from tests.scrapes import WEBHOOK_TARGET, as_scraped, samples, series_selector
@@ -222,17 +222,7 @@ def test_the_dashboards_gate_table_over_the_pods_own_scrapes_shows_each_gate_onc
                 "exp_samples": [{"labels": "{}", "value": 1}],
             },
         ]
-        (tmp_path / "dashboard_test.yaml").write_text(
-            yaml.safe_dump(
-                {
-                    "rule_files": [],
-                    "evaluation_interval": "1m",
-                    "tests": [{"interval": "1m", "input_series": series, "promql_expr_test": tests}],
-                },
-                width=1000,
-            )
-        )
-        run_promtool(promtool, "test", "rules", "dashboard_test.yaml", cwd=tmp_path)
+        run_expression_tests(promtool, tmp_path, series, tests)
         FIGURES.append(
             f"dashboard over {len(texts)} webhook Pods' scrapes: {len(wanted)} gates, each once (promtool)"
         )

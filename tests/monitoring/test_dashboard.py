@@ -10,10 +10,9 @@ from __future__ import annotations
 import json
 
 import pytest
-import yaml
 
 from tests import ROOT
-from tests.monitoring.conftest import run_promtool
+from tests.monitoring.conftest import run_expression_tests
 from tests.scrapes import (
     CONTROLLER_TARGET,
     NAMESPACE,
@@ -91,17 +90,7 @@ def test_the_dashboard_queries_answer_over_real_scrapes(promtool, tmp_path, inpu
                 }
             )
     assert {t for t, _ in queries()} >= set(EXACT) | set(EMPTY)
-    (tmp_path / "dashboard_test.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "rule_files": [],
-                "evaluation_interval": "1m",
-                "tests": [{"interval": "1m", "input_series": input_series, "promql_expr_test": tests}],
-            },
-            width=1000,
-        )
-    )
-    run_promtool(promtool, "test", "rules", "dashboard_test.yaml", cwd=tmp_path)
+    run_expression_tests(promtool, tmp_path, input_series, tests)
 
 
 def test_no_series_lost_a_label_to_the_target(input_series):
