@@ -28,6 +28,7 @@ import ssl
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import SplitResult, urljoin, urlsplit
 
 from admission import __version__
@@ -141,7 +142,7 @@ def _remaining(deadline: float) -> float:
     return left
 
 
-def _resolve(host: str, port: int, deadline: float) -> list[tuple[int, tuple]]:
+def _resolve(host: str, port: int, deadline: float) -> list[tuple[int, tuple[Any, ...]]]:
     """The host's addresses, within the deadline (getaddrinfo cannot be interrupted: it runs in
     a daemon thread that is abandoned when the deadline passes)."""
     try:
@@ -149,7 +150,7 @@ def _resolve(host: str, port: int, deadline: float) -> list[tuple[int, tuple]]:
         return [(socket.AF_INET6 if ip.version == 6 else socket.AF_INET, (str(ip), port))]
     except ValueError:
         pass
-    found: list = []
+    found: list[list[tuple[Any, ...]] | OSError] = []  # getaddrinfo's answer, or why not
     done = threading.Event()
 
     def resolve() -> None:
@@ -163,9 +164,10 @@ def _resolve(host: str, port: int, deadline: float) -> list[tuple[int, tuple]]:
     threading.Thread(target=resolve, name="calendar-dns", daemon=True).start()
     if not done.wait(_remaining(deadline)):
         raise FetchError(f"resolving {host} took longer than the fetch deadline")
-    if isinstance(found[0], OSError):
-        raise FetchError(f"cannot resolve {host}: {found[0]}")
-    return [(family, sockaddr) for family, _, _, _, sockaddr in found[0]]
+    answer = found[0]
+    if isinstance(answer, OSError):
+        raise FetchError(f"cannot resolve {host}: {answer}")
+    return [(family, sockaddr) for family, _, _, _, sockaddr in answer]
 
 
 def _connect(host: str, port: int, policy: Policy, deadline: float) -> socket.socket:

@@ -19,13 +19,18 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from admission.core.base import names
 from admission.core.base.timefmt import format_distinct_time, parse_time
 from admission.core.time.subscriptions import MAX_INTERVALS, MAX_SUMMARY, MAX_UID, FeedEvent, clean
+
+if TYPE_CHECKING:  # imported where a feed is parsed: a child process's, not every importer's
+    from icalendar.cal import Component
 
 MAX_EXAMINED = 20 * MAX_INTERVALS  # occurrences looked at (filtered out or kept)
 CPU_SECONDS = 20  # the child's CPU limit
@@ -69,15 +74,15 @@ def _utc(value: date | datetime, zone: tzinfo) -> datetime:
     return value.astimezone(UTC)
 
 
-def _text(component, key: str) -> str:
+def _text(component: Component, key: str) -> str:
     value = component.get(key)
     return str(value) if value is not None else ""
 
 
-def _categories(component) -> set[str]:
+def _categories(component: Component) -> set[str]:
     found = component.get("CATEGORIES")
     values = found if isinstance(found, list) else [found] if found is not None else []
-    out = set()
+    out: set[str] = set()
     for value in values:
         cats = getattr(value, "cats", None)
         for cat in cats if cats is not None else str(value).split(","):
@@ -85,7 +90,7 @@ def _categories(component) -> set[str]:
     return out
 
 
-def _windows(query, start: datetime, end: datetime):
+def _windows(query: Any, start: datetime, end: datetime) -> Iterator[list[Any]]:
     """The occurrences overlapping ``[start, end)``, window by window: an hour first, twice as
     long after each window with few occurrences. A dense rule (every second) is looked at an
     hour at a time, never a month at once; a sparse one in a few windows. (The library's own
