@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
 
 from admission.core.admission.decision import Settings
@@ -27,9 +28,12 @@ FIXED_NOW = at("2026-06-10T12:00")
 # as .ci/run is run) draws the same examples on every run, so a fresh clone cannot fail by
 # chance; a local run draws new ones, to find what CI would not. An example a run finds is
 # pinned with @example at the test, so CI checks it from then on; print_blob says how to
-# reproduce it. HYPOTHESIS_PROFILE picks one by name.
-hypothesis_settings.register_profile("ci", derandomize=True, print_blob=True, database=None)
-hypothesis_settings.register_profile("random", print_blob=True)
+# reproduce it. HYPOTHESIS_PROFILE picks one by name. Neither times an example: a per-example
+# deadline and the "too slow to generate" check are wall-clock assertions, which a loaded machine
+# fails with nothing wrong (tests never assert wall-clock times; bench/ measures speed).
+UNTIMED = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow]}
+hypothesis_settings.register_profile("ci", derandomize=True, print_blob=True, database=None, **UNTIMED)
+hypothesis_settings.register_profile("random", print_blob=True, **UNTIMED)
 hypothesis_settings.load_profile(
     os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "random")
 )
