@@ -428,7 +428,7 @@ def test_a_tenants_gate_dated_near_year_9999_blinds_no_other_gate(plane, server,
     assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
     assert {"e2e-late", "e2e-after-late"} <= {r["name"] for r in orjson.loads(listed.stdout)}
     metrics = server.metrics()
-    assert any('name="e2e-after-late"' in sample for sample in metrics), "no gauge for the other gate"
+    assert any('gate="e2e-after-late"' in sample for sample in metrics), "no gauge for the other gate"
     refused = apply(plane, yaml.safe_dump(gate("e2e-forever", window="99999999h")))
     assert refused.returncode != 0 and "876000h" in refused.stderr, refused.stderr
     assert ok(apply(plane, yaml.safe_dump(gate("e2e-century", window="876000h"))))
