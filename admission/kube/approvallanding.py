@@ -7,8 +7,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from admission.core.base import names
+from admission.core.base.objects import Object, mapping, metadata
 from admission.core.base.objects import annotations as annotations_of
-from admission.core.base.objects import mapping, metadata
 from admission.core.base.timefmt import format_distinct_time, format_duration
 from admission.core.flux import content
 from admission.core.gates import approvalrecord, approvals
@@ -52,13 +52,13 @@ class ApprovalLanding:
 
     if TYPE_CHECKING:  # the Controller's
 
-        def _held_by_gate(self, obj: dict, gate_key: str) -> bool: ...
+        def _held_by_gate(self, obj: Object, gate_key: str) -> bool: ...
         def _event(
-            self, obj: dict, reason: str, message: str, now: datetime, kind: str = "Normal"
+            self, obj: Object, reason: str, message: str, now: datetime, kind: str = "Normal"
         ) -> None: ...
         def _annotate(self, kind: str, namespace: str, name: str, value: str) -> bool: ...
 
-    def _behind(self, gate_key: str) -> list[tuple[str, dict, approvals.Behind]]:
+    def _behind(self, gate_key: str) -> list[tuple[str, Object, approvals.Behind]]:
         """The objects behind a gate, what each serves, and what waits for it (at its own hold
         point, or served by its source and not applied yet)."""
         found = []
@@ -75,7 +75,7 @@ class ApprovalLanding:
                 found.append((kind, obj, approvals.Behind(target, content.served_revision(kind, obj), waits)))
         return found
 
-    def _approvals(self, key: tuple[str, str], gate: dict, state: GateState, now: datetime) -> None:
+    def _approvals(self, key: tuple[str, str], gate: Object, state: GateState, now: datetime) -> None:
         """Announce new (and rewritten) approvals and have what they approve land at once; end
         the used and the expired ones (in the Gate's status), announce the withdrawn ones, each
         with an Event."""
@@ -117,7 +117,7 @@ class ApprovalLanding:
     def _announce(
         self,
         key: tuple[str, str],
-        gate: dict,
+        gate: Object,
         reason: str,
         what: str,
         approval: approvals.Approval,
@@ -134,14 +134,14 @@ class ApprovalLanding:
         self,
         gate_key: str,
         live: list[approvals.Approval],
-        behind: list[tuple[str, dict, approvals.Behind]],
+        behind: list[tuple[str, Object, approvals.Behind]],
         now: datetime,
     ) -> None:
         """Ask Flux to reconcile the objects where a live approval's content waits, when its
         request is due: at once, then after each of ``approvals.REQUEST_AGAIN_AFTER`` while it
         still waits (the webhook pods may have denied the write before their caches saw it).
         Each request's value is new, so Flux reconciles again each time."""
-        wanted: dict[str, tuple[str, dict]] = {}
+        wanted: dict[str, tuple[str, Object]] = {}
         for approval in live:
             request = (gate_key, approval.key)
             if request not in self.requests or now < self.requests[request][1]:
@@ -169,7 +169,7 @@ class ApprovalLanding:
     def _keep_record(
         self,
         key: tuple[str, str],
-        gate: dict,
+        gate: Object,
         endings: list[tuple[approvals.Approval, str, str]],
         now: datetime,
     ) -> None:
@@ -193,7 +193,7 @@ class ApprovalLanding:
             if written == approvalrecord.stored(gate):
                 return
             version = metadata(gate).get("resourceVersion")
-            body: dict = {"status": {names.ENDED_APPROVALS_FIELD: written}}
+            body: Object = {"status": {names.ENDED_APPROVALS_FIELD: written}}
             if version:
                 body["metadata"] = {"resourceVersion": version}
             try:
@@ -237,7 +237,7 @@ class ApprovalLanding:
             return
 
     def _notify(
-        self, gate: dict, reason: str, message: str, approval: approvals.Approval, now: datetime
+        self, gate: Object, reason: str, message: str, approval: approvals.Approval, now: datetime
     ) -> None:
         if self.notifier is not None:
             details = {"approvedBy": approval.by, "content": approval.content, "for": approval.target}

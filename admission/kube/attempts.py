@@ -34,14 +34,14 @@ from collections.abc import Callable
 from datetime import datetime
 
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from admission.clock import utcnow
 from admission.core.admission import holdpoints
 from admission.core.admission.decision import Context, Lookup, Settings, standing
 from admission.core.admission.review import AdmissionRequest, subject
 from admission.core.base import names
-from admission.core.base.objects import label, metadata
+from admission.core.base.objects import Object, label, metadata
 from admission.core.flux import content, kinds
 from admission.core.gates.references import is_namespace, is_object_name
 from admission.kube.denials import DenialQueue
@@ -57,7 +57,7 @@ MAX_PENDING = 256  # objects waiting to be written; more are dropped (counted), 
 
 
 Key = tuple[str, str, str]  # kind, namespace, name
-Denied = tuple[str, "dict | None"]  # the stored object's uid, and the attempt when reviews are trusted
+Denied = tuple[str, "Object | None"]  # the stored object's uid, and the attempt when reviews are trusted
 
 # The shapes helm-controller writes: a chart version (semver, "+<hex>" for OCI charts) and
 # "algorithm:hex" digests. Anything else in a trusted review is not shown.
@@ -65,7 +65,7 @@ _VERSION = re.compile(r"[0-9A-Za-z][0-9A-Za-z.+_-]{0,127}")
 _DIGEST = re.compile(r"[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[0-9a-f]{32,128}")
 
 
-def _attempt_shape_ok(attempt: dict) -> bool:
+def _attempt_shape_ok(attempt: Object) -> bool:
     status = attempt.get("status") or {}
     for field, value in status.items():
         if value in (None, ""):
@@ -124,13 +124,13 @@ class DeniedAttempts(DenialQueue[Key, Denied]):
                 return item
         return None
 
-    def _read(self, row: kinds.FluxKind, namespace: str, name: str) -> dict | None:
+    def _read(self, row: kinds.FluxKind, namespace: str, name: str) -> Object | None:
         """The object as stored (through ``<plural>/status``), at the first version served."""
         return read_stored(
             self.custom.get_namespaced_custom_object_status, row, namespace, name, self.versions
         )
 
-    def _held(self, stored: dict, now: datetime) -> holdpoints.Held | None:
+    def _held(self, stored: Object, now: datetime) -> holdpoints.Held | None:
         """The hold now, as the mutating webhook will judge our write on its way in."""
         return holdpoints.enforced(standing(stored, Context(self.lookup, now, self.settings)))
 

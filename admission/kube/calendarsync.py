@@ -31,9 +31,11 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import Any
 
+from kubernetes import client
+
 from admission.clock import utcnow
 from admission.core.base import names
-from admission.core.base.objects import metadata, object_key
+from admission.core.base.objects import Object, metadata, object_key
 from admission.core.base.timefmt import parse_time
 from admission.core.flux.conditions import find, transition_time
 from admission.core.time.cron import ScheduleError
@@ -55,8 +57,8 @@ from admission.core.time.subscriptions import (
     parse_calendars,
     status_entry,
 )
-from admission.ical.fetch import DEFAULT_POLICY, Auth, FetchError, Policy, fetch
-from admission.ical.parse import ParseError, parse_in_child
+from admission.ical.fetch import DEFAULT_POLICY, Auth, Fetched, FetchError, Policy, fetch
+from admission.ical.parse import Expanded, ParseError, parse_in_child
 from admission.kube.client import CALL_ERRORS, describe_error
 from admission.observability.controllermetrics import API_ERRORS, count_fetch
 
@@ -67,7 +69,7 @@ REPARSE_AFTER = timedelta(hours=12)  # a feed is fetched without validators (and
 # so its intervals keep reaching HORIZON ahead although it has not changed
 WORKERS = 4  # fetches at once; one namespace's slow ones hold at most namespace_cap(WORKERS) of them
 Key = tuple[str, str, str]  # GateKeeper namespace, name, calendar digest
-Job = tuple[dict, CalendarSpec]  # a GateKeeper, one of its calendars
+Job = tuple[Object, CalendarSpec]  # a GateKeeper, one of its calendars
 
 
 class SecretError(Exception):
@@ -79,17 +81,17 @@ class CalendarSync:
 
     def __init__(
         self,
-        custom,
-        core,
-        keepers: Callable[[], list[dict]],
+        custom: client.CustomObjectsApi,
+        core: client.CoreV1Api,
+        keepers: Callable[[], list[Object]],
         *,
         clock: Callable[[], datetime] = utcnow,
         policy: Policy = DEFAULT_POLICY,
         min_interval: timedelta = MIN_INTERVAL,
         horizon: timedelta = HORIZON,
-        event: Callable[[dict, str, str, datetime, str], None] | None = None,
-        fetcher: Callable = fetch,
-        parser: Callable = parse_in_child,
+        event: Callable[[Object, str, str, datetime, str], None] | None = None,
+        fetcher: Callable[..., Fetched] = fetch,
+        parser: Callable[..., Expanded] = parse_in_child,
         workers: int = WORKERS,
         per_namespace: int | None = None,
     ):
@@ -101,7 +103,7 @@ class CalendarSync:
         # Under _lock: what the fetch threads and the loop share.
         self.due: dict[Key, datetime] = {}  # when each calendar is next fetched
         self.failures: dict[Key, int] = {}  # failed fetches in a row per calendar
-        self.fetched: dict[Key, dict] = {}  # each calendar's entry from its last fetch (this leader's)
+        self.fetched: dict[Key, Object] = {}  # each calendar's entry from its last fetch (this leader's)
         self.running: dict[Key, str] = {}  # fetches in flight: their namespace
         self.started: dict[Key, float] = {}  # fetches in flight: when each started (monotonic)
         self.took: dict[Key, timedelta] = {}  # how long each calendar's last fetch took
@@ -112,7 +114,7 @@ class CalendarSync:
         self._finished = threading.Condition(self._lock)  # a fetch ended
         self._wake: Callable[[], None] = lambda: None  # wakes run()'s loop
         # Under _writing: one status write at a time (a GateKeeper's calendars end on different threads).
-        self.written: dict[tuple[str, str], dict] = {}  # the status last written per GateKeeper
+        self.written: dict[tuple[str, str], Object] = {}  # the status last written per GateKeeper
         self.reported: dict[Key, str] = {}  # the error last recorded as an Event per calendar
         self._writing = threading.Lock()
         self._parsing = threading.Lock()  # one parser child at a time: their memory limits add up

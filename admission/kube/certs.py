@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from admission.kube.webhookconfig import ca_bundle
 from admission.pki import approvalkey, certs

@@ -6,7 +6,7 @@ import logging
 import warnings
 
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 from urllib3 import Retry
 from urllib3.exceptions import HTTPError, MaxRetryError
 

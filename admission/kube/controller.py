@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Any
 
 from kubernetes import client
 
@@ -21,8 +23,8 @@ from admission.clock import utcnow
 from admission.core.admission.decision import Context, active_holds
 from admission.core.admission.notices import Notice, notice
 from admission.core.base import names
+from admission.core.base.objects import Object, label, metadata, object_key
 from admission.core.base.objects import annotations as annotations_of
-from admission.core.base.objects import label, metadata, object_key
 from admission.core.base.timefmt import format_distinct_time, format_time, parse_duration
 from admission.core.flux import content
 from admission.core.flux.conditions import holding_condition
@@ -52,12 +54,12 @@ SUSPENSION_ANNOTATIONS = (
 SCHEDULE_ANNOTATIONS = (names.SUSPEND_DURING_ANNOTATION, names.SUSPENDED_DURING_ANNOTATION)
 
 
-def _suspension_annotations(obj: dict | None) -> dict:
+def _suspension_annotations(obj: Object | None) -> Object:
     found = annotations_of(obj)
     return {key: found[key] for key in SUSPENSION_ANNOTATIONS if key in found}
 
 
-def _interval(gate: dict) -> timedelta:
+def _interval(gate: Object) -> timedelta:
     """How soon to look at ``gate`` again: its spec.interval, never later than the pass every gate
     gets anyway (a tenant's ``interval: 99999999h`` added to now would leave the calendar, and
     fail the pass of every gate)."""
@@ -76,13 +78,13 @@ class Controller(ApprovalLanding):
         api_client: client.ApiClient | None,
         store: ClusterStore | None = None,
         is_leader: threading.Event | None = None,
-        clock=utcnow,
+        clock: Callable[[], datetime] = utcnow,
         *,
         custom: client.CustomObjectsApi | None = None,
         core: client.CoreV1Api | None = None,
         flux: FluxCache | None = None,
         notifier: FluxNotifier | None = None,
-        calendars: dict | None = None,
+        calendars: dict[str, Any] | None = None,
         approval_key: bytes | None = None,
     ):
         # ``custom``, ``core`` and ``flux`` replace what ``api_client`` would build (tests' fakes);
@@ -99,12 +101,12 @@ class Controller(ApprovalLanding):
         self.wake = threading.Event()
         self.stopped = threading.Event()
         self.last_open: dict[tuple[str, str], bool | None] = {}
-        self.written: dict[tuple[str, str], dict] = {}
+        self.written: dict[tuple[str, str], Object] = {}
         self.notifier = notifier  # Flux notification-controller events, when enabled
         self.pending: set[tuple[str, str]] = set()  # gates opened while the Flux cache was untrusted
         self.suspended: dict[Key, bool] = {}  # held by a suspension at the last pass
         self._suspendable: set[Key] = set()  # objects that carry (or carried) a suspension annotation
-        self.approvals_seen: dict[tuple[str, str], dict] = {}  # approvals announced, per gate
+        self.approvals_seen: dict[tuple[str, str], Object] = {}  # approvals announced, per gate
         self.gone: dict[tuple[str, str], set[str]] = {}  # approvals this process ended, per gate
         # (gate "ns/name", approval key) -> (reconcile requests made for it - 1, when the next is due)
         self.requests: dict[tuple[str, str], tuple[int, datetime]] = {}
@@ -124,7 +126,7 @@ class Controller(ApprovalLanding):
         self.wake.set()
         self.calendar_wake.set()
 
-    def _flux_changed(self, kind: str, old: dict | None, new: dict | None) -> None:
+    def _flux_changed(self, kind: str, old: Object | None, new: Object | None) -> None:
         if any(self.approvals_seen.values()):
             self.poke()  # approved content may have landed: look now
         try:
@@ -138,7 +140,7 @@ class Controller(ApprovalLanding):
             self._suspendable.add(kind_key(kind, new or old))
         self.poke()  # a suspension was added, changed or removed: look now
 
-    def readiness(self) -> tuple[bool, dict]:
+    def readiness(self) -> tuple[bool, Object]:
         ready, detail = self.store.readiness()
         why = self.flux.untrusted()
         detail["flux"] = self.flux.readiness()
@@ -191,7 +193,7 @@ class Controller(ApprovalLanding):
                 wake_at = ends
         return wake_at
 
-    def _reconcile_gate(self, key: tuple[str, str], gate: dict, state: GateState, now: datetime) -> None:
+    def _reconcile_gate(self, key: tuple[str, str], gate: Object, state: GateState, now: datetime) -> None:
         if key not in self.last_open:
             self.last_open[key] = was_open(gate.get("status"))
         desired = gate_status(gate, state, now, previous=self.written.get(key))
@@ -213,7 +215,7 @@ class Controller(ApprovalLanding):
             self._transition(gate, state, now)
         self._approvals(key, gate, state, now)
 
-    def _transition(self, gate: dict, state: GateState, now: datetime) -> None:
+    def _transition(self, gate: Object, state: GateState, now: datetime) -> None:
         message = transition_message(state)
         meta = metadata(gate)
         log.info(
@@ -242,7 +244,7 @@ class Controller(ApprovalLanding):
             else:  # release when the cache can say what was held
                 self.pending.add((state.namespace, state.name))
 
-    def _event(self, obj: dict, reason: str, message: str, now: datetime, kind: str = "Normal") -> None:
+    def _event(self, obj: Object, reason: str, message: str, now: datetime, kind: str = "Normal") -> None:
         meta = metadata(obj)
         involved = {
             "apiVersion": obj.get("apiVersion"),
@@ -261,7 +263,7 @@ class Controller(ApprovalLanding):
 
     # -- Flux notifications for held and released objects ------------------------------
     def flux_object_changed(
-        self, old: dict | None, new: dict | None, now: datetime | None = None
+        self, old: Object | None, new: Object | None, now: datetime | None = None
     ) -> Notice | None:
         """Notify notification-controller when a Flux object's hold starts, changes or ends.
 
@@ -310,7 +312,7 @@ class Controller(ApprovalLanding):
             )
             return False
 
-    def _held_by_gate(self, obj: dict, gate_key: str) -> bool:
+    def _held_by_gate(self, obj: Object, gate_key: str) -> bool:
         """Whether ``gate_key`` held ``obj``: its own or inherited gates name it, or what
         waits for it (the Blocked/Approved condition the webhook wrote) says so."""
         for source in (obj, *content.inherits_from(obj, self.flux.get)):
@@ -319,7 +321,7 @@ class Controller(ApprovalLanding):
         waiting = content.waiting(obj)
         return waiting is not None and gate_key in waiting.gates
 
-    def _release(self, objects: list[tuple[str, dict]], now: datetime) -> list[str]:
+    def _release(self, objects: list[tuple[str, Object]], now: datetime) -> list[str]:
         """requestedAt on each object no gate or suspension holds any more, and on the
         Kustomizations that apply them; the objects' names."""
         value = format_distinct_time(now)  # Flux acts on a value it has not handled yet
@@ -367,7 +369,7 @@ class Controller(ApprovalLanding):
         with self._lock:
             keys = sorted(self._suspendable)
         wake_at: datetime | None = None
-        ended: list[tuple[str, dict]] = []
+        ended: list[tuple[str, Object]] = []
         for key in keys:
             obj = self.flux.get(*key)
             found = _suspension_annotations(obj)

@@ -27,15 +27,15 @@ from datetime import datetime
 from typing import Any, cast
 
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from admission.clock import utcnow
 from admission.core.admission import holdpoints
 from admission.core.admission.decision import Context, Lookup, Settings, standing
 from admission.core.admission.review import AdmissionRequest, subject
 from admission.core.base import names
+from admission.core.base.objects import Object, label, metadata
 from admission.core.base.objects import annotations as annotations_of
-from admission.core.base.objects import label, metadata
 from admission.core.base.timefmt import format_time
 from admission.core.flux import kinds
 from admission.core.gates.references import is_namespace, is_object_name
@@ -110,7 +110,7 @@ def post_event(core: client.CoreV1Api, body: dict[str, Any]) -> None:
     core.create_namespaced_event(body["metadata"]["namespace"], cast(Any, body))
 
 
-def _judged_part(stored: dict | None) -> dict | None:
+def _judged_part(stored: Object | None) -> Object | None:
     """What a hold is judged on (names, uid, annotations, spec.gates and spec.suspend): a
     remembered read is a few hundred bytes, whatever the object's values."""
     if not isinstance(stored, dict):
@@ -162,7 +162,7 @@ class DenialEvents(DenialQueue[Key, int]):
             WindowCounts(events_per_object),
             WindowCounts(events_per_namespace),
         )
-        self.read: OrderedDict[Key, tuple[float, dict | None]] = OrderedDict()  # -> (read at, stored)
+        self.read: OrderedDict[Key, tuple[float, Object | None]] = OrderedDict()  # -> (read at, stored)
         self.counts: dict[tuple[str, str], int] = {}  # (namespace, Event name) -> repeats not yet counted
         self.known: dict[tuple[str, str], int] = {}  # Events we know exist -> their period
 
@@ -200,7 +200,7 @@ class DenialEvents(DenialQueue[Key, int]):
     def _next(self, timeout: float) -> tuple[Key, int] | None:
         return self.take(timeout)
 
-    def _stored(self, key: Key) -> tuple[bool, dict | None]:
+    def _stored(self, key: Key) -> tuple[bool, Object | None]:
         """``(read, object)``: the object as stored (None: no such object), from a read at most
         ``reread_after`` old, else a GET; ``read`` is False when the namespace's reads are spent."""
         kind, namespace, name, _ = key
@@ -208,7 +208,7 @@ class DenialEvents(DenialQueue[Key, int]):
         if remembered is not None and time.monotonic() - remembered[0] < self.reread_after:
             return True, remembered[1]
 
-        def get(*args):  # every call counts: a missing object is asked at each version known
+        def get(*args: Any) -> object:  # every call counts: a missing object is asked at each version known
             if not self.may_read(namespace):
                 raise _ReadsSpent
             return self.custom.get_namespaced_custom_object(*args)
@@ -227,14 +227,14 @@ class DenialEvents(DenialQueue[Key, int]):
             self.read.popitem(last=False)  # the oldest read first: it stands for nothing any more
         return True, stored
 
-    def _message(self, kind: str, stored: dict, now: datetime) -> str | None:
+    def _message(self, kind: str, stored: Object, now: datetime) -> str | None:
         """The hold the stored object shows now, in the words a denial uses; None when it is
         not held (or only in audit mode, which denies nothing)."""
         context = Context(self.lookup, now, self.settings, self.sources.get)
         held = holdpoints.enforced(standing({**stored, "kind": kind}, context))
         return held.message if held is not None else None
 
-    def _body(self, name: str, kind: str, stored: dict, message: str, now: datetime) -> dict:
+    def _body(self, name: str, kind: str, stored: Object, message: str, now: datetime) -> Object:
         meta = metadata(stored)
         row = kinds.BY_KIND[kind]
         involved = {

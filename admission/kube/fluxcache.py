@@ -13,9 +13,9 @@ import time
 from collections.abc import Callable, Iterable
 
 from kubernetes import client, watch
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
-from admission.core.base.objects import metadata
+from admission.core.base.objects import Object, metadata
 from admission.core.flux.kinds import BY_KIND, FluxKind
 from admission.kube.fluxobjects import first_served
 from admission.kube.reflector import STALE_AFTER, Reflecting, Reflector, trim_object, untrusted_reason
@@ -25,10 +25,10 @@ log = logging.getLogger(__name__)
 ABSENT_RECHECK = 30.0  # seconds between looks for a kind whose CRD is not installed
 
 Key = tuple[str, str]
-OnChange = Callable[[str, "dict | None", "dict | None"], None]
+OnChange = Callable[[str, "Object | None", "Object | None"], None]
 
 
-def _trim_flux(obj: dict) -> dict:
+def _trim_flux(obj: Object) -> Object:
     """The gate reflector's trim, and the inventory: a Kustomization lists every object it
     applied there (thousands for a large one), and nothing here reads it."""
     trim_object(obj)
@@ -38,7 +38,7 @@ def _trim_flux(obj: dict) -> dict:
     return obj
 
 
-def _key(obj: dict) -> Key:
+def _key(obj: Object) -> Key:
     meta = metadata(obj)
     return meta.get("namespace") or "", meta.get("name") or ""
 
@@ -80,15 +80,15 @@ class _KindReflector(Reflector):
                 raise
             self.resource_version = None  # the version went away (CRD deleted or changed): relist
 
-    def _stamp(self, obj: dict) -> dict:
+    def _stamp(self, obj: Object) -> Object:
         obj.setdefault("apiVersion", f"{self.group}/{self.version}")
         obj.setdefault("kind", self.row.kind)
         return _trim_flux(obj)
 
-    def _apply(self, kind: str, obj: dict) -> None:
+    def _apply(self, kind: str, obj: Object) -> None:
         self.store._put(self.row.kind, None if kind == "DELETED" else self._stamp(obj), _key(obj))
 
-    def _replace(self, items: list[dict]) -> None:
+    def _replace(self, items: list[Object]) -> None:
         self.store._replace(self.row.kind, [self._stamp(item) for item in items])
 
 
@@ -107,7 +107,7 @@ class FluxCache(Reflecting):
         self.api = client.CustomObjectsApi(api_client)
         self.stale_after = stale_after
         rows = [BY_KIND[k] if isinstance(k, str) else k for k in kinds]
-        self._objects: dict[str, dict[Key, dict]] = {row.kind: {} for row in rows}
+        self._objects: dict[str, dict[Key, Object]] = {row.kind: {} for row in rows}
         self._lock = threading.Lock()
         self._stopped = threading.Event()
         self._streams: set[watch.Watch] = set()
@@ -117,11 +117,11 @@ class FluxCache(Reflecting):
         self.on_change: OnChange = lambda kind, old, new: None
 
     # -- reading ----------------------------------------------------------------------
-    def get(self, kind: str, namespace: str, name: str) -> dict | None:
+    def get(self, kind: str, namespace: str, name: str) -> Object | None:
         objects = self._objects.get(kind)
         return objects.get((namespace, name)) if objects is not None else None
 
-    def objects(self, kind: str) -> list[dict]:
+    def objects(self, kind: str) -> list[Object]:
         with self._lock:
             return list((self._objects.get(kind) or {}).values())
 
@@ -140,7 +140,7 @@ class FluxCache(Reflecting):
         """Why the cache cannot be trusted right now, or None."""
         return untrusted_reason("Flux object cache", self.reflectors, self.stale_after)
 
-    def readiness(self) -> dict:
+    def readiness(self) -> Object:
         """What /readyz shows about this cache."""
         return {
             "objects": len(self),
@@ -166,7 +166,7 @@ class FluxCache(Reflecting):
         return False
 
     # -- writing (the reflectors) -----------------------------------------------------
-    def _put(self, kind: str, obj: dict | None, key: Key) -> None:
+    def _put(self, kind: str, obj: Object | None, key: Key) -> None:
         with self._lock:
             objects = self._objects[kind]
             old = objects.get(key)
@@ -177,7 +177,7 @@ class FluxCache(Reflecting):
         if old is not None or obj is not None:
             self._changed(kind, old, obj)
 
-    def _replace(self, kind: str, items: list[dict]) -> None:
+    def _replace(self, kind: str, items: list[Object]) -> None:
         fresh = {_key(item): item for item in items}
         with self._lock:
             old = self._objects[kind]
@@ -187,12 +187,12 @@ class FluxCache(Reflecting):
             if before is None or after is None or _version(before) != _version(after):
                 self._changed(kind, before, after)
 
-    def _changed(self, kind: str, old: dict | None, new: dict | None) -> None:
+    def _changed(self, kind: str, old: Object | None, new: Object | None) -> None:
         try:
             self.on_change(kind, old, new)
         except Exception:  # a listener's bug must not stop the watch
             log.exception("on_change failed", extra={"kind": kind})
 
 
-def _version(obj: dict) -> object:
+def _version(obj: Object) -> object:
     return metadata(obj).get("resourceVersion")

@@ -6,8 +6,9 @@ from collections.abc import Callable
 from typing import TypeVar, cast
 
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
+from admission.core.base.objects import Object
 from admission.core.flux.kinds import BY_KIND, FLUX_KINDS, FluxKind
 
 T = TypeVar("T")
@@ -38,12 +39,12 @@ class FluxObjects:
         self.custom = custom
         self.versions: dict[str, str] = {}
 
-    def list_kind(self, kind: str) -> list[dict]:
+    def list_kind(self, kind: str) -> list[Object]:
         """Every object of ``kind`` in the cluster (none when its CRD is not installed)."""
         row = BY_KIND[kind]
 
-        def list_at(version: str) -> dict:
-            return cast(dict, self.custom.list_cluster_custom_object(row.group, version, row.plural))
+        def list_at(version: str) -> Object:
+            return cast(Object, self.custom.list_cluster_custom_object(row.group, version, row.plural))
 
         served = first_served(row, list_at, self.versions.get(kind))
         if served is None:
@@ -56,22 +57,22 @@ class FluxObjects:
             item.setdefault("kind", kind)
         return items
 
-    def list_all(self) -> list[dict]:
+    def list_all(self) -> list[Object]:
         return [obj for row in FLUX_KINDS for obj in self.list_kind(row.kind)]
 
-    def patch(self, kind: str, namespace: str, name: str, body: dict) -> dict:
+    def patch(self, kind: str, namespace: str, name: str, body: Object) -> Object:
         row = BY_KIND[kind]
         version = self.versions.get(kind) or row.versions[0]
         return cast(
-            dict,
+            Object,
             self.custom.patch_namespaced_custom_object(row.group, version, namespace, row.plural, name, body),
         )
 
-    def get(self, kind: str, namespace: str, name: str, version: str) -> dict | None:
+    def get(self, kind: str, namespace: str, name: str, version: str) -> Object | None:
         row = BY_KIND[kind]
         try:
             return cast(
-                dict,
+                Object,
                 self.custom.get_namespaced_custom_object(row.group, version, namespace, row.plural, name),
             )
         except ApiException as err:
@@ -86,7 +87,7 @@ def read_stored(
     namespace: str,
     name: str,
     versions: dict[str, str],
-) -> dict | None:
+) -> Object | None:
     """One object as the API server stores it, read with ``get(group, version, namespace,
     plural, name)`` (the main resource or ``/status``) at the version that answered last, else
     each version the table knows; None when it does not exist. ``versions`` remembers, per kind,
@@ -97,4 +98,4 @@ def read_stored(
     if served is None:
         return None
     versions[row.kind], obj = served
-    return cast(dict, obj)
+    return cast(Object, obj)

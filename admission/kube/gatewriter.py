@@ -5,16 +5,17 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from admission.core.base import names
+from admission.core.base.objects import Object
 
 
-def cluster_patcher(api_client) -> Callable[[str, str, dict], None]:
+def cluster_patcher(api_client: client.ApiClient | None) -> Callable[[str, str, Object], None]:
     """Write a Gate's annotations through the API server, mapping its errors for the receiver."""
     custom = client.CustomObjectsApi(api_client)
 
-    def patch_gate(namespace: str, name: str, patch: dict) -> None:
+    def patch_gate(namespace: str, name: str, patch: Object) -> None:
         try:
             custom.patch_namespaced_custom_object(
                 names.GATING_GROUP, names.GATING_VERSION, namespace, names.GATE_PLURAL, name, patch

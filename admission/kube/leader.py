@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import logging
 import threading
-from datetime import timedelta
+from collections.abc import Callable
+from datetime import datetime, timedelta
 
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from admission.clock import utcnow
 from admission.core.base.timefmt import format_distinct_time
@@ -28,9 +29,9 @@ class LeaderElector:
         lease_seconds: int = 15,
         renew_every: float = 5.0,
         *,
-        clock=utcnow,
+        clock: Callable[[], datetime] = utcnow,
         coordination: client.CoordinationV1Api | None = None,
-        on_fatal=lambda why: None,
+        on_fatal: Callable[[str], None] = lambda why: None,
     ):
         # ``coordination`` replaces the API group built from ``api_client`` (tests' fakes).
         self.api = coordination or client.CoordinationV1Api(api_client)

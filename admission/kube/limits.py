@@ -62,7 +62,7 @@ class SharedWindowCounts(SharedSlots):
             stored, at, used = self.read(index)
             if stored != hashed or at != window:
                 used = 0
-            charged = used < self.limit
+            charged: bool = used < self.limit  # the slot's fields are ints (struct "<QqI")
             self.write(index, hashed, window, used + 1 if charged else used)
         return charged
 

@@ -24,7 +24,7 @@ import orjson
 
 from admission.background import BackgroundThread
 from admission.core.base import names
-from admission.core.base.objects import label, metadata
+from admission.core.base.objects import Object, label, metadata
 from admission.core.base.timefmt import format_time
 
 log = logging.getLogger("admission.notifications")
@@ -39,14 +39,14 @@ def _group(api_version: str) -> str:
 
 
 def event_body(
-    obj: dict,
+    obj: Object,
     reason: str,
     message: str,
     details: dict[str, str],
     now: datetime,
     instance: str | None = None,
     severity: str = INFO,
-) -> dict:
+) -> Object:
     """The event notification-controller accepts for ``obj``; ``details`` keys get its group prefix."""
     meta = metadata(obj)
     api_version = str(obj.get("apiVersion") or "")
@@ -90,14 +90,14 @@ class FluxNotifier:
         self.instance = instance
         self.period = period
         self.timeout = timeout
-        self.queue: queue.Queue = queue.Queue(max_queue)
-        self.sent: dict[tuple, datetime] = {}  # (object, message) -> when last sent
+        self.queue: queue.Queue[tuple[str, Object]] = queue.Queue(max_queue)
+        self.sent: dict[tuple[object, ...], datetime] = {}  # (object, message) -> when last sent
         self.results = {"sent": 0, "aggregated": 0, "dropped": 0, "failed": 0}
         self._background = BackgroundThread("flux-notifications")
 
     def notify(
         self,
-        obj: dict,
+        obj: Object,
         reason: str,
         message: str,
         details: dict[str, str],
@@ -123,7 +123,7 @@ class FluxNotifier:
         return True
 
     def gate_transition(
-        self, gate: dict, opened: bool, message: str, details: dict[str, str], now: datetime
+        self, gate: Object, opened: bool, message: str, details: dict[str, str], now: datetime
     ) -> bool:
         """A gate opened or closed (involved object: the Gate)."""
         return self.notify(
@@ -135,14 +135,15 @@ class FluxNotifier:
             self.gates_address,
         )
 
-    def post(self, address: str, body: dict) -> int:
+    def post(self, address: str, body: Object) -> int:
         """POST one event; the HTTP status (raises OSError when the address cannot be reached)."""
         request = urllib.request.Request(
             address, data=orjson.dumps(body), method="POST", headers={"Content-Type": "application/json"}
         )
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310 (an address we are given)
-                return response.status
+                status: int = response.status  # urlopen's answer is untyped: an HTTPResponse here
+                return status
         except urllib.error.HTTPError as err:
             return err.code
 

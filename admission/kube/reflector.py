@@ -12,12 +12,12 @@ from datetime import datetime
 from typing import Any, cast
 
 from kubernetes import client, watch
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import ProtocolError
 
 from admission.core.base import names
+from admission.core.base.objects import Object, metadata, object_key
 from admission.core.base.objects import annotations as annotations_of
-from admission.core.base.objects import metadata, object_key
 from admission.core.gates.gates import GateState, unknown
 from admission.store.index import GateIndex
 
@@ -50,7 +50,7 @@ class Backoff:
 _UNUSED_ANNOTATIONS = (names.LAST_APPLIED_ANNOTATION,)
 
 
-def trim_object(obj: dict) -> dict:
+def trim_object(obj: Object) -> Object:
     """Drop what gate evaluation never reads and what costs memory: managedFields and the
     last-applied copy of the object (most of a small object's size)."""
     metadata(obj).pop("managedFields", None)
@@ -80,10 +80,10 @@ class Reflector:
         self.last_contact = time.monotonic()
         self.relists = 0
 
-    def _apply(self, kind: str, obj: dict) -> None:
+    def _apply(self, kind: str, obj: Object) -> None:
         raise NotImplementedError
 
-    def _replace(self, items: list[dict]) -> None:
+    def _replace(self, items: list[Object]) -> None:
         raise NotImplementedError
 
     def _served_version(self) -> str:
@@ -115,7 +115,7 @@ class Reflector:
         list_call = self.store.api.list_cluster_custom_object
 
         @functools.wraps(list_call)
-        def started(*args, **kwargs):  # the watch's response arrived: the API server answers
+        def started(*args: Any, **kwargs: Any) -> Any:  # the watch's response arrived: the API server answers
             response = list_call(*args, **kwargs)
             if 200 <= (getattr(response, "status", 200) or 200) < 300:
                 self._connected()
@@ -204,7 +204,7 @@ class _GateReflector(Reflector):
 
     store: ClusterStore
 
-    def _apply(self, kind: str, obj: dict) -> None:
+    def _apply(self, kind: str, obj: Object) -> None:
         index = self.store.index
         namespace, name = object_key(obj)
         if self.plural == names.GATE_PLURAL:
@@ -213,7 +213,7 @@ class _GateReflector(Reflector):
             index.delete_keeper(namespace, name) if kind == "DELETED" else index.put_keeper(obj)
         self.store.on_change()
 
-    def _replace(self, items: list[dict]) -> None:
+    def _replace(self, items: list[Object]) -> None:
         if self.plural == names.GATE_PLURAL:
             self.store.index.replace_all(items, None)
         else:
@@ -229,7 +229,7 @@ class Reflecting:
     stale_after: float
     _threads: list[threading.Thread]
     _stopped: threading.Event
-    _streams: set
+    _streams: set[watch.Watch]
 
     def start(self) -> None:
         for reflector in self.reflectors:
@@ -274,7 +274,7 @@ class ClusterStore(Reflecting):
             return unknown(namespace, name, why)
         return self.index.lookup(namespace, name, now)
 
-    def readiness(self) -> tuple[bool, dict]:
+    def readiness(self) -> tuple[bool, Object]:
         why = self.untrusted()
         detail = {
             "store": "cluster",

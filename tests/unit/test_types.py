@@ -38,7 +38,7 @@ def test_the_package_type_checks():
 
 
 # the decisions and the layers that serve them
-STRICT = ("core", "store", "observability", "pki", "webhook", "transport", "ical")
+STRICT = ("core", "store", "observability", "pki", "webhook", "transport", "ical", "kube")
 LENIENT = ["admission.transport.gthread_seam", "admission.transport.worker"]  # gunicorn's untyped internals
 
 
