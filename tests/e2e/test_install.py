@@ -129,7 +129,9 @@ def test_every_pod_we_ship_is_admitted_by_pod_security_restricted(plane, install
     labels = one(installed, "Namespace")["metadata"]["labels"]
     assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
     templates = pod_templates(installed)
-    assert len(templates) == 4
+    # The webhook, the controller, the certificate Job, its renewing CronJob and the suspended
+    # one that renews on demand.
+    assert len(templates) == 5
     for name, template in templates:
         pod = {
             "apiVersion": "v1",
@@ -669,6 +671,7 @@ def test_both_certificate_variants_render(installed, cert_manager_variant):
     certs_machinery = {
         ("Job", "gate-admission-certs-init"),
         ("CronJob", "gate-admission-certs"),
+        ("CronJob", "gate-admission-certs-renew"),
         ("ServiceAccount", "gate-admission-certs"),
         ("Role", "gate-admission-certs"),
         ("RoleBinding", "gate-admission-certs"),
