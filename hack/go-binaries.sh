@@ -20,7 +20,8 @@ K8S_VERSION=${K8S_VERSION:-v1.36.3}   # current Kubernetes; Flux v2.9 requires >
 ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
 # The flux CLI's version; its release's manifests (manifests/bases/*/kustomization.yaml in the
 # flux2 module) name the controller versions, unless FLUX_CONTROLLERS names some:
-# "kustomize-controller=v1.10.1 helm-controller=v1.7.x" (vX.Y.x: the newest served patch).
+# "kustomize-controller=v1.10.1,helm-controller=v1.7.x" (vX.Y.x: the newest served patch).
+# A release that needs a newer Go builds with GOTOOLCHAIN set (the go command fetches it).
 FLUX_VERSION=${FLUX_VERSION:-v2.9.4}
 FLUX_CONTROLLERS=${FLUX_CONTROLLERS:-}
 FLUX_CONTROLLER_NAMES=(source-controller kustomize-controller helm-controller notification-controller
@@ -146,22 +147,35 @@ GO
 
 # Sets FLUX_MODULES ("name module version" per controller) and FLUX_KEY (the cache key: the
 # CLI's version, then each controller whose version is not its release's own). A version the
-# proxy does not serve is replaced by the nearest older patch of its minor (logged), or the
-# build stops saying which is missing.
+# proxy does not serve is replaced by the nearest older patch of its minor (logged); when none
+# is, the build stops naming every version missing.
 resolve_flux() {
-  local manifests name wanted ver released
-  FLUX_MODULES=(); FLUX_KEY=$FLUX_VERSION
-  manifests="$(module_dir github.com/fluxcd/flux2/v2 "$FLUX_VERSION")/manifests/bases" \
-    || { log "the flux CLI $FLUX_VERSION (github.com/fluxcd/flux2/v2) is not served"; exit 1; }
+  local manifests="" name wanted ver released missing=()
+  FLUX_MODULES=()
+  if ver=$(python3 "$HACK/nearest-served.py" --release github.com/fluxcd/flux2/v2 "$FLUX_VERSION"); then
+    FLUX_VERSION=$ver
+    manifests="$(module_dir github.com/fluxcd/flux2/v2 "$FLUX_VERSION")/manifests/bases"
+  else
+    missing+=("the flux CLI $FLUX_VERSION (github.com/fluxcd/flux2/v2)")
+  fi
+  FLUX_KEY=$FLUX_VERSION
   for name in "${FLUX_CONTROLLER_NAMES[@]}"; do
-    released=$(grep -o 'releases/download/v[0-9.]*/' "$manifests/$name/kustomization.yaml" | head -1 | cut -d/ -f3)
+    released=""
+    [[ -z "$manifests" ]] || released=$(grep -o 'releases/download/v[0-9.]*/' "$manifests/$name/kustomization.yaml" | head -1 | cut -d/ -f3)
     wanted=$released
-    for ver in $FLUX_CONTROLLERS; do [[ ${ver%%=*} == "$name" ]] && wanted=${ver#*=}; done
-    ver=$(python3 "$HACK/nearest-served.py" --release "github.com/fluxcd/$name" "$wanted") \
-      || { log "$name $wanted is not served (wanted by Flux $FLUX_VERSION${FLUX_CONTROLLERS:+ with $FLUX_CONTROLLERS})"; exit 1; }
-    FLUX_MODULES+=("$name github.com/fluxcd/$name $ver")
-    [[ "$ver" == "$released" ]] || FLUX_KEY+="+$name-$ver"
+    for ver in ${FLUX_CONTROLLERS//,/ }; do [[ ${ver%%=*} == "$name" ]] && wanted=${ver#*=}; done
+    [[ -n "$wanted" ]] || { missing+=("$name (its release's manifests are not served; name it in FLUX_CONTROLLERS)"); continue; }
+    if ver=$(python3 "$HACK/nearest-served.py" --release "github.com/fluxcd/$name" "$wanted"); then
+      FLUX_MODULES+=("$name github.com/fluxcd/$name $ver")
+      [[ "$ver" == "$released" ]] || FLUX_KEY+="+$name-$ver"
+    else
+      missing+=("$name $wanted")
+    fi
   done
+  if (( ${#missing[@]} )); then
+    log "cannot build (not served by the Go module proxy, or needing a newer Go): $(printf '%s; ' "${missing[@]}" | sed 's/; $//')"
+    exit 1
+  fi
 }
 
 # Each controller is built once per version (flux-parts/) and copied into every cell that has it.

@@ -37,11 +37,20 @@ def semver(version: str) -> tuple[int, ...] | None:
         return None
 
 
-def served(path: str, version: str) -> bool:
+def refusal(path: str, version: str) -> str | None:
+    """Why ``path@version`` cannot be fetched (None: it can)."""
     out = subprocess.run(
         ["go", "mod", "download", "-json", f"{path}@{version}"], capture_output=True, text=True
     )
-    return out.returncode == 0 and '"Error"' not in out.stdout
+    try:
+        error = json.loads(out.stdout).get("Error")
+    except ValueError:
+        error = out.stderr.strip() or "no answer"
+    return error or (None if out.returncode == 0 else out.stderr.strip() or "failed")
+
+
+def served(path: str, version: str) -> bool:
+    return refusal(path, version) is None
 
 
 def nearest(path: str, version: str) -> str | None:
@@ -80,12 +89,19 @@ def release(path: str, version: str) -> int:
     if not listed:  # not listed: try each patch release of the minor, newest first
         same_minor = {f"v{wanted[0]}.{wanted[1]}.{patch}" for patch in range(wanted[2] + 1)}
     same_minor.discard(version)
+    toolchain = None
     for candidate in sorted(same_minor, key=lambda v: semver(v) or (), reverse=True):
-        if served(path, candidate):
+        why = refusal(path, candidate)
+        if why is None:
             if not newest:
                 print(f"substituted {path} {version} -> {candidate} (not served here)", file=sys.stderr)
             print(candidate)
             return 0
+        if "requires go" in why:  # served, but not buildable with this Go: say so, not "missing"
+            toolchain = toolchain or f"{path}@{candidate}: {why.split(': ', 1)[-1]}"
+    if toolchain:
+        print(toolchain, file=sys.stderr)
+        return 1
     tried = f"v{wanted[0]}.{wanted[1]}.0 to {version if not newest else f'v{wanted[0]}.{wanted[1]}.{wanted[2]}'}"
     print(f"{path}: no release from {tried} is served", file=sys.stderr)
     return 1
