@@ -85,7 +85,9 @@ def record(args: argparse.Namespace) -> int:
         "versions": {},
     }
     if args.versions and args.versions.exists():
-        entry["versions"] = dict(line.split() for line in args.versions.read_text().splitlines() if line.strip())
+        entry["versions"] = dict(
+            line.split() for line in args.versions.read_text().splitlines() if line.strip()
+        )
     if args.junit and args.junit.exists():
         entry.update(junit_counts(args.junit), status="ran", duration_s=args.duration)
         entry["status"] = "passed" if entry["failed"] == 0 and entry["passed"] > 0 else "failed"

@@ -102,7 +102,9 @@ def release(path: str, version: str) -> int:
     if toolchain:
         print(toolchain, file=sys.stderr)
         return 1
-    tried = f"v{wanted[0]}.{wanted[1]}.0 to {version if not newest else f'v{wanted[0]}.{wanted[1]}.{wanted[2]}'}"
+    tried = (
+        f"v{wanted[0]}.{wanted[1]}.0 to {version if not newest else f'v{wanted[0]}.{wanted[1]}.{wanted[2]}'}"
+    )
     print(f"{path}: no release from {tried} is served", file=sys.stderr)
     return 1
 
