@@ -26,7 +26,7 @@ NOTE_137="Kubernetes 1.37's kube-apiserver exits on a loopback advertise address
 CELLS=(
   "2.9.5|v1.36.3|FLUX_VERSION=v2.9.5|"
   "2.9.4|v1.37.2|FLUX_VERSION=v2.9.4|$NOTE_137"
-  "2.9.5|v1.37.2|FLUX_VERSION=v2.9.5|$NOTE_137"
+  "2.9.5|v1.37.2|FLUX_VERSION=v2.9.5|$NOTE_137 The one failure (2026-11-29, not yet investigated): the real source-controller wrote one more pair of status writes around the gate's opening than the double; the same controllers passed this test on 1.36.3, so the order may depend on timing rather than on 1.37."
   "2.10 (source, kustomize)|v1.37.2|$FLUX_210_SERVED|$NOTE_210_SERVED"
   "2.10|v1.37.2|$FLUX_210|"
   "2.9.4|v1.36.3|FLUX_VERSION=v2.9.4|The cell \`hack/test.sh\` (and so CI) runs."
