@@ -14,18 +14,19 @@
 # one line per binary with its build time, goes to stderr. Nothing is rebuilt once cached.
 set -euo pipefail
 
-K8S_VERSION=v1.36.3   # current Kubernetes; Flux v2.9 requires >= 1.33
-ETCD_VERSION=v3.6.16
-FLUX_VERSION=v2.9.4
-# The controller versions of that Flux release (its go.mod's */api requirements).
-FLUX_MODULES=(
-  "source-controller github.com/fluxcd/source-controller v1.9.4"
-  "kustomize-controller github.com/fluxcd/kustomize-controller v1.9.4"
-  "helm-controller github.com/fluxcd/helm-controller v1.6.3"
-  "notification-controller github.com/fluxcd/notification-controller v1.9.3"
-  "image-reflector-controller github.com/fluxcd/image-reflector-controller v1.2.4"
-  "image-automation-controller github.com/fluxcd/image-automation-controller v1.2.4"
-)
+# Every version can be set from the environment (hack/matrix.sh builds each cell that way); the
+# defaults are the cell the README's test command runs. Every cache directory is keyed by all
+# the versions in it, so cells never share one.
+K8S_VERSION=${K8S_VERSION:-v1.36.3}   # current Kubernetes; Flux v2.9 requires >= 1.33
+ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
+# The flux CLI's version; its release's manifests (manifests/bases/*/kustomization.yaml in the
+# flux2 module) name the controller versions, unless FLUX_CONTROLLERS names some:
+# "kustomize-controller=v1.10.1,helm-controller=v1.7.x" (vX.Y.x: the newest served patch).
+# A release that needs a newer Go builds with GOTOOLCHAIN set (the go command fetches it).
+FLUX_VERSION=${FLUX_VERSION:-v2.9.4}
+FLUX_CONTROLLERS=${FLUX_CONTROLLERS:-}
+FLUX_CONTROLLER_NAMES=(source-controller kustomize-controller helm-controller notification-controller
+  image-reflector-controller image-automation-controller)
 GGCR_VERSION=v0.21.9  # go-containerregistry, for its in-memory OCI registry
 HELM_VERSION=v4.3.1   # the helm CLI (helm.sh/helm/v4)
 PROMETHEUS_VERSION=v0.316.0  # github.com/prometheus/prometheus (Prometheus 3.x's Go module), for promtool
@@ -57,7 +58,10 @@ fetch_dependencies() {
     go mod edit -replace="$replacement"
     go mod download "${replacement%%=*}"  # records the stand-in's checksum in go.sum
   done
-  go mod download
+  # A module with no served release near it may be needed by the module's tests alone
+  # (source-controller v1.9.5's helmtestserver): the build fetches what it compiles, and fails
+  # naming the module if that is one.
+  go mod download || log "a module above is not served; building with what is"
 }
 
 # In the current module: a `replace` pointing at a fork the proxy does not serve is dropped, and
@@ -146,13 +150,56 @@ GO
   echo "$out"
 }
 
+# Sets FLUX_MODULES ("name module version" per controller) and FLUX_KEY (the cache key: the
+# CLI's version, then each controller whose version is not its release's own). A version the
+# proxy does not serve is replaced by the nearest older patch of its minor (logged); when none
+# is, the build stops naming every version missing.
+resolve_flux() {
+  local manifests="" name wanted ver released missing=()
+  FLUX_MODULES=()
+  if ver=$(python3 "$HACK/nearest-served.py" --release github.com/fluxcd/flux2/v2 "$FLUX_VERSION"); then
+    FLUX_VERSION=$ver
+    manifests="$(module_dir github.com/fluxcd/flux2/v2 "$FLUX_VERSION")/manifests/bases"
+  else
+    missing+=("the flux CLI $FLUX_VERSION (github.com/fluxcd/flux2/v2)")
+  fi
+  FLUX_KEY=$FLUX_VERSION
+  for name in "${FLUX_CONTROLLER_NAMES[@]}"; do
+    released=""
+    [[ -z "$manifests" ]] || released=$(grep -o 'releases/download/v[0-9.]*/' "$manifests/$name/kustomization.yaml" | head -1 | cut -d/ -f3)
+    wanted=$released
+    for ver in ${FLUX_CONTROLLERS//,/ }; do [[ ${ver%%=*} == "$name" ]] && wanted=${ver#*=}; done
+    [[ -n "$wanted" ]] || { missing+=("$name (its release's manifests are not served; name it in FLUX_CONTROLLERS)"); continue; }
+    if ver=$(python3 "$HACK/nearest-served.py" --release "github.com/fluxcd/$name" "$wanted"); then
+      FLUX_MODULES+=("$name github.com/fluxcd/$name $ver")
+      [[ "$ver" == "$released" ]] || FLUX_KEY+="+$name-$ver"
+    else
+      missing+=("$name $wanted")
+    fi
+  done
+  if (( ${#missing[@]} )); then
+    log "cannot build (not served by the Go module proxy, or needing a newer Go): $(printf '%s; ' "${missing[@]}" | sed 's/; $//')"
+    exit 1
+  fi
+}
+
+# Each controller is built once per version (flux-parts/) and copied into every cell that has it.
 build_flux() {
-  local out="$ROOT/flux/$FLUX_VERSION" line name mod ver src
+  local out line name mod ver src part
+  resolve_flux
+  out="$ROOT/flux/$FLUX_KEY"
+  # What the cell holds, one "name version" a line (hack/matrix.sh publishes it).
+  if [[ ! -f "$out/versions" ]]; then
+    mkdir -p "$out"
+    { printf '%s\n' "${FLUX_MODULES[@]}" | awk '{print $1, $3}'; echo "flux $FLUX_VERSION"; } > "$out/versions"
+  fi
   if [[ -f "$out/.complete" ]]; then echo "$out"; return; fi
   mkdir -p "$out/crds"
   for line in "${FLUX_MODULES[@]}"; do
     read -r name mod ver <<<"$line"
-    if [[ ! -x "$out/$name" ]]; then
+    part="$ROOT/flux-parts/$name-$ver"
+    if [[ ! -x "$out/$name" && ! -x "$part/$name" ]]; then
+      mkdir -p "$part"
       src=$(module_copy "$mod" "$ver"); cd "$src"
       # Each controller replaces its ./api with the local directory, which `go install` refuses:
       # take the published api module of the same version instead.
@@ -161,21 +208,25 @@ build_flux() {
       go get "$mod/api@$ver" >&2
       [[ -z "$FORKS_REPLACED" ]] || go mod tidy -e >&2
       fetch_dependencies
-      timed "$name $ver" go build -trimpath -ldflags "-s -w" -o "$out/$name.partial" .
-      mv "$out/$name.partial" "$out/$name"
+      timed "$name $ver" go build -trimpath -ldflags "-s -w" -o "$part/$name.partial" .
+      mv "$part/$name.partial" "$part/$name"
     fi
+    [[ -x "$out/$name" ]] || cp "$part/$name" "$out/$name"
     cp "$(module_dir "$mod" "$ver")"/config/crd/bases/*.yaml "$out/crds/"
   done
-  if [[ ! -x "$out/flux" ]]; then
+  part="$ROOT/flux-parts/flux-$FLUX_VERSION"
+  if [[ ! -x "$out/flux" && ! -x "$part/flux" ]]; then
+    mkdir -p "$part"
     src=$(module_copy github.com/fluxcd/flux2/v2 "$FLUX_VERSION"); cd "$src"
     # The CLI embeds the install manifests, which the module zip lacks; `flux install` cannot
     # work without them, but get/reconcile/check --pre and plugins do.
     mkdir -p cmd/flux/manifests && echo "# placeholder" > cmd/flux/manifests/placeholder.yaml
     fetch_dependencies
     timed "flux CLI $FLUX_VERSION" go build -trimpath \
-      -ldflags "-s -w -X main.VERSION=${FLUX_VERSION#v}" -o "$out/flux.partial" ./cmd/flux
-    mv "$out/flux.partial" "$out/flux"
+      -ldflags "-s -w -X main.VERSION=${FLUX_VERSION#v}" -o "$part/flux.partial" ./cmd/flux
+    mv "$part/flux.partial" "$part/flux"
   fi
+  [[ -x "$out/flux" ]] || cp "$part/flux" "$out/flux"
   chmod -R a-w "$out/crds"; chmod u+w "$out/crds"
   touch "$out/.complete"
   echo "$out"

@@ -99,10 +99,18 @@ class HostCluster(ControlPlane):
         args = [
             a
             for a in super().apiserver_args()
-            if not a.startswith(("--bind-address", "--advertise-address", "--disable-admission-plugins"))
+            if not a.startswith(
+                (
+                    "--bind-address",
+                    "--advertise-address",
+                    "--disable-admission-plugins",
+                    "--endpoint-reconciler-type",
+                )
+            )
         ]
         # Bound on every address so that clients here keep using loopback while Pods come in
-        # through the bridge; advertised on the bridge, which is the `kubernetes` Service's endpoint.
+        # through the bridge; advertised on the bridge, which is the `kubernetes` Service's endpoint
+        # (kept by the default endpoint reconciler: Pods reach the API server through it).
         return [
             *args,
             "--bind-address=0.0.0.0",

@@ -304,6 +304,9 @@ class ControlPlane:
             "--bind-address=127.0.0.1",
             f"--secure-port={self.port}",
             "--advertise-address=127.0.0.1",
+            # Nothing here reaches the API server through the `kubernetes` Service, and from
+            # Kubernetes 1.37 its endpoint reconciler refuses a loopback address (the server exits).
+            "--endpoint-reconciler-type=none",
             f"--cert-dir={self.workdir / 'apiserver-certs'}",
             f"--token-auth-file={self.workdir / 'tokens.csv'}",
             "--authorization-mode=RBAC",
