@@ -17,8 +17,23 @@ from tests.processes import GateServer, free_port
 @pytest.fixture(scope="module")
 def test_pod(helm) -> dict:
     out = helm(*template_args((), NS, None), "--show-only", "templates/tests/webhook-answers.yaml").stdout
-    [pod] = [d for d in yaml.safe_load_all(out) if d]
+    [pod] = [d for d in yaml.safe_load_all(out) if d and d["kind"] == "Pod"]
     return pod
+
+
+def test_the_test_pod_may_reach_the_webhook_port_past_the_egress_policy(helm):
+    # Its labels put it under the release's egress policy (DNS and the API server only); without
+    # a policy of its own, a network plugin that enforces policies drops its call to the webhook.
+    out = helm(*template_args((), NS, None), "--show-only", "templates/tests/webhook-answers.yaml").stdout
+    [policy] = [d for d in yaml.safe_load_all(out) if d and d["kind"] == "NetworkPolicy"]
+    [pod] = [d for d in yaml.safe_load_all(out) if d and d["kind"] == "Pod"]
+    selected = policy["spec"]["podSelector"]["matchLabels"]
+    assert selected.items() <= pod["metadata"]["labels"].items()
+    [rule] = policy["spec"]["egress"]
+    assert rule["ports"] == [{"port": 9443, "protocol": "TCP"}]
+    assert rule["to"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "webhook"
+    weight = int(policy["metadata"]["annotations"]["helm.sh/hook-weight"])
+    assert weight < int(pod["metadata"]["annotations"].get("helm.sh/hook-weight", "0"))  # made first
 
 
 def run_pod(pod: dict, webhook: str, ca_file: str) -> subprocess.CompletedProcess:
