@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
@@ -37,14 +38,29 @@ def test_the_test_pod_may_reach_the_webhook_port_past_the_egress_policy(helm):
 
 
 def run_pod(pod: dict, webhook: str, ca_file: str) -> subprocess.CompletedProcess:
+    """The Pod's script against ``webhook`` (https://127.0.0.1:PORT), as Kubernetes would run it:
+    the Service's address in its service links, the name verified the one its certificate has
+    here (``localhost``; in a cluster, the Service's DNS name)."""
     [container] = pod["spec"]["containers"]
     command = container["command"]
     assert command[:2] == ["python", "-c"]  # the image's PATH has its venv's python first
     env = {e["name"]: e["value"] for e in container["env"]}
-    assert env == {"WEBHOOK": f"https://gate-admission.{NS}.svc:443", "CA_FILE": "/ca/ca.crt"}
+    assert env == {
+        "SERVICE": "GATE_ADMISSION",
+        "SERVER_NAME": f"gate-admission.{NS}.svc",
+        "CA_FILE": "/ca/ca.crt",
+    }
+    assert pod["spec"]["enableServiceLinks"] is True
+    host, port = urlsplit(webhook).hostname, urlsplit(webhook).port
     return subprocess.run(
         [sys.executable, "-c", command[2]],
-        env={"WEBHOOK": webhook, "CA_FILE": ca_file},
+        env={
+            **env,
+            "SERVER_NAME": "localhost",
+            "CA_FILE": ca_file,
+            "GATE_ADMISSION_SERVICE_HOST": str(host),
+            "GATE_ADMISSION_SERVICE_PORT": str(port),
+        },
         capture_output=True,
         text=True,
         timeout=60,
