@@ -190,7 +190,8 @@ def test_helm_test_of_the_release_flux_installed_proves_the_webhook_answers(
         storage,
         "--timeout",
         "100s",
-        "--logs",
+        # No --logs: helm looks for the Pod in the release's storage namespace, and a Pod that
+        # passed is deleted (hook-succeeded).
         "--kubeconfig",
         str(cluster.kubeconfig(ADMIN)),
     )
