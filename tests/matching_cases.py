@@ -438,6 +438,36 @@ CASES: tuple[Case, ...] = (
         "UPDATE",
         a_gate("g-open", {APPROVAL: approval("main@sha1:b")}),
         _annotate({names.OPEN_ANNOTATION: TIME, names.MESSAGE_ANNOTATION: "CAB"}),
+        mutate=True,  # who opened it: stamped (mutate-toggles), never waited for
+    ),
+    Case(
+        "close a gate",
+        "UPDATE",
+        a_gate("g-close"),
+        _annotate({names.CLOSE_ANNOTATION: TIME}),
+        mutate=True,
+    ),
+    Case(
+        "create a gate opened",
+        "CREATE",
+        None,
+        a_gate("g-create-open", {names.OPEN_ANNOTATION: TIME}),
+        mutate=True,
+    ),
+    Case(
+        "write only who toggled a gate",
+        "UPDATE",
+        a_gate("g-stamp", {names.OPEN_ANNOTATION: TIME}),
+        _annotate({names.TOGGLED_BY_ANNOTATION: '{"by":"alice"}'}),
+        mutate=True,  # put back: the stamp is the webhook's to write
+    ),
+    Case(
+        "open a gate and approve in one write",
+        "UPDATE",
+        a_gate("g-open-approve"),
+        _annotate({names.OPEN_ANNOTATION: TIME, APPROVAL: approval("main@sha1:b")}),
+        validate=True,
+        mutate=True,  # once: mutate-approvals stamps the toggle too
     ),
     Case(
         "withdraw an approval",

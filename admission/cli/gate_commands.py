@@ -31,7 +31,7 @@ from admission.core.base.controls import escaped
 from admission.core.base.objects import label, metadata, object_key
 from admission.core.base.timefmt import format_time
 from admission.core.flux import content
-from admission.core.gates import approvalview
+from admission.core.gates import approvalview, togglestamp
 from admission.core.gates.gates import GateState
 from admission.core.gates.references import policy_of
 from admission.core.gates.toggles import toggle_patch
@@ -277,12 +277,15 @@ def cmd_get(args: argparse.Namespace) -> int:
     # status (the controller's, which holds it) lists exactly it as verified (approvalview.read_without_key).
     gate_obj = next((g for g in index.gates() if object_key(g) == (namespace, args.name)), {})
     shown = approvalview.read_without_key(state.approvals + state.unverified_approvals, gate_obj)
+    # Who toggled it likewise: verified only where the status vouches for exactly this stamp.
+    toggled_by = togglestamp.read_without_key(state.toggled_by, gate_obj)
     verified = [a for a in shown if a.unverified is None and a.live(now)]
     unverified = [a for a in shown if a.unverified is not None]
     info.update(
         {
             "requestedAt": format_time(state.requested_at) if state.requested_at else None,
             "requestedBy": state.requested_by,
+            names.TOGGLED_BY_FIELD: toggled_by.row() if toggled_by is not None else None,
             "requestMessage": state.request_message,
             "problems": list(state.problems),
             "approvals": [a.row() for a in verified],
@@ -342,6 +345,8 @@ def cmd_get(args: argparse.Namespace) -> int:
                     ": "
                 )
             )
+        if toggled_by is not None:
+            lines.append(f"{'Toggled by:':<15}{toggled_by.describe()}")
         lines += [f"{'Problem:':<15}{p}" for p in state.problems]
         lines += [f"{'Approval:':<15}{a.describe()} (until {a.row()['expires']})" for a in verified]
         lines += [f"{'Unverified:':<15}{a.describe()} (counts for nothing)" for a in unverified]

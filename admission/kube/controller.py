@@ -224,6 +224,7 @@ class Controller(ApprovalLanding):
                 "closed": str(not state.open).lower(),
                 "reason": state.reason,
                 "requestedBy": state.requested_by,
+                names.TOGGLED_BY_FIELD: state.toggled_by.row() if state.toggled_by is not None else None,
                 "Gate": {"namespace": meta.get("namespace"), "name": meta.get("name")},
             },
         )
@@ -233,6 +234,8 @@ class Controller(ApprovalLanding):
                 "state": names.STATE_OPENED if state.open else names.STATE_CLOSED,
                 "reason": state.reason,
                 "requestedBy": state.requested_by or "",
+                # Who the API server said toggled it (verified), or "an unverified identity (...)".
+                names.TOGGLED_BY_FIELD: state.toggled_by.describe() if state.toggled_by is not None else "",
                 "nextTransitionAt": format_time(state.next_transition) if state.next_transition else "",
             }
             self.notifier.gate_transition(

@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from admission.core.admission import approvalreview, holdpoints, matching, mutation
+from admission.core.admission import approvalreview, holdpoints, matching, mutation, togglereview
 from admission.core.admission.decision import ALLOWED, Context, Decision, decide
 from admission.core.admission.review import AdmissionRequest, AdmissionResponse
 from admission.core.base import names
+from admission.core.base.objects import annotations as annotations_of
 from admission.webhook.review import allowed, denied, patched
 
 
@@ -104,6 +105,18 @@ def _field_ops(changes: dict[str, object], status: object) -> list[dict[str, Any
     return ops
 
 
+def _toggle_ops(request: AdmissionRequest, context: Context) -> list[dict[str, Any]]:
+    obj = request.get("object") or {}
+    current = annotations_of(obj)
+    ops: list[dict[str, Any]] = []
+    for key, value in togglereview.judge(request, context).items():
+        if value is not None:
+            ops += _annotation_ops(obj, {key: value})
+        elif key in current:
+            ops.append({"op": "remove", "path": f"/metadata/annotations/{_pointer(key)}"})
+    return ops
+
+
 def mutate(request: AdmissionRequest, context: Context) -> Outcome:
     """On status writes: status.suspended, and the hold points (a held source or ImagePolicy
     keeps what it serves; Blocked, Approved and Ready say what waits). On main-resource writes:
@@ -123,6 +136,7 @@ def judge_mutation(request: AdmissionRequest, context: Context) -> Outcome:
             {"op": "add", "path": f"/metadata/annotations/{_pointer(key)}", "value": value}
             for key, value in stamped.items()
         ]
+        ops += _toggle_ops(request, context)  # who opened or closed it, for the record
         return Outcome(patched(ops), decision, ops)
     found = mutation.judge(request, context)
     obj = request.get("object") or {}  # (none on a DELETE: then nothing changes)

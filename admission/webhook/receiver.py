@@ -32,7 +32,7 @@ import orjson
 from flask import Blueprint, Response, request
 
 from admission.core.base import names
-from admission.core.gates import approvals
+from admission.core.gates import approvals, togglestamp
 from admission.core.gates.references import is_namespace, is_object_name
 from admission.core.gates.toggles import ACTIONS, refuse_controls, toggle_patch
 from admission.store.sharedslots import SharedSlots
@@ -212,6 +212,8 @@ def blueprint(
             patch = toggle_patch(action, clock(), body.get("message"), requested_by, body.get("for"))
         except ValueError as err:
             return answer("bad_request", {"error": str(err)}, 400)
+        # The token, for our webhook to record beside the account it authenticated (docs/decisions/0096).
+        patch["metadata"]["annotations"][names.TOGGLED_BY_ANNOTATION] = togglestamp.relayed(token.identity)
         try:
             patch_gate(namespace, name, patch)
         except LookupError:

@@ -13,6 +13,7 @@ import pytest
 from kubernetes import client
 
 from admission.core.base import names
+from admission.core.gates import togglestamp
 from admission.kube.controller import Controller
 from admission.kube.notifications import FluxNotifier
 from admission.kube.reflector import ClusterStore
@@ -111,7 +112,8 @@ def test_a_hold_and_its_release_are_one_event_each_as_notification_controller_re
     )
     assert released["reason"] == "HoldReleased" and released["message"] == (
         "GitRepository flux-system/podinfo released: main@sha1:9f2c proceeds; gate 'flux-system/change-freeze' is open "
-        "(Gate open requested; requested by bob: 'Patching a CVE')"
+        "(Gate open requested; opened by an unverified identity (requestedBy says 'bob', "
+        f"{togglestamp.UNSTAMPED}): 'Patching a CVE')"
     )
     # What an Alert with eventSeverity info hands its Provider; one with eventSeverity error sees neither.
     dispatched = [

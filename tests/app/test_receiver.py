@@ -15,6 +15,7 @@ from admission.core.base.names import (
     MESSAGE_ANNOTATION,
     OPEN_ANNOTATION,
     REQUESTED_BY_ANNOTATION,
+    TOGGLED_BY_ANNOTATION,
 )
 from admission.store.files import FileStore
 from admission.webhook import handlers
@@ -115,6 +116,8 @@ def test_open_with_message_and_duration(receiver):
                         CLOSE_ANNOTATION: "2026-06-10T14:00:00.000000Z",
                         MESSAGE_ANNOTATION: "Patching a CVE",
                         REQUESTED_BY_ANNOTATION: "gate-admission-receiver for 'chatops:bob' (unverified)",
+                        # The token, for our webhook to record beside the receiver's account.
+                        TOGGLED_BY_ANNOTATION: '{"by":"gate-admission-receiver"}',
                     }
                 }
             },

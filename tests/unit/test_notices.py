@@ -6,6 +6,7 @@ from admission.core.admission.notices import HELD, RELEASED, RELEASED_REASON, ex
 from admission.core.base import names
 from admission.core.flux.conditions import holding_condition
 from admission.core.gates.gates import GateState, Lazy, Transition
+from admission.core.gates.togglestamp import UNSTAMPED
 from tests.builders import at, flux, gate, keeper, lookup_from
 
 NOW = at("2026-12-21T10:00")
@@ -82,12 +83,14 @@ def test_a_release_says_what_proceeds_and_who_opened_the_gate():
     assert found.what == RELEASED and found.reason == RELEASED_REASON
     assert found.message == (
         "GitRepository flux-system/podinfo released: main@sha1:9f2c proceeds; gate "
-        "'flux-system/change-freeze' is open (Gate open requested; requested by bob: 'Patching a CVE')"
+        "'flux-system/change-freeze' is open (Gate open requested; opened by an unverified identity "
+        f"(requestedBy says 'bob', {UNSTAMPED}): 'Patching a CVE')"
     )
     assert found.metadata == {
         "gates": "flux-system/change-freeze",
         "released": "main@sha1:9f2c",
         "requestedBy": "bob",
+        "openedBy": f"an unverified identity (requestedBy says 'bob', {UNSTAMPED})",
     }
 
 

@@ -9,6 +9,7 @@ from admission.core.base.names import (
 from admission.core.gates.gates import evaluate
 from admission.core.gates.gatespec import compile_gate
 from admission.core.gates.status import gate_status, status_differs, transition_message, was_open
+from admission.core.gates.togglestamp import UNSTAMPED
 from tests.builders import at, gate
 
 
@@ -32,6 +33,8 @@ def test_rfc_story_1_status_after_an_open_request():
         "problems": None,
         "approvals": None,
         "unverifiedApprovals": None,
+        # No stamp of our webhook: who opened it is not known (break-glass, or a gates file).
+        "toggledBy": {"verified": False, "reason": UNSTAMPED},
         "conditions": [
             {
                 "type": "Opened",
@@ -99,6 +102,9 @@ def test_transition_messages_carry_the_toggle_message_and_requester():
         },
     )
     text = transition_message(state_of(obj, at("2026-01-01T00:00")))
-    assert text == "opening gate: 'Patching a CVE' (requested by bob); Gate open requested"
+    assert text == (
+        "opening gate: 'Patching a CVE' (by an unverified identity (requestedBy says 'bob', "
+        f"{UNSTAMPED})); Gate open requested"
+    )
     plain = transition_message(state_of(gate("g", closed=True), at("2026-01-01T00:00")))
     assert plain == "closing gate; Gate closed by default"

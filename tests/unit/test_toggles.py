@@ -9,6 +9,7 @@ from admission.core.base.names import (
     MESSAGE_ANNOTATION,
     OPEN_ANNOTATION,
     REQUESTED_BY_ANNOTATION,
+    TOGGLED_BY_ANNOTATION,
 )
 from admission.core.gates.gates import evaluate_gate
 from admission.core.gates.toggles import toggle_patch
@@ -35,6 +36,7 @@ def test_open_writes_time_message_and_requester():
                 OPEN_ANNOTATION: "2026-11-21T20:00:00.000000Z",
                 MESSAGE_ANNOTATION: "Patching a CVE",
                 REQUESTED_BY_ANNOTATION: "bob",
+                TOGGLED_BY_ANNOTATION: None,  # the webhook stamps who did, never the client
             }
         }
     }

@@ -242,6 +242,22 @@ APPROVALS_CHANGE = Part(
 )
 
 
+def _toggles_change(request: Request) -> bool:
+    new, old = annotations_of(request.get("object")), annotations_of(request.get("oldObject"))
+    return any(new.get(k, "") != old.get(k, "") for k in TOGGLE_ANNOTATIONS)
+
+
+# A Gate write that opens, closes, or touches who did: the stamp of who toggled it
+# (admission.core.admission.togglereview). An absent annotation reads as '' here, as a value
+# the API server would not store differently for a toggle (an empty time is ignored anyway).
+TOGGLE_ANNOTATIONS = (names.OPEN_ANNOTATION, names.CLOSE_ANNOTATION, names.TOGGLED_BY_ANNOTATION)
+_NEW_VALUE = f"(object != null && has({_NEW}) && k in {_NEW} ? {_NEW}[k] : '')"
+_OLD_VALUE = f"(oldObject != null && has({_OLD}) && k in {_OLD} ? {_OLD}[k] : '')"
+TOGGLES_CHANGE = Part(
+    f"({_list(TOGGLE_ANNOTATIONS)}.exists(k, {_NEW_VALUE} != {_OLD_VALUE}))", _toggles_change
+)
+
+
 def _no_kind(row: kinds.FluxKind) -> bool:
     return False
 
@@ -304,6 +320,18 @@ ENTRIES: tuple[Entry, ...] = (
         _no_kind,
         FAIL,
         APPROVALS_CHANGE,
+        gates=True,
+    ),
+    # Who toggled a Gate: stamped when the webhook answers, never waited for (break-glass: a
+    # toggle written while it is down lands, and shows unverified).
+    Entry(
+        names.MUTATE_TOGGLES_WEBHOOK,
+        MUTATE,
+        False,
+        ("CREATE", "UPDATE"),
+        _no_kind,
+        IGNORE,
+        TOGGLES_CHANGE & ~APPROVALS_CHANGE,  # with an approval: mutate-approvals stamps both
         gates=True,
     ),
 )

@@ -91,8 +91,12 @@ def opening_not_before(closed: tuple[GateState, ...], require: str) -> datetime 
 
 def _opened_clause(state: GateState) -> str:
     detail = state.message
-    if state.reason == names.REASON_OPEN_REQUESTED and (state.requested_by or state.request_message):
-        detail += "; requested" + (f" by {state.requested_by}" if state.requested_by else "")
+    if state.reason == names.REASON_OPEN_REQUESTED and (
+        state.toggled_by or state.requested_by or state.request_message
+    ):
+        # Who the API server said opened it (our webhook's stamp), else the client's own words.
+        by = state.toggled_by.describe() if state.toggled_by is not None else state.requested_by
+        detail += "; opened" + (f" by {by}" if by else "")
         detail += f": '{state.request_message}'" if state.request_message else ""
     return f"gate '{state.key}' is open ({detail})"
 
@@ -137,5 +141,14 @@ def notice(old: Object | None, new: Object | None, lookup: Lookup, now: datetime
         )
         if by:
             details["requestedBy"] = ", ".join(by)
+        toggled = sorted(
+            {
+                s.toggled_by.describe()
+                for s in opened
+                if s.reason == names.REASON_OPEN_REQUESTED and s.toggled_by is not None
+            }
+        )
+        if toggled:
+            details["openedBy"] = ", ".join(toggled)
         return Notice(RELEASED, RELEASED_REASON, message, {k: v for k, v in details.items() if v})
     return None

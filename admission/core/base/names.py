@@ -16,6 +16,11 @@ OPEN_ANNOTATION = "open.gate.fluxcd.io/requestedAt"
 CLOSE_ANNOTATION = "close.gate.fluxcd.io/requestedAt"
 MESSAGE_ANNOTATION = f"{GATING_GROUP}/message"
 REQUESTED_BY_ANNOTATION = f"{GATING_GROUP}/requestedBy"
+# Who toggled a Gate as the API server authenticated them: stamped and sealed by our webhook on
+# every write that changes a toggle; compact JSON (admission.core.gates.togglestamp,
+# docs/decisions/0096). Without the webhook a toggle still lands and shows unverified.
+TOGGLED_BY_ANNOTATION = f"{GATING_GROUP}/toggledBy"
+TOGGLED_BY_FIELD = "toggledBy"  # the Gate's status: who the controller verified toggled it
 # Approvals of exact content on a Gate: one annotation each, ``<prefix><id>`` (the id is the
 # approver's, so two approvers never write the same key), its value compact JSON
 # (admission.core.gates.approvals). The webhook stamps who wrote it (docs/decisions/0057).
@@ -92,6 +97,7 @@ MUTATE_WEBHOOK = f"mutate.{GATING_GROUP}"
 MUTATE_STATUS_WEBHOOK = f"mutate-status.{GATING_GROUP}"
 VALIDATE_APPROVALS_WEBHOOK = f"validate-approvals.{GATING_GROUP}"  # Gates whose approvals change
 MUTATE_APPROVALS_WEBHOOK = f"mutate-approvals.{GATING_GROUP}"  # stamps the approver
+MUTATE_TOGGLES_WEBHOOK = f"mutate-toggles.{GATING_GROUP}"  # stamps who toggled; fails open
 
 # Where Flux is installed by default, and where the flux CLI works without -n.
 FLUX_SYSTEM_NAMESPACE = "flux-system"

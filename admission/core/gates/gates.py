@@ -14,6 +14,7 @@ from admission.core.base.lazy import Lazy
 from admission.core.base.timefmt import format_time
 from admission.core.gates.approvals import Approval
 from admission.core.gates.gatespec import CompiledGate, GateEntry, Toggle, compile_gate
+from admission.core.gates.togglestamp import ToggleIdentity
 from admission.core.time.calendarentries import CalendarEntry, CalendarGuard
 from admission.core.time.cron import HORIZON
 
@@ -59,6 +60,7 @@ class GateState:
     ] = ()  # stamped approvals of exact content (admission.core.gates.approvals)
     required_approvals: int = 1  # distinct approvers an approval needs (spec.approvals.required)
     unverified_approvals: tuple[Approval, ...] = ()  # not sealed by the webhook: shown, never counted
+    toggled_by: ToggleIdentity | None = None  # who made the toggle in effect, verified or not
     valid_until: datetime | None = None  # nothing can change before this (None: never)
     # When it next opens (closed) or closes (open): searched for on first use, since deciding
     # does not need it; a denial's message, the status and the notifications do.
@@ -368,6 +370,7 @@ def _evaluate(cg: CompiledGate, now: datetime) -> GateState:
         reset_to_default_at=ends,
         requested_by=cg.requested_by if toggle is not None else None,
         request_message=cg.request_message if toggle is not None else None,
+        toggled_by=cg.toggled_by if toggle is not None else None,
         mode=cg.mode,
         problems=cg.problems,
         valid_until=_valid_until(cg, now),

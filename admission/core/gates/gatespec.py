@@ -10,9 +10,10 @@ from typing import Any, TypeAlias
 from admission.core.base import names
 from admission.core.base.objects import metadata, namespace_of, object_key
 from admission.core.base.timefmt import format_duration, parse_duration, parse_time
-from admission.core.gates import approvalrecord, approvalseal
+from admission.core.gates import approvalrecord, approvalseal, togglestamp
 from admission.core.gates import approvals as approvals_
 from admission.core.gates.approvals import Approval
+from admission.core.gates.togglestamp import ToggleIdentity
 from admission.core.time.calendarentries import CalendarEntry, CalendarGuard, keeper_calendars
 from admission.core.time.cron import ScheduleError, zone
 from admission.core.time.schedule import Entry, parse_entry
@@ -62,6 +63,7 @@ class CompiledGate:
     approvals: tuple[Approval, ...] = ()  # sealed by the webhook: these may count
     required_approvals: int = 1
     unverified_approvals: tuple[Approval, ...] = ()  # shown as unverified, never counted
+    toggled_by: ToggleIdentity | None = None  # who the webhook's stamp says toggled it, verified or not
 
     @property
     def fixed(self) -> bool:
@@ -204,6 +206,7 @@ def compile_gate(
         approvals=approved,
         required_approvals=approval_policy.required,
         unverified_approvals=unverified,
+        toggled_by=togglestamp.read(gate, approval_key),
     )
 
 

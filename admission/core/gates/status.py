@@ -48,6 +48,8 @@ def gate_status(gate: Object, state: GateState, now: datetime, previous: Object 
         # Approvals the webhook did not seal (written while its entries were absent, copied, or
         # edited): shown, with why, and never counted.
         "unverifiedApprovals": [a.row() for a in state.unverified_approvals] or None,
+        # Who made the toggle in effect, as our webhook's seal says (verified here, with the key).
+        names.TOGGLED_BY_FIELD: state.toggled_by.row() if state.toggled_by is not None else None,
         "conditions": [
             {
                 "type": names.OPENED_CONDITION,
@@ -73,6 +75,8 @@ def transition_message(state: GateState) -> str:
     text = f"{verb} gate"
     if state.request_message:
         text += f": '{state.request_message}'"
-    if state.requested_by:
+    if state.toggled_by is not None:
+        text += f" (by {state.toggled_by.describe()})"
+    elif state.requested_by:
         text += f" (requested by {state.requested_by})"
     return f"{text}; {state.message}"

@@ -42,6 +42,8 @@ def toggle_patch(
         names.OPEN_ANNOTATION if action == "open" else names.CLOSE_ANNOTATION: format_distinct_time(now),
         names.MESSAGE_ANNOTATION: message or None,
         names.REQUESTED_BY_ANNOTATION: requested_by or None,
+        # Who did is our webhook's to stamp: an older stamp must not stay beside a new toggle.
+        names.TOGGLED_BY_ANNOTATION: None,
     }
     if duration:
         if action != "open":
