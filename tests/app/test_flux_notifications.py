@@ -133,7 +133,12 @@ def test_a_hold_and_its_release_are_one_event_each_as_notification_controller_re
         (
             "info",
             "HoldReleased",
-            {"gates": "flux-system/change-freeze", "released": "main@sha1:9f2c", "requestedBy": "bob"},
+            {
+                "gates": "flux-system/change-freeze",
+                "released": "main@sha1:9f2c",
+                "requestedBy": "bob",
+                "openedBy": f"an unverified identity (requestedBy says 'bob', {togglestamp.UNSTAMPED})",
+            },
         ),
     ]
 
