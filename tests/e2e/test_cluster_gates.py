@@ -149,8 +149,10 @@ def test_gate_transitions_are_sent_to_notification_controller(plane, server, con
     assert events == [
         (
             "GateOpened",
-            "opening gate: 'Patching a CVE' (requested by bob); Gate scheduled for closing at "
-            + events[0][1].rsplit(" ", 1)[-1],
+            # The webhook stamped admin, who wrote it; this controller holds no key to verify that.
+            "opening gate: 'Patching a CVE' (by an unverified identity (stamp says 'admin', requestedBy "
+            "says 'bob', it cannot be verified here: this reader holds no approval key)); Gate scheduled "
+            "for closing at " + events[0][1].rsplit(" ", 1)[-1],
         ),
         ("GateClosed", "closing gate; Gate closed by default"),
     ], events
