@@ -481,8 +481,12 @@ def test_failure_policy_timeouts_and_namespaces_never_judged(chart, kube_version
     }
     for name in approvals:  # who approved must never go unrecorded: Fail everywhere, whatever the values
         assert changed[name]["failurePolicy"] == "Fail" and "namespaceSelector" not in changed[name], name
+    toggles = "mutate-toggles.gating.toolkit.fluxcd.io"
+    for values in (defaults, changed):  # break-glass: opening and closing never wait for us
+        assert values[toggles]["failurePolicy"] == "Ignore" and "namespaceSelector" not in values[toggles]
+    assert (defaults[toggles]["timeoutSeconds"], changed[toggles]["timeoutSeconds"]) == (3, 2)
     for name, hook in changed.items():
-        if name in approvals:
+        if name in approvals or name == toggles:
             continue
         before = defaults[name]
         holds = before["failurePolicy"] == "Fail"  # the entries that hold gated objects
