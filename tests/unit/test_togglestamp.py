@@ -89,6 +89,9 @@ def test_an_earlier_stamp_written_back_is_a_replay():
         names.TOGGLED_BY_FIELD: {"verified": True, "user": "carol", "at": "2026-11-29T04:30:00Z"}
     }
     assert togglestamp.read(obj, KEY).unverified == togglestamp.REPLAYED
+    # Another replica's clock a little behind is not a replay.
+    obj["status"][names.TOGGLED_BY_FIELD]["at"] = "2026-11-29T03:00:30Z"
+    assert togglestamp.read(obj, KEY).verified
 
 
 def test_a_stamp_made_on_create_verifies_only_on_the_gate_created_then():

@@ -26,7 +26,8 @@ from admission.core.gates import approvalseal
 
 KEY = names.TOGGLED_BY_ANNOTATION
 BY, GROUPS, AT, GATE, OPEN, CLOSE, CREATED = "by", "groups", "at", "gate", "open", "close", "created"
-STAMP_SKEW = timedelta(minutes=2)  # a stamp made on CREATE is that close to creationTimestamp
+# How far two clocks may differ: a stamp made on CREATE and creationTimestamp, two replicas' stamps.
+STAMP_SKEW = timedelta(minutes=2)
 MAX_GROUPS = 16  # groups kept in a stamp: who someone is, not a directory
 UNSTAMPED = "no stamp: written without our webhook (down, or absent)"
 MALFORMED = "its toggledBy stamp is not one our webhook writes"
@@ -201,7 +202,8 @@ def _unverified(
     if why is not None:
         return why
     last = recorded_at(gate)
-    return REPLAYED if last is not None and at < last else None
+    # Replicas' clocks differ by a little: only a stamp clearly older than the last is a replay.
+    return REPLAYED if last is not None and at < last - STAMP_SKEW else None
 
 
 def read_without_key(identity: ToggleIdentity | None, gate: Object) -> ToggleIdentity | None:
