@@ -122,10 +122,18 @@ def upstream_waits(
 
 def upstream_of(kind: str, obj: Object | None, get: Get) -> NewContent | None:
     """``upstream_waits`` for the source ``obj`` applies, looked up with ``get`` (a cache)."""
-    ref = upstream(kind, obj)
+    found = of(kind)
+    return upstream_from(found, obj, get) if found is not None else None
+
+
+def upstream_from(found: ContentKind, obj: Object | None, get: Get) -> NewContent | None:
+    """``upstream_of`` for an object whose kind of content the caller has (``FluxKind.content``)."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("spec"), dict):
+        return None
+    ref = found.upstream(obj)
     if ref is None:
         return None
-    return upstream_waits(kind, obj, ref[0], get(*ref))
+    return found.upstream_waits(obj, ref[0], get(*ref))
 
 
 # ---- generated HelmCharts -----------------------------------------------------------------
