@@ -15,6 +15,7 @@ from admission.core.base.lazy import Lazy
 from admission.core.base.objects import Object, label, metadata
 from admission.core.base.timefmt import format_time
 from admission.core.flux import content
+from admission.core.flux.contentkinds import ContentKind
 from admission.core.flux.holdmessage import NewContent, gate_clause
 from admission.core.gates import approvals, gates
 from admission.core.gates.gates import GateState
@@ -232,19 +233,19 @@ def target_of(obj: Object) -> str:
 
 
 def approved_for(
-    kind: str, carried: NewContent | None, new: Object | None, context: Context
+    found: ContentKind | None, carried: NewContent | None, new: Object | None, context: Context
 ) -> tuple[Context, list[approvals.Approval]]:
     """The context in which a closed gate counts as open for this status write because it
     approves the exact content the write carries (``carried``: content.new_content, read by the
-    caller; compared as ``content.approvable``'s whole identities), for the object, what it
+    caller; compared as ``found.approvable``'s whole identities, ``found`` the kind's content), for the object, what it
     inherits its gates from, or ``*``, and the approvals that do. Any other write, and every
     other gate, as before."""
-    if carried is None or not isinstance(new, dict):
+    if found is None or carried is None or not isinstance(new, dict):
         return context, []
     # Read only when a closed gate has approvals to match: most status writes meet none.
     obj, brings = new, carried  # (narrowed, for the lambdas)
     parents = Lazy(lambda: context.parents(obj))
-    identities = Lazy(lambda: content.approvable(kind, obj, brings, context.get, parents.value))
+    identities = Lazy(lambda: found.approvable(obj, brings, context.get, parents.value))
     targets = Lazy(lambda: tuple(target_of(o) for o in (obj, *parents.value)))
     used: list[approvals.Approval] = []
     closed_lookup = context.lookup
@@ -319,7 +320,7 @@ def judge_status(admission: Admission, context: Context) -> StatusJudgement:
     new = admission.new
     assert isinstance(new, dict)  # (the callers check it)
     carried = admission.carried
-    context, used = approved_for(admission.kind, carried, new, context)
+    context, used = approved_for(admission.row.content, carried, new, context)
     own = own_hold(new, context.lookup, context.now) if may_be_held(new) else None
     inherited = tuple(own_hold(parent, context.lookup, context.now) for parent in context.parents(new))
     return StatusJudgement(carried, context, tuple(used), own, inherited)
