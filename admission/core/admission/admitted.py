@@ -66,7 +66,7 @@ class Admission:
 def admission_of(request: AdmissionRequest) -> Admission | None:
     """The request read once, or None when its kind is not one we gate."""
     kind = request["kind"]
-    row = kinds.lookup(kind.get("group", ""), kind.get("kind", ""))
+    row = kinds.BY_GROUP_KIND.get((kind.get("group", ""), kind.get("kind", "")))
     if row is None:
         return None
     user = request["userInfo"]

@@ -157,10 +157,11 @@ class ContentChange:
     """A status write carries new content: what waits and what is served."""
 
     carried: NewContent
+    text: str  # carried.as_change(), said once
 
-    @property
-    def text(self) -> str:
-        return self.carried.as_change()
+    @classmethod
+    def of(cls, carried: NewContent) -> ContentChange:
+        return cls(carried, carried.as_change())
 
     def explain(self, message: str) -> str:
         return self.carried.after(message)
@@ -200,7 +201,7 @@ def classify(admission: Admission, policies: Callable[[], tuple[Policy, Policy]]
         return None
     if sub_resource == "status":
         carried = admission.carried
-        return None if carried is None else ContentChange(carried)
+        return None if carried is None else ContentChange.of(carried)
     if sub_resource:
         return None
     if not same(desired_spec(old), desired_spec(new)):

@@ -306,12 +306,8 @@ class StatusJudgement:
     used: tuple[approvals.Approval, ...]
     own: Hold | None  # None: the object names no gate nor suspension
     inherited: tuple[Hold, ...]  # every object it inherits gates from (a generated HelmChart's release)
-
-    def standing(self, obj: Object) -> Standing:
-        """How the written object stands (the mutating webhook's view: ``standing``)."""
-        own = self.own
-        suspended = own.suspended if own is not None else suspension_of(obj, self.context.now).suspended
-        return _standing_of(obj, [own, *self.inherited], suspended, self.context.settings)
+    # How the written object stands: the mutating webhook's view (``standing``), said when asked.
+    stands: Lazy[Standing]
 
 
 def judge_status(admission: Admission, context: Context) -> StatusJudgement:
@@ -323,7 +319,14 @@ def judge_status(admission: Admission, context: Context) -> StatusJudgement:
     context, used = approved_for(admission.row.content, carried, new, context)
     own = own_hold(new, context.lookup, context.now) if may_be_held(new) else None
     inherited = tuple(own_hold(parent, context.lookup, context.now) for parent in context.parents(new))
-    return StatusJudgement(carried, context, tuple(used), own, inherited)
+
+    def stands() -> Standing:
+        # An object that names no suspension is suspended by spec.suspend alone: no cron to evaluate.
+        suspended = own.suspended if own is not None else suspension_of(obj, context.now).suspended
+        return _standing_of(obj, [own, *inherited], suspended, context.settings)
+
+    obj = new  # (narrowed, for the closure)
+    return StatusJudgement(carried, context, tuple(used), own, inherited, Lazy(stands))
 
 
 def decide(request: AdmissionRequest, context: Context) -> Decision:
@@ -360,7 +363,8 @@ def _judge_status_write(admission: Admission, context: Context) -> Decision:
     judgements = [own_hold(old, write.context.lookup, context.now)] if isinstance(old, dict) else []
     judgements.append(write.own or own_hold(new, write.context.lookup, context.now))
     judgements += write.inherited
-    return _verdict(admission, ContentChange(write.carried), judgements, context.settings, write.used)
+    change = ContentChange(write.carried, write.carried.as_change())
+    return _verdict(admission, change, judgements, context.settings, write.used)
 
 
 def _judge_object(admission: Admission, context: Context) -> Decision:

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from admission.core.admission.admitted import Admission
-from admission.core.admission.changes import ContentChange
 from admission.core.admission.decision import (
     ALLOWED,
     CONTENT,
@@ -255,7 +254,7 @@ def judge_status_write(admission: Admission, context: Context) -> StatusVerdict:
         admission, context
     )  # what it carries, read once: approvals, the rewrite, the decision
     carried, now = write.carried, context.now
-    stands = write.standing(new)
+    stands = write.stands.value
     held = enforced(stands)
     if held is None:
         decision = (
@@ -283,7 +282,7 @@ def judge_status_write(admission: Admission, context: Context) -> StatusVerdict:
         mode=names.ENFORCE,
         hold=stands.holds[-1],
         held_what=CONTENT,
-        change=ContentChange(carried).text,
+        change=carried.as_change(),  # (the words of changes.ContentChange)
         message=carried.after(held.message),
     )
     return StatusVerdict(changes, decision, stands.suspended)
