@@ -195,3 +195,55 @@ def test_removing_every_owner_reference_or_keeping_them_is_not_a_change(after):
     old = with_meta(flux(gates="g"), ownerReferences=[OWNER, OTHER])
     assert gated_change("Kustomization", "UPDATE", "", old, with_meta(old, ownerReferences=after)) is None
     assert gated_change("Kustomization", "UPDATE", "", old, with_meta(old, labels={"a": "b"})) is None
+
+
+# ---- the request read once, the change as a type (docs/decisions/0090-the-request-read-once.md) ----
+
+
+def test_a_request_on_a_gated_kind_is_read_once_into_an_immutable_value():
+    import dataclasses
+
+    from admission.core.admission.admitted import admission_of
+    from admission.core.flux import kinds
+    from tests.builders import ALICE, request
+
+    old = flux(gates="g")
+    new = flux(gates="g", spec={"path": "./other"})
+    admission = admission_of(request("UPDATE", new, old, user=dict(ALICE, groups=["dev"])))
+    assert admission.row is kinds.BY_KIND["Kustomization"] and admission.operation == "UPDATE"
+    assert (admission.old, admission.new, admission.sub_resource) == (old, new, "")
+    assert (admission.user.name, admission.user.groups) == (ALICE["username"], ("dev",))
+    assert admission.about.name == new["metadata"]["name"] and admission.carried is None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        admission.operation = "DELETE"
+    ungated = request("UPDATE", new, old)
+    ungated["kind"] = {"group": "apps", "version": "v1", "kind": "Deployment"}
+    assert admission_of(ungated) is None
+
+
+def test_each_change_is_one_type_that_says_its_words_and_what_a_held_message_adds():
+    from admission.core.admission import changes
+    from admission.core.admission.admitted import admission_of
+    from admission.core.gates.references import policy_of
+    from tests.builders import request
+
+    def classify(operation, new, old, sub_resource=""):
+        found = admission_of(request(operation, new, old, sub_resource=sub_resource))
+        return changes.classify(found, lambda: (policy_of(old), policy_of(new)))
+
+    old = flux(gates="a, b", spec={"path": "./a"})
+    edited = flux(gates="a, b", spec={"path": "./b"})
+    spec = classify("UPDATE", edited, old)
+    assert isinstance(spec, changes.SpecChange) and spec.paths() == (["spec.path"], 1)
+    assert (spec.text, spec.explain("held")) == ("spec change", "held; changed: spec.path")
+    loosened = classify("UPDATE", flux(gates="a", spec={"path": "./a"}), old)
+    assert isinstance(loosened, changes.PolicyLoosened)
+    assert loosened.explain("held") == f"held; {loosened.text}"
+    assert isinstance(classify("CREATE", old, None), changes.Creation)
+    assert isinstance(classify("DELETE", None, old), changes.Deletion)
+    assert classify("UPDATE", old, old) is None
+    source_old = flux("GitRepository", gates="a", status=artifact("main@sha1:1"))
+    source_new = flux("GitRepository", gates="a", status=artifact("main@sha1:2", "sha256:2"))
+    carried = classify("UPDATE", source_new, source_old, "status")
+    assert isinstance(carried, changes.ContentChange) and carried.text == carried.carried.as_change()
+    assert carried.explain("held") == carried.carried.after("held")

@@ -644,3 +644,19 @@ def test_a_held_status_written_whole_says_suspended_too():
     [op] = outcome.patch
     assert op["path"] == "/status" and op["value"]["suspended"] is False
     assert op["value"]["artifact"]["revision"] == GIT_A
+
+
+def test_both_webhooks_act_on_one_judgement_of_a_status_write():
+    # docs/decisions/0090-the-request-read-once.md: the validating webhook's verdict and the hold
+    # points' rewrite come from decision.judge_status, so they cannot disagree on what is held.
+    from admission.core.admission import decision
+    from admission.core.admission.admitted import admission_of
+
+    old, new = source({"artifact": art(GIT_A)}), source({"artifact": art(GIT_B)})
+    req = request("UPDATE", new, old, sub_resource="status", user=FLUX_USER)
+    context = Context(LOOKUP, FIXED_NOW, Settings())
+    write = decision.judge_status(admission_of(req), context)
+    validated, mutated_ = decision.decide(req, context), mutation.judge(req, context).decision
+    assert write.stands.value.held and validated.held and mutated_.held
+    assert validated.message == mutated_.message == write.carried.after(write.stands.value.message)
+    assert validated.change == mutated_.change == write.carried.as_change()

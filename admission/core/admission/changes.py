@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar
 
+from admission.core.admission.admitted import Admission, User
+from admission.core.admission.review import Subject
+from admission.core.base import names
 from admission.core.base.jsonvalues import same
+from admission.core.base.lazy import Lazy
+from admission.core.base.names import Operation
 from admission.core.base.objects import Object, metadata
-from admission.core.flux import content
+from admission.core.flux import content, kinds
 from admission.core.flux.holdmessage import NewContent
 from admission.core.gates.references import Policy, loosens, policy_of
 
@@ -79,6 +86,90 @@ SPEC_CHANGE = "spec change"
 OWNERS_CHANGE = "owner references change"
 
 
+# ---- the change a request makes: one of a closed set, each with its words ----------------------
+
+
+@dataclass(frozen=True)
+class Creation:
+    text: ClassVar[str] = "creation"
+
+    def explain(self, message: str) -> str:
+        """The held message, with what this change adds to it (nothing: the operation says it)."""
+        return message
+
+
+@dataclass(frozen=True)
+class Deletion:
+    text: ClassVar[str] = "deletion"
+
+    def explain(self, message: str) -> str:
+        return message
+
+
+@dataclass(frozen=True)
+class SpecChange:
+    """The desired state changes: a denial names the paths (a label-only apply can also drop a null)."""
+
+    old: Object | None
+    new: Object | None
+    text: ClassVar[str] = SPEC_CHANGE
+
+    def paths(self) -> tuple[list[str], int]:
+        """The first few changed paths of ``spec``, and how many changed in all."""
+        return changed_paths(desired_spec(self.old), desired_spec(self.new))
+
+    def explain(self, message: str) -> str:
+        return message + "; changed: " + describe_paths(*self.paths())
+
+
+@dataclass(frozen=True)
+class OwnersChange:
+    """A metadata write held: it says which, or it would look like a label edit."""
+
+    text: ClassVar[str] = OWNERS_CHANGE
+
+    def explain(self, message: str) -> str:
+        return message + "; changed: metadata.ownerReferences"
+
+
+@dataclass(frozen=True)
+class PolicyLoosened:
+    """The gate policy asks less of the gates, as written (``references.loosens``)."""
+
+    text: str
+
+    def explain(self, message: str) -> str:
+        return f"{message}; {self.text}"
+
+
+@dataclass(frozen=True)
+class PolicyReleases:
+    """The gate policy, however written, would release an object its gates hold (``decision.releases``)."""
+
+    text: str
+
+    def explain(self, message: str) -> str:
+        return f"{message}; {self.text}"
+
+
+@dataclass(frozen=True)
+class ContentChange:
+    """A status write carries new content: what waits and what is served."""
+
+    carried: NewContent
+    text: str  # carried.as_change(), said once
+
+    @classmethod
+    def of(cls, carried: NewContent) -> ContentChange:
+        return cls(carried, carried.as_change())
+
+    def explain(self, message: str) -> str:
+        return self.carried.after(message)
+
+
+Change = Creation | Deletion | SpecChange | OwnersChange | PolicyLoosened | PolicyReleases | ContentChange
+
+
 def _owners(obj: Object | None) -> object:
     return metadata(obj).get("ownerReferences")
 
@@ -92,35 +183,52 @@ def owners_change(old: Object | None, new: Object | None) -> bool:
     return bool(after) and not same(_owners(old), after)
 
 
-def gated_change(
-    kind: str,
-    operation: str,
-    sub_resource: str,
-    old: Object | None,
-    new: Object | None,
-    policies: Callable[[], tuple[Policy, Policy]] | None = None,
-    *,
-    by_kubernetes: bool = False,
-    brought: Callable[[], NewContent | None] | None = None,
-) -> str | None:
-    """Describe the change a held object may not make, or None when it is never gated.
-    ``policies()`` gives those of ``old`` and ``new`` when the caller keeps them, ``brought()``
-    the new content a status write brings when the caller has read it;
-    ``by_kubernetes``: the request is Kubernetes' own controllers' (the garbage collector
-    removes the owner references of owners that are gone: never held)."""
+def classify(admission: Admission, policies: Callable[[], tuple[Policy, Policy]]) -> Change | None:
+    """The change a held object may not make, or None when it is never gated. ``policies()``
+    gives those of ``old`` and ``new`` (read once by the caller, when needed). Kubernetes' own
+    controllers' removal of owners that are gone (the garbage collector) is never held."""
+    operation, sub_resource, old, new = (
+        admission.operation,
+        admission.sub_resource,
+        admission.old,
+        admission.new,
+    )
     if operation == "DELETE" and not sub_resource:
-        return "deletion"
+        return Deletion()
     if operation == "CREATE" and not sub_resource:
-        return "creation"
+        return Creation()
     if operation != "UPDATE":
         return None
     if sub_resource == "status":
-        carried = brought() if brought else content.new_content(kind, old, new)
-        return None if carried is None else carried.as_change()
+        carried = admission.carried
+        return None if carried is None else ContentChange.of(carried)
     if sub_resource:
         return None
     if not same(desired_spec(old), desired_spec(new)):
-        return SPEC_CHANGE
-    if not by_kubernetes and owners_change(old, new):
-        return OWNERS_CHANGE
-    return loosens(*(policies() if policies else (policy_of(old), policy_of(new))))
+        return SpecChange(old, new)
+    if not admission.by_kubernetes and owners_change(old, new):
+        return OwnersChange()
+    loosened = loosens(*policies())
+    return PolicyLoosened(loosened) if loosened is not None else None
+
+
+def gated_change(
+    kind: str,
+    operation: Operation,
+    sub_resource: str,
+    old: Object | None,
+    new: Object | None,
+    *,
+    by_kubernetes: bool = False,
+) -> str | None:
+    """The words of ``classify`` for a request of a gated ``kind`` given by its parts (tests,
+    tools): ``by_kubernetes``, the request is Kubernetes' own controllers'."""
+    row = kinds.BY_KIND[kind]
+    user = User(min(names.SYSTEM_DELETERS) if by_kubernetes else "", ())
+    brought = Lazy(lambda: content.new_content(kind, old, new) if sub_resource == "status" else None)
+    admission = Admission(row, operation, sub_resource, old, new, user, Lazy(lambda: _nobody), brought)
+    change = classify(admission, lambda: (policy_of(old), policy_of(new)))
+    return change.text if change is not None else None
+
+
+_nobody = Subject("", "", "", "", "")

@@ -7,20 +7,15 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Final
 
-from admission.core.admission.changes import (
-    OWNERS_CHANGE,
-    SPEC_CHANGE,
-    changed_paths,
-    describe_paths,
-    desired_spec,
-    gated_change,
-)
-from admission.core.admission.review import AdmissionRequest, subject
+from admission.core.admission.admitted import Admission, User, admission_of
+from admission.core.admission.changes import Change, ContentChange, Deletion, PolicyReleases, classify
+from admission.core.admission.review import AdmissionRequest
 from admission.core.base import names
 from admission.core.base.lazy import Lazy
 from admission.core.base.objects import Object, label, metadata
 from admission.core.base.timefmt import format_time
-from admission.core.flux import content, kinds
+from admission.core.flux import content
+from admission.core.flux.contentkinds import ContentKind
 from admission.core.flux.holdmessage import NewContent, gate_clause
 from admission.core.gates import approvals, gates
 from admission.core.gates.gates import GateState
@@ -215,13 +210,17 @@ def standing(obj: Object, context: Context) -> Standing:
     own = judged[0]
     # An object that names no suspension is suspended by spec.suspend alone: no cron to evaluate.
     suspended = own.suspended if own is not None else suspension_of(obj, context.now).suspended
+    return _standing_of(obj, judged, suspended, context.settings)
+
+
+def _standing_of(obj: Object, judged: list[Hold | None], suspended: bool, settings: Settings) -> Standing:
     holds = [h for h in judged if h is not None and h.held]
     if not holds:
-        return Standing((), context.settings.mode, "", suspended)
+        return Standing((), settings.mode, "", suspended)
     meta = metadata(obj)
     return Standing(
         tuple(holds),
-        mode_of(holds, context.settings),
+        mode_of(holds, settings),
         describe(str(obj.get("kind") or ""), meta.get("namespace") or "", meta.get("name") or "", holds),
         suspended,
     )
@@ -234,19 +233,19 @@ def target_of(obj: Object) -> str:
 
 
 def approved_for(
-    kind: str, carried: NewContent | None, new: Object | None, context: Context
+    found: ContentKind | None, carried: NewContent | None, new: Object | None, context: Context
 ) -> tuple[Context, list[approvals.Approval]]:
     """The context in which a closed gate counts as open for this status write because it
-    approves the exact content the write carries (``carried``: content.new_content, read by the
-    caller; compared as ``content.approvable``'s whole identities), for the object, what it
-    inherits its gates from, or ``*``, and the approvals that do. Any other write, and every
-    other gate, as before."""
-    if carried is None or not isinstance(new, dict):
+    approves the exact content the write carries (``carried``, read by the caller; compared as
+    the whole identities of ``found.approvable``, ``found`` the kind's content), for the object,
+    what it inherits its gates from, or ``*``, and the approvals that do. Any other write, and
+    every other gate, as before."""
+    if found is None or carried is None or not isinstance(new, dict):
         return context, []
     # Read only when a closed gate has approvals to match: most status writes meet none.
     obj, brings = new, carried  # (narrowed, for the lambdas)
     parents = Lazy(lambda: context.parents(obj))
-    identities = Lazy(lambda: content.approvable(kind, obj, brings, context.get, parents.value))
+    identities = Lazy(lambda: found.approvable(obj, brings, context.get, parents.value))
     targets = Lazy(lambda: tuple(target_of(o) for o in (obj, *parents.value)))
     used: list[approvals.Approval] = []
     closed_lookup = context.lookup
@@ -266,11 +265,11 @@ def approved_for(
     return replace(context, lookup=lookup), used
 
 
-def _unknown_deletion(request: AdmissionRequest, settings: Settings) -> Decision:
+def _unknown_deletion(admission: Admission, settings: Settings) -> Decision:
     """A DELETE without ``oldObject``: API servers since 1.15 send the object being deleted, and
     without it its gates cannot be read, so it may be gated: held (fail closed) in the server's
     mode, as when the gate cache cannot be trusted."""
-    about = subject(request)
+    about = admission.about
     message = (
         f"{about.kind} {about.namespace}/{about.name} is held: the request carries no oldObject (the object "
         "being deleted), so whether its gates allow deleting it is unknown"
@@ -280,103 +279,141 @@ def _unknown_deletion(request: AdmissionRequest, settings: Settings) -> Decision
         gated=True,
         held=True,
         mode=settings.mode,
-        change="deletion",
+        change=Deletion.text,
         message=message,
         held_what=EDIT,
     )
 
 
-def decide(request: AdmissionRequest, context: Context) -> Decision:
-    """Judge a well-formed AdmissionRequest: the webhook and ``kubectl gate check`` both ask this.
-    Inherited gates count on status writes (a generated HelmChart's: its HelmRelease's)."""
-    lookup, now, settings = context.lookup, context.now, context.settings
-    kind = request["kind"]
-    if not kinds.is_gated_kind(kind.get("group", ""), kind.get("kind", "")):
-        return ALLOWED
-    user = request["userInfo"]
-    username = user.get("username", "")
-    if username in settings.exempt_users:
-        return Decision(allowed=True, exempt=f"user '{username}' is exempt")
-    exempt_groups = settings.exempt_groups.intersection(user.get("groups") or ())
+def _exemption(user: User, settings: Settings) -> Decision | None:
+    """Who may always pass (break-glass), and why; None for everyone else."""
+    if user.name in settings.exempt_users:
+        return Decision(allowed=True, exempt=f"user '{user.name}' is exempt")
+    exempt_groups = settings.exempt_groups.intersection(user.groups)
     if exempt_groups:
         return Decision(allowed=True, exempt=f"group '{sorted(exempt_groups)[0]}' is exempt")
+    return None
 
-    operation = request["operation"]
-    old, new = request.get("oldObject"), request.get("object")
-    if operation == "DELETE" and username in names.SYSTEM_DELETERS:
+
+@dataclass(frozen=True)
+class StatusJudgement:
+    """A status write judged once, for both webhooks: what it carries, the context in which
+    approved content counts as open, the approvals that do, and how the new object's own policy
+    and those it inherits judge it in that context."""
+
+    carried: NewContent | None
+    context: Context
+    used: tuple[approvals.Approval, ...]
+    own: Hold | None  # None: the object names no gate nor suspension
+    inherited: tuple[Hold, ...]  # every object it inherits gates from (a generated HelmChart's release)
+    # How the written object stands: the mutating webhook's view (``standing``), said when asked.
+    stands: Lazy[Standing]
+
+
+def judge_status(admission: Admission, context: Context) -> StatusJudgement:
+    """The one judgement of a status write (``admission.new`` a dict): approved content passes
+    its gates; the object's own gates and those it inherits count."""
+    new = admission.new
+    assert isinstance(new, dict)  # (the callers check it)
+    carried = admission.carried
+    context, used = approved_for(admission.row.content, carried, new, context)
+    own = own_hold(new, context.lookup, context.now) if may_be_held(new) else None
+    inherited = tuple(own_hold(parent, context.lookup, context.now) for parent in context.parents(new))
+
+    def stands() -> Standing:
+        # An object that names no suspension is suspended by spec.suspend alone: no cron to evaluate.
+        suspended = own.suspended if own is not None else suspension_of(obj, context.now).suspended
+        return _standing_of(obj, [own, *inherited], suspended, context.settings)
+
+    obj = new  # (narrowed, for the closure)
+    return StatusJudgement(carried, context, tuple(used), own, inherited, Lazy(stands))
+
+
+def decide(request: AdmissionRequest, context: Context) -> Decision:
+    """Judge a well-formed AdmissionRequest: the webhook and ``kubectl gate check`` both ask this."""
+    admission = admission_of(request)
+    return ALLOWED if admission is None else judge(admission, context)
+
+
+def judge(admission: Admission, context: Context) -> Decision:
+    """The verdict on a request on a gated kind, read once (``admitted.admission_of``).
+    Inherited gates count on status writes (a generated HelmChart's: its HelmRelease's)."""
+    exempt = _exemption(admission.user, context.settings)
+    if exempt is not None:
+        return exempt
+    if admission.operation == "DELETE" and admission.by_kubernetes:
         return ALLOWED
-    if operation == "DELETE" and not request.get("subResource") and not isinstance(old, dict):
-        return _unknown_deletion(request, settings)
-    read: list[tuple[Policy, Policy]] = []
-    used: list[approvals.Approval] = []
-    carried: NewContent | None = None  # what a status write carries, read once
-    if request.get("subResource") == "status":  # new content: approved content passes its gates
-        carried = content.new_content(kind["kind"], old, new)
-        context, used = approved_for(kind["kind"], carried, new, context)
-        lookup = context.lookup
-
-    def policies() -> tuple[Policy, Policy]:  # read once, if at all, for the change and the hold
-        if not read:
-            read.append((policy_of(old), policy_of(new)))
-        return read[0]
-
-    sub_resource = request.get("subResource") or ""
-    change = gated_change(
-        kind["kind"],
-        operation,
-        sub_resource,
-        old,
-        new,
-        policies,
-        by_kubernetes=username in names.SYSTEM_DELETERS,
-        brought=lambda: carried,
-    )
-    # An UPDATE of the object that changes nothing but its gate policy (or nothing at all).
-    policy_only = operation == "UPDATE" and not sub_resource and change not in (SPEC_CHANGE, OWNERS_CHANGE)
-    if change is None:
-        if not policy_only:  # (status writes: their policies are not read)
+    if admission.sub_resource:
+        # Only a status write that carries new content is gated: approved content passes.
+        if not admission.status_update or admission.carried is None or not isinstance(admission.new, dict):
             return ALLOWED
-        released = policy_release(old, new, *policies(), lookup, now)  # policies read already, for the change
+        return _judge_status_write(admission, context)
+    if admission.operation == "DELETE" and not isinstance(admission.old, dict):
+        return _unknown_deletion(admission, context.settings)
+    return _judge_object(admission, context)
+
+
+def _judge_status_write(admission: Admission, context: Context) -> Decision:
+    """A status write is judged by the policy of the object it leaves, then as ``judge_status``
+    judges it (the same verdict the mutating webhook's hold points act on)."""
+    write = judge_status(admission, context)
+    assert write.carried is not None  # (checked by the caller)
+    old, new = admission.old, admission.new
+    assert isinstance(new, dict)
+    judgements = [own_hold(old, write.context.lookup, context.now)] if isinstance(old, dict) else []
+    judgements.append(write.own or own_hold(new, write.context.lookup, context.now))
+    judgements += write.inherited
+    change = ContentChange(write.carried, write.carried.as_change())
+    return _verdict(admission, change, judgements, context.settings, write.used)
+
+
+def _judge_object(admission: Admission, context: Context) -> Decision:
+    """A CREATE, UPDATE or DELETE of the object itself: its change, then each policy's hold."""
+    old, new, now = admission.old, admission.new, context.now
+    read = Lazy(lambda: (policy_of(old), policy_of(new)))  # read once, if at all
+    change: Change | None = classify(admission, lambda: read.value)
+    if change is None:
+        if admission.operation != "UPDATE":
+            return ALLOWED
+        # An UPDATE that changes nothing but its gate policy (or nothing at all).
+        released = policy_release(old, new, *read.value, context.lookup, now)
         if released is None:
             return ALLOWED
-        change, leaving = released
-        judgements = [leaving]
+        change, judgements = PolicyReleases(released[0]), [released[1]]
     else:
         # An UPDATE must satisfy both the policy it leaves and the one it enters.
-        objects = (old,) if operation == "DELETE" else (old, new)  # zip pairs each with its policy
-        judged = [(o, p) for o, p in zip(objects, policies(), strict=False) if isinstance(o, dict)]
-        judgements = [own_hold(obj, lookup, now, policy) for obj, policy in judged]
-    if sub_resource and isinstance(new, dict):
-        judgements += [own_hold(parent, lookup, now) for parent in context.parents(new)]
+        objects = (old,) if admission.operation == "DELETE" else (old, new)  # zip pairs each with its policy
+        judged = [(o, p) for o, p in zip(objects, read.value, strict=False) if isinstance(o, dict)]
+        judgements = [own_hold(obj, context.lookup, now, policy) for obj, policy in judged]
+    return _verdict(admission, change, judgements, context.settings, ())
+
+
+def _verdict(
+    admission: Admission,
+    change: Change,
+    judgements: list[Hold],
+    settings: Settings,
+    used: tuple[approvals.Approval, ...],
+) -> Decision:
+    """Held when any judgement holds, in the mode its closed gates say, with one message."""
     holds = [h for h in judgements if h.held]
     if not holds:
         return Decision(
             allowed=True,
             gated=True,
-            change=change,
+            change=change.text,
             hold=judgements[-1] if judgements else None,
             approved=approvals.describe(used) or None,
         )
-
     mode = mode_of(holds, settings)
-    about = subject(request)
-    message = describe(kind["kind"], about.namespace, about.shown_name, holds)
-    what: names.HeldWhat = CONTENT if sub_resource else EDIT
-    if carried is not None:
-        message = carried.after(message)
-    elif change == SPEC_CHANGE:  # say what changed: a label-only apply can also drop a null
-        message += "; changed: " + describe_paths(*changed_paths(desired_spec(old), desired_spec(new)))
-    elif change == OWNERS_CHANGE:  # a metadata write held: say which, or it looks like a label edit
-        message += "; changed: metadata.ownerReferences"
-    elif policy_only:  # a metadata write held: say how the policy loosens, or it looks like a label edit
-        message += f"; {change}"
+    about = admission.about
     return Decision(
         allowed=mode == names.AUDIT,
         gated=True,
         held=True,
         mode=mode,
-        change=change,
-        message=message,
+        change=change.text,
+        message=change.explain(describe(admission.kind, about.namespace, about.shown_name, holds)),
         hold=holds[-1],
-        held_what=what,
+        held_what=CONTENT if admission.sub_resource else EDIT,
     )

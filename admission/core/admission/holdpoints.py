@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from admission.core.admission.admitted import Admission
 from admission.core.admission.decision import (
     ALLOWED,
     CONTENT,
@@ -20,10 +21,8 @@ from admission.core.admission.decision import (
     Decision,
     Hold,
     Standing,
-    approved_for,
-    standing,
+    judge_status,
 )
-from admission.core.admission.review import AdmissionRequest
 from admission.core.base import names
 from admission.core.base.jsonvalues import same
 from admission.core.base.objects import Object, status_of
@@ -208,7 +207,7 @@ def show_denied_attempt(
 
 
 def rewrite_status(
-    kind: str,
+    row: kinds.FluxKind,
     old: Object | None,
     new: Object,
     held: Held | None,
@@ -221,8 +220,7 @@ def rewrite_status(
     object is not held and carries none of our conditions. ``carried`` is what the write
     brings (``content.new_content()``); ``upstream`` is ``(waits, serves)`` when the source a
     Kustomization or HelmRelease applies serves content it has not applied."""
-    row = kinds.BY_KIND.get(kind)
-    if row is None or row.content is None or not isinstance(new, dict):
+    if row.content is None or not isinstance(new, dict):
         return {}
     if held is None:  # the common case, kept short: only our condition, if any, goes
         conditions = conditions_of(new)
@@ -244,32 +242,37 @@ class StatusVerdict:
     suspended: bool | None = None  # the object's status.suspended as judged (None: not judged)
 
 
-def judge_status_write(request: AdmissionRequest, context: Context) -> StatusVerdict:
+def judge_status_write(admission: Admission, context: Context) -> StatusVerdict:
     """The status fields a status write of a kind with content must change, and the decision:
     held (content rewritten back) only in enforce mode; audit mode holds nothing (the validating
-    webhook records the would-be hold of the same write)."""
-    kind = request["kind"]["kind"]
-    old, new = request.get("oldObject"), request.get("object")
-    row = kinds.BY_KIND.get(kind)
-    if row is None or row.content is None or not isinstance(new, dict):
+    webhook records the would-be hold of the same write). Judged as the validating webhook
+    judges it (``decision.judge_status``)."""
+    row, old, new = admission.row, admission.old, admission.new
+    if row.content is None or not isinstance(new, dict):
         return StatusVerdict({}, ALLOWED)
-    carried = content.new_content(kind, old, new)  # read once: for approvals, the rewrite and the decision
-    context, used = approved_for(kind, carried, new, context)
-    stands = standing(new, context)
+    write = judge_status(
+        admission, context
+    )  # what it carries, read once: approvals, the rewrite, the decision
+    carried, now = write.carried, context.now
+    stands = write.stands.value
     held = enforced(stands)
     if held is None:
         decision = (
             ALLOWED
-            if not used
-            else Decision(allowed=True, gated=True, held_what=CONTENT, approved=approvals.describe(used))
+            if not write.used
+            else Decision(
+                allowed=True, gated=True, held_what=CONTENT, approved=approvals.describe(write.used)
+            )
         )
         return StatusVerdict(
-            rewrite_status(kind, old, new, None, context.now, carried=carried), decision, stands.suspended
+            rewrite_status(row, old, new, None, now, carried=carried), decision, stands.suspended
         )
     upstream = (
-        content.upstream_of(kind, new, context.get) if row.content.records_attempts and context.get else None
+        content.upstream_from(row.content, new, context.get)
+        if row.content.records_attempts and context.get
+        else None
     )
-    changes = rewrite_status(kind, old, new, held, context.now, carried=carried, upstream=upstream)
+    changes = rewrite_status(row, old, new, held, now, carried=carried, upstream=upstream)
     if not row.content.keeps or carried is None:  # no content rewritten: nothing to log or count
         return StatusVerdict(changes, ALLOWED, stands.suspended)
     decision = Decision(
@@ -279,7 +282,7 @@ def judge_status_write(request: AdmissionRequest, context: Context) -> StatusVer
         mode=names.ENFORCE,
         hold=stands.holds[-1],
         held_what=CONTENT,
-        change=carried.as_change(),
+        change=carried.as_change(),  # (the words of changes.ContentChange)
         message=carried.after(held.message),
     )
     return StatusVerdict(changes, decision, stands.suspended)

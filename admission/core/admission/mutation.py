@@ -12,12 +12,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from admission.core.admission import holdpoints
-from admission.core.admission.decision import ALLOWED, Context, Decision, decide
+from admission.core.admission.admitted import Admission, admission_of
+from admission.core.admission.decision import ALLOWED, Context, Decision
+from admission.core.admission.decision import judge as decision_of
 from admission.core.admission.review import AdmissionRequest
 from admission.core.base import names
 from admission.core.base.objects import Object, status_of
 from admission.core.base.timefmt import format_time
-from admission.core.flux import kinds
 from admission.core.gates.references import suspension_of
 
 
@@ -41,13 +42,13 @@ def suspended_field(obj: Object, want: bool) -> dict[str, object]:
     return {} if current is want else {"suspended": want}
 
 
-def audit_record(request: AdmissionRequest, decision: Decision, now: datetime) -> str:
+def audit_record(admission: Admission, decision: Decision, now: datetime) -> str:
     """The value of the audit annotation: who tried what, when, and why it was held."""
     return json.dumps(
         {
             "time": format_time(now),
-            "user": request["userInfo"].get("username", ""),
-            "operation": request["operation"],
+            "user": admission.user.name,
+            "operation": admission.operation,
             "change": decision.change,
             "message": decision.message,
         },
@@ -60,14 +61,14 @@ def judge(request: AdmissionRequest, context: Context) -> Mutation:
     """What a request on a gated Flux kind changes: on a status UPDATE, ``status.suspended`` and
     the hold points (a held source or ImagePolicy keeps what it serves; Blocked, Approved and
     Ready say what waits); on the object's CREATE or UPDATE, the audit record of an audited hold."""
-    kind = request["kind"]
-    obj = request.get("object")
-    row = kinds.lookup(kind["group"], kind["kind"])
-    if row is None or not isinstance(obj, dict):
+    admission = admission_of(request)
+    if admission is None or not isinstance(admission.new, dict):
         return NONE
-    sub_resource = request.get("subResource") or ""
-    if sub_resource == "status" and request["operation"] == "UPDATE":
-        verdict = holdpoints.judge_status_write(request, context) if row.content is not None else None
+    obj = admission.new
+    if admission.status_update:
+        verdict = (
+            holdpoints.judge_status_write(admission, context) if admission.row.content is not None else None
+        )
         changes = verdict.changes if verdict is not None else {}
         # The verdict judged the suspension already; kinds without content are judged here.
         suspended = verdict.suspended if verdict is not None else None
@@ -77,11 +78,11 @@ def judge(request: AdmissionRequest, context: Context) -> Mutation:
             # A status written whole says suspended too: the property every status we patch keeps.
             status["suspended"] = want
         return Mutation(verdict.decision if verdict is not None else ALLOWED, status)
-    if sub_resource or request["operation"] not in ("CREATE", "UPDATE"):
+    if admission.sub_resource or admission.operation not in ("CREATE", "UPDATE"):
         return NONE
-    decision = decide(request, context)
+    decision = decision_of(admission, context)
     if not (decision.held and decision.allowed):
         return Mutation(decision)
     return Mutation(
-        decision, annotations={names.AUDIT_ANNOTATION: audit_record(request, decision, context.now)}
+        decision, annotations={names.AUDIT_ANNOTATION: audit_record(admission, decision, context.now)}
     )

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from admission.core.admission.decision import Lookup, own_hold
+from admission.core.admission.decision import Hold, Lookup, own_hold
 from admission.core.base import names
 from admission.core.base.objects import Object, metadata
 from admission.core.base.timefmt import format_time, parse_time
@@ -111,44 +111,53 @@ def notice(old: Object | None, new: Object | None, lookup: Lookup, now: datetime
     if after is not None and (before is None or before.get("message") != after.get("message")):
         if old is None and _announced_before(after, now):
             return None
-        hold = own_hold(new, lookup, now)
-        text = str(after.get("message") or f"{label} is held")
-        details = {"gates": ", ".join(s.key for s in hold.closed), **_revisions(text)}
-        clauses = [f"gate '{s.key}': {s.message}" for s in hold.closed]
-        opening = expected_opening(hold.closed, hold.policy.require)
-        not_before = opening_not_before(hold.closed, hold.policy.require) if opening is None else None
-        if opening is not None:
-            details["opensAt"] = format_time(opening)
-            clauses.append(f"expected to open at {format_time(opening)}")
-        elif not_before is not None:
-            details["opensNotBefore"] = format_time(not_before)
-            clauses.append(f"when it opens is not known, not before {format_time(not_before)}")
-        elif hold.closed:
-            clauses.append("no opening is scheduled")
-        message = f"{label} is held: {text}" + (f" ({'; '.join(clauses)})" if clauses else "")
-        return Notice(HELD, names.GATE_CLOSED_REASON, message, {k: v for k, v in details.items() if v})
+        return _held(label, str(after.get("message") or f"{label} is held"), own_hold(new, lookup, now))
     if before is not None and after is None and new is not None:
-        hold = own_hold(new, lookup, now)
-        opened = [s for s in hold.states if s.open]
-        revisions = _revisions(str(before.get("message") or ""))
-        what = f"{revisions['waiting']} proceeds" if "waiting" in revisions else "the held change proceeds"
-        message = f"{label} released: {what}"
-        if opened:
-            message += "; " + "; ".join(_opened_clause(s) for s in opened)
-        details = {"gates": ", ".join(s.key for s in opened), "released": revisions.get("waiting", "")}
-        by = sorted(
-            {s.requested_by for s in opened if s.reason == names.REASON_OPEN_REQUESTED and s.requested_by}
-        )
-        if by:
-            details["requestedBy"] = ", ".join(by)
-        toggled = sorted(
-            {
-                s.toggled_by.describe()
-                for s in opened
-                if s.reason == names.REASON_OPEN_REQUESTED and s.toggled_by is not None
-            }
-        )
-        if toggled:
-            details["openedBy"] = ", ".join(toggled)
-        return Notice(RELEASED, RELEASED_REASON, message, {k: v for k, v in details.items() if v})
+        return _released(label, str(before.get("message") or ""), own_hold(new, lookup, now))
     return None
+
+
+def _opening_clauses(hold: Hold, details: dict[str, str]) -> list[str]:
+    """What a held notice says of the opening (and puts in ``details``)."""
+    opening = expected_opening(hold.closed, hold.policy.require)
+    if opening is not None:
+        details["opensAt"] = format_time(opening)
+        return [f"expected to open at {format_time(opening)}"]
+    not_before = opening_not_before(hold.closed, hold.policy.require)
+    if not_before is not None:
+        details["opensNotBefore"] = format_time(not_before)
+        return [f"when it opens is not known, not before {format_time(not_before)}"]
+    return ["no opening is scheduled"] if hold.closed else []
+
+
+def _held(label: str, text: str, hold: Hold) -> Notice:
+    details = {"gates": ", ".join(s.key for s in hold.closed), **_revisions(text)}
+    clauses = [f"gate '{s.key}': {s.message}" for s in hold.closed]
+    clauses += _opening_clauses(hold, details)
+    message = f"{label} is held: {text}" + (f" ({'; '.join(clauses)})" if clauses else "")
+    return Notice(HELD, names.GATE_CLOSED_REASON, message, {k: v for k, v in details.items() if v})
+
+
+def _released(label: str, held_message: str, hold: Hold) -> Notice:
+    opened = [s for s in hold.states if s.open]
+    revisions = _revisions(held_message)
+    what = f"{revisions['waiting']} proceeds" if "waiting" in revisions else "the held change proceeds"
+    message = f"{label} released: {what}"
+    if opened:
+        message += "; " + "; ".join(_opened_clause(s) for s in opened)
+    details = {"gates": ", ".join(s.key for s in opened), "released": revisions.get("waiting", "")}
+    by = sorted(
+        {s.requested_by for s in opened if s.reason == names.REASON_OPEN_REQUESTED and s.requested_by}
+    )
+    if by:
+        details["requestedBy"] = ", ".join(by)
+    toggled = sorted(
+        {
+            s.toggled_by.describe()
+            for s in opened
+            if s.reason == names.REASON_OPEN_REQUESTED and s.toggled_by is not None
+        }
+    )
+    if toggled:
+        details["openedBy"] = ", ".join(toggled)
+    return Notice(RELEASED, RELEASED_REASON, message, {k: v for k, v in details.items() if v})

@@ -43,7 +43,9 @@ def of(kind: str) -> ContentKind | None:
     return row.content if row is not None else None
 
 
-# ---- by kind: each delegates to the kind's content (admission.core.flux.contentkinds) ------------
+# ---- by a kind's name, for readers of stored objects (the controller, the command line): each asks
+# the kind's content (admission.core.flux.contentkinds). The admission path has the kind's row
+# (core.admission.admitted) and asks its content itself. ------------------------------------------
 
 
 def served_revision(kind: str, obj: Object | None) -> str:
@@ -61,18 +63,6 @@ def new_content(kind: str, old: Object | None, new: Object | None) -> NewContent
     return found.brings(old, new) if found is not None else None
 
 
-def approvable(
-    kind: str, new: Object | None, carried: NewContent, get: Get | None, parents: tuple[Object, ...] = ()
-) -> tuple[str, ...]:
-    """The identities an approval may name to let this write's new content through, whole (never
-    a message's text, which may be cut): a revision, a digest, an image; a chart as its source,
-    name, version, digest and (for what a release applies) values digest
-    (``contentkinds.ChartContent``). ``get`` finds the chart a HelmRelease applies; ``parents``
-    are the releases a generated HelmChart inherits gates from."""
-    found = of(kind)
-    return found.approvable(new, carried, get, parents) if found is not None else ()
-
-
 def approval_of(obj: Object, waits: str, get: Get) -> str | None:
     """What an approval names to let ``waits`` through, as ``obj``'s hold message shows it
     waiting (``kubectl gate approve`` and ``pending``): the identity its hold point compares
@@ -84,23 +74,10 @@ def approval_of(obj: Object, waits: str, get: Get) -> str | None:
     return found.approval_of(obj, waits, get, inherits_from(obj, get))
 
 
-def recorded_attempt(kind: str, obj: Object | None) -> NewContent | None:
-    """``(waits, serves)`` when the object's own status shows an attempt it has not applied."""
-    found = of(kind)
-    return found.recorded(obj) if found is not None else None
-
-
 def attempt_of(kind: str, obj: Object | None) -> Object:
     """Only the attempt an object's status records (``{"status": {field: value}}``)."""
     found = of(kind)
     return found.attempt(obj) if found is not None else {"status": {}}
-
-
-def held_attempt(kind: str, attempted: Object | None, stored: Object | None) -> NewContent | None:
-    """``(waits, serves)`` for the attempt a denied status write (``attempted``) recorded,
-    against what the object as stored now has applied: None once that is what it applied."""
-    found = of(kind)
-    return found.held_attempt(attempted, stored) if found is not None else None
 
 
 def upstream(kind: str, obj: Object | None) -> tuple[str, str, str] | None:
@@ -122,10 +99,18 @@ def upstream_waits(
 
 def upstream_of(kind: str, obj: Object | None, get: Get) -> NewContent | None:
     """``upstream_waits`` for the source ``obj`` applies, looked up with ``get`` (a cache)."""
-    ref = upstream(kind, obj)
+    found = of(kind)
+    return upstream_from(found, obj, get) if found is not None else None
+
+
+def upstream_from(found: ContentKind, obj: Object | None, get: Get) -> NewContent | None:
+    """``upstream_of`` for an object whose kind of content the caller has (``FluxKind.content``)."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("spec"), dict):
+        return None
+    ref = found.upstream(obj)
     if ref is None:
         return None
-    return upstream_waits(kind, obj, ref[0], get(*ref))
+    return found.upstream_waits(obj, ref[0], get(*ref))
 
 
 # ---- generated HelmCharts -----------------------------------------------------------------

@@ -84,7 +84,7 @@ FLUX_KINDS: tuple[FluxKind, ...] = (
 )
 
 BY_KIND: dict[str, FluxKind] = {k.kind: k for k in FLUX_KINDS}
-_BY_GROUP_KIND: dict[tuple[str, str], FluxKind] = {(k.group, k.kind): k for k in FLUX_KINDS}
+BY_GROUP_KIND: dict[tuple[str, str], FluxKind] = {(k.group, k.kind): k for k in FLUX_KINDS}
 SOURCE_KINDS = frozenset(k.kind for k in FLUX_KINDS if k.source)
 # What the webhook looks up (never per review from the API server: a watch cache, e.g.
 # admission.kube.fluxcache): what each source serves, and HelmReleases, whose gates their
@@ -101,12 +101,12 @@ EVENT_KINDS = frozenset(BY_KIND)
 
 def lookup(group: str, kind: str) -> FluxKind | None:
     """The table's row for ``group``/``kind``, or None when we do not gate it."""
-    return _BY_GROUP_KIND.get((group, kind))
+    return BY_GROUP_KIND.get((group, kind))
 
 
 def is_gated_kind(group: str, kind: str) -> bool:
     """Whether objects of this group and kind are gated."""
-    return (group, kind) in _BY_GROUP_KIND
+    return (group, kind) in BY_GROUP_KIND
 
 
 def resources_by_group() -> dict[str, tuple[str, ...]]:

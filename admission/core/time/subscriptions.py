@@ -140,13 +140,8 @@ def _duration(
     return value
 
 
-def parse_calendar(item: object, where: str = "calendars[0]", time_zone: str | None = None) -> CalendarSpec:
-    """Check one ``spec.calendars`` entry; raise ScheduleError saying what is wrong."""
-    if not isinstance(item, dict):
-        raise ScheduleError(f"{where} must be an object with a url")
-    unknown = set(item) - _FIELDS
-    if unknown:
-        raise ScheduleError(f"{where} has unknown fields {sorted(unknown)}")
+def _url(item: dict[str, Any], where: str) -> tuple[str, bool, str]:
+    """The feed's URL, whether plain http is allowed, and the name its host gives."""
     url = _string(item, "url", MAX_URL, where)
     if url is None:
         raise ScheduleError(f"{where}.url is required")
@@ -164,34 +159,39 @@ def parse_calendar(item: object, where: str = "calendars[0]", time_zone: str | N
         raise ScheduleError(f"{where}.url is plain http: use https, or set allowHTTP: true")
     if parts.username is not None or parts.password is not None:
         raise ScheduleError(f"{where}.url must not hold credentials: use secretRef")
-    action = item.get("action", "closed")
-    if action not in ACTIONS:
-        raise ScheduleError(f"{where}.action {action!r} must be 'closed' or 'opened'")
-    name = _string(item, "name", MAX_NAME, where) or (host if port is None else f"{host}:{port}")
-    summary, categories = None, ()
+    return url, allow_http, host if port is None else f"{host}:{port}"
+
+
+def _filter(item: dict[str, Any], where: str) -> tuple[str | None, tuple[str, ...]]:
+    """The summary pattern and the categories an event must have to count."""
     filt = item.get("filter")
-    if filt is not None:
-        if not isinstance(filt, dict) or set(filt) - {"summary", "categories"}:
-            raise ScheduleError(f"{where}.filter must be an object with 'summary' and/or 'categories'")
-        summary = _string(filt, "summary", MAX_PATTERN, f"{where}.filter")
-        if summary is not None:
-            try:
-                re.compile(summary)
-            except (re.error, RecursionError, OverflowError) as err:
-                raise ScheduleError(f"{where}.filter.summary is not a regular expression: {err}") from None
-        cats = filt.get("categories")
-        if cats is not None:
-            if (
-                not isinstance(cats, list)
-                or len(cats) > MAX_CATEGORIES
-                or not all(isinstance(c, str) and 0 < len(c) <= MAX_CATEGORY for c in cats)
-            ):
-                raise ScheduleError(
-                    f"{where}.filter.categories must be a list of at most {MAX_CATEGORIES} "
-                    f"non-empty strings of at most {MAX_CATEGORY} characters"
-                )
-            categories = tuple(cats)
-    secret = _ref(item, "secretRef", where)
+    if filt is None:
+        return None, ()
+    if not isinstance(filt, dict) or set(filt) - {"summary", "categories"}:
+        raise ScheduleError(f"{where}.filter must be an object with 'summary' and/or 'categories'")
+    summary = _string(filt, "summary", MAX_PATTERN, f"{where}.filter")
+    if summary is not None:
+        try:
+            re.compile(summary)
+        except (re.error, RecursionError, OverflowError) as err:
+            raise ScheduleError(f"{where}.filter.summary is not a regular expression: {err}") from None
+    cats = filt.get("categories")
+    if cats is None:
+        return summary, ()
+    if (
+        not isinstance(cats, list)
+        or len(cats) > MAX_CATEGORIES
+        or not all(isinstance(c, str) and 0 < len(c) <= MAX_CATEGORY for c in cats)
+    ):
+        raise ScheduleError(
+            f"{where}.filter.categories must be a list of at most {MAX_CATEGORIES} "
+            f"non-empty strings of at most {MAX_CATEGORY} characters"
+        )
+    return summary, tuple(cats)
+
+
+def _ca(item: dict[str, Any], where: str) -> tuple[bytes | None, tuple[str, str] | None]:
+    """The CA certificates the feed's server is checked with: given, or a Secret's key."""
     ca_ref = _ref(item, "caSecretRef", where)
     ca_bundle = None
     raw = _string(item, "caBundle", MAX_CA_BUNDLE, where)  # None when absent
@@ -207,6 +207,24 @@ def parse_calendar(item: object, where: str = "calendars[0]", time_zone: str | N
     ca_key = (ca_ref or {}).get("key", "ca.crt")
     if not isinstance(ca_key, str) or not 0 < len(ca_key) <= 253:
         raise ScheduleError(f"{where}.caSecretRef.key must be a key of the Secret")
+    return ca_bundle, (ca_ref["name"], ca_key) if ca_ref else None
+
+
+def parse_calendar(item: object, where: str = "calendars[0]", time_zone: str | None = None) -> CalendarSpec:
+    """Check one ``spec.calendars`` entry; raise ScheduleError saying what is wrong."""
+    if not isinstance(item, dict):
+        raise ScheduleError(f"{where} must be an object with a url")
+    unknown = set(item) - _FIELDS
+    if unknown:
+        raise ScheduleError(f"{where} has unknown fields {sorted(unknown)}")
+    url, allow_http, host = _url(item, where)
+    action = item.get("action", "closed")
+    if action not in ACTIONS:
+        raise ScheduleError(f"{where}.action {action!r} must be 'closed' or 'opened'")
+    name = _string(item, "name", MAX_NAME, where) or host
+    summary, categories = _filter(item, where)
+    secret = _ref(item, "secretRef", where)
+    ca_bundle, ca_secret = _ca(item, where)
     interval = _duration(item, "interval", DEFAULT_INTERVAL, timedelta(seconds=1), MAX_INTERVAL, where)
     stale_after = _duration(
         item, "staleAfter", max(DEFAULT_STALE_AFTER, interval), interval, MAX_STALE_AFTER, where
@@ -219,7 +237,7 @@ def parse_calendar(item: object, where: str = "calendars[0]", time_zone: str | N
         categories,
         secret["name"] if secret else None,
         ca_bundle,
-        (ca_ref["name"], ca_key) if ca_ref else None,
+        ca_secret,
         interval,
         stale_after,
         allow_http,
