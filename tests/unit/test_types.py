@@ -1,4 +1,4 @@
-"""The package type-checks: mypy, configured by pyproject.toml's [tool.mypy] (strict on the core)."""
+"""The package type-checks: mypy, configured by pyproject.toml's [tool.mypy] (strict on the whole package)."""
 
 from __future__ import annotations
 
