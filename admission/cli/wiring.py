@@ -7,7 +7,6 @@ then whether workers count into shared files."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -30,8 +29,6 @@ from admission.store import GateStore, StaticSources
 from admission.store.files import FileStore
 from admission.webhook import receiver as hooks
 from admission.webhook.app import Parts, create_app
-
-log = logging.getLogger("admission.serve")
 
 
 @dataclass(frozen=True)
