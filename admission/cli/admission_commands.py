@@ -3,17 +3,32 @@
 from __future__ import annotations
 
 import argparse
+import atexit
 import logging
 import os
+import shutil
+import signal
 import ssl
 import sys
+import tempfile
+import threading
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from admission.cli.settings import csv as _csv
-from admission.cli.settings import policy_settings
+from kubernetes.client import ApiClient
+from kubernetes.config import ConfigException
+
+from admission.cli.config import UsageError, approval_key, cert_names, serve_config
 from admission.clock import utcnow
+from admission.core.base.timefmt import parse_duration
+from admission.ical.fetch import Policy, parse_networks
+from admission.kube.certs import ensure_approval_key, inject, sync_secrets
+from admission.kube.client import CALL_ERRORS, api_client, describe_error
+from admission.kube.health import serve_health
+from admission.kube.notifications import FluxNotifier
+from admission.kube.reselect import ReselectError
+from admission.kube.reselect import reselect as reselect_one
 from admission.observability import logs
 from admission.pki import certs
 
@@ -21,18 +36,14 @@ log = logging.getLogger("admission.serve")
 
 
 def _cert_names(args: argparse.Namespace) -> list[str]:
-    return certs.service_names(args.service, args.namespace) + sorted(_csv(args.extra_sans))
+    return cert_names(args.service, args.namespace, args.extra_sans)
 
 
-def _cluster(args: argparse.Namespace, command: str) -> Any:
+def _cluster(kubeconfig: str | None, command: str) -> ApiClient:
     """The API client for --kubeconfig (else in-cluster, else ~/.kube/config), or SystemExit(2)
     with one line that says none was found and what to pass instead."""
-    from kubernetes.config import ConfigException
-
-    from admission.kube.client import api_client
-
     try:
-        return api_client(args.kubeconfig)
+        return api_client(kubeconfig)
     except (ConfigException, OSError, ValueError) as err:
         why = f"no cluster: {' '.join(str(err).split())}; pass --kubeconfig"
         if command == "serve":  # a JSON line, as every line the server writes
@@ -46,8 +57,6 @@ def make_certs(args: argparse.Namespace) -> int:
     try:
         if not (args.secret or args.inject or getattr(args, "approval_key_secret", None)):
             return _make_certs(args)
-        from admission.kube.client import CALL_ERRORS, describe_error
-
         try:
             return _make_certs(args)
         except CALL_ERRORS as err:
@@ -65,10 +74,8 @@ def _make_certs(args: argparse.Namespace) -> int:
     now = utcnow()
     api = None
     if args.secret or args.inject or getattr(args, "approval_key_secret", None):
-        api = _cluster(args, "certs")
+        api = _cluster(args.kubeconfig, "certs")
     if args.secret:
-        from admission.kube.certs import sync_secrets
-
         ca_pem, why = sync_secrets(api, args.namespace, args.secret, _cert_names(args), now, force=args.renew)
         where = f"Secret {args.namespace}/{args.secret}"
     else:
@@ -83,13 +90,9 @@ def _make_certs(args: argparse.Namespace) -> int:
         client_cert, _ = certs.issue_client(args.out, args.client_cert, now)
         print(f"issued: {client_cert} (client certificate for {args.client_cert!r})")
     if args.inject:
-        from admission.kube.certs import inject
-
         changed = inject(api, ca_pem, args.webhook_config)
         print("caBundle: " + (", ".join(changed) if changed else "already current"))
     if getattr(args, "approval_key_secret", None):
-        from admission.kube.certs import ensure_approval_key
-
         made = ensure_approval_key(api, args.namespace, args.approval_key_secret)
         print(
             f"{'created' if made else 'current'}: Secret {args.namespace}/{args.approval_key_secret} (approval key)"
@@ -97,140 +100,13 @@ def _make_certs(args: argparse.Namespace) -> int:
     return 0
 
 
-def approval_key(args: argparse.Namespace, cert_dir: str | None = None) -> bytes | None:
-    """The key approvals are sealed with: --approval-key-file, else (``cert_dir``: serve
-    --generate-certs) approval.key there, made when missing; None (logged) when there is none."""
-    from admission.pki import approvalkey
-
-    path = getattr(args, "approval_key_file", None)
-    try:
-        if path:
-            return approvalkey.read(path)
-        if cert_dir is not None:
-            return approvalkey.ensure(Path(cert_dir) / approvalkey.FILE_NAME)[0]
-    except (OSError, ValueError) as err:
-        log.error(f"approval key: {err}")
-        raise SystemExit(2) from None
-    log.warning("no --approval-key-file: approvals are not recorded, and none counts")
-    return None
-
-
-def _app_factory(args: argparse.Namespace):
-    from admission.webhook.app import create_app
-
-    # A gates directory is written by whoever may write its files: no approval there is sealed.
-    key = None if args.gates_dir else approval_key(args, args.cert_dir if args.generate_certs else None)
-    settings = replace(policy_settings(args), approval_key=key)
-    if args.receiver_token_file:
-        if args.gates_dir:
-            log.error("the receiver writes Gates in the cluster; it cannot be used with --gates-dir")
-            raise SystemExit(2)
-        from admission.webhook.receiver import ReceiverTokens
-
-        try:
-            ReceiverTokens(args.receiver_token_file)
-        except (OSError, ValueError) as err:
-            log.error(f"receiver token: {err}")
-            raise SystemExit(2) from None
-    if args.calendar_token_file:
-        from admission.webhook.receiver import TokenFile
-
-        try:
-            TokenFile(args.calendar_token_file)
-        except (OSError, ValueError) as err:
-            log.error(f"calendar token: {err}")
-            raise SystemExit(2) from None
-
-    def factory():
-        logs.configure(args.log_level)
-        receiver = events = attempts = None
-        if args.gates_dir:
-            from admission.store import StaticSources
-            from admission.store.files import FileStore
-
-            store = FileStore(args.gates_dir)
-            sources = StaticSources()  # no cluster, no Flux objects (docs/design.md, "Hold points")
-        else:
-            from admission.kube.client import api_client
-            from admission.kube.gatewriter import cluster_patcher
-            from admission.kube.reflector import ClusterStore
-
-            api = api_client(args.kubeconfig)
-            store = ClusterStore(api, stale_after=args.stale_after, approval_key=key)
-            from admission.core.flux.kinds import CACHED_KINDS
-            from admission.kube.fluxcache import FluxCache
-
-            # What each source serves, and HelmReleases: read by the hold points, per worker.
-            sources = FluxCache(api, sorted(CACHED_KINDS), stale_after=args.stale_after)
-            if args.receiver_token_file:
-                from admission.observability.metrics import RECEIVER
-                from admission.webhook import receiver as hooks
-
-                # Rate limits in files every worker maps: one limit for the pod, not one per worker.
-                receiver = hooks.blueprint(
-                    hooks.ReceiverTokens(args.receiver_token_file),
-                    cluster_patcher(api),
-                    utcnow,
-                    record=lambda result: RECEIVER.labels(result).inc(),
-                    limits_dir=getattr(args, "limits_dir", None),
-                )
-            if args.event_period > 0:
-                from admission.kube.events import DenialEvents
-
-                events = DenialEvents(
-                    api,
-                    store.lookup,
-                    settings,
-                    sources,
-                    period=args.event_period,
-                    limits_dir=getattr(args, "limits_dir", None),
-                )
-                events.start()
-            from admission.kube.attempts import DeniedAttempts
-
-            # A HelmRelease held for new values shows it only if we write it (docs/design.md).
-            # Its values are shown only when the API server authenticates (docs/operations.md).
-            # Reads before either are limited for the pod, as the receiver's calls are.
-            attempts = DeniedAttempts(
-                api,
-                store.lookup,
-                settings,
-                sources,
-                trust_reviews=bool(args.client_ca_file),
-                limits_dir=getattr(args, "limits_dir", None),
-            )
-            attempts.start()
-        store.start()
-        sources.start()
-        calendar_token = None
-        if args.calendar_token_file:
-            from admission.webhook.receiver import TokenFile
-
-            calendar_token = TokenFile(args.calendar_token_file)
-        board = None
-        if args.board:
-            from admission.cli.boardmount import board as read_only_board
-
-            where = f"gate-admission serve --gates-dir {args.gates_dir}" if args.gates_dir else "this webhook"
-            board = read_only_board(store, None if args.gates_dir else sources, where, utcnow)
-        return create_app(
-            store,
-            settings,
-            receiver=receiver,
-            events=events,
-            calendar=args.calendar,
-            calendar_wait=args.calendar_wait,
-            calendar_token=calendar_token,
-            sources=sources,
-            attempts=attempts,
-            board=board,
-            certfile=str(certs.CertFiles(Path(args.cert_dir)).cert),
-        )
-
-    return factory
-
-
 def serve(args: argparse.Namespace) -> int:
+    try:
+        config = serve_config(args)  # a bad combination exits before anything starts
+    except UsageError as err:
+        logs.configure(args.log_level)
+        log.error(str(err))
+        return 2
     # Before prometheus_client is imported anywhere: the workers forked later must count into
     # shared files, or a scrape would show only the worker that answers it.
     shared = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
@@ -238,24 +114,24 @@ def serve(args: argparse.Namespace) -> int:
         for stale in Path(shared).glob("*.db"):
             stale.unlink()
     else:
-        import tempfile
-
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="gate-admission-metrics-")
+    # Only now: both import the metrics (admission.cli.wiring says why).
+    from admission.cli import wiring
     from admission.webhook import server
 
-    logs.configure(args.log_level)  # the master's lines, from the first one, are JSON; workers inherit it
-    if args.gates_dir and not os.path.isdir(args.gates_dir):
+    logs.configure(config.log_level)  # the master's lines, from the first one, are JSON; workers inherit it
+    if config.gates_dir and not os.path.isdir(config.gates_dir):
         # A mistyped path would serve "gate not found" (closed) for every gate, with the server Ready.
-        log.error(f"--gates-dir {args.gates_dir}: not a directory")
+        log.error(f"--gates-dir {config.gates_dir}: not a directory")
         return 2
-    if not args.gates_dir:
-        _cluster(args, "serve")  # said once here, not as a traceback per worker
-    files = certs.CertFiles(Path(args.cert_dir))
-    if args.generate_certs:
+    if config.in_cluster:
+        _cluster(config.kubeconfig, "serve")  # said once here, not as a traceback per worker
+    files = config.cert_files
+    if config.generate_certs:
         try:
-            _, renewed = certs.ensure(args.cert_dir, _cert_names(args), utcnow())
+            _, renewed = certs.ensure(config.cert_dir, list(config.cert_names), utcnow())
         except OSError as err:
-            log.error(f"--cert-dir {args.cert_dir}: cannot write certificates: {err.strerror or err}")
+            log.error(f"--cert-dir {config.cert_dir}: cannot write certificates: {err.strerror or err}")
             return 2
         if renewed:
             log.info(
@@ -267,49 +143,47 @@ def serve(args: argparse.Namespace) -> int:
             f"no {files.cert} and {files.key}; TLS is required (use --generate-certs or `gate-admission certs`)"
         )
         return 2
-    if args.client_ca_file:
+    if config.client_ca_file:
         try:
-            ssl.create_default_context(cafile=args.client_ca_file)
+            ssl.create_default_context(cafile=config.client_ca_file)
         except (OSError, ssl.SSLError) as err:
-            log.error(f"--client-ca-file {args.client_ca_file}: {err}")
+            log.error(f"--client-ca-file {config.client_ca_file}: {err}")
             return 2
-    if args.receiver_token_file or not args.gates_dir:
+    if config.receiver_token_file or config.in_cluster:
         # Limits for the pod, in files the workers forked below share: the receiver's calls, and
         # the reads before denial Events and shown attempts (the cluster store only).
-        import atexit
-        import shutil
-        import tempfile
-
-        args.limits_dir = tempfile.mkdtemp(prefix="gate-admission-limits-")
+        limits_dir = tempfile.mkdtemp(prefix="gate-admission-limits-")
+        config = replace(config, limits_dir=limits_dir)
         master = os.getpid()  # workers exit through atexit too: only the master removes it
 
         def remove_limits() -> None:
             if os.getpid() == master:
-                shutil.rmtree(args.limits_dir, ignore_errors=True)
+                shutil.rmtree(limits_dir, ignore_errors=True)
 
         atexit.register(remove_limits)
-    factory = _app_factory(args)
+    try:
+        factory = wiring.app_factory(config)
+    except UsageError as err:
+        log.error(str(err))
+        return 2
     options = server.options(
-        address=args.address,
-        port=args.port,
+        address=config.address,
+        port=config.port,
         certfile=str(files.cert),
         keyfile=str(files.key),
-        workers=args.workers,
-        threads=args.threads,
-        log_level=args.log_level,
-        shutdown_delay=args.shutdown_delay,
-        client_ca=args.client_ca_file,
-        max_client_connections=args.max_client_connections,
+        workers=config.workers,
+        threads=config.threads,
+        log_level=config.log_level,
+        shutdown_delay=config.shutdown_delay,
+        client_ca=config.client_ca_file,
+        max_client_connections=config.max_client_connections,
     )
     server.Server(factory, options).run()
     return 0
 
 
-def calendar_options(args: argparse.Namespace) -> dict:
+def calendar_options(args: argparse.Namespace) -> dict[str, Any]:
     """CalendarSync's options from the controller's --calendar-* flags; exit on a bad one."""
-    from admission.core.base.timefmt import parse_duration
-    from admission.ical.fetch import Policy, parse_networks
-
     try:
         networks = parse_networks(args.calendar_allow_networks)
         min_interval = parse_duration(args.calendar_min_interval)
@@ -329,16 +203,13 @@ def calendar_options(args: argparse.Namespace) -> dict:
 
 
 def run_controller(args: argparse.Namespace) -> int:
-    import signal
-    import threading
-
+    # Here, not at the top: they import the metrics, which `serve` must first point at shared files.
     from admission.kube.controller import Controller
-    from admission.kube.health import serve_health
     from admission.kube.leader import LeaderElector
 
     logs.configure(args.log_level)
     calendars = calendar_options(args)  # a bad flag exits before anything starts
-    api = _cluster(args, "controller")
+    api = _cluster(args.kubeconfig, "controller")
     stop = threading.Event()
     fatal: list[str] = []
 
@@ -353,12 +224,14 @@ def run_controller(args: argparse.Namespace) -> int:
     )
     notifier = None
     if args.notify:
-        from admission.kube.notifications import FluxNotifier
-
         notifier = FluxNotifier(
             args.notify_address, args.notify_gates_address, instance=args.identity, period=args.notify_period
         )
-    key = approval_key(args)
+    try:
+        key = approval_key(args.approval_key_file)
+    except UsageError as err:
+        log.error(str(err))
+        return 2
     controller = Controller(
         api,
         is_leader=elector.is_leader if elector else None,
@@ -412,11 +285,7 @@ def run_controller(args: argparse.Namespace) -> int:
 
 def reselect(args: argparse.Namespace) -> int:
     """`gate-admission reselect`: the chart's pre-upgrade hook (admission.kube.reselect)."""
-    from admission.kube.client import CALL_ERRORS, describe_error
-    from admission.kube.reselect import ReselectError
-    from admission.kube.reselect import reselect as reselect_one
-
-    api = _cluster(args, "reselect")
+    api = _cluster(args.kubeconfig, "reselect")
     for name, labels in args.deployment:
         try:
             print(f"gate-admission reselect: {reselect_one(api, args.namespace, name, labels)}")

@@ -25,19 +25,19 @@ from admission.cli.cluster import (
 from admission.clock import utcnow
 from admission.core.admission import pending
 from admission.core.base import names
+from admission.core.base.objects import Object, label, metadata
 from admission.core.base.objects import annotations as annotations_of
-from admission.core.base.objects import label, metadata
 from admission.core.base.timefmt import format_duration, parse_duration
 from admission.core.gates import approvals, approvalview
 
 
-def _objects(cluster: Any) -> list[dict]:
+def _objects(cluster: Any) -> list[Object]:
     from admission.kube.fluxobjects import FluxObjects
 
     return FluxObjects(cluster.custom).list_all()
 
 
-def _gate(cluster: Any, namespace: str, name: str) -> dict:
+def _gate(cluster: Any, namespace: str, name: str) -> Object:
     from kubernetes.client.exceptions import ApiException
 
     try:

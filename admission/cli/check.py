@@ -14,7 +14,7 @@ from admission.core.admission.applied import apply_request, user_info
 from admission.core.admission.decision import Context
 from admission.core.admission.review import UserInfo
 from admission.core.base import names
-from admission.core.base.objects import label
+from admission.core.base.objects import Object, label
 from admission.core.flux import kinds
 from admission.core.gates.references import policy_of
 from admission.webhook import handlers
@@ -65,7 +65,7 @@ def _kubeconfig_user(cluster: Cluster) -> tuple[str, list[str]]:
     return cluster.user or getpass.getuser(), []
 
 
-def judge(manifest: dict, live: dict | None, user: UserInfo, context: Context) -> dict:
+def judge(manifest: Object, live: Object | None, user: UserInfo, context: Context) -> Object:
     """What the webhook would answer to applying ``manifest`` (over ``live``, when it exists):
     the request the API server would send, judged by the webhook's own validate handler."""
     request = apply_request(manifest, live, user)

@@ -131,7 +131,7 @@ def api_errors(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Na
 @contextlib.contextmanager
 def api_failures() -> Iterator[None]:
     """API and connection failures within, raised again as GateError: one line and an exit code."""
-    from kubernetes.client.rest import ApiException
+    from kubernetes.client.exceptions import ApiException
     from urllib3.exceptions import HTTPError, NewConnectionError
     from urllib3.exceptions import TimeoutError as TimedOut
 
@@ -164,6 +164,8 @@ def api_failures() -> Iterator[None]:
 
 def api_message(err: Any) -> str:
     try:
-        return orjson.loads(err.body).get("message") or err.reason
+        # ``err``: the kubernetes client's ApiException, whose body and reason it leaves untyped.
+        message: str = orjson.loads(err.body).get("message") or err.reason
+        return message
     except (TypeError, ValueError, AttributeError):
         return str(err.reason)

@@ -19,12 +19,13 @@ COMPLETION_TIMEOUT = 3  # seconds; a slow cluster must not hang the shell
 def namespace_of(args: argparse.Namespace) -> str | None:
     """-n, else the namespace the command defaults to (flux gate: flux's); None: the context's."""
     if getattr(args, "namespace", None):
-        return args.namespace
+        given: str = args.namespace
+        return given
     default = getattr(args, "default_namespace", None)
     return default(args) if default else None
 
 
-def gate_names(prefix: str, parsed_args: argparse.Namespace, **_) -> list[str]:
+def gate_names(prefix: str, parsed_args: argparse.Namespace, **_: object) -> list[str]:
     # Only what a name can be: a gates file's names are unchecked, and could hold escape sequences
     # that the shell would print as a candidate.
     try:
@@ -55,7 +56,7 @@ def gate_names(prefix: str, parsed_args: argparse.Namespace, **_) -> list[str]:
         return []
 
 
-def namespaces(prefix: str, parsed_args: argparse.Namespace, **_) -> list[str]:
+def namespaces(prefix: str, parsed_args: argparse.Namespace, **_: object) -> list[str]:
     try:
         from kubernetes import client
 
@@ -85,6 +86,6 @@ def namespaces(prefix: str, parsed_args: argparse.Namespace, **_) -> list[str]:
         return []
 
 
-def no_candidates(**_) -> list[str]:
+def no_candidates(**_: object) -> list[str]:
     """For free text (a message): nothing to offer, not the file names argcomplete would."""
     return []

@@ -43,7 +43,7 @@ def default_namespace(args: argparse.Namespace) -> str:
     $FLUX_SYSTEM_NAMESPACE when it is a namespace's name, else flux-system."""
     if getattr(args, "ns_follows_kube_context", False) or os.environ.get(FOLLOW_CONTEXT_ENV):
         try:
-            namespace = (cluster.kubeconfig_context(args).get("context") or {}).get("namespace")
+            namespace: str | None = (cluster.kubeconfig_context(args).get("context") or {}).get("namespace")
         except Exception:  # noqa: BLE001 (no kubeconfig, or one the client cannot read: flux falls back to its default as well)
             namespace = None
         if namespace:

@@ -6,7 +6,9 @@ import argparse
 import os
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from admission import __version__
 from admission.cli.admission_commands import make_certs, reselect, run_controller, serve
@@ -15,6 +17,9 @@ from admission.cli.settings import add_policy_flags
 from admission.cli.settings import env as _env
 from admission.kube.health import LOOPBACK
 from admission.kube.notifications import DEFAULT_ADDRESS as NOTIFY_ADDRESS
+
+if TYPE_CHECKING:  # generic in typeshed only
+    Subcommands = argparse._SubParsersAction[argparse.ArgumentParser]
 
 
 def _bool_env(flag: str) -> bool:
@@ -29,6 +34,22 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
     return value
+
+
+def _number(text: str) -> float:
+    """A number (of seconds, mostly): a bad GATE_ADMISSION_* default is a usage error too, as
+    argparse passes a string default through ``type``."""
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+
+
+def _whole(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
 
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
@@ -55,7 +76,7 @@ def _port(text: str) -> int:
     return value
 
 
-def _add_serve(sub: argparse._SubParsersAction) -> None:
+def _add_serve(sub: Subcommands) -> None:
     p = sub.add_parser("serve", help="run the admission webhook server (TLS only)")
     # A string default goes through `type` too, so a bad GATE_ADMISSION_PORT is a usage error.
     p.add_argument("--port", type=_port, default=str(_env("port", 9443)))
@@ -105,14 +126,14 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--event-period",
-        type=float,
-        default=float(_env("event-period", 300)),
+        type=_number,
+        default=str(_env("event-period", 300)),
         help="one Kubernetes Event per held object and message per this many seconds (0: no Events)",
     )
     p.add_argument(
         "--stale-after",
-        type=float,
-        default=float(_env("stale-after", 10)),
+        type=_number,
+        default=str(_env("stale-after", 10)),
         help="seconds without a working watch before gate state counts as unknown (cluster store)",
     )
     p.add_argument(
@@ -123,8 +144,8 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--calendar-wait",
-        type=float,
-        default=float(_env("calendar-wait", 5)),
+        type=_number,
+        default=str(_env("calendar-wait", 5)),
         help="seconds a calendar query with no feed yet waits for its first build before 503 "
         "(one request per worker at a time, every request for the default feed; 0: answer 503 at once)",
     )
@@ -151,8 +172,8 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--shutdown-delay",
-        type=float,
-        default=float(_env("shutdown-delay", 5)),
+        type=_number,
+        default=str(_env("shutdown-delay", 5)),
         help="on SIGTERM, keep serving this many seconds (with keep-alive off) before draining, "
         "while the Pod's endpoint is removed",
     )
@@ -169,7 +190,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=serve)
 
 
-def _add_certs(sub: argparse._SubParsersAction) -> None:
+def _add_certs(sub: Subcommands) -> None:
     p = sub.add_parser("certs", help="create or renew the CA and serving certificate")
     p.add_argument("--service", default=_env("service", "gate-admission"))
     p.add_argument("--namespace", default=_env("namespace", "gate-admission-system"))
@@ -214,7 +235,7 @@ def _deployment_selector(text: str) -> tuple[str, dict[str, str]]:
     return name, {k: v for k, _, v in pairs}
 
 
-def _add_reselect(sub: argparse._SubParsersAction) -> None:
+def _add_reselect(sub: Subcommands) -> None:
     p = sub.add_parser(
         "reselect",
         help="before an upgrade that widens Deployments' selectors: label their Pods and "
@@ -233,7 +254,7 @@ def _add_reselect(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=reselect)
 
 
-def _add_controller(sub: argparse._SubParsersAction) -> None:
+def _add_controller(sub: Subcommands) -> None:
     p = sub.add_parser("controller", help="keep Gate status, record transitions, request reconciles")
     p.add_argument(
         "--kubeconfig", default=_env("kubeconfig"), help="cluster (default: in-cluster, then ~/.kube/config)"
@@ -255,8 +276,8 @@ def _add_controller(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--identity", default=_env("identity", os.environ.get("POD_NAME") or socket.gethostname()))
     p.add_argument(
         "--health-port",
-        type=int,
-        default=int(_env("health-port", 8081)),
+        type=_whole,
+        default=str(_env("health-port", 8081)),
         help="plain-HTTP /healthz and /readyz for probes, and /metrics for Prometheus (0: off)",
     )
     p.add_argument(
@@ -283,8 +304,8 @@ def _add_controller(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--notify-period",
-        type=float,
-        default=float(_env("notify-period", 300)),
+        type=_number,
+        default=str(_env("notify-period", 300)),
         help="one notification per object and message per this many seconds",
     )
     p.add_argument(
@@ -300,14 +321,14 @@ def _add_controller(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--calendar-max-bytes",
-        type=int,
-        default=int(_env("calendar-max-bytes", 4 << 20)),
+        type=_whole,
+        default=str(_env("calendar-max-bytes", 4 << 20)),
         help="largest calendar feed accepted, in bytes (default 4 MiB)",
     )
     p.add_argument(
         "--calendar-timeout",
-        type=float,
-        default=float(_env("calendar-timeout", 30)),
+        type=_number,
+        default=str(_env("calendar-timeout", 30)),
         help="seconds one calendar fetch may take in all: DNS, connect, TLS, headers and body (default 30)",
     )
     p.add_argument(
@@ -316,7 +337,7 @@ def _add_controller(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_controller)
 
 
-def _add_completion(sub: argparse._SubParsersAction) -> None:
+def _add_completion(sub: Subcommands) -> None:
     p = sub.add_parser(
         "completion", help="print the shell completion script for kubectl-gate and gate-admission"
     )
@@ -324,7 +345,7 @@ def _add_completion(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=print_completion)
 
 
-def _add_install_flux_plugin(sub: argparse._SubParsersAction) -> None:
+def _add_install_flux_plugin(sub: Subcommands) -> None:
     p = sub.add_parser(
         "install-flux-plugin",
         help="make `flux gate` run kubectl-gate's commands: link flux-gate into flux's plugin directory",
@@ -357,9 +378,9 @@ def install_flux_plugin(args: argparse.Namespace) -> int:
 
 def print_completion(args: argparse.Namespace) -> int:
     """argcomplete's script for both commands; `kubectl gate` completes through kubectl_complete-gate."""
-    import argcomplete
+    from argcomplete.shell_integration import shellcode
 
-    print(argcomplete.shellcode(["kubectl-gate", "gate-admission"], shell=args.shell))
+    print(shellcode(["kubectl-gate", "gate-admission"], shell=args.shell))
     return 0
 
 
@@ -382,7 +403,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argcomplete.autocomplete(parser, always_complete_options=False)  # only when the shell asks
     args = parse(parser, sys.argv[1:] if argv is None else argv)
-    return args.func(args)
+    command: Callable[[argparse.Namespace], int] = args.func
+    return command(args)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from admission.clock import utcnow
 from admission.core.admission.decision import Context, Settings, standing
 from admission.core.base import names
 from admission.core.base.controls import escaped
-from admission.core.base.objects import label, metadata, object_key
+from admission.core.base.objects import Object, label, metadata, object_key
 from admission.core.base.timefmt import format_time
 from admission.core.flux import content
 from admission.core.gates import approvalview, togglestamp
@@ -65,7 +65,7 @@ def _index(args: argparse.Namespace, cluster: Cluster | None) -> GateIndex:
     return index
 
 
-def _flux_objects(cluster: Cluster | None) -> list[dict]:
+def _flux_objects(cluster: Cluster | None) -> list[Object]:
     if cluster is None:
         return []
     from admission.kube.fluxobjects import FluxObjects
@@ -73,11 +73,11 @@ def _flux_objects(cluster: Cluster | None) -> list[dict]:
     return FluxObjects(cluster.custom).list_all()
 
 
-def _referencing(objects: list[dict], key: str) -> list[dict]:
+def _referencing(objects: list[Object], key: str) -> list[Object]:
     return [o for o in objects if key in {r.key for r in policy_of(o).refs}]
 
 
-def _waiting_on(objects: list[dict], key: str) -> list[tuple[dict, content.Waiting]]:
+def _waiting_on(objects: list[Object], key: str) -> list[tuple[Object, content.Waiting]]:
     """Objects where new content waits because gate ``key`` is closed (their Blocked or
     Approved condition names it), with what waits and what they serve meanwhile."""
     found = []
@@ -88,7 +88,7 @@ def _waiting_on(objects: list[dict], key: str) -> list[tuple[dict, content.Waiti
     return found
 
 
-def _name(obj: dict) -> str:
+def _name(obj: Object) -> str:
     meta = metadata(obj)
     return label(obj["kind"], meta["namespace"], meta["name"])
 
@@ -111,7 +111,7 @@ def show(lines: Iterable[str], file: TextIO | None = None) -> None:
     print("\n".join(escaped(line) for line in lines), file=file or sys.stdout)
 
 
-def text_table(rows: list[dict], columns: list[str], headers: bool = True) -> list[str]:
+def text_table(rows: list[Object], columns: list[str], headers: bool = True) -> list[str]:
     """``rows`` as aligned columns, under a header line unless ``headers`` is false (--no-headers)."""
     cells = [[c.upper() for c in columns]] + [
         [escaped(str(row.get(c, "") if row.get(c) is not None else "-")) for c in columns] for row in rows
@@ -195,7 +195,7 @@ def answers(args: argparse.Namespace, look: Callable[[], tuple[object, Callable[
         return EXIT_OK
 
 
-def _state_row(state: GateState) -> dict:
+def _state_row(state: GateState) -> Object:
     return {
         "namespace": state.namespace,
         "name": state.name,
@@ -208,7 +208,7 @@ def _state_row(state: GateState) -> dict:
     }
 
 
-def _until(row: dict) -> str | None:
+def _until(row: Object) -> str | None:
     return row["until"] or (f"unknown after {row['unknownAfter']}" if row["unknownAfter"] else None)
 
 
@@ -425,7 +425,8 @@ def _message(args: argparse.Namespace) -> str | None:
     """-m, or the argument after NAME (the gating RFC's `flux gate open NAME "message"`)."""
     if args.message is not None and args.text is not None and args.message != args.text:
         raise GateError("two messages (-m and one after the gate's name): give one", EXIT_USAGE)
-    return args.message if args.message is not None else args.text
+    message: str | None = args.message if args.message is not None else args.text
+    return message
 
 
 @api_errors

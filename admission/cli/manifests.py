@@ -14,13 +14,14 @@ from pathlib import Path
 import yaml
 
 from admission.cli.cluster import EXIT_USAGE, GateError
+from admission.core.base.objects import Object
 from admission.store.yamldocs import objects
 
 # The extensions kubectl reads in a directory; it skips every other file there, and so does check.
 EXTENSIONS = (".json", ".yaml", ".yml")
 
 
-def read(args: argparse.Namespace) -> list[dict]:
+def read(args: argparse.Namespace) -> list[Object]:
     """Every object (a mapping) that -f or -k gives, in kubectl's order."""
     if args.kustomize is not None:
         if args.recursive:
@@ -61,7 +62,7 @@ def _text(path: str) -> str:
         raise GateError(f"cannot read {path}: {' '.join(str(err).split())}", EXIT_USAGE) from None
 
 
-def _parsed(where: str, text: str) -> list[dict]:
+def _parsed(where: str, text: str) -> list[Object]:
     try:
         docs = objects(text)
     except yaml.YAMLError as err:

@@ -47,10 +47,10 @@ def hoist(words: list[str]) -> list[str]:
 
 
 def _finder(parser: argparse.ArgumentParser) -> Any:
-    import argcomplete
+    from argcomplete.finders import CompletionFinder
 
     # Flags only once a "-" is typed, as kubectl does.
-    return argcomplete.CompletionFinder(parser, always_complete_options=False)
+    return CompletionFinder(parser, always_complete_options=False)
 
 
 def complete(words: list[str], parser: argparse.ArgumentParser) -> tuple[list[tuple[str, str]], int]:

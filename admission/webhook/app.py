@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypedDict, Unpack
 
 import orjson
 from flask import Blueprint, Flask, Response, request
@@ -323,33 +323,42 @@ def _unexpected(err: Exception) -> Response:
     return json_response({"error": "internal error; see the server log"}, 500)
 
 
+class Parts(TypedDict, total=False):
+    """What a server wires in beside its store and settings, each optional (the command line's
+    wiring, `admission.cli.wiring`, builds them from its configuration).
+
+    ``receiver``: the open/close hooks (admission.webhook.receiver); ``events`` and ``attempts``
+    show denials as Events and on their objects (admission.kube.events, admission.kube.attempts);
+    ``sources``: the Flux objects the hold points look up (none when not given). Unless not
+    ``calendar`` (default on), /calendar.ics (admission.webhook.calendar_route) serves
+    ``calendar_feeds``, or this worker's own (a query with no feed yet waits up to
+    ``calendar_wait`` seconds for its first build), to callers with ``calendar_token`` only when
+    given. ``board``: a read-only page (the gate board, wired by the command line), served under
+    ``/board`` to the same callers. ``certfile``: the serving certificate, whose expiry /metrics shows.
+    """
+
+    receiver: Blueprint | None
+    events: Recorder | None
+    calendar: bool
+    sources: Sources | None
+    attempts: Recorder | None
+    calendar_feeds: CalendarFeeds | None
+    calendar_wait: float
+    calendar_token: TokenFile | None
+    board: WSGIApplication | None
+    certfile: str | None
+
+
 def create_app(
     store: GateStore,
     settings: Settings | None = None,
     *,
     clock: Callable[[], datetime] = utcnow,
-    receiver: Blueprint | None = None,
-    events: Recorder | None = None,
-    calendar: bool = True,
-    sources: Sources | None = None,
-    attempts: Recorder | None = None,
-    calendar_feeds: CalendarFeeds | None = None,
-    calendar_wait: float = FIRST_WAIT,
-    calendar_token: TokenFile | None = None,
-    board: WSGIApplication | None = None,
-    certfile: str | None = None,
+    **parts: Unpack[Parts],
 ) -> Flask:
-    """Wire the app around a gate store; ``clock`` is the one place time is read.
-
-    ``receiver``: the open/close hooks (admission.webhook.receiver); ``events`` and ``attempts``
-    show denials as Events and on their objects (admission.kube.events, admission.kube.attempts);
-    ``sources``: the Flux objects the hold points look up (none when not given). Unless not
-    ``calendar``, /calendar.ics (admission.webhook.calendar_route) serves ``calendar_feeds``, or
-    this worker's own (a query with no feed yet waits up to ``calendar_wait`` seconds for its
-    first build), to callers with ``calendar_token`` only when given. ``board``: a read-only page
-    (the gate board, wired by the command line), served under ``/board`` to the same callers.
-    ``certfile``: the serving certificate, whose expiry /metrics shows.
-    """
+    """Wire the app around a gate store and its `Parts`; ``clock`` is the one place time is read."""
+    receiver, board, sources = parts.get("receiver"), parts.get("board"), parts.get("sources")
+    calendar_token = parts.get("calendar_token")
     settings = settings or Settings()
     app = Flask("admission")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
@@ -360,13 +369,15 @@ def create_app(
         fallback = DispatcherMiddleware(fallback, {BOARD_PATH: _guarded(board, calendar_token)})
     # Flask's documented way to put WSGI middleware in front of the app.
     app.wsgi_app = ReviewRoutes(  # type: ignore[method-assign]
-        fallback, Reviews(store, settings, clock, events, sources, attempts)
+        fallback, Reviews(store, settings, clock, parts.get("events"), sources, parts.get("attempts"))
     )
-    app.register_blueprint(_probes(store, sources, clock, certfile))
+    app.register_blueprint(_probes(store, sources, clock, parts.get("certfile")))
     if receiver is not None:
         app.register_blueprint(receiver)
-    if calendar:
-        feeds = calendar_feeds or calendar_route.worker_feeds(store, clock, calendar_wait)
+    if parts.get("calendar", True):
+        feeds = parts.get("calendar_feeds") or calendar_route.worker_feeds(
+            store, clock, parts.get("calendar_wait", FIRST_WAIT)
+        )
         app.extensions["calendar_feeds"] = feeds
         app.register_blueprint(calendar_route.blueprint(store, feeds, clock, calendar_token))
     app.register_error_handler(HTTPException, _http_error)
