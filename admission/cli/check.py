@@ -11,7 +11,7 @@ import getpass
 import sys
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from admission.cli import dryrun, manifests
 from admission.cli.cluster import (
@@ -54,6 +54,7 @@ VERDICT_TEXT = {
 DEPRECATED = {"--as": "--judge-as", "--as-group": "--judge-as-group"}
 
 Row = dict[str, Any]
+T = TypeVar("T")
 
 
 def _usage(args: argparse.Namespace) -> None:
@@ -173,7 +174,9 @@ def cmd_check(args: argparse.Namespace) -> int:
         from admission.kube.fluxobjects import FluxObjects
 
         live = FluxObjects(cluster.custom)
-    get, listing = pending.lookups(manifest, live.list_kind if live else None)  # half-release warnings
+    # Half-release warnings; what the caller may not list is not seen (an input it cannot see is
+    # not judged), as a dry-run the caller may not make is reported, not a failure of the rest.
+    get, listing = pending.lookups(manifest, _unless_forbidden(live.list_kind, []) if live else None)
     rows: list[Row] = []
     for obj in manifest:
         group, _, version = str(obj.get("apiVersion", "")).rpartition("/")
@@ -182,7 +185,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         try:
             if cluster is not None and live is not None:
                 current = (
-                    live.get(kind, meta["namespace"], name, version)
+                    _unless_forbidden(live.get, None)(kind, meta["namespace"], name, version)
                     if isinstance(name, str) and name
                     else None
                 )
@@ -200,6 +203,21 @@ def cmd_check(args: argparse.Namespace) -> int:
     if any(r["verdict"] == DENIED for r in rows):
         return EXIT_DENIED
     return EXIT_UNJUDGED if any(r["verdict"] == UNJUDGED for r in rows) else EXIT_OK
+
+
+def _unless_forbidden(read: Callable[..., T], otherwise: T) -> Callable[..., T]:
+    """``read``, answering ``otherwise`` where RBAC forbids it."""
+    from kubernetes.client.exceptions import ApiException
+
+    def reading(*args: Any) -> T:
+        try:
+            return read(*args)
+        except ApiException as err:
+            if err.status != 403:
+                raise
+            return otherwise
+
+    return reading
 
 
 def _judged(obj: dict[str, Any], args: argparse.Namespace, index: Any, now: datetime) -> Row:

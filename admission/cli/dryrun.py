@@ -92,7 +92,14 @@ def apply_dry_run(cluster: Cluster, obj: dict[str, Any], field_manager: str, for
     assert found is not None  # check sends gated kinds only
     meta = obj["metadata"]
     path = f"/apis/{group}/{version}/namespaces/{meta['namespace']}/{found.plural}/{meta.get('name', '')}"
-    query = [("dryRun", "All"), ("fieldManager", field_manager), ("force", "true" if force else "false")]
+    # As kubectl apply sends it (its --validate=strict default): a field the schema lacks is an
+    # error, not a warning the webhook would judge past.
+    query = [
+        ("dryRun", "All"),
+        ("fieldManager", field_manager),
+        ("force", "true" if force else "false"),
+        ("fieldValidation", "Strict"),
+    ]
     params = cluster.api.param_serialize(
         method="PATCH",
         resource_path=path,
