@@ -24,6 +24,9 @@ from admission.core.base import names
     EXIT_REFUSED,
     EXIT_API_ERROR,
 ) = range(10)
+# check: an object the API server did not let the webhook judge (the webhook down, the dry-run
+# forbidden, the object invalid or conflicting): never reported as allowed.
+EXIT_UNJUDGED = 10
 
 # kubectl waits for ever by default; a command here gives up on one API call after this long
 # (--request-timeout; docs/decisions/0080-the-cli-as-kubectl-users-expect-it.md).
@@ -99,6 +102,7 @@ def connect(args: argparse.Namespace) -> Cluster:
     details = (context or {}).get("context") or {}
     api = client.ApiClient(configuration)
     timed(api, getattr(args, "request_timeout", DEFAULT_REQUEST_TIMEOUT))
+    impersonate(api, kubeconfig_impersonation(args, details.get("user")))
     return Cluster(
         api,
         args.namespace or details.get("namespace") or names.DEFAULT_NAMESPACE,
@@ -116,6 +120,66 @@ def timed(api: Any, seconds: float | None) -> None:
         return request(*args, _request_timeout=_request_timeout or seconds, **kwargs)
 
     api.rest_client.request = with_deadline
+
+
+@dataclass(frozen=True)
+class Impersonation:
+    """Who the API server is asked to act as: a kubeconfig user entry's ``as``, ``as-groups`` and
+    ``as-uid``, as kubectl sends them (the Python client ignores them), or ``check --judge-as``."""
+
+    user: str
+    groups: tuple[str, ...] = ()
+    uid: str | None = None
+
+
+def kubeconfig_impersonation(args: argparse.Namespace, user_entry: str | None) -> Impersonation | None:
+    """The impersonation the kubeconfig's user entry ``user_entry`` asks for, None without."""
+    from kubernetes.config import ConfigException, kube_config
+
+    if not user_entry:
+        return None
+    try:
+        merged = kube_config.KubeConfigMerger(args.kubeconfig or kube_config.KUBE_CONFIG_DEFAULT_LOCATION)
+        users = [plain(u) for u in plain(merged.config).get("users") or []]
+    except (ConfigException, OSError, ValueError, AttributeError):
+        return None
+    entry = next(
+        (u.get("user") or {} for u in users if isinstance(u, dict) and u.get("name") == user_entry), {}
+    )
+    user = entry.get("as") if isinstance(entry, dict) else None
+    if not isinstance(user, str) or not user:
+        return None
+    groups = entry.get("as-groups") or []
+    uid = entry.get("as-uid")
+    return Impersonation(user, tuple(str(g) for g in groups), str(uid) if uid else None)
+
+
+def plain(node: Any) -> Any:
+    """A merged kubeconfig's node (the client wraps what it merges) as the plain value it holds."""
+    return getattr(node, "value", node) if node is not None else {}
+
+
+def impersonate(api: Any, who: Impersonation | None) -> None:
+    """Send every call ``api`` makes as ``who`` (Impersonate-* headers, one per group, as
+    kubectl sends them). Impersonation set by a wrapper installed later (called first) wins, as
+    kubectl's --as wins over the kubeconfig's ``as``."""
+    if who is None:
+        return
+    from urllib3 import HTTPHeaderDict
+
+    request = api.rest_client.request
+
+    def as_who(*args: Any, headers: Any = None, **kwargs: Any) -> Any:
+        sent = HTTPHeaderDict(headers or {})
+        if "Impersonate-User" not in sent:
+            sent["Impersonate-User"] = who.user
+            for group in who.groups:
+                sent.add("Impersonate-Group", group)
+            if who.uid:
+                sent["Impersonate-Uid"] = who.uid
+        return request(*args, headers=sent, **kwargs)
+
+    api.rest_client.request = as_who
 
 
 def api_errors(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:

@@ -15,6 +15,9 @@ Exit codes a script can rely on:
   7  conflict (409): the object changed meanwhile; run the command again
   8  the API server refused the request as invalid (400, 422)
   9  the API server answered another error (5xx, 429, ...)
+  10 ``check``: an object could not be judged (the webhook down, the dry-run forbidden, the
+     object invalid or conflicting); never reported as allowed. ``check`` exits 1 rather than 10
+     when something would be denied.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from admission import __version__
 from admission.cli import approve, board, completion, parsing
 from admission.cli.check import cmd_check
 from admission.cli.cluster import DEFAULT_REQUEST_TIMEOUT, EXIT_BAD_GATES_DIR, EXIT_OK, GateError
+from admission.cli.dryrun import DEFAULT_FIELD_MANAGER
 from admission.cli.gate_commands import (
     add_watch_flags,
     cmd_calendar,
@@ -157,21 +161,45 @@ def build_parser(flavor: Flavor = KUBECTL) -> argparse.ArgumentParser:
     p.add_argument("--no-headers", action="store_true", help="the table without its header line")
     p.add_argument(
         "--gates-dir",
-        help="judge against gates in YAML files instead of the cluster (every object is a CREATE)",
+        help="judge offline, in process, against gates in YAML files (every object is a CREATE); "
+        "without it, the API server is asked by a server-side dry-run",
     )
     p.add_argument(
-        "--as",
-        dest="as_user",
-        metavar="USER",
-        help="judge as this user (default: the kubeconfig's: a client certificate's CN, else the context's user name)",
+        "--field-manager",
+        default=DEFAULT_FIELD_MANAGER,
+        help=f"against a cluster: the field manager the dry-run applies as (default {DEFAULT_FIELD_MANAGER!r}, "
+        "as kubectl apply --server-side; Flux's kustomize-controller applies as 'kustomize-controller')",
     )
+    p.add_argument(
+        "--force-conflicts",
+        action="store_true",
+        help="against a cluster: take over fields another manager owns, as kubectl apply --server-side "
+        "--force-conflicts and Flux do (without: a conflict is reported, not judged)",
+    )
+    p.add_argument(
+        "--judge-as",
+        metavar="USER",
+        help="judge as this user: offline, the user the webhook is shown; against a cluster, the dry-run "
+        "impersonates them (your RBAC must allow it; default: the caller, as the API server "
+        "authenticates it)",
+    )
+    p.add_argument(
+        "--judge-as-group",
+        dest="judge_as_groups",
+        metavar="GROUP",
+        action="append",
+        default=[],
+        help="with --judge-as: a group of that user (repeatable)",
+    )
+    # The old spellings, for one release: kubectl's --as impersonates, which these did not.
+    p.add_argument("--as", dest="as_user", metavar="USER", help="deprecated: --judge-as")
     p.add_argument(
         "--as-group",
         dest="as_groups",
         metavar="GROUP",
         action="append",
         default=[],
-        help="with --as: a group of that user (repeatable)",
+        help="deprecated: --judge-as-group",
     )
     add_policy_flags(p)  # the server's --mode and exempt lists, from the same GATE_ADMISSION_* variables
     p.set_defaults(func=cmd_check)

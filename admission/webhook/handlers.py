@@ -65,9 +65,7 @@ def judge_validation(request: AdmissionRequest, context: Context) -> Outcome:
     decision = decide(request, context)
     if not decision.allowed:
         return Outcome(denied(decision.message or "held by a closed gate"), decision)
-    warnings = (
-        [f"gate audit: change would be denied in enforce mode: {decision.message}"] if decision.held else None
-    )
+    warnings = [f"{names.AUDIT_WARNING}{decision.message}"] if decision.held else None
     return Outcome(allowed(warnings=warnings, audit=_audit_annotations(decision)), decision)
 
 

@@ -14,9 +14,9 @@ from hypothesis import HealthCheck, event, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from admission.cli import check, kubectl_gate
+from admission.cli import kubectl_gate
 from admission.cli.check import ALLOWED, AUDITED, DENIED, judge
-from admission.cli.cluster import Cluster
+from admission.cli.cluster import Impersonation, kubeconfig_impersonation
 from admission.core.admission.applied import user_info
 from admission.core.admission.decision import Context, Settings
 from admission.core.base.names import LAST_APPLIED_ANNOTATION
@@ -186,20 +186,29 @@ def test_check_json_says_the_verdict_as_a_stable_token_with_the_sentence_beside_
 def test_check_takes_the_servers_exempt_lists_from_flags_or_the_same_variables(capsys, offline, monkeypatch):
     # An exemption is recorded where a gate could hold: an object that references none is
     # simply allowed, as the API server never sends it (admission.core.admission.matching).
-    code, out = run(capsys, *offline, "--as", "bob", "--exempt-users", "bob")
+    code, out = run(capsys, *offline, "--judge-as", "bob", "--exempt-users", "bob")
     assert code == 0 and {r["name"]: r["message"] for r in json.loads(out)} == {
         "frozen": "user 'bob' is exempt",
         "audited": "user 'bob' is exempt",
         "free": None,
     }
     monkeypatch.setenv("GATE_ADMISSION_EXEMPT_GROUPS", "release-managers")
-    code, out = run(capsys, *offline, "--as", "carol", "--as-group", "devs", "--as-group", "release-managers")
+    code, out = run(
+        capsys,
+        *offline,
+        "--judge-as",
+        "carol",
+        "--judge-as-group",
+        "devs",
+        "--judge-as-group",
+        "release-managers",
+    )
     assert code == 0 and {r["message"] for r in json.loads(out)} == {
         "group 'release-managers' is exempt",
         None,
     }
-    code, out = run(capsys, *offline, "--as-group", "release-managers")
-    assert code == 2 and "--as-group needs --as" in out
+    code, out = run(capsys, *offline, "--judge-as-group", "release-managers")
+    assert code == 2 and "--judge-as-group needs --judge-as" in out
 
 
 # -- the property ---------------------------------------------------------------------------
@@ -263,46 +272,58 @@ def test_check_and_validate_agree_on_every_verdict_and_message(case):
     assert checked == answered
 
 
-def test_the_kubeconfig_identity_is_a_client_certificates_cn_and_o_else_the_context_user(tmp_path):
-    from datetime import timedelta
-    from types import SimpleNamespace
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name(
-        [
-            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "sre"),
-            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "oncall"),
-            x509.NameAttribute(NameOID.COMMON_NAME, "carol"),
-        ]
+def test_a_kubeconfig_users_impersonation_is_read_as_kubectl_reads_it(tmp_path):
+    # The Python client ignores a user entry's `as`: without this, check would dry-run (and say
+    # it is) someone other than kubectl apply with the same kubeconfig.
+    config = tmp_path / "kubeconfig"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "users": [
+                    {"name": "plain", "user": {"token": "t"}},
+                    {"name": "sudo", "user": {"token": "t", "as": "carol", "as-groups": ["sre", "oncall"]}},
+                ],
+            }
+        )
     )
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(1)
-        .not_valid_before(FIXED_NOW)
-        .not_valid_after(FIXED_NOW + timedelta(days=1))
-        .sign(key, hashes.SHA256())
-    )
-    cert_file = tmp_path / "client.crt"
-    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    args = kubectl_gate.build_parser().parse_args(["check", "-f", "-"])
+    args = kubectl_gate.build_parser().parse_args(["check", "-f", "-", "--kubeconfig", str(config)])
+    assert kubeconfig_impersonation(args, "sudo") == Impersonation("carol", ("sre", "oncall"))
+    assert kubeconfig_impersonation(args, "plain") is None
+    assert kubeconfig_impersonation(args, None) is None
 
-    def identity(cert_path):
-        api = SimpleNamespace(configuration=SimpleNamespace(cert_file=cert_path))
-        return check._identity(args, Cluster(api, "default", "ci-user"))
 
-    assert identity(str(cert_file)) == {
-        "username": "carol",
-        "groups": ["sre", "oncall", "system:authenticated"],
-    }
-    assert identity(None) == {"username": "ci-user", "groups": ["system:authenticated"]}  # a token
+def test_judge_as_is_the_new_spelling_and_as_still_works_with_a_warning(capsys, offline):
+    code, out = run(capsys, *offline, "--judge-as", "bob", "--exempt-users", "bob")
+    captured_new = {r["name"]: r["message"] for r in json.loads(out)}
+    assert code == 0 and captured_new["frozen"] == "user 'bob' is exempt"
+    assert kubectl_gate.main([*offline, "--as", "bob", "--as-group", "x", "--exempt-users", "bob"]) == 0
+    captured = capsys.readouterr()
+    assert {r["name"]: r["message"] for r in json.loads(captured.out)} == captured_new
+    assert captured.err.splitlines() == [
+        "warning: check --as is deprecated and goes in the next release: use --judge-as",
+        "warning: check --as-group is deprecated and goes in the next release: use --judge-as-group",
+    ]
+    rows = json.loads(run(capsys, *offline, "--judge-as", "bob", "--judge-as-group", "sre")[1])
+    assert [r["as"] for r in rows] == [{"username": "bob", "groups": ["sre", "system:authenticated"]}] * 3
+
+
+def test_against_a_cluster_the_servers_settings_decide_so_flags_saying_otherwise_are_usage_errors(
+    capsys, tmp_path, monkeypatch
+):
+    manifest = tmp_path / "apps.yaml"
+    manifest.write_text(yaml.safe_dump(flux(gates="flux-system/freeze")))
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))  # found before any cluster is looked for
+    for flags in (["--exempt-users", "bob"], ["--mode", "audit"], ["--exempt-groups", "sre"]):
+        code, out = run(capsys, "check", "-f", str(manifest), *flags)
+        assert (
+            code == 2
+            and out
+            == f"error: {flags[0]}: only with --gates-dir (against a cluster, the webhook's own settings decide)\n"
+        )
+    code, out = run(capsys, "check", "-f", str(manifest), "--gates-dir", str(tmp_path), "--force-conflicts")
+    assert code == 2 and "--force-conflicts go with a cluster" in out
 
 
 def test_odd_manifests_get_an_answer_or_a_clear_error_never_a_crash(capsys, gates_dir, tmp_path):

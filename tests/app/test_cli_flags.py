@@ -66,6 +66,8 @@ def files(tmp_path) -> Path:
         ["check", "-k", "{tmp}/missing"],
         ["check", "-k", "{tmp}/empty", "-R"],
         ["check", "-f", "{tmp}/held.yaml", "--as-group", "sre"],
+        ["check", "-f", "{tmp}/held.yaml", "--judge-as-group", "sre"],
+        ["check", "-f", "{tmp}/held.yaml", "--exempt-users", "bob"],  # the server's, not a cluster's check's
         ["open", "freeze", "--for", "2days"],
         ["approve", "freeze", "--for", "not-a-target"],
         ["list", "--request-timeout", "soon"],

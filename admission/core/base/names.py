@@ -81,6 +81,8 @@ Mode = Literal["enforce", "audit"]
 ENFORCE: Final = "enforce"
 AUDIT: Final = "audit"
 MODES: Final[tuple[Mode, ...]] = get_args(Mode)
+# The warning an audit-mode hold lets through with (kubectl prints it; `check` reads it back).
+AUDIT_WARNING: Final = "gate audit: change would be denied in enforce mode: "
 
 # What a held request would have changed (logs, metrics): the object itself (spec, gates,
 # creation, deletion), or the content its status records (an artifact, an image, an attempt).
