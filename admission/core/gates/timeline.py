@@ -3,6 +3,7 @@ change points and evaluation that admission decisions use (``admission.core.gate
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
 from functools import lru_cache
@@ -54,15 +55,34 @@ def intervals(
     At most ``max_steps`` change points are examined: past them the rest of the range is one
     interval with ``known=False`` (a schedule that flips every minute cannot be listed for weeks).
 
-    The answer is a function of its arguments, so it is remembered: a gate compiled again from
-    the same Gate and GateKeepers is equal to the one before and finds its calendar. Gates with
+    The answer is a function of its arguments, and of the gate only through its schedule (what
+    ``_schedule_of`` keeps), so it is remembered by that: a gate compiled again from the same Gate
+    and GateKeepers finds its calendar, and so does every gate with the same schedule (a team's
+    template copied to each namespace is worked out once, not once a namespace). Gates with
     subscribed calendars are compared by identity (each compile reads the feed's status anew),
     so they would only fill the memory: they are worked out every time.
     """
     if any(not isinstance(entry, Entry) for _, entry in cg.closed_entries + cg.opened_entries):
         return _intervals(cg, start, end, max_steps)
     # The folds are in the key because equal datetimes of one zone may differ in them.
-    return _remembered(cg, start, start.fold, end, end.fold, max_steps)
+    return _remembered(_schedule_of(cg), start, start.fold, end, end.fold, max_steps)
+
+
+def _schedule_of(cg: CompiledGate) -> CompiledGate:
+    """The gate without what its spans do not depend on: which gate it is, its mode, the
+    problems its status reports and its approvals. The spans remembered are worked out from
+    this, not from the gate, so they cannot depend on what it leaves out."""
+    return dataclasses.replace(
+        cg,
+        namespace="",
+        name="",
+        mode=None,
+        problems=(),
+        keepers=(),
+        approvals=(),
+        required_approvals=1,
+        unverified_approvals=(),
+    )
 
 
 @lru_cache(maxsize=REMEMBERED_CALENDARS)
