@@ -140,3 +140,22 @@ def test_a_schedule_copied_to_many_namespaces_is_worked_out_once():
     spans = timeline.intervals(compiled(toggled, "team-x", "canary"), start, end)
     assert shown(spans) != shown(timeline.intervals(compiled(schedule, "team-x", "canary"), start, end))
     assert timeline._remembered.cache_info().misses == 2
+
+
+def test_an_entry_many_gates_have_is_walked_once_and_each_gate_gets_its_own_spans():
+    # Each GateKeeper named after its namespace: the spans' messages differ, the entry is one.
+    start = at("2026-12-20T00:00")
+    end = start + timedelta(days=14)
+    timeline.forget()
+    for i in range(20):
+        schedule = (
+            {"default": "opened"},
+            {names.CLOSE_ANNOTATION: "2026-12-21T09:00:00Z"} if i % 7 == 3 else {},
+            [(f"canary-{i}", [{"cron": "0 */4 * * *", "duration": "30m"}], [], "Europe/Berlin")],
+        )
+        gate_i = compiled(schedule, f"team-{i}", "canary")
+        spans = timeline.intervals(gate_i, start, end)
+        assert shown(spans) == shown(timeline._intervals(gate_i, start, end, timeline.MAX_INTERVAL_STEPS))
+        assert f"GateKeeper 'canary-{i}'" in spans[1].message
+    assert timeline._remembered.cache_info().misses == 20
+    assert timeline._walk.cache_info().misses == 1
