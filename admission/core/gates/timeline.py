@@ -19,6 +19,9 @@ MAX_INTERVAL_STEPS = 5000  # bound on change points examined for one calendar
 # Calendars remembered, a few per gate of a large board: a board or a feed asks for the same
 # range of the same gates again and again (every poll, each day's ranges start at midnight).
 REMEMBERED_CALENDARS = 2048
+# Entries walked over a range (``_Walked``): a board's distinct schedule entries, far fewer than
+# its gates; only a look that works out a calendar anew reads them.
+REMEMBERED_WALKS = 256
 
 
 @dataclass(frozen=True)
@@ -157,7 +160,7 @@ class _Walked(Entry):
         return self._own().state_and_next_change(now)
 
 
-@lru_cache(maxsize=REMEMBERED_CALENDARS)
+@lru_cache(maxsize=REMEMBERED_WALKS)
 def _walk(
     entry: Entry, start: datetime, _start_fold: int, end: datetime, _end_fold: int, max_steps: int
 ) -> _Walked:
