@@ -154,6 +154,9 @@ def svg_end(line: Timeline, now: datetime) -> str:
 # the next (their spans are remembered too, ``core.gates.timeline``), and drawing them is most of
 # the page's cost.
 REMEMBERED_ROWS = 2048
+# Rows' spans drawn without their gate, for the rows drawn next: gates of one template come
+# round again every few rows; kept few, since each row remembered holds its own copy.
+REMEMBERED_SPANS_DRAWN = 64
 
 
 def _suspend_word(span: Interval) -> str:
@@ -194,7 +197,7 @@ def _gate_line_of(key: str, line: Timeline, start_fold: int, end_fold: int) -> t
     return drawn + body, "".join(head + row for row in cells)
 
 
-@lru_cache(maxsize=REMEMBERED_ROWS)
+@lru_cache(maxsize=REMEMBERED_SPANS_DRAWN)
 def _gate_spans_of(line: Timeline, _start_fold: int, _end_fold: int) -> tuple[str, tuple[str, ...]]:
     """A gate's row and table rows without the gate: drawn once for every gate with these spans
     (a schedule copied to many namespaces, ``core.gates.timeline``)."""
@@ -224,7 +227,7 @@ def _suspend_line_of(row: SuspendRow, start_fold: int, end_fold: int) -> tuple[s
     return drawn + body, "".join(head + cell for cell in cells)
 
 
-@lru_cache(maxsize=REMEMBERED_ROWS)
+@lru_cache(maxsize=REMEMBERED_SPANS_DRAWN)
 def _suspend_spans_of(
     line: Timeline, windows: tuple[SuspendWindow, ...], _start_fold: int, _end_fold: int
 ) -> tuple[str, tuple[str, ...]]:
