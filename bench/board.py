@@ -1,7 +1,7 @@
 """The gate board's cost: one look at 500 gates x 14 days and 2,000 held objects.
 
 Usage: python bench/board.py [--gates 500] [--held 2000] [--rounds 5] [--sizes 100,250] [--read-only]
-(pin to one core: taskset -c 0 python bench/board.py). Targets: under 1 s of server time and
+[--own-schedules] (pin to one core: taskset -c 0 python bench/board.py). Targets: under 1 s of server time and
 under 50 MB for the default sizes, the board's default look (14 days, every namespace).
 
 The world, built in process at a fixed instant (2026-12-20 10:00 UTC, in the holiday freezes):
@@ -9,7 +9,10 @@ The world, built in process at a fixed instant (2026-12-20 10:00 UTC, in the hol
   minute-match freezes (the holidays, outside business hours in Asia/Tokyo), windows with a
   duration (nightly in America/New_York, the weekend in Europe/Berlin, a 30 min canary pause
   every 4 hours), a release window that opens twice a week, manual gates with no keeper; every
-  seventh gate toggled (closed with a message, or opened for 2h with the close planned). Every
+  seventh gate toggled (closed with a message, or opened for 2h with the close planned). The
+  gates of one kind have the same schedule, as a team's template copied to each namespace
+  (``--own-schedules``: each GateKeeper named after its namespace too, so that no two gates
+  share their spans, which the board works out and draws once per schedule). Every
   Gate has the status the controller would write (with the approval key), so approvals read as
   ``kubectl gate`` reads them: verified where the status lists them.
 - ``--held`` Flux objects held behind one or two of their namespace's gates, with the hold
@@ -121,7 +124,7 @@ def namespace_of(i: int) -> str:
     return f"team-{i:03d}"
 
 
-def gates_world(count: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def gates_world(count: int, own: bool = False) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     gates, keepers = [], []
     for i in range(count):
         ns = namespace_of(i // PER_NAMESPACE)
@@ -151,7 +154,9 @@ def gates_world(count: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]
             {
                 "apiVersion": names.GATING_API_VERSION,
                 "kind": "GateKeeper",
-                "metadata": {"name": f"{name}-schedule", "namespace": ns},
+                # Named after its namespace too (``own``), no two gates have the same schedule:
+                # the messages of their spans name the GateKeeper.
+                "metadata": {"name": f"{name}-schedule" + (f"-{ns}" if own else ""), "namespace": ns},
                 "spec": {"gate": name, "timeZone": tz, "cronjob": cronjob},
             }
         )
@@ -384,9 +389,9 @@ def objects_world(count: int, gate_count: int) -> tuple[list[dict[str, Any]], li
 
 
 def world(
-    gate_count: int, held_count: int
+    gate_count: int, held_count: int, own: bool = False
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
-    gates, keepers = gates_world(gate_count)
+    gates, keepers = gates_world(gate_count, own)
     objects, to_approve = objects_world(held_count, gate_count) if gate_count else ([], [])
     by_key = {f"{g['metadata']['namespace']}/{g['metadata']['name']}": g for g in gates}
     for n, (key, content, target) in enumerate(to_approve):
@@ -543,14 +548,20 @@ def main() -> None:
     parser.add_argument(
         "--read-only", action="store_true", help="without the actions' forms (a --gates-dir board)"
     )
+    parser.add_argument(
+        "--own-schedules",
+        action="store_true",
+        help="no two gates with the same schedule (each GateKeeper named after its namespace too)",
+    )
     args = parser.parse_args()
     writable = not args.read_only
     print(
         f"# {' '.join(['python'] + sys.argv)}  |  {platform.python_implementation()} {platform.python_version()}, "
         f"{platform.machine()}, {os.cpu_count()} cpus, single thread, {'writable' if writable else 'read-only'}"
+        f"{', own schedules' if args.own_schedules else ''}"
     )
     load = os.getloadavg()[0]
-    gates, keepers, objects = world(args.gates, args.held)
+    gates, keepers, objects = world(args.gates, args.held, args.own_schedules)
 
     # Memory first, on a process that has not looked yet: RSS growth of one look, then its
     # peak as tracemalloc counts it (which slows the look; not timed).
@@ -585,7 +596,7 @@ def main() -> None:
     sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()} - {args.gates})
     variants: dict[str, tuple[list, list, list]] = {"full": (gates, keepers, objects)}
     for count in sizes:
-        variants[f"{count} gates"] = world(count, args.held)
+        variants[f"{count} gates"] = world(count, args.held, args.own_schedules)
     if sizes:
         variants["no objects"] = (gates, keepers, [])
     rounds: dict[str, list[dict[str, float]]] = {name: [] for name in variants}

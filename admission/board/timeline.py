@@ -16,6 +16,7 @@ from admission.board.model import SuspendRow, Timeline
 from admission.core.base.controls import escaped
 from admission.core.base.timefmt import format_label, format_time
 from admission.core.gates import timeline as core_timeline
+from admission.core.gates.references import SuspendWindow
 from admission.core.gates.timeline import Interval
 
 WIDTH = 1000  # the viewBox's width: spans are placed in these units
@@ -111,11 +112,19 @@ def svg_without_now(line: Timeline, spans: list[tuple[Interval, str]], name: str
     for assistive technology; ``closed`` is how its closed spans are drawn (``suspended``: an
     object's own suspendDuring, not a gate). Apart, because this part stays the same from one
     look to the next while the spans do."""
-    parts = [
+    return _svg_head(name) + _svg_body(line, spans, closed)
+
+
+def _svg_head(name: str) -> str:
+    return (
         f'<svg class="timeline" viewBox="0 0 {WIDTH} {HEIGHT}" preserveAspectRatio="none" '
-        f'role="group" aria-label="{e(name)}">',
-        f'<rect class="bar" x="0" y="{BAR[0]}" width="{WIDTH}" height="{BAR[1]}"/>',
-    ]
+        f'role="group" aria-label="{e(name)}">'
+    )
+
+
+def _svg_body(line: Timeline, spans: list[tuple[Interval, str]], closed: str) -> str:
+    """What follows the row's head: the same for every row with these spans, whoever's it is."""
+    parts = [f'<rect class="bar" x="0" y="{BAR[0]}" width="{WIDTH}" height="{BAR[1]}"/>']
     for interval, text in spans:
         x0, x1 = _x(interval.start, line), _x(interval.end, line)
         kind = state_word(interval)
@@ -145,6 +154,9 @@ def svg_end(line: Timeline, now: datetime) -> str:
 # the next (their spans are remembered too, ``core.gates.timeline``), and drawing them is most of
 # the page's cost.
 REMEMBERED_ROWS = 2048
+# Rows' spans drawn without their gate, for the rows drawn next: gates of one template come
+# round again every few rows; kept few, since each row remembered holds its own copy.
+REMEMBERED_SPANS_DRAWN = 64
 
 
 def _suspend_word(span: Interval) -> str:
@@ -152,14 +164,14 @@ def _suspend_word(span: Interval) -> str:
     return "suspended" if span.known else "unknown"
 
 
-def _suspend_spans(row: SuspendRow) -> list[tuple[Interval, str]]:
+def _suspend_spans(windows: tuple[SuspendWindow, ...], zone: tzinfo) -> list[tuple[Interval, str]]:
     out = []
-    for w in row.windows:
+    for w in windows:
         why = f"suspended by {w.annotation} '{w.expression}'" + (
             f": cannot be read ({w.error})" if w.error else ""
         )
         span = Interval(w.start, w.end, False, "SuspendDuring", why, known=w.error is None)
-        out.append((span, describe(span, row.timeline.zone, _suspend_word(span))))
+        out.append((span, describe(span, zone, _suspend_word(span))))
     return out
 
 
@@ -167,8 +179,8 @@ def forget() -> None:
     """Forget every row and span remembered: the next page is drawn as a first look (benches and
     tests compare the two)."""
     core_timeline.forget()
-    _gate_line_of.cache_clear()
-    _suspend_line_of.cache_clear()
+    for cache in (_gate_line_of, _gate_spans_of, _suspend_line_of, _suspend_spans_of):
+        cache.cache_clear()
 
 
 def gate_line(key: str, line: Timeline) -> tuple[str, str]:
@@ -178,18 +190,25 @@ def gate_line(key: str, line: Timeline) -> tuple[str, str]:
 
 
 @lru_cache(maxsize=REMEMBERED_ROWS)
-def _gate_line_of(key: str, line: Timeline, _start_fold: int, _end_fold: int) -> tuple[str, str]:
+def _gate_line_of(key: str, line: Timeline, start_fold: int, end_fold: int) -> tuple[str, str]:
+    body, cells = _gate_spans_of(line, start_fold, end_fold)
+    drawn = f'<div class="line"><span class="who" title="{e(key)}">{e(key)}</span>' + _svg_head(f"gate {key}")
+    head = f'<tr><th scope="row">gate {e(key)}</th>'
+    return drawn + body, "".join(head + row for row in cells)
+
+
+@lru_cache(maxsize=REMEMBERED_SPANS_DRAWN)
+def _gate_spans_of(line: Timeline, _start_fold: int, _end_fold: int) -> tuple[str, tuple[str, ...]]:
+    """A gate's row and table rows without the gate: drawn once for every gate with these spans
+    (a schedule copied to many namespaces, ``core.gates.timeline``)."""
     spans = [(i, describe(i, line.zone)) for i in line.spans]
-    drawn = f'<div class="line"><span class="who" title="{e(key)}">{e(key)}</span>' + svg_without_now(
-        line, spans, f"gate {key}", "closed"
-    )
-    table = "".join(
-        f'<tr><th scope="row">gate {e(key)}</th><td>{e(state_word(i))}</td>'
+    cells = tuple(
+        f"<td>{e(state_word(i))}</td>"
         f"<td>{time_tag(i.start, line.zone)}</td><td>{time_tag(i.end, line.zone)}</td>"
         f"<td>{e(i.reason)}{': ' + e(i.message) if i.message else ''}</td></tr>"
         for i, _ in spans
     )
-    return drawn, table
+    return _svg_body(line, spans, "closed"), cells
 
 
 def suspend_line(row: SuspendRow) -> tuple[str, str]:
@@ -199,16 +218,26 @@ def suspend_line(row: SuspendRow) -> tuple[str, str]:
 
 
 @lru_cache(maxsize=REMEMBERED_ROWS)
-def _suspend_line_of(row: SuspendRow, _start_fold: int, _end_fold: int) -> tuple[str, str]:
-    spans, line = _suspend_spans(row), row.timeline
-    drawn = (
-        f'<div class="line"><span class="who" title="{e(row.target)}">{e(row.target)}</span>'
-        + svg_without_now(line, spans, f"suspensions of {row.target}", "suspended")
+def _suspend_line_of(row: SuspendRow, start_fold: int, end_fold: int) -> tuple[str, str]:
+    body, cells = _suspend_spans_of(row.timeline, row.windows, start_fold, end_fold)
+    drawn = f'<div class="line"><span class="who" title="{e(row.target)}">{e(row.target)}</span>' + _svg_head(
+        f"suspensions of {row.target}"
     )
-    table = "".join(
-        f'<tr><th scope="row">{e(row.target)}</th><td>{_suspend_word(i)}</td>'
+    head = f'<tr><th scope="row">{e(row.target)}</th>'
+    return drawn + body, "".join(head + cell for cell in cells)
+
+
+@lru_cache(maxsize=REMEMBERED_SPANS_DRAWN)
+def _suspend_spans_of(
+    line: Timeline, windows: tuple[SuspendWindow, ...], _start_fold: int, _end_fold: int
+) -> tuple[str, tuple[str, ...]]:
+    """An object's row and table rows without the object: drawn once for every object with these
+    windows (the same suspendDuring expression)."""
+    spans = _suspend_spans(windows, line.zone)
+    cells = tuple(
+        f"<td>{_suspend_word(i)}</td>"
         f"<td>{time_tag(i.start, line.zone)}</td><td>{time_tag(i.end, line.zone)}</td>"
         f"<td>{e(i.message)}</td></tr>"
         for i, _ in spans
     )
-    return drawn, table
+    return _svg_body(line, spans, "suspended"), cells
