@@ -124,11 +124,24 @@ def pods(cluster: HostCluster, component: str = "webhook") -> list[str]:
     return [pod["metadata"]["name"] for pod in pod_objects(cluster, component)]
 
 
+def webhook_pods(cluster: HostCluster) -> set[str]:
+    """The webhook Pods, terminating ones included (they serve until they exit)."""
+    return set(
+        cluster.kubectl(
+            "get", "pods", "-n", NS, "-l", "app.kubernetes.io/component=webhook", "-o", "name"
+        ).stdout.split()
+    )
+
+
 def no_webhook_pod(cluster: HostCluster) -> bool:
-    """No webhook Pod at all, terminating ones included (they serve until they exit)."""
-    return not cluster.kubectl(
-        "get", "pods", "-n", NS, "-l", "app.kubernetes.io/component=webhook", "-o", "name"
-    ).stdout.strip()
+    return not webhook_pods(cluster)
+
+
+def webhook_deployment_uid(cluster: HostCluster) -> str | None:
+    out = cluster.kubectl(
+        "get", "deployment", "gate-admission", "-n", NS, "-o", "jsonpath={.metadata.uid}", check=False
+    )
+    return (out.stdout.strip() or None) if out.returncode == 0 else None
 
 
 def webhook_ready(cluster: HostCluster, replicas: int = 2) -> bool:

@@ -21,7 +21,14 @@ from admission.core.base.names import (
     RECONCILE_REQUEST_ANNOTATION,
 )
 from tests.builders import gate
-from tests.cluster.conftest import FIGURES, NS, no_webhook_pod, wait_webhook_ready
+from tests.cluster.conftest import (
+    FIGURES,
+    NS,
+    no_webhook_pod,
+    wait_webhook_ready,
+    webhook_deployment_uid,
+    webhook_pods,
+)
 from tests.cluster.fluxinstall import (
     Helm,
     Release,
@@ -202,17 +209,24 @@ def test_helm_test_of_the_release_flux_installed_proves_the_webhook_answers(
 def test_flux_heals_a_deleted_webhook_deployment_and_gated_writes_fail_closed_meanwhile(
     cluster, flux_installed, load
 ):
+    deleted, serving = webhook_deployment_uid(cluster), webhook_pods(cluster)
+    assert deleted and serving
     with load.window("webhook Deployment deleted, restored by Flux") as window:
         cluster.kubectl("delete", "deployment", "gate-admission", "-n", NS, "--wait=false")
-        gone = until(lambda: no_webhook_pod(cluster), bool, timeout=120, interval=0.5)
-        assert gone
+        # Flux may put the Deployment back before the deleted one's Pods have all exited, so the
+        # webhook need not ever be without a Pod: what is checked is that the deleted Pods went
+        # and a new Deployment came.
+        left = until(
+            lambda: serving & webhook_pods(cluster), lambda pods: not pods, timeout=180, interval=0.5
+        )
+        assert not left, f"the deleted Deployment's Pods never went: {sorted(left)}"
         restored = until(
-            lambda: cluster.kubectl("get", "deployment", "gate-admission", "-n", NS, check=False).returncode,
-            lambda rc: rc == 0,
+            lambda: webhook_deployment_uid(cluster),
+            lambda uid: uid not in (None, deleted),
             timeout=180,
             interval=1,
         )
-        assert restored == 0, condition(release(cluster), "Ready")
+        assert restored not in (None, deleted), condition(release(cluster), "Ready")
         wait_webhook_ready(cluster)
         tail = len(window.outcomes) + 3 * RATE
         until(lambda: len(window.outcomes), lambda n: n >= tail, timeout=60, interval=0.2)

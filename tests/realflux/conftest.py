@@ -16,6 +16,7 @@ import subprocess
 import pytest
 import yaml
 
+from admission.core.base import names
 from tests.e2e.conftest import controller_running, own_plane, serving_the_receiver
 from tests.e2e.controlplane import ControlPlane
 from tests.polling import until
@@ -108,6 +109,9 @@ def registry(tmp_path_factory):
     reg.stop()
 
 
+NOT_FOUND = "(Gate not found)"  # how our webhook's refusal names a Gate its cache has not seen
+
+
 class Cluster:
     """What a test does to the cluster, as a user would: kubectl, kubectl gate, flux."""
 
@@ -115,9 +119,48 @@ class Cluster:
         self.plane, self.namespace = plane, namespace
 
     def apply(self, *objects: dict) -> None:
+        """``kubectl apply`` of the objects, the Gates among them first. Our webhook counts a Gate
+        its cache has not seen yet as closed ("Gate not found"), so an object applied in the same
+        batch as its new Gate may be refused (Flux retries it; a test would fail): the rest wait
+        until the webhook answers with the Gates it was given."""
         for obj in objects:
             obj.setdefault("metadata", {}).setdefault("namespace", self.namespace)
+        gates = [obj for obj in objects if obj.get("kind") == "Gate"]
+        rest = [obj for obj in objects if obj.get("kind") != "Gate"]
+        if gates and rest:
+            self.plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(gates))
+            for gate in gates:
+                self.webhook_sees(gate["metadata"]["namespace"], gate["metadata"]["name"])
+            objects = tuple(rest)
         self.plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(list(objects)))
+
+    def webhook_sees(self, namespace: str, gate: str) -> None:
+        """Our webhook's answer names the Gate as found: a server-side dry-run of a Kustomization
+        it gates."""
+        probe = yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.toolkit.fluxcd.io/v1",
+                "kind": "Kustomization",
+                "metadata": {
+                    "name": "gate-probe",
+                    "namespace": namespace,
+                    "annotations": {names.GATES_ANNOTATION: gate},
+                },
+                "spec": {
+                    "interval": "10m",
+                    "path": "./",
+                    "prune": False,
+                    "sourceRef": {"kind": "GitRepository", "name": "gate-probe"},
+                },
+            }
+        )
+        answer = until(
+            lambda: self.plane.kubectl("apply", "--dry-run=server", "-f", "-", input=probe, check=False),
+            lambda r: NOT_FOUND not in r.stderr,
+            timeout=30,
+            interval=0.2,
+        )
+        assert NOT_FOUND not in answer.stderr, answer.stderr
 
     def get(self, kind: str, name: str, namespace: str | None = None) -> dict:
         out = self.plane.kubectl(

@@ -305,6 +305,19 @@ def by_flux(event: dict) -> bool:
     return (event.get("user") or {}).get("username", "").startswith(FLUX_USERS)
 
 
+def net_change(changed: list[str], change: str) -> list[str]:
+    """A call's changes with one more: what a later request of the same call set for a condition
+    or field replaces what an earlier one set (which of a call's two requests our webhook rewrites
+    is timing), and a message-only change adds nothing to a status or reason change before it."""
+    key = change.split(":", 1)[0] if change.startswith("cond ") else change.split("=", 1)[0]
+    earlier = [
+        c for c in changed if (c.split(":", 1)[0] if c.startswith("cond ") else c.split("=", 1)[0]) == key
+    ]
+    if earlier and change.endswith(": message"):
+        return changed
+    return [c for c in changed if c not in earlier] + [change]
+
+
 def reduce(events: list[dict], revisions: dict[str, str], done) -> list[tuple]:
     """The Flux controller's patch calls, each a conditions request and the rest-of-status
     request after it (either may be skipped), as (its requests and their outcomes, rewritten by
@@ -364,9 +377,8 @@ def reduce(events: list[dict], revisions: dict[str, str], done) -> list[tuple]:
         which = "conditions" if conditions_request else "status"
         if 200 <= code < 300:
             after = (event.get("responseObject") or {}).get("status") or {}
-            call["changed"] += [
-                c for c in field_changes(stored, after, revisions) if c not in call["changed"]
-            ]
+            for change in field_changes(stored, after, revisions):
+                call["changed"] = net_change(call["changed"], change)
             stored = after
             call["mutated"] = call["mutated"] or rewritten(event)
             call["shape"].append(which)
