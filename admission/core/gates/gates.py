@@ -212,20 +212,7 @@ def search_transition(cg: CompiledGate, now: datetime, horizon: timedelta = HORI
     which is not "no transition": readers ask again from there."""
     if cg.fixed:
         return Transition()
-    # Opening entries cannot change whether a gate that is open by default is open.
-    entries = [
-        entry
-        for entry in _entries(cg)
-        if any(entry is e for _, e in cg.closed_entries) or not cg.default_open
-    ]
-    closing = [i for i, entry in enumerate(entries) if any(entry is e for _, e in cg.closed_entries)]
-    # An entry that also closes never opens the gate (closing wins while it is active): as an
-    # opener it would only make the search step through each of its changes.
-    opening = [
-        i
-        for i, entry in enumerate(entries)
-        if i not in closing and any(entry is e for _, e in cg.opened_entries)
-    ]
+    entries, closing, opening = _roles(cg)
     # Calendars as the search sees them: fetched again before they go stale (calendarentries._Searched).
     searched = [
         entry.searched_from(now) if isinstance(entry, (CalendarEntry, CalendarGuard)) else entry
@@ -233,12 +220,9 @@ def search_transition(cg: CompiledGate, now: datetime, horizon: timedelta = HORI
     ]
     active: list[bool] = [False] * len(entries)
     changes: list[datetime | None] = [None] * len(entries)
-    spent = 0
-    for i, search in enumerate(searched):
-        if spent >= EVALUATION_BUDGET:
-            return Transition(unknown_after=now)
-        active[i], changes[i], cost = search.state_and_next_change(now)
-        spent += cost
+    spent = _ask(searched, active, changes, now, 0, due_only=False)
+    if spent is None:
+        return Transition(unknown_after=now)
     fixed = sorted(_toggle_points(cg, now), reverse=True)  # popped from the end, earliest first
     was_open = _open_by(cg, now, active, closing, opening)
     deadline = now + horizon
@@ -250,17 +234,52 @@ def search_transition(cg: CompiledGate, now: datetime, horizon: timedelta = HORI
         cur = flip  # no flip before it: the state at it is what is not known yet
         while fixed and fixed[-1] <= cur:
             fixed.pop()
-        for i, change in enumerate(changes):
-            if change is not None and change <= cur:
-                if spent >= EVALUATION_BUDGET:
-                    return Transition(unknown_after=cur)
-                active[i], changes[i], cost = searched[i].state_and_next_change(cur)
-                spent += cost
+        spent = _ask(searched, active, changes, cur, spent, due_only=True)
+        if spent is None:
+            return Transition(unknown_after=cur)
         if _open_by(cg, cur, active, closing, opening) != was_open:
             return Transition(at=cur)  # change points are exact, even beyond the horizon (a toggle in 2030)
         if cur > deadline:
             return Transition()
     return Transition(unknown_after=cur)
+
+
+def _roles(cg: CompiledGate) -> tuple[list[GateEntry], list[int], list[int]]:
+    """The entries the search asks, and which of them close and which open the gate."""
+    closers = [e for _, e in cg.closed_entries]
+    # Opening entries cannot change whether a gate that is open by default is open.
+    entries = [entry for entry in _entries(cg) if not cg.default_open or any(entry is e for e in closers)]
+    closing = [i for i, entry in enumerate(entries) if any(entry is e for e in closers)]
+    # An entry that also closes never opens the gate (closing wins while it is active): as an
+    # opener it would only make the search step through each of its changes.
+    opening = [
+        i
+        for i, entry in enumerate(entries)
+        if i not in closing and any(entry is e for _, e in cg.opened_entries)
+    ]
+    return entries, closing, opening
+
+
+def _ask(
+    searched: list[Any],
+    active: list[bool],
+    changes: list[datetime | None],
+    at: datetime,
+    spent: int,
+    due_only: bool,
+) -> int | None:
+    """Ask the entries (with ``due_only``, those whose last answer may have changed by ``at``)
+    for their state at ``at`` and their next change; what the search has spent after it, or
+    None once it is over EVALUATION_BUDGET."""
+    for i, search in enumerate(searched):
+        change = changes[i]
+        if due_only and (change is None or change > at):
+            continue
+        if spent >= EVALUATION_BUDGET:
+            return None
+        active[i], changes[i], cost = search.state_and_next_change(at)
+        spent += cost
+    return spent
 
 
 def _open_by(

@@ -115,36 +115,14 @@ def compile_gate(
     if spec is None:
         return CompiledGate(namespace, name, errors=("spec must be an object",))
     errors += unknown_fields(gate, OBJECT_FIELDS, "") + unknown_fields(spec, GATE_FIELDS, "spec.")
-
-    default = spec.get("default")
-    closed = spec.get("closed")
-    if default not in (None, "opened", "closed"):
-        errors.append(f"spec.default {default!r} must be 'opened' or 'closed'")
-    if closed is not None and not isinstance(closed, bool):
-        errors.append(f"spec.closed {closed!r} must be true or false")
-    elif (default == "opened" and closed is True) or (default == "closed" and closed is False):
-        errors.append(f"spec.default '{default}' contradicts spec.closed: {str(closed).lower()}")
-    default_open = not (default == "closed" or closed is True)
-    window = _go_duration(spec, "window", errors)
-    _go_duration(spec, "interval", errors)
+    default_open, window = _state_fields(spec, errors)
     approval_policy, approval_errors = approvals_.parse_policy(spec)
     errors += approval_errors
-    mode = spec.get("mode")
-    if mode is not None and mode not in names.MODES:
-        errors.append(f"spec.mode {mode!r} must be " + " or ".join(map(repr, names.MODES)))
-        mode = None
+    mode = _mode(spec, errors)
 
     annotations = meta.get("annotations")
     annotations = annotations if isinstance(annotations, dict) else {}
-    toggles: list[Toggle] = []
-    for key, is_open in ((names.OPEN_ANNOTATION, True), (names.CLOSE_ANNOTATION, False)):
-        raw = annotations.get(key)
-        if raw is None:
-            continue
-        try:
-            toggles.append(Toggle(parse_time(raw), is_open))
-        except ValueError as err:
-            problems.append(f"ignoring {key}: {err}")
+    toggles = _toggles(annotations, problems)
     # Counted under the policy now: lowering it never makes an approval given before count.
     parsed, approval_problems = approvals_.parse_all(
         annotations, approval_policy, gate_uid=str(meta.get("uid") or ""), secret=approval_key
@@ -157,17 +135,86 @@ def compile_gate(
     problems += [
         f"ignoring {a.key}: {a.unverified}" for a in unverified if a.unverified != approvalseal.NO_KEY
     ]
+    schedule = _keeper_schedule(namespace, name, keepers, errors)
 
+    return CompiledGate(
+        namespace,
+        name,
+        default_open,
+        window,
+        mode,
+        tuple(sorted(toggles, key=lambda t: (t.at, not t.open))),
+        schedule.closed,
+        schedule.opened,
+        tuple(errors),
+        tuple(problems),
+        _str_or_none(annotations.get(names.REQUESTED_BY_ANNOTATION)),
+        _str_or_none(annotations.get(names.MESSAGE_ANNOTATION)),
+        schedule.keepers,
+        approvals=approved,
+        required_approvals=approval_policy.required,
+        unverified_approvals=unverified,
+        toggled_by=togglestamp.read(gate, approval_key),
+    )
+
+
+def _state_fields(spec: dict[str, Any], errors: list[str]) -> tuple[bool, timedelta | None]:
+    """``spec.default``/``spec.closed`` (is it open by default) and ``spec.window``;
+    ``spec.interval`` is only checked."""
+    default = spec.get("default")
+    closed = spec.get("closed")
+    if default not in (None, "opened", "closed"):
+        errors.append(f"spec.default {default!r} must be 'opened' or 'closed'")
+    if closed is not None and not isinstance(closed, bool):
+        errors.append(f"spec.closed {closed!r} must be true or false")
+    elif (default == "opened" and closed is True) or (default == "closed" and closed is False):
+        errors.append(f"spec.default '{default}' contradicts spec.closed: {str(closed).lower()}")
+    window = _go_duration(spec, "window", errors)
+    _go_duration(spec, "interval", errors)
+    return not (default == "closed" or closed is True), window
+
+
+def _mode(spec: dict[str, Any], errors: list[str]) -> names.Mode | None:
+    mode = spec.get("mode")
+    if mode is not None and mode not in names.MODES:
+        errors.append(f"spec.mode {mode!r} must be " + " or ".join(map(repr, names.MODES)))
+        return None
+    return mode
+
+
+def _toggles(annotations: dict[str, Any], problems: list[str]) -> list[Toggle]:
+    toggles: list[Toggle] = []
+    for key, is_open in ((names.OPEN_ANNOTATION, True), (names.CLOSE_ANNOTATION, False)):
+        raw = annotations.get(key)
+        if raw is None:
+            continue
+        try:
+            toggles.append(Toggle(parse_time(raw), is_open))
+        except ValueError as err:
+            problems.append(f"ignoring {key}: {err}")
+    return toggles
+
+
+@dataclass(frozen=True)
+class _Schedule:
+    closed: tuple[tuple[str, GateEntry], ...]
+    opened: tuple[tuple[str, GateEntry], ...]
+    keepers: tuple[str, ...]
+
+
+def _keeper_schedule(
+    namespace: str, name: str, keepers: Iterable[dict[str, Any]], errors: list[str]
+) -> _Schedule:
+    """The entries of the GateKeepers that name this gate, each with its keeper's name."""
     closed_entries: list[tuple[str, GateEntry]] = []
     opened_entries: list[tuple[str, GateEntry]] = []
     keeper_names: list[str] = []
     counted = 0
     for keeper in keepers:
-        kmeta = metadata(keeper)
         kspec = _spec(keeper) or {}
         if kspec.get("gate") != name or namespace_of(keeper) != namespace:
             continue
-        kname = str(kmeta.get("name") or "")
+        kname = str(metadata(keeper).get("name") or "")
         keeper_names.append(kname)
         try:
             if isinstance(keeper, dict) and (extra := unknown_fields(keeper, OBJECT_FIELDS, "")):
@@ -188,26 +235,7 @@ def compile_gate(
             f"GateKeepers {', '.join(sorted(set(keeper_names)))} have "
             f"{counted} schedule entries and calendars, more than {MAX_ENTRIES}"
         )
-
-    return CompiledGate(
-        namespace,
-        name,
-        default_open,
-        window,
-        mode,
-        tuple(sorted(toggles, key=lambda t: (t.at, not t.open))),
-        tuple(closed_entries),
-        tuple(opened_entries),
-        tuple(errors),
-        tuple(problems),
-        _str_or_none(annotations.get(names.REQUESTED_BY_ANNOTATION)),
-        _str_or_none(annotations.get(names.MESSAGE_ANNOTATION)),
-        tuple(sorted(keeper_names)),
-        approvals=approved,
-        required_approvals=approval_policy.required,
-        unverified_approvals=unverified,
-        toggled_by=togglestamp.read(gate, approval_key),
-    )
+    return _Schedule(tuple(closed_entries), tuple(opened_entries), tuple(sorted(keeper_names)))
 
 
 def _str_or_none(value: object) -> str | None:

@@ -195,34 +195,45 @@ class Entry:
             b = bisect.bisect_left(breaks, i)
             if b < len(breaks):  # a gap longer than a window, later that day
                 return wall_at_offset(day, walls[breaks[b]], offset) + d, searches + step
-            if always_on and spec.every_day:
-                # Every day matches and no gap between fires is longer than a window: on to the
-                # day before the clock next changes.
-                change = next_unsteady_day(day + timedelta(days=1), last_day, spec.zone)
-                if change is None:
-                    return None, searches + step
-                day = change - timedelta(days=1)
-            elif always_on and spec.full_month_from(day):
-                # Every day to the month's end matches, and no gap between fires is longer than
-                # a window: on to the last of those days with the same steady clock.
-                day = last_steady_day(
-                    day,
-                    date(day.year, day.month, calendar.monthrange(day.year, day.month)[1]),
-                    offset,
-                    spec.zone,
-                )
-            day_last = wall_at_offset(day, walls[-1], offset)
-            following = spec.first_day(day + timedelta(days=1), last_day)
-            next_offset = steady_offset(following, spec.zone) if following is not None else None
-            if following is None or next_offset is None:
-                searches += 1  # none matches to the limit, or the clock changes that day
-                nxt = spec.next_fire(day_last, until=limit)
-            else:
-                nxt = wall_at_offset(following, walls[0], next_offset)
+            unbroken = self._unbroken_to(day, offset, last_day, always_on)
+            if unbroken is None:
+                return None, searches + step
+            day_last = wall_at_offset(unbroken, walls[-1], offset)
+            nxt, searched = self._first_fire_after(unbroken, day_last, last_day, limit)
+            searches += searched
             if nxt is None or nxt - day_last > d:
                 return (day_last + d if day_last + d < limit else None), searches + step
             latest = nxt
         return latest + d, searches + step + 1
+
+    def _unbroken_to(self, day: date, offset: timedelta, last_day: date, always_on: bool) -> date | None:
+        """The last day of steady clock (at ``offset``) the chain cannot break before, from
+        ``day`` whose fires have no gap longer than a window; None if that runs past ``last_day``."""
+        spec = self.spec
+        if always_on and spec.every_day:
+            # Every day matches and no gap between fires is longer than a window: on to the
+            # day before the clock next changes.
+            change = next_unsteady_day(day + timedelta(days=1), last_day, spec.zone)
+            return None if change is None else change - timedelta(days=1)
+        if always_on and spec.full_month_from(day):
+            # Every day to the month's end matches, and no gap between fires is longer than
+            # a window: on to the last of those days with the same steady clock.
+            month_end = date(day.year, day.month, calendar.monthrange(day.year, day.month)[1])
+            return last_steady_day(day, month_end, offset, spec.zone)
+        return day
+
+    def _first_fire_after(
+        self, day: date, day_last: datetime, last_day: date, limit: datetime
+    ) -> tuple[datetime | None, int]:
+        """The first fire after ``day``'s last one (``day_last``), and the cron searches it took:
+        arithmetic on a following day of steady clock, else one search."""
+        spec = self.spec
+        following = spec.first_day(day + timedelta(days=1), last_day)
+        next_offset = steady_offset(following, spec.zone) if following is not None else None
+        if following is None or next_offset is None:
+            # None matches to the limit, or the clock changes that day.
+            return spec.next_fire(day_last, until=limit), 1
+        return wall_at_offset(following, spec.walls[0], next_offset), 0
 
     def __str__(self) -> str:
         if self.duration is None:
