@@ -42,6 +42,22 @@ def gate(name: str, namespace: str = "flux-system", annotations: dict | None = N
 APPROVAL_KEY = b"0123456789abcdef0123456789abcdef-test"
 
 
+def probe_kustomization(namespace: str, gates: str, name: str = "gate-probe") -> dict:
+    """A Kustomization our webhook gates by ``gates``, to send as a server-side dry-run: the
+    webhook's answer shows the state of those gates as it sees them."""
+    return {
+        "apiVersion": FLUX_API["Kustomization"],
+        "kind": "Kustomization",
+        "metadata": {"name": name, "namespace": namespace, "annotations": {names.GATES_ANNOTATION: gates}},
+        "spec": {
+            "interval": "10m",
+            "path": "./",
+            "prune": False,
+            "sourceRef": {"kind": "GitRepository", "name": "gate-probe"},
+        },
+    }
+
+
 def sealed(gate_obj: dict, key: bytes = APPROVAL_KEY) -> dict:
     """``gate_obj`` as the API server holds it after the webhook recorded its approvals: a uid
     (when it has none) and every approval annotation sealed for it (admission.core.gates.approvalseal)."""

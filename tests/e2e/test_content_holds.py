@@ -22,7 +22,7 @@ import yaml
 
 from admission.core.base.timefmt import format_time
 from admission.kube.client import api_client
-from tests.builders import gate
+from tests.builders import gate, probe_kustomization
 from tests.conftest import REPORT
 from tests.doubles.flux.helm import HelmController, values_digest
 from tests.doubles.flux.image import ImageReflectorController
@@ -165,23 +165,7 @@ def open_gate(plane, name: str) -> None:
 
 
 def wait_server_sees(plane, gate_name: str, held: bool) -> None:
-    probe = yaml.safe_dump(
-        {
-            "apiVersion": "kustomize.toolkit.fluxcd.io/v1",
-            "kind": "Kustomization",
-            "metadata": {
-                "name": f"probe-{gate_name}",
-                "namespace": "apps",
-                "annotations": {"gating.toolkit.fluxcd.io/gates": f"flux-system/{gate_name}"},
-            },
-            "spec": {
-                "interval": "10m",
-                "path": "./",
-                "prune": False,
-                "sourceRef": {"kind": "GitRepository", "name": "none"},
-            },
-        }
-    )
+    probe = yaml.safe_dump(probe_kustomization("apps", f"flux-system/{gate_name}", f"probe-{gate_name}"))
     result = until(
         lambda: plane.kubectl("apply", "--dry-run=server", "-f", "-", input=probe, check=False),
         lambda r: (" is held: " in r.stderr) == held,

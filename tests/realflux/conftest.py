@@ -16,7 +16,7 @@ import subprocess
 import pytest
 import yaml
 
-from admission.core.base import names
+from tests.builders import probe_kustomization
 from tests.e2e.conftest import controller_running, own_plane, serving_the_receiver
 from tests.e2e.controlplane import ControlPlane
 from tests.polling import until
@@ -137,23 +137,7 @@ class Cluster:
     def webhook_sees(self, namespace: str, gate: str) -> None:
         """Our webhook's answer names the Gate as found: a server-side dry-run of a Kustomization
         it gates."""
-        probe = yaml.safe_dump(
-            {
-                "apiVersion": "kustomize.toolkit.fluxcd.io/v1",
-                "kind": "Kustomization",
-                "metadata": {
-                    "name": "gate-probe",
-                    "namespace": namespace,
-                    "annotations": {names.GATES_ANNOTATION: gate},
-                },
-                "spec": {
-                    "interval": "10m",
-                    "path": "./",
-                    "prune": False,
-                    "sourceRef": {"kind": "GitRepository", "name": "gate-probe"},
-                },
-            }
-        )
+        probe = yaml.safe_dump(probe_kustomization(namespace, gate))
         answer = until(
             lambda: self.plane.kubectl("apply", "--dry-run=server", "-f", "-", input=probe, check=False),
             lambda r: NOT_FOUND not in r.stderr,
