@@ -15,7 +15,7 @@ from typing import Any, NamedTuple, Protocol
 
 from admission.core.admission.pending import pending_rows
 from admission.core.base.objects import label, metadata, object_key
-from admission.core.gates import approvals, approvalview
+from admission.core.gates import approvals, approvalview, togglestamp
 from admission.core.gates.gates import GateState
 from admission.core.gates.references import SuspendWindow, is_namespace, policy_of, suspend_windows
 from admission.core.gates.timeline import Interval, intervals, time_zone
@@ -125,6 +125,9 @@ class GateRow:
     ended: tuple[dict[str, str], ...]  # used or expired, as the Gate's status records them
     referenced_by: tuple[str, ...]
     holding: int  # objects where new content waits behind it
+    # Who the webhook's stamp says opened or closed it, as `kubectl gate get` says it (no key
+    # here: verified only where the Gate's status vouches for exactly this stamp).
+    toggled_by: str | None = None
 
     @property
     def key(self) -> str:
@@ -198,9 +201,17 @@ def build(
         if compiled is None or (namespace and ns != namespace):
             continue
         state = index.lookup(ns, name, now)
-        # What the row shows is what a search finds: a toggle's message is in its Requested cell.
+        toggled_by = _toggled_by(state, gate)
+        # What the row shows is what a search finds: a toggle's message and who made it are in
+        # its Requested cell.
         if not _matches(
-            query.search, key, state.reason, state.message, state.requested_by, state.request_message
+            query.search,
+            key,
+            state.reason,
+            state.message,
+            state.requested_by,
+            state.request_message,
+            toggled_by,
         ):
             continue
         zone = time_zone(compiled) if query.tz == GATE_ZONE else shown
@@ -215,6 +226,7 @@ def build(
                 tuple(approvals.ended(gate).values()),
                 tuple(refs.get(key, ())),
                 holding.get(key, 0),
+                toggled_by,
             )
         )
     suspensions = []
@@ -241,3 +253,8 @@ def build(
         tuple(namespaces),
         snapshot.reads_objects,
     )
+
+
+def _toggled_by(state: GateState, gate: dict[str, Any]) -> str | None:
+    identity = togglestamp.read_without_key(state.toggled_by, gate)
+    return identity.describe() if identity is not None else None

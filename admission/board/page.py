@@ -168,7 +168,7 @@ def _gates(board: Board, view: View) -> str:
             + (f": {e(s.request_message)}" if s.request_message else "")
             if s.requested_by or s.requested_at
             else "-"
-        )
+        ) + (f"<br>toggled by {e(row.toggled_by)}" if row.toggled_by else "")
         approvals = (
             "".join(
                 f"<li>{e(a['by'])}: {e(a['content'])} for {e(a['for'])}, until {_time(a['expires'], board)}</li>"

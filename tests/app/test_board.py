@@ -25,6 +25,8 @@ from admission.board.app import MAX_BODY, create_app, loopback_hosts
 from admission.board.model import Refused, Snapshot
 from admission.cli.board import FilesSource
 from admission.core.base import names
+from admission.core.gates.gates import evaluate_gate
+from admission.core.gates.status import gate_status
 from admission.store.index import GateIndex
 from tests.builders import gate, keeper
 from tests.conftest import FIXED_NOW, write_gates
@@ -32,6 +34,10 @@ from tests.polling import until
 from tests.unit.test_approvals import stamped
 from tests.unit.test_board_model import held
 from tests.unit.test_content import GIT_B
+from tests.unit.test_togglestamp import KEY as TOGGLE_KEY
+from tests.unit.test_togglestamp import NOW as TOGGLE_NOW
+from tests.unit.test_togglestamp import stamped as toggle_stamped
+from tests.unit.test_togglestamp import stored as toggle_stored
 
 PORT = 48213
 HOST = f"127.0.0.1:{PORT}"
@@ -748,3 +754,32 @@ def test_states_are_words_not_only_colours():
     states = [r[1] for r in page.tables["gates"][1:]]
     assert states == ["✕ closed", "✓ open"]
     assert {r[1] for r in page.tables["spans"][1:]} <= {"open", "closed", "unknown", "suspended"}
+
+
+# -- who toggled -------------------------------------------------------------------------------
+
+
+def test_who_toggled_a_gate_shows_as_get_shows_it_verified_only_where_the_status_vouches():
+    """The board holds no approval key, as `kubectl gate get`: the webhook's stamp of who opened
+    the gate reads as verified only where the controller's status vouches for exactly it."""
+    obj = toggle_stamped(toggle_stored(**{names.REQUESTED_BY_ANNOTATION: "bob"}))
+    vouched = copy.deepcopy(obj)
+    vouched["status"] = {
+        names.TOGGLED_BY_FIELD: gate_status(obj, evaluate_gate(obj, [], TOGGLE_NOW, TOGGLE_KEY), TOGGLE_NOW)[
+            names.TOGGLED_BY_FIELD
+        ]
+    }
+
+    def page(gate_obj: dict, path: str = "/") -> str:
+        app = create_app(
+            IndexSource([gate_obj]), RecordingActions(), UTC, lambda: TOGGLE_NOW, hosts=loopback_hosts(PORT)
+        )
+        app.testing = True
+        return body(get(app.test_client(), path))
+
+    assert "toggled by alice (verified)" in page(vouched)
+    assert "apps/freeze" in page(vouched, "/?q=alice")  # what a row shows, a search finds
+    assert "apps/freeze" not in page(vouched, "/?q=mallory")
+    unvouched = page(obj)
+    assert "toggled by alice (verified)" not in unvouched
+    assert html.escape("toggled by an unverified identity (stamp says 'alice'", quote=True) in unvouched
