@@ -14,15 +14,12 @@ import tempfile
 import threading
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from kubernetes.client import ApiClient
 from kubernetes.config import ConfigException
 
-from admission.cli.config import UsageError, approval_key, cert_names, serve_config
+from admission.cli.config import UsageError, approval_key, cert_names, controller_config, serve_config
 from admission.clock import utcnow
-from admission.core.base.timefmt import parse_duration
-from admission.ical.fetch import Policy, parse_networks
 from admission.kube.certs import ensure_approval_key, inject, sync_secrets
 from admission.kube.client import CALL_ERRORS, api_client, describe_error
 from admission.kube.health import serve_health
@@ -182,34 +179,20 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def calendar_options(args: argparse.Namespace) -> dict[str, Any]:
-    """CalendarSync's options from the controller's --calendar-* flags; exit on a bad one."""
-    try:
-        networks = parse_networks(args.calendar_allow_networks)
-        min_interval = parse_duration(args.calendar_min_interval)
-    except ValueError as err:
-        raise SystemExit(f"gate-admission controller: {err}") from None
-    if args.calendar_max_bytes <= 0 or args.calendar_timeout <= 0:
-        raise SystemExit(
-            "gate-admission controller: --calendar-max-bytes and --calendar-timeout must be positive"
-        )
-    policy = Policy(
-        max_bytes=args.calendar_max_bytes,
-        total_timeout=args.calendar_timeout,
-        connect_timeout=min(5.0, args.calendar_timeout),
-        allowed_networks=networks,
-    )
-    return {"policy": policy, "min_interval": min_interval}
-
-
 def run_controller(args: argparse.Namespace) -> int:
     # Here, not at the top: they import the metrics, which `serve` must first point at shared files.
     from admission.kube.controller import Controller
     from admission.kube.leader import LeaderElector
 
-    logs.configure(args.log_level)
-    calendars = calendar_options(args)  # a bad flag exits before anything starts
-    api = _cluster(args.kubeconfig, "controller")
+    try:
+        config = controller_config(args)  # a bad flag exits before anything starts
+        logs.configure(config.log_level)
+        key = approval_key(config.approval_key_file)
+    except UsageError as err:
+        logs.configure(args.log_level)
+        log.error(str(err))
+        return 2
+    api = _cluster(config.kubeconfig, "controller")
     stop = threading.Event()
     fatal: list[str] = []
 
@@ -218,28 +201,26 @@ def run_controller(args: argparse.Namespace) -> int:
         stop.set()
 
     elector = (
-        LeaderElector(api, args.lease_namespace, args.lease_name, args.identity, on_fatal=give_up)
-        if args.leader_elect
+        LeaderElector(api, config.lease_namespace, config.lease_name, config.identity, on_fatal=give_up)
+        if config.leader_elect
         else None
     )
     notifier = None
-    if args.notify:
+    if config.notify:
         notifier = FluxNotifier(
-            args.notify_address, args.notify_gates_address, instance=args.identity, period=args.notify_period
+            config.notify_address,
+            config.notify_gates_address,
+            instance=config.identity,
+            period=config.notify_period,
         )
-    try:
-        key = approval_key(args.approval_key_file)
-    except UsageError as err:
-        log.error(str(err))
-        return 2
     controller = Controller(
         api,
         is_leader=elector.is_leader if elector else None,
         notifier=notifier,
-        calendars=calendars,
+        calendars={"policy": config.calendar_policy, "min_interval": config.calendar_min_interval},
         approval_key=key,
     )
-    if args.health_port:
+    if config.health_port:
         from admission.kube.scrape import collector
         from admission.observability.controllermetrics import exposition
 
@@ -251,15 +232,15 @@ def run_controller(args: argparse.Namespace) -> int:
         )
         try:
             serve_health(
-                args.health_port,
+                config.health_port,
                 controller.readiness,
-                args.health_address,
+                config.health_address,
                 metrics=lambda: exposition(scraped),
             )
         except OSError as err:  # before anything is started: nothing to stop
             print(
-                f"gate-admission controller: cannot listen on --health-address {args.health_address} "
-                f"port {args.health_port}: {err}",
+                f"gate-admission controller: cannot listen on --health-address {config.health_address} "
+                f"port {config.health_port}: {err}",
                 file=sys.stderr,
             )
             return 2

@@ -1,19 +1,22 @@
-"""`gate-admission serve`'s configuration: its flags, each defaulting to its GATE_ADMISSION_*
-variable (`admission.cli.gate_admission` parses them), read once into one frozen value that the
-wiring (`admission.cli.wiring`) builds the server's parts from. What no flag's type can see alone
-(a combination, a value outside a flag's choices that came from the environment) is refused here,
-before anything starts."""
+"""`gate-admission serve`'s and `controller`'s configurations: their flags, each defaulting to its
+GATE_ADMISSION_* variable (`admission.cli.gate_admission` parses them), read once into one frozen
+value each; the server's parts are built from it by the wiring (`admission.cli.wiring`). What no
+flag's type can see alone (a combination, a value outside a flag's choices that came from the
+environment, a network or a duration) is refused here, before anything starts."""
 
 from __future__ import annotations
 
 import argparse
 import logging
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 from admission.cli.settings import csv, policy_settings
 from admission.core.admission.decision import Settings
 from admission.core.base import names
+from admission.core.base.timefmt import parse_duration
+from admission.ical.fetch import Policy, parse_networks
 from admission.pki import approvalkey, certs
 
 log = logging.getLogger("admission.serve")
@@ -98,6 +101,58 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
         threads=args.threads,
         shutdown_delay=args.shutdown_delay,
         max_client_connections=args.max_client_connections,
+        log_level=args.log_level,
+    )
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    kubeconfig: str | None
+    identity: str  # the Lease holder's name, and the notifications' instance
+    leader_elect: bool
+    lease_namespace: str
+    lease_name: str
+    approval_key_file: str | None
+    health_port: int  # 0: no health or metrics endpoint
+    health_address: str
+    notify: bool
+    notify_address: str
+    notify_gates_address: str | None
+    notify_period: float
+    calendar_policy: Policy  # what one GateKeeper calendar fetch may cost and reach
+    calendar_min_interval: timedelta
+    log_level: str
+
+
+def controller_config(args: argparse.Namespace) -> ControllerConfig:
+    """`controller`'s parsed flags as its configuration, or UsageError."""
+    try:
+        networks = parse_networks(args.calendar_allow_networks)
+        min_interval = parse_duration(args.calendar_min_interval)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    if args.calendar_max_bytes <= 0 or args.calendar_timeout <= 0:
+        raise UsageError("--calendar-max-bytes and --calendar-timeout must be positive")
+    return ControllerConfig(
+        kubeconfig=args.kubeconfig,
+        identity=args.identity,
+        leader_elect=args.leader_elect,
+        lease_namespace=args.lease_namespace,
+        lease_name=args.lease_name,
+        approval_key_file=args.approval_key_file,
+        health_port=args.health_port,
+        health_address=args.health_address,
+        notify=args.notify,
+        notify_address=args.notify_address,
+        notify_gates_address=args.notify_gates_address,
+        notify_period=args.notify_period,
+        calendar_policy=Policy(
+            max_bytes=args.calendar_max_bytes,
+            total_timeout=args.calendar_timeout,
+            connect_timeout=min(5.0, args.calendar_timeout),
+            allowed_networks=networks,
+        ),
+        calendar_min_interval=min_interval,
         log_level=args.log_level,
     )
 

@@ -266,7 +266,7 @@ def test_an_endless_expansion_costs_the_parsers_limits_and_keeps_the_gate_closed
 
 
 def test_the_controllers_calendar_flags():
-    from admission.cli.admission_commands import calendar_options
+    from admission.cli.config import UsageError, controller_config
     from admission.cli.gate_admission import build_parser
 
     args = build_parser().parse_args(
@@ -280,12 +280,12 @@ def test_the_controllers_calendar_flags():
             "12",
         ]
     )
-    options = calendar_options(args)
-    assert options["min_interval"] == timedelta(seconds=10)
-    assert [str(n) for n in options["policy"].allowed_networks] == ["10.0.0.0/8", "127.0.0.1/32"]
-    assert options["policy"].total_timeout == 12 and options["policy"].max_bytes == 4 << 20
-    with pytest.raises(SystemExit, match="does not appear to be an IPv4 or IPv6 network"):
-        calendar_options(build_parser().parse_args(["controller", "--calendar-allow-networks", "intranet"]))
+    config = controller_config(args)
+    assert config.calendar_min_interval == timedelta(seconds=10)
+    assert [str(n) for n in config.calendar_policy.allowed_networks] == ["10.0.0.0/8", "127.0.0.1/32"]
+    assert config.calendar_policy.total_timeout == 12 and config.calendar_policy.max_bytes == 4 << 20
+    with pytest.raises(UsageError, match="does not appear to be an IPv4 or IPv6 network"):
+        controller_config(build_parser().parse_args(["controller", "--calendar-allow-networks", "intranet"]))
 
 
 def test_a_secret_that_cannot_be_used_is_the_calendars_error(server):

@@ -182,3 +182,23 @@ def test_what_cannot_be_served_is_refused_before_anything_starts(tmp_path):
         assert done.returncode == 2 and why in done.stderr, done.stderr
         assert "Traceback" not in done.stderr
         assert not cert_dir.exists()
+
+
+def test_the_controllers_bad_flags_are_refused_before_it_asks_the_cluster(tmp_path):
+    """A calendar network or duration that cannot be read, or a limit that is not positive: exit 2
+    with one line that says why, as `serve` says its own, before any cluster is asked (the
+    kubeconfig named here does not exist: reaching it would be another error)."""
+    controller = [sys.executable, "-m", "admission.cli.gate_admission", "controller", "--health-port", "0"]
+    controller += ["--kubeconfig", str(tmp_path / "missing-kubeconfig")]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GATE_ADMISSION_")}
+    cases = [
+        (["--calendar-allow-networks", "intranet"], "does not appear to be an IPv4 or IPv6 network"),
+        (["--calendar-min-interval", "soon"], "soon"),
+        (["--calendar-timeout", "0"], "--calendar-max-bytes and --calendar-timeout must be positive"),
+    ]
+    for flags, why in cases:
+        done = subprocess.run(
+            [*controller, *flags], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 2 and why in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr and "missing-kubeconfig" not in done.stderr
