@@ -235,9 +235,13 @@ def test_a_held_kustomization_is_announced_once_and_its_release_once(plane, serv
     assert released["message"].startswith(
         "Kustomization apps/app-n released: main@sha1:nnnn0002 proceeds; gate 'flux-system/freeze-n' is open"
     ), released["message"]
+    # Who opened it, as our webhook stamped the API server's user: this controller holds no
+    # approval key, so it says whom the stamp names and that it cannot verify it.
     assert released["metadata"] == {
         f"{GROUP}/gates": "flux-system/freeze-n",
         f"{GROUP}/released": "main@sha1:nnnn0002",
+        f"{GROUP}/openedBy": "an unverified identity (stamp says 'admin', "
+        "it cannot be verified here: this reader holds no approval key)",
     }, released["metadata"]
     assert notifications.refused == []
 
