@@ -5,6 +5,7 @@ the gate opened the way the README says, and the same review allowed."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -71,9 +72,18 @@ def test_opening_the_gate_as_the_readme_says_allows_the_same_review(server):
     assert answer["response"]["allowed"] is True, answer
 
 
+# Offline, check judges as this machine's user: the README's example was made as alice.
+README_USER = {"LOGNAME": "alice", "USER": "alice", "LNAME": "alice", "USERNAME": "alice"}
+
+
 def kubectl_gate(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [str(BIN / "kubectl-gate"), *args], cwd=ROOT, capture_output=True, text=True, timeout=60
+        [str(BIN / "kubectl-gate"), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **README_USER},
     )
 
 
