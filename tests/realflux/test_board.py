@@ -124,6 +124,12 @@ def page_until(browser, accept, what: str, timeout: float = PAGE_TIMEOUT):
     return found
 
 
+def act(browser, do, what: str) -> None:
+    """Find and use an element as one step, taken again when the page's live update swapped the
+    element out between finding and using it (a reference to it goes stale then)."""
+    page_until(browser, lambda b: do(b) or True, what)
+
+
 def held_row(browser, target: str):
     from selenium.webdriver.common.by import By
 
@@ -208,8 +214,15 @@ def test_a_click_approves_the_held_commit_as_the_user_and_the_page_follows(clust
         browser, lambda b: "release freeze, week 48" in b.find_element(By.ID, "board").text, "the new message"
     )
     assert browser.find_element(By.ID, message_id).get_attribute("value") == "CHG-42 from the board"
-    row = held_row(browser, target)
-    row.find_element(By.CSS_SELECTOR, "form.action[action$='/actions/approve'] button").click()
+    act(
+        browser,
+        lambda b: (
+            held_row(b, target)
+            .find_element(By.CSS_SELECTOR, "form.action[action$='/actions/approve'] button")
+            .click()
+        ),
+        "the approve button",
+    )
     dialog = browser.find_element(By.ID, "confirm")
     page_until(browser, lambda b: dialog.get_attribute("open") is not None, "the confirmation dialog")
     # The confirmation names exactly what is approved, for what, behind which gate.
@@ -291,7 +304,7 @@ def test_the_timeline_is_the_freeze_calendar_and_shows_suspend_windows(cluster, 
     screenshot(browser, "timeline")
 
     # The table a reader opened stays open while the page follows a change.
-    browser.find_element(By.CSS_SELECTOR, "#timeline-table summary").click()
+    act(browser, lambda b: b.find_element(By.CSS_SELECTOR, "#timeline-table summary").click(), "the table")
     mark_page(browser)
     assert cluster.gate("close", "weekend", "-n", ns, "-m", "closed by hand too").returncode == 0
     page_until(browser, lambda b: "closed by hand too" in b.find_element(By.ID, "board").text, "the toggle")
@@ -372,9 +385,15 @@ def test_markup_in_a_message_is_text_and_the_api_servers_refusal_is_shown(cluste
     screenshot(browser, "markup")
 
     # Opening freeze as alice: written by her, and the page follows without a reload.
-    form = gate_row.find_element(By.CSS_SELECTOR, "form.action[action$='/actions/open']")
-    form.find_element(By.CSS_SELECTOR, "input[name=message]").send_keys("release train")
-    form.find_element(By.CSS_SELECTOR, "button").click()
+    def open_with_message(b) -> None:
+        row = b.find_element(By.ID, f"gate-{ns}/freeze").find_element(By.XPATH, "..")
+        form = row.find_element(By.CSS_SELECTOR, "form.action[action$='/actions/open']")
+        field = form.find_element(By.CSS_SELECTOR, "input[name=message]")
+        field.clear()  # taken again after a swap: what was typed survives the update
+        field.send_keys("release train")
+        form.find_element(By.CSS_SELECTOR, "button").click()
+
+    act(browser, open_with_message, "the open button")
     page_until(
         browser, lambda b: b.find_element(By.ID, "confirm").get_attribute("open") is not None, "dialog"
     )
@@ -391,8 +410,16 @@ def test_markup_in_a_message_is_text_and_the_api_servers_refusal_is_shown(cluste
     assert annotations[names.MESSAGE_ANNOTATION] == "release train"
 
     # hotfix is deleted while the dialog asks: the API server refuses, and the page says so in its words.
-    row = browser.find_element(By.ID, f"gate-{ns}/hotfix").find_element(By.XPATH, "..")
-    row.find_element(By.CSS_SELECTOR, "form.action[action$='/actions/close'] button").click()
+    act(
+        browser,
+        lambda b: (
+            b.find_element(By.ID, f"gate-{ns}/hotfix")
+            .find_element(By.XPATH, "..")
+            .find_element(By.CSS_SELECTOR, "form.action[action$='/actions/close'] button")
+            .click()
+        ),
+        "hotfix's close button",
+    )
     page_until(
         browser, lambda b: b.find_element(By.ID, "confirm").get_attribute("open") is not None, "dialog"
     )

@@ -21,10 +21,10 @@ does not), revisions and values digests as R1/R2, D1/D2. Our controller's writes
 stored but are not entries, nor is where our webhook drops the Approved condition once the gate
 opens (on whichever write comes first). Runs of repeated calls (retries, interval reconciles,
 whose count depends on timing) count once; the scenario waits for at least one retry or poll while held,
-so that the held phase always has them. Where our controller's own write (Approved=False after
-a refused HelmRelease attempt) falls among helm-controller's calls is timing, so the helm double's
-run is repeated (up to DOUBLE_RUNS, each in a fresh namespace) until one matches: a double that
-never writes as the real one does still fails. The real controllers win wherever the two differ.
+so that the held phase always has them. Where our controller's own writes (Approved=False after
+a refused HelmRelease attempt) and our webhook's rewrites fall among a controller's calls around
+the gate's opening is timing, so the doubles' run is repeated (up to DOUBLE_RUNS, each in a fresh
+namespace) until one matches: a double that never writes as the real one does still fails. The real controllers win wherever the two differ.
 """
 
 from __future__ import annotations
@@ -302,7 +302,7 @@ def is_conditions_request(event: dict) -> bool:
 
 FLUX_USERS = "system:serviceaccount:flux-system:"
 OPENED = "cond Approved: removed"
-DOUBLE_RUNS = 3  # the helm double's runs, until one writes as the real helm-controller did
+DOUBLE_RUNS = 3  # the doubles' runs, until one writes as the real controllers did
 
 
 def by_flux(event: dict) -> bool:
@@ -462,24 +462,29 @@ def test_the_doubles_write_status_as_the_real_controllers_do(
     first, second = scenario(real, commit, repo.url)
     real_writes = sequences(plane.audit_log, ns, first, second)
 
-    double_cluster.kubectl("create", "namespace", ns)
-    doubled = Cluster(double_cluster, ns)
+    differ: list[str] = []
     with Doubles(double_cluster) as doubles:
+        # As the helm double's (DOUBLE_RUNS): where our webhook's rewrites and our controller's
+        # writes fall among the controllers' calls around the gate's opening is timing.
+        for run in range(1, DOUBLE_RUNS + 1):
+            where = ns if run == 1 else f"{ns}-{run}"
+            double_cluster.kubectl("create", "namespace", where)
 
-        def push(n: int) -> str:
-            for name in (HELD_SOURCE, SOURCE):
-                doubles.git.push(ns, name, revisions[n - 1])
-            return revisions[n - 1]
+            def push(n: int, where: str = where) -> str:
+                for name in (HELD_SOURCE, SOURCE):
+                    doubles.git.push(where, name, revisions[n - 1])
+                return revisions[n - 1]
 
-        scenario(doubled, push, repo.url)
-    double_writes = sequences(double_cluster.audit_log, ns, first, second)
-
-    differ = [
-        f"{resource}: the double's status writes differ from the real controller's\n"
-        f"real:\n{show(real_writes[resource])}\ndouble:\n{show(double_writes[resource])}"
-        for resource, _ in WATCHED
-        if double_writes[resource] != real_writes[resource]
-    ]
+            scenario(Cluster(double_cluster, where), push, repo.url)
+            double_writes = sequences(double_cluster.audit_log, where, first, second)
+            differ = [
+                f"{resource}: the double's status writes differ from the real controller's (run {run})\n"
+                f"real:\n{show(real_writes[resource])}\ndouble:\n{show(double_writes[resource])}"
+                for resource, _ in WATCHED
+                if double_writes[resource] != real_writes[resource]
+            ]
+            if not differ:
+                break
     assert not differ, "\n".join(differ)
 
 
