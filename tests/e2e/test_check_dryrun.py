@@ -246,18 +246,22 @@ def test_check_gives_the_verdict_and_message_kubectl_apply_then_gets_over_the_co
     print(f"{len(cases)} cases: {dict(sorted(seen.items()))}, {dict(sorted(requests.items()))}")
 
 
-def test_check_names_who_the_api_server_says_the_caller_is_and_judge_as_impersonates(
-    plane, server, kubeconfigs
-):
-    manifest = realized(
+def gated_kustomization(name: str, gate: str, path: str) -> dict:
+    return realized(
         {
             "apiVersion": "kustomize.toolkit.fluxcd.io/v1",
             "kind": "Kustomization",
-            "metadata": {"namespace": "apps", "annotations": {names.GATES_ANNOTATION: "flux-system/g1"}},
-            "spec": {"interval": "1m", "path": "./b"},
+            "metadata": {"namespace": "apps", "annotations": {names.GATES_ANNOTATION: gate}},
+            "spec": {"interval": "1m", "path": path},
         },
-        "judged-as",
+        name,
     )
+
+
+def test_check_names_who_the_api_server_says_the_caller_is_and_judge_as_impersonates(
+    plane, server, kubeconfigs
+):
+    manifest = gated_kustomization("judged-as", "flux-system/g1", "./b")
     plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(WORLD[1]))
     text = yaml.safe_dump(manifest)
     as_carol = gate_check(plane, kubeconfigs["carol"], "-f", "-", stdin=text)
@@ -292,15 +296,7 @@ def test_check_names_who_the_api_server_says_the_caller_is_and_judge_as_imperson
 
 
 def test_with_the_webhook_down_check_says_it_could_not_judge_never_allowed(plane, server, kubeconfigs):
-    manifest = realized(
-        {
-            "apiVersion": "kustomize.toolkit.fluxcd.io/v1",
-            "kind": "Kustomization",
-            "metadata": {"namespace": "apps", "annotations": {names.GATES_ANNOTATION: "flux-system/g0"}},
-            "spec": {"interval": "1m", "path": "./a"},
-        },
-        "while-down",
-    )
+    manifest = gated_kustomization("while-down", "flux-system/g0", "./a")
     server.stop()  # the last test of the module: the fixture's stop then finds it stopped
     result = gate_check(plane, kubeconfigs["alice"], "-f", "-", "-o", "json", stdin=yaml.safe_dump(manifest))
     (row,) = orjson.loads(result.stdout)

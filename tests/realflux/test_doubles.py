@@ -309,14 +309,16 @@ def by_flux(event: dict) -> bool:
     return (event.get("user") or {}).get("username", "").startswith(FLUX_USERS)
 
 
+def changed_what(change: str) -> str:
+    """The condition ("cond Ready") or field a change names."""
+    return change.split(":", 1)[0] if change.startswith("cond ") else change.split("=", 1)[0]
+
+
 def net_change(changed: list[str], change: str) -> list[str]:
     """A call's changes with one more: what a later request of the same call set for a condition
     or field replaces what an earlier one set (which of a call's two requests our webhook rewrites
     is timing), and a message-only change adds nothing to a status or reason change before it."""
-    key = change.split(":", 1)[0] if change.startswith("cond ") else change.split("=", 1)[0]
-    earlier = [
-        c for c in changed if (c.split(":", 1)[0] if c.startswith("cond ") else c.split("=", 1)[0]) == key
-    ]
+    earlier = [c for c in changed if changed_what(c) == changed_what(change)]
     if earlier and change.endswith(": message"):
         return changed
     return [c for c in changed if c not in earlier] + [change]
