@@ -10,7 +10,7 @@ from admission.core.base import names
 from admission.core.base.objects import Object, mapping, metadata
 from admission.core.base.objects import annotations as annotations_of
 from admission.core.base.timefmt import format_distinct_time, format_duration
-from admission.core.flux import content
+from admission.core.flux import content, kinds
 from admission.core.gates import approvalrecord, approvals
 from admission.core.gates.gates import GateState
 from admission.kube.client import CALL_ERRORS, describe_error
@@ -63,16 +63,17 @@ class ApprovalLanding:
         point, or served by its source and not applied yet)."""
         found = []
         for kind in self.flux.kinds():
+            of_kind = kinds.content_of(kind)
             for obj in self.flux.objects(kind):
                 if not self._held_by_gate(obj, gate_key):
                     continue
                 waiting = content.waiting(obj)
-                upstream = content.upstream_of(kind, obj, self.flux.get)
+                upstream = of_kind.upstream_of(obj, self.flux.get)
                 waits = tuple(
                     w for w in (waiting.waits if waiting else "", upstream.waits if upstream else "") if w
                 )
                 target = "/".join(kind_key(kind, obj))
-                found.append((kind, obj, approvals.Behind(target, content.served_revision(kind, obj), waits)))
+                found.append((kind, obj, approvals.Behind(target, of_kind.serves(obj), waits)))
         return found
 
     def _approvals(self, key: tuple[str, str], gate: Object, state: GateState, now: datetime) -> None:

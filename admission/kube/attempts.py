@@ -42,7 +42,7 @@ from admission.core.admission.decision import Context, Lookup, Settings, standin
 from admission.core.admission.review import AdmissionRequest, subject
 from admission.core.base import names
 from admission.core.base.objects import Object, label, metadata
-from admission.core.flux import content, kinds
+from admission.core.flux import kinds
 from admission.core.gates.references import is_namespace, is_object_name
 from admission.kube.denials import DenialQueue
 from admission.kube.fluxobjects import read_stored
@@ -112,7 +112,7 @@ class DeniedAttempts(DenialQueue[Key, Denied]):
             return  # no API server sends this: nothing to look up
         key = (row.kind, about.namespace, about.name)
         # Only what is compared (a review can be megabytes), and only when the review is trusted.
-        attempt = content.attempt_of(row.kind, obj) if self.trust_reviews else None
+        attempt = row.content.attempt(obj) if self.trust_reviews else None
         if not self.put(key, lambda _: (about.uid, attempt)):
             ATTEMPTS_SHOWN.labels("dropped").inc()
 
@@ -150,7 +150,7 @@ class DeniedAttempts(DenialQueue[Key, Denied]):
             if metadata(stored).get("uid") != uid:
                 return "unverified"  # not the object the review named (or a forged review)
             now = self.clock()
-            upstream = content.upstream_of(kind, stored, self.sources.get)
+            upstream = row.content.upstream_of(stored, self.sources.get)
             changes = holdpoints.show_denied_attempt(
                 kind, stored, attempt, self._held(stored, now), now, upstream
             )

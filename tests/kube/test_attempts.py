@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from admission.core.admission.decision import Settings
-from admission.core.flux import conditions, content
+from admission.core.flux import conditions, content, kinds
 from admission.kube.attempts import DeniedAttempts
 from admission.store import StaticSources
 from tests.builders import FLUX_USER, flux, gate, lookup_from, request
@@ -60,7 +60,7 @@ def denial(stored: dict, dry_run: bool = False, attempted=("6.5.0", "", V2)) -> 
 
 def shown(obj: dict) -> tuple[str, dict]:
     """What record() queues for a review's object: the stored uid and the attempt it carries."""
-    return obj["metadata"]["uid"], content.attempt_of("HelmRelease", obj)
+    return obj["metadata"]["uid"], kinds.content_of("HelmRelease").attempt(obj)
 
 
 @pytest.fixture

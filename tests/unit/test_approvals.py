@@ -16,7 +16,7 @@ from admission.core.admission.decision import Context, Settings, decide
 from admission.core.admission.pending import NothingToApprove, pending_rows, to_approve
 from admission.core.base import names
 from admission.core.base.timefmt import format_time
-from admission.core.flux import content
+from admission.core.flux import content, kinds
 from admission.core.flux.holdmessage import HoldMessage, NewContent
 from admission.core.gates import approvals, approvalseal, approvalview
 from admission.core.gates.gates import evaluate
@@ -437,7 +437,7 @@ def test_an_approval_is_compared_with_the_whole_revision_never_with_the_text_mes
 
 def held_by_freeze(obj: dict, waits: str, serves: str) -> dict:
     """``obj`` with the hold condition the webhook writes while gate flux-system/freeze holds ``waits``."""
-    condition = content.of(obj["kind"]).hold_condition
+    condition = kinds.content_of(obj["kind"]).hold_condition
     message = HoldMessage.of(condition, ("gate 'flux-system/freeze' is closed",), NewContent(waits, serves))
     obj.setdefault("status", {})["conditions"] = [
         {

@@ -51,17 +51,17 @@ def hr_status(attempted=("6.5.0", "", "sha256:v1"), applied=("6.5.0", "", "sha25
 
 def test_a_new_artifact_revision_or_digest_is_new_content_other_fields_are_not():
     old = flux("GitRepository", status={"artifact": art(GIT_A)})
-    assert content.new_content(
-        "GitRepository", old, flux("GitRepository", status={"artifact": art(GIT_B)})
+    assert kinds.content_of("GitRepository").brings(
+        old, flux("GitRepository", status={"artifact": art(GIT_B)})
     ) == (GIT_B, GIT_A)
-    assert content.new_content(
-        "GitRepository",
+    assert kinds.content_of("GitRepository").brings(
         old,
         flux("GitRepository", status={"artifact": {**art(GIT_A), "digest": "sha256:other"}}),
     ) == (GIT_A, GIT_A)
     moved = {**art(GIT_A), "url": "http://elsewhere", "lastUpdateTime": "2026-06-10T12:00:00Z"}
     assert (
-        content.new_content("GitRepository", old, flux("GitRepository", status={"artifact": moved})) is None
+        kinds.content_of("GitRepository").brings(old, flux("GitRepository", status={"artifact": moved}))
+        is None
     )
 
 
@@ -74,13 +74,13 @@ def test_an_image_policy_choosing_another_image_is_new_content_in_either_field()
         "ImagePolicy",
         status={"latestRef": {"name": "registry.example/a/b", "tag": "1.1.0", "digest": "sha256:2"}},
     )
-    assert content.new_content("ImagePolicy", old, new) == (
+    assert kinds.content_of("ImagePolicy").brings(old, new) == (
         "registry.example/a/b:1.1.0@sha256:2",
         "registry.example/a/b:1.0.0@sha256:1",
     )
     older = flux("ImagePolicy", status={"latestImage": "registry.example/a/b:1.0.0"})
     newer = flux("ImagePolicy", status={"latestImage": "registry.example/a/b:1.1.0"})
-    assert content.new_content("ImagePolicy", older, newer) == (
+    assert kinds.content_of("ImagePolicy").brings(older, newer) == (
         "registry.example/a/b:1.1.0",
         "registry.example/a/b:1.0.0",
     )
@@ -106,7 +106,7 @@ def test_a_kustomization_attempt_is_new_content_when_it_moves_away_from_the_appl
             }
         )
 
-    assert (content.new_content("Kustomization", ks(old_attempt), ks(new_attempt)) is not None) is carries
+    assert (kinds.content_of("Kustomization").brings(ks(old_attempt), ks(new_attempt)) is not None) is carries
 
 
 @pytest.mark.parametrize(
@@ -121,18 +121,18 @@ def test_a_kustomization_attempt_is_new_content_when_it_moves_away_from_the_appl
 def test_a_helmrelease_attempt_is_new_content_when_it_differs_from_history_0(new_attempt, carries):
     old = flux("HelmRelease", status=hr_status(attempted=("6.4.0", "", "sha256:v0")))
     new = flux("HelmRelease", status=hr_status(attempted=new_attempt))
-    assert (content.new_content("HelmRelease", old, new) is not None) is carries
+    assert (kinds.content_of("HelmRelease").brings(old, new) is not None) is carries
 
 
 def test_a_helmrelease_first_install_is_new_content():
     old = flux("HelmRelease", status={})
     new = flux("HelmRelease", status=hr_status(applied=None))
-    assert content.new_content("HelmRelease", old, new) == ("6.5.0 (values sha256:v1)", "nothing")
+    assert kinds.content_of("HelmRelease").brings(old, new) == ("6.5.0 (values sha256:v1)", "nothing")
 
 
 def test_kinds_without_content_never_carry_any():
     for kind in ("ImageRepository", "ImageUpdateAutomation"):
-        assert content.new_content(kind, flux(kind, status={"a": 1}), flux(kind, status={"a": 2})) is None
+        assert kinds.content_of(kind).brings(flux(kind, status={"a": 1}), flux(kind, status={"a": 2})) is None
 
 
 # ---- what feeds a Kustomization or HelmRelease --------------------------------------------
@@ -142,7 +142,7 @@ def test_upstream_of_a_kustomization_and_helmreleases_with_chart_or_chart_ref():
     ks = flux(
         spec={"sourceRef": {"kind": "GitRepository", "name": "flux-system", "namespace": "flux-system"}}
     )
-    assert content.upstream("Kustomization", ks) == ("GitRepository", "flux-system", "flux-system")
+    assert kinds.content_of("Kustomization").upstream(ks) == ("GitRepository", "flux-system", "flux-system")
     hr = flux(
         "HelmRelease",
         spec={
@@ -155,33 +155,33 @@ def test_upstream_of_a_kustomization_and_helmreleases_with_chart_or_chart_ref():
             }
         },
     )
-    assert content.upstream("HelmRelease", hr) == ("HelmChart", "flux-system", "apps-podinfo")
+    assert kinds.content_of("HelmRelease").upstream(hr) == ("HelmChart", "flux-system", "apps-podinfo")
     oci = flux("HelmRelease", spec={"chartRef": {"kind": "OCIRepository", "name": "podinfo"}})
-    assert content.upstream("HelmRelease", oci) == ("OCIRepository", "apps", "podinfo")
+    assert kinds.content_of("HelmRelease").upstream(oci) == ("OCIRepository", "apps", "podinfo")
 
 
 def test_upstream_waits_compares_what_the_source_serves_with_what_was_applied():
     ks = flux(status={"lastAppliedRevision": GIT_A})
-    assert content.upstream_waits(
-        "Kustomization", ks, "GitRepository", flux("GitRepository", status={"artifact": art(GIT_B)})
+    assert kinds.content_of("Kustomization").upstream_waits(
+        ks, "GitRepository", flux("GitRepository", status={"artifact": art(GIT_B)})
     ) == (GIT_B, GIT_A)
     assert (
-        content.upstream_waits(
-            "Kustomization", ks, "GitRepository", flux("GitRepository", status={"artifact": art(GIT_A)})
+        kinds.content_of("Kustomization").upstream_waits(
+            ks, "GitRepository", flux("GitRepository", status={"artifact": art(GIT_A)})
         )
         is None
     )
-    assert content.upstream_waits("Kustomization", ks, "GitRepository", None) is None
+    assert kinds.content_of("Kustomization").upstream_waits(ks, "GitRepository", None) is None
     hr = flux("HelmRelease", status=hr_status())
     assert (
-        content.upstream_waits(
-            "HelmRelease", hr, "HelmChart", flux("HelmChart", status={"artifact": art("6.5.1")})
+        kinds.content_of("HelmRelease").upstream_waits(
+            hr, "HelmChart", flux("HelmChart", status={"artifact": art("6.5.1")})
         )[0]
         == "6.5.1"
     )
     assert (
-        content.upstream_waits(
-            "HelmRelease", hr, "HelmChart", flux("HelmChart", status={"artifact": art("6.5.0")})
+        kinds.content_of("HelmRelease").upstream_waits(
+            hr, "HelmChart", flux("HelmChart", status={"artifact": art("6.5.0")})
         )
         is None
     )
@@ -322,23 +322,23 @@ def test_other_messages_do_not_parse():
 
 def test_served_revisions_for_every_kind_with_content():
     assert (
-        content.served_revision("GitRepository", flux("GitRepository", status={"artifact": art(GIT_A)}))
+        kinds.content_of("GitRepository").serves(flux("GitRepository", status={"artifact": art(GIT_A)}))
         == GIT_A
     )
-    assert content.served_revision("Bucket", flux("Bucket", status={})) == "nothing"
-    assert content.served_revision("Kustomization", flux(status={"lastAppliedRevision": GIT_A})) == GIT_A
+    assert kinds.content_of("Bucket").serves(flux("Bucket", status={})) == "nothing"
+    assert kinds.content_of("Kustomization").serves(flux(status={"lastAppliedRevision": GIT_A})) == GIT_A
     assert (
-        content.served_revision("HelmRelease", flux("HelmRelease", status=hr_status()))
+        kinds.content_of("HelmRelease").serves(flux("HelmRelease", status=hr_status()))
         == "6.5.0 (values sha256:v1)"
     )
     assert (
-        content.served_revision("ImagePolicy", flux("ImagePolicy", status={"latestImage": "a/b:1"}))
+        kinds.content_of("ImagePolicy").serves(flux("ImagePolicy", status={"latestImage": "a/b:1"}))
         == "a/b:1"
     )
     assert (
         len(
-            content.served_revision(
-                "GitRepository", flux("GitRepository", status={"artifact": art("x" * 5000)})
+            kinds.content_of("GitRepository").serves(
+                flux("GitRepository", status={"artifact": art("x" * 5000)})
             )
         )
         == content.MAX_TEXT
@@ -348,8 +348,8 @@ def test_served_revisions_for_every_kind_with_content():
 # ---- each content kind is one value (core.flux.contentkinds) -----------------------------------
 
 
-def test_each_kind_with_content_holds_one_value_that_the_functions_by_kind_ask():
-    values = {k.kind: k.content for k in kinds.FLUX_KINDS if k.content is not None}
+def test_each_kind_with_content_holds_one_value_that_the_lookup_by_kind_finds():
+    values = {k.kind: k.content for k in kinds.FLUX_KINDS if k.content.holds}
     assert {type(v) for v in values.values()} == {
         contentkinds.Artifact,
         contentkinds.ChartArtifact,  # a HelmChart's artifact: shown and approved as the chart it is
@@ -358,13 +358,18 @@ def test_each_kind_with_content_holds_one_value_that_the_functions_by_kind_ask()
         contentkinds.AttemptedRelease,
     }
     for kind, value in values.items():
-        assert content.of(kind) is value and value.hold_condition in (BLOCKED, APPROVED)
+        assert kinds.content_of(kind) is value and value.hold_condition in (BLOCKED, APPROVED)
         assert value.keeps != value.records_attempts  # a held write is rewritten back or denied, never both
         assert set(value.attempt(flux(kind, status={f: "x" for f in value.fields}))["status"]) == (
             set(value.fields) if value.records_attempts else set()
         )
-    assert content.of("ExternalArtifact") is None and content.of("Gate") is None
+    # Only edits are gated, or the kind is not gated: no content, which serves nothing and
+    # which no write brings.
+    for kind in ("ExternalArtifact", "ImageRepository", "Gate", None):
+        found = kinds.content_of(kind)
+        assert found is contentkinds.NO_CONTENT and not found.holds
+        assert found.serves(flux()) == "nothing" and found.brings(flux(), flux(status={"a": 1})) is None
     assert (
-        content.attempt_of("Gate", flux()) == {"status": {}}
-        and content.upstream("GitRepository", flux()) is None
+        kinds.content_of("Gate").attempt(flux()) == {"status": {}}
+        and kinds.content_of("GitRepository").upstream(flux()) is None
     )

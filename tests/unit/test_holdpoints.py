@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from admission.core.admission import holdpoints, mutation
 from admission.core.admission.decision import Context, Settings, standing
 from admission.core.base import names
-from admission.core.flux import conditions, content
+from admission.core.flux import conditions, content, contentkinds, kinds
 from admission.store import StaticSources
 from admission.webhook import handlers
 from tests.builders import FLUX_USER, flux, gate, generated_chart, lookup_from, request
@@ -413,7 +413,7 @@ def test_a_helmrelease_whose_source_serves_a_new_chart_shows_the_chart_not_the_v
         }
     }
     chart = flux("HelmChart", name="apps-podinfo", namespace="flux-system", status={"artifact": art("6.5.1")})
-    upstream_ = content.upstream_of("HelmRelease", release, StaticSources([chart]).get)
+    upstream_ = kinds.content_of("HelmRelease").upstream_of(release, StaticSources([chart]).get)
     changes = holdpoints.show_denied_attempt(
         "HelmRelease", release, DENIED, held_now(release), FIXED_NOW, upstream_
     )
@@ -604,7 +604,9 @@ def test_a_held_content_write_of_a_suspended_source_is_judged_once(monkeypatch):
 
     monkeypatch.setattr(decision, "suspension_of", counted("suspension_of", decision.suspension_of))
     monkeypatch.setattr(mutation, "suspension_of", counted("suspension_of", mutation.suspension_of))
-    monkeypatch.setattr(content, "new_content", counted("new_content", content.new_content))
+    # (what a write brings: the content kind's one reading of it)
+    brings = contentkinds.Artifact.brings
+    monkeypatch.setattr(contentkinds.Artifact, "brings", counted("new_content", brings))
     suspended = {names.SUSPENDED_ANNOTATION: "maintenance"}
     old = source({"artifact": art(GIT_A)}, annotations=suspended)
     new = source({"artifact": art(GIT_B)}, annotations=suspended)

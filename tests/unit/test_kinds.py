@@ -74,7 +74,7 @@ def test_the_validating_entries_see_every_main_resource_and_the_status_of_kinds_
     main = {g: sorted(r) for g, r in rules[names.VALIDATE_WEBHOOK].items()}
     assert main == {g: sorted(r) for g, r in kinds.resources_by_group().items()}
     status = {r for rs in rules[names.VALIDATE_STATUS_WEBHOOK].values() for r in rs}
-    assert status == {f"{k.plural}/status" for k in kinds.FLUX_KINDS if k.content is not None}
+    assert status == {f"{k.plural}/status" for k in kinds.FLUX_KINDS if k.content.holds}
     assert rules[names.VALIDATE_INHERITED_WEBHOOK] == {names.SOURCE_GROUP: ["helmcharts/status"]}
 
 

@@ -13,7 +13,7 @@ from admission.core.admission.review import AdmissionRequest, Subject, subject
 from admission.core.base import names
 from admission.core.base.lazy import Lazy
 from admission.core.base.objects import Object
-from admission.core.flux import content, kinds
+from admission.core.flux import kinds
 from admission.core.flux.holdmessage import NewContent
 
 
@@ -75,7 +75,7 @@ def admission_of(request: AdmissionRequest) -> Admission | None:
 
     def carried() -> NewContent | None:
         # Only a status write carries content; a kind without content carries none.
-        return content.new_content(row.kind, old, new) if sub_resource == "status" else None
+        return row.content.brings(old, new) if sub_resource == "status" else None
 
     return Admission(
         row=row,

@@ -13,7 +13,7 @@ from admission.core.base.jsonvalues import same
 from admission.core.base.lazy import Lazy
 from admission.core.base.names import Operation
 from admission.core.base.objects import Object, metadata
-from admission.core.flux import content, kinds
+from admission.core.flux import kinds
 from admission.core.flux.holdmessage import NewContent
 from admission.core.gates.references import Policy, loosens, policy_of
 
@@ -225,7 +225,7 @@ def gated_change(
     tools): ``by_kubernetes``, the request is Kubernetes' own controllers'."""
     row = kinds.BY_KIND[kind]
     user = User(min(names.SYSTEM_DELETERS) if by_kubernetes else "", ())
-    brought = Lazy(lambda: content.new_content(kind, old, new) if sub_resource == "status" else None)
+    brought = Lazy(lambda: row.content.brings(old, new) if sub_resource == "status" else None)
     admission = Admission(row, operation, sub_resource, old, new, user, Lazy(lambda: _nobody), brought)
     change = classify(admission, lambda: (policy_of(old), policy_of(new)))
     return change.text if change is not None else None

@@ -233,14 +233,14 @@ def target_of(obj: Object) -> str:
 
 
 def approved_for(
-    found: ContentKind | None, carried: NewContent | None, new: Object | None, context: Context
+    found: ContentKind, carried: NewContent | None, new: Object | None, context: Context
 ) -> tuple[Context, list[approvals.Approval]]:
     """The context in which a closed gate counts as open for this status write because it
     approves the exact content the write carries (``carried``, read by the caller; compared as
     the whole identities of ``found.approvable``, ``found`` the kind's content), for the object,
     what it inherits its gates from, or ``*``, and the approvals that do. Any other write, and
     every other gate, as before."""
-    if found is None or carried is None or not isinstance(new, dict):
+    if carried is None or not isinstance(new, dict):
         return context, []
     # Read only when a closed gate has approvals to match: most status writes meet none.
     obj, brings = new, carried  # (narrowed, for the lambdas)

@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from admission.core.base.objects import label, metadata, namespace_of
-from admission.core.flux import content
-from admission.core.flux.contentkinds import generated_chart_name
+from admission.core.flux import content, kinds
+from admission.core.flux.sourcerefs import generated_chart_name
 from admission.core.gates.references import policy_of
 
 Listing = Callable[
@@ -55,7 +55,7 @@ def warnings(
 
 def _inputs(kind: str, obj: dict[str, Any], namespace: str, own: list[str], get: content.Get) -> list[str]:
     inputs: list[tuple[str, tuple[str, str, str]]] = []
-    source = content.upstream(kind, obj)
+    source = kinds.content_of(kind).upstream(obj)
     if source is not None and not (
         source[0] == "HelmChart" and source[2] == generated_chart_name(namespace, metadata(obj).get("name"))
     ):

@@ -26,7 +26,7 @@ from admission.core.admission.decision import (
 from admission.core.base import names
 from admission.core.base.jsonvalues import same
 from admission.core.base.objects import Object, status_of
-from admission.core.flux import content, holdmessage, kinds
+from admission.core.flux import holdmessage, kinds
 from admission.core.flux.conditions import (
     conditions_of,
     find,
@@ -187,7 +187,7 @@ def show_denied_attempt(
     row = kinds.BY_KIND.get(kind)
     if (
         row is None
-        or row.content is None
+        or not row.content.holds
         or not row.shows_denied_attempts
         or held is None
         or not isinstance(stored, dict)
@@ -218,9 +218,9 @@ def rewrite_status(
 ) -> dict[str, object]:
     """The status fields a status UPDATE must change (``REMOVE`` to drop one): none when the
     object is not held and carries none of our conditions. ``carried`` is what the write
-    brings (``content.new_content()``); ``upstream`` is ``(waits, serves)`` when the source a
+    brings (``ContentKind.brings``); ``upstream`` is ``(waits, serves)`` when the source a
     Kustomization or HelmRelease applies serves content it has not applied."""
-    if row.content is None or not isinstance(new, dict):
+    if not row.content.holds or not isinstance(new, dict):
         return {}
     if held is None:  # the common case, kept short: only our condition, if any, goes
         conditions = conditions_of(new)
@@ -248,7 +248,7 @@ def judge_status_write(admission: Admission, context: Context) -> StatusVerdict:
     webhook records the would-be hold of the same write). Judged as the validating webhook
     judges it (``decision.judge_status``)."""
     row, old, new = admission.row, admission.old, admission.new
-    if row.content is None or not isinstance(new, dict):
+    if not row.content.holds or not isinstance(new, dict):
         return StatusVerdict({}, ALLOWED)
     write = judge_status(
         admission, context
@@ -268,9 +268,7 @@ def judge_status_write(admission: Admission, context: Context) -> StatusVerdict:
             rewrite_status(row, old, new, None, now, carried=carried), decision, stands.suspended
         )
     upstream = (
-        content.upstream_from(row.content, new, context.get)
-        if row.content.records_attempts and context.get
-        else None
+        row.content.upstream_of(new, context.get) if row.content.records_attempts and context.get else None
     )
     changes = rewrite_status(row, old, new, held, now, carried=carried, upstream=upstream)
     if not row.content.keeps or carried is None:  # no content rewritten: nothing to log or count

@@ -219,7 +219,7 @@ def _every_kind(row: kinds.FluxKind) -> bool:
 
 
 def _with_content(row: kinds.FluxKind) -> bool:
-    return row.content is not None
+    return row.content.holds
 
 
 def _generated_kind(row: kinds.FluxKind) -> bool:

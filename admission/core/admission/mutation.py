@@ -66,9 +66,7 @@ def judge(request: AdmissionRequest, context: Context) -> Mutation:
         return NONE
     obj = admission.new
     if admission.status_update:
-        verdict = (
-            holdpoints.judge_status_write(admission, context) if admission.row.content is not None else None
-        )
+        verdict = holdpoints.judge_status_write(admission, context) if admission.row.content.holds else None
         changes = verdict.changes if verdict is not None else {}
         # The verdict judged the suspension already; kinds without content are judged here.
         suspended = verdict.suspended if verdict is not None else None

@@ -2,8 +2,8 @@
 
 A value knows where its content lives in a status, what an object serves, what a status write
 brings, what an attempt records, what an approval may name, and the source it applies.
-``admission.core.flux.kinds`` gives each gated kind its value; ``admission.core.flux.content`` looks one up
-by kind. Pure: reads plain dicts. Below ``kinds`` (which imports it), so it never looks kinds up.
+``admission.core.flux.kinds`` gives each gated kind its value (``NO_CONTENT``: none held) and
+looks one up by a stored object's kind; below it, this never looks kinds up. Pure: plain dicts.
 """
 
 from __future__ import annotations
@@ -17,6 +17,12 @@ from admission.core.base import names
 from admission.core.base.jsonvalues import same
 from admission.core.base.objects import Object, mapping, metadata, namespace_of, status_of
 from admission.core.flux.holdmessage import NewContent
+from admission.core.flux.sourcerefs import (
+    Ref,
+    generated_chart_name,
+    generated_chart_namespace,
+    source_ref,
+)
 
 NOTHING = "nothing"  # what a source serves before its first artifact
 # A revision longer than this is cut in messages (a message must stay readable). Display only:
@@ -26,7 +32,6 @@ NOTHING = "nothing"  # what a source serves before its first artifact
 MAX_TEXT = 512
 CUT = "…"
 
-Ref = tuple[str, str, str]  # (kind, namespace, name)
 # A HelmRelease's release content: chart version, OCI digest, values digest.
 Release = tuple[str, str, str]
 Get = Callable[[str, str, str], "Object | None"]  # (kind, namespace, name) -> the stored object
@@ -92,7 +97,7 @@ def chart_of(chart: Object | None) -> ChartContent | None:
     """What a HelmChart serves, as an approval names it (no values: a chart has none)."""
     artifact = mapping(status_of(chart).get(names.ARTIFACT_FIELD))
     spec = mapping(mapping(chart).get("spec"))
-    ref = _ref(spec.get("sourceRef"), namespace_of(mapping(chart)))
+    ref = source_ref(spec.get("sourceRef"), namespace_of(mapping(chart)))
     revision, name = artifact.get("revision"), spec.get("chart")
     if ref is None or not isinstance(revision, str) or not revision or not isinstance(name, str):
         return None
@@ -105,34 +110,12 @@ def _revision(obj: Object | None, field: str) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _ref(ref: object, namespace: str) -> Ref | None:
-    """A ``sourceRef``/``chartRef`` as ``(kind, namespace, name)``, in ``namespace`` unless it says another."""
-    if (
-        not isinstance(ref, dict)
-        or not isinstance(ref.get("kind"), str)
-        or not isinstance(ref.get("name"), str)
-    ):
-        return None
-    return ref["kind"], str(ref.get("namespace") or namespace), ref["name"]
-
-
-def generated_chart_namespace(release: Object) -> str:
-    """Where helm-controller creates a HelmRelease's HelmChart: its sourceRef's namespace."""
-    ref = mapping(mapping(mapping(mapping(release.get("spec")).get("chart")).get("spec")).get("sourceRef"))
-    return str(ref.get("namespace") or namespace_of(release))
-
-
-def generated_chart_name(release_namespace: object, release_name: object) -> str:
-    """The name helm-controller gives the HelmChart it generates for a HelmRelease:
-    ``<namespace>-<name>`` of the release (FLUX-WRITES.md)."""
-    return f"{release_namespace}-{release_name}"
-
-
 @dataclass(frozen=True)
 class ContentKind:
     """Where a kind's new content lives and how a closed gate holds it; the defaults are a kind
     that applies no source and records no attempt."""
 
+    holds: ClassVar[bool] = True  # a closed gate holds this content (NoContent: only edits are gated)
     fields: ClassVar[tuple[str, ...]]  # the status fields that carry it
     where: ClassVar[str]  # the same, for docs, listings and messages
     keeps: ClassVar[bool] = False  # written back while held (Blocked says what waits)
@@ -188,6 +171,33 @@ class ContentKind:
     ) -> NewContent | None:
         """``(waits, serves)`` when the source the object applies serves content it has not applied yet."""
         return None
+
+    def upstream_of(self, obj: Object | None, get: Get) -> NewContent | None:
+        """``upstream_waits`` for the source ``obj`` applies, looked up with ``get`` (a cache)."""
+        if not isinstance(obj, dict) or not isinstance(obj.get("spec"), dict):
+            return None
+        ref = self.upstream(obj)
+        return self.upstream_waits(obj, ref[0], get(*ref)) if ref is not None else None
+
+
+@dataclass(frozen=True)
+class NoContent(ContentKind):
+    """A kind whose content no gate holds (only edits are gated; or a kind we do not gate):
+    it serves nothing and no write brings any, so a reader can ask any object's kind."""
+
+    holds: ClassVar[bool] = False
+    fields: ClassVar[tuple[str, ...]] = ()
+    where: ClassVar[str] = ""
+    hold_condition: ClassVar[str] = ""
+
+    def serves(self, obj: Object | None) -> str:
+        return NOTHING
+
+    def brings(self, old: Object | None, new: Object | None) -> NewContent | None:
+        return None
+
+    def identity(self, obj: Object | None) -> str:
+        return NOTHING
 
 
 @dataclass(frozen=True)
@@ -315,7 +325,7 @@ class _Attempted(ContentKind):
         return self.recorded({"status": {**status_of(stored), **status_of(self.attempt(attempted))}})
 
     def upstream(self, obj: Object) -> Ref | None:
-        return _ref(mapping(obj.get("spec")).get("sourceRef"), namespace_of(obj))
+        return source_ref(mapping(obj.get("spec")).get("sourceRef"), namespace_of(obj))
 
 
 @dataclass(frozen=True)
@@ -461,7 +471,7 @@ class AttemptedRelease(_Attempted):
                 generated_chart_namespace(obj),
                 generated_chart_name(namespace_of(obj), metadata(obj).get("name") or ""),
             )
-        return _ref(spec.get("chartRef"), namespace_of(obj))
+        return source_ref(spec.get("chartRef"), namespace_of(obj))
 
     def upstream_waits(
         self, obj: Object | None, source_kind: str, source: Object | None
@@ -482,6 +492,7 @@ class AttemptedRelease(_Attempted):
         return None
 
 
+NO_CONTENT = NoContent()
 ARTIFACT = Artifact()
 CHART_ARTIFACT = ChartArtifact()
 LATEST_IMAGE = LatestImage()

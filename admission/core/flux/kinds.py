@@ -11,6 +11,7 @@ from admission.core.flux.contentkinds import (
     ATTEMPTED_REVISION,
     CHART_ARTIFACT,
     LATEST_IMAGE,
+    NO_CONTENT,
     Artifact,
     ContentKind,
 )
@@ -24,9 +25,9 @@ class FluxKind:
     group: str
     plural: str
     versions: tuple[str, ...]  # served versions we know, newest first; the first served is used
-    # Where a closed gate can hold new content (docs/design.md, "Hold points"); None: only edits
-    # of the object itself are gated.
-    content: ContentKind | None = None
+    # Where a closed gate can hold new content (docs/design.md, "Hold points"); NO_CONTENT: only
+    # edits of the object itself are gated.
+    content: ContentKind = NO_CONTENT
 
     @property
     def source(self) -> bool:
@@ -35,24 +36,24 @@ class FluxKind:
     @property
     def keeps_content(self) -> bool:
         """New content is rewritten back while held (sources, ImagePolicy): Blocked shows it."""
-        return self.content is not None and self.content.keeps
+        return self.content.keeps
 
     @property
     def records_attempts(self) -> bool:
         """The write recording a new attempt is denied while held: Approved=False shows it."""
-        return self.content is not None and self.content.records_attempts
+        return self.content.records_attempts
 
     @property
     def shows_denied_attempts(self) -> bool:
         """The webhook writes Approved=False itself after denying an attempt (off the admission
         path): a HelmRelease's attempt can carry content no source serves (a values digest), and
         only the denied write carries it (docs/design.md, "Hold points")."""
-        return self.content is not None and self.content.shows_denied_attempts
+        return self.content.shows_denied_attempts
 
     @property
     def hold_condition(self) -> str | None:
         """The condition that says new content waits on a held object of this kind."""
-        return self.content.hold_condition if self.content is not None else None
+        return self.content.hold_condition if self.content.holds else None
 
 
 _SOURCE_VERSIONS = ("v1", "v1beta2")
@@ -97,6 +98,14 @@ ATTEMPT_SHOWING_KINDS = frozenset(k.kind for k in FLUX_KINDS if k.shows_denied_a
 # path, before it writes a denial Event about it (a review only names the object):
 # admission.kube.events.
 EVENT_KINDS = frozenset(BY_KIND)
+
+
+def content_of(kind: object) -> ContentKind:
+    """The content objects of ``kind`` carry, for readers of stored objects, which name their
+    kind (the controller, the command line): NO_CONTENT for a kind we gate only edits of, or
+    do not gate. The admission path has the kind's row (core.admission.admitted)."""
+    row = BY_KIND.get(kind) if isinstance(kind, str) else None
+    return row.content if row is not None else NO_CONTENT
 
 
 def lookup(group: str, kind: str) -> FluxKind | None:
