@@ -14,6 +14,7 @@ from admission.core.admission import holdpoints, mutation
 from admission.core.admission.decision import Context, Settings, standing
 from admission.core.base import names
 from admission.core.flux import conditions, content, contentkinds, kinds
+from admission.core.gates import references
 from admission.store import StaticSources
 from admission.webhook import handlers
 from tests.builders import FLUX_USER, flux, gate, generated_chart, lookup_from, request
@@ -113,6 +114,26 @@ def test_the_validating_webhook_is_the_backstop_for_an_artifact_change_that_was_
     assert outcome.response["allowed"] is False
     assert outcome.decision.held_what == "content"
     assert outcome.response["status"]["message"].endswith(f"; {GIT_B} waits, serving {GIT_A}")
+
+
+def test_a_status_write_is_judged_by_the_policy_it_leaves_whenever_that_names_other_gates():
+    # The API server keeps metadata and spec on a status write, so the policy left is the one
+    # entered and is judged once; a review whose old object names other gates (none a real API
+    # server sends) is judged by both, as any UPDATE is.
+    old, new = source({"artifact": art(GIT_A)}), source({"artifact": art(GIT_B)})
+    same = run(handlers.validate, old, new).decision
+    assert not same.allowed and same.message.count("change-freeze") == 1
+    leaving = source({"artifact": art(GIT_A)}, gates=HELD)
+    entering = source({"artifact": art(GIT_B)}, gates="flux-system/open-gate")
+    assert not run(handlers.validate, leaving, entering).decision.allowed
+    assert run(handlers.validate, entering, leaving).decision.message.count("change-freeze") == 1
+    opened = source({"artifact": art(GIT_A)}, gates="flux-system/open-gate")
+    assert run(
+        handlers.validate, opened, source({"artifact": art(GIT_B)}, gates="flux-system/open-gate")
+    ).decision.allowed
+    for differs in ({"spec": {"suspend": True}}, {"annotations": {names.SUSPENDED_ANNOTATION: "x"}}):
+        assert not references.same_gating(old, source({"artifact": art(GIT_A)}, **differs))
+    assert references.same_gating(old, new)
 
 
 def test_a_first_artifact_is_held_too_and_nothing_is_served():

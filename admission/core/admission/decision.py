@@ -19,7 +19,7 @@ from admission.core.flux.contentkinds import ContentKind
 from admission.core.flux.holdmessage import NewContent, gate_clause
 from admission.core.gates import approvals, gates
 from admission.core.gates.gates import GateState
-from admission.core.gates.references import Policy, may_be_held, policy_of, suspension_of
+from admission.core.gates.references import Policy, may_be_held, policy_of, same_gating, suspension_of
 
 Lookup = Callable[[str, str, datetime], GateState]
 
@@ -156,7 +156,8 @@ def describe(kind: str, namespace: str, name: str, holds: list[Hold]) -> str:
     notes: list[str] = []
     for hold in holds:
         for state in hold.closed:
-            clauses.setdefault(state.key, _gate_clause(state))
+            if state.key not in clauses:  # (a gate named by both policies is described once)
+                clauses[state.key] = _gate_clause(state)
         if hold.suspension:
             clauses.setdefault(hold.suspension, hold.suspension)
         notes += [n for n in hold.policy.notes if n not in notes]
@@ -360,8 +361,11 @@ def _judge_status_write(admission: Admission, context: Context) -> Decision:
     assert write.carried is not None  # (checked by the caller)
     old, new = admission.old, admission.new
     assert isinstance(new, dict)
-    judgements = [own_hold(old, write.context.lookup, context.now)] if isinstance(old, dict) else []
-    judgements.append(write.own or own_hold(new, write.context.lookup, context.now))
+    own = write.own or own_hold(new, write.context.lookup, context.now)
+    # The policy it leaves is judged too, unless it names exactly what the new one does (as the
+    # API server keeps it on a status write): the same hold twice adds nothing to the verdict.
+    leaves = isinstance(old, dict) and not same_gating(old, new)
+    judgements = [own_hold(old, write.context.lookup, context.now), own] if leaves else [own]
     judgements += write.inherited
     change = ContentChange(write.carried, write.carried.as_change())
     return _verdict(admission, change, judgements, context.settings, write.used)

@@ -238,6 +238,19 @@ def may_be_held(obj: dict[str, Any] | None) -> bool:
     return isinstance(spec, dict) and spec.get("gates") is not None
 
 
+def same_gating(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two versions of an object name the same gates and suspensions: ``policy_of``
+    and ``suspension_of`` read nothing else, so at one instant they judge both alike (a status
+    write's old and new object, whose metadata and spec the API server keeps)."""
+    return _gating(a) == _gating(b)
+
+
+def _gating(obj: dict[str, Any]) -> tuple[object, ...]:
+    spec = obj.get("spec")
+    spec = spec if isinstance(spec, dict) else {}
+    return namespace_of(obj), annotations_of(obj), spec.get("gates"), spec.get("suspend")
+
+
 def suspension_of(obj: dict[str, Any] | None, now: datetime) -> Suspension:
     """``spec.suspend`` OR the suspended annotation OR an active suspendDuring cron."""
     if not isinstance(obj, dict):
