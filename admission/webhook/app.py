@@ -112,10 +112,10 @@ def _count(
     operation = req["operation"] + ("/status" if req.get("subResource") == "status" else "")
     mode = outcome.decision.mode if outcome.decision.held else settings.mode
     verdict = _verdict(endpoint, outcome)
-    metrics.REVIEWS.labels(endpoint, kind_label, operation, verdict, mode).inc()
+    metrics.series(metrics.REVIEWS, endpoint, kind_label, operation, verdict, mode).inc()
     if outcome.decision.held_what and (endpoint == "validate" or verdict == "rewritten"):
-        metrics.HOLDS.labels(kind_label, outcome.decision.held_what, verdict).inc()
-    metrics.DURATION.labels(endpoint).observe(time.perf_counter() - started)
+        metrics.series(metrics.HOLDS, kind_label, outcome.decision.held_what, verdict).inc()
+    metrics.series(metrics.DURATION, endpoint).observe(time.perf_counter() - started)
 
 
 @dataclass(frozen=True)
@@ -156,7 +156,7 @@ class Reviews:
 
     def answer(self, route: Route, body: bytes) -> tuple[int, bytes]:
         """The HTTP status and JSON body for a review ``body`` sent to ``route``."""
-        with metrics.IN_FLIGHT.labels(route.name).track_inprogress():
+        with metrics.series(metrics.IN_FLIGHT, route.name).track_inprogress():
             return self._answer(route, body)
 
     def _answer(self, route: Route, body: bytes) -> tuple[int, bytes]:

@@ -222,3 +222,35 @@ def test_an_empty_name_in_spec_gates_is_still_an_unusable_reference():
 def test_a_name_with_a_trailing_newline_is_not_valid():
     refs = policy_of(flux(spec={"gates": [{"name": "x\n"}]})).refs
     assert refs[0].error and "not a valid" in refs[0].error
+
+
+# ---- a policy read from annotations alone is kept (references._annotations_policy) ------------
+
+
+def test_a_kept_policy_is_the_one_of_its_own_namespace_and_spec_gates_still_count():
+    ref = "change-freeze, flux-system/sre"
+    apps, web = flux(namespace="apps", gates=ref), flux(namespace="web", gates=ref)
+    assert [r.key for r in policy_of(apps).refs] == ["apps/change-freeze", "flux-system/sre"]
+    assert [r.key for r in policy_of(web).refs] == ["web/change-freeze", "flux-system/sre"]
+    listed = flux(namespace="apps", gates=ref, spec={"gates": [{"name": "qa"}]})
+    assert [r.key for r in policy_of(listed).refs] == [
+        "apps/change-freeze",
+        "flux-system/sre",
+        "apps/qa",
+    ]
+    assert policy_of(flux(namespace="apps", gates=ref, require="oneOf")).require == "oneOf"
+    assert policy_of(apps).require == "all"
+
+
+def test_what_is_kept_stays_bounded_and_long_values_are_read_each_time():
+    from admission.core.gates import references
+
+    for i in range(references._KEPT + 50):
+        assert policy_of(flux(gates=f"gate-{i}")).refs[0].name == f"gate-{i}"
+    assert references._annotations_policy.cache_info().currsize <= references._KEPT
+    long = ", ".join(f"gate-{i}-" + "x" * 120 for i in range(10))
+    assert len(long) > references._KEPT_LENGTH
+    before = references._annotations_policy.cache_info()
+    assert len(policy_of(flux(gates=long)).refs) == 10
+    after = references._annotations_policy.cache_info()
+    assert (after.hits, after.misses) == (before.hits, before.misses)

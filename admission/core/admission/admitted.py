@@ -8,10 +8,10 @@ and who asks are fields, and what new content a status write carries is read on 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from admission.core.admission.review import AdmissionRequest, Subject, subject
 from admission.core.base import names
-from admission.core.base.lazy import Lazy
 from admission.core.base.objects import Object
 from admission.core.flux import kinds
 from admission.core.flux.holdmessage import NewContent
@@ -25,7 +25,7 @@ class User:
     groups: tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Admission:
     """A request on a gated Flux kind, as the core reads it."""
 
@@ -35,9 +35,34 @@ class Admission:
     old: Object | None
     new: Object | None
     user: User
-    # Read on first use: most requests are decided before a message or new content is needed.
-    _about: Lazy[Subject] = field(repr=False, compare=False)
-    _carried: Lazy[NewContent | None] = field(repr=False, compare=False)
+    request: AdmissionRequest | None  # read again only for ``about`` (None: a request given by its parts)
+    # What is read on first use, kept (``about``, ``carried``): most requests are decided before a
+    # message or new content is needed. A cache of the fields' pure functions, never a field itself.
+    memo: dict[str, Any] = field(repr=False, compare=False)
+
+    def __init__(
+        self,
+        row: kinds.FluxKind,
+        operation: names.Operation,
+        sub_resource: str,
+        old: Object | None,
+        new: Object | None,
+        user: User,
+        request: AdmissionRequest | None,
+        memo: dict[str, Any],
+    ):
+        # One is built per request: filled at once, as a frozen dataclass's own __init__ (a
+        # call per field) takes twice as long. Frozen all the same: no field can be set.
+        self.__dict__.update(
+            row=row,
+            operation=operation,
+            sub_resource=sub_resource,
+            old=old,
+            new=new,
+            user=user,
+            request=request,
+            memo=memo,
+        )
 
     @property
     def kind(self) -> str:
@@ -46,12 +71,22 @@ class Admission:
     @property
     def about(self) -> Subject:
         """Which object the request is about (names it in messages)."""
-        return self._about.value
+        found: Subject | None = self.memo.get("about")
+        if found is None:
+            found = self.memo["about"] = subject(self.request) if self.request is not None else NOBODY
+        return found
 
     @property
     def carried(self) -> NewContent | None:
         """``(waits, serves)`` when this write carries new content (a status write's), read once."""
-        return self._carried.value
+        memo = self.memo
+        if "carried" not in memo:
+            # Only a status write carries content; a kind without content carries none.
+            memo["carried"] = (
+                self.row.content.brings(self.old, self.new) if self.sub_resource == "status" else None
+            )
+        found: NewContent | None = memo["carried"]
+        return found
 
     @property
     def by_kubernetes(self) -> bool:
@@ -70,20 +105,16 @@ def admission_of(request: AdmissionRequest) -> Admission | None:
     if row is None:
         return None
     user = request["userInfo"]
-    old, new = request.get("oldObject"), request.get("object")
-    sub_resource = request.get("subResource") or ""
-
-    def carried() -> NewContent | None:
-        # Only a status write carries content; a kind without content carries none.
-        return row.content.brings(old, new) if sub_resource == "status" else None
-
     return Admission(
-        row=row,
-        operation=request["operation"],
-        sub_resource=sub_resource,
-        old=old,
-        new=new,
-        user=User(user.get("username", ""), tuple(user.get("groups") or ())),
-        _about=Lazy(lambda: subject(request)),
-        _carried=Lazy(carried),
+        row,
+        request["operation"],
+        request.get("subResource") or "",
+        request.get("oldObject"),
+        request.get("object"),
+        User(user.get("username", ""), tuple(user.get("groups") or ())),
+        request,
+        {},
     )
+
+
+NOBODY = Subject("", "", "", "", "")  # what a request given by its parts is about

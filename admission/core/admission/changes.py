@@ -7,10 +7,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from admission.core.admission.admitted import Admission, User
-from admission.core.admission.review import Subject
 from admission.core.base import names
 from admission.core.base.jsonvalues import same
-from admission.core.base.lazy import Lazy
 from admission.core.base.names import Operation
 from admission.core.base.objects import Object, metadata
 from admission.core.flux import kinds
@@ -225,10 +223,6 @@ def gated_change(
     tools): ``by_kubernetes``, the request is Kubernetes' own controllers'."""
     row = kinds.BY_KIND[kind]
     user = User(min(names.SYSTEM_DELETERS) if by_kubernetes else "", ())
-    brought = Lazy(lambda: row.content.brings(old, new) if sub_resource == "status" else None)
-    admission = Admission(row, operation, sub_resource, old, new, user, Lazy(lambda: _nobody), brought)
+    admission = Admission(row, operation, sub_resource, old, new, user, None, {})
     change = classify(admission, lambda: (policy_of(old), policy_of(new)))
     return change.text if change is not None else None
-
-
-_nobody = Subject("", "", "", "", "")

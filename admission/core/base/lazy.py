@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Generic, TypeVar, cast
+from typing import Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -13,26 +13,26 @@ class Lazy(Generic[T]):
 
     Threads that race both compute it: the computations are pure, so they agree."""
 
-    __slots__ = ("_compute", "_value", "_known")
+    __slots__ = ("_compute", "_value")
+    _value: T  # unset (an AttributeError) until known: read per request, so no flag to test first
 
     def __init__(self, compute: Callable[[], T]):
         self._compute = compute
-        self._value: T | None = None
-        self._known = False
 
     @classmethod
     def of(cls, value: T) -> Lazy[T]:
         """A value known already."""
         known = cls(lambda: value)
-        known._value, known._known = value, True
+        known._value = value
         return known
 
     @property
     def value(self) -> T:
-        if not self._known:
-            self._value, self._known = self._compute(), True
-        # Once known, _value is the value: a None there is the value itself.
-        return cast(T, self._value)
+        try:
+            return self._value
+        except AttributeError:
+            self._value = self._compute()
+            return self._value
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Lazy) and self.value == other.value

@@ -164,16 +164,37 @@ def _too_long(raw: object, entries: list[object]) -> str | None:
     return None
 
 
+_NO_POLICY = Policy((), names.REQUIRE_ALL)
+# A policy read from annotations alone is kept, for the same annotations in the same namespace:
+# every request reads two (old and new), mostly alike across objects and requests. Kept only
+# for short values, so what is kept stays small (at most _KEPT of at most _KEPT_LENGTH each).
+_KEPT, _KEPT_LENGTH = 2048, 1024
+
+
 def policy_of(obj: dict[str, Any] | None) -> Policy:
     """The gate policy of a Flux object: union of the annotation and ``spec.gates``."""
     if not isinstance(obj, dict):
-        return Policy((), names.REQUIRE_ALL)
+        return _NO_POLICY
     ann = annotations_of(obj)
-    namespace = namespace_of(obj)
-    raw = ann.get(names.GATES_ANNOTATION)
+    raw, require = ann.get(names.GATES_ANNOTATION), ann.get(names.REQUIRE_ANNOTATION)
     spec = obj.get("spec")
-    spec = spec if isinstance(spec, dict) else {}
-    entries, spec_require = _spec_gates(spec.get("gates"), namespace)
+    spec_gates = spec.get("gates") if isinstance(spec, dict) else None
+    if spec_gates is None and _short(raw) and _short(require):
+        return _annotations_policy(namespace_of(obj), raw, require)
+    return _policy(namespace_of(obj), raw, require, spec_gates)
+
+
+def _short(value: object) -> bool:
+    return value is None or (isinstance(value, str) and len(value) <= _KEPT_LENGTH)
+
+
+@functools.lru_cache(maxsize=_KEPT)
+def _annotations_policy(namespace: str, raw: str | None, require: str | None) -> Policy:
+    return _policy(namespace, raw, require, None)
+
+
+def _policy(namespace: str, raw: object, require: object, spec_gates: object) -> Policy:
+    entries, spec_require = _spec_gates(spec_gates, namespace)
     # Repeats go first, then the distinct references are counted: naming a gate many times
     # never pushes another out. Too many is held, not cut: judged closed, and says why.
     unique: dict[str, GateRef] = {}
@@ -186,7 +207,7 @@ def policy_of(obj: dict[str, Any] | None) -> Policy:
         unique = {"": GateRef(namespace, "gates", too_many)}
 
     # When in doubt, the stricter mode: an unknown value or a disagreement means all.
-    asked = [v for v in (ann.get(names.REQUIRE_ANNOTATION), spec_require) if v is not None]
+    asked = [v for v in (require, spec_require) if v is not None]
     notes = [
         f"require {v!r} is not {names.REQUIRE_ALL!r} or {names.REQUIRE_ONE_OF!r}, using {names.REQUIRE_ALL}"
         for v in asked
