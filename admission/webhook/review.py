@@ -38,7 +38,14 @@ def _require(condition: bool, reason: str) -> None:
 
 def _optional(request: dict[str, Any], key: str, kind: type | tuple[type, ...], what: str) -> None:
     value = request.get(key)
-    _require(value is None or isinstance(value, kind), f"request.{key} must be {what}")
+    if value is not None and not isinstance(value, kind):  # (the message is built only when wrong)
+        raise ReviewError(f"request.{key} must be {what}")
+
+
+# Every review passes these checks: their messages are written once, not per review.
+_WRONG_KIND = f"kind must be {names.ADMISSION_REVIEW_KIND}"
+_WRONG_API_VERSION = f"apiVersion must be one of {', '.join(API_VERSIONS)}"
+_WRONG_OPERATION = f"request.operation must be one of {', '.join(OPERATIONS)}"
 
 
 def parse_review(body: bytes) -> AdmissionReview:
@@ -56,13 +63,14 @@ def parse_review(body: bytes) -> AdmissionReview:
     except orjson.JSONDecodeError as err:
         raise ReviewError(f"body is not valid JSON: {err}") from None
     _require(isinstance(doc, dict), "body must be a JSON object (an AdmissionReview)")
-    _require(doc.get("kind") == names.ADMISSION_REVIEW_KIND, f"kind must be {names.ADMISSION_REVIEW_KIND}")
-    _require(doc.get("apiVersion") in API_VERSIONS, f"apiVersion must be one of {', '.join(API_VERSIONS)}")
+    _require(doc.get("kind") == names.ADMISSION_REVIEW_KIND, _WRONG_KIND)
+    _require(doc.get("apiVersion") in API_VERSIONS, _WRONG_API_VERSION)
     request = doc.get("request")
     _require(isinstance(request, dict), "request must be an object")
     uid = request.get("uid")
     _require(isinstance(uid, str) and uid != "", "request.uid must be a non-empty string")
-    _require(len(uid) <= MAX_UID, f"request.uid is {len(uid)} characters long, more than {MAX_UID}")
+    if len(uid) > MAX_UID:
+        raise ReviewError(f"request.uid is {len(uid)} characters long, more than {MAX_UID}")
     gvk = request.get("kind")
     _require(
         isinstance(gvk, dict)
@@ -70,9 +78,7 @@ def parse_review(body: bytes) -> AdmissionReview:
         and gvk["kind"] != "",
         "request.kind must have string group, version and kind",
     )
-    _require(
-        request.get("operation") in OPERATIONS, f"request.operation must be one of {', '.join(OPERATIONS)}"
-    )
+    _require(request.get("operation") in OPERATIONS, _WRONG_OPERATION)
     user = request.get("userInfo")
     _require(isinstance(user, dict), "request.userInfo must be an object")
     _require(isinstance(user.get("username", ""), str), "request.userInfo.username must be a string")

@@ -90,3 +90,22 @@ def test_the_cel_names_every_string_the_python_twin_reads():
     for entry in matching.ENTRIES:
         assert entry.condition.cel.count("(") == entry.condition.cel.count(")"), entry.name
         assert '"' not in entry.condition.cel
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_what_the_rules_read_of_a_request_is_kept_and_gives_every_entry_s_own_answer(case: Case):
+    # concerns() keeps, per request shape, which entries' rules send it; each entry asked on
+    # its own (Entry.calls) must agree, on the kept answer as on the first.
+    req = case.request()
+    for endpoint in (matching.VALIDATE, matching.MUTATE):
+        asked = any(e.calls(req) for e in matching.ENTRIES if e.endpoint == endpoint)
+        assert matching.concerns(endpoint, req) == asked == matching.concerns(endpoint, req), case.id
+
+
+def test_a_request_shape_of_long_strings_is_asked_each_time_and_never_kept():
+    odd = request("CREATE", flux(gates="flux-system/a"))
+    odd["kind"] = {"group": names.KUSTOMIZE_GROUP, "version": "v1", "kind": "K" * 300}
+    before = matching._registered.cache_info()
+    assert not matching.concerns(matching.VALIDATE, odd)
+    after = matching._registered.cache_info()
+    assert (after.hits, after.misses, after.currsize) == (before.hits, before.misses, before.currsize)

@@ -26,6 +26,7 @@ API server to the Python predicate.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -341,4 +342,25 @@ BY_NAME: dict[str, Entry] = {entry.name: entry for entry in ENTRIES}
 def concerns(endpoint: str, request: Request) -> bool:
     """Whether the API server, with our conditions in place, would send ``request`` to
     ``endpoint``: when it would not, the answer is a plain "allowed" with no patch."""
-    return any(entry.calls(request) for entry in ENTRIES if entry.endpoint == endpoint)
+    gvk = request.get("kind") or {}
+    rules = (gvk.get("group"), gvk.get("kind"), request.get("operation"), request.get("subResource"))
+    if not all(v is None or (isinstance(v, str) and len(v) <= _KEPT_LENGTH) for v in rules):
+        return any(entry.calls(request) for entry in ENTRIES if entry.endpoint == endpoint)
+    return any(entry.condition.test(request) for entry in _registered(endpoint, *rules))
+
+
+_KEPT_LENGTH = 253  # a longer group or kind is no resource's: asked each time, never kept
+
+
+@functools.lru_cache(maxsize=256)
+def _registered(
+    endpoint: str, group: str | None, kind: str | None, operation: str | None, sub_resource: str | None
+) -> tuple[Entry, ...]:
+    """The endpoint's entries whose rules send such a request: what the rules read of it, kept,
+    as every review asks (at most 256 requests' shapes, of short strings)."""
+    request = {
+        "kind": {"group": group, "kind": kind},
+        "operation": operation,
+        "subResource": sub_resource,
+    }
+    return tuple(entry for entry in ENTRIES if entry.endpoint == endpoint and entry.registered_for(request))
