@@ -85,7 +85,11 @@ def _ours(frame: FrameType | None) -> str | None:
 
 
 # Where every module reads a field or builds a string: folded, a walk shows the design's moves.
-ACCESSORS = {f"admission.core.base.{m}" for m in ("objects", "lazy", "jsonvalues", "timefmt", "controls")}
+# The request's value (core.admission.admitted) is one: its properties are the request's fields,
+# some read on first use (as core.base.lazy read them before the value kept them itself).
+ACCESSORS = {f"admission.core.base.{m}" for m in ("objects", "lazy", "jsonvalues", "timefmt", "controls")} | {
+    "admission.core.admission.admitted"
+}
 
 
 class Visit:
