@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,13 @@ hypothesis_settings.register_profile("random", print_blob=True, **UNTIMED)
 hypothesis_settings.load_profile(
     os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "random")
 )
+
+# Ctrl-C as a terminal sends it: a run started from a shell's background job (``cmd &`` without
+# job control, as a CI script may be) inherits SIGINT ignored, and every command a test starts
+# would keep ignoring it, so a test interrupting `kubectl gate list --watch` would wait forever.
+# Handled here, SIGINT is back to its default in each command a test execs.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 # Figures tests measure and CI should show (fault tests: writes attempted and failed).
