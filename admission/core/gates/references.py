@@ -132,25 +132,14 @@ def _add(unique: dict[str, GateRef], entries: Iterable[object], namespace: str) 
     return True
 
 
-@functools.lru_cache(maxsize=2048)
-def _parse_annotation(raw: str, namespace: str) -> tuple[GateRef, ...]:
+def _annotation_refs(raw: str, namespace: str) -> tuple[GateRef, ...]:
     """The distinct references the annotation names, in order; MAX_REFS + 1 of them when it
-    names more than MAX_REFS."""
+    names more than MAX_REFS. (Read once per annotation: ``_annotations_policy`` keeps it.)"""
     unique: dict[str, GateRef] = {}
     parts = dict.fromkeys(map(str.strip, raw.split(",")))
     parts.pop("", None)  # "a,, b" and a trailing comma name nothing
     _add(unique, parts, namespace)
     return tuple(unique.values())
-
-
-def _annotation_refs(raw: str, namespace: str) -> tuple[GateRef, ...]:
-    # Most objects carry one of a few short annotations: parse each once. Long ones are rare
-    # and must not be kept.
-    return (
-        _parse_annotation(raw, namespace)
-        if len(raw) <= 1024
-        else _parse_annotation.__wrapped__(raw, namespace)
-    )
 
 
 def _too_long(raw: object, entries: list[object]) -> str | None:
@@ -166,8 +155,9 @@ def _too_long(raw: object, entries: list[object]) -> str | None:
 
 _NO_POLICY = Policy((), names.REQUIRE_ALL)
 # A policy read from annotations alone is kept, for the same annotations in the same namespace:
-# every request reads two (old and new), mostly alike across objects and requests. Kept only
-# for short values, so what is kept stays small (at most _KEPT of at most _KEPT_LENGTH each).
+# every request reads two (old and new), mostly alike across objects and requests, and most
+# objects carry one of a few short annotations. Kept only for short values, so what is kept
+# stays small (at most _KEPT of at most _KEPT_LENGTH each); a long one is rare and read each time.
 _KEPT, _KEPT_LENGTH = 2048, 1024
 
 
